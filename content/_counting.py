@@ -1,0 +1,23 @@
+"""The Counting engine (placeholder until its issue lands; see content/_engine.py for the interface)."""
+
+from __future__ import annotations
+
+from content._engine import Engine, Event, SubId
+from content._filter import Filter
+
+__all__ = ["Counting"]
+
+
+class Counting(Engine):
+    """Not implemented yet."""
+
+    name = "counting"
+
+    def _insert(self, sub_id: SubId, f: Filter) -> None:
+        raise NotImplementedError("counting engine is not implemented yet")
+
+    def _delete(self, sub_id: SubId, f: Filter) -> None:
+        raise NotImplementedError("counting engine is not implemented yet")
+
+    def match(self, event: Event) -> set[SubId]:
+        raise NotImplementedError("counting engine is not implemented yet")
