@@ -7,6 +7,6 @@ thin adapter around it.  Routing uses :mod:`topics` (topic tree, negative entrie
 
 from __future__ import annotations
 
-from broker.hooks import Delivery, Publication, SubscriptionAction, SubscriptionChange
+from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
 
-__all__ = ["Delivery", "Publication", "SubscriptionAction", "SubscriptionChange"]
+__all__ = ["Delivery", "Hooks", "Publication", "SubscriptionAction", "SubscriptionChange"]

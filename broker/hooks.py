@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["Delivery", "Publication", "SubscriptionAction", "SubscriptionChange"]
+__all__ = ["Delivery", "Hooks", "Publication", "SubscriptionAction", "SubscriptionChange"]
 
 
 class SubscriptionAction(enum.Enum):
@@ -64,3 +64,47 @@ class SubscriptionChange:
     content_filter: str | None
     qos: int | None
     entries: int  # the client's resulting number of entries (subscriptions + negative entries)
+
+
+class Hooks:
+    """Observer and policy interface of the broker; subclass and override what you need.
+
+    ``Broker(hooks=[...])`` registers instances.  The broker builds a record and calls an
+    ``on_*`` method only when some registered hook overrides it, so unused hooks cost nothing
+    on the hot path.  ``on_*`` methods run on the event loop and must not block or raise
+    (an exception is logged and counted, never propagated into the broker).
+
+    ``authenticate``/``authorize`` return True (allow), False (deny) or None (no opinion);
+    the first hook with an opinion decides, and with no opinion the broker's own
+    configuration decides.  ``start`` runs before the listeners open and ``stop`` after
+    they closed and every session was handled, so a hook can flush what it buffered.
+    """
+
+    async def start(self) -> None:
+        """Called once when the broker starts."""
+
+    async def stop(self) -> None:
+        """Called once on graceful stop, after the last record was emitted."""
+
+    def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
+        """A client's CONNECT was accepted."""
+
+    def on_disconnect(self, client_id: str, reason: str) -> None:
+        """A client's network connection ended (``reason`` is human readable)."""
+
+    def on_subscription_change(self, change: SubscriptionChange) -> None:
+        """A subscription was added, removed, partially removed, or a session ended."""
+
+    def on_publication(self, publication: Publication) -> None:
+        """A message was accepted and routed (after fan-out, with its delivery count)."""
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        """A message was written to one subscriber."""
+
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
+        """Allow or deny a CONNECT."""
+        return None
+
+    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+        """Allow or deny ``action`` ("publish" or "subscribe") on a topic name or filter."""
+        return None
