@@ -1,11 +1,59 @@
-"""Attribute extraction from payloads (placeholder until the content issue lands)."""
+"""Attribute extraction: the event a content filter sees for one publish (CONTRACT.md, "content").
+
+A payload that is a JSON object becomes a flat mapping from dotted paths to scalar values
+(seed 000, Definition 1: an attribute is <type, name, value>; here the type is the Python
+type of the value)::
+
+    {"sensor": {"temp": 21.5, "ok": true}, "id": "x"}
+    -> {"sensor.temp": 21.5, "sensor.ok": True, "id": "x"}
+
+Kept: ``int``, ``float``, ``str``, ``bool``.  Skipped: ``null`` (SQL's unknown: a filter on
+it behaves as on a missing attribute) and arrays (the language has no operator on lists).
+An empty object contributes nothing.  If a key itself contains a dot and collides with a
+nested path, the one that comes later in the document wins.  Anything that is not a JSON
+object (invalid UTF-8 or JSON, a top-level array or scalar, nesting deeper than orjson's
+limit) yields ``{}``; this function never raises.  Integers beyond 64 bits come back as
+floats (orjson's behaviour).
+
+Cost: one ``orjson.loads`` (C) plus O(number of values) for the flattening; a payload whose
+first non-blank byte is not ``{`` is rejected without parsing.
+"""
 
 from __future__ import annotations
+
+from typing import Any
+
+import orjson
 
 from content._predicate import Scalar
 
 __all__ = ["attributes"]
 
+_BLANK = b" \t\r\n"
 
-def attributes(payload: bytes) -> dict[str, Scalar]:
-    raise NotImplementedError("attributes() is not implemented yet")
+
+def attributes(payload: bytes | bytearray | memoryview) -> dict[str, Scalar]:
+    """The flattened attributes of a JSON-object payload, ``{}`` for anything else."""
+    try:
+        if isinstance(payload, memoryview):
+            payload = payload.tobytes()
+        head = payload.lstrip(_BLANK)[:1]
+        if head != b"{":
+            return {}
+        doc = orjson.loads(payload)
+    except Exception:  # orjson.JSONDecodeError, TypeError/AttributeError for odd inputs
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    out: dict[str, Scalar] = {}
+    _flatten(doc, "", out)
+    return out
+
+
+def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, Scalar]) -> None:
+    for key, value in obj.items():
+        name = prefix + key
+        if isinstance(value, str | int | float):  # bool is an int subclass: kept as bool
+            out[name] = value
+        elif isinstance(value, dict):
+            _flatten(value, name + ".", out)
