@@ -1,23 +1,84 @@
-"""The RABased engine (placeholder until its issue lands; see content/_engine.py for the interface)."""
+"""RABasedMatching: event matching based on the judgment of redundant attributes
+(seed 000, sections 2 and 3, the paper's contribution).
+
+A batch of events is matched at once against the ICCounting index
+(:class:`~content._ic_index.CIndex`, shared code with :class:`~content.ICCounting`):
+
+1. preprocessing -- the events are merged into the set of distinct attributes with
+   duplicates removed (Definition 5: same type, name and value; int and float values that
+   are equal are the same attribute here because they satisfy the same constraints), and
+   each distinct attribute keeps the list of events that carry it: the attribute-event list
+   **AEList** (Fig. 3);
+2. matching -- every distinct attribute is matched *once* against CIndex; the CSLists
+   (Fig. 4) of the constraints it satisfies are then credited to every event of its AEList
+   entry;
+3. the subscription-event list **SEList** (Fig. 5) holds, per event, the count of matched
+   constraints per clause: a (clause, event) pair whose count equals the clause's number of
+   constraints fires (Definition 9), and the subscription matches that event.
+
+SEList is kept as one list of clause ids per event, counted by a C-level ``Counter`` at the
+end (the counts the paper's linked nodes accumulate one by one).  ``match(event)`` is a batch
+of one.  Exactness for the whole language is inherited from the index (see
+:mod:`content._ic_index`): negations, general LIKE, missing attributes, type mismatches, OR.
+
+Cost per batch of E events with A attributes in total and D distinct ones:
+O(A) to build AEList + O(D x index lookup) + O(sum of credited CSList entries); the saving
+over per-event ICCounting is the (A - D) index lookups avoided.
+"""
 
 from __future__ import annotations
 
-from content._engine import Engine, Event, SubId
-from content._filter import Filter
+from collections.abc import Sequence
+from typing import cast
+
+from content._engine import Event, SubId
+from content._ic_index import NameIndex
+from content._iccounting import ICCounting
+from content._predicate import Scalar
 
 __all__ = ["RABasedMatching"]
 
 
-class RABasedMatching(Engine):
-    """Not implemented yet."""
+class RABasedMatching(ICCounting):
+    """Batch matching with duplicate attributes merged (AEList/CSList/SEList)."""
 
     name = "rabased"
 
-    def _insert(self, sub_id: SubId, f: Filter) -> None:
-        raise NotImplementedError("rabased engine is not implemented yet")
-
-    def _delete(self, sub_id: SubId, f: Filter) -> None:
-        raise NotImplementedError("rabased engine is not implemented yet")
-
     def match(self, event: Event) -> set[SubId]:
-        raise NotImplementedError("rabased engine is not implemented yet")
+        return self.match_batch((event,))[0]
+
+    def match_batch(self, events: Sequence[Event]) -> list[set[SubId]]:
+        index = self._index
+        by_type = index.by_type
+        # AEList: (leaf of the attribute's type and name, value) -> events carrying it.
+        # Leaves are per type, so True and 1 (equal in Python) never share a key.
+        ae: dict[tuple[NameIndex, object], list[int]] = {}
+        for e, event in enumerate(events):
+            for name, v in event.items():
+                names = by_type.get(type(v))
+                if names is None:
+                    names = index.names_for(v)
+                    if names is None:
+                        continue
+                ni = names.get(name)
+                if ni is None:
+                    continue  # no constraint has this type and name: nothing to count
+                key = (ni, v)
+                lst = ae.get(key)
+                if lst is None:
+                    ae[key] = [e]
+                else:
+                    lst.append(e)
+        # SEList: per event, the clause ids credited by its attributes
+        se: list[list[int]] = [[] for _ in events]
+        for (ni, v), evs in ae.items():
+            if len(evs) == 1:
+                ni.collect(cast(Scalar, v), se[evs[0]])
+                continue
+            acc: list[int] = []
+            ni.collect(cast(Scalar, v), acc)
+            if acc:
+                for e in evs:
+                    se[e].extend(acc)
+        fired = self._table.fired
+        return [fired(acc) for acc in se]

@@ -1,0 +1,123 @@
+"""Clause bookkeeping shared by the counting engines (Counting, ICCounting, RABasedMatching).
+
+Seed 000 (section 3.1) matches conjunctive subscriptions by counting: a subscription S_i
+matches event E_j when the number n_ij of S_i's constraints that E_j satisfies equals the
+number n_i of constraints of S_i (Definition 9).  Our filters are disjunctions (DNF), so
+the unit that is counted is a *clause* (one conjunction of one filter): every clause gets a
+dense integer id, ``need[cid]`` is its number of distinct predicates and a subscription
+matches when at least one of its clauses reaches its need.
+
+Identical predicates are stored once (Theorem 2): :attr:`ClauseTable.csl` maps each distinct
+predicate to the list of clause ids that contain it -- the paper's constraint-subscription
+list (CSList, Fig. 4).  The index structures of each engine hold *the same list objects*, so
+a satisfied constraint contributes its whole CSList with one ``list.extend``.
+
+A clause with no predicate is always true (an engine gets it only from a hand-built
+:class:`~content._filter.Filter`); such subscriptions are kept in :attr:`ClauseTable.always`.
+
+Complexity: add/remove O(total predicates of the filter + CSList lengths touched);
+:meth:`ClauseTable.fired` O(len(acc)) (one C-level ``Counter`` pass plus one pass over the
+distinct touched clauses).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from content._engine import SubId
+from content._filter import Filter
+from content._predicate import Predicate
+
+__all__ = ["ClauseTable"]
+
+
+class ClauseTable:
+    """Clause ids, their needs and owners, and the CSList of every distinct predicate."""
+
+    __slots__ = ("always", "cpreds", "csl", "free", "need", "owner", "sub_cids")
+
+    def __init__(self) -> None:
+        self.need: list[int] = []  # cid -> number of distinct predicates (0 = free slot)
+        self.owner: list[SubId | None] = []  # cid -> subscription id
+        self.cpreds: list[tuple[Predicate, ...]] = []  # cid -> its distinct predicates
+        self.free: list[int] = []  # recycled clause ids
+        self.csl: dict[Predicate, list[int]] = {}  # CSList: predicate -> clause ids
+        self.always: dict[SubId, int] = {}  # subscriptions with an empty clause (count)
+        self.sub_cids: dict[SubId, list[int]] = {}
+
+    def add(self, sub_id: SubId, f: Filter) -> list[Predicate]:
+        """Register the clauses of ``f``; return the predicates seen for the first time
+        (the caller indexes them, pointing at ``csl[p]``)."""
+        new: list[Predicate] = []
+        cids: list[int] = []
+        csl = self.csl
+        for clause in f.clauses:
+            preds = tuple(dict.fromkeys(clause))
+            if not preds:
+                self.always[sub_id] = self.always.get(sub_id, 0) + 1
+                continue
+            if self.free:
+                cid = self.free.pop()
+                self.need[cid] = len(preds)
+                self.owner[cid] = sub_id
+                self.cpreds[cid] = preds
+            else:
+                cid = len(self.need)
+                self.need.append(len(preds))
+                self.owner.append(sub_id)
+                self.cpreds.append(preds)
+            for p in preds:
+                lst = csl.get(p)
+                if lst is None:
+                    lst = csl[p] = []
+                    new.append(p)
+                lst.append(cid)
+            cids.append(cid)
+        self.sub_cids[sub_id] = cids
+        return new
+
+    def remove(self, sub_id: SubId) -> list[tuple[Predicate, list[int]]]:
+        """Forget ``sub_id``'s clauses; return the predicates no clause uses any more with
+        their (now empty) CSLists (the caller removes them from its index)."""
+        gone: list[tuple[Predicate, list[int]]] = []
+        csl = self.csl
+        for cid in self.sub_cids.pop(sub_id):
+            for p in self.cpreds[cid]:
+                lst = csl[p]
+                lst.remove(cid)
+                if not lst:
+                    del csl[p]
+                    gone.append((p, lst))
+            self.need[cid] = 0
+            self.owner[cid] = None
+            self.cpreds[cid] = ()
+            self.free.append(cid)
+        self.always.pop(sub_id, None)
+        return gone
+
+    def fired(self, acc: Iterable[int]) -> set[SubId]:
+        """Owners of the clauses whose count in ``acc`` reaches their need, plus the
+        always-true subscriptions."""
+        need = self.need
+        owner = self.owner
+        out = {owner[c] for c, n in Counter(acc).items() if n == need[c]}
+        if self.always:
+            out.update(self.always)
+        return out
+
+    def _check(self) -> None:
+        assert len(self.need) == len(self.owner) == len(self.cpreds)
+        free = set(self.free)
+        assert len(free) == len(self.free)
+        for cid, preds in enumerate(self.cpreds):
+            if cid in free:
+                assert self.need[cid] == 0 and self.owner[cid] is None and preds == ()
+                continue
+            assert self.need[cid] == len(preds) == len(set(preds)) > 0
+            assert cid in self.sub_cids[self.owner[cid]]
+            for p in preds:
+                assert self.csl[p].count(cid) == 1
+        for p, lst in self.csl.items():
+            assert lst, p
+            assert all(p in self.cpreds[c] for c in lst)
