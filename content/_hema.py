@@ -1,23 +1,606 @@
-"""The HEMA engine (placeholder until its issue lands; see content/_engine.py for the interface)."""
+"""HEMA: the hybrid event matching algorithm of seed 003 (You Tao, Acta Electronica Sinica 2015).
+
+The paper (``003_fac3609301ef91cc.txt``) joins a predicate index, which is cheap to change,
+with the covering relation of subscription networks, which is cheap to match.  Its pieces and
+where they live here:
+
+* **Predicate tables** (section 3.1, Definition 2): predicates are upper-threshold
+  (``x < v``, ``x <= v``), lower-threshold (``x > v``, ``x >= v``) or equality.  One row per
+  *predicate family* (same attribute, same comparison direction) kept sorted by threshold
+  (:class:`sortedcontainers.SortedList`, binary search); equality predicates in hash tables.
+* **Plist** (Definitions 4 to 7, section 3.2): subscriptions with the same predicates (the
+  same families) whose thresholds do not cross form a *same-predicate partial-order list*, a
+  chain ``s1 <= s2 <= ...`` in which every event matching ``s_i`` matches all later members.
+  :class:`_Chain` keeps one chain sorted by its members' looseness keys plus, per family, the
+  sorted column of thresholds; since the chain is monotone in every family, the members an
+  event satisfies are a suffix whose start is the largest of one binary search per family:
+  O(k log m) per chain, then the suffix is added without testing (section 3.4, step 1).
+  *K threshold* (Definition 7): at most ``max_chains`` (K) chains per predicate signature,
+  and a chain serves matching only once it holds ``min_chain`` members (the paper's
+  "threshold"); until then, and after it shrinks below half of that, its members are matched
+  through the Mlist.  Moving a chain between the two is O(min_chain * k log n), a constant.
+* **Mlist / Mtable with the match boundary** (section 3.2, 3.4 steps 2 to 5): every other
+  subscription unit has a *start node* in a sorted row (or an equality hash bucket) and a
+  linked list of its remaining predicates.  For an event, the boundary in a row is the
+  bisected range of thresholds the event value satisfies; start nodes inside it become
+  candidates (``Sa``) and each candidate walks its links, dropping out at the first node
+  outside the boundary (that node's predicate is false for the event) and matching at its
+  end node.
+* **Insert/delete** (section 3.3, Fig. 4; section 3.5): Step 1 finds the predecessor and
+  successor of the new subscription in its signature's chains by binary search and inserts
+  it if it sits between them (or at an end); otherwise Step 2 inserts it into the Mtable.
+  Both are O(k log n); deletion unlinks the unit and removes its nodes, also O(k log n).
+
+Exactness for the whole selector language (CONTRACT.md, "content"): a :class:`Filter` is a
+DNF; every conjunction is indexed as its own *subscription unit* and a subscription matches
+when any unit does.  A unit enters a chain only if all its predicates are numeric order
+comparisons on distinct families with non-NaN literals.  In the Mlist a unit's start node is
+an indexable predicate (``=`` on a number, string or boolean, ``IN``, or an order comparison
+on numbers or strings); every other predicate (``<>``, LIKE patterns, NOT IN, NOT LIKE ...)
+is only a link, verified with the predicate model's exact three-valued test.  A unit with no
+indexable predicate (including the empty conjunction, which is always true) is *residual*
+and verified for every event.  Type mismatches and missing attributes never reach an index
+entry of the wrong kind: rows and buckets are keyed by the value's kind (numbers exclude
+booleans), NaN event values skip every index (they satisfy no comparison), and the fast
+link tests fall back to :meth:`Predicate.test` for any value that is not a plain
+``int``/``float``/``str``/``bool``.
+
+Deviations (docs/content-hema.md): the paper walks a unit's nodes in the fixed top-to-bottom
+row order; here the start node is the unit's most selective indexable predicate (equality
+first, then the order predicate whose threshold is most extreme by its quantile among the
+thresholds already in that attribute's rows), so fewer start nodes fall inside the
+boundary; non-start nodes are reached only through links, so the sorted rows hold start
+nodes (the links carry the other thresholds).  Only numeric chains are built (the paper's
+attributes are numbers); string order predicates use the Mlist.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from itertools import pairwise
+from operator import attrgetter
+from typing import Any, Final
+
+from sortedcontainers import SortedKeyList, SortedList
+
 from content._engine import Engine, Event, SubId
-from content._filter import Filter
+from content._filter import Clause, Filter
+from content._predicate import ORDER_OPS, Kind, Op, Predicate, Scalar, kind_of
 
 __all__ = ["HEMA"]
 
+UPPER: Final = 0  # x < v, x <= v: satisfied by a suffix of the row sorted by (v, inclusive)
+LOWER: Final = 1  # x > v, x >= v: satisfied by a prefix of the row sorted by (v, exclusive)
+
+_FAST_KIND: Final[dict[type, Kind]] = {int: Kind.NUM, float: Kind.NUM, str: Kind.STR, bool: Kind.BOOL}
+
+Check = tuple[str, Callable[[object], bool]]
+ChainKey = tuple[tuple[Scalar, int], ...]
+RowKey = tuple[str, Kind, int]
+
+
+def _value_kind(v: object) -> Kind | None:
+    k = _FAST_KIND.get(type(v))
+    return k if k is not None else kind_of(v)
+
+
+def _is_nan(x: object) -> bool:
+    return isinstance(x, float) and x != x  # noqa: PLR0124 (NaN test)
+
+
+def _checker(p: Predicate) -> Callable[[object], bool]:
+    """A fast exact test of ``p`` against one event value (falls back to ``p.test``)."""
+    x: Any = p.value
+    test = p.test
+    if p.kind is Kind.NUM and not _is_nan(x):
+        match p.op:
+            case Op.LT:
+
+                def f(v: Any) -> bool:
+                    t = type(v)
+                    return bool(v < x) if t is float or t is int else test(v)
+
+            case Op.LE:
+
+                def f(v: Any) -> bool:
+                    t = type(v)
+                    return bool(v <= x) if t is float or t is int else test(v)
+
+            case Op.GT:
+
+                def f(v: Any) -> bool:
+                    t = type(v)
+                    return bool(v > x) if t is float or t is int else test(v)
+
+            case Op.GE:
+
+                def f(v: Any) -> bool:
+                    t = type(v)
+                    return bool(v >= x) if t is float or t is int else test(v)
+
+            case Op.EQ:
+
+                def f(v: Any) -> bool:
+                    t = type(v)
+                    return bool(v == x) if t is float or t is int else test(v)
+
+            case _:
+                return test
+        return f
+    return test
+
+
+def _family(p: Predicate) -> int:
+    return UPPER if p.op in (Op.LT, Op.LE) else LOWER
+
+
+def _row_entry(p: Predicate, uid: int) -> tuple[Scalar, int, int]:
+    """Sort key of a start node in its row; see :meth:`HEMA.match` for the boundary."""
+    inclusive = p.op in (Op.LE, Op.GE)
+    assert not isinstance(p.value, frozenset)
+    if p.op in (Op.LT, Op.LE):
+        return (p.value, 1 if inclusive else 0, uid)
+    return (p.value, 0 if inclusive else 1, uid)
+
+
+def _chain_key(p: Predicate) -> tuple[Scalar, int]:
+    """Looseness of a numeric order predicate within its family: larger is looser."""
+    v = p.value
+    assert isinstance(v, int | float)
+    inclusive = 1 if p.op in (Op.LE, Op.GE) else 0
+    return (v, inclusive) if p.op in (Op.LT, Op.LE) else (-v, inclusive)
+
+
+def _covers(tight: ChainKey, loose: ChainKey) -> bool:
+    return all(a <= b for a, b in zip(tight, loose, strict=True))
+
+
+@dataclass(eq=False, slots=True)
+class _Unit:
+    """One conjunction of one subscription (a *subscription unit*)."""
+
+    uid: int
+    sid: SubId
+    clause: Clause
+    chain: _Chain | None = None
+    key: ChainKey = ()
+    # Mlist state (when the unit is matched through the Mlist):
+    in_mlist: bool = False
+    start: tuple[Any, ...] = ()
+    rest: tuple[Check, ...] = ()
+    column: list[tuple[tuple[str, Kind], Scalar]] = field(default_factory=list)
+
+
+@dataclass(eq=False, slots=True)
+class _Chain:
+    """A same-predicate partial-order list (Plist, Definition 5).
+
+    ``members`` is sorted by the looseness key tuple; consecutive members cover each other
+    componentwise, so ``columns[d]`` (family ``d``'s keys in sorted order) lists the
+    members' keys in member order.  Insert/delete/locate: O(k log m); match: k bisections.
+    """
+
+    signature: tuple[tuple[str, int], ...]
+    members: Any = field(default_factory=lambda: SortedKeyList(key=attrgetter("key")))
+    columns: tuple[Any, ...] = ()
+    active: bool = False
+
+    def __post_init__(self) -> None:
+        self.columns = tuple(SortedList() for _ in self.signature)
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def fits(self, key: ChainKey) -> bool:
+        """Fig. 4 Subscribe steps 1-11: predecessor and successor both cover-compatible."""
+        members = self.members
+        i = members.bisect_key_left(key)
+        if i > 0 and not _covers(members[i - 1].key, key):
+            return False
+        return not (i < len(members) and not _covers(key, members[i].key))
+
+    def add(self, unit: _Unit) -> None:
+        self.members.add(unit)
+        for column, k in zip(self.columns, unit.key, strict=True):
+            column.add(k)
+
+    def discard(self, unit: _Unit) -> None:
+        self.members.remove(unit)
+        for column, k in zip(self.columns, unit.key, strict=True):
+            column.remove(k)
+
+    def _check(self) -> None:
+        keys = [u.key for u in self.members]
+        for a, b in pairwise(keys):
+            assert _covers(a, b), (a, b)
+        for d, column in enumerate(self.columns):
+            assert list(column) == [k[d] for k in keys]
+        for u in self.members:
+            assert u.chain is self
+            assert u.in_mlist is not self.active
+
 
 class HEMA(Engine):
-    """Not implemented yet."""
+    """Seed 003's HEMA (see the module docstring for the mapping and exactness rules).
+
+    Space O(k n).  ``add``/``remove``: O(k log n) per conjunction (K chains tried per
+    signature, K constant).  ``match``: O(c k log m) for ``c`` active chains plus
+    O(j log P + |Sa| q) in the Mlist, plus the output.
+    """
 
     name = "hema"
 
+    def __init__(self, *, max_chains: int = 8, min_chain: int = 4) -> None:
+        super().__init__()
+        if max_chains < 1 or min_chain < 1:
+            raise ValueError("max_chains and min_chain must be positive")
+        self.max_chains = max_chains
+        self.min_chain = min_chain
+        self._demote_below = max(1, min_chain // 2)
+        self._next_uid = 0
+        self._units: dict[int, _Unit] = {}
+        self._units_of: dict[SubId, list[int]] = {}
+        # Plist
+        self._groups: dict[tuple[tuple[str, int], ...], list[_Chain]] = {}
+        self._active: dict[_Chain, None] = {}
+        self._active_list: list[tuple[Any, tuple[tuple[str, bool, Any], ...]]] = []
+        self._active_dirty = False
+        # Mlist / Mtable
+        self._rows: dict[RowKey, Any] = {}  # (attr, kind, family) -> SortedList of start nodes
+        self._attr_rows: dict[str, list[tuple[Kind, int, Any]]] = {}
+        self._hash: dict[str, dict[tuple[Kind, Scalar], set[int]]] = {}
+        self._residual: dict[int, None] = {}
+        self._column: dict[tuple[str, Kind], Any] = {}  # all order thresholds per attribute
+        self._checks: dict[Predicate, Check] = {}
+
+    # ------------------------------------------------------------------ subscription changes
+
     def _insert(self, sub_id: SubId, f: Filter) -> None:
-        raise NotImplementedError("hema engine is not implemented yet")
+        uids = []
+        for clause in f.clauses:
+            uid = self._next_uid
+            self._next_uid += 1
+            unit = _Unit(uid, sub_id, clause)
+            self._units[uid] = unit
+            uids.append(uid)
+            self._place(unit)
+        self._units_of[sub_id] = uids
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
-        raise NotImplementedError("hema engine is not implemented yet")
+        for uid in self._units_of.pop(sub_id):
+            unit = self._units.pop(uid)
+            if unit.chain is not None:
+                self._chain_remove(unit)
+            else:
+                self._mlist_remove(unit)
+
+    def _place(self, unit: _Unit) -> None:
+        signature = self._signature(unit.clause)
+        if signature is not None:
+            order = sorted(range(len(signature)), key=signature.__getitem__)
+            sig = tuple(signature[i] for i in order)
+            unit.key = tuple(_chain_key(unit.clause[i]) for i in order)
+            chains = self._groups.setdefault(sig, [])
+            chain = next((c for c in chains if c.fits(unit.key)), None)
+            if chain is None and len(chains) < self.max_chains:
+                chain = _Chain(sig)
+                chains.append(chain)
+            if chain is not None:
+                self._chain_add(chain, unit)
+                return
+            if not chains:
+                del self._groups[sig]
+            unit.key = ()
+        self._mlist_add(unit)
+
+    @staticmethod
+    def _signature(clause: Clause) -> list[tuple[str, int]] | None:
+        """The families of a pure numeric order conjunction (else None: Mlist only)."""
+        if not clause:
+            return None
+        sig = []
+        for p in clause:
+            if p.op not in ORDER_OPS or p.kind is not Kind.NUM or _is_nan(p.value):
+                return None
+            sig.append((p.attr, _family(p)))
+        return sig if len(set(sig)) == len(sig) else None
+
+    def _chain_add(self, chain: _Chain, unit: _Unit) -> None:
+        chain.add(unit)
+        unit.chain = chain
+        if chain.active:
+            return
+        self._mlist_add(unit)
+        if len(chain) >= self.min_chain:
+            for member in chain.members:
+                self._mlist_remove(member)
+            chain.active = True
+            self._active[chain] = None
+            self._active_dirty = True
+
+    def _chain_remove(self, unit: _Unit) -> None:
+        chain = unit.chain
+        assert chain is not None
+        chain.discard(unit)
+        unit.chain = None
+        if unit.in_mlist:
+            self._mlist_remove(unit)
+        if chain.active and len(chain) < self._demote_below:
+            chain.active = False
+            del self._active[chain]
+            self._active_dirty = True
+            for member in chain.members:
+                self._mlist_add(member)
+        if not chain.members:
+            chains = self._groups[chain.signature]
+            chains.remove(chain)
+            if not chains:
+                del self._groups[chain.signature]
+
+    def _check_of(self, p: Predicate) -> Check:
+        c = self._checks.get(p)
+        if c is None:
+            c = self._checks[p] = (p.attr, _checker(p))
+        return c
+
+    def _mlist_add(self, unit: _Unit) -> None:
+        """Fig. 4 Step 2: choose the start node, bisect it into its row, link the rest."""
+        clause = unit.clause
+        best = -1
+        best_cost = 3.0
+        for i, p in enumerate(clause):
+            cost = self._start_cost(p)
+            if cost < best_cost:
+                best, best_cost = i, cost
+        uid = unit.uid
+        if best < 0:
+            unit.start = ("residual",)
+            self._residual[uid] = None
+        else:
+            p = clause[best]
+            if p.op is Op.EQ or p.op is Op.IN:
+                members = p.value if isinstance(p.value, frozenset) else (p.value,)
+                keys = tuple({(kind_of(m), m) for m in members})
+                table = self._hash.setdefault(p.attr, {})
+                for key in keys:
+                    table.setdefault(key, set()).add(uid)  # type: ignore[arg-type]
+                unit.start = ("hash", p.attr, keys)
+            else:
+                row_key: RowKey = (p.attr, p.kind, _family(p))
+                row = self._rows.get(row_key)
+                if row is None:
+                    row = self._rows[row_key] = SortedList()
+                    self._attr_rows.setdefault(p.attr, []).append((p.kind, row_key[2], row))
+                entry = _row_entry(p, uid)
+                row.add(entry)
+                unit.start = ("row", row_key, entry)
+        rest = [p for i, p in enumerate(clause) if i != best]
+        rest.sort(key=self._link_rank)
+        unit.rest = tuple(self._check_of(p) for p in rest)
+        for p in clause:
+            if p.op in ORDER_OPS and p.kind in (Kind.NUM, Kind.STR) and not _is_nan(p.value):
+                ck = (p.attr, p.kind)
+                col = self._column.get(ck)
+                if col is None:
+                    col = self._column[ck] = SortedList()
+                col.add(p.value)
+                unit.column.append((ck, p.value))  # type: ignore[arg-type]
+        unit.in_mlist = True
+
+    def _mlist_remove(self, unit: _Unit) -> None:
+        uid = unit.uid
+        match unit.start:
+            case ("residual",):
+                del self._residual[uid]
+            case ("hash", attr, keys):
+                table = self._hash[attr]
+                for key in keys:
+                    bucket = table[key]
+                    bucket.discard(uid)
+                    if not bucket:
+                        del table[key]
+                if not table:
+                    del self._hash[attr]
+            case ("row", row_key, entry):
+                row = self._rows[row_key]
+                row.remove(entry)
+                if not row:
+                    del self._rows[row_key]
+                    attr = row_key[0]
+                    rows = [r for r in self._attr_rows[attr] if r[2] is not row]
+                    if rows:
+                        self._attr_rows[attr] = rows
+                    else:
+                        del self._attr_rows[attr]
+            case _:
+                raise AssertionError(unit.start)
+        for ck, v in unit.column:
+            col = self._column[ck]
+            col.remove(v)
+            if not col:
+                del self._column[ck]
+        unit.column = []
+        unit.start = ()
+        unit.rest = ()
+        unit.in_mlist = False
+
+    def _start_cost(self, p: Predicate) -> float:
+        """Estimated fraction of events satisfying ``p`` if indexable, else 3 (not indexable)."""
+        v = p.value
+        if p.op is Op.EQ:
+            return 3.0 if _is_nan(v) or p.kind is Kind.SET else 0.0
+        if p.op is Op.IN:
+            assert isinstance(v, frozenset)
+            if any(_is_nan(m) or kind_of(m) is None for m in v):
+                return 3.0
+            return min(1.0, 0.001 * len(v))
+        if p.op in ORDER_OPS and p.kind in (Kind.NUM, Kind.STR) and not _is_nan(v):
+            col = self._column.get((p.attr, p.kind))
+            if not col:
+                return 0.5
+            q: float = col.bisect_left(v) / len(col)  # quantile of v among known thresholds
+            return q if p.op in (Op.LT, Op.LE) else 1.0 - q
+        return 3.0
+
+    @staticmethod
+    def _link_rank(p: Predicate) -> int:
+        if p.op is Op.EQ or p.op is Op.IN:
+            return 0
+        if p.op in ORDER_OPS:
+            return 1
+        return 2
+
+    # ------------------------------------------------------------------ matching
+
+    def _refresh_active(self) -> None:
+        self._active_list = [
+            (
+                chain.members,
+                tuple(
+                    (attr, family == LOWER, column)
+                    for (attr, family), column in zip(chain.signature, chain.columns, strict=True)
+                ),
+            )
+            for chain in self._active
+        ]
+        self._active_dirty = False
 
     def match(self, event: Event) -> set[SubId]:
-        raise NotImplementedError("hema engine is not implemented yet")
+        get = event.get
+        out: set[SubId] = set()
+        add = out.add
+        # Plist (section 3.4, step 1): the matched members of a chain are a suffix.
+        if self._active_dirty:
+            self._refresh_active()
+        for members, dims in self._active_list:
+            start = 0
+            for attr, lower, column in dims:
+                v: Any = get(attr)
+                t = type(v)
+                if not (t is float or t is int) and _value_kind(v) is not Kind.NUM:
+                    break
+                if v != v:  # noqa: PLR0124 (NaN satisfies no comparison)
+                    break
+                i = column.bisect_left((-v, 1) if lower else (v, 1))
+                if i > start:  # noqa: PLR1730 (hot loop: cheaper than max())
+                    start = i
+            else:
+                if start < len(members):
+                    out.update([u.sid for u in members.islice(start)])
+        # Mlist (steps 2-5): start nodes inside the match boundary, then walk their links.
+        units = self._units
+        attr_rows = self._attr_rows
+        hash_tables = self._hash
+        for attr, v in event.items():
+            kind = _FAST_KIND.get(type(v))
+            if kind is None:
+                kind = kind_of(v)
+                if kind is None:
+                    continue
+            if v != v:  # noqa: PLR0124 (NaN satisfies no comparison)
+                continue
+            table = hash_tables.get(attr)
+            if table is not None:
+                bucket = table.get((kind, v))
+                if bucket:
+                    for uid in bucket:
+                        unit = units[uid]
+                        for a, test in unit.rest:
+                            if not test(get(a)):
+                                break
+                        else:
+                            add(unit.sid)
+            rows = attr_rows.get(attr)
+            if rows is None:
+                continue
+            for row_kind, family, row in rows:
+                if row_kind is not kind:
+                    continue
+                i = row.bisect_left((v, 1))
+                nodes: Iterable[tuple[Scalar, int, int]] = (
+                    row.islice(i) if family == UPPER else row.islice(0, i)
+                )
+                for _v, _s, uid in nodes:
+                    unit = units[uid]
+                    for a, test in unit.rest:
+                        if not test(get(a)):
+                            break
+                    else:
+                        add(unit.sid)
+        for uid in self._residual:
+            unit = units[uid]
+            for a, test in unit.rest:
+                if not test(get(a)):
+                    break
+            else:
+                add(unit.sid)
+        return out
+
+    # ------------------------------------------------------------------ invariants
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counts for reports: units in active chains, in the Mlist, residual; active chains."""
+        in_plist = sum(len(c) for c in self._active)
+        return {
+            "units": len(self._units),
+            "plist_units": in_plist,
+            "mlist_units": len(self._units) - in_plist,
+            "residual_units": len(self._residual),
+            "active_chains": len(self._active),
+            "chains": sum(len(cs) for cs in self._groups.values()),
+        }
+
+    def _check(self) -> None:
+        super()._check()
+        assert set(self._units_of) == set(self._filters)
+        for sid, uids in self._units_of.items():
+            assert [self._units[u].clause for u in uids] == list(self._filters[sid].clauses)
+            assert all(self._units[u].sid == sid for u in uids)
+        assert sum(len(u) for u in self._units_of.values()) == len(self._units)
+        starts: dict[int, int] = {}
+        for chains in self._groups.values():
+            assert 0 < len(chains) <= self.max_chains
+            for chain in chains:
+                assert chain.members, "empty chains are dropped"
+                chain._check()
+                assert (chain in self._active) is chain.active
+                if not chain.active:
+                    assert len(chain) < self.min_chain
+                else:
+                    assert len(chain) >= self._demote_below
+        for row_key, row in self._rows.items():
+            assert row, "empty rows are dropped"
+            assert any(r[2] is row for r in self._attr_rows[row_key[0]])
+            for entry in row:
+                unit = self._units[entry[2]]
+                assert unit.start == ("row", row_key, entry)
+                starts[unit.uid] = starts.get(unit.uid, 0) + 1
+        assert sum(len(rows) for rows in self._attr_rows.values()) == len(self._rows)
+        for attr, table in self._hash.items():
+            assert table
+            for key, bucket in table.items():
+                assert bucket
+                for uid in bucket:
+                    unit = self._units[uid]
+                    assert unit.start[:2] == ("hash", attr) and key in unit.start[2]
+                    starts[uid] = starts.get(uid, 0) + 1
+        for uid in self._residual:
+            assert self._units[uid].start == ("residual",)
+            starts[uid] = 1
+        column_count: dict[tuple[str, Kind], int] = {}
+        for unit in self._units.values():
+            if unit.chain is not None:
+                assert unit in unit.chain.members
+            if unit.in_mlist:
+                expected = len(unit.start[2]) if unit.start[0] == "hash" else 1
+                assert starts.pop(unit.uid) == expected
+                assert len(unit.rest) == len(unit.clause) - (unit.start[0] != "residual")
+                for ck, _v in unit.column:
+                    column_count[ck] = column_count.get(ck, 0) + 1
+            else:
+                assert unit.chain is not None and unit.chain.active
+                assert not unit.column
+        assert not starts, "index entries of units not in the Mlist"
+        assert {ck: len(col) for ck, col in self._column.items()} == column_count

@@ -1,0 +1,276 @@
+"""HEMA (seed 003): structure invariants and a model-based comparison with brute force."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+
+from content import ENGINES, BruteForce, Filter, Op, Predicate
+from content._filter import Clause
+from content._hema import HEMA
+from content._predicate import Scalar
+
+ATTRS = ("a", "b", "c", "d")
+ORDER = (Op.LT, Op.LE, Op.GT, Op.GE)
+
+
+def f(*clauses: Clause, text: str = "") -> Filter:
+    return Filter(text or " OR ".join(" AND ".join(map(str, c)) for c in clauses), tuple(clauses))
+
+
+def p(attr: str, op: Op, value: object) -> Predicate:
+    return Predicate.of(attr, op, value)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- strategies
+
+numbers = st.one_of(st.integers(-4, 4), st.sampled_from([-1.5, -0.5, 0.0, 0.5, 1.0, 2.5]))
+strings = st.sampled_from(["", "a", "ab", "abc", "b", "ba", "x%y", "A"])
+scalars: st.SearchStrategy[Scalar] = st.one_of(numbers, strings, st.booleans())
+
+
+@st.composite
+def predicates(draw: st.DrawFn) -> Predicate:
+    attr = draw(st.sampled_from(ATTRS))
+    kind = draw(st.sampled_from(["num", "num", "str", "bool", "set", "like"]))
+    if kind == "num":
+        return p(attr, draw(st.sampled_from([*ORDER, *ORDER, Op.EQ, Op.NE])), draw(numbers))
+    if kind == "str":
+        return p(attr, draw(st.sampled_from([*ORDER, Op.EQ, Op.NE])), draw(strings))
+    if kind == "bool":
+        return p(attr, draw(st.sampled_from([Op.EQ, Op.NE])), draw(st.booleans()))
+    if kind == "set":
+        members = frozenset(draw(st.lists(scalars, min_size=1, max_size=3)))
+        return p(attr, draw(st.sampled_from([Op.IN, Op.NOT_IN])), members)
+    op = draw(st.sampled_from([Op.PREFIX, Op.SUFFIX, Op.CONTAINS, Op.LIKE, Op.NOT_PREFIX, Op.NOT_LIKE]))
+    return p(attr, op, draw(st.sampled_from(["a", "b", "a%", "_b", "%"])))
+
+
+@st.composite
+def order_clauses(draw: st.DrawFn) -> Clause:
+    """Pure numeric order conjunctions on few families: these form Plist chains."""
+    families = draw(st.sets(st.sampled_from([("a", 0), ("a", 1), ("b", 0), ("c", 1)]), min_size=1))
+    out = []
+    for attr, family in sorted(families):
+        op = draw(st.sampled_from([Op.LT, Op.LE] if family == 0 else [Op.GT, Op.GE]))
+        out.append(p(attr, op, draw(numbers)))
+    return tuple(out)
+
+
+clauses = st.one_of(
+    order_clauses(),
+    order_clauses(),
+    st.lists(predicates(), max_size=4, unique=True).map(tuple),
+)
+filters = st.lists(clauses, min_size=0, max_size=3).map(lambda cs: f(*cs, text="generated"))
+events = st.one_of(
+    st.dictionaries(
+        st.sampled_from(ATTRS),
+        st.one_of(scalars, st.just(math.nan), st.none(), st.just([1])),
+        max_size=4,
+    ),
+    # numeric events over every attribute: these reach the Plist chains' boundaries
+    st.fixed_dictionaries(dict.fromkeys(ATTRS, numbers)),
+)
+
+
+# ---------------------------------------------------------------- model-based test
+
+
+class HemaVersusBruteForce(RuleBasedStateMachine):
+    """Random add/remove/replace sequences; every match must equal brute force."""
+
+    max_chains = 8
+    min_chain = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hema = HEMA(max_chains=self.max_chains, min_chain=self.min_chain)
+        self.oracle = BruteForce()
+        self.next_id = 0
+
+    ids = Bundle("ids")
+
+    @rule(target=ids, flt=filters)
+    def add(self, flt: Filter) -> int:
+        sid = self.next_id
+        self.next_id += 1
+        self.hema.add(sid, flt)
+        self.oracle.add(sid, flt)
+        return sid
+
+    @rule(sid=ids, flt=filters)
+    def replace(self, sid: int, flt: Filter) -> None:
+        if sid in self.oracle:
+            self.hema.add(sid, flt)
+            self.oracle.add(sid, flt)
+
+    @rule(sid=consumes(ids))
+    def remove(self, sid: int) -> None:
+        if sid in self.oracle:
+            self.hema.remove(sid)
+            self.oracle.remove(sid)
+
+    @rule(event=events)
+    def match(self, event: dict[str, object]) -> None:
+        assert self.hema.match(event) == self.oracle.match(event)
+
+    @rule(batch=st.lists(events, max_size=3))
+    def match_batch(self, batch: list[dict[str, object]]) -> None:
+        assert self.hema.match_batch(batch) == self.oracle.match_batch(batch)
+
+    @invariant()
+    def consistent(self) -> None:
+        self.hema._check()
+        assert len(self.hema) == len(self.oracle)
+
+
+class HemaSmallChains(HemaVersusBruteForce):
+    """K = 2 chains per signature, promotion at 2 members: exercises Plist <-> Mlist moves."""
+
+    max_chains = 2
+    min_chain = 2
+
+
+HemaVersusBruteForce.TestCase.settings = settings(max_examples=60, stateful_step_count=40)
+HemaSmallChains.TestCase.settings = settings(max_examples=60, stateful_step_count=40)
+TestHemaVersusBruteForce = HemaVersusBruteForce.TestCase
+TestHemaSmallChains = HemaSmallChains.TestCase
+
+
+@settings(max_examples=150)
+@given(st.lists(filters, max_size=12), st.lists(events, min_size=1, max_size=5))
+def test_static_workloads_agree(flts: list[Filter], evs: list[dict[str, object]]) -> None:
+    hema, oracle = HEMA(min_chain=1), BruteForce()
+    for i, flt in enumerate(flts):
+        hema.add(i, flt)
+        oracle.add(i, flt)
+    hema._check()
+    for ev in evs:
+        assert hema.match(ev) == oracle.match(ev)
+
+
+# ---------------------------------------------------------------- structures
+
+
+def chain_filter(x: float, y: float) -> Filter:
+    return f((p("x", Op.LT, x), p("y", Op.GE, y)))
+
+
+def test_registered() -> None:
+    assert ENGINES["hema"] is HEMA
+
+
+def test_nested_subscriptions_form_one_active_chain() -> None:
+    h = HEMA(min_chain=3)
+    for i in range(5):  # x < 10+i AND y >= -i: each looser than the one before
+        h.add(i, chain_filter(10 + i, -i))
+    h._check()
+    assert h.stats["active_chains"] == 1
+    assert h.stats["plist_units"] == 5 and h.stats["mlist_units"] == 0
+    assert h.match({"x": 11.5, "y": -2}) == {2, 3, 4}
+    assert h.match({"x": 11.5, "y": -2.5}) == {3, 4}
+    assert h.match({"x": 9.5, "y": 0}) == {0, 1, 2, 3, 4}
+    assert h.match({"x": 14, "y": 0}) == set()
+    assert h.match({"x": 12}) == set()
+    assert h.match({"x": 12, "y": "0"}) == set()
+    assert h.match({"x": True, "y": 0}) == set()
+    assert h.match({"x": math.nan, "y": 0}) == set()
+
+
+def test_strict_and_inclusive_bounds_in_chain_and_mlist() -> None:
+    h = HEMA(min_chain=1)
+    h.add("lt", f((p("x", Op.LT, 5),)))
+    h.add("le", f((p("x", Op.LE, 5),)))
+    h.add("gt", f((p("x", Op.GT, 5), p("s", Op.EQ, "k"))))
+    h.add("ge", f((p("x", Op.GE, 5), p("s", Op.EQ, "k"))))
+    h.add("sge", f((p("s", Op.GE, "k"), p("s", Op.NE, "z"))))
+    h._check()
+    assert h.match({"x": 5, "s": "k"}) == {"le", "ge", "sge"}
+    assert h.match({"x": 5.0, "s": "z"}) == {"le"}
+    assert h.match({"x": 4.999, "s": "k"}) == {"lt", "le", "sge"}
+    assert h.match({"x": 6, "s": "k"}) == {"gt", "ge", "sge"}
+
+
+def test_crossing_subscription_goes_to_a_second_chain_then_mlist() -> None:
+    h = HEMA(max_chains=2, min_chain=1)
+    h.add(0, chain_filter(10, 0))
+    h.add(1, chain_filter(20, -10))  # covers 0: same chain
+    h.add(2, chain_filter(15, 5))  # crosses 1 (x looser than 0, y tighter): new chain
+    h.add(3, chain_filter(30, 20))  # crosses both chains, K = 2 reached: Mlist
+    h._check()
+    assert h.stats == {
+        "units": 4,
+        "plist_units": 3,
+        "mlist_units": 1,
+        "residual_units": 0,
+        "active_chains": 2,
+        "chains": 2,
+    }
+    assert h.match({"x": 12, "y": 25}) == {1, 2, 3}
+    for sid in (1, 0, 2, 3):
+        h.remove(sid)
+        h._check()
+    assert h.stats["units"] == 0 and h.stats["chains"] == 0
+
+
+def test_promotion_and_demotion_between_mlist_and_plist() -> None:
+    h = HEMA(min_chain=4)
+    for i in range(3):
+        h.add(i, chain_filter(10 + i, -i))
+    h._check()
+    assert h.stats["active_chains"] == 0 and h.stats["mlist_units"] == 3
+    h.add(3, chain_filter(13, -3))
+    h._check()
+    assert h.stats["active_chains"] == 1 and h.stats["plist_units"] == 4
+    h.remove(0)
+    h.remove(1)
+    h._check()
+    assert h.stats["active_chains"] == 1  # hysteresis: stays until below min_chain // 2
+    h.remove(2)
+    h._check()
+    assert h.stats["active_chains"] == 0 and h.stats["mlist_units"] == 1
+    assert h.match({"x": 0, "y": 0}) == {3}
+
+
+def test_or_branches_are_units_of_one_subscription() -> None:
+    h = HEMA()
+    h.add("s", f((p("a", Op.EQ, 1),), (p("b", Op.LIKE, "a_c"),), ()))
+    h.add("never", Filter("nothing", ()))
+    h._check()
+    assert h.match({}) == {"s"}  # the empty conjunction is always true
+    h.add("s", f((p("a", Op.EQ, 1),), (p("b", Op.LIKE, "a_c"),)))
+    assert h.match({"a": 1.0}) == {"s"}
+    assert h.match({"a": True}) == set()
+    assert h.match({"b": "abc"}) == {"s"}
+    assert h.match({"b": "abcd"}) == set()
+    assert h.stats["units"] == 2
+    h.remove("s")
+    h.remove("never")
+    h._check()
+    assert h.stats["units"] == 0
+
+
+def test_in_and_not_in_and_booleans() -> None:
+    h = HEMA()
+    h.add("in", f((p("a", Op.IN, frozenset({1, "x"})),)))
+    h.add("notin", f((p("a", Op.NOT_IN, frozenset({1, 2})),)))
+    h.add("true", f((p("a", Op.EQ, True),)))
+    h._check()
+    assert h.match({"a": 1}) == {"in"}
+    assert h.match({"a": "x"}) == {"in"}
+    assert h.match({"a": 3}) == {"notin"}
+    assert h.match({"a": True}) == {"true"}
+    assert h.match({"a": "y"}) == set()  # NOT IN with numbers vs a string: unknown
+
+
+def test_remove_unknown_raises_and_bad_parameters() -> None:
+    h = HEMA()
+    with pytest.raises(KeyError):
+        h.remove("nope")
+    with pytest.raises(ValueError, match="positive"):
+        HEMA(min_chain=0)
