@@ -1,0 +1,72 @@
+"""ICCounting's index leaves on workloads that force each code path (the model test's small
+pools mostly take the scanning paths): many substring patterns (substring enumeration),
+prefix/suffix length sets, ordered leaves with ties between int and float bounds."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from content import ENGINES, BruteForce, Engine, ICCounting, Kind, Op
+
+PATTERNS = ["".join(t) for n in (1, 2, 3) for t in itertools.product("abc", repeat=n)]
+
+
+def _loaded(name: str) -> tuple[Engine, BruteForce]:
+    engine, oracle = ENGINES[name](), BruteForce()
+    sid = 0
+    for p in PATTERNS:
+        for sel in (
+            f"s LIKE '%{p}%'",
+            f"s NOT LIKE '%{p}%'",
+            f"s LIKE '{p}%'",
+            f"s NOT LIKE '%{p}'",
+            f"s LIKE '%{p}' AND s <> '{p}'",
+        ):
+            engine.add(sid, sel)
+            oracle.add(sid, sel)
+            sid += 1
+    return engine, oracle
+
+
+ENGINES_UNDER_TEST = {name: _loaded(name) for name in ("counting", "iccounting", "rabased")}
+
+
+@given(st.text(alphabet="abc", max_size=9))
+def test_string_leaves_agree_with_brute_force(s: str) -> None:
+    for engine, oracle in ENGINES_UNDER_TEST.values():
+        assert engine.match({"s": s}) == oracle.match({"s": s})
+
+
+def test_substring_enumeration_path_is_taken() -> None:
+    engine, _ = ENGINES_UNDER_TEST["iccounting"]
+    assert isinstance(engine, ICCounting)
+    engine._check()
+    assert engine._index.by_kind[Kind.NUM] == {}
+    ni = engine._index.by_kind[Kind.STR]["s"]
+    hits = ni.affix[Op.CONTAINS].substring_hits("abcab")
+    assert isinstance(hits, set)  # 39 patterns > 6 positions x 3 lengths: enumeration
+    assert hits == {p for p in PATTERNS if p in "abcab"}
+
+
+@given(
+    st.lists(st.sampled_from([0, 0.0, 1, 1.0, 1.5, -2, 2]), min_size=1, max_size=6),
+    st.sampled_from([0, 1, 1.5, 2, -3]),
+)
+def test_ordered_leaves_with_int_float_ties(bounds: list[float], v: float) -> None:
+    for name in ("counting", "iccounting", "rabased"):
+        engine, oracle = ENGINES[name](), BruteForce()
+        for i, b in enumerate(bounds):
+            for j, op in enumerate(("<", "<=", ">", ">=", "=", "<>")):
+                engine.add((i, j), f"x {op} {b!r}")
+                oracle.add((i, j), f"x {op} {b!r}")
+        engine._check()
+        assert engine.match({"x": v}) == oracle.match({"x": v})
+        for i in range(len(bounds)):
+            for j in range(6):
+                engine.remove((i, j))
+        engine._check()
+        assert len(engine) == 0
+        assert engine.match({"x": v}) == set()
