@@ -50,10 +50,15 @@ class RABasedMatching(ICCounting):
     def match_batch(self, events: Sequence[Event]) -> list[set[SubId]]:
         index = self._index
         by_type = index.by_type
-        # AEList: (leaf of the attribute's type and name, value) -> events carrying it.
-        # Leaves are per type, so True and 1 (equal in Python) never share a key.
-        ae: dict[tuple[NameIndex, object], list[int]] = {}
-        for e, event in enumerate(events):
+        # AEList, built incrementally: (leaf of the attribute's type and name, value) ->
+        # where its hits were collected the first time.  Leaves are per type, so True and 1
+        # (equal in Python) never share a key.
+        ae: dict[tuple[NameIndex, object], tuple[list[int], int, int]] = {}
+        # SEList: per event, the clause ids credited by its attributes
+        se: list[list[int]] = []
+        for event in events:
+            acc: list[int] = []
+            se.append(acc)
             for name, v in event.items():
                 names = by_type.get(type(v))
                 if names is None:
@@ -64,21 +69,13 @@ class RABasedMatching(ICCounting):
                 if ni is None:
                     continue  # no constraint has this type and name: nothing to count
                 key = (ni, v)
-                lst = ae.get(key)
-                if lst is None:
-                    ae[key] = [e]
+                seen = ae.get(key)
+                if seen is None:
+                    start = len(acc)
+                    ni.collect(cast(Scalar, v), acc)  # the one match of this attribute
+                    ae[key] = (acc, start, len(acc))
                 else:
-                    lst.append(e)
-        # SEList: per event, the clause ids credited by its attributes
-        se: list[list[int]] = [[] for _ in events]
-        for (ni, v), evs in ae.items():
-            if len(evs) == 1:
-                ni.collect(cast(Scalar, v), se[evs[0]])
-                continue
-            acc: list[int] = []
-            ni.collect(cast(Scalar, v), acc)
-            if acc:
-                for e in evs:
-                    se[e].extend(acc)
+                    src, lo, hi = seen
+                    acc.extend(src[lo:hi])
         fired = self._table.fired
         return [fired(acc) for acc in se]
