@@ -97,33 +97,33 @@ def _checker(p: Predicate) -> Callable[[object], bool]:
         match p.op:
             case Op.LT:
 
-                def f(v: Any) -> bool:
+                def f(v: Any) -> Any:
                     t = type(v)
-                    return bool(v < x) if t is float or t is int else test(v)
+                    return v < x if t is float or t is int else test(v)
 
             case Op.LE:
 
-                def f(v: Any) -> bool:
+                def f(v: Any) -> Any:
                     t = type(v)
-                    return bool(v <= x) if t is float or t is int else test(v)
+                    return v <= x if t is float or t is int else test(v)
 
             case Op.GT:
 
-                def f(v: Any) -> bool:
+                def f(v: Any) -> Any:
                     t = type(v)
-                    return bool(v > x) if t is float or t is int else test(v)
+                    return v > x if t is float or t is int else test(v)
 
             case Op.GE:
 
-                def f(v: Any) -> bool:
+                def f(v: Any) -> Any:
                     t = type(v)
-                    return bool(v >= x) if t is float or t is int else test(v)
+                    return v >= x if t is float or t is int else test(v)
 
             case Op.EQ:
 
-                def f(v: Any) -> bool:
+                def f(v: Any) -> Any:
                     t = type(v)
-                    return bool(v == x) if t is float or t is int else test(v)
+                    return v == x if t is float or t is int else test(v)
 
             case _:
                 return test
@@ -135,13 +135,13 @@ def _family(p: Predicate) -> int:
     return UPPER if p.op in (Op.LT, Op.LE) else LOWER
 
 
-def _row_entry(p: Predicate, uid: int) -> tuple[Scalar, int, int]:
+def _row_entry(p: Predicate, unit: _Unit) -> tuple[Scalar, int, int, _Unit]:
     """Sort key of a start node in its row; see :meth:`HEMA.match` for the boundary."""
     inclusive = p.op in (Op.LE, Op.GE)
     assert not isinstance(p.value, frozenset)
     if p.op in (Op.LT, Op.LE):
-        return (p.value, 1 if inclusive else 0, uid)
-    return (p.value, 0 if inclusive else 1, uid)
+        return (p.value, 1 if inclusive else 0, unit.uid, unit)
+    return (p.value, 0 if inclusive else 1, unit.uid, unit)
 
 
 def _chain_key(p: Predicate) -> tuple[Scalar, int]:
@@ -178,12 +178,17 @@ class _Chain:
 
     ``members`` is sorted by the looseness key tuple; consecutive members cover each other
     componentwise, so ``columns[d]`` (family ``d``'s keys in sorted order) lists the
-    members' keys in member order.  Insert/delete/locate: O(k log m); match: k bisections.
+    members' keys in member order.  Insert/delete/locate: O(k log m) comparisons; match: k
+    bisections.  ``sids`` repeats the members' subscription ids in member order as a plain
+    list so that a matched suffix is handed to the result set by one C-level slice (a
+    per-member Python step cost ~5x more); keeping it costs one memmove of at most m
+    pointers per insert/delete.
     """
 
     signature: tuple[tuple[str, int], ...]
     members: Any = field(default_factory=lambda: SortedKeyList(key=attrgetter("key")))
     columns: tuple[Any, ...] = ()
+    sids: list[SubId] = field(default_factory=list)
     active: bool = False
 
     def __post_init__(self) -> None:
@@ -201,12 +206,15 @@ class _Chain:
         return not (i < len(members) and not _covers(key, members[i].key))
 
     def add(self, unit: _Unit) -> None:
+        self.sids.insert(self.members.bisect_key_right(unit.key), unit.sid)
         self.members.add(unit)
         for column, k in zip(self.columns, unit.key, strict=True):
             column.add(k)
 
     def discard(self, unit: _Unit) -> None:
-        self.members.remove(unit)
+        i = self.members.index(unit)
+        del self.members[i]
+        del self.sids[i]
         for column, k in zip(self.columns, unit.key, strict=True):
             column.remove(k)
 
@@ -216,6 +224,7 @@ class _Chain:
             assert _covers(a, b), (a, b)
         for d, column in enumerate(self.columns):
             assert list(column) == [k[d] for k in keys]
+        assert self.sids == [u.sid for u in self.members]
         for u in self.members:
             assert u.chain is self
             assert u.in_mlist is not self.active
@@ -372,11 +381,11 @@ class HEMA(Engine):
                 if row is None:
                     row = self._rows[row_key] = SortedList()
                     self._attr_rows.setdefault(p.attr, []).append((p.kind, row_key[2], row))
-                entry = _row_entry(p, uid)
+                entry = _row_entry(p, unit)
                 row.add(entry)
                 unit.start = ("row", row_key, entry)
         rest = [p for i, p in enumerate(clause) if i != best]
-        rest.sort(key=self._link_rank)
+        rest.sort(key=self._start_cost)  # most selective link first: early exit of the walk
         unit.rest = tuple(self._check_of(p) for p in rest)
         for p in clause:
             if p.op in ORDER_OPS and p.kind in (Kind.NUM, Kind.STR) and not _is_nan(p.value):
@@ -443,20 +452,12 @@ class HEMA(Engine):
             return q if p.op in (Op.LT, Op.LE) else 1.0 - q
         return 3.0
 
-    @staticmethod
-    def _link_rank(p: Predicate) -> int:
-        if p.op is Op.EQ or p.op is Op.IN:
-            return 0
-        if p.op in ORDER_OPS:
-            return 1
-        return 2
-
     # ------------------------------------------------------------------ matching
 
     def _refresh_active(self) -> None:
         self._active_list = [
             (
-                chain.members,
+                chain.sids,
                 tuple(
                     (attr, family == LOWER, column)
                     for (attr, family), column in zip(chain.signature, chain.columns, strict=True)
@@ -473,7 +474,7 @@ class HEMA(Engine):
         # Plist (section 3.4, step 1): the matched members of a chain are a suffix.
         if self._active_dirty:
             self._refresh_active()
-        for members, dims in self._active_list:
+        for sids, dims in self._active_list:
             start = 0
             for attr, lower, column in dims:
                 v: Any = get(attr)
@@ -486,8 +487,8 @@ class HEMA(Engine):
                 if i > start:  # noqa: PLR1730 (hot loop: cheaper than max())
                     start = i
             else:
-                if start < len(members):
-                    out.update([u.sid for u in members.islice(start)])
+                if start < len(sids):
+                    out.update(sids[start:])
         # Mlist (steps 2-5): start nodes inside the match boundary, then walk their links.
         units = self._units
         attr_rows = self._attr_rows
@@ -518,11 +519,10 @@ class HEMA(Engine):
                 if row_kind is not kind:
                     continue
                 i = row.bisect_left((v, 1))
-                nodes: Iterable[tuple[Scalar, int, int]] = (
+                nodes: Iterable[tuple[Scalar, int, int, _Unit]] = (
                     row.islice(i) if family == UPPER else row.islice(0, i)
                 )
-                for _v, _s, uid in nodes:
-                    unit = units[uid]
+                for _v, _s, _uid, unit in nodes:
                     for a, test in unit.rest:
                         if not test(get(a)):
                             break

@@ -1,0 +1,284 @@
+"""Seed 003 (HEMA), section 4: experiments 1 and 2 (Table 2, Figs. 6 and 7).
+
+(a)/(b): insert 50,000 subscriptions; every 5,000, the time to insert those 5,000 and to
+match 200 events.  (c): match throughput while subscriptions change at 100 to 1,000 updates
+per second.  Plus the issue's targets at 100,000 subscriptions of the experiment-2 workload:
+median time to match one event, and the throughput kept at 1,000 updates/s.
+
+Engines: hema and its peers measured in the same run (iccounting and counting when they are
+registered; brute-force only with ``--brute-force``, on fewer events, as it is slow).  An
+*update* replaces one live subscription by a fresh one from the same generator (a delete
+plus an insert).  Churn is simulated in one thread, as the broker does it: after each
+matched event the updates that are due at the configured rate are applied, so their cost
+is paid out of the matching time; throughput = events / wall time.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_seed003.py [--quick] [--brute-force] [--out docs/performance-hema.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _workload003 import EXPERIMENTS, Experiment, Workload
+
+from content import ENGINES, Engine, Filter
+from content._hema import HEMA
+
+PEERS = ("hema", "iccounting", "counting")
+
+
+def engines(brute_force: bool) -> list[str]:
+    names = [n for n in PEERS if n in ENGINES and _works(n)]
+    if brute_force:
+        names.append("brute-force")
+    return names
+
+
+def _works(name: str) -> bool:
+    try:
+        e = ENGINES[name]()
+        e.add(0, "a > 1")
+        e.match({"a": 2})
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def experiment_ab(
+    exp: Experiment, names: list[str], total: int, step: int, n_events: int, slow_events: int
+) -> list[dict[str, object]]:
+    """Figs. 6/7 (a) and (b): per step, seconds to insert ``step`` subs and to match 200 events."""
+    rows: list[dict[str, object]] = []
+    subs = _subscriptions(exp, total)
+    events = _events(exp, n_events)
+    for name in names:
+        engine = ENGINES[name]()
+        gc.collect()
+        for start in range(0, total, step):
+            chunk = subs[start : start + step]
+
+            def insert(chunk: list[Filter] = chunk, start: int = start, engine: Engine = engine) -> None:
+                for i, f in enumerate(chunk, start):
+                    engine.add(i, f)
+
+            t_ins = _timed(insert)
+            evs = events if name != "brute-force" else events[:slow_events]
+            t_match = _timed(lambda e=engine, evs=evs: [e.match(ev) for ev in evs]) * n_events / len(evs)
+            rows.append({"engine": name, "subs": start + step, "insert_s": t_ins, "match_s": t_match})
+            print(f"exp{exp.name} {name:12} {start + step:6} insert {t_ins:7.3f}s  match {t_match:7.3f}s")
+    return rows
+
+
+def _subscriptions(exp: Experiment, n: int) -> list[Filter]:
+    w = Workload(exp)
+    return [w.subscription() for _ in range(n)]
+
+
+def _events(exp: Experiment, n: int) -> list[dict[str, object]]:
+    w = Workload(exp, stream=1)
+    return [w.event() for _ in range(n)]
+
+
+def latency(engine: Engine, events: list[dict[str, object]]) -> list[float]:
+    out = []
+    for ev in events:
+        t0 = time.perf_counter()
+        engine.match(ev)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def churn_throughput(
+    engine: Engine, fresh: Workload, events: list[dict[str, object]], rate: int, seconds: float, seed: int
+) -> tuple[float, int]:
+    """Events/s matched while ``rate`` updates per second are applied between events."""
+    rng = random.Random(seed)
+    ids = list(engine)
+    n_ids = len(ids)
+    done = 0
+    matched = 0
+    n_ev = len(events)
+    t0 = time.perf_counter()
+    now = t0
+    while now - t0 < seconds:
+        engine.match(events[matched % n_ev])
+        matched += 1
+        now = time.perf_counter()
+        due = int(rate * (now - t0)) - done
+        for _ in range(due):
+            engine.add(ids[rng.randrange(n_ids)], fresh.subscription())  # replace = delete + insert
+        done += max(due, 0)
+        now = time.perf_counter()
+    return matched / (now - t0), done
+
+
+def experiment_c(
+    exp: Experiment, names: list[str], n_subs: int, rates: list[int], seconds: float, lat_events: int
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Figs. 6/7 (c) at ``n_subs`` subscriptions, plus per-event latency."""
+    subs = _subscriptions(exp, n_subs)
+    events = _events(exp, 1000)
+    rows: list[dict[str, object]] = []
+    lat_rows: list[dict[str, object]] = []
+    for name in names:
+        engine = ENGINES[name]()
+        t_build = _timed(lambda e=engine: [e.add(i, f) for i, f in enumerate(subs)])
+        gc.collect()
+        nlat = lat_events if name != "brute-force" else min(lat_events, 10)
+        lat = latency(engine, events[:nlat])
+        sizes = [len(engine.match(ev)) for ev in events[:50]]
+        extra = ""
+        if isinstance(engine, HEMA):
+            extra = " ".join(f"{k}={v}" for k, v in engine.stats.items())
+        lat_rows.append(
+            {
+                "engine": name,
+                "build_s": t_build,
+                "median_ms": statistics.median(lat) * 1e3,
+                "p90_ms": sorted(lat)[int(0.9 * len(lat))] * 1e3,
+                "matches": statistics.mean(sizes),
+                "note": extra,
+            }
+        )
+        med = statistics.median(lat) * 1e3
+        print(f"exp{exp.name} {name:12} build {t_build:.1f}s median {med:.3f} ms {extra}")
+        if name == "brute-force":
+            continue
+        fresh = Workload(exp, stream=2)
+        base = 0.0
+        for rate in rates:
+            thr, done = churn_throughput(engine, fresh, events, rate, seconds, seed=rate)
+            base = thr if rate == 0 else base
+            rows.append({"engine": name, "rate": rate, "events_s": thr, "updates": done, "kept": thr / base})
+            kept = thr / base
+            print(f"exp{exp.name} {name:12} {rate:5}/s  {thr:8.1f} ev/s  kept {kept:6.1%} ({done} updates)")
+        if isinstance(engine, HEMA):
+            engine._check()
+        del engine  # HEMA's structures hold reference cycles: free them before the next engine
+        gc.collect()
+    return rows, lat_rows
+
+
+def _ratio(a: dict[str, object], b: dict[str, object]) -> float:
+    return float(str(a["events_s"])) / float(str(b["events_s"]))
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    ap.add_argument("--brute-force", action="store_true", help="also measure brute-force (slow)")
+    ap.add_argument("--experiments", default="1,2")
+    ap.add_argument("--churn-subs", type=int, default=100_000)
+    ap.add_argument("--seconds", type=float, default=3.0, help="per churn rate and engine")
+    ap.add_argument("--out", type=Path, help="write the markdown results here")
+    args = ap.parse_args()
+    total, step, churn_subs, seconds = 50_000, 5_000, args.churn_subs, args.seconds
+    if args.quick:
+        total, step, churn_subs, seconds = 5_000, 1_000, 10_000, 0.5
+    names = engines(args.brute_force)
+    rates = [0, 100, 200, 500, 1000]
+    md: list[str] = []
+    for key in args.experiments.split(","):
+        exp = EXPERIMENTS[key]
+        ab = experiment_ab(exp, names, total, step, 200, 20)
+        steps = sorted({int(str(r["subs"])) for r in ab})
+        by = {(r["engine"], r["subs"]): r for r in ab}
+        md.append(f"### Experiment {key}: insertion and matching (Figs. {5 + int(key)} (a), (b))\n")
+        md.append(
+            _md_table(
+                [
+                    "subscriptions",
+                    *[f"{n} insert {step} (s)" for n in names],
+                    *[f"{n} match 200 (s)" for n in names],
+                ],
+                [
+                    [
+                        f"{s:,}",
+                        *[f"{by[(n, s)]['insert_s']:.3f}" for n in names],
+                        *[f"{by[(n, s)]['match_s']:.3f}" for n in names],
+                    ]
+                    for s in steps
+                ],
+            )
+        )
+        md.append("")
+        churn, lat = experiment_c(exp, names, churn_subs, rates, seconds, 300)
+        md.append(f"### Experiment {key}: {churn_subs:,} subscriptions, one event at a time\n")
+        md.append(
+            _md_table(
+                ["engine", "build (s)", "median match (ms)", "p90 (ms)", "mean matches/event", "structure"],
+                [
+                    [
+                        str(r["engine"]),
+                        f"{r['build_s']:.1f}",
+                        f"{r['median_ms']:.3f}",
+                        f"{r['p90_ms']:.3f}",
+                        f"{r['matches']:.0f}",
+                        str(r["note"]),
+                    ]
+                    for r in lat
+                ],
+            )
+        )
+        md.append("")
+        md.append(
+            f"### Experiment {key}: throughput under churn (Fig. {5 + int(key)} (c)), {churn_subs:,} subs\n"
+        )
+        cby = {(r["engine"], r["rate"]): r for r in churn}
+        cnames = [n for n in names if n != "brute-force"]
+        md.append(
+            _md_table(
+                [
+                    "updates/s",
+                    *[f"{n} events/s (kept)" for n in cnames],
+                    *[f"hema / {n}" for n in cnames[1:]],
+                ],
+                [
+                    [
+                        str(rate),
+                        *[f"{cby[(n, rate)]['events_s']:.0f} ({cby[(n, rate)]['kept']:.0%})" for n in cnames],
+                        *[f"{_ratio(cby[('hema', rate)], cby[(n, rate)]):.2f}" for n in cnames[1:]],
+                    ]
+                    for rate in rates
+                ],
+            )
+        )
+        md.append("")
+    text = "\n".join(md)
+    header = (
+        f"Command: `.venv/bin/python benchmarks/bench_seed003.py {' '.join(sys.argv[1:])}`  \n"
+        f"Machine: {platform.machine()}, Python {platform.python_version()}, {platform.system()}; "
+        "2 cores shared with other work (timings noisy; compare within a table).\n"
+    )
+    print(text)
+    if args.out:
+        args.out.write_text(header + "\n" + text + "\n")
+
+
+if __name__ == "__main__":
+    main()
