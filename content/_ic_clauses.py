@@ -24,6 +24,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
 
 from content._engine import SubId
 from content._filter import Filter
@@ -35,7 +38,7 @@ __all__ = ["ClauseTable"]
 class ClauseTable:
     """Clause ids, their needs and owners, and the CSList of every distinct predicate."""
 
-    __slots__ = ("always", "cpreds", "csl", "free", "need", "owner", "sub_cids")
+    __slots__ = ("always", "changed", "cpreds", "csl", "free", "need", "need_np", "owner", "sub_cids")
 
     def __init__(self) -> None:
         self.need: list[int] = []  # cid -> number of distinct predicates (0 = free slot)
@@ -45,11 +48,17 @@ class ClauseTable:
         self.csl: dict[Predicate, list[int]] = {}  # CSList: predicate -> clause ids
         self.always: dict[SubId, int] = {}  # subscriptions with an empty clause (count)
         self.sub_cids: dict[SubId, list[int]] = {}
+        # need as a numpy array (capacity grows by doubling; -1 = free slot, never fires)
+        self.need_np: np.ndarray[Any, np.dtype[np.int64]] = np.full(64, -1, dtype=np.int64)
+        # predicates whose existing CSList the last add/remove changed in place
+        self.changed: list[Predicate] = []
 
     def add(self, sub_id: SubId, f: Filter) -> list[Predicate]:
         """Register the clauses of ``f``; return the predicates seen for the first time
         (the caller indexes them, pointing at ``csl[p]``)."""
         new: list[Predicate] = []
+        changed: list[Predicate] = []
+        self.changed = changed
         cids: list[int] = []
         csl = self.csl
         for clause in f.clauses:
@@ -67,11 +76,18 @@ class ClauseTable:
                 self.need.append(len(preds))
                 self.owner.append(sub_id)
                 self.cpreds.append(preds)
+                if cid >= len(self.need_np):
+                    grown = np.full(2 * len(self.need_np), -1, dtype=np.int64)
+                    grown[: len(self.need_np)] = self.need_np
+                    self.need_np = grown
+            self.need_np[cid] = len(preds)
             for p in preds:
                 lst = csl.get(p)
                 if lst is None:
                     lst = csl[p] = []
                     new.append(p)
+                else:
+                    changed.append(p)
                 lst.append(cid)
             cids.append(cid)
         self.sub_cids[sub_id] = cids
@@ -81,6 +97,8 @@ class ClauseTable:
         """Forget ``sub_id``'s clauses; return the predicates no clause uses any more with
         their (now empty) CSLists (the caller removes them from its index)."""
         gone: list[tuple[Predicate, list[int]]] = []
+        changed: list[Predicate] = []
+        self.changed = changed
         csl = self.csl
         for cid in self.sub_cids.pop(sub_id):
             for p in self.cpreds[cid]:
@@ -89,7 +107,10 @@ class ClauseTable:
                 if not lst:
                     del csl[p]
                     gone.append((p, lst))
+                else:
+                    changed.append(p)
             self.need[cid] = 0
+            self.need_np[cid] = -1
             self.owner[cid] = None
             self.cpreds[cid] = ()
             self.free.append(cid)
@@ -106,8 +127,26 @@ class ClauseTable:
             out.update(self.always)
         return out
 
+    def fired_np(self, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> set[SubId]:
+        """:meth:`fired` for ids given partly as numpy runs: one ``bincount`` over all ids
+        and one vectorised comparison with the needs (O(len(ids) + number of clauses) in C)."""
+        if not parts:
+            return self.fired(acc)
+        if acc:
+            parts.append(np.array(acc, dtype=np.intp))
+        ids = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        n = len(self.need)
+        counts = np.bincount(ids, minlength=n)
+        owner = self.owner
+        out = {owner[c] for c in np.flatnonzero(counts == self.need_np[:n]).tolist()}
+        if self.always:
+            out.update(self.always)
+        return out
+
     def _check(self) -> None:
         assert len(self.need) == len(self.owner) == len(self.cpreds)
+        assert self.need_np[: len(self.need)].tolist() == [n if n else -1 for n in self.need]
+        assert (self.need_np[len(self.need) :] == -1).all()
         free = set(self.free)
         assert len(free) == len(self.free)
         for cid, preds in enumerate(self.cpreds):

@@ -35,8 +35,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
-from itertools import chain, islice, pairwise
+from itertools import accumulate, chain, islice, pairwise
 from re import Pattern
+from typing import Any
+
+import numpy as np
 
 from content._predicate import Kind, Op, Predicate, Scalar, kind_of, like_regex
 
@@ -134,6 +137,87 @@ class _Affix:
         return found
 
 
+REBUILD_AFTER = 4
+"""An ordered leaf unchanged for this many queries gets its flattened CSList array built."""
+
+
+class _Ordered:
+    """One ``< <= > >=`` leaf: values ascending, their CSLists in the same order.
+
+    The satisfied constraints are a prefix or a suffix (covering order, Table 1).  Their
+    clause ids are credited either by chaining the CSLists (always valid) or, once the leaf
+    has been queried :data:`REBUILD_AFTER` times without a change, as one slice of ``flat``
+    -- all CSLists concatenated into a numpy array, ``offs`` the prefix sums of their
+    lengths -- so that a run of k constraints costs O(1) Python work instead of O(k).  Any
+    change (a constraint added or removed, or a CSList growing or shrinking: see
+    :meth:`CIndex.touch`) drops the array; under heavy churn a leaf simply stays on the
+    chaining path.  Query O(log n) + output; insert/delete O(n) (list memmove); rebuild O(n
+    + entries), paid at most once per change and only after REBUILD_AFTER queries.
+    """
+
+    __slots__ = ("cs", "flat", "offs", "queries", "xs")
+
+    def __init__(self) -> None:
+        self.xs: list[Scalar] = []
+        self.cs: list[CSList] = []
+        self.flat: np.ndarray[Any, np.dtype[np.intp]] | None = None
+        self.offs: list[int] = []
+        self.queries = 0
+
+    def insert(self, x: Scalar, cl: CSList) -> None:
+        i = bisect_left(self.xs, x)
+        self.xs.insert(i, x)
+        self.cs.insert(i, cl)
+        self.dirty()
+
+    def delete(self, x: Scalar, cl: CSList) -> None:
+        i = bisect_left(self.xs, x)
+        assert self.cs[i] is cl
+        del self.xs[i]
+        del self.cs[i]
+        self.dirty()
+
+    def dirty(self) -> None:
+        self.flat = None
+        self.queries = 0
+
+    def _ready(self) -> bool:
+        if self.flat is not None:
+            return True
+        self.queries += 1
+        if self.queries < REBUILD_AFTER:
+            return False
+        offs = [0]
+        offs.extend(accumulate(len(c) for c in self.cs))
+        self.offs = offs
+        self.flat = np.fromiter(chain.from_iterable(self.cs), dtype=np.intp, count=offs[-1])
+        return True
+
+    def head(self, i: int, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
+        """Credit the constraints [0, i)."""
+        if i:
+            if self._ready():
+                assert self.flat is not None
+                parts.append(self.flat[: self.offs[i]])
+            else:
+                acc.extend(chain.from_iterable(islice(self.cs, i)))
+
+    def tail(self, i: int, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
+        """Credit the constraints [i, n)."""
+        if i < len(self.xs):
+            if self._ready():
+                assert self.flat is not None
+                parts.append(self.flat[self.offs[i] :])
+            else:
+                acc.extend(chain.from_iterable(islice(self.cs, i, None)))
+
+    def _check(self) -> None:
+        assert len(self.xs) == len(self.cs)
+        assert all(a < b for a, b in pairwise(self.xs)), "ordered leaf not strictly sorted"  # type: ignore[operator]
+        if self.flat is not None:
+            assert self.flat.tolist() == [c for cl in self.cs for c in cl], "stale flattened leaf"
+
+
 _HITS: dict[Op, Callable[[_Affix, str], list[str] | set[str]]] = {
     Op.PREFIX: _Affix.prefix_hits,
     Op.SUFFIX: _Affix.suffix_hits,
@@ -148,16 +232,12 @@ class NameIndex:
     __slots__ = (
         "affix",
         "eq",
-        "ge_c",
-        "ge_x",
-        "gt_c",
-        "gt_x",
+        "ge",
+        "gt",
         "in_",
-        "le_c",
-        "le_x",
+        "le",
         "like",
-        "lt_c",
-        "lt_x",
+        "lt",
         "ne",
         "not_in",
         "not_like",
@@ -170,29 +250,25 @@ class NameIndex:
         self.in_: dict[Scalar, list[CSList]] = {}
         self.not_in: dict[frozenset[Scalar], CSList] = {}
         # ordered leaves: ascending values x and their CSLists (parallel lists)
-        self.gt_x: list[Scalar] = []
-        self.gt_c: list[CSList] = []
-        self.ge_x: list[Scalar] = []
-        self.ge_c: list[CSList] = []
-        self.lt_x: list[Scalar] = []
-        self.lt_c: list[CSList] = []
-        self.le_x: list[Scalar] = []
-        self.le_c: list[CSList] = []
+        self.gt = _Ordered()
+        self.ge = _Ordered()
+        self.lt = _Ordered()
+        self.le = _Ordered()
         self.affix: dict[Op, _Affix] = {}  # PREFIX/SUFFIX/CONTAINS and their NOT_ forms
         self.like: dict[str, tuple[Pattern[str], CSList]] = {}
         self.not_like: dict[str, tuple[Pattern[str], CSList]] = {}
         self.size = 0  # distinct constraints held
 
-    def _ordered(self, op: Op) -> tuple[list[Scalar], list[CSList]]:
+    def ordered(self, op: Op) -> _Ordered:
         match op:
             case Op.GT:
-                return self.gt_x, self.gt_c
+                return self.gt
             case Op.GE:
-                return self.ge_x, self.ge_c
+                return self.ge
             case Op.LT:
-                return self.lt_x, self.lt_c
+                return self.lt
             case Op.LE:
-                return self.le_x, self.le_c
+                return self.le
         raise AssertionError(op)
 
     def insert(self, p: Predicate, cl: CSList) -> None:
@@ -205,10 +281,8 @@ class NameIndex:
             case Op.NE:
                 self.ne[v] = cl  # type: ignore[index]
             case Op.GT | Op.GE | Op.LT | Op.LE:
-                xs, cs = self._ordered(p.op)
-                i = bisect_left(xs, v)
-                xs.insert(i, v)  # type: ignore[arg-type]
-                cs.insert(i, cl)
+                assert not isinstance(v, frozenset)
+                self.ordered(p.op).insert(v, cl)
             case Op.IN:
                 assert isinstance(v, frozenset)
                 for m in v:
@@ -236,11 +310,8 @@ class NameIndex:
             case Op.NE:
                 del self.ne[v]  # type: ignore[arg-type]
             case Op.GT | Op.GE | Op.LT | Op.LE:
-                xs, cs = self._ordered(p.op)
-                i = bisect_left(xs, v)
-                assert cs[i] is cl
-                del xs[i]
-                del cs[i]
+                assert not isinstance(v, frozenset)
+                self.ordered(p.op).delete(v, cl)
             case Op.IN:
                 assert isinstance(v, frozenset)
                 for m in v:
@@ -261,8 +332,9 @@ class NameIndex:
             case Op.NOT_LIKE:
                 del self.not_like[v]  # type: ignore[arg-type]
 
-    def collect(self, v: Scalar, acc: list[int]) -> None:
-        """Extend ``acc`` with the CSLists of every constraint ``v`` satisfies (each once)."""
+    def collect(self, v: Scalar, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
+        """Credit every constraint ``v`` satisfies (each once): CSLists are appended to
+        ``acc``, flattened runs of ordered leaves to ``parts``."""
         ext = acc.extend
         if self.eq:
             cl = self.eq.get(v)
@@ -275,14 +347,18 @@ class NameIndex:
                 ext(chain.from_iterable(ne.values()))
             else:
                 ext(chain.from_iterable(c for c in ne.values() if c is not hit))
-        if self.gt_x:
-            ext(chain.from_iterable(islice(self.gt_c, bisect_left(self.gt_x, v))))
-        if self.ge_x:
-            ext(chain.from_iterable(islice(self.ge_c, bisect_right(self.ge_x, v))))
-        if self.lt_x:
-            ext(chain.from_iterable(islice(self.lt_c, bisect_right(self.lt_x, v), None)))
-        if self.le_x:
-            ext(chain.from_iterable(islice(self.le_c, bisect_left(self.le_x, v), None)))
+        o = self.gt
+        if o.xs:
+            o.head(bisect_left(o.xs, v), acc, parts)
+        o = self.ge
+        if o.xs:
+            o.head(bisect_right(o.xs, v), acc, parts)
+        o = self.lt
+        if o.xs:
+            o.tail(bisect_right(o.xs, v), acc, parts)
+        o = self.le
+        if o.xs:
+            o.tail(bisect_left(o.xs, v), acc, parts)
         if self.in_:
             lst = self.in_.get(v)
             if lst is not None:
@@ -319,15 +395,8 @@ class NameIndex:
                 ext(c)
 
     def _check(self) -> None:
-        for xs in (self.gt_x, self.ge_x, self.lt_x, self.le_x):
-            assert all(a < b for a, b in pairwise(xs)), "ordered leaf not strictly sorted"  # type: ignore[operator]
-        for xs, cs in (
-            (self.gt_x, self.gt_c),
-            (self.ge_x, self.ge_c),
-            (self.lt_x, self.lt_c),
-            (self.le_x, self.le_c),
-        ):
-            assert len(xs) == len(cs)
+        for o in (self.gt, self.ge, self.lt, self.le):
+            o._check()
         for a in self.affix.values():
             assert a.table
             assert sorted({len(t) for t in a.table}) == a.lens.sorted
@@ -336,7 +405,7 @@ class NameIndex:
             + len(self.ne)
             + len(self.not_in)
             + len({id(c) for lst in self.in_.values() for c in lst})
-            + sum(len(xs) for xs in (self.gt_x, self.ge_x, self.lt_x, self.le_x))
+            + sum(len(o.xs) for o in (self.gt, self.ge, self.lt, self.le))
             + sum(len(a.table) for a in self.affix.values())
             + len(self.like)
             + len(self.not_like)
@@ -385,6 +454,14 @@ class CIndex:
         ni.delete(p, cl)
         if ni.size == 0:
             del names[p.attr]
+
+    def touch(self, p: Predicate) -> None:
+        """``p``'s CSList changed in place (a clause joined or left an existing constraint):
+        drop the flattened copy its ordered leaf may hold."""
+        if p.op in (Op.GT, Op.GE, Op.LT, Op.LE):
+            ni = self.by_kind[_leaf_kind(p)].get(p.attr)
+            if ni is not None:  # None: a later clause of the same removal dropped it
+                ni.ordered(p.op).dirty()
 
     def names_for(self, value: object) -> dict[str, NameIndex] | None:
         """The level-2 table for an event value's type (None for unsupported values)."""

@@ -25,7 +25,9 @@ memmove for ordered leaves)).
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
+
+import numpy as np
 
 from content._engine import Engine, Event, SubId
 from content._filter import Filter
@@ -47,18 +49,23 @@ class ICCounting(Engine):
         self._index = CIndex()
 
     def _insert(self, sub_id: SubId, f: Filter) -> None:
-        csl = self._table.csl
-        insert = self._index.insert
-        for p in self._table.add(sub_id, f):
-            insert(p, csl[p])
+        table = self._table
+        index = self._index
+        for p in table.add(sub_id, f):
+            index.insert(p, table.csl[p])
+        for p in table.changed:
+            index.touch(p)
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
-        delete = self._index.delete
+        index = self._index
         for p, cl in self._table.remove(sub_id):
-            delete(p, cl)
+            index.delete(p, cl)
+        for p in self._table.changed:
+            index.touch(p)
 
-    def collect(self, event: Event, acc: list[int]) -> None:
-        """Extend ``acc`` with the clause ids of every constraint ``event`` satisfies."""
+    def collect(self, event: Event, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
+        """Credit the clause ids of every constraint ``event`` satisfies (to ``acc`` as
+        ints, to ``parts`` as numpy runs of flattened ordered leaves)."""
         index = self._index
         by_type = index.by_type
         for name, v in event.items():
@@ -69,12 +76,13 @@ class ICCounting(Engine):
                     continue
             ni = names.get(name)
             if ni is not None:
-                ni.collect(cast(Scalar, v), acc)
+                ni.collect(cast(Scalar, v), acc, parts)
 
     def match(self, event: Event) -> set[SubId]:
         acc: list[int] = []
-        self.collect(event, acc)
-        return self._table.fired(acc)
+        parts: list[np.ndarray[Any, np.dtype[np.intp]]] = []
+        self.collect(event, acc, parts)
+        return self._table.fired_np(acc, parts)
 
     def _check(self) -> None:
         super()._check()

@@ -29,7 +29,9 @@ over per-event ICCounting is the (A - D) index lookups avoided.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any, cast
+
+import numpy as np
 
 from content._engine import Event, SubId
 from content._ic_index import NameIndex
@@ -37,6 +39,8 @@ from content._iccounting import ICCounting
 from content._predicate import Scalar
 
 __all__ = ["RABasedMatching"]
+
+Run = np.ndarray[Any, np.dtype[np.intp]]
 
 
 class RABasedMatching(ICCounting):
@@ -53,12 +57,15 @@ class RABasedMatching(ICCounting):
         # AEList, built incrementally: (leaf of the attribute's type and name, value) ->
         # where its hits were collected the first time.  Leaves are per type, so True and 1
         # (equal in Python) never share a key.
-        ae: dict[tuple[NameIndex, object], tuple[list[int], int, int]] = {}
-        # SEList: per event, the clause ids credited by its attributes
-        se: list[list[int]] = []
-        for event in events:
+        ae: dict[tuple[NameIndex, object], tuple[int, int, int, int, int]] = {}
+        # SEList: per event, the clause ids credited by its attributes (ints and numpy runs)
+        accs: list[list[int]] = []
+        partss: list[list[Run]] = []
+        for e, event in enumerate(events):
             acc: list[int] = []
-            se.append(acc)
+            parts: list[Run] = []
+            accs.append(acc)
+            partss.append(parts)
             for name, v in event.items():
                 names = by_type.get(type(v))
                 if names is None:
@@ -71,11 +78,14 @@ class RABasedMatching(ICCounting):
                 key = (ni, v)
                 seen = ae.get(key)
                 if seen is None:
-                    start = len(acc)
-                    ni.collect(cast(Scalar, v), acc)  # the one match of this attribute
-                    ae[key] = (acc, start, len(acc))
+                    lo, plo = len(acc), len(parts)
+                    ni.collect(cast(Scalar, v), acc, parts)  # the one match of this attribute
+                    ae[key] = (e, lo, len(acc), plo, len(parts))
                 else:
-                    src, lo, hi = seen
-                    acc.extend(src[lo:hi])
-        fired = self._table.fired
-        return [fired(acc) for acc in se]
+                    src, lo, hi, plo, phi = seen
+                    if hi > lo:
+                        acc.extend(accs[src][lo:hi])
+                    if phi > plo:
+                        parts.extend(partss[src][plo:phi])
+        fired = self._table.fired_np
+        return [fired(acc, parts) for acc, parts in zip(accs, partss, strict=True)]

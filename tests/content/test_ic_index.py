@@ -63,7 +63,21 @@ def test_ordered_leaves_with_int_float_ties(bounds: list[float], v: float) -> No
                 engine.add((i, j), f"x {op} {b!r}")
                 oracle.add((i, j), f"x {op} {b!r}")
         engine._check()
-        assert engine.match({"x": v}) == oracle.match({"x": v})
+        # repeated queries switch the ordered leaves to their flattened arrays (REBUILD_AFTER)
+        for probe in (v, v, v, v, v, -v, 1, 1.5, v):
+            assert engine.match({"x": probe}) == oracle.match({"x": probe})
+            assert engine.match_batch([{"x": probe}, {"x": v}]) == [
+                oracle.match({"x": probe}),
+                oracle.match({"x": v}),
+            ]
+        engine._check()
+        # a clause joining / leaving an existing constraint changes its CSList in place
+        engine.add("late", f"x > {bounds[0]!r}")
+        oracle.add("late", f"x > {bounds[0]!r}")
+        engine._check()
+        assert engine.match({"x": 3}) == oracle.match({"x": 3})
+        engine.remove("late")
+        oracle.remove("late")
         for i in range(len(bounds)):
             for j in range(6):
                 engine.remove((i, j))
