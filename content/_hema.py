@@ -59,13 +59,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, Final
 
+import numpy as np
 from sortedcontainers import SortedKeyList, SortedList
 
 from content._engine import Engine, Event, SubId
 from content._filter import Clause, Filter
+from content._hema_boundary import BoundaryBoxes, box_of
 from content._predicate import ORDER_OPS, Kind, Op, Predicate, Scalar, kind_of
 
 __all__ = ["HEMA"]
@@ -77,7 +79,8 @@ _FAST_KIND: Final[dict[type, Kind]] = {int: Kind.NUM, float: Kind.NUM, str: Kind
 
 Check = tuple[str, Callable[[object], bool]]
 ChainKey = tuple[tuple[Scalar, int], ...]
-RowKey = tuple[str, Kind, int]
+RowKey = tuple[str, Kind, int, bool]  # attribute, kind, family, boxed (vectorised test)
+_SLOT: Final = itemgetter(3)
 
 
 def _value_kind(v: object) -> Kind | None:
@@ -135,13 +138,14 @@ def _family(p: Predicate) -> int:
     return UPPER if p.op in (Op.LT, Op.LE) else LOWER
 
 
-def _row_entry(p: Predicate, unit: _Unit) -> tuple[Scalar, int, int, _Unit]:
+def _row_entry(p: Predicate, unit: _Unit, slot: int) -> tuple[Scalar, int, int, _Unit | int]:
     """Sort key of a start node in its row; see :meth:`HEMA.match` for the boundary."""
     inclusive = p.op in (Op.LE, Op.GE)
     assert not isinstance(p.value, frozenset)
+    last = unit if slot < 0 else slot
     if p.op in (Op.LT, Op.LE):
-        return (p.value, 1 if inclusive else 0, unit.uid, unit)
-    return (p.value, 0 if inclusive else 1, unit.uid, unit)
+        return (p.value, 1 if inclusive else 0, unit.uid, last)
+    return (p.value, 0 if inclusive else 1, unit.uid, last)
 
 
 def _chain_key(p: Predicate) -> tuple[Scalar, int]:
@@ -169,6 +173,7 @@ class _Unit:
     in_mlist: bool = False
     start: tuple[Any, ...] = ()
     rest: tuple[Check, ...] = ()
+    slot: int = -1  # row in the boundary boxes when the start node is in a boxed row
     column: list[tuple[tuple[str, Kind], Scalar]] = field(default_factory=list)
 
 
@@ -256,8 +261,10 @@ class HEMA(Engine):
         self._active_list: list[tuple[Any, tuple[tuple[str, bool, Any], ...]]] = []
         self._active_dirty = False
         # Mlist / Mtable
-        self._rows: dict[RowKey, Any] = {}  # (attr, kind, family) -> SortedList of start nodes
-        self._attr_rows: dict[str, list[tuple[Kind, int, Any]]] = {}
+        self._rows: dict[RowKey, Any] = {}  # RowKey -> SortedList of start nodes
+        self._attr_rows: dict[str, list[tuple[Kind, int, Any, bool]]] = {}
+        self._boxes = BoundaryBoxes()
+        self._slot_units: dict[int, _Unit] = {}
         self._hash: dict[str, dict[tuple[Kind, Scalar], set[int]]] = {}
         self._residual: dict[int, None] = {}
         self._column: dict[tuple[str, Kind], Any] = {}  # all order thresholds per attribute
@@ -376,12 +383,16 @@ class HEMA(Engine):
                     table.setdefault(key, set()).add(uid)  # type: ignore[arg-type]
                 unit.start = ("hash", p.attr, keys)
             else:
-                row_key: RowKey = (p.attr, p.kind, _family(p))
+                box = box_of(clause)
+                row_key: RowKey = (p.attr, p.kind, _family(p), box is not None)
                 row = self._rows.get(row_key)
                 if row is None:
                     row = self._rows[row_key] = SortedList()
-                    self._attr_rows.setdefault(p.attr, []).append((p.kind, row_key[2], row))
-                entry = _row_entry(p, unit)
+                    self._attr_rows.setdefault(p.attr, []).append((p.kind, row_key[2], row, row_key[3]))
+                if box is not None:
+                    unit.slot = self._boxes.add(unit.sid, box)
+                    self._slot_units[unit.slot] = unit
+                entry = _row_entry(p, unit, unit.slot)
                 row.add(entry)
                 unit.start = ("row", row_key, entry)
         rest = [p for i, p in enumerate(clause) if i != best]
@@ -414,6 +425,10 @@ class HEMA(Engine):
             case ("row", row_key, entry):
                 row = self._rows[row_key]
                 row.remove(entry)
+                if unit.slot >= 0:
+                    self._boxes.remove(unit.slot)
+                    del self._slot_units[unit.slot]
+                    unit.slot = -1
                 if not row:
                     del self._rows[row_key]
                     attr = row_key[0]
@@ -493,6 +508,7 @@ class HEMA(Engine):
         units = self._units
         attr_rows = self._attr_rows
         hash_tables = self._hash
+        boxed_sa: list[int] = []
         for attr, v in event.items():
             kind = _FAST_KIND.get(type(v))
             if kind is None:
@@ -515,19 +531,24 @@ class HEMA(Engine):
             rows = attr_rows.get(attr)
             if rows is None:
                 continue
-            for row_kind, family, row in rows:
+            for row_kind, family, row, boxed in rows:
                 if row_kind is not kind:
                     continue
                 i = row.bisect_left((v, 1))
-                nodes: Iterable[tuple[Scalar, int, int, _Unit]] = (
+                nodes: Iterable[tuple[Scalar, int, int, Any]] = (
                     row.islice(i) if family == UPPER else row.islice(0, i)
                 )
+                if boxed:  # Sa of boxed units: tested together below
+                    boxed_sa.extend(map(_SLOT, nodes))
+                    continue
                 for _v, _s, _uid, unit in nodes:
                     for a, test in unit.rest:
                         if not test(get(a)):
                             break
                     else:
                         add(unit.sid)
+        if boxed_sa:
+            self._match_boxed(event, boxed_sa, out)
         for uid in self._residual:
             unit = units[uid]
             for a, test in unit.rest:
@@ -536,6 +557,22 @@ class HEMA(Engine):
             else:
                 add(unit.sid)
         return out
+
+    def _match_boxed(self, event: Event, slots: list[int], out: set[SubId]) -> None:
+        """Steps 3-5 for candidates whose nodes are all numeric: one vectorised box test."""
+        boxes = self._boxes
+        ev = boxes.event_vector(event)
+        if ev is not None:
+            out.update(boxes.test(np.array(slots, dtype=np.intp), ev[0], ev[1]))
+            return
+        get = event.get  # an int beyond float precision: walk the links exactly
+        for slot in slots:
+            unit = self._slot_units[slot]
+            for a, test in unit.rest:
+                if not test(get(a)):
+                    break
+            else:
+                out.add(unit.sid)
 
     # ------------------------------------------------------------------ invariants
 
@@ -576,8 +613,15 @@ class HEMA(Engine):
             for entry in row:
                 unit = self._units[entry[2]]
                 assert unit.start == ("row", row_key, entry)
+                if row_key[3]:
+                    assert entry[3] == unit.slot >= 0 and self._slot_units[unit.slot] is unit
+                    assert self._boxes.boxes[unit.slot] == box_of(unit.clause)
+                else:
+                    assert entry[3] is unit and unit.slot == -1
                 starts[unit.uid] = starts.get(unit.uid, 0) + 1
         assert sum(len(rows) for rows in self._attr_rows.values()) == len(self._rows)
+        self._boxes._check()
+        assert len(self._boxes) == len(self._slot_units)
         for attr, table in self._hash.items():
             assert table
             for key, bucket in table.items():

@@ -274,3 +274,27 @@ def test_remove_unknown_raises_and_bad_parameters() -> None:
         h.remove("nope")
     with pytest.raises(ValueError, match="positive"):
         HEMA(min_chain=0)
+
+
+def test_boxed_candidates_are_exact_at_float_limits() -> None:
+    big = 2**53 + 1  # not exactly representable as a float
+    h, oracle = HEMA(), BruteForce()
+    flts = {
+        "lt": f((p("a", Op.LT, 2**53), p("b", Op.GT, -1))),
+        "le-big": f((p("a", Op.LE, big), p("b", Op.GE, 0))),  # not boxable: walked
+        "eq": f((p("a", Op.GT, 0.5), p("a", Op.LT, 1.5), p("b", Op.EQ, 1))),
+        "inf": f((p("a", Op.LT, math.inf), p("b", Op.LE, 0.0))),
+        "strict": f((p("a", Op.GT, 0.1), p("b", Op.LT, 0.3))),
+    }
+    for sid, flt in flts.items():
+        h.add(sid, flt)
+        oracle.add(sid, flt)
+    h._check()
+    assert h._boxes.boxes, "numeric start nodes use the vectorised boundary test"
+    values = [big, 2**53, -big, 0, 0.1, 0.30000000000000004, 0.3, 1, 1.0, math.inf, -math.inf, math.nan]
+    values += [True, "1", None]
+    for a in values:
+        for b in values:
+            ev = {"a": a, "b": b}
+            assert h.match(ev) == oracle.match(ev), ev
+    assert h.match({"b": 0}) == set()
