@@ -1,8 +1,16 @@
 """Deliveries and subscription changes streamed to a landing zone that Spark reads.
 
-Imports from ``broker`` only its public hook records (:mod:`broker.hooks`).
+``Bridge`` (a :class:`broker.hooks.Hooks`) buffers the broker's hook records and commits them as
+Parquet files per record kind (``bridge/_writer.py``); ``bridge/_schema.py`` declares the
+schemas; ``bridge/_analytics.py`` runs the Spark Structured Streaming jobs over the landing zone
+and ``bridge/_report.py`` renders their results as HTML.  ``siftmq analytics`` is wired in by
+``bridge/_cli.py``.  Imports from ``broker`` only its public hook records (:mod:`broker.hooks`).
+See docs/bridge.md.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from bridge._schema import SCHEMAS, Kind, spark_schema
+from bridge._writer import Bridge, BridgeStats
+
+__all__ = ["SCHEMAS", "Bridge", "BridgeStats", "Kind", "spark_schema"]
