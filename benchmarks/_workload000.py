@@ -11,6 +11,9 @@
 * D_vi = D_vf = [-100, 100]: Integer values uniform integers, Float values uniform reals.
 * D_vs: a table of 100 strings of 8 random letters; String values drawn from it.
 * D_vb: true / false, 50 % each.
+* ``narrow`` (not in the paper, for the duplicate-heavy variant of experiment 2): Integer and
+  Float values are drawn from the 21 integers in [-10, 10], so identical attributes recur
+  across events as RABasedMatching assumes.
 * An event has a uniform number of attributes in [a_l, a_h] with distinct names; a
   subscription has a uniform number of constraints in [c_l, c_h] with distinct names (a
   conjunction: one DNF clause).
@@ -43,6 +46,7 @@ class Params:
     S: int = 1000  # subscriptions
     c_l: int = 10  # constraints per subscription, lower bound
     c_h: int = 15  # ... upper bound
+    narrow: bool = False  # not in the paper: numbers drawn from the 21 integers in [-10, 10]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +84,9 @@ def generate(p: Params, seed: int = 0) -> Workload:
     def value(name: str) -> Scalar:
         match type_of[name]:
             case "int":
-                return rng.randint(-100, 100)
+                return rng.randint(-10, 10) if p.narrow else rng.randint(-100, 100)
             case "float":
-                return rng.uniform(-100.0, 100.0)
+                return float(rng.randint(-10, 10)) if p.narrow else rng.uniform(-100.0, 100.0)
             case "str":
                 return rng.choice(table)
         return rng.random() < 0.5

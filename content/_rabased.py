@@ -54,10 +54,14 @@ class RABasedMatching(ICCounting):
     def match_batch(self, events: Sequence[Event]) -> list[set[SubId]]:
         index = self._index
         by_type = index.by_type
-        # AEList, built incrementally: (leaf of the attribute's type and name, value) ->
+        # AEList, built incrementally: leaf of the attribute's type and name -> value ->
         # where its hits were collected the first time.  Leaves are per type, so True and 1
         # (equal in Python) never share a key.
-        ae: dict[tuple[NameIndex, object], tuple[int, int, int, int, int]] = {}
+        ae: dict[NameIndex, dict[object, int]] = {}
+        # where each distinct attribute's hits were recorded: five ints per attribute
+        # (event, acc start, acc end, parts start, parts end) in one flat list, so the batch
+        # allocates no per-attribute container (keeps the cyclic GC out of the loop)
+        rec: list[int] = []
         # SEList: per event, the clause ids credited by its attributes (ints and numpy runs)
         accs: list[list[int]] = []
         partss: list[list[Run]] = []
@@ -75,14 +79,17 @@ class RABasedMatching(ICCounting):
                 ni = names.get(name)
                 if ni is None:
                     continue  # no constraint has this type and name: nothing to count
-                key = (ni, v)
-                seen = ae.get(key)
+                seen = ae.get(ni)
                 if seen is None:
+                    seen = ae[ni] = {}
+                r = seen.get(v)
+                if r is None:
+                    seen[v] = len(rec)
                     lo, plo = len(acc), len(parts)
                     ni.collect(cast(Scalar, v), acc, parts)  # the one match of this attribute
-                    ae[key] = (e, lo, len(acc), plo, len(parts))
+                    rec += (e, lo, len(acc), plo, len(parts))
                 else:
-                    src, lo, hi, plo, phi = seen
+                    src, lo, hi, plo, phi = rec[r : r + 5]
                     if hi > lo:
                         acc.extend(accs[src][lo:hi])
                     if phi > plo:
