@@ -2,11 +2,51 @@
 
 The protocol core is sans-IO (bytes in, events and bytes out); the asyncio transport is a
 thin adapter around it.  Routing uses :mod:`topics` (topic tree, negative entries) and
-:mod:`content` (content filters).  See docs/architecture.md.
+:mod:`content` (content filters).  See docs/architecture.md and docs/broker.md.
+
+``broker.hooks`` is importable on its own (the bridge depends only on it); the broker
+itself (``Broker``, ``BrokerConfig``, ``Message``) is imported lazily on first access.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
 
-__all__ = ["Delivery", "Hooks", "Publication", "SubscriptionAction", "SubscriptionChange"]
+if TYPE_CHECKING:
+    from broker._broker import Broker, LocalSubscription
+    from broker._config import BrokerConfig, load_toml
+    from broker._router import Message
+
+__all__ = [
+    "Broker",
+    "BrokerConfig",
+    "Delivery",
+    "Hooks",
+    "LocalSubscription",
+    "Message",
+    "Publication",
+    "SubscriptionAction",
+    "SubscriptionChange",
+    "load_toml",
+]
+
+_LAZY = {
+    "Broker": "broker._broker",
+    "LocalSubscription": "broker._broker",
+    "BrokerConfig": "broker._config",
+    "load_toml": "broker._config",
+    "Message": "broker._router",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'broker' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,229 @@
+"""The embedding API: :class:`Broker` runs the core on the current asyncio loop.
+
+``async with Broker(port=0) as b`` starts the TCP listener (``b.port`` tells the bound
+port), ``await b.publish(...)`` injects messages from code, and ``b.subscribe(...)``
+gives an in-process subscription (topic filter plus optional content selector) that
+yields :class:`Message` records from a bounded queue (messages that do not fit are
+dropped and counted in ``dropped``).  The timers of the core (keep-alive, will delay,
+session expiry, ``$SYS``) run from one ``call_later`` chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+import topics
+from broker._config import BrokerConfig
+from broker._router import Message, Route
+from broker._session import Core, Session
+from broker._transport import MQTTProtocol
+from broker.hooks import Hooks
+from broker.packets import NO_PROPERTIES, Properties
+
+__all__ = ["Broker", "LocalSubscription", "Message"]
+
+log = logging.getLogger("broker")
+
+_local_ids = itertools.count(1)
+
+
+class LocalSubscription:
+    """An in-process subscription: ``async with`` registers it, ``async for`` yields messages.
+
+    The queue holds at most ``maxsize`` messages; further ones are dropped and counted in
+    :attr:`dropped` (the broker never blocks on a slow in-process consumer).
+    """
+
+    def __init__(
+        self, broker: Broker, topic_filter: str, selector: str | None, qos: int, maxsize: int
+    ) -> None:
+        self.broker = broker
+        self.topic_filter = topic_filter
+        self.selector = selector
+        self.qos = qos
+        self.queue: asyncio.Queue[Message] = asyncio.Queue(maxsize)
+        self.dropped = 0
+        self.client_id = f"$local/{next(_local_ids)}"
+        self._session: Session | None = None
+
+    def _sink(self, msg: Message, route: Route) -> None:
+        try:
+            self.queue.put_nowait(msg)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def __aenter__(self) -> LocalSubscription:
+        self._session = self.broker._subscribe_local(self)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._session is not None:
+            self.broker.core.end_session(self._session, time.monotonic())
+            self._session = None
+
+    def __aiter__(self) -> LocalSubscription:
+        return self
+
+    async def __anext__(self) -> Message:
+        return await self.queue.get()
+
+    async def get(self, timeout: float | None = None) -> Message:
+        """The next message (``asyncio.TimeoutError`` after ``timeout`` seconds)."""
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+class _Protocol(MQTTProtocol):
+    __slots__ = ("done",)
+
+    def __init__(self, core: Core, done: set[asyncio.Future[None]]) -> None:
+        super().__init__(core)
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.add(self.done)
+        self.done.add_done_callback(done.discard)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class Broker:
+    """An MQTT 3.1.1/5.0 broker on the running event loop.
+
+    ``Broker(host, port, hooks=[...], config=BrokerConfig(...), **options)``: keyword
+    options override fields of the config (``partial_unsubscribe=False``,
+    ``content_engine="counting"``, ``max_queued_messages=...``; see docs/broker.md).
+    """
+
+    def __init__(
+        self,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        hooks: Iterable[Hooks] = (),
+        config: BrokerConfig | None = None,
+        **options: Any,
+    ) -> None:
+        cfg = config or BrokerConfig()
+        if host is not None:
+            options["host"] = host
+        if port is not None:
+            options["port"] = port
+        if options:
+            cfg = cfg.replace(**options)
+        self.config = cfg
+        self.hooks: Sequence[Hooks] = list(hooks)
+        self.core = Core(cfg, self.hooks)
+        self._server: asyncio.Server | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._open: set[asyncio.Future[None]] = set()
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound TCP port (after start)."""
+        if self._port is None:
+            raise RuntimeError("broker not started")
+        return self._port
+
+    @property
+    def host(self) -> str:
+        return self.config.host
+
+    async def start(self) -> None:
+        for h in self.hooks:
+            await h.start()
+        loop = asyncio.get_running_loop()
+        core = self.core
+        opened = self._open
+        self._server = await loop.create_server(
+            lambda: _Protocol(core, opened), self.config.host, self.config.port, reuse_address=True
+        )
+        self._port = self._server.sockets[0].getsockname()[1]
+        self._schedule()
+        log.info("listening on %s:%d", self.config.host, self._port)
+
+    def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.config.tick_interval, self._tick)
+
+    def _tick(self) -> None:
+        try:
+            self.core.tick(time.monotonic())
+            self.core.flush()
+        except Exception:
+            log.exception("timer failed")
+        self._schedule()
+
+    async def stop(self) -> None:
+        """Graceful stop: listener closed, clients disconnected (wills published), hooks stopped."""
+        if self._server is None:
+            return
+        self._server.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        self.core.shutdown(time.monotonic())
+        if self._open:
+            await asyncio.wait(list(self._open), timeout=5.0)
+        await self._server.wait_closed()
+        self._server = None
+        for h in self.hooks:
+            try:
+                await h.stop()
+            except Exception:
+                log.exception("hook %s.stop failed", type(h).__name__)
+        log.info("stopped")
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes | str = b"",
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> int:
+        """Publish from code (no publisher client id); returns the number of deliveries."""
+        topics.validate_topic(topic)
+        if isinstance(payload, str):
+            payload = payload.encode()
+        now = time.monotonic()
+        msg = Message.create(topic, payload, qos, retain, properties or NO_PROPERTIES, None, now)
+        n = self.core.publish(msg, now)
+        self.core.flush()
+        return n
+
+    def subscribe(
+        self, topic_filter: str, selector: str | None = None, qos: int = 2, maxsize: int | None = None
+    ) -> LocalSubscription:
+        """An in-process subscription (use with ``async with``)."""
+        return LocalSubscription(
+            self, topic_filter, selector, qos, maxsize or self.config.inprocess_queue_size
+        )
+
+    def _subscribe_local(self, sub: LocalSubscription) -> Session:
+        return self.core.local_subscribe(
+            sub.client_id, sub.topic_filter, sub.selector, sub.qos, sub._sink, time.monotonic()
+        )

@@ -1,0 +1,1101 @@
+"""The sans-IO protocol core: sessions, connections and every state transition between them.
+
+Like h11, nothing here touches a socket or awaits: a :class:`Connection` is fed decoded
+packets (``received``) and the time, and answers by appending encoded bytes to its
+``outbox`` and by setting ``close_requested``.  :class:`Core` owns the session registry,
+the :class:`~broker._router.Router` and the counters; it marks connections that have
+output as dirty and ``flush`` hands their bytes to the write callback the transport
+registered (one ``write`` per connection per event-loop callback: write coalescing).
+Unit tests drive it with plain callables and no event loop.
+
+States of a connection: ``AWAIT_CONNECT -> CONNECTED -> CLOSED``.  States of a session
+(MQTT 5 section 4.1): *attached* (``conn`` set), *detached* (kept until its expiry
+interval, queuing QoS 1/2 messages), *ended* (removed with its subscriptions).  All
+transitions are methods of this module: ``Core.attach`` (new / resumed / clean start /
+takeover), ``Connection.lost`` (detach, will scheduling), ``Core.end_session`` and
+``Core.tick`` (keep-alive 1.5x, will delay, session expiry, ``$SYS``).  A session holds
+only plain data (in-flight messages with their state, queue, QoS 2 receive ids, packet id
+counter) so it can be persisted later.
+
+Per-client memory is bounded: at most ``max_inflight`` unacknowledged and
+``max_queued_messages`` queued QoS 1/2 messages; QoS 0 messages for a connection whose
+transport is paused (slow consumer) are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import content
+import topics
+from broker._config import BrokerConfig
+from broker._router import Message, Route, Router, SubOptions, split_filter_prefix
+from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.packets import (
+    NO_PROPERTIES,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    MalformedPacket,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    encode,
+    encode_publish,
+)
+
+__all__ = ["Connection", "ConnectionState", "Core", "Outgoing", "Session", "Stats"]
+
+log = logging.getLogger("broker")
+
+_NEVER = 0xFFFFFFFF
+_SHARE = "$share/"
+
+
+class ConnectionState(enum.Enum):
+    AWAIT_CONNECT = "await_connect"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+class Outgoing:
+    """A QoS 1/2 message on its way to one client (queued or in flight).
+
+    ``state`` 0: PUBLISH sent (or to send), waiting for PUBACK/PUBREC; 1: PUBREL sent,
+    waiting for PUBCOMP.
+    """
+
+    __slots__ = ("msg", "qos", "retain", "selector", "state", "sub_ids", "topic_filter")
+
+    def __init__(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+    ) -> None:
+        self.msg = msg
+        self.qos = qos
+        self.retain = retain
+        self.sub_ids = sub_ids
+        self.topic_filter = topic_filter
+        self.selector = selector
+        self.state = 0
+
+
+Sink = Callable[[Message, Route], None]
+
+
+class Session:
+    """Per-client state that outlives a network connection (MQTT 5 section 4.1).
+
+    ``inflight`` is ordered by send time (dict insertion order); lookups by packet id are
+    O(1).  ``queue`` is bounded by ``BrokerConfig.max_queued_messages``.
+    """
+
+    __slots__ = (
+        "client_id",
+        "conn",
+        "expires_at",
+        "expiry_interval",
+        "inflight",
+        "next_pid",
+        "qos2_received",
+        "queue",
+        "selectors",
+        "sink",
+        "username",
+        "will",
+        "will_due",
+    )
+
+    def __init__(self, client_id: str, expiry_interval: int = 0) -> None:
+        self.client_id = client_id
+        self.expiry_interval = expiry_interval
+        self.conn: Connection | None = None
+        self.inflight: dict[int, Outgoing] = {}
+        self.queue: deque[Outgoing] = deque()
+        self.qos2_received: set[int] = set()
+        self.next_pid = 1
+        self.will: Will | None = None
+        self.will_due: float | None = None
+        self.expires_at: float | None = None
+        self.username: str | None = None
+        self.selectors: dict[str, str] = {}  # topic filter -> selector of that subscription
+        self.sink: Sink | None = None
+
+    def allocate_pid(self) -> int:
+        """A packet id not in flight (O(1) amortised; the window is far below 65535)."""
+        pid = self.next_pid
+        inflight = self.inflight
+        while pid in inflight:
+            pid = pid % 65535 + 1
+        self.next_pid = pid % 65535 + 1
+        return pid
+
+    def _check(self) -> None:
+        assert len(self.inflight) <= 65535
+        assert all(1 <= pid <= 65535 for pid in self.inflight)
+        assert self.conn is None or self.conn.session is self
+        assert all(o.qos > 0 for o in self.queue)
+
+
+@dataclass(slots=True)
+class Stats:
+    """Broker counters (published under ``$SYS/broker/``)."""
+
+    messages_received: int = 0
+    messages_sent: int = 0
+    publish_dropped: int = 0  # QoS 0 dropped for slow consumers / oversize / expiry
+    queue_overflow: int = 0  # QoS 1/2 dropped or clients disconnected for a full queue
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    connections_total: int = 0
+    malformed: int = 0
+    hook_errors: int = 0
+
+
+class _Observers:
+    """The registered hooks, split by the methods they override (unused ones cost nothing)."""
+
+    def __init__(self, hooks: Iterable[Hooks]) -> None:
+        self.all = list(hooks)
+
+        def over(name: str) -> list[Hooks]:
+            base = getattr(Hooks, name)
+            return [h for h in self.all if getattr(type(h), name) is not base]
+
+        self.connect = over("on_connect")
+        self.disconnect = over("on_disconnect")
+        self.subscription = over("on_subscription_change")
+        self.publication = over("on_publication")
+        self.delivery = over("on_delivery")
+        self.authenticate = over("authenticate")
+        self.authorize = over("authorize")
+
+
+def _ok(code: int) -> bool:
+    return code < 0x80
+
+
+class Core:
+    """Session registry, router, counters and timers of one broker (no I/O)."""
+
+    def __init__(self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = ()) -> None:
+        self.config = cfg = config or BrokerConfig()
+        self.router = Router(cfg.partial_unsubscribe, cfg.content_engine)
+        self.sessions: dict[str, Session] = {}
+        self.connections: set[Connection] = set()
+        self.dirty: set[Connection] = set()
+        self.stats = Stats()
+        self.obs = _Observers(hooks)
+        self.pending_wills: set[Session] = set()
+        self.expiring: set[Session] = set()
+        self.started = time.monotonic()
+        self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
+
+    # ------------------------------------------------------------ hooks
+    def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
+        for h in hooks:
+            try:
+                getattr(h, name)(*args)
+            except Exception:
+                self.stats.hook_errors += 1
+                log.exception("hook %s.%s failed", type(h).__name__, name)
+
+    def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
+        for h in hooks:
+            try:
+                answer = getattr(h, name)(*args)
+            except Exception:
+                self.stats.hook_errors += 1
+                log.exception("hook %s.%s failed", type(h).__name__, name)
+                return False
+            if answer is not None:
+                return bool(answer)
+        return None
+
+    def authorize(self, session: Session, action: str, topic: str) -> bool:
+        if not self.obs.authorize:
+            return True
+        return (
+            self._opinion(self.obs.authorize, "authorize", session.client_id, session.username, action, topic)
+            is not False
+        )
+
+    def subscription_changed(
+        self,
+        client_id: str,
+        action: SubscriptionAction,
+        topic_filter: str | None,
+        selector: str | None,
+        qos: int | None,
+    ) -> None:
+        if self.obs.subscription:
+            change = SubscriptionChange(
+                time.time(),
+                client_id,
+                action,
+                topic_filter,
+                selector,
+                qos,
+                self.router.index.entry_count(client_id),
+            )
+            self._call(self.obs.subscription, "on_subscription_change", change)
+
+    # ------------------------------------------------------------ sessions
+    def attach(self, conn: Connection, client_id: str, clean_start: bool, expiry: int, now: float) -> bool:
+        """Bind ``conn`` to the session of ``client_id``; returns "session present"."""
+        old = self.sessions.get(client_id)
+        if old is not None and old.conn is not None:
+            old.conn.taken_over(now)
+            self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
+        if old is not None and (clean_start or (old.expires_at is not None and old.expires_at <= now)):
+            self.end_session(old, now)
+            old = None
+        if old is None:
+            session = Session(client_id, expiry)
+            self.sessions[client_id] = session
+            present = False
+        else:
+            session = old
+            session.expiry_interval = expiry
+            present = True
+            if session.will_due is not None:  # resumed before the will delay elapsed
+                session.will = None
+                session.will_due = None
+                self.pending_wills.discard(session)
+        session.expires_at = None
+        self.expiring.discard(session)
+        session.conn = conn
+        conn.session = session
+        return present
+
+    def local_subscribe(  # noqa: PLR0917 (hot path: positional arguments)
+        self, client_id: str, topic_filter: str, selector: str | None, qos: int, sink: Sink, now: float
+    ) -> Session:
+        """An in-process subscriber: a session whose deliveries go to ``sink`` (no QoS flow).
+
+        Raises ``topics.InvalidTopic`` / ``content.FilterSyntaxError`` for bad input.
+        """
+        topics.validate_filter(topic_filter)
+        compiled = None if selector is None else content.compile(selector)
+        session = Session(client_id, 0)
+        session.sink = sink
+        self.sessions[client_id] = session
+        router = self.router
+        if compiled is not None and selector is not None:
+            router.add_selector(selector, compiled)
+            session.selectors[topic_filter] = selector
+        router.index.subscribe(
+            client_id, topic_filter, SubOptions(qos, selector=selector, topic_filter=topic_filter)
+        )
+        self.subscription_changed(client_id, SubscriptionAction.SUBSCRIBE, topic_filter, selector, qos)
+        for msg in router.retained_for(topic_filter, selector, now):
+            self.deliver(session, msg, min(qos, msg.qos), True, (), topic_filter, selector, now)
+        return session
+
+    def end_session(self, session: Session, now: float) -> None:
+        """The session ends: pending will published, subscriptions and queues dropped."""
+        if session.will is not None and session.conn is None:
+            self._publish_will(session, now)
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        self.pending_wills.discard(session)
+        self.expiring.discard(session)
+        router = self.router
+        for selector in session.selectors.values():
+            router.release_selector(selector)
+        session.selectors.clear()
+        had = router.index.entry_count(session.client_id)
+        router.index.remove_client(session.client_id)
+        session.inflight.clear()
+        session.queue.clear()
+        session.qos2_received.clear()
+        if had:
+            self.subscription_changed(session.client_id, SubscriptionAction.SESSION_END, None, None, None)
+
+    def detach(self, session: Session, publish_will: bool, now: float) -> None:
+        """The network connection of ``session`` ended (normally or not)."""
+        session.conn = None
+        if publish_will and session.will is not None:
+            delay = session.will.properties.will_delay_interval or 0
+            if delay == 0 or session.expiry_interval == 0:
+                self._publish_will(session, now)
+            else:
+                session.will_due = now + min(delay, session.expiry_interval)
+                self.pending_wills.add(session)
+        else:
+            session.will = None
+        if session.expiry_interval == 0:
+            self.end_session(session, now)
+        elif session.expiry_interval != _NEVER:
+            session.expires_at = now + session.expiry_interval
+            self.expiring.add(session)
+
+    def _publish_will(self, session: Session, now: float) -> None:
+        will = session.will
+        session.will = None
+        session.will_due = None
+        self.pending_wills.discard(session)
+        if will is None:
+            return
+        props = will.properties
+        if props.will_delay_interval is not None:
+            props = dataclasses.replace(props, will_delay_interval=None)
+        self.publish(
+            Message.create(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now),
+            now,
+        )
+
+    # ------------------------------------------------------------ publish / deliver
+    def publish(self, msg: Message, now: float) -> int:
+        """Store (if retained) and route ``msg``; returns the number of deliveries."""
+        router = self.router
+        if msg.retain:
+            router.store_retained(msg)
+        routes = router.route(msg)
+        sessions = self.sessions
+        deliver = self.deliver
+        for r in routes:
+            s = sessions.get(r.client_id)
+            if s is not None:
+                deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+        self.stats.messages_received += 1
+        if self.obs.publication:
+            pub = Publication(
+                time.time(),
+                msg.message_id,
+                msg.publisher_id,
+                msg.topic,
+                len(msg.payload),
+                msg.qos,
+                msg.retain,
+                len(routes),
+            )
+            self._call(self.obs.publication, "on_publication", pub)
+        return len(routes)
+
+    def deliver(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        s: Session,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+        now: float,
+    ) -> None:
+        """Send to, queue for, or drop for session ``s`` (flow control and bounds)."""
+        sink = s.sink
+        if sink is not None:
+            sink(msg, Route(s.client_id, qos, retain, sub_ids, topic_filter, selector))
+            return
+        conn = s.conn
+        if qos == 0:
+            if conn is None:
+                return
+            if conn.paused:
+                self.stats.publish_dropped += 1
+                return
+            conn.write_publish(msg, 0, retain, False, None, sub_ids, topic_filter, selector, now)
+            return
+        out = Outgoing(msg, qos, retain, sub_ids, topic_filter, selector)
+        if conn is not None and not conn.paused and not s.queue and len(s.inflight) < conn.window:
+            pid = s.allocate_pid()
+            s.inflight[pid] = out
+            conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
+            return
+        if len(s.queue) >= self.config.max_queued_messages:
+            self.stats.queue_overflow += 1
+            if conn is not None:
+                log.warning("client %s: queue full (%d messages), disconnecting", s.client_id, len(s.queue))
+                conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
+            return
+        s.queue.append(out)
+
+    def drain(self, s: Session, now: float) -> None:
+        """Move queued messages into the in-flight window while the connection can take them."""
+        conn = s.conn
+        if conn is None:
+            return
+        queue = s.queue
+        inflight = s.inflight
+        window = conn.window
+        while queue and len(inflight) < window and not conn.paused and not conn.close_requested:
+            out = queue.popleft()
+            msg = out.msg
+            if msg.expires_at is not None and msg.expires_at <= now:
+                self.stats.publish_dropped += 1
+                continue
+            pid = s.allocate_pid()
+            inflight[pid] = out
+            conn.write_publish(
+                msg, out.qos, out.retain, False, pid, out.sub_ids, out.topic_filter, out.selector, now
+            )
+
+    # ------------------------------------------------------------ timers
+    def tick(self, now: float) -> None:
+        """Keep-alive timeouts, will delays, session expiry and ``$SYS`` (call periodically)."""
+        for conn in list(self.connections):
+            conn.check_keep_alive(now)
+        if self.pending_wills:
+            for s in [s for s in self.pending_wills if s.will_due is not None and s.will_due <= now]:
+                self._publish_will(s, now)
+        if self.expiring:
+            for s in [s for s in self.expiring if s.expires_at is not None and s.expires_at <= now]:
+                self.end_session(s, now)
+        if self._next_sys is not None and now >= self._next_sys:
+            self._next_sys = now + self.config.sys_interval
+            self.publish_sys(now)
+
+    def sys_values(self, now: float) -> dict[str, str]:
+        st = self.stats
+        return {
+            "$SYS/broker/version": "siftmq",
+            "$SYS/broker/uptime": str(int(now - self.started)),
+            "$SYS/broker/clients/connected": str(
+                sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
+            ),
+            "$SYS/broker/clients/total": str(len(self.sessions)),
+            "$SYS/broker/messages/received": str(st.messages_received),
+            "$SYS/broker/messages/sent": str(st.messages_sent),
+            "$SYS/broker/messages/dropped": str(st.publish_dropped),
+            "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
+            "$SYS/broker/bytes/received": str(st.bytes_received),
+            "$SYS/broker/bytes/sent": str(st.bytes_sent),
+            "$SYS/broker/retained/count": str(len(self.router.retained)),
+            "$SYS/broker/malformed": str(st.malformed),
+        }
+
+    def publish_sys(self, now: float) -> None:
+        for topic, value in self.sys_values(now).items():
+            self.publish(Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now), now)
+        st = self.stats
+        if st.publish_dropped or st.queue_overflow:
+            log.info(
+                "counters: %d QoS 0 messages dropped, %d queue overflows",
+                st.publish_dropped,
+                st.queue_overflow,
+            )
+
+    # ------------------------------------------------------------ output
+    def flush(self) -> None:
+        """Hand every pending output to the transports (one write per connection)."""
+        dirty = self.dirty
+        while dirty:
+            conn = dirty.pop()
+            conn.flush()
+
+    def shutdown(self, now: float) -> None:
+        """Graceful stop: every connection is closed (v5: DISCONNECT 0x8B) and detached.
+
+        Wills are published (the network connections end without a DISCONNECT from the
+        client), and the sessions are left to expire with the process.
+        """
+        for conn in list(self.connections):
+            if conn.state is ConnectionState.CONNECTED:
+                conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
+            conn.lost(now)
+        for s in list(self.pending_wills):
+            self._publish_will(s, now)
+        self.flush()
+
+    def _check(self) -> None:
+        for cid, s in self.sessions.items():
+            assert s.client_id == cid
+            s._check()
+        for conn in self.connections:
+            assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
+
+
+Writer = Callable[[bytes], None]
+Closer = Callable[[], None]
+
+
+class Connection:
+    """The protocol machine of one network connection (sans-IO)."""
+
+    def __init__(self, core: Core, writer: Writer, closer: Closer, now: float, peer: str = "") -> None:
+        self.core = core
+        self.writer = writer
+        self.closer = closer
+        self.peer = peer
+        self.state = ConnectionState.AWAIT_CONNECT
+        self.version = 4
+        self.session: Session | None = None
+        self.outbox: list[bytes] = []
+        self.close_requested = False
+        self.transport_closed = False
+        self.paused = False
+        self.keep_alive = 0.0
+        self.last_rx = now
+        self.connect_deadline = now + 30.0
+        self.window = core.config.max_inflight
+        self.client_max_packet = 268_435_455
+        self.client_alias_max = 0
+        self.alias_out: dict[str, int] = {}
+        self.alias_in: dict[int, str] = {}
+        self.problem_info = True
+        self.will_on_close = True
+        self.close_reason = "connection lost"
+        core.connections.add(self)
+        core.stats.connections_total += 1
+
+    @property
+    def client_id(self) -> str | None:
+        return None if self.session is None else self.session.client_id
+
+    # ------------------------------------------------------------ output helpers
+    def send(self, packet: Packet) -> None:
+        if self.close_requested:
+            return
+        self.outbox.append(encode(packet, self.version))
+        self.core.dirty.add(self)
+
+    def flush(self) -> None:
+        if self.outbox:
+            data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
+            self.outbox.clear()
+            self.core.stats.bytes_sent += len(data)
+            self.writer(data)
+        if self.close_requested and not self.transport_closed:
+            self.transport_closed = True
+            self.closer()
+
+    def close(self, reason: str) -> None:
+        """Ask the transport to close after the pending output."""
+        if not self.close_requested:
+            self.close_reason = reason
+            self.close_requested = True
+            self.core.dirty.add(self)
+
+    def disconnect(self, code: ReasonCode, reason: str) -> None:
+        """Server-initiated end: v5 DISCONNECT with ``code`` then close; 3.1.1: close."""
+        if self.version == 5 and self.state is ConnectionState.CONNECTED:
+            props = Properties(reason_string=reason) if self.problem_info else NO_PROPERTIES
+            self.send(Disconnect(code, props))
+        self.close(f"{reason} ({code.name})")
+
+    def _reason(self, text: str) -> Properties:
+        return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
+
+    def write_publish(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        pid: int | None,
+        sub_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+        now: float,
+    ) -> None:
+        if self.close_requested:
+            return
+        topic = msg.topic
+        props = msg.properties
+        if self.version == 5:
+            expiry = msg.expires_at
+            alias: int | None = None
+            if self.client_alias_max:
+                alias = self.alias_out.get(topic)
+                if alias is not None:
+                    topic = ""
+                elif len(self.alias_out) < self.client_alias_max:
+                    alias = len(self.alias_out) + 1
+                    self.alias_out[topic] = alias
+            if sub_ids or expiry is not None or alias is not None:
+                props = dataclasses.replace(
+                    props,
+                    subscription_identifiers=sub_ids,
+                    message_expiry_interval=None if expiry is None else max(0, int(expiry - now + 0.999)),
+                    topic_alias=alias,
+                )
+        data = encode_publish(topic, msg.payload, qos, retain, dup, pid, props, self.version)
+        if len(data) > self.client_max_packet:
+            # MQTT 5 section 3.1.2.11.4: discard as if sent.
+            self.core.stats.publish_dropped += 1
+            if self.session is not None and pid is not None:
+                self.session.inflight.pop(pid, None)
+            return
+        self.outbox.append(data)
+        core = self.core
+        core.dirty.add(self)
+        core.stats.messages_sent += 1
+        if core.obs.delivery and self.session is not None:
+            t = time.time()
+            core._call(
+                core.obs.delivery,
+                "on_delivery",
+                Delivery(
+                    t,
+                    msg.message_id,
+                    msg.publisher_id,
+                    self.session.client_id,
+                    msg.topic,
+                    topic_filter,
+                    selector,
+                    qos,
+                    retain,
+                    len(msg.payload),
+                    max(0.0, t - msg.received),
+                ),
+            )
+
+    # ------------------------------------------------------------ input
+    def received(self, packets: Iterable[Packet], now: float) -> None:
+        """Process decoded packets in order (stops at the first one that closes)."""
+        self.last_rx = now
+        for p in packets:
+            if self.close_requested:
+                return
+            try:
+                self._dispatch(p, now)
+            except MalformedPacket as exc:
+                self.malformed(exc)
+            except Exception:
+                log.exception("client %s: internal error handling %s", self.client_id, type(p).__name__)
+                self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+
+    def malformed(self, exc: MalformedPacket) -> None:
+        """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
+        self.core.stats.malformed += 1
+        log.info("client %s (%s): %s", self.client_id, self.peer, exc)
+        if (
+            self.state is ConnectionState.AWAIT_CONNECT
+            and exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+        ):
+            self.version = 4  # answer in a form old clients read
+            self.send(Connack(False, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
+            self.close(str(exc))
+            return
+        self.disconnect(exc.reason_code, str(exc))
+
+    def _dispatch(self, p: Packet, now: float) -> None:
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            if not isinstance(p, Connect):
+                self.close("first packet is not CONNECT")
+                return
+            self._on_connect(p, now)
+            return
+        match p:
+            case Publish():
+                self._on_publish(p, now)
+            case Puback():
+                self._on_puback(p, now)
+            case Pubrec():
+                self._on_pubrec(p, now)
+            case Pubrel():
+                self._on_pubrel(p)
+            case Pubcomp():
+                self._on_pubcomp(p, now)
+            case Subscribe():
+                self._on_subscribe(p, now)
+            case Unsubscribe():
+                self._on_unsubscribe(p)
+            case Pingreq():
+                self.send(Pingresp())
+            case Disconnect():
+                self._on_disconnect(p)
+            case Auth():
+                self.disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")
+            case Connect():
+                self.disconnect(ReasonCode.PROTOCOL_ERROR, "second CONNECT")
+            case _:
+                self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unexpected {type(p).__name__}")
+
+    # ------------------------------------------------------------ CONNECT
+    def _refuse(self, code: ReasonCode, reason: str) -> None:
+        self.send(Connack(False, code, self._reason(reason)))
+        self.close(f"CONNECT refused: {reason}")
+
+    def _on_connect(self, p: Connect, now: float) -> None:
+        core = self.core
+        cfg = core.config
+        self.version = v = p.protocol_level
+        props = p.properties
+        if v == 5:
+            self.problem_info = props.request_problem_information != 0
+        client_id = p.client_id
+        assigned: str | None = None
+        if not client_id:
+            if v != 5 and not p.clean_start:
+                self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id needs clean session")
+                return
+            client_id = assigned = "siftmq-" + secrets.token_hex(8)
+        if v == 5 and props.authentication_method is not None:
+            self._refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+            return
+        verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
+        if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
+            self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
+            return
+        if p.will is not None and (
+            p.will.qos > cfg.maximum_qos or (p.will.retain and not cfg.retain_available)
+        ):
+            self._refuse(
+                ReasonCode.QOS_NOT_SUPPORTED
+                if p.will.qos > cfg.maximum_qos
+                else ReasonCode.RETAIN_NOT_SUPPORTED,
+                "will not supported",
+            )
+            return
+        if p.will is not None:
+            try:
+                topics.validate_topic(p.will.topic)
+            except topics.InvalidTopic as exc:
+                self._refuse(ReasonCode.TOPIC_NAME_INVALID, f"will topic: {exc}")
+                return
+        expiry = (props.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else _NEVER)
+        capped = min(expiry, cfg.max_session_expiry)
+        self.keep_alive = float(p.keep_alive)
+        server_ka: int | None = None
+        if v == 5:
+            if cfg.server_keep_alive is not None and cfg.server_keep_alive != p.keep_alive:
+                server_ka = cfg.server_keep_alive
+                self.keep_alive = float(server_ka)
+            self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
+            if props.maximum_packet_size is not None:
+                self.client_max_packet = props.maximum_packet_size
+            self.client_alias_max = props.topic_alias_maximum or 0
+        self.state = ConnectionState.CONNECTED
+        present = core.attach(self, client_id, p.clean_start, capped, now)
+        session = self.session
+        assert session is not None
+        session.username = p.username
+        session.will = p.will
+        ack_props = NO_PROPERTIES
+        if v == 5:
+            ack_props = Properties(
+                assigned_client_identifier=assigned,
+                session_expiry_interval=capped if capped != expiry else None,
+                server_keep_alive=server_ka,
+                receive_maximum=cfg.receive_maximum if cfg.receive_maximum != 65535 else None,
+                maximum_qos=cfg.maximum_qos if cfg.maximum_qos < 2 else None,
+                retain_available=None if cfg.retain_available else 0,
+                maximum_packet_size=cfg.max_packet_size if cfg.max_packet_size < 268_435_455 else None,
+                topic_alias_maximum=cfg.topic_alias_maximum or None,
+                response_information=(
+                    f"$response/{client_id}" if props.request_response_information == 1 else None
+                ),
+            )
+        self.send(Connack(present, ReasonCode.SUCCESS, ack_props))
+        log.debug("client %s connected (v%d, %s)", client_id, v, self.peer)
+        if core.obs.connect:
+            core._call(core.obs.connect, "on_connect", client_id, p.username, v)
+        if present:
+            self._resend(now)
+
+    def _resend(self, now: float) -> None:
+        """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""
+        s = self.session
+        assert s is not None
+        for pid, out in list(s.inflight.items()):
+            if out.state == 1:
+                self.send(Pubrel(pid))
+            else:
+                self.write_publish(
+                    out.msg, out.qos, out.retain, True, pid, out.sub_ids, out.topic_filter, out.selector, now
+                )
+        self.core.drain(s, now)
+
+    # ------------------------------------------------------------ PUBLISH from the client
+    def _on_publish(self, p: Publish, now: float) -> None:
+        core = self.core
+        cfg = core.config
+        s = self.session
+        assert s is not None
+        qos = p.qos
+        if qos > cfg.maximum_qos:
+            self.disconnect(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} not supported")
+            return
+        if p.retain and not cfg.retain_available:
+            self.disconnect(ReasonCode.RETAIN_NOT_SUPPORTED, "retain not supported")
+            return
+        topic = p.topic
+        props = p.properties
+        if self.version == 5 and props.topic_alias is not None:
+            alias = props.topic_alias
+            if alias == 0 or alias > cfg.topic_alias_maximum:
+                self.disconnect(ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
+                return
+            if topic:
+                self.alias_in[alias] = topic
+            else:
+                known = self.alias_in.get(alias)
+                if known is None:
+                    self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
+                    return
+                topic = known
+        try:
+            topics.validate_topic(topic)
+        except topics.InvalidTopic as exc:
+            self.disconnect(ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
+            return
+        pid = p.packet_id
+        if qos == 2 and pid in s.qos2_received:
+            self.send(Pubrec(pid))  # duplicate: already routed (method A, MQTT 5 4.3.3)
+            return
+        if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
+            self.disconnect(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+            return
+        if core.obs.authorize and not core.authorize(s, "publish", topic):
+            if qos == 1:
+                self.send(Puback(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")))
+            elif qos == 2:
+                self.send(Pubrec(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")))
+            return
+        if props.topic_alias is not None or props.subscription_identifiers:
+            props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
+        msg = Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
+        n = core.publish(msg, now)
+        if qos == 1:
+            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
+            self.send(Puback(pid or 0, code))
+        elif qos == 2:
+            assert pid is not None
+            s.qos2_received.add(pid)
+            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
+            self.send(Pubrec(pid, code))
+
+    def _on_pubrel(self, p: Pubrel) -> None:
+        s = self.session
+        assert s is not None
+        if p.packet_id in s.qos2_received:
+            s.qos2_received.discard(p.packet_id)
+            self.send(Pubcomp(p.packet_id))
+        else:
+            self.send(Pubcomp(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+
+    # ------------------------------------------------------------ acks from the client
+    def _on_puback(self, p: Puback, now: float) -> None:
+        s = self.session
+        assert s is not None
+        out = s.inflight.get(p.packet_id)
+        if out is not None and out.qos == 1:
+            del s.inflight[p.packet_id]
+            self.core.drain(s, now)
+
+    def _on_pubrec(self, p: Pubrec, now: float) -> None:
+        s = self.session
+        assert s is not None
+        out = s.inflight.get(p.packet_id)
+        if out is None or out.qos != 2:
+            self.send(Pubrel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return
+        if not _ok(p.reason_code):
+            del s.inflight[p.packet_id]
+            self.core.drain(s, now)
+            return
+        out.state = 1
+        self.send(Pubrel(p.packet_id))
+
+    def _on_pubcomp(self, p: Pubcomp, now: float) -> None:
+        s = self.session
+        assert s is not None
+        out = s.inflight.get(p.packet_id)
+        if out is not None and out.state == 1:
+            del s.inflight[p.packet_id]
+            self.core.drain(s, now)
+
+    # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
+    def _on_subscribe(self, p: Subscribe, now: float) -> None:
+        core = self.core
+        cfg = core.config
+        router = core.router
+        s = self.session
+        assert s is not None
+        v5 = self.version == 5
+        props = p.properties
+        sub_id = props.subscription_identifiers[0] if props.subscription_identifiers else None
+        packet_selector = None
+        for key, value in props.user_properties:
+            if key == "filter":
+                packet_selector = value
+        codes: list[ReasonCode] = []
+        reasons: list[str] = []
+        retained: list[tuple[Message, int, bool, str, str | None]] = []
+        for req in p.subscriptions:
+            try:
+                selector, full_filter = split_filter_prefix(req.topic_filter)
+            except ValueError as exc:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                reasons.append(str(exc))
+                continue
+            if selector is None:
+                selector = packet_selector
+            shared = full_filter.startswith(_SHARE)
+            plain = full_filter
+            if shared:
+                parts = full_filter.split("/", 2)
+                if len(parts) < 3 or not parts[1] or "+" in parts[1] or "#" in parts[1]:
+                    codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                    reasons.append(f"{full_filter!r}: $share/<group>/<filter> expected")
+                    continue
+                plain = parts[2]
+                if req.no_local and v5:
+                    self.disconnect(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
+                    return
+            try:
+                topics.validate_filter(plain)
+            except topics.InvalidTopic as exc:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                reasons.append(f"{plain!r}: {exc}")
+                continue
+            compiled: content.Filter | None = None
+            if selector is not None:
+                try:
+                    compiled = content.compile(selector)
+                except content.FilterSyntaxError as exc:
+                    codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                    reasons.append(f"content filter {selector!r}: {exc} at position {exc.position}")
+                    continue
+            if core.obs.authorize and not core.authorize(s, "subscribe", full_filter):
+                codes.append(ReasonCode.NOT_AUTHORIZED)
+                reasons.append(f"{full_filter!r}: not authorized")
+                continue
+            qos = min(req.qos, cfg.maximum_qos)
+            options = SubOptions(
+                qos,
+                req.no_local,
+                req.retain_as_published,
+                req.retain_handling,
+                sub_id,
+                selector,
+                plain,
+            )
+            old_selector = s.selectors.pop(full_filter, None)
+            if compiled is not None and selector is not None:
+                router.add_selector(selector, compiled)
+                s.selectors[full_filter] = selector
+            if old_selector is not None:
+                router.release_selector(old_selector)
+            outcome = router.index.subscribe(s.client_id, full_filter, options)
+            codes.append(ReasonCode(qos))
+            core.subscription_changed(s.client_id, SubscriptionAction.SUBSCRIBE, full_filter, selector, qos)
+            rh = req.retain_handling
+            if not shared and (rh == 0 or (rh == 1 and not outcome.replaced)):
+                retained.extend(
+                    (msg, min(qos, msg.qos), True, plain, selector)
+                    for msg in router.retained_for(plain, selector, now)
+                )
+        ack_props = NO_PROPERTIES
+        if v5 and reasons and self.problem_info:
+            ack_props = Properties(reason_string="; ".join(reasons))
+        self.send(Suback(p.packet_id, tuple(codes), ack_props))
+        sub_ids = () if sub_id is None else (sub_id,)
+        for msg, qos, retain, plain, selector in retained:
+            core.deliver(s, msg, qos, retain, sub_ids, plain, selector, now)
+
+    def _on_unsubscribe(self, p: Unsubscribe) -> None:
+        core = self.core
+        router = core.router
+        s = self.session
+        assert s is not None
+        codes: list[ReasonCode] = []
+        for raw in p.topic_filters:
+            try:
+                _, full_filter = split_filter_prefix(raw)
+                plain = full_filter.split("/", 2)[2] if full_filter.startswith(_SHARE) else full_filter
+                topics.validate_filter(plain)
+            except (ValueError, IndexError):
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                continue
+            result = router.index.unsubscribe(s.client_id, full_filter)
+            if result is topics.Unsubscribed.REMOVED:
+                selector = s.selectors.pop(full_filter, None)
+                if selector is not None:
+                    router.release_selector(selector)
+                codes.append(ReasonCode.SUCCESS)
+                core.subscription_changed(
+                    s.client_id, SubscriptionAction.UNSUBSCRIBE, full_filter, selector, None
+                )
+            elif result is topics.Unsubscribed.PARTIAL:
+                codes.append(ReasonCode.SUCCESS)
+                core.subscription_changed(
+                    s.client_id, SubscriptionAction.PARTIAL_UNSUBSCRIBE, full_filter, None, None
+                )
+            else:
+                codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
+        self.send(Unsuback(p.packet_id, tuple(codes)))
+
+    # ------------------------------------------------------------ end of connection
+    def _on_disconnect(self, p: Disconnect) -> None:
+        s = self.session
+        assert s is not None
+        if self.version == 5:
+            new_expiry = p.properties.session_expiry_interval
+            if new_expiry is not None:
+                if s.expiry_interval == 0 and new_expiry != 0:
+                    self.disconnect(ReasonCode.PROTOCOL_ERROR, "session expiry changed from 0")
+                    return
+                s.expiry_interval = min(new_expiry, self.core.config.max_session_expiry)
+        self.will_on_close = self.version == 5 and p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        self.close("client disconnected")
+
+    def taken_over(self, now: float) -> None:
+        """Another connection CONNECTed with our client id (MQTT 5 section 3.1.4)."""
+        self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "session taken over")
+        self.lost(now, keep_session=True)
+
+    def check_keep_alive(self, now: float) -> None:
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            if now > self.connect_deadline:
+                self.close("no CONNECT")
+            return
+        ka = self.keep_alive
+        if ka and not self.close_requested and now - self.last_rx > 1.5 * ka:
+            self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            self.lost(now)
+
+    def lost(self, now: float, keep_session: bool = False) -> None:
+        """The network connection is gone (or is being closed by us): detach the session."""
+        if self.state is ConnectionState.CLOSED:
+            return
+        was_connected = self.state is ConnectionState.CONNECTED
+        self.state = ConnectionState.CLOSED
+        core = self.core
+        core.connections.discard(self)
+        s = self.session
+        if s is not None and was_connected and s.conn is self:
+            if keep_session:
+                # takeover: the will follows its delay; the new connection decides the session
+                s.conn = None
+                if self.will_on_close and s.will is not None:
+                    delay = s.will.properties.will_delay_interval or 0
+                    if delay == 0:
+                        core._publish_will(s, now)
+                    else:
+                        s.will_due = now + delay
+                        core.pending_wills.add(s)
+            else:
+                core.detach(s, self.will_on_close, now)
+        if was_connected and core.obs.disconnect and s is not None:
+            core._call(core.obs.disconnect, "on_disconnect", s.client_id, self.close_reason)
+        if self.outbox or self.close_requested:
+            core.dirty.add(self)
