@@ -68,7 +68,7 @@ from sortedcontainers import SortedKeyList, SortedList
 from content._engine import Engine, Event, SubId
 from content._filter import Clause, Filter
 from content._hema_boundary import BoundaryBoxes, box_of
-from content._predicate import ORDER_OPS, Kind, Op, Predicate, Scalar, kind_of
+from content._predicate import Kind, Op, Predicate, Scalar, kind_of
 
 __all__ = ["HEMA"]
 
@@ -76,6 +76,15 @@ UPPER: Final = 0  # x < v, x <= v: satisfied by a suffix of the row sorted by (v
 LOWER: Final = 1  # x > v, x >= v: satisfied by a prefix of the row sorted by (v, exclusive)
 
 _FAST_KIND: Final[dict[type, Kind]] = {int: Kind.NUM, float: Kind.NUM, str: Kind.STR, bool: Kind.BOOL}
+# Enum hashing runs Python code: sets/tuples of ops are tested by identity, hash keys use ints.
+_ORDER: Final = (Op.LT, Op.LE, Op.GT, Op.GE)
+_STR_OR_NUM: Final = (Kind.NUM, Kind.STR)
+
+
+def _code(kind: Kind | None) -> int:
+    """Small int standing for a value kind in hash-table keys (-1: not comparable)."""
+    return 0 if kind is Kind.NUM else 1 if kind is Kind.STR else 2 if kind is Kind.BOOL else -1
+
 
 Check = tuple[str, Callable[[object], bool]]
 ChainKey = tuple[tuple[Scalar, int], ...]
@@ -157,7 +166,10 @@ def _chain_key(p: Predicate) -> tuple[Scalar, int]:
 
 
 def _covers(tight: ChainKey, loose: ChainKey) -> bool:
-    return all(a <= b for a, b in zip(tight, loose, strict=True))
+    for a, b in zip(tight, loose, strict=True):  # noqa: SIM110 (no generator: insert hot path)
+        if a > b:
+            return False
+    return True
 
 
 @dataclass(eq=False, slots=True)
@@ -265,7 +277,7 @@ class HEMA(Engine):
         self._attr_rows: dict[str, list[tuple[Kind, int, Any, bool]]] = {}
         self._boxes = BoundaryBoxes()
         self._slot_units: dict[int, _Unit] = {}
-        self._hash: dict[str, dict[tuple[Kind, Scalar], set[int]]] = {}
+        self._hash: dict[str, dict[tuple[int, Scalar], set[int]]] = {}
         self._residual: dict[int, None] = {}
         self._column: dict[tuple[str, Kind], Any] = {}  # all order thresholds per attribute
         self._checks: dict[Predicate, Check] = {}
@@ -317,7 +329,7 @@ class HEMA(Engine):
             return None
         sig = []
         for p in clause:
-            if p.op not in ORDER_OPS or p.kind is not Kind.NUM or _is_nan(p.value):
+            if p.op not in _ORDER or p.kind is not Kind.NUM or _is_nan(p.value):
                 return None
             sig.append((p.attr, _family(p)))
         return sig if len(set(sig)) == len(sig) else None
@@ -363,10 +375,10 @@ class HEMA(Engine):
     def _mlist_add(self, unit: _Unit) -> None:
         """Fig. 4 Step 2: choose the start node, bisect it into its row, link the rest."""
         clause = unit.clause
+        costs = [self._start_cost(p) for p in clause]
         best = -1
         best_cost = 3.0
-        for i, p in enumerate(clause):
-            cost = self._start_cost(p)
+        for i, cost in enumerate(costs):
             if cost < best_cost:
                 best, best_cost = i, cost
         uid = unit.uid
@@ -377,10 +389,10 @@ class HEMA(Engine):
             p = clause[best]
             if p.op is Op.EQ or p.op is Op.IN:
                 members = p.value if isinstance(p.value, frozenset) else (p.value,)
-                keys = tuple({(kind_of(m), m) for m in members})
+                keys = tuple({(_code(kind_of(m)), m) for m in members})
                 table = self._hash.setdefault(p.attr, {})
                 for key in keys:
-                    table.setdefault(key, set()).add(uid)  # type: ignore[arg-type]
+                    table.setdefault(key, set()).add(uid)
                 unit.start = ("hash", p.attr, keys)
             else:
                 box = box_of(clause)
@@ -395,11 +407,12 @@ class HEMA(Engine):
                 entry = _row_entry(p, unit, unit.slot)
                 row.add(entry)
                 unit.start = ("row", row_key, entry)
-        rest = [p for i, p in enumerate(clause) if i != best]
-        rest.sort(key=self._start_cost)  # most selective link first: early exit of the walk
+        # most selective link first: the walk usually leaves at its first node
+        order = sorted((i for i in range(len(clause)) if i != best), key=costs.__getitem__)
+        rest = [clause[i] for i in order]
         unit.rest = tuple(self._check_of(p) for p in rest)
         for p in clause:
-            if p.op in ORDER_OPS and p.kind in (Kind.NUM, Kind.STR) and not _is_nan(p.value):
+            if p.op in _ORDER and p.kind in _STR_OR_NUM and not _is_nan(p.value):
                 ck = (p.attr, p.kind)
                 col = self._column.get(ck)
                 if col is None:
@@ -459,7 +472,7 @@ class HEMA(Engine):
             if any(_is_nan(m) or kind_of(m) is None for m in v):
                 return 3.0
             return min(1.0, 0.001 * len(v))
-        if p.op in ORDER_OPS and p.kind in (Kind.NUM, Kind.STR) and not _is_nan(v):
+        if p.op in _ORDER and p.kind in _STR_OR_NUM and not _is_nan(v):
             col = self._column.get((p.attr, p.kind))
             if not col:
                 return 0.5
@@ -519,7 +532,7 @@ class HEMA(Engine):
                 continue
             table = hash_tables.get(attr)
             if table is not None:
-                bucket = table.get((kind, v))
+                bucket = table.get((_code(kind), v))
                 if bucket:
                     for uid in bucket:
                         unit = units[uid]
