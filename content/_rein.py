@@ -1,23 +1,240 @@
-"""The REIN engine (placeholder until its issue lands; see content/_engine.py for the interface)."""
+"""REIN: bucket-indexed negative search over range constraints (seed 004, section 2).
+
+Seed 004 builds on REIN (its ref. [13]): every numeric constraint of a subscription is a
+range ``[v_low, v_high]`` (``>=`` -> ``[v, R]``, ``<=`` -> ``[U, v]``, ``=`` -> ``[v, v]``,
+its step 3); per attribute the lower bounds live in a bucket list ``L_low`` and the upper
+bounds in ``L_high`` (:mod:`content._bucket`); a per-event bit set marks the subscriptions
+an event *fails* (negative search): in ``L_low`` every bound above the event value fails, in
+``L_high`` every bound below it; only the event's own bucket is compared, the buckets
+beyond it are marked wholesale.  What stays unmarked matches.
+
+Mapping of the whole selector language onto that index (CONTRACT.md, "content"):
+
+* a *unit* is one DNF conjunction of a filter (a subscription matches when any of its units
+  does), so OR is exact; units are dense int32 ids into numpy arrays;
+* per unit and attribute the numeric ``= < <= > >=`` predicates intersect into one range,
+  stored as at most one ``L_low`` and one ``L_high`` entry (an open side is not stored: REIN's
+  ``[v, R]`` with ``R`` = +infinity never fails).  Strict bounds are exact: ``x > v`` is
+  ``x >= nextafter(v, +inf)`` (no int or float lies strictly between), done only for
+  ``|v| < 2**53``; event ints beyond 2**53 are compared exactly through a rounding-side flag;
+* an event that lacks the attribute, or carries a non-number or NaN there, fails every unit
+  that has an entry in the attribute's lists (both lists are marked wholesale);
+* every other predicate (strings, booleans, ``<>``, [NOT] IN, [NOT] LIKE, prefix / suffix /
+  contains, numeric literals that float64 cannot hold exactly) is a *residual* of its unit and
+  is verified with :meth:`Predicate.test` on the units that survive the negative search.
+
+Per event: O(n) to reset the bit set, plus per attribute O(q) comparisons in one bucket of
+each list and O(|marked|) scatter; the survivors are verified for residuals.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from content._bucket import BucketList, UnitTable
 from content._engine import Engine, Event, SubId
-from content._filter import Filter
+from content._filter import Clause, Filter
+from content._predicate import Kind, Op, Predicate
 
 __all__ = ["REIN"]
 
+_EXACT = 2.0**53
+_INF = math.inf
+Bounds = dict[str, list[float | None]]
+
+
+def _range_of(p: Predicate) -> tuple[float | None, float | None] | None:
+    """The exact ``[lo, hi]`` (None = open) of a numeric order/equality predicate, else None."""
+    if p.kind is not Kind.NUM or p.op not in (Op.EQ, Op.LT, Op.LE, Op.GT, Op.GE):
+        return None
+    v = p.value
+    if isinstance(v, int):
+        if abs(v) > _EXACT:
+            return None
+        f = float(v)
+    else:
+        assert isinstance(v, float)
+        f = v
+        if not math.isfinite(f):
+            return None
+    match p.op:
+        case Op.EQ:
+            return f, f
+        case Op.GE:
+            return f, None
+        case Op.LE:
+            return None, f
+        case Op.GT:
+            return (math.nextafter(f, _INF), None) if abs(f) < _EXACT else None
+        case _:  # Op.LT
+            return (None, math.nextafter(f, -_INF)) if abs(f) < _EXACT else None
+
+
+def split_clause(clause: Clause) -> tuple[Bounds, tuple[Predicate, ...]]:
+    """Per-attribute intersected ranges of the indexable predicates, and the residuals."""
+    bounds: Bounds = {}
+    residual: list[Predicate] = []
+    for p in clause:
+        r = _range_of(p)
+        if r is None:
+            residual.append(p)
+            continue
+        lo, hi = r
+        cur = bounds.setdefault(p.attr, [None, None])
+        if lo is not None:
+            old = cur[0]
+            cur[0] = lo if old is None else max(old, lo)
+        if hi is not None:
+            old = cur[1]
+            cur[1] = hi if old is None else min(old, hi)
+    return bounds, tuple(residual)
+
+
+def event_number(v: object) -> tuple[float, bool, bool] | None:
+    """``(xf, v >= xf, v <= xf)`` for a comparable number ``v`` (xf its float64), else None.
+
+    The flags are exact (Python compares int with float exactly), so a huge int rounded to
+    ``xf`` still decides every bound that equals ``xf`` correctly.
+    """
+    if isinstance(v, float):
+        if math.isnan(v):
+            return None
+        return float(v), True, True
+    if isinstance(v, int) and not isinstance(v, bool):
+        try:
+            xf = float(v)
+        except OverflowError:
+            xf = _INF if v > 0 else -_INF
+        return xf, v >= xf, v <= xf
+    return None
+
 
 class REIN(Engine):
-    """Not implemented yet."""
+    """Seed 004's REIN index; ``match`` is one negative search per event.
 
-    name = "rein"
+    ``buckets`` is the maximum number of buckets per list (seed 004 uses b = 1000).
+    Insert O(k log b) amortised, delete O(k) amortised (tombstones, per-list compaction);
+    memory ~ 1.5 x 12 bytes per stored bound plus one unit record per conjunction.
+    """
+
+    name: ClassVar[str] = "rein"
+
+    def __init__(self, buckets: int = 1000) -> None:
+        super().__init__()
+        self._buckets = buckets
+        self._table = UnitTable()
+        self._lists: dict[str, tuple[BucketList, BucketList]] = {}
+        self._unit_sub: list[Hashable] = [None]
+        self._residual: list[tuple[Predicate, ...] | None] = [None]
+        self._units_of: dict[SubId, list[int]] = {}
+        self._fail: npt.NDArray[np.bool_] = np.zeros(64, dtype=np.bool_)
+
+    # -- updates --------------------------------------------------------------------
+
+    def _lists_for(self, attr: str) -> tuple[BucketList, BucketList]:
+        pair = self._lists.get(attr)
+        if pair is None:
+            pair = (BucketList(self._table, self._buckets), BucketList(self._table, self._buckets))
+            self._lists[attr] = pair
+        return pair
 
     def _insert(self, sub_id: SubId, f: Filter) -> None:
-        raise NotImplementedError("rein engine is not implemented yet")
+        table = self._table
+        units: list[int] = []
+        for clause in f.clauses:
+            bounds, residual = split_clause(clause)
+            u = table.allocate()
+            if u == len(self._unit_sub):
+                self._unit_sub.append(sub_id)
+                self._residual.append(residual or None)
+            else:
+                self._unit_sub[u] = sub_id
+                self._residual[u] = residual or None
+            entries = 0
+            for attr, (lo, hi) in bounds.items():
+                low, high = self._lists_for(attr)
+                if lo is not None:
+                    low.insert(lo, u)
+                    entries += 1
+                if hi is not None:
+                    high.insert(hi, u)
+                    entries += 1
+            table.pending[u] = entries
+            units.append(u)
+        self._units_of[sub_id] = units
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
-        raise NotImplementedError("rein engine is not implemented yet")
+        units = self._units_of.pop(sub_id)
+        for u, clause in zip(units, f.clauses, strict=True):
+            bounds, _ = split_clause(clause)
+            self._unit_sub[u] = None
+            self._residual[u] = None
+            self._table.release(u)
+            for attr, (lo, hi) in bounds.items():
+                low, high = self._lists[attr]
+                if lo is not None:
+                    low.kill()
+                if hi is not None:
+                    high.kill()
+
+    # -- matching -------------------------------------------------------------------
+
+    def _mark(self, fail: npt.NDArray[np.bool_], event: Event) -> None:
+        get = event.get
+        for attr, (low, high) in self._lists.items():
+            num = event_number(get(attr))
+            if num is None:
+                low.mark_all(fail)
+                high.mark_all(fail)
+            else:
+                xf, x_ge, x_le = num
+                low.mark_low(fail, xf, x_ge)
+                high.mark_high(fail, xf, x_le)
+
+    def _collect(self, survivors: npt.NDArray[np.intp], event: Event) -> set[SubId]:
+        unit_sub = self._unit_sub
+        residual = self._residual
+        get = event.get
+        out: set[SubId] = set()
+        for u in survivors.tolist():
+            rest = residual[u]
+            if rest is None or all(p.test(get(p.attr)) for p in rest):
+                out.add(unit_sub[u])
+        return out
 
     def match(self, event: Event) -> set[SubId]:
-        raise NotImplementedError("rein engine is not implemented yet")
+        n = self._table.n
+        if len(self._fail) < n:
+            self._fail = np.zeros(len(self._table.alive), dtype=np.bool_)
+        fail = self._fail[:n]
+        np.logical_not(self._table.alive[:n], out=fail)
+        self._mark(fail, event)
+        return self._collect(np.flatnonzero(~fail), event)
+
+    def _check(self) -> None:
+        super()._check()
+        table = self._table
+        n = table.n
+        assert len(self._unit_sub) == n == len(self._residual)
+        alive_units = [u for us in self._units_of.values() for u in us]
+        assert len(alive_units) == len(set(alive_units)) == int(table.alive[:n].sum())
+        assert not table.alive[0] and bool(table.alive[alive_units].all())
+        assert set(self._units_of) == set(self._filters)
+        for sid, us in self._units_of.items():
+            assert len(us) == len(self._filters[sid].clauses)
+            assert all(self._unit_sub[u] == sid for u in us)
+        entries = np.zeros(n, dtype=np.int32)
+        for low, high in self._lists.values():
+            for lst in (low, high):
+                lst._check()
+                units = lst.units[: lst.end]
+                np.add.at(entries, units[units != 0], 1)
+        assert (entries == table.pending[:n]).all()
+        free = set(table.free)
+        assert len(free) == len(table.free) and 0 not in free
+        assert not table.alive[list(free)].any() and not entries[list(free)].any()
