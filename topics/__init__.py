@@ -1,8 +1,28 @@
 """Topic names and filters, the topic tree, and negative entries (seed 002, the IBM patent).
 
-This package imports nothing from ``broker`` or ``bridge``.
+* ``validate_topic`` / ``validate_filter`` / ``InvalidTopic``: MQTT rules, plus the patent's
+  extended syntax ('#' at any level) on request (``topics._validate``).
+* ``matches`` / ``includes`` / ``overlaps``: exact for the extended syntax, with the '$' rule
+  (``topics._match``; the patent's topicIncludes / topicOverlaps, Fig. 2 and 3).
+* ``TopicSet``: one subscriber's list of positive and negative entries, seed 002 Fig. 4 and 8
+  (``topics._topicset``).
+
+This package imports nothing from ``broker`` or ``bridge``.  Design notes: ``docs/topics.md``.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from topics._match import includes, matches, overlaps
+from topics._topicset import TopicSet
+from topics._validate import MAX_TOPIC_BYTES, InvalidTopic, validate_filter, validate_topic
+
+__all__ = [
+    "MAX_TOPIC_BYTES",
+    "InvalidTopic",
+    "TopicSet",
+    "includes",
+    "matches",
+    "overlaps",
+    "validate_filter",
+    "validate_topic",
+]
