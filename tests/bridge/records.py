@@ -6,7 +6,7 @@ from broker.hooks import Delivery, Publication, SubscriptionAction, Subscription
 
 
 def delivery(
-    i: int, t: float, *, topic: str = "a/b", subscriber: str = "s1", cf: str | None = None
+    i: int, t: float, *, topic: str = "a/b", subscriber: str = "s1", cf: str | None = None, sf: str = "a/#"
 ) -> Delivery:
     return Delivery(
         time=t,
@@ -14,7 +14,7 @@ def delivery(
         publisher_id="p1" if i % 2 else None,
         subscriber_id=subscriber,
         topic=topic,
-        subscription_filter="a/#",
+        subscription_filter=sf,
         content_filter=cf,
         qos=i % 3,
         retained=i % 5 == 0,

@@ -1,0 +1,382 @@
+"""Spark Structured Streaming analytics over the bridge's landing zone.
+
+Sources: one streaming DataFrame per record kind, Spark's Parquet file source over
+``LANDING/<kind>/`` with the declared schemas (:func:`bridge.spark_schema`).  The writer commits
+files atomically under their final name, and dot files are ignored, so a micro-batch never sees
+a half-written file.
+
+Jobs (one streaming query each, each with its own checkpoint under ``OUTPUT/_checkpoints/``):
+
+==================  =======================================================  ===================
+result              computation                                              key
+==================  =======================================================  ===================
+topic_rate          deliveries per topic per event-time window (watermark)  window_start, topic
+subscriber_rate     deliveries per subscriber per window (watermark)        window_start, subscriber_id
+churn               subscription changes per action per window (watermark) window_start, action
+latency             broker latency p50/p90/p99/max per window (watermark)   window_start
+fanout              publications per fan-out (deliveries per message)       deliveries
+top_topics          messages, deliveries and bytes per topic                 topic
+filter_selectivity  deliveries through each content-filtered subscription   subscriber, filters
+active_filters      +1/-1 events per (topic filter, content filter), from a  (events, summed)
+                    stateful per-client operator (applyInPandasWithState)
+==================  =======================================================  ===================
+
+Sinks: results are written in *update* mode through ``foreachBatch`` to
+``OUTPUT/<result>/batch=<id>/`` with ``mode("overwrite")``.  Spark logs a micro-batch's offsets
+before running it and re-runs exactly that batch (same id, same files) after a restart, so the
+overwrite makes the sink idempotent and the checkpointed state makes the whole exactly once.
+Update mode makes a window's count visible in the first batch that sees it (an append-mode file
+sink would hold every window back until the watermark passes it).  :func:`results` reads a
+result back: for each key the row of the latest batch wins; ``active_filters`` rows are deltas.
+
+Content-filter selectivity is ``deliveries through the filtered subscription / messages
+published on topics its topic filter matches`` (:func:`selectivity`), from ``filter_selectivity``
+and ``top_topics``; it ignores negative entries and the subscription's lifetime.
+
+This part has no seed document: it follows issue 6, item 3.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd  # type: ignore[import-untyped]
+import pyarrow.dataset as ds
+
+from bridge._schema import Kind, spark_schema
+
+__all__ = [
+    "RESULT_KEYS",
+    "console_summary",
+    "landing_streams",
+    "results",
+    "run_cli",
+    "selectivity",
+    "spark_session",
+    "start_queries",
+]
+
+RESULT_KEYS: dict[str, tuple[str, ...]] = {
+    "topic_rate": ("window_start", "topic"),
+    "subscriber_rate": ("window_start", "subscriber_id"),
+    "churn": ("window_start", "action"),
+    "latency": ("window_start",),
+    "fanout": ("deliveries",),
+    "top_topics": ("topic",),
+    "filter_selectivity": ("subscriber_id", "subscription_filter", "content_filter"),
+    "active_filters": (),  # delta events: every row counts
+}
+
+
+def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
+    """A SparkSession tuned for small local runs (no UI, 2 shuffle partitions, loopback driver)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _spark_path(landing: str | Path) -> str:
+    text = str(landing)
+    return text if "://" in text else str(Path(text).resolve())
+
+
+def landing_streams(spark: Any, landing: str | Path) -> dict[Kind, Any]:
+    """One streaming DataFrame per record kind over ``landing`` (file source, declared schemas)."""
+    base = _spark_path(landing).rstrip("/")
+    return {
+        kind: spark.readStream.schema(spark_schema(kind)).parquet(f"{base}/{kind.value}") for kind in Kind
+    }
+
+
+_STATE_SCHEMA = "filters STRING"
+_ACTIVE_SCHEMA = "time TIMESTAMP, client_id STRING, topic_filter STRING, content_filter STRING, delta INT"
+
+
+def _active_filters(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
+    """Per client: the set of (topic filter, content filter) it holds; emits +1/-1 deltas.
+
+    ``subscribe`` replaces an identical topic filter (MQTT); ``unsubscribe`` removes it;
+    ``partial_unsubscribe`` adds a negative entry (no subscription removed); ``session_end``
+    and ``takeover`` with zero resulting entries clear the client's subscriptions.
+    """
+    client = key[0]
+    held: dict[str, str | None] = dict(json.loads(state.get[0])) if state.exists else {}
+    frames = [p for p in pdfs if len(p)]
+    out: list[tuple[Any, str, str, str | None, int]] = []
+    if frames:
+        pdf = pd.concat(frames).sort_values("time", kind="stable")
+        for t, action, tf, cf, entries in zip(
+            pdf["time"],
+            pdf["action"],
+            pdf["topic_filter"],
+            pdf["content_filter"],
+            pdf["entries"],
+            strict=True,
+        ):
+            selector = cf if isinstance(cf, str) else None  # pandas gives None or NaN
+            if action == "subscribe" and tf is not None:
+                if tf in held:
+                    if held[tf] == selector:
+                        continue
+                    out.append((t, client, tf, held[tf], -1))
+                held[tf] = selector
+                out.append((t, client, tf, selector, 1))
+            elif action == "unsubscribe" and tf in held:
+                out.append((t, client, tf, held.pop(tf), -1))
+            elif action in ("session_end", "takeover") and int(entries) == 0:
+                out.extend((t, client, f, c, -1) for f, c in held.items())
+                held.clear()
+    state.update((json.dumps(sorted(held.items())),))
+    yield pd.DataFrame(out, columns=["time", "client_id", "topic_filter", "content_filter", "delta"])
+
+
+def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    d = streams[Kind.DELIVERIES].withWatermark("time", watermark)
+    p = streams[Kind.PUBLICATIONS]
+    c = streams[Kind.SUBSCRIPTION_CHANGES]
+    win = F.window("time", window)
+
+    def flat(df: Any) -> Any:
+        return (
+            df.withColumn("window_start", F.col("window.start"))
+            .withColumn("window_end", F.col("window.end"))
+            .drop("window")
+        )
+
+    return {
+        "topic_rate": flat(
+            d.groupBy(win.alias("window"), "topic").agg(
+                F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
+            )
+        ),
+        "subscriber_rate": flat(
+            d.groupBy(win.alias("window"), "subscriber_id").agg(
+                F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
+            )
+        ),
+        "churn": flat(
+            c.withWatermark("time", watermark)
+            .groupBy(win.alias("window"), "action")
+            .agg(F.count("*").alias("changes"))
+        ),
+        "latency": flat(
+            d.groupBy(win.alias("window")).agg(
+                F.count("*").alias("deliveries"),
+                F.percentile_approx("latency", [0.5, 0.9, 0.99], 10000).alias("q"),
+                F.max("latency").alias("max"),
+            )
+        )
+        .withColumn("p50", F.col("q")[0])
+        .withColumn("p90", F.col("q")[1])
+        .withColumn("p99", F.col("q")[2])
+        .drop("q"),
+        "fanout": p.groupBy("deliveries").agg(F.count("*").alias("messages")),
+        "top_topics": p.groupBy("topic").agg(
+            F.count("*").alias("messages"),
+            F.sum("deliveries").alias("deliveries"),
+            F.sum("payload_size").alias("bytes"),
+        ),
+        "filter_selectivity": d.where(F.col("content_filter").isNotNull())
+        .groupBy("subscriber_id", "subscription_filter", "content_filter")
+        .agg(F.count("*").alias("deliveries")),
+        "active_filters": c.groupBy("client_id").applyInPandasWithState(
+            _active_filters, _ACTIVE_SCHEMA, _STATE_SCHEMA, "update", GroupStateTimeout.NoTimeout
+        ),
+    }
+
+
+def _sink(output: str, name: str) -> Callable[[Any, int], None]:
+    def write(df: Any, batch_id: int) -> None:
+        df.write.mode("overwrite").parquet(f"{output}/{name}/batch={batch_id:012d}")
+
+    return write
+
+
+def start_queries(
+    spark: Any,
+    landing: str | Path,
+    output: str | Path,
+    *,
+    window: str = "10 seconds",
+    watermark: str = "30 seconds",
+    once: bool = False,
+    trigger: float = 1.0,
+    only: tuple[str, ...] | None = None,
+) -> list[Any]:
+    """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""
+    out = _spark_path(output).rstrip("/")
+    frames = _build(landing_streams(spark, landing), window, watermark)
+    queries = []
+    for name, df in frames.items():
+        if only is not None and name not in only:
+            continue
+        writer = (
+            df.writeStream.queryName(f"siftmq_{name}")
+            .outputMode("update")
+            .option("checkpointLocation", f"{out}/_checkpoints/{name}")
+            .foreachBatch(_sink(out, name))
+        )
+        writer = (
+            writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger} seconds")
+        )
+        queries.append(writer.start())
+    return queries
+
+
+def results(output: str | Path, name: str) -> pd.DataFrame:
+    """The latest result ``name`` as pandas: per key, the row of the latest micro-batch."""
+    path = Path(output) / name
+    if not path.is_dir():
+        return pd.DataFrame()
+    table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
+    pdf: pd.DataFrame = table.to_pandas()
+    if pdf.empty:
+        return pdf
+    keys = list(RESULT_KEYS[name])
+    if keys:
+        pdf = pdf.sort_values("batch", kind="stable").drop_duplicates(keys, keep="last")
+    return pdf.drop(columns=["batch"]).reset_index(drop=True)
+
+
+def _filter_regex(topic_filter: str) -> re.Pattern[str]:
+    parts = []
+    for level in topic_filter.split("/"):
+        if level == "+":
+            parts.append("[^/]*")
+        elif level == "#":
+            parts.append("\x00")
+        else:
+            parts.append(re.escape(level))
+    pattern = "/".join(parts).replace("/\x00", "(/.*)?").replace("\x00", ".*")
+    return re.compile(pattern + r"\Z")
+
+
+def selectivity(output: str | Path) -> pd.DataFrame:
+    """Per content-filtered subscription: deliveries, candidate messages and their ratio."""
+    sel = results(output, "filter_selectivity")
+    top = results(output, "top_topics")
+    if sel.empty:
+        return sel
+    candidates = []
+    for tf in sel["subscription_filter"]:
+        rx = _filter_regex(str(tf))
+        mask = [
+            bool(rx.match(str(t))) and not (str(t).startswith("$") and tf[:1] in "+#") for t in top["topic"]
+        ]
+        candidates.append(int(top.loc[mask, "messages"].sum()) if len(top) else 0)
+    sel = sel.assign(candidates=candidates)
+    sel["selectivity"] = sel["deliveries"] / sel["candidates"].where(sel["candidates"] > 0)
+    return sel.sort_values("selectivity").reset_index(drop=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    deliveries: int
+    messages: int
+    changes: int
+
+
+def _totals(output: str | Path) -> _Totals:
+    topic = results(output, "topic_rate")
+    top = results(output, "top_topics")
+    churn = results(output, "churn")
+    return _Totals(
+        deliveries=int(topic["deliveries"].sum()) if not topic.empty else 0,
+        messages=int(top["messages"].sum()) if not top.empty else 0,
+        changes=int(churn["changes"].sum()) if not churn.empty else 0,
+    )
+
+
+def console_summary(output: str | Path, top_n: int = 5) -> str:
+    """A short text summary of the latest results."""
+    t = _totals(output)
+    lines = [f"deliveries={t.deliveries} messages={t.messages} subscription_changes={t.changes}"]
+    top = results(output, "top_topics")
+    if not top.empty:
+        lines.append("top topics (messages, deliveries):")
+        ranked = top.sort_values(["messages", "topic"], ascending=[False, True]).head(top_n)
+        lines.extend(f"  {r.topic}: {r.messages}, {r.deliveries}" for r in ranked.itertuples())
+    fan = results(output, "fanout")
+    if not fan.empty:
+        mean = float((fan["deliveries"] * fan["messages"]).sum() / fan["messages"].sum())
+        lines.append(f"fan-out: mean {mean:.2f}, max {int(fan['deliveries'].max())}")
+    lat = results(output, "latency")
+    if not lat.empty:
+        last = lat.sort_values("window_start").iloc[-1]
+        lines.append(f"latency (last window): p50 {last['p50'] * 1e3:.2f} ms, p99 {last['p99'] * 1e3:.2f} ms")
+    sel = selectivity(output)
+    if not sel.empty:
+        known = sel["selectivity"].dropna()
+        median = f"{float(known.median()):.3f}" if len(known) else "n/a"
+        lines.append(f"content filters: {len(sel)} subscriptions, median selectivity {median}")
+    return "\n".join(lines)
+
+
+def run_cli(
+    *,
+    landing: str,
+    output: str,
+    master: str,
+    once: bool,
+    window: str,
+    watermark: str,
+    trigger: float,
+    summary_every: float,
+) -> int:
+    """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries."""
+    if "://" not in landing and not Path(landing).is_dir():
+        print(f"siftmq analytics: landing zone {landing!r} does not exist", file=sys.stderr)
+        return 2
+    if "://" not in output:
+        Path(output).mkdir(parents=True, exist_ok=True)
+    spark = spark_session(master)
+    queries = start_queries(
+        spark, landing, output, window=window, watermark=watermark, once=once, trigger=trigger
+    )
+    try:
+        if once:
+            for q in queries:
+                q.awaitTermination()
+        else:
+            while all(q.isActive for q in queries):
+                spark.streams.awaitAnyTermination(summary_every)
+                print(time.strftime("%H:%M:%S"), console_summary(output), sep="\n", flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for q in queries:
+            q.stop()
+        spark.stop()
+    failed = [q.name for q in queries if q.exception() is not None]
+    print(console_summary(output))
+    if failed:
+        print(f"siftmq analytics: queries failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,78 @@
+"""``siftmq analytics``: the bridge's sub-command, registered by the broker's CLI.
+
+``register(subparsers)`` adds ``analytics`` (run the Spark jobs over the landing zone;
+``--once`` processes what is there and exits) and ``analytics report`` (render the latest
+results as one self-contained HTML page).  Spark and matplotlib are imported only when the
+command runs, so ``siftmq --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["DEFAULT_DATA_DIR", "register"]
+
+DEFAULT_DATA_DIR = Path("siftmq-data")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``analytics`` sub-command; it sets ``func`` (call ``args.func(args)``)."""
+    p = subparsers.add_parser(
+        "analytics",
+        help="run the Spark analytics over the bridge's landing zone",
+        description="Run the Spark Structured Streaming analytics over the landing zone "
+        "(local Spark by default). 'siftmq analytics report' renders the latest results as HTML.",
+    )
+    _common(p)
+    p.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
+    p.add_argument("--once", action="store_true", help="process what is in the landing zone and exit")
+    p.add_argument("--window", default="10 seconds", help="event-time window length (default: 10 seconds)")
+    p.add_argument(
+        "--watermark", default="30 seconds", help="how late a record may arrive (default: 30 seconds)"
+    )
+    p.add_argument("--trigger", type=float, default=1.0, help="seconds between micro-batches when not --once")
+    p.add_argument("--summary-every", type=float, default=10.0, help="seconds between console summaries")
+    p.set_defaults(func=_run_analytics)
+    sub = p.add_subparsers(dest="analytics_command", required=False)
+    r = sub.add_parser("report", help="render the latest results as a self-contained HTML page")
+    _common(r)
+    r.add_argument("--html", type=Path, default=None, help="output file (default: OUTPUT/report.html)")
+    r.set_defaults(func=_run_report)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--landing",
+        default=str(DEFAULT_DATA_DIR / "landing"),
+        help="landing zone directory or URI (default: siftmq-data/landing)",
+    )
+    p.add_argument(
+        "--output",
+        default=str(DEFAULT_DATA_DIR / "analytics"),
+        help="results and checkpoints directory (default: siftmq-data/analytics)",
+    )
+
+
+def _run_analytics(args: argparse.Namespace) -> int:
+    from bridge._analytics import run_cli
+
+    return run_cli(
+        landing=args.landing,
+        output=args.output,
+        master=args.master,
+        once=args.once,
+        window=args.window,
+        watermark=args.watermark,
+        trigger=args.trigger,
+        summary_every=args.summary_every,
+    )
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from bridge._report import write_report
+
+    html = args.html if args.html is not None else Path(args.output) / "report.html"
+    path = write_report(args.output, html)
+    print(f"report written to {path}")
+    return 0

@@ -1,0 +1,190 @@
+"""``siftmq analytics report``: the latest analytics results as one self-contained HTML page.
+
+Reads the results the Spark jobs wrote (:func:`bridge._analytics.results`, pyarrow + pandas; no
+Spark needed) and draws them with matplotlib (Agg backend) as PNG images inlined as base64
+``data:`` URIs, so the page has no external reference and can be mailed or archived.
+Sections: totals, message rate per topic over time, fan-out histogram, subscription churn per
+window, active subscriptions per filter over time, broker latency percentiles, top topics and
+content-filter selectivity tables.  Empty results render as a short "no data yet" note.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd  # type: ignore[import-untyped]
+
+from bridge._analytics import results, selectivity
+
+__all__ = ["render_report", "write_report"]
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1000px;color:#222}
+h1{font-size:1.6em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+.cards{display:flex;gap:1em}.card{background:#f4f6fa;border-radius:8px;padding:.8em 1.2em}
+.card b{display:block;font-size:1.6em}table{border-collapse:collapse}
+td,th{padding:.2em .8em;border-bottom:1px solid #eee;text-align:right}
+td:first-child,th:first-child{text-align:left}img{max-width:100%}.empty{color:#888}
+"""
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _figure(title: str, draw: Any, data: pd.DataFrame) -> str:
+    if data.empty:
+        return f'<h2>{html.escape(title)}</h2><p class="empty">no data yet</p>'
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    draw(ax, data)
+    ax.grid(alpha=0.3)
+    alt = html.escape(title)
+    return f'<h2>{alt}</h2><img alt="{alt}" src="data:image/png;base64,{_png(fig)}">'
+
+
+def _rate(ax: Any, df: pd.DataFrame) -> None:
+    seconds = (df["window_end"] - df["window_start"]).dt.total_seconds()
+    df = df.assign(rate=df["deliveries"] / seconds)
+    top = df.groupby("topic")["deliveries"].sum().nlargest(8).index
+    for topic in top:
+        part = df[df["topic"] == topic].sort_values("window_start")
+        ax.plot(part["window_start"], part["rate"], marker=".", label=str(topic))
+    ax.set_ylabel("deliveries / s")
+    ax.legend(fontsize="small", loc="upper left")
+
+
+def _fanout(ax: Any, df: pd.DataFrame) -> None:
+    df = df.sort_values("deliveries")
+    ax.bar(df["deliveries"].astype(int), df["messages"], color="#4c72b0")
+    ax.set_xlabel("deliveries per message")
+    ax.set_ylabel("messages")
+
+
+def _churn(ax: Any, df: pd.DataFrame) -> None:
+    table = df.pivot_table(index="window_start", columns="action", values="changes", aggfunc="sum").fillna(0)
+    bottom = None
+    for action in table.columns:
+        ax.bar(table.index, table[action], bottom=bottom, width=0.8 * _width(table.index), label=str(action))
+        bottom = table[action] if bottom is None else bottom + table[action]
+    ax.set_ylabel("changes per window")
+    ax.legend(fontsize="small")
+
+
+def _width(index: Any) -> float:
+    if len(index) < 2:
+        return 1 / 86400 * 10
+    steps = pd.Series(index).sort_values().diff().dropna()
+    return float(steps.min().total_seconds()) / 86400
+
+
+def _active(ax: Any, df: pd.DataFrame) -> None:
+    df = df.assign(filter=df["topic_filter"].astype(str)).sort_values("time")
+    top = df.groupby("filter")["delta"].apply(lambda s: s.cumsum().max()).nlargest(8).index
+    for name in top:
+        part = df[df["filter"] == name]
+        ax.step(part["time"], part["delta"].cumsum(), where="post", label=name)
+    ax.set_ylabel("active subscriptions")
+    ax.legend(fontsize="small", loc="upper left")
+
+
+def _latency(ax: Any, df: pd.DataFrame) -> None:
+    df = df.sort_values("window_start")
+    for col in ("p50", "p90", "p99"):
+        ax.plot(df["window_start"], df[col] * 1e3, marker=".", label=col)
+    ax.set_ylabel("broker latency (ms)")
+    ax.set_yscale("log")
+    ax.legend(fontsize="small")
+
+
+def _table(title: str, df: pd.DataFrame, columns: list[str]) -> str:
+    if df.empty:
+        return f'<h2>{html.escape(title)}</h2><p class="empty">no data yet</p>'
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    rows = []
+    for rec in df[columns].itertuples(index=False):
+        cells = "".join(
+            f"<td>{v:.3f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>" for v in rec
+        )
+        rows.append(f"<tr>{cells}</tr>")
+    return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def render_report(output: str | Path) -> str:
+    """The HTML page (a string) for the results under ``output``."""
+    topic = results(output, "topic_rate")
+    top = results(output, "top_topics")
+    churn = results(output, "churn")
+    fan = results(output, "fanout")
+    active = results(output, "active_filters")
+    lat = results(output, "latency")
+    sel = selectivity(output)
+    deliveries = int(topic["deliveries"].sum()) if not topic.empty else 0
+    messages = int(top["messages"].sum()) if not top.empty else 0
+    changes = int(churn["changes"].sum()) if not churn.empty else 0
+    subscribers = int(results(output, "subscriber_rate")["subscriber_id"].nunique()) if deliveries else 0
+    cards = "".join(
+        f'<div class="card"><b id="{key}">{value}</b>{label}</div>'
+        for key, value, label in (
+            ("total-deliveries", deliveries, "deliveries"),
+            ("total-messages", messages, "messages"),
+            ("total-subscribers", subscribers, "subscribers"),
+            ("total-changes", changes, "subscription changes"),
+        )
+    )
+    ranked = (
+        top.sort_values(["messages", "topic"], ascending=[False, True]).head(10) if not top.empty else top
+    )
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><title>siftmq analytics</title>",
+        f"<style>{_CSS}</style></head><body><h1>siftmq analytics</h1>",
+        f"<p>Results from <code>{html.escape(str(output))}</code>, rendered "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.</p>",
+        f'<div class="cards">{cards}</div>',
+        _figure("Message rate per topic", _rate, topic),
+        _figure("Fan-out", _fanout, fan),
+        _figure("Subscription churn", _churn, churn),
+        _figure("Active subscriptions per filter", _active, active),
+        _figure("Broker latency", _latency, lat),
+        _table("Top topics", ranked, ["topic", "messages", "deliveries", "bytes"]) if not top.empty else "",
+        _table(
+            "Content-filter selectivity",
+            sel,
+            [
+                "subscriber_id",
+                "subscription_filter",
+                "content_filter",
+                "deliveries",
+                "candidates",
+                "selectivity",
+            ],
+        )
+        if not sel.empty
+        else "",
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write_report(output: str | Path, html_path: str | Path) -> Path:
+    """Render the report and write it atomically to ``html_path``; returns the path."""
+    path = Path(html_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_report(output), encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,19 @@
+"""One local Spark session for the whole bridge suite (session scope)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from bridge._analytics import spark_session
+
+    session = spark_session("local[2]", app_name="siftmq-tests")
+    # Tests run availableNow over finished data: skip the no-data batches that only evict state.
+    session.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    yield session
+    session.stop()
