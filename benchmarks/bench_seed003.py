@@ -220,6 +220,34 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _ab_section(exp: Experiment, names: list[str], total: int, step: int, budget: float) -> list[str]:
+    md: list[str] = []
+    key = exp.name
+    ab = experiment_ab(exp, names, total, step, 200, budget)
+    steps = sorted({int(str(r["subs"])) for r in ab})
+    by = {(r["engine"], r["subs"]): r for r in ab}
+    md.append(f"### Experiment {key}: insertion and matching (Figs. {5 + int(key)} (a), (b))\n")
+    md.append(
+        _md_table(
+            [
+                "subscriptions",
+                *[f"{n} insert {step} (s)" for n in names],
+                *[f"{n} match 200 (s)" for n in names],
+            ],
+            [
+                [
+                    f"{s:,}",
+                    *[f"{by[(n, s)]['insert_s']:.3f}" for n in names],
+                    *[_match_cell(by[(n, s)]) for n in names],
+                ]
+                for s in steps
+            ],
+        )
+    )
+    md.append("")
+    return md
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
@@ -227,6 +255,7 @@ def main() -> None:
     ap.add_argument("--experiments", default="1,2")
     ap.add_argument("--churn-subs", type=int, default=100_000)
     ap.add_argument("--seconds", type=float, default=3.0, help="per churn rate and engine")
+    ap.add_argument("--skip-ab", action="store_true", help="only the 100,000-subscription part (c)")
     ap.add_argument("--no-gc-freeze", action="store_true", help="leave the built index to the GC")
     ap.add_argument("--budget", type=float, default=2.0, help="max seconds matching per step (then scaled)")
     ap.add_argument("--out", type=Path, help="write the markdown results here")
@@ -241,28 +270,8 @@ def main() -> None:
     md: list[str] = []
     for key in args.experiments.split(","):
         exp = EXPERIMENTS[key]
-        ab = experiment_ab(exp, names, total, step, 200, args.budget)
-        steps = sorted({int(str(r["subs"])) for r in ab})
-        by = {(r["engine"], r["subs"]): r for r in ab}
-        md.append(f"### Experiment {key}: insertion and matching (Figs. {5 + int(key)} (a), (b))\n")
-        md.append(
-            _md_table(
-                [
-                    "subscriptions",
-                    *[f"{n} insert {step} (s)" for n in names],
-                    *[f"{n} match 200 (s)" for n in names],
-                ],
-                [
-                    [
-                        f"{s:,}",
-                        *[f"{by[(n, s)]['insert_s']:.3f}" for n in names],
-                        *[_match_cell(by[(n, s)]) for n in names],
-                    ]
-                    for s in steps
-                ],
-            )
-        )
-        md.append("")
+        if not args.skip_ab:
+            md.extend(_ab_section(exp, names, total, step, args.budget))
         churn, lat = experiment_c(exp, names, churn_subs, rates, seconds, 300)
         md.append(f"### Experiment {key}: {churn_subs:,} subscriptions, one event at a time\n")
         md.append(

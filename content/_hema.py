@@ -280,7 +280,6 @@ class HEMA(Engine):
         self._hash: dict[str, dict[tuple[int, Scalar], set[int]]] = {}
         self._residual: dict[int, None] = {}
         self._column: dict[tuple[str, Kind], Any] = {}  # all order thresholds per attribute
-        self._checks: dict[Predicate, Check] = {}
 
     # ------------------------------------------------------------------ subscription changes
 
@@ -366,12 +365,6 @@ class HEMA(Engine):
             if not chains:
                 del self._groups[chain.signature]
 
-    def _check_of(self, p: Predicate) -> Check:
-        c = self._checks.get(p)
-        if c is None:
-            c = self._checks[p] = (p.attr, _checker(p))
-        return c
-
     def _mlist_add(self, unit: _Unit) -> None:
         """Fig. 4 Step 2: choose the start node, bisect it into its row, link the rest."""
         clause = unit.clause
@@ -410,7 +403,7 @@ class HEMA(Engine):
         # most selective link first: the walk usually leaves at its first node
         order = sorted((i for i in range(len(clause)) if i != best), key=costs.__getitem__)
         rest = [clause[i] for i in order]
-        unit.rest = tuple(self._check_of(p) for p in rest)
+        unit.rest = tuple((p.attr, _checker(p)) for p in rest)
         for p in clause:
             if p.op in _ORDER and p.kind in _STR_OR_NUM and not _is_nan(p.value):
                 ck = (p.attr, p.kind)

@@ -136,13 +136,13 @@ class HemaSmallChains(HemaVersusBruteForce):
     min_chain = 2
 
 
-HemaVersusBruteForce.TestCase.settings = settings(max_examples=60, stateful_step_count=40)
-HemaSmallChains.TestCase.settings = settings(max_examples=60, stateful_step_count=40)
+HemaVersusBruteForce.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
+HemaSmallChains.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
 TestHemaVersusBruteForce = HemaVersusBruteForce.TestCase
 TestHemaSmallChains = HemaSmallChains.TestCase
 
 
-@settings(max_examples=150)
+@settings(max_examples=100)
 @given(st.lists(filters, max_size=12), st.lists(events, min_size=1, max_size=5))
 def test_static_workloads_agree(flts: list[Filter], evs: list[dict[str, object]]) -> None:
     hema, oracle = HEMA(min_chain=1), BruteForce()
