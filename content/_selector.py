@@ -75,6 +75,9 @@ class FilterSyntaxError(ValueError):
         super().__init__(message)
         self.position = position
 
+    def __reduce__(self) -> tuple[type[FilterSyntaxError], tuple[str, int]]:
+        return (FilterSyntaxError, (str(self), self.position))
+
 
 # ---------------------------------------------------------------- tokenizer
 

@@ -181,3 +181,12 @@ def test_format_round_trip(text: str) -> None:
 def test_format_empty_filter() -> None:
     never = compile("a NOT IN (1, 'x')")
     assert compile(format_filter(never)).clauses == ()
+
+
+def test_error_pickles_with_its_position() -> None:
+    import pickle
+
+    with pytest.raises(FilterSyntaxError) as info:
+        compile("a >")
+    again = pickle.loads(pickle.dumps(info.value))
+    assert (str(again), again.position) == (str(info.value), 3)
