@@ -12,7 +12,8 @@ into buckets that are consecutive slices, each with free slack at its end.  Cons
 * "every bucket beyond the event's bucket" is one slice ``units[start[j+1]:end]`` (lower
   list) or ``units[:start[j]]`` (upper list), marked by a single numpy scatter; slack slots
   hold the sentinel unit 0, whose mark is ignored;
-* an insert appends into its bucket's slack: O(log b) to find the bucket, O(1) to write;
+* an insert is queued (O(1)); before the next match the queue is written into the buckets'
+  slack in one vectorised step (O(log b) per entry to find its bucket, O(1) to write);
 * users declare no value domain: the boundaries are *quantiles of the data* computed when
   the list is (re)bucketed.  A list is rebucketed -- alone, never the whole index -- when a
   bucket's slack is exhausted (slack is half the bucket's size, so rebuilds are geometric,
@@ -97,6 +98,9 @@ class BucketList:
 
     __slots__ = (
         "bnd",
+        "bnd_np",
+        "buf_u",
+        "buf_v",
         "count",
         "dead",
         "end",
@@ -115,6 +119,9 @@ class BucketList:
         self.live = 0
         self.dead = 0
         self.bnd: list[float] = []
+        self.bnd_np: FloatArray = np.empty(0)
+        self.buf_v: list[float] = []
+        self.buf_u: list[int] = []
         self.vals: FloatArray = np.full(4, np.nan)
         self.units: IntArray = np.zeros(4, dtype=np.int32)
         self.start: list[int] = [0, 4]
@@ -126,17 +133,38 @@ class BucketList:
         return self.live + self.dead
 
     def insert(self, v: float, u: int) -> None:
-        """Append ``(v, u)`` to its bucket; rebucket this list when the bucket is full."""
+        """Queue ``(v, u)``; :meth:`flush` writes queued entries into their buckets."""
         self.live += 1
-        j = bisect_right(self.bnd, v)
-        c = self.count[j]
-        pos = self.start[j] + c
-        if pos < self.start[j + 1]:
-            self.vals[pos] = v
-            self.units[pos] = u
-            self.count[j] = c + 1
-        else:
-            self.rebucket(np.array([v]), np.array([u], dtype=np.int32))
+        self.buf_v.append(v)
+        self.buf_u.append(u)
+
+    def flush(self) -> None:
+        """Append the queued entries to their buckets (vectorised); rebucket on overflow.
+
+        O(p log b) for p queued entries, plus O(b) bookkeeping; a bucket without room for its
+        new entries triggers :meth:`rebucket` of this list.
+        """
+        if not self.buf_v:
+            return
+        vals = np.array(self.buf_v, dtype=np.float64)
+        units = np.array(self.buf_u, dtype=np.int32)
+        nb = len(self.count)
+        j = np.searchsorted(self.bnd_np, vals, side="right")
+        added = np.bincount(j, minlength=nb)
+        count = np.array(self.count, dtype=np.int64)
+        new_count = count + added
+        if (new_count > np.diff(self.start_np)).any():
+            self.rebucket()
+            return
+        order = np.argsort(j, kind="stable")
+        js = j[order]
+        first = np.searchsorted(js, js, side="left")
+        pos = self.start_np[js] + count[js] + (np.arange(len(js)) - first)
+        self.vals[pos] = vals[order]
+        self.units[pos] = units[order]
+        self.count = new_count.tolist()
+        self.buf_v = []
+        self.buf_u = []
 
     def kill(self) -> None:
         """One entry of this list now belongs to a dead unit; compact lazily."""
@@ -145,7 +173,7 @@ class BucketList:
         if self.dead > max(32, self.live):
             self.rebucket()
 
-    def rebucket(self, extra_vals: FloatArray | None = None, extra_units: IntArray | None = None) -> None:
+    def rebucket(self) -> None:
         """Drop tombstones, recompute quantile boundaries, lay buckets out with slack.
 
         O(N log N) for the N entries of this list only.
@@ -153,14 +181,16 @@ class BucketList:
         used = self.units[: self.end] != 0
         vals = self.vals[: self.end][used]
         units = self.units[: self.end][used]
+        if self.buf_u:
+            vals = np.concatenate([vals, np.array(self.buf_v, dtype=np.float64)])
+            units = np.concatenate([units, np.array(self.buf_u, dtype=np.int32)])
+            self.buf_v = []
+            self.buf_u = []
         keep = self.table.alive[units]
         if not keep.all():
             self.table.dropped(units[~keep])
             vals = vals[keep]
             units = units[keep]
-        if extra_vals is not None and extra_units is not None:
-            vals = np.concatenate([vals, extra_vals])
-            units = np.concatenate([units, extra_units])
         order = np.argsort(vals, kind="stable")
         vals = vals[order]
         units = units[order]
@@ -188,6 +218,7 @@ class BucketList:
         self.vals[dest] = vals
         self.units[dest] = units
         self.bnd = bnd.tolist()
+        self.bnd_np = bnd
         self.start_np = start
         self.start = start.tolist()
         self.count = counts.tolist()
@@ -227,9 +258,10 @@ class BucketList:
         nb = len(self.count)
         assert len(self.bnd) == nb - 1 and len(self.start) == nb + 1
         assert self.start[0] == 0 and self.start[-1] == self.end
-        assert list(self.start_np) == self.start
+        assert list(self.start_np) == self.start and list(self.bnd_np) == self.bnd
         assert all(a < b for a, b in zip(self.bnd, self.bnd[1:], strict=False))
-        n_used = 0
+        assert len(self.buf_v) == len(self.buf_u)
+        n_used = len(self.buf_u)
         for j in range(nb):
             s, c, e = self.start[j], self.count[j], self.start[j + 1]
             assert 0 <= c <= e - s
@@ -242,6 +274,6 @@ class BucketList:
             n_used += c
         assert n_used == self.live + self.dead
         units = self.units[: self.end]
-        units = units[units != 0]
+        units = np.concatenate([units[units != 0], np.array(self.buf_u, dtype=np.int32)])
         assert len(np.unique(units)) == len(units), "one entry per unit per list"
         assert int(self.table.alive[units].sum()) == self.live

@@ -104,6 +104,8 @@ class HCEM(REIN):
     def match_batch(self, events: Sequence[Event]) -> list[set[SubId]]:
         if len(events) <= 1:
             return [self.match(e) for e in events]
+        if self._dirty:
+            self._flush()
         out: list[set[SubId]] = []
         for k in range(0, len(events), _WORD):
             out.extend(self._match_chunk(events[k : k + _WORD]))

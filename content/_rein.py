@@ -48,44 +48,50 @@ _INF = math.inf
 Bounds = dict[str, list[float | None]]
 
 
-def _range_of(p: Predicate) -> tuple[float | None, float | None] | None:
-    """The exact ``[lo, hi]`` (None = open) of a numeric order/equality predicate, else None."""
-    if p.kind is not Kind.NUM or p.op not in (Op.EQ, Op.LT, Op.LE, Op.GT, Op.GE):
-        return None
-    v = p.value
+_NUM = Kind.NUM
+_EQ, _GE, _LE, _GT, _LT = Op.EQ, Op.GE, Op.LE, Op.GT, Op.LT
+
+
+def _exact(v: object) -> float | None:
+    """``v`` as a float64 when that is exact and finite, else None."""
     if isinstance(v, int):
-        if abs(v) > _EXACT:
-            return None
-        f = float(v)
-    else:
-        assert isinstance(v, float)
-        f = v
-        if not math.isfinite(f):
-            return None
-    match p.op:
-        case Op.EQ:
-            return f, f
-        case Op.GE:
-            return f, None
-        case Op.LE:
-            return None, f
-        case Op.GT:
-            return (math.nextafter(f, _INF), None) if abs(f) < _EXACT else None
-        case _:  # Op.LT
-            return (None, math.nextafter(f, -_INF)) if abs(f) < _EXACT else None
+        return float(v) if -_EXACT <= v <= _EXACT else None
+    assert isinstance(v, float)
+    return v if -_INF < v < _INF else None
 
 
 def split_clause(clause: Clause) -> tuple[Bounds, tuple[Predicate, ...]]:
-    """Per-attribute intersected ranges of the indexable predicates, and the residuals."""
+    """Per-attribute intersected ranges of the indexable predicates, and the residuals.
+
+    Indexable: numeric ``= < <= > >=`` with a literal float64 holds exactly (strict ones only
+    below 2**53 in magnitude, where ``nextafter`` leaves no int or float in between).
+    """
     bounds: Bounds = {}
     residual: list[Predicate] = []
     for p in clause:
-        r = _range_of(p)
-        if r is None:
+        op = p.op
+        lo: float | None = None
+        hi: float | None = None
+        f = _exact(p.value) if p.kind is _NUM else None
+        if f is not None:
+            if op is _GE:
+                lo = f
+            elif op is _LE:
+                hi = f
+            elif op is _EQ:
+                lo = hi = f
+            elif -_EXACT < f < _EXACT:
+                if op is _GT:
+                    lo = math.nextafter(f, _INF)
+                elif op is _LT:
+                    hi = math.nextafter(f, -_INF)
+        if lo is None and hi is None:
             residual.append(p)
             continue
-        lo, hi = r
-        cur = bounds.setdefault(p.attr, [None, None])
+        cur = bounds.get(p.attr)
+        if cur is None:
+            bounds[p.attr] = [lo, hi]
+            continue
         if lo is not None:
             old = cur[0]
             cur[0] = lo if old is None else max(old, lo)
@@ -133,6 +139,7 @@ class REIN(Engine):
         self._residual: list[tuple[Predicate, ...] | None] = [None]
         self._units_of: dict[SubId, list[int]] = {}
         self._fail: npt.NDArray[np.bool_] = np.zeros(64, dtype=np.bool_)
+        self._dirty: set[BucketList] = set()
 
     # -- updates --------------------------------------------------------------------
 
@@ -145,6 +152,7 @@ class REIN(Engine):
 
     def _insert(self, sub_id: SubId, f: Filter) -> None:
         table = self._table
+        dirty = self._dirty
         units: list[int] = []
         for clause in f.clauses:
             bounds, residual = split_clause(clause)
@@ -160,9 +168,11 @@ class REIN(Engine):
                 low, high = self._lists_for(attr)
                 if lo is not None:
                     low.insert(lo, u)
+                    dirty.add(low)
                     entries += 1
                 if hi is not None:
                     high.insert(hi, u)
+                    dirty.add(high)
                     entries += 1
             table.pending[u] = entries
             units.append(u)
@@ -183,6 +193,12 @@ class REIN(Engine):
                     high.kill()
 
     # -- matching -------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        """Write queued inserts into their buckets (before any negative search)."""
+        for lst in self._dirty:
+            lst.flush()
+        self._dirty.clear()
 
     def _mark(self, fail: npt.NDArray[np.bool_], event: Event) -> None:
         get = event.get
@@ -208,6 +224,8 @@ class REIN(Engine):
         return out
 
     def match(self, event: Event) -> set[SubId]:
+        if self._dirty:
+            self._flush()
         n = self._table.n
         if len(self._fail) < n:
             self._fail = np.zeros(len(self._table.alive), dtype=np.bool_)
@@ -234,6 +252,8 @@ class REIN(Engine):
                 lst._check()
                 units = lst.units[: lst.end]
                 np.add.at(entries, units[units != 0], 1)
+                np.add.at(entries, np.array(lst.buf_u, dtype=np.int64), 1)
+                assert not lst.buf_u or lst in self._dirty
         assert (entries == table.pending[:n]).all()
         free = set(table.free)
         assert len(free) == len(table.free) and 0 not in free
