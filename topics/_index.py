@@ -1,0 +1,654 @@
+"""``SubscriptionIndex``: every client's MQTT subscriptions and negative entries, in one topic tree.
+
+Semantics (CONTRACT.md, "Negative entries inside the MQTT broker"; seed 002 Fig. 4 and 8 adapted
+to MQTT).  Each client has an ordered list (oldest first) of entries: MQTT subscriptions
+(filter + opaque options ``O``) and negative entries (filter only).
+
+* SUBSCRIBE F replaces an identical subscription F (MQTT), removes every negative entry that F
+  includes, and becomes the newest entry.  Other subscriptions are untouched (unlike the
+  patent's TopicSet, a subscription is never dropped or merged: it carries options).
+* UNSUBSCRIBE F removes an identical subscription F and every negative entry F includes; with
+  no identical subscription, if F overlaps a remaining subscription of the client, a negative
+  entry F is appended (partial unsubscribe, ``PARTIAL``); otherwise ``NO_SUBSCRIPTION``.
+* Negative entries that have no subscription older than themselves can never decide anything
+  and are dropped (the patent's "leading negative entries" optimisation).
+* ``match(topic)``: for each client, walk its entries newest first and collect the matching
+  subscriptions until the first matching negative entry (seed 002 Fig. 8, generalised from a
+  yes/no answer to "which subscriptions apply", since MQTT delivers by the union of options).
+* ``partial_unsubscribe=False``: pure MQTT (no negative entries are ever created).
+* Shared subscriptions ``$share/<group>/<filter>`` (MQTT 5 section 4.8.2) are entries of the
+  client too (``entries`` lists them by their full filter), but they live in per-group member
+  lists of the tree node of ``<filter>``.  Negative entries never apply to them, an UNSUBSCRIBE
+  of ``$share/g/f`` removes exactly that membership, and a plain UNSUBSCRIBE never turns into a
+  partial unsubscribe because of a shared subscription.  ``match`` reports, per (group, filter),
+  the members; choosing one member is the broker's business.
+
+Data structure: a topic tree whose nodes have a dict of literal children, a dedicated '+' child
+and a dedicated '#' child; a node holds the records of the filters that end there.  A record is
+the ``Subscription`` object handed out by ``match`` (no allocation per delivery) with the client
+id and a global sequence number (its age) in extra slots.  One subscriber at a node is stored
+inline, two or more in a dict keyed by client id.  Empty nodes are pruned on removal.  Per
+client, a dict filter -> record keeps the order (dict insertion order), and a second small dict
+holds only its negative entries.
+
+Complexity: ``match`` visits at most 2 nodes per topic level for every matching path (O(levels x
+matching '+' paths + matches)), independent of the number of clients and subscriptions; a client
+with a matching negative entry costs O(its matching records).  ``subscribe`` and the identical-
+filter ``unsubscribe`` are O(levels + the client's negative entries); a partial unsubscribe
+additionally tests overlap against the client's subscriptions (O(entries of that client)).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, Union
+
+from topics._match import includes, overlaps
+from topics._validate import InvalidTopic, validate_filter
+
+__all__ = [
+    "Entry",
+    "MatchResult",
+    "SubscribeOutcome",
+    "Subscription",
+    "SubscriptionIndex",
+    "UnsubscribeOutcome",
+]
+
+O = TypeVar("O")  # noqa: E741  (the name the broker code and docs use)
+
+SHARE_PREFIX = "$share/"
+
+
+@dataclass(frozen=True, slots=True)
+class SubscribeOutcome:
+    """Result of :meth:`SubscriptionIndex.subscribe`.
+
+    ``replaced``: an identical subscription existed and was replaced (MQTT "retain handling 1"
+    needs this).  ``negatives_removed``: how many negative entries the new filter included.
+    """
+
+    replaced: bool
+    negatives_removed: int
+
+
+class UnsubscribeOutcome(enum.Enum):
+    """Result of :meth:`SubscriptionIndex.unsubscribe`."""
+
+    REMOVED = "removed"  # an identical subscription was removed (MQTT 5 reason 0x00)
+    PARTIAL = "partial"  # a negative entry was appended (partial unsubscribe, reason 0x00)
+    NO_SUBSCRIPTION = "no_subscription"  # nothing to remove or exclude (reason 0x11)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry(Generic[O]):
+    """One entry of a client's list: a subscription (``positive``, with its options) or a
+    negative entry (``positive`` false, ``options`` None)."""
+
+    topic_filter: str
+    positive: bool
+    options: O | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Subscription(Generic[O]):
+    """A subscription that applies to a published topic: its filter and its options.
+
+    Equality and hashing use ``(topic_filter, options)``.  Objects returned by ``match`` are
+    the index's own records (a subclass): treat them as read-only values.
+    """
+
+    topic_filter: str
+    options: O
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Subscription):
+            return NotImplemented
+        return self.topic_filter == other.topic_filter and bool(self.options == other.options)
+
+    def __hash__(self) -> int:
+        return hash((self.topic_filter, self.options))
+
+    def __repr__(self) -> str:
+        return f"Subscription(topic_filter={self.topic_filter!r}, options={self.options!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult(Generic[O]):
+    """What :meth:`SubscriptionIndex.match` found for one topic.
+
+    ``clients``: client id -> the subscriptions that apply, newest first (never empty).
+    ``shared``: (group, filter) -> the members ``(client id, options)`` whose shared
+    subscription ``$share/<group>/<filter>`` matches (never empty).
+    """
+
+    clients: dict[str, list[Subscription[O]]]
+    shared: dict[tuple[str, str], list[tuple[str, O]]]
+
+
+_set = object.__setattr__
+
+
+class _Sub(Subscription[O]):
+    """A plain subscription record (what ``match`` returns)."""
+
+    __slots__ = ("client_id", "seq")
+    client_id: str
+    seq: int
+
+    def __init__(self, topic_filter: str, options: O, client_id: str, seq: int) -> None:
+        _set(self, "topic_filter", topic_filter)
+        _set(self, "options", options)
+        _set(self, "client_id", client_id)
+        _set(self, "seq", seq)
+
+
+class _Shared(Subscription[O]):
+    """A shared subscription record; ``topic_filter`` is the full ``$share/g/f``."""
+
+    __slots__ = ("client_id", "group", "inner", "seq")
+    client_id: str
+    group: str
+    inner: str
+    seq: int
+
+    def __init__(self, topic_filter: str, options: O, client_id: str, seq: int, at: tuple[str, str]) -> None:
+        _set(self, "topic_filter", topic_filter)
+        _set(self, "options", options)
+        _set(self, "client_id", client_id)
+        _set(self, "seq", seq)
+        _set(self, "group", at[0])
+        _set(self, "inner", at[1])
+
+
+class _Neg:
+    """A negative entry record."""
+
+    __slots__ = ("client_id", "seq", "topic_filter")
+
+    def __init__(self, topic_filter: str, client_id: str, seq: int) -> None:
+        self.topic_filter = topic_filter
+        self.client_id = client_id
+        self.seq = seq
+
+
+_Leaf = Union["_Sub[Any]", _Neg]
+_Rec = Union["_Sub[Any]", _Neg, "_Shared[Any]"]
+
+
+class _Node:
+    """A topic-tree node.  ``subs``: None, one record, or a dict client id -> record (>= 2)."""
+
+    __slots__ = ("children", "hash", "plus", "shared", "subs")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] | None = None
+        self.plus: _Node | None = None
+        self.hash: _Node | None = None
+        self.subs: _Leaf | dict[str, _Leaf] | None = None
+        self.shared: dict[str, dict[str, _Shared[Any]]] | None = None
+
+    def empty(self) -> bool:
+        return (
+            self.children is None
+            and self.plus is None
+            and self.hash is None
+            and self.subs is None
+            and self.shared is None
+        )
+
+
+def _split_shared(topic_filter: str) -> tuple[str, str]:
+    parts = topic_filter.split("/", 2)
+    if len(parts) < 3 or not parts[1]:
+        raise InvalidTopic(
+            f"shared subscription {topic_filter!r} must be $share/<group>/<filter> (position 7)", 7
+        )
+    group = parts[1]
+    for ch in ("+", "#"):
+        k = group.find(ch)
+        if k >= 0:
+            raise InvalidTopic(
+                f"shared subscription {topic_filter!r}: the group name contains {ch!r} (position {7 + k})",
+                7 + k,
+            )
+    try:
+        validate_filter(parts[2])
+    except InvalidTopic as exc:
+        pos = None if exc.position is None else exc.position + 8 + len(group)
+        raise InvalidTopic(f"shared subscription {topic_filter!r}: {exc}", pos) from None
+    return group, parts[2]
+
+
+class SubscriptionIndex(Generic[O]):
+    """All clients' subscriptions and negative entries; see the module docstring for the rules.
+
+    ``O`` is the type of the opaque per-subscription options (QoS, flags, identifiers, ...).
+    Filters are MQTT filters (``validate_filter``, '#' last); invalid ones raise
+    :class:`topics.InvalidTopic`.
+    """
+
+    def __init__(self, partial_unsubscribe: bool = True) -> None:
+        self.partial_unsubscribe = partial_unsubscribe
+        self._root = _Node()
+        self._clients: dict[str, dict[str, _Rec]] = {}
+        self._negatives: dict[str, dict[str, _Neg]] = {}
+        self._count = 0
+        self._seq = 0
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        """All entries of all clients (subscriptions, shared subscriptions, negative entries)."""
+        return self._count
+
+    @property
+    def client_count(self) -> int:
+        """Clients with at least one entry."""
+        return len(self._clients)
+
+    def entry_count(self, client_id: str) -> int:
+        ents = self._clients.get(client_id)
+        return 0 if ents is None else len(ents)
+
+    def entries(self, client_id: str) -> list[Entry[O]]:
+        """The client's entries, oldest first (shared subscriptions by their full filter)."""
+        ents = self._clients.get(client_id)
+        if ents is None:
+            return []
+        out: list[Entry[O]] = []
+        for r in ents.values():
+            if type(r) is _Neg:
+                out.append(Entry(r.topic_filter, False, None))
+            else:
+                out.append(Entry(r.topic_filter, True, r.options))  # type: ignore[union-attr]
+        return out
+
+    # ------------------------------------------------------------------ tree helpers
+    def _node(self, topic_filter: str) -> _Node:
+        """The node of ``topic_filter``, created if missing (levels interned)."""
+        n = self._root
+        intern = sys.intern
+        for lv in topic_filter.split("/"):
+            if lv == "+":
+                c = n.plus
+                if c is None:
+                    c = n.plus = _Node()
+            elif lv == "#":
+                c = n.hash
+                if c is None:
+                    c = n.hash = _Node()
+            else:
+                ch = n.children
+                if ch is None:
+                    ch = n.children = {}
+                c = ch.get(lv)
+                if c is None:
+                    c = ch[intern(lv)] = _Node()
+            n = c
+        return n
+
+    def _path(self, topic_filter: str) -> list[tuple[_Node, str]]:
+        """(node, level) pairs from the root to the node of an existing filter."""
+        n = self._root
+        path = []
+        for lv in topic_filter.split("/"):
+            path.append((n, lv))
+            if lv == "+":
+                c = n.plus
+            elif lv == "#":
+                c = n.hash
+            else:
+                c = n.children[lv]  # type: ignore[index]
+            assert c is not None
+            n = c
+        path.append((n, ""))
+        return path
+
+    @staticmethod
+    def _prune(path: list[tuple[_Node, str]]) -> None:
+        for i in range(len(path) - 1, 0, -1):
+            node = path[i][0]
+            if not node.empty():
+                return
+            parent, lv = path[i - 1]
+            if lv == "+":
+                parent.plus = None
+            elif lv == "#":
+                parent.hash = None
+            else:
+                ch = parent.children
+                assert ch is not None
+                del ch[lv]
+                if not ch:
+                    parent.children = None
+
+    @staticmethod
+    def _leaf_put(node: _Node, rec: _Leaf) -> None:
+        s = node.subs
+        cid = rec.client_id
+        if s is None:
+            node.subs = rec
+        elif type(s) is dict:
+            s[cid] = rec
+        else:
+            one: _Leaf = s  # type: ignore[assignment]
+            if one.client_id == cid:
+                node.subs = rec
+            else:
+                node.subs = {one.client_id: one, cid: rec}
+
+    def _unlink(self, rec: _Rec) -> None:
+        """Remove ``rec`` from the tree (not from the client's dicts) and prune."""
+        if type(rec) is _Shared:
+            path = self._path(rec.inner)
+            node = path[-1][0]
+            groups = node.shared
+            assert groups is not None
+            members = groups[rec.group]
+            del members[rec.client_id]
+            if not members:
+                del groups[rec.group]
+                if not groups:
+                    node.shared = None
+        else:
+            path = self._path(rec.topic_filter)
+            node = path[-1][0]
+            s = node.subs
+            if type(s) is dict:
+                del s[rec.client_id]
+                if len(s) == 1:
+                    node.subs = next(iter(s.values()))
+            else:
+                node.subs = None
+        self._prune(path)
+
+    def _remove(self, ents: dict[str, _Rec], client_id: str, key: str) -> _Rec:
+        rec = ents.pop(key)
+        self._unlink(rec)
+        self._count -= 1
+        if type(rec) is _Neg:
+            negs = self._negatives[client_id]
+            del negs[key]
+            if not negs:
+                del self._negatives[client_id]
+        return rec
+
+    def _remove_included_negatives(self, ents: dict[str, _Rec], client_id: str, f: str) -> int:
+        negs = self._negatives.get(client_id)
+        if not negs:
+            return 0
+        victims = [g for g in negs if includes(f, g)]
+        for g in victims:
+            self._remove(ents, client_id, g)
+        return len(victims)
+
+    def _tidy(self, client_id: str, ents: dict[str, _Rec]) -> None:
+        """Drop negative entries older than every plain subscription; forget empty clients."""
+        if client_id in self._negatives:
+            while True:
+                lead = None
+                for key, r in ents.items():
+                    if type(r) is not _Shared:
+                        lead = key if type(r) is _Neg else None
+                        break
+                if lead is None:
+                    break
+                self._remove(ents, client_id, lead)
+        if not ents:
+            del self._clients[client_id]
+
+    # ------------------------------------------------------------------ updates
+    def subscribe(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
+        """SUBSCRIBE ``topic_filter`` for ``client_id`` with ``options``; raises InvalidTopic."""
+        if topic_filter.startswith(SHARE_PREFIX):
+            return self._subscribe_shared(client_id, topic_filter, options)
+        validate_filter(topic_filter)
+        ents = self._clients.get(client_id)
+        if ents is None:
+            ents = self._clients[client_id] = {}
+        removed = self._remove_included_negatives(ents, client_id, topic_filter)
+        self._seq += 1
+        rec: _Sub[O] = _Sub(topic_filter, options, client_id, self._seq)
+        old = ents.pop(topic_filter, None)
+        if old is None:
+            self._count += 1
+        self._leaf_put(self._node(topic_filter), rec)
+        ents[topic_filter] = rec
+        if (removed or old is not None) and client_id in self._negatives:
+            self._tidy(client_id, ents)
+        return SubscribeOutcome(old is not None, removed)
+
+    def _subscribe_shared(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
+        group, inner = _split_shared(topic_filter)
+        ents = self._clients.get(client_id)
+        if ents is None:
+            ents = self._clients[client_id] = {}
+        old = ents.pop(topic_filter, None)
+        if old is None:
+            self._count += 1
+        self._seq += 1
+        rec = _Shared(topic_filter, options, client_id, self._seq, (group, inner))
+        node = self._node(inner)
+        groups = node.shared
+        if groups is None:
+            groups = node.shared = {}
+        members = groups.get(group)
+        if members is None:
+            members = groups[group] = {}
+        members[client_id] = rec
+        ents[topic_filter] = rec
+        if old is not None and client_id in self._negatives:
+            self._tidy(client_id, ents)
+        return SubscribeOutcome(old is not None, 0)
+
+    def unsubscribe(self, client_id: str, topic_filter: str) -> UnsubscribeOutcome:
+        """UNSUBSCRIBE ``topic_filter`` for ``client_id``; raises InvalidTopic."""
+        if topic_filter.startswith(SHARE_PREFIX):
+            _split_shared(topic_filter)
+            ents = self._clients.get(client_id)
+            if ents is None or topic_filter not in ents:
+                return UnsubscribeOutcome.NO_SUBSCRIPTION
+            self._remove(ents, client_id, topic_filter)
+            self._tidy(client_id, ents)
+            return UnsubscribeOutcome.REMOVED
+        validate_filter(topic_filter)
+        ents = self._clients.get(client_id)
+        if ents is None:
+            return UnsubscribeOutcome.NO_SUBSCRIPTION
+        old = ents.get(topic_filter)
+        removed = old is not None and type(old) is _Sub
+        if removed:
+            self._remove(ents, client_id, topic_filter)
+        self._remove_included_negatives(ents, client_id, topic_filter)
+        outcome = UnsubscribeOutcome.REMOVED if removed else UnsubscribeOutcome.NO_SUBSCRIPTION
+        if not removed and self.partial_unsubscribe:
+            for r in reversed(ents.values()):
+                if type(r) is _Sub and overlaps(r.topic_filter, topic_filter):
+                    self._seq += 1
+                    neg = _Neg(topic_filter, client_id, self._seq)
+                    self._leaf_put(self._node(topic_filter), neg)
+                    ents[topic_filter] = neg
+                    negs = self._negatives.get(client_id)
+                    if negs is None:
+                        negs = self._negatives[client_id] = {}
+                    negs[topic_filter] = neg
+                    self._count += 1
+                    outcome = UnsubscribeOutcome.PARTIAL
+                    break
+        self._tidy(client_id, ents)
+        return outcome
+
+    def remove_client(self, client_id: str) -> int:
+        """Remove every entry of ``client_id`` (session end); returns how many there were."""
+        ents = self._clients.pop(client_id, None)
+        if ents is None:
+            return 0
+        self._negatives.pop(client_id, None)
+        for rec in ents.values():
+            self._unlink(rec)
+        self._count -= len(ents)
+        return len(ents)
+
+    # ------------------------------------------------------------------ matching
+    def match(self, topic: str) -> MatchResult[O]:
+        """Per client, the subscriptions that apply to ``topic`` (newest first), and the shared
+        subscription members per (group, filter).  ``topic`` must be a valid topic name."""
+        hits: list[_Leaf] = []
+        shared_nodes: list[_Node] = []
+        add = hits.append
+        ext = hits.extend
+        dollar = topic[:1] == "$"
+        nodes = [self._root]
+        for lv in topic.split("/"):
+            nxt = []
+            for n in nodes:
+                if not dollar:
+                    h = n.hash
+                    if h is not None:
+                        s = h.subs
+                        if s is not None:
+                            if type(s) is dict:
+                                ext(s.values())
+                            else:
+                                add(s)  # type: ignore[arg-type]
+                        if h.shared is not None:
+                            shared_nodes.append(h)
+                    p = n.plus
+                    if p is not None:
+                        nxt.append(p)
+                ch = n.children
+                if ch is not None:
+                    c = ch.get(lv)
+                    if c is not None:
+                        nxt.append(c)
+            if not nxt:
+                nodes = nxt
+                break
+            nodes = nxt
+            dollar = False
+        for n in nodes:
+            s = n.subs
+            if s is not None:
+                if type(s) is dict:
+                    ext(s.values())
+                else:
+                    add(s)  # type: ignore[arg-type]
+            if n.shared is not None:
+                shared_nodes.append(n)
+            h = n.hash
+            if h is not None:  # "a/#" matches "a"
+                s = h.subs
+                if s is not None:
+                    if type(s) is dict:
+                        ext(s.values())
+                    else:
+                        add(s)  # type: ignore[arg-type]
+                if h.shared is not None:
+                    shared_nodes.append(h)
+
+        clients: dict[str, list[Subscription[O]]] = {}
+        negs: dict[str, int] | None = None
+        get = clients.get
+        for r in hits:
+            cid = r.client_id
+            if type(r) is _Neg:
+                if negs is None:
+                    negs = {}
+                if negs.get(cid, -1) < r.seq:
+                    negs[cid] = r.seq
+                continue
+            lst = get(cid)
+            if lst is None:
+                clients[cid] = [r]  # type: ignore[list-item]
+            else:
+                lst.append(r)  # type: ignore[arg-type]
+        if negs is not None:
+            for cid, nseq in negs.items():
+                lst = get(cid)
+                if lst is not None:
+                    keep = [r for r in lst if r.seq > nseq]  # type: ignore[attr-defined]
+                    if keep:
+                        clients[cid] = keep
+                    else:
+                        del clients[cid]
+        if len(hits) > len(clients):
+            for lst in clients.values():
+                if len(lst) > 1:
+                    lst.sort(key=_seq_of, reverse=True)
+
+        shared: dict[tuple[str, str], list[tuple[str, O]]] = {}
+        for n in shared_nodes:
+            assert n.shared is not None
+            for group, members in n.shared.items():
+                first = next(iter(members.values()))
+                shared[(group, first.inner)] = [(cid, m.options) for cid, m in members.items()]
+        return MatchResult(clients, shared)
+
+    # ------------------------------------------------------------------ invariants
+    def _check(self) -> None:
+        """Assert the invariants (O(total size + sum of squared entries per client))."""
+        found: dict[tuple[str, str], _Rec] = {}
+        stack: list[tuple[_Node, list[str]]] = [(self._root, [])]
+        while stack:
+            n, path = stack.pop()
+            f = "/".join(path)
+            if path:
+                assert not n.empty(), f"empty node {f!r} not pruned"
+            if n.children is not None:
+                assert n.children, "empty children dict"
+                for lv, c in n.children.items():
+                    assert lv not in ("+", "#")
+                    stack.append((c, [*path, lv]))
+            if n.plus is not None:
+                stack.append((n.plus, [*path, "+"]))
+            if n.hash is not None:
+                assert n.hash.children is None and n.hash.plus is None and n.hash.hash is None
+                stack.append((n.hash, [*path, "#"]))
+            s = n.subs
+            if s is not None:
+                recs = list(s.values()) if type(s) is dict else [s]
+                if type(s) is dict:
+                    assert len(s) >= 2, "single subscriber not stored inline"
+                    assert all(k == r.client_id for k, r in s.items())
+                for r in recs:
+                    assert r.topic_filter == f, (r.topic_filter, f)  # type: ignore[union-attr]
+                    key = (r.client_id, f)  # type: ignore[union-attr]
+                    assert key not in found
+                    found[key] = r  # type: ignore[assignment]
+            if n.shared is not None:
+                assert n.shared
+                for group, members in n.shared.items():
+                    assert members
+                    for cid, m in members.items():
+                        assert m.client_id == cid and m.group == group and m.inner == f
+                        found[(cid, m.topic_filter)] = m
+        total = 0
+        for cid, ents in self._clients.items():
+            assert ents, f"client {cid!r} without entries"
+            total += len(ents)
+            last = 0
+            negs = {k for k, r in ents.items() if type(r) is _Neg}
+            assert negs == set(self._negatives.get(cid, {})), cid
+            if negs:
+                assert self.partial_unsubscribe
+            plain = [r for r in ents.values() if type(r) is not _Shared]
+            if plain:
+                assert type(plain[0]) is not _Neg, f"leading negative entry for {cid!r}"
+            for i, e in enumerate(plain):
+                if type(e) is _Neg:
+                    for q in plain[i + 1 :]:
+                        assert not includes(q.topic_filter, e.topic_filter), "negative entry not removed"
+            for fkey, rec in ents.items():
+                assert rec.client_id == cid and rec.topic_filter == fkey
+                assert rec.seq > last, "entries out of order"
+                last = rec.seq
+                assert found.pop((cid, fkey)) is rec, (cid, fkey)
+        assert not found, f"records in the tree without a client entry: {list(found)[:3]}"
+        assert total == self._count
+        assert set(self._negatives) <= set(self._clients)
+
+
+def _seq_of(r: Subscription[Any]) -> int:
+    return r.seq  # type: ignore[attr-defined, no-any-return]
