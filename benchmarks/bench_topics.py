@@ -1,0 +1,264 @@
+"""Benchmark of ``topics.SubscriptionIndex`` (issue 2): one million IoT-shaped subscriptions.
+
+Workload (seeded, ``--scale`` multiplies the numbers of clients and devices):
+* 100,000 clients x 10 subscriptions = 1,000,000 subscriptions; topics are
+  ``tenant/site/device/metric`` (50 tenants x 20 sites x 25 devices = 25,000 devices, 8 metrics,
+  200,000 topic names); a client watches devices of one tenant.
+* 85 % exact filters ``t/s/d/m``; 10 % with '+' (half ``t/s/d/+``: all metrics of a device, half
+  ``t/+/d/m``: one metric of device d in every site); 5 % with '#' (``t/s/d/#``).
+* 5 % of the clients (every 20th) hold a negative entry: their first subscription is
+  ``t/s/d/#`` followed by a partial unsubscribe of ``t/s/d/<metric>``.
+
+Measured in one run: build time; memory per subscription (tracemalloc, a second build: the
+traced bytes the index holds, excluding the filter strings, which the caller owns and the
+index only references); publish match time p50/p99 over random topic names (and how many
+subscriptions they match); subscribe / unsubscribe / partial-unsubscribe time p50/p99 on the
+full index; and the peer: a linear scan that tests every filter with ``topics.matches`` (what
+amqtt does, with a regex per subscription) timed on a sample of topics, as a ratio.
+
+Garbage collection is frozen after the build (``gc.freeze()``), as a long-running broker does
+after start-up, so that full collections over a million objects do not land inside samples.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_topics.py [--scale 1.0] [--out docs/performance-topics.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import topics
+
+METRICS = ("temp", "hum", "co2", "volt", "curr", "rssi", "batt", "state")
+
+
+class Workload:
+    def __init__(self, scale: float, seed: int = 2) -> None:
+        rnd = random.Random(seed)
+        self.tenants = 50
+        self.sites = 20
+        self.devices = max(1, round(25 * scale))
+        self.n_clients = max(20, round(100_000 * scale))
+        self.subs_per_client = 10
+        tn = [f"tenant{i:02d}" for i in range(self.tenants)]
+        sn = [f"site{i:02d}" for i in range(self.sites)]
+        dn = [f"dev{i:04d}" for i in range(self.devices)]
+        self.names = (tn, sn, dn)
+        # (client, filter, is_negative) in the order they are applied
+        ops: list[tuple[str, str, bool]] = []
+        for c in range(self.n_clients):
+            cid = f"client-{c:06d}"
+            t = tn[c % self.tenants]
+            k0 = 0
+            if c % 20 == 0:
+                s, d = rnd.choice(sn), rnd.choice(dn)
+                ops.append((cid, f"{t}/{s}/{d}/#", False))
+                ops.append((cid, f"{t}/{s}/{d}/{rnd.choice(METRICS)}", True))
+                k0 = 1
+            for _ in range(k0, self.subs_per_client):
+                s, d, m = rnd.choice(sn), rnd.choice(dn), rnd.choice(METRICS)
+                r = rnd.random()
+                if r < 0.85:
+                    f = f"{t}/{s}/{d}/{m}"
+                elif r < 0.90:
+                    f = f"{t}/{s}/{d}/+"
+                elif r < 0.95:
+                    f = f"{t}/+/{d}/{m}"
+                else:
+                    f = f"{t}/{s}/{d}/#"
+                ops.append((cid, f, False))
+        self.ops = ops
+        self.rnd = rnd
+
+    def topic(self) -> str:
+        tn, sn, dn = self.names
+        r = self.rnd
+        return f"{r.choice(tn)}/{r.choice(sn)}/{r.choice(dn)}/{r.choice(METRICS)}"
+
+    def build(self) -> topics.SubscriptionIndex[int]:
+        ix: topics.SubscriptionIndex[int] = topics.SubscriptionIndex()
+        sub = ix.subscribe
+        unsub = ix.unsubscribe
+        for cid, f, neg in self.ops:
+            if neg:
+                unsub(cid, f)
+            else:
+                sub(cid, f, 1)
+        return ix
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def us(ns: float) -> str:
+    return f"{ns / 1000:.1f} µs"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--matches", type=int, default=20_000, help="timed publish matches")
+    ap.add_argument("--updates", type=int, default=20_000, help="timed subscribes / unsubscribes")
+    ap.add_argument("--scan-topics", type=int, default=3, help="topics for the linear-scan peer")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    w = Workload(args.scale)
+    n_subs = sum(1 for _, _, neg in w.ops if not neg)
+    n_negs = len(w.ops) - n_subs
+    print(
+        f"workload: {n_subs:,} subscriptions, {n_negs:,} negative entries, {w.n_clients:,} clients "
+        f"({time.perf_counter() - t0:.1f} s to generate)",
+        flush=True,
+    )
+
+    # memory: build under tracemalloc (filter strings already exist: owned by the workload)
+    gc.collect()
+    tracemalloc.start()
+    ix = w.build()
+    mem_bytes, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    n_entries = len(ix)  # live entries (a client may draw the same filter twice: replaced)
+    if args.scale <= 0.05:
+        ix._check()
+    del ix
+    gc.collect()
+    filter_bytes = statistics.fmean(sys.getsizeof(f) for _, f, _ in w.ops[:10_000])
+    print(f"memory: {mem_bytes / n_entries:.0f} bytes per entry ({n_entries:,} live entries)", flush=True)
+
+    # build time
+    gc.collect()
+    t0 = time.perf_counter()
+    ix = w.build()
+    build_s = time.perf_counter() - t0
+    print(f"build: {build_s:.1f} s", flush=True)
+    assert len(ix) == n_entries
+    gc.collect()
+    gc.freeze()
+
+    # publish match
+    clock = time.perf_counter_ns
+    match = ix.match
+    sample = [w.topic() for _ in range(args.matches)]
+    times: list[float] = []
+    counts: list[int] = []
+    for topic in sample:
+        a = clock()
+        res = match(topic)
+        b = clock()
+        times.append(b - a)
+        counts.append(sum(map(len, res.clients.values())))
+    m50, m99 = pct(times, 0.5), pct(times, 0.99)
+    print(
+        f"match: p50 {us(m50)} p99 {us(m99)}, mean {statistics.fmean(counts):.1f} subscriptions matched",
+        flush=True,
+    )
+
+    # linear-scan peer on a sample of the same topics
+    filters = [f for _, f, neg in w.ops if not neg]
+    scan: list[float] = []
+    mt = topics.matches
+    for topic in sample[: args.scan_topics]:
+        a = clock()
+        hits = [f for f in filters if mt(f, topic)]
+        b = clock()
+        scan.append(b - a)
+        assert len(hits) >= 0
+    scan50 = statistics.median(scan)
+    print(f"linear scan: median {scan50 / 1e6:.0f} ms per topic, ratio {scan50 / m50:,.0f}x", flush=True)
+
+    # subscribe / unsubscribe on the full index
+    tn, sn, _ = w.names
+    r = random.Random(7)
+    new = []
+    for i in range(args.updates):
+        cid = f"client-{r.randrange(w.n_clients):06d}"
+        f = f"{r.choice(tn)}/{r.choice(sn)}/new{i}/{r.choice(METRICS)}"
+        new.append((cid, f))
+    st: list[float] = []
+    for cid, f in new:
+        a = clock()
+        ix.subscribe(cid, f, 2)
+        st.append(clock() - a)
+    ut: list[float] = []
+    for cid, f in new:
+        a = clock()
+        ix.unsubscribe(cid, f)
+        ut.append(clock() - a)
+    # partial unsubscribe: a metric of a device the client watches with t/s/d/#
+    hashers = [(cid, f) for cid, f, neg in w.ops if not neg and f.endswith("/#")][: args.updates]
+    pt: list[float] = []
+    for cid, f in hashers:
+        g = f[:-1] + "extra"
+        a = clock()
+        ix.unsubscribe(cid, g)
+        pt.append(clock() - a)
+    print(
+        f"subscribe p50 {us(pct(st, 0.5))} p99 {us(pct(st, 0.99))}; unsubscribe p50 {us(pct(ut, 0.5))} "
+        f"p99 {us(pct(ut, 0.99))}; partial unsubscribe p50 {us(pct(pt, 0.5))} p99 {us(pct(pt, 0.99))}",
+        flush=True,
+    )
+    gc.unfreeze()
+
+    rows = [
+        (
+            "subscribe operations / partial unsubscribes / clients",
+            f"{n_subs:,} / {n_negs:,} / {w.n_clients:,}",
+            f"{n_entries:,} live entries",
+        ),
+        (
+            "build (subscribe + partial unsubscribe, all)",
+            f"{build_s:.1f} s",
+            f"{build_s / len(w.ops) * 1e6:.1f} µs per operation",
+        ),
+        ("memory per live entry (tracemalloc)", f"{mem_bytes / n_entries:.0f} bytes", "<= 400 bytes"),
+        ("match p50 / p99", f"{us(m50)} / {us(m99)}", "p50 <= 20 µs"),
+        ("subscriptions matched per topic (mean)", f"{statistics.fmean(counts):.1f}", "about 10"),
+        ("subscribe p50 / p99", f"{us(pct(st, 0.5))} / {us(pct(st, 0.99))}", "<= 20 µs"),
+        ("unsubscribe p50 / p99", f"{us(pct(ut, 0.5))} / {us(pct(ut, 0.99))}", "<= 20 µs"),
+        ("partial unsubscribe p50 / p99", f"{us(pct(pt, 0.5))} / {us(pct(pt, 0.99))}", ""),
+        (f"linear scan, median of {len(scan)} topics", f"{scan50 / 1e6:,.0f} ms", ""),
+        ("index vs linear scan (p50)", f"{scan50 / m50:,.0f}x faster", ">= 1,000x"),
+    ]
+    table = ["| measure | value | target / note |", "|---|---|---|"]
+    table += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    text = "\n".join(table)
+    print(text)
+    if args.out is not None:
+        cmd = "    .venv/bin/python benchmarks/bench_topics.py " + " ".join(sys.argv[1:])
+        machine = (
+            f"{platform.processor() or platform.machine()}, {platform.python_implementation()} "
+            f"{platform.python_version()}, {platform.system()}"
+        )
+        body = args.out.read_text() if args.out.exists() else ""
+        marker = "<!-- bench_topics table -->"
+        block = (
+            f"{marker}\nCommand:\n\n{cmd}\n\nMachine: {machine} (2 cores shared with other jobs; "
+            f"timings are noisy, the ratio is measured in the same run). Filter strings average "
+            f"{filter_bytes:.0f} bytes each and are not counted (the caller owns them).\n\n{text}\n{marker}"
+        )
+        if marker in body:
+            pre, _, rest = body.partition(marker)
+            _, _, post = rest.partition(marker)
+            body = pre + block + post
+        else:
+            body = body + "\n" + block + "\n"
+        args.out.write_text(body)
+
+
+if __name__ == "__main__":
+    main()
