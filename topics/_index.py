@@ -495,26 +495,17 @@ class SubscriptionIndex(Generic[O]):
     def match(self, topic: str) -> MatchResult[O]:
         """Per client, the subscriptions that apply to ``topic`` (newest first), and the shared
         subscription members per (group, filter).  ``topic`` must be a valid topic name."""
-        hits: list[_Leaf] = []
-        shared_nodes: list[_Node] = []
-        add = hits.append
-        ext = hits.extend
+        found: list[_Node] = []  # nodes whose records apply to the topic
+        push = found.append
         dollar = topic[:1] == "$"
         nodes = [self._root]
         for lv in topic.split("/"):
-            nxt = []
+            nxt: list[_Node] = []
             for n in nodes:
                 if not dollar:
                     h = n.hash
                     if h is not None:
-                        s = h.subs
-                        if s is not None:
-                            if type(s) is dict:
-                                ext(s.values())
-                            else:
-                                add(s)  # type: ignore[arg-type]
-                        if h.shared is not None:
-                            shared_nodes.append(h)
+                        push(h)
                     p = n.plus
                     if p is not None:
                         nxt.append(p)
@@ -523,47 +514,55 @@ class SubscriptionIndex(Generic[O]):
                     c = ch.get(lv)
                     if c is not None:
                         nxt.append(c)
-            if not nxt:
-                nodes = nxt
-                break
             nodes = nxt
+            if not nxt:
+                break
             dollar = False
         for n in nodes:
+            push(n)
+            h = n.hash
+            if h is not None:  # "a/#" matches "a"
+                push(h)
+
+        clients: dict[str, list[Subscription[O]]] = {}
+        get = clients.get
+        negs: dict[str, int] | None = None
+        shared_nodes: list[_Node] | None = None
+        multi = False
+        for n in found:
             s = n.subs
             if s is not None:
                 if type(s) is dict:
-                    ext(s.values())
+                    for cid, r in s.items():
+                        if type(r) is _Neg:
+                            if negs is None:
+                                negs = {}
+                            if negs.get(cid, -1) < r.seq:
+                                negs[cid] = r.seq
+                        else:
+                            lst = get(cid)
+                            if lst is None:
+                                clients[cid] = [r]  # type: ignore[list-item]
+                            else:
+                                lst.append(r)  # type: ignore[arg-type]
+                                multi = True
+                elif type(s) is _Neg:
+                    if negs is None:
+                        negs = {}
+                    if negs.get(s.client_id, -1) < s.seq:
+                        negs[s.client_id] = s.seq
                 else:
-                    add(s)  # type: ignore[arg-type]
-            if n.shared is not None:
-                shared_nodes.append(n)
-            h = n.hash
-            if h is not None:  # "a/#" matches "a"
-                s = h.subs
-                if s is not None:
-                    if type(s) is dict:
-                        ext(s.values())
+                    cid = s.client_id  # type: ignore[union-attr]
+                    lst = get(cid)
+                    if lst is None:
+                        clients[cid] = [s]  # type: ignore[list-item]
                     else:
-                        add(s)  # type: ignore[arg-type]
-                if h.shared is not None:
-                    shared_nodes.append(h)
-
-        clients: dict[str, list[Subscription[O]]] = {}
-        negs: dict[str, int] | None = None
-        get = clients.get
-        for r in hits:
-            cid = r.client_id
-            if type(r) is _Neg:
-                if negs is None:
-                    negs = {}
-                if negs.get(cid, -1) < r.seq:
-                    negs[cid] = r.seq
-                continue
-            lst = get(cid)
-            if lst is None:
-                clients[cid] = [r]  # type: ignore[list-item]
-            else:
-                lst.append(r)  # type: ignore[arg-type]
+                        lst.append(s)  # type: ignore[arg-type]
+                        multi = True
+            if n.shared is not None:
+                if shared_nodes is None:
+                    shared_nodes = []
+                shared_nodes.append(n)
         if negs is not None:
             for cid, nseq in negs.items():
                 lst = get(cid)
@@ -573,11 +572,12 @@ class SubscriptionIndex(Generic[O]):
                         clients[cid] = keep
                     else:
                         del clients[cid]
-        if len(hits) > len(clients):
+        if multi:
             for lst in clients.values():
                 if len(lst) > 1:
                     lst.sort(key=_seq_of, reverse=True)
-
+        if shared_nodes is None:
+            return MatchResult(clients, {})
         shared: dict[tuple[str, str], list[tuple[str, O]]] = {}
         for n in shared_nodes:
             assert n.shared is not None
