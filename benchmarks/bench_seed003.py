@@ -44,6 +44,7 @@ from content._hema import HEMA
 
 PEERS = ("hema", "iccounting", "counting")
 FREEZE_GC = True
+WINDOW = 0.5  # seconds of one interleaved churn window
 
 
 def engines(brute_force: bool) -> list[str]:
@@ -133,8 +134,8 @@ def latency(engine: Engine, events: list[dict[str, object]], budget: float = 5.0
 
 def churn_throughput(
     engine: Engine, fresh: Workload, events: list[dict[str, object]], rate: int, seconds: float, seed: int
-) -> tuple[float, int]:
-    """Events/s matched while ``rate`` updates per second are applied between events.
+) -> tuple[int, float, int]:
+    """(events matched, seconds, updates) while ``rate`` updates/s are applied between events.
 
     The replacement subscriptions are generated before the clock starts (generating one costs
     about as much as an engine update and is not the engine's work)."""
@@ -156,56 +157,86 @@ def churn_throughput(
             engine.add(ids[rng.randrange(n_ids)], pool[done % len(pool)])  # replace = delete + insert
             done += 1
         now = time.perf_counter()
-    return matched / (now - t0), done
+    return matched, now - t0, done
 
 
 def experiment_c(
     exp: Experiment, names: list[str], n_subs: int, rates: list[int], seconds: float, lat_events: int
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """Figs. 6/7 (c) at ``n_subs`` subscriptions, plus per-event latency."""
+    """Figs. 6/7 (c) at ``n_subs`` subscriptions, plus per-event latency.
+
+    All engines are built side by side and measured *interleaved*, so that the load of a
+    shared machine hits them alike: latency event by event in rotating engine order, churn
+    throughput in rotating windows of ``WINDOW`` seconds (``seconds`` per engine and rate in
+    total).  Brute-force takes part in the latency only (it is far too slow for churn)."""
     subs = _subscriptions(exp, n_subs)
     events = _events(exp, 1000)
-    rows: list[dict[str, object]] = []
-    lat_rows: list[dict[str, object]] = []
+    built: dict[str, Engine] = {}
+    build_s: dict[str, float] = {}
     for name in names:
         engine = ENGINES[name]()
-        t_build = _timed(lambda e=engine: [e.add(i, f) for i, f in enumerate(subs)])
-        gc.collect()
-        if FREEZE_GC:
-            gc.freeze()  # the built index leaves the collector's generations (see module doc)
-        lat = latency(engine, events[:lat_events])
+        build_s[name] = _timed(lambda e=engine: [e.add(i, f) for i, f in enumerate(subs)])
+        built[name] = engine
+        print(f"exp{exp.name} {name:12} build {build_s[name]:.1f}s")
+    gc.collect()
+    if FREEZE_GC:
+        gc.freeze()  # the built indexes leave the collector's generations (see module doc)
+    lat: dict[str, list[float]] = {n: [] for n in names}
+    spent = dict.fromkeys(names, 0.0)
+    for k, ev in enumerate(events[:lat_events]):
+        for name in names[k % len(names) :] + names[: k % len(names)]:
+            if len(lat[name]) >= 10 and spent[name] > 5.0:
+                continue  # slow engines: enough samples
+            t0 = time.perf_counter()
+            built[name].match(ev)
+            dt = time.perf_counter() - t0
+            lat[name].append(dt)
+            spent[name] += dt
+    lat_rows: list[dict[str, object]] = []
+    for name in names:
+        engine = built[name]
         sizes = [len(engine.match(ev)) for ev in events[:10]]
-        extra = ""
-        if isinstance(engine, HEMA):
-            extra = " ".join(f"{k}={v}" for k, v in engine.stats.items())
+        extra = " ".join(f"{k}={v}" for k, v in engine.stats.items()) if isinstance(engine, HEMA) else ""
+        med = statistics.median(lat[name]) * 1e3
         lat_rows.append(
             {
                 "engine": name,
-                "build_s": t_build,
-                "median_ms": statistics.median(lat) * 1e3,
-                "p90_ms": sorted(lat)[int(0.9 * len(lat))] * 1e3,
+                "build_s": build_s[name],
+                "median_ms": med,
+                "p90_ms": sorted(lat[name])[int(0.9 * len(lat[name]))] * 1e3,
                 "matches": statistics.mean(sizes),
-                "events": len(lat),
+                "events": len(lat[name]),
                 "note": extra,
             }
         )
-        med = statistics.median(lat) * 1e3
-        print(f"exp{exp.name} {name:12} build {t_build:.1f}s median {med:.3f} ms {extra}")
-        if name == "brute-force":
-            continue
-        fresh = Workload(exp, stream=2)
-        base = 0.0
-        for rate in rates:
-            thr, done = churn_throughput(engine, fresh, events, rate, seconds, seed=rate)
-            base = thr if rate == 0 else base
-            rows.append({"engine": name, "rate": rate, "events_s": thr, "updates": done, "kept": thr / base})
-            kept = thr / base
+        print(f"exp{exp.name} {name:12} median {med:.3f} ms over {len(lat[name])} events {extra}")
+    churners = [n for n in names if n != "brute-force"]
+    fresh = {n: Workload(exp, stream=2) for n in churners}  # the same replacements for every engine
+    rows: list[dict[str, object]] = []
+    base: dict[str, float] = {}
+    for rate in rates:
+        n_events = dict.fromkeys(churners, 0.0)
+        wall = dict.fromkeys(churners, 0.0)
+        updates = dict.fromkeys(churners, 0)
+        for w in range(max(1, round(seconds / WINDOW))):
+            for name in churners[w % len(churners) :] + churners[: w % len(churners)]:
+                got, took, done = churn_throughput(built[name], fresh[name], events, rate, WINDOW, rate + w)
+                n_events[name] += got
+                wall[name] += took
+                updates[name] += done
+        for name in churners:
+            thr = n_events[name] / wall[name]
+            base.setdefault(name, thr)
+            kept = thr / base[name]
+            done = updates[name]
+            rows.append({"engine": name, "rate": rate, "events_s": thr, "updates": done, "kept": kept})
             print(f"exp{exp.name} {name:12} {rate:5}/s  {thr:8.1f} ev/s  kept {kept:6.1%} ({done} updates)")
+    for engine in built.values():
         if isinstance(engine, HEMA):
             engine._check()
-        del engine  # HEMA's structures hold reference cycles: free them before the next engine
-        gc.unfreeze()
-        gc.collect()
+    built.clear()  # HEMA's structures hold reference cycles: free them before the next experiment
+    gc.unfreeze()
+    gc.collect()
     return rows, lat_rows
 
 
