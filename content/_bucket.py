@@ -6,7 +6,7 @@ discretising the attribute's value domain ``[U_i, R_i]`` (its formulas (1), (2))
 search then compares an event value only inside its own bucket and marks every constraint of
 the buckets beyond it (lower list: larger values; upper list: smaller values) as failed.
 
-Here a list is one contiguous pair of numpy arrays (``vals`` float64, ``units`` int32) cut
+Here a list is one contiguous pair of numpy arrays (``vals`` float64, ``units`` intp) cut
 into buckets that are consecutive slices, each with free slack at its end.  Consequences:
 
 * "every bucket beyond the event's bucket" is one slice ``units[start[j+1]:end]`` (lower
@@ -16,7 +16,7 @@ into buckets that are consecutive slices, each with free slack at its end.  Cons
   slack in one vectorised step (O(log b) per entry to find its bucket, O(1) to write);
 * users declare no value domain: the boundaries are *quantiles of the data* computed when
   the list is (re)bucketed.  A list is rebucketed -- alone, never the whole index -- when a
-  bucket's slack is exhausted (slack is half the bucket's size, so rebuilds are geometric,
+  bucket's slack is exhausted (slack is a quarter of the bucket's size, so rebuilds are geometric,
   amortised O(log n) numpy work per insert) or when its tombstones outnumber its live
   entries (lazy compaction after deletes).  Rebucketing sorts the live entries once,
   O(N log N) in numpy, so buckets also start sorted; inserts append unsorted;
@@ -40,8 +40,10 @@ import numpy.typing as npt
 
 __all__ = ["BucketList", "UnitTable"]
 
+_FLUSH = 8192  # queued entries per list before they are written (bounds the queue's memory)
+
 FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int32]
+IntArray = npt.NDArray[np.intp]
 Int64Array = npt.NDArray[np.int64]
 
 
@@ -123,7 +125,7 @@ class BucketList:
         self.buf_v: list[float] = []
         self.buf_u: list[int] = []
         self.vals: FloatArray = np.full(4, np.nan)
-        self.units: IntArray = np.zeros(4, dtype=np.int32)
+        self.units: IntArray = np.zeros(4, dtype=np.intp)
         self.start: list[int] = [0, 4]
         self.start_np: Int64Array = np.array(self.start, dtype=np.int64)
         self.count: list[int] = [0]
@@ -137,6 +139,8 @@ class BucketList:
         self.live += 1
         self.buf_v.append(v)
         self.buf_u.append(u)
+        if len(self.buf_u) >= _FLUSH:
+            self.flush()
 
     def flush(self) -> None:
         """Append the queued entries to their buckets (vectorised); rebucket on overflow.
@@ -147,7 +151,7 @@ class BucketList:
         if not self.buf_v:
             return
         vals = np.array(self.buf_v, dtype=np.float64)
-        units = np.array(self.buf_u, dtype=np.int32)
+        units = np.array(self.buf_u, dtype=np.intp)
         nb = len(self.count)
         j = np.searchsorted(self.bnd_np, vals, side="right")
         added = np.bincount(j, minlength=nb)
@@ -183,7 +187,7 @@ class BucketList:
         units = self.units[: self.end][used]
         if self.buf_u:
             vals = np.concatenate([vals, np.array(self.buf_v, dtype=np.float64)])
-            units = np.concatenate([units, np.array(self.buf_u, dtype=np.int32)])
+            units = np.concatenate([units, np.array(self.buf_u, dtype=np.intp)])
             self.buf_v = []
             self.buf_u = []
         keep = self.table.alive[units]
@@ -208,13 +212,13 @@ class BucketList:
         cut[-1] = n
         cut[1:-1] = np.searchsorted(vals, bnd, side="left")
         counts = np.diff(cut)
-        caps = counts + counts // 2 + 4
+        caps = counts + counts // 4 + 4
         start = np.zeros(nb + 1, dtype=np.int64)
         np.cumsum(caps, out=start[1:])
         end = int(start[-1])
         dest = np.arange(n, dtype=np.int64) + np.repeat(start[:-1] - cut[:-1], counts)
         self.vals = np.full(end, np.nan)
-        self.units = np.zeros(end, dtype=np.int32)
+        self.units = np.zeros(end, dtype=np.intp)
         self.vals[dest] = vals
         self.units[dest] = units
         self.bnd = bnd.tolist()
@@ -274,6 +278,6 @@ class BucketList:
             n_used += c
         assert n_used == self.live + self.dead
         units = self.units[: self.end]
-        units = np.concatenate([units[units != 0], np.array(self.buf_u, dtype=np.int32)])
+        units = np.concatenate([units[units != 0], np.array(self.buf_u, dtype=np.intp)])
         assert len(np.unique(units)) == len(units), "one entry per unit per list"
         assert int(self.table.alive[units].sum()) == self.live

@@ -11,7 +11,7 @@ beyond it are marked wholesale.  What stays unmarked matches.
 Mapping of the whole selector language onto that index (CONTRACT.md, "content"):
 
 * a *unit* is one DNF conjunction of a filter (a subscription matches when any of its units
-  does), so OR is exact; units are dense int32 ids into numpy arrays;
+  does), so OR is exact; units are dense ids (intp: numpy scatters with native indices) into numpy arrays;
 * per unit and attribute the numeric ``= < <= > >=`` predicates intersect into one range,
   stored as at most one ``L_low`` and one ``L_high`` entry (an open side is not stored: REIN's
   ``[v, R]`` with ``R`` = +infinity never fails).  Strict bounds are exact: ``x > v`` is
@@ -125,7 +125,7 @@ class REIN(Engine):
 
     ``buckets`` is the maximum number of buckets per list (seed 004 uses b = 1000).
     Insert O(k log b) amortised, delete O(k) amortised (tombstones, per-list compaction);
-    memory ~ 1.5 x 12 bytes per stored bound plus one unit record per conjunction.
+    memory ~ 1.25 x 16 bytes per stored bound plus one unit record per conjunction.
     """
 
     name: ClassVar[str] = "rein"
@@ -137,7 +137,7 @@ class REIN(Engine):
         self._lists: dict[str, tuple[BucketList, BucketList]] = {}
         self._unit_sub: list[Hashable] = [None]
         self._residual: list[tuple[Predicate, ...] | None] = [None]
-        self._units_of: dict[SubId, list[int]] = {}
+        self._units_of: dict[SubId, int | list[int]] = {}  # one int for a one-clause filter
         self._fail: npt.NDArray[np.bool_] = np.zeros(64, dtype=np.bool_)
         self._dirty: set[BucketList] = set()
 
@@ -176,10 +176,11 @@ class REIN(Engine):
                     entries += 1
             table.pending[u] = entries
             units.append(u)
-        self._units_of[sub_id] = units
+        self._units_of[sub_id] = units[0] if len(units) == 1 else units
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
-        units = self._units_of.pop(sub_id)
+        stored = self._units_of.pop(sub_id)
+        units = [stored] if isinstance(stored, int) else stored
         for u, clause in zip(units, f.clauses, strict=True):
             bounds, _ = split_clause(clause)
             self._unit_sub[u] = None
@@ -239,11 +240,12 @@ class REIN(Engine):
         table = self._table
         n = table.n
         assert len(self._unit_sub) == n == len(self._residual)
-        alive_units = [u for us in self._units_of.values() for u in us]
+        units_of = {sid: [us] if isinstance(us, int) else us for sid, us in self._units_of.items()}
+        alive_units = [u for us in units_of.values() for u in us]
         assert len(alive_units) == len(set(alive_units)) == int(table.alive[:n].sum())
         assert not table.alive[0] and bool(table.alive[alive_units].all())
         assert set(self._units_of) == set(self._filters)
-        for sid, us in self._units_of.items():
+        for sid, us in units_of.items():
             assert len(us) == len(self._filters[sid].clauses)
             assert all(self._unit_sub[u] == sid for u in us)
         entries = np.zeros(n, dtype=np.int32)

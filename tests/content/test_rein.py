@@ -114,7 +114,7 @@ def test_numeric_index_agrees_with_brute_force() -> None:
     run_state_machine_as_test(
         NumericIndexVsBruteForce,
         settings=settings(
-            max_examples=30,
+            max_examples=20,
             stateful_step_count=25,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
