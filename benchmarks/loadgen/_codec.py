@@ -6,10 +6,11 @@ needs: CONNECT, SUBSCRIBE, UNSUBSCRIBE, PUBLISH, PUBACK, PINGREQ, and a scanner 
 byte stream into frames.
 
 Hot-path design: every PUBLISH the generator sends is pre-encoded once. The payload is JSON
-``{"ts":NNNNNNNNNNNNNNNNNNN,...}`` whose 19-digit timestamp (``time.monotonic_ns()``, i.e.
-CLOCK_MONOTONIC, comparable across processes on one machine) sits at a fixed offset, so a batch
-of frames is built with a single ``bytes.join`` around the timestamp (:class:`Block`), and the
-receiver reads the timestamp with one slice + ``int`` (:data:`TS_OFFSET`, :data:`TS_LEN`).
+``{"ts":NNNNNNNNNNNNNNNNNNN,...}`` whose 19-digit timestamp (``10**18 + time.monotonic_ns()``,
+i.e. CLOCK_MONOTONIC, comparable across processes on one machine, valid JSON) sits at a fixed
+offset, so a batch of frames is built with a single ``bytes.join`` around the timestamp
+(:class:`Block`), and the receiver reads the timestamp with one slice + ``int``
+(:data:`TS_OFFSET`, :data:`TS_LEN`).
 Encoding is O(len(packet)); a block send is one C-level join, O(total bytes).
 """
 
@@ -21,6 +22,7 @@ from enum import IntEnum
 
 __all__ = [
     "PINGREQ",
+    "TS_BIAS",
     "TS_LEN",
     "TS_OFFSET",
     "Block",
@@ -37,8 +39,9 @@ __all__ = [
 
 TS_PREFIX = b'{"ts":'
 TS_OFFSET = len(TS_PREFIX)  # the timestamp's offset inside the payload
-TS_LEN = 19  # digits; monotonic_ns fits (zero-padded)
-TS_PLACEHOLDER = b"0" * TS_LEN
+TS_LEN = 19  # digits: TS_BIAS + monotonic_ns, a valid JSON number with no leading zero
+TS_BIAS = 10**18
+TS_PLACEHOLDER = b"%d" % TS_BIAS
 PINGREQ = b"\xc0\x00"
 
 
@@ -137,7 +140,7 @@ def publish(
 
 def ts_bytes(ns: int) -> bytes:
     """A timestamp rendered as the payload's fixed-width field."""
-    return b"%019d" % ns
+    return b"%d" % (ns + TS_BIAS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,6 @@ class RetainedSpec:
     prefill_count: int
     subscribers: tuple[ClientSpec, ...]
     subscribe: bytes
-    unsubscribe: bytes
     expected: int
 
 

@@ -119,32 +119,57 @@ def wildcard(procs: int, rate: float) -> list[WorkerPlan]:
     return _pairs("wc", procs, rate, 50, 200, 0, setup, blocks)
 
 
-_CF_SUBS = 100  # per subscriber; 100 subscribers -> 10,000 selector subscriptions
+_CF_GROUPS, _CF_PER_GROUP, _CF_TOPICS, _CF_PUBS = 10, 100, 10, 2
 
 
-def _cf_payload(j: int) -> bytes:
-    return make_payload(PAYLOAD + 20, f',"id":{j},"temp":{20 + j % 7}')
+def _cf_payload(c: int) -> bytes:
+    return make_payload(PAYLOAD + 20, f',"id":{c},"temp":{20 + c % 7}')
 
 
-def _cf_blocks(i: int) -> tuple[Block, ...]:
+def _content(procs: int, rate: float, filtered: bool) -> list[WorkerPlan]:
+    """1,000 subscribers x 10 subscriptions = 10,000. Client ``c`` of group ``g = c % 10``
+    subscribes to the 10 topics ``cf/<g>/<k>`` with selector ``id = c AND temp > 10``: every
+    message on ``cf/<g>/<k>`` has 100 topic-matching candidates and its ``id`` picks one. The
+    unfiltered reference routes the same deliveries by topic alone (``cu/<c>/<k>``, no selector):
+    same connections, subscriptions and deliveries per publish."""
+    plans = []
     per = 20
-    return tuple(
-        Block.of([publish(f"cf/{i}", _cf_payload(j)) for j in range(b, b + per)], per)
-        for b in range(0, _CF_SUBS, per)
-    )
+    for gs in _deal(_CF_GROUPS, procs):
+        subs, pubs = [], []
+        for g in gs:
+            clients = [g + _CF_GROUPS * m for m in range(_CF_PER_GROUP)]
+            for c in clients:
+                if filtered:
+                    setup = tuple(
+                        subscribe(k + 1, [(f"$filter/id = {c} AND temp > 10/cf/{g}/{k}", 0)])
+                        for k in range(_CF_TOPICS)
+                    )
+                else:
+                    setup = tuple(subscribe(k + 1, [(f"cu/{c}/{k}", 0)]) for k in range(_CF_TOPICS))
+                subs.append(ClientSpec(connect(f"cf{int(filtered)}-s{c}"), setup))
+            msgs = [
+                publish(f"cf/{g}/{k}" if filtered else f"cu/{c}/{k}", _cf_payload(c))
+                for c in clients
+                for k in range(_CF_TOPICS)
+            ]
+            for q in range(_CF_PUBS):
+                mine = msgs[q::_CF_PUBS]
+                blocks = tuple(Block.of(mine[i : i + per], per) for i in range(0, len(mine), per))
+                pubs.append(ClientSpec(connect(f"cf{int(filtered)}-p{g}-{q}"), blocks=blocks))
+        plans.append(
+            WorkerPlan(
+                groups=(GroupSpec(tuple(pubs), tuple(subs), 1000 * len(gs), rate * len(gs) / _CF_GROUPS),)
+            )
+        )
+    return plans
 
 
 def content_filtered(procs: int, rate: float) -> list[WorkerPlan]:
-    def setup(i: int) -> tuple[bytes, ...]:
-        return tuple(
-            subscribe(j + 1, [(f"$filter/id = {j} AND temp > 10/cf/{i}", 0)]) for j in range(_CF_SUBS)
-        )
-
-    return _pairs("cf", procs, rate, 100, 200, 0, setup, _cf_blocks)
+    return _content(procs, rate, True)
 
 
 def content_unfiltered(procs: int, rate: float) -> list[WorkerPlan]:
-    return _pairs("cu", procs, rate, 100, 200, 0, lambda i: (subscribe(1, [(f"cf/{i}", 0)]),), _cf_blocks)
+    return _content(procs, rate, False)
 
 
 def partial_unsubscribe(procs: int, rate: float) -> list[WorkerPlan]:
@@ -207,7 +232,6 @@ def retained(procs: int, rate: float) -> list[WorkerPlan]:
                     side * side,
                     tuple(ClientSpec(connect(f"rt-s{i}")) for i in idx),
                     subscribe(1, [("ret/#", 0)]),
-                    unsubscribe(2, ["ret/#"]),
                     side * side,
                 )
             )
