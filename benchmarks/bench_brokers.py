@@ -316,7 +316,7 @@ def py_spy_profile(duration: float, out: Path) -> Callable[[RunningBroker], None
 
 
 def summarize_profile(path: Path, top: int = 15) -> str:
-    """Self and inclusive sample shares per frame from py-spy's collapsed stacks."""
+    """Self and inclusive sample shares per function from py-spy's collapsed stacks."""
     self_: dict[str, int] = {}
     incl: dict[str, int] = {}
     total = 0
@@ -324,15 +324,16 @@ def summarize_profile(path: Path, top: int = 15) -> str:
         stack, _, n_s = line.rpartition(" ")
         n = int(n_s)
         total += n
-        frames = stack.split(";")
+        # one frame per function: "name (file:line)" -> "name (file)"
+        frames = [f.rsplit(":", 1)[0] + ")" if f.endswith(")") and ":" in f else f for f in stack.split(";")]
         self_[frames[-1]] = self_.get(frames[-1], 0) + n
         for f in set(frames):
             incl[f] = incl.get(f, 0) + n
-    lines = [f"{total} samples", "", "| self % | frame |", "|---:|---|"]
+    lines = [f"{total} samples (py-spy, 250 Hz, idle excluded)", "", "| self % | function |", "|---:|---|"]
     lines += [
         f"| {100 * v / total:.1f} | `{k}` |" for k, v in sorted(self_.items(), key=lambda kv: -kv[1])[:top]
     ]
-    lines += ["", "| inclusive % | frame |", "|---:|---|"]
+    lines += ["", "| inclusive % | function |", "|---:|---|"]
     lines += [
         f"| {100 * v / total:.1f} | `{k}` |" for k, v in sorted(incl.items(), key=lambda kv: -kv[1])[:top]
     ]
