@@ -45,7 +45,7 @@ def decode_all(data: bytes, version: int | None, server: bool = True) -> list[Pa
 
 # ------------------------------------------------------------------ round trips
 @pytest.mark.parametrize("v", [3, 4, 5])
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(data=st.data())
 def test_round_trip_client_to_server(v: int, data: st.DataObject) -> None:
     c = data.draw(connects(v))
@@ -57,7 +57,7 @@ def test_round_trip_client_to_server(v: int, data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("v", [4, 5])
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(data=st.data())
 def test_round_trip_server_to_client(v: int, data: st.DataObject) -> None:
     pkts = data.draw(st.lists(client_packets(v), min_size=1, max_size=5))
@@ -66,7 +66,7 @@ def test_round_trip_server_to_client(v: int, data: st.DataObject) -> None:
 
 
 @pytest.mark.parametrize("v", [4, 5])
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(data=st.data())
 def test_round_trip_any_chunking(v: int, data: st.DataObject) -> None:
     c = data.draw(connects(v))
@@ -83,7 +83,7 @@ def test_round_trip_any_chunking(v: int, data: st.DataObject) -> None:
     assert got == [c, *pkts]
 
 
-@settings(max_examples=60)
+@settings(max_examples=30)
 @given(
     topic=st.text(min_size=1, max_size=20).filter(lambda t: "\x00" not in t),
     payload=st.binary(max_size=300),
