@@ -2,14 +2,14 @@
 
 Workload (seeded, ``--scale`` multiplies the numbers of clients and devices):
 * 100,000 clients x 10 subscriptions = 1,000,000 subscriptions; topics are
-  ``tenant/site/device/metric`` (50 tenants x 20 sites x 25 devices = 25,000 devices, 8 metrics,
-  200,000 topic names); a client watches devices of one tenant.
+  ``tenant/site/device/metric`` (50 tenants x 20 sites x 33 devices = 33,000 devices, 8 metrics,
+  264,000 topic names, about 10 subscriptions each); a client watches devices of one tenant.
 * 85 % exact filters ``t/s/d/m``; 10 % with '+' (half ``t/s/d/+``: all metrics of a device, half
   ``t/+/d/m``: one metric of device d in every site); 5 % with '#' (``t/s/d/#``).
 * 5 % of the clients (every 20th) hold a negative entry: their first subscription is
   ``t/s/d/#`` followed by a partial unsubscribe of ``t/s/d/<metric>``.
 
-Measured in one run: build time; memory per subscription (tracemalloc, a second build: the
+Measured in one run: build time; memory per live entry (tracemalloc, on its own build: the
 traced bytes the index holds, excluding the filter strings, which the caller owns and the
 index only references); publish match time p50/p99 over random topic names (and how many
 subscriptions they match); subscribe / unsubscribe / partial-unsubscribe time p50/p99 on the
@@ -48,7 +48,7 @@ class Workload:
         rnd = random.Random(seed)
         self.tenants = 50
         self.sites = 20
-        self.devices = max(1, round(25 * scale))
+        self.devices = max(1, round(33 * scale))
         self.n_clients = max(20, round(100_000 * scale))
         self.subs_per_client = 10
         tn = [f"tenant{i:02d}" for i in range(self.tenants)]
