@@ -21,6 +21,7 @@ from topics._index import (
     SubscribeOutcome,
     Subscription,
     SubscriptionIndex,
+    Unsubscribed,
     UnsubscribeOutcome,
 )
 from topics._match import includes, matches, overlaps
@@ -39,6 +40,7 @@ __all__ = [
     "SubscriptionIndex",
     "TopicSet",
     "UnsubscribeOutcome",
+    "Unsubscribed",
     "includes",
     "matches",
     "overlaps",
