@@ -50,10 +50,14 @@ def attributes(payload: bytes | bytearray | memoryview) -> dict[str, Scalar]:
     return out
 
 
+_SCALAR_TYPES = frozenset({str, int, float, bool})  # orjson returns exactly these types
+
+
 def _flatten(obj: dict[str, Any], prefix: str, out: dict[str, Scalar]) -> None:
+    scalar = _SCALAR_TYPES
     for key, value in obj.items():
-        name = prefix + key
-        if isinstance(value, str | int | float):  # bool is an int subclass: kept as bool
-            out[name] = value
-        elif isinstance(value, dict):
-            _flatten(value, name + ".", out)
+        t = type(value)
+        if t in scalar:
+            out[prefix + key] = value
+        elif t is dict:
+            _flatten(value, prefix + key + ".", out)
