@@ -84,3 +84,25 @@ def test_ordered_leaves_with_int_float_ties(bounds: list[float], v: float) -> No
         engine._check()
         assert len(engine) == 0
         assert engine.match({"x": v}) == set()
+
+
+def test_hand_built_filters_always_never_and_duplicates() -> None:
+    from content import Filter, Predicate
+
+    p = Predicate.of("x", Op.GT, 1)
+    always = Filter("always", ((),))
+    never = Filter("never", ())
+    dup = Filter("dup", ((p, p), (p,)))
+    for name in ("counting", "iccounting", "rabased"):
+        engine, oracle = ENGINES[name](), BruteForce()
+        for sid, f in (("always", always), ("never", never), ("dup", dup)):
+            engine.add(sid, f)
+            oracle.add(sid, f)
+        engine._check()
+        for ev in ({}, {"x": 2}, {"x": 0}, {"x": "s"}):
+            assert engine.match(ev) == oracle.match(ev)
+        assert engine.match({"x": 2}) == {"always", "dup"}
+        engine.remove("always")
+        engine.remove("dup")
+        engine._check()
+        assert engine.match_batch([{"x": 2}, {}]) == [set(), set()]
