@@ -21,7 +21,7 @@ from topics import RetainedTree, SubscriptionIndex, TopicSet, UnsubscribeOutcome
 U = Universe(5)
 MQTT_FILTERS = all_filters(3, extended=False)
 EXT_FILTERS = all_filters(3, extended=True)
-TOPICS = all_topics(4)
+TOPICS = [*all_topics(4), "/", "a//a", "/a", "a/", "$b//"]  # plus empty levels
 SHARED = [f"$share/{g}/{f}" for g in ("g1", "g2") for f in ("a/#", "+/a", "$b/+", "#")]
 CLIENTS = st.sampled_from(["c0", "c1", "c2"])
 # mostly short filters, so that the same client's filters include and overlap each other often
