@@ -1,0 +1,23 @@
+"""An embedded broker per test (port 0, fast session ticks, no $SYS)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+
+from broker import Broker
+from tests.conformance.rawclient import RawClient
+
+
+@pytest_asyncio.fixture
+async def broker() -> AsyncIterator[Broker]:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+        yield b
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _close_raw_clients() -> AsyncIterator[None]:
+    yield
+    while RawClient.instances:
+        await RawClient.instances.pop().close()
