@@ -130,13 +130,76 @@ def spark_delay(probes: int, load_rate: float) -> list[float]:
     return delays
 
 
+async def _broker_rate(with_bridge: bool, messages: int, subscribers: int) -> float:
+    """QoS 0 deliveries/s: messages published from code, fanned out to raw TCP subscribers that
+    only read (MQTT 3.1.1, topic b/x, 8-byte payload: 15 bytes per PUBLISH)."""
+    import asyncio
+
+    from broker import Broker
+
+    with tempfile.TemporaryDirectory() as d:
+        hooks = [Bridge(d)] if with_bridge else []
+        async with Broker(host="127.0.0.1", port=0, hooks=hooks) as b:
+            streams = []
+            for k in range(subscribers):
+                reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
+                cid = f"sub{k}".encode()
+                var = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
+                writer.write(bytes([0x10, len(var)]) + var)
+                await reader.readexactly(4)  # CONNACK
+                sub = b"\x00\x01" + b"\x00\x03b/x" + b"\x00"
+                writer.write(bytes([0x82, len(sub)]) + sub)
+                await reader.readexactly(5)  # SUBACK
+                streams.append((reader, writer))
+
+            async def drain(reader: asyncio.StreamReader) -> None:
+                await reader.readexactly(15 * messages)
+
+            t = time.perf_counter()
+            tasks = [asyncio.create_task(drain(r)) for r, _ in streams]
+            payload = b"01234567"
+            for i in range(messages):
+                await b.publish("b/x", payload, qos=0)
+                if i % 200 == 0:
+                    await asyncio.sleep(0)
+            await asyncio.gather(*tasks)
+            elapsed = time.perf_counter() - t
+            for _, w in streams:
+                w.close()
+        return messages * subscribers / elapsed
+
+
+def broker_impact(messages: int, subscribers: int, rounds: int) -> tuple[float, float]:
+    import asyncio
+
+    base, bridged = [], []
+    for _ in range(rounds):  # interleaved, best of each
+        base.append(asyncio.run(_broker_rate(False, messages, subscribers)))
+        bridged.append(asyncio.run(_broker_rate(True, messages, subscribers)))
+    return max(base), max(bridged)
+
+
+class _Lines(list[str]):
+    """Result lines, echoed as they come (a long run shows progress)."""
+
+    def append(self, line: str) -> None:
+        print(line, flush=True)
+        super().append(line)
+
+    def __iadd__(self, lines: object) -> _Lines:
+        for line in lines:  # type: ignore[attr-defined]
+            self.append(line)
+        return self
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--md", type=Path, default=None)
     args = ap.parse_args()
     n = 200_000 if args.quick else 1_000_000
-    lines = [f"machine: {platform.platform()}, {platform.python_version()}, shared 2-core VM (noisy)", ""]
+    lines = _Lines()
+    lines += [f"machine: {platform.platform()}, {platform.python_version()}, shared 2-core VM (noisy)", ""]
     hb, hp = hot_path(n)
     lines.append(
         f"hot path: on_delivery {hb:.0f} ns/record vs list.append peer {hp:.0f} ns (ratio {hb / hp:.2f})"
@@ -152,6 +215,15 @@ def main() -> None:
         + ", ".join(f"{w:.3f}" for w in windows)
         + f" s (max {max(windows):.3f} s)"
     )
+    try:
+        base, bridged = broker_impact(20_000 if args.quick else 50_000, 4, 3)
+        lines.append(
+            f"broker QoS 0 deliveries/s (4 raw subscribers, publish from code): without bridge "
+            f"{base:,.0f}, with bridge {bridged:,.0f} (ratio {bridged / base:.3f}, "
+            f"cost {100 * (1 - bridged / base):.1f}%)"
+        )
+    except ImportError as exc:
+        lines.append(f"broker impact: not measured ({exc})")
     delays = spark_delay(5 if args.quick else 20, load_rate=5_000)
     if delays:
         lines.append(
@@ -159,7 +231,6 @@ def main() -> None:
             f"{statistics.median(delays):.2f} s, max {max(delays):.2f} s over {len(delays)} probes"
         )
     text = "\n".join(lines)
-    print(text)
     if args.md is not None:
         args.md.write_text(text + "\n")
 

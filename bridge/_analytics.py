@@ -253,9 +253,21 @@ def start_queries(
 def results(output: str | Path, name: str) -> pd.DataFrame:
     """The latest result ``name`` as pandas: per key, the row of the latest micro-batch."""
     path = Path(output) / name
-    if not path.is_dir():
-        return pd.DataFrame()
-    table = ds.dataset(path, format="parquet", partitioning="hive").to_table()
+    for attempt in range(5):
+        try:
+            files = _committed_files(path)
+            if not files:
+                return pd.DataFrame()
+            table = ds.dataset(
+                files,
+                format="parquet",
+                partitioning=ds.partitioning(flavor="hive"),
+                partition_base_dir=str(path),
+            ).to_table()
+            break
+        except FileNotFoundError:  # a batch was being re-written (overwrite) while we read
+            if attempt == 4:
+                raise
     pdf: pd.DataFrame = table.to_pandas()
     if pdf.empty:
         return pdf
@@ -263,6 +275,27 @@ def results(output: str | Path, name: str) -> pd.DataFrame:
     if keys:
         pdf = pdf.sort_values("batch", kind="stable").drop_duplicates(keys, keep="last")
     return pdf.drop(columns=["batch"]).reset_index(drop=True)
+
+
+def _committed_files(path: Path) -> list[str]:
+    """Data files of committed batches: ``batch=<id>/part-*.parquet``, skipping Spark's
+    ``_temporary`` directories and hidden or ``_`` files of a batch still being written."""
+    if not path.is_dir():
+        return []
+    files: list[str] = []
+    for batch in os.scandir(path):
+        if not batch.name.startswith("batch=") or not batch.is_dir():
+            continue
+        try:
+            names = os.listdir(batch.path)
+        except FileNotFoundError:
+            continue
+        if "_SUCCESS" not in names:  # the batch's write job has not committed yet
+            continue
+        files.extend(
+            os.path.join(batch.path, n) for n in names if n.endswith(".parquet") and n[0] not in "._"
+        )
+    return sorted(files)
 
 
 def _filter_regex(topic_filter: str) -> re.Pattern[str]:

@@ -318,9 +318,14 @@ class Bridge(Hooks):
     # ---- writer ----
 
     def _run(self) -> None:
+        # Fixed-rate rounds: a round starts roll_interval after the previous one *started*, so
+        # the time a record waits is bounded by roll_interval (plus a round that overruns it).
+        due = time.monotonic() + self.roll_interval
         while not self._stopping.is_set():
-            self._wake.wait(self.roll_interval)
+            self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
+            now = time.monotonic()
+            due = max(due + self.roll_interval, now) if now >= due else due
             self.flush()
             # A buffer that refilled past the roll size during the write is written at once.
             while not self._stopping.is_set() and any(

@@ -15,5 +15,7 @@ def spark() -> Iterator[Any]:
     session = spark_session("local[2]", app_name="siftmq-tests")
     # Tests run availableNow over finished data: skip the no-data batches that only evict state.
     session.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    # Tiny inputs: one shuffle partition (one state store per query) halves the tasks.
+    session.conf.set("spark.sql.shuffle.partitions", "1")
     yield session
     session.stop()
