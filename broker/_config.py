@@ -52,6 +52,9 @@ class BrokerConfig:
     retain_available: bool = True
     #: bounded queue length of each in-process ``Broker.subscribe`` subscription.
     inprocess_queue_size: int = 10_000
+    #: topic filters whose SUBSCRIBE is refused (NOT_AUTHORIZED; 3.1.1: 0x80), e.g.
+    #: ``["test/nosubscribe"]`` for the Eclipse Paho interoperability suite.
+    refused_filters: tuple[str, ...] = ()
     #: timer granularity (seconds) for keep-alive, will delay and expiry checks.
     tick_interval: float = 0.25
 
@@ -79,5 +82,5 @@ def load_toml(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfi
             if isinstance(value, dict):  # another package's table at top level
                 continue
             raise ValueError(f"{path}: unknown broker option {key!r}")
-        changes[name] = value
+        changes[name] = tuple(value) if isinstance(value, list) else value
     return dataclasses.replace(base or BrokerConfig(), **changes)

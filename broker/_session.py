@@ -738,6 +738,10 @@ class Connection:
         core = self.core
         cfg = core.config
         self.version = v = p.protocol_level
+        if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
+            self.version = min(v, 4)
+            self._refuse(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name!r}")
+            return
         props = p.properties
         if v == 5:
             self.problem_info = props.request_problem_information != 0
@@ -975,7 +979,9 @@ class Connection:
                     codes.append(ReasonCode.TOPIC_FILTER_INVALID)
                     reasons.append(f"content filter {selector!r}: {exc} at position {exc.position}")
                     continue
-            if core.obs.authorize and not core.authorize(s, "subscribe", full_filter):
+            if full_filter in cfg.refused_filters or (
+                core.obs.authorize and not core.authorize(s, "subscribe", full_filter)
+            ):
                 codes.append(ReasonCode.NOT_AUTHORIZED)
                 reasons.append(f"{full_filter!r}: not authorized")
                 continue

@@ -1,0 +1,236 @@
+"""The sans-IO core without an event loop: packets and times in, packets and closes out."""
+
+from __future__ import annotations
+
+from broker._config import BrokerConfig
+from broker._session import Connection, ConnectionState, Core
+from broker.packets import (
+    Connack,
+    Connect,
+    Decoder,
+    Disconnect,
+    Packet,
+    Properties,
+    Puback,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+    Unsuback,
+    Unsubscribe,
+    Will,
+)
+
+
+class Wire:
+    """One fake connection: what the core wrote, decoded, and whether it closed."""
+
+    def __init__(self, core: Core, now: float, version: int = 5) -> None:
+        self.core = core
+        self.decoder = Decoder(version, server=False)
+        self.out: list[Packet] = []
+        self.closed = False
+        self.conn = Connection(core, self._write, self._close, now, "test")
+
+    def _write(self, data: bytes) -> None:
+        self.out.extend(self.decoder.feed(data))
+
+    def _close(self) -> None:
+        self.closed = True
+
+    def feed(self, *packets: Packet, now: float = 0.0) -> list[Packet]:
+        self.conn.received(packets, now)
+        self.core.flush()
+        got, self.out = self.out, []
+        return got
+
+    def drop(self, now: float = 0.0) -> None:
+        """The network connection ends."""
+        self.conn.lost(now)
+        self.core.flush()
+
+    def take(self) -> list[Packet]:
+        got, self.out = self.out, []
+        return got
+
+
+def connect(core: Core, cid: str, now: float = 0.0, version: int = 5, **kw: object) -> tuple[Wire, Connack]:
+    w = Wire(core, now, version)
+    kw.setdefault("keep_alive", 0)  # tests jump in time
+    ack, *rest = w.feed(Connect(cid, protocol_level=version, **kw), now=now)  # type: ignore[arg-type]
+    assert isinstance(ack, Connack)
+    w.out = rest  # resent in-flight messages of a resumed session
+    return w, ack
+
+
+def sub(w: Wire, *filters: str, qos: int = 1, props: Properties | None = None) -> Suback:
+    (ack, *_rest) = w.feed(
+        Subscribe(1, tuple(SubscriptionRequest(f, qos) for f in filters), props or Properties())
+    )
+    assert isinstance(ack, Suback)
+    return ack
+
+
+def test_connect_subscribe_publish_qos1() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    a, ack = connect(core, "a")
+    assert ack.reason_code == ReasonCode.SUCCESS and not ack.session_present
+    b, _ = connect(core, "b")
+    assert sub(a, "x/#").reason_codes == (ReasonCode.GRANTED_QOS_1,)
+    assert b.feed(Publish("x/1", b"hi", qos=1, packet_id=9)) == [Puback(9)]
+    (p,) = a.take()
+    assert isinstance(p, Publish) and (p.topic, p.payload, p.qos) == ("x/1", b"hi", 1)
+    assert p.packet_id is not None
+    a.feed(Puback(p.packet_id))
+    assert not core.sessions["a"].inflight
+    core._check()
+
+
+def test_first_packet_must_be_connect() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    w = Wire(core, 0.0)
+    assert w.feed(Publish("a", b"")) == []
+    assert w.closed
+
+
+def test_puback_no_matching_subscribers_v5() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    w, _ = connect(core, "p")
+    assert w.feed(Publish("nobody", b"", qos=1, packet_id=1)) == [
+        Puback(1, ReasonCode.NO_MATCHING_SUBSCRIBERS)
+    ]
+
+
+def test_keep_alive_is_one_and_a_half_times() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    w, _ = connect(core, "k", keep_alive=10)
+    core.tick(14.9)
+    core.flush()
+    assert not w.closed
+    core.tick(15.1)
+    core.flush()
+    assert w.closed
+    assert [p.reason_code for p in w.take() if isinstance(p, Disconnect)] == [ReasonCode.KEEP_ALIVE_TIMEOUT]
+    assert "k" not in core.sessions  # session expiry 0: ended
+
+
+def test_will_delay_and_session_expiry_timeline() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    watcher, _ = connect(core, "watch")
+    sub(watcher, "will/#", qos=0)
+    will = Will("will/x", b"bye", properties=Properties(will_delay_interval=5))
+    w, _ = connect(core, "x", will=will, properties=Properties(session_expiry_interval=10), clean_start=False)
+    w.drop(now=100.0)
+    core.tick(104.0)
+    core.flush()
+    assert watcher.take() == []
+    core.tick(105.0)
+    core.flush()
+    (p,) = watcher.take()
+    assert isinstance(p, Publish) and p.payload == b"bye"
+    assert "x" in core.sessions
+    core.tick(110.5)
+    assert "x" not in core.sessions
+
+
+def test_will_published_at_session_end_before_delay() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    watcher, _ = connect(core, "watch")
+    sub(watcher, "will/#", qos=0)
+    will = Will("will/y", b"end", properties=Properties(will_delay_interval=100))
+    w, _ = connect(core, "y", will=will, properties=Properties(session_expiry_interval=2))
+    w.drop(now=0.0)
+    core.tick(2.5)
+    core.flush()
+    assert [p.payload for p in watcher.take() if isinstance(p, Publish)] == [b"end"]
+
+
+def test_takeover_and_resume_with_dup() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    props = Properties(session_expiry_interval=60)
+    a, _ = connect(core, "c", properties=props, clean_start=False)
+    sub(a, "t/#", qos=2)
+    pub, _ = connect(core, "pub")
+    pub.feed(Publish("t/1", b"1", qos=2, packet_id=1))
+    (p,) = a.take()
+    assert isinstance(p, Publish) and p.qos == 2 and not p.dup
+    a2, ack = connect(core, "c", properties=props, clean_start=False)
+    assert ack.session_present
+    assert a.closed and [type(x) for x in a.take()] == [Disconnect]
+    assert a.conn.state is ConnectionState.CLOSED
+    (again,) = a2.take()
+    assert isinstance(again, Publish) and again.dup and again.packet_id == p.packet_id
+    assert a2.feed(Pubrec(p.packet_id or 0)) == [Pubrel(p.packet_id or 0)]
+    core._check()
+
+
+def test_clean_start_discards_session() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    a, _ = connect(core, "c", properties=Properties(session_expiry_interval=60), clean_start=False)
+    sub(a, "t/#")
+    a.drop()
+    _, ack = connect(core, "c", clean_start=True)
+    assert not ack.session_present
+    assert core.router.index.entry_count("c") == 0
+
+
+def test_partial_unsubscribe_entries_and_codes() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    a, _ = connect(core, "a")
+    sub(a, "s/#")
+    (ack,) = a.feed(Unsubscribe(3, ("s/x/#", "nothing")))
+    assert ack == Unsuback(3, (ReasonCode.SUCCESS, ReasonCode.NO_SUBSCRIPTION_EXISTED))
+    assert core.router.index.entry_count("a") == 2
+    pub, _ = connect(core, "p")
+    pub.feed(Publish("s/x/1", b""), Publish("s/y", b""))
+    assert [p.topic for p in a.take() if isinstance(p, Publish)] == ["s/y"]
+
+
+def test_pure_mqtt_unsubscribe() -> None:
+    core = Core(BrokerConfig(sys_interval=0, partial_unsubscribe=False))
+    a, _ = connect(core, "a")
+    sub(a, "s/#")
+    (ack,) = a.feed(Unsubscribe(3, ("s/x/#",)))
+    assert ack == Unsuback(3, (ReasonCode.NO_SUBSCRIPTION_EXISTED,))
+    assert core.router.index.entry_count("a") == 1
+
+
+def test_selector_refcounts_released() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    a, _ = connect(core, "a")
+    props = Properties(user_properties=(("filter", "v > 1"),))
+    sub(a, "f/#", "g/#", props=props)
+    assert len(core.router.engine) == 1
+    a.feed(Unsubscribe(2, ("f/#",)))
+    assert len(core.router.engine) == 1
+    a.drop()
+    assert len(core.router.engine) == 0
+
+
+def test_paused_transport_drops_qos0_and_queues_qos1() -> None:
+    core = Core(BrokerConfig(sys_interval=0, max_queued_messages=2))
+    a, _ = connect(core, "slow")
+    sub(a, "s/#")
+    a.conn.paused = True
+    pub, _ = connect(core, "p")
+    pub.feed(Publish("s/0", b"", qos=0))
+    pub.feed(Publish("s/1", b"", qos=1, packet_id=1), Publish("s/2", b"", qos=1, packet_id=2))
+    assert core.stats.publish_dropped == 1
+    assert len(core.sessions["slow"].queue) == 2
+    pub.feed(Publish("s/3", b"", qos=1, packet_id=3))
+    assert core.stats.queue_overflow == 1 and a.closed
+    assert [p.reason_code for p in a.take() if isinstance(p, Disconnect)] == [ReasonCode.QUOTA_EXCEEDED]
+
+
+def test_protocol_errors_close_with_reason() -> None:
+    core = Core(BrokerConfig(sys_interval=0))
+    a, _ = connect(core, "a")
+    got = a.feed(Connect("a"))
+    assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [ReasonCode.PROTOCOL_ERROR]
+    assert a.closed
+    b, _ = connect(core, "b")
+    got = b.feed(Publish("x", b"", properties=Properties(topic_alias=0)))
+    assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [ReasonCode.TOPIC_ALIAS_INVALID]
