@@ -306,3 +306,39 @@ async def test_mqtt_3_2_2_maximum_packet_size_of_server() -> None:
         c.send(Publish("big/t", b"x" * 1000))
         got = await c.closed()
         assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [RC.PACKET_TOO_LARGE]
+
+
+async def test_queue_limit_disconnects_stalled_qos1_consumer() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, max_queued_messages=5) as b:
+        sub, _ = await RawClient.connect(b.port, "stall", 5, properties=Properties(receive_maximum=1))
+        await sub.subscribe(SubscriptionRequest("stall/t", 1))
+        pub, _ = await RawClient.connect(b.port, "stall-p", 5)
+        for i in range(10):  # 1 in flight + 5 queued, then the queue is full
+            await pub.publish1("stall/t", str(i).encode())
+        got = await sub.closed()
+        assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [RC.QUOTA_EXCEEDED]
+        assert b.core.stats.queue_overflow >= 1
+
+
+async def test_queue_limit_offline_session_bounded() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, max_queued_messages=3) as b:
+        props = Properties(session_expiry_interval=60)
+        sub, _ = await RawClient.connect(b.port, "off", 5, clean_start=False, properties=props)
+        await sub.subscribe(SubscriptionRequest("off/t", 1))
+        sub.send(Disconnect())
+        await sub.closed()
+        pub, _ = await RawClient.connect(b.port, "off-p", 5)
+        for i in range(10):
+            await pub.publish1("off/t", str(i).encode())
+        sub, _ = await RawClient.connect(b.port, "off", 5, clean_start=False, properties=props)
+        got = [p for p in await sub.barrier() if isinstance(p, Publish)]
+        assert 1 <= len(got) <= 3  # memory for an offline session stays bounded
+
+
+async def test_mqtt_3_2_2_request_response_information(broker: Broker) -> None:
+    _c, ack = await RawClient.connect(
+        broker.port, "rri", 5, properties=Properties(request_response_information=1)
+    )
+    assert ack.properties.response_information  # [MQTT-3.1.2-28] may be sent when requested
+    _c2, ack2 = await RawClient.connect(broker.port, "rri0", 5)
+    assert ack2.properties.response_information is None  # [MQTT-3.1.2-28] not sent unrequested
