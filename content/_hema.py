@@ -25,7 +25,8 @@ where they live here:
   bisected range of thresholds the event value satisfies; start nodes inside it become
   candidates (``Sa``) and each candidate walks its links, dropping out at the first node
   outside the boundary (that node's predicate is false for the event) and matching at its
-  end node.
+  end node.  For units made only of numeric comparisons the walk is one vectorised box test
+  over all their candidates (:mod:`content._hema_boundary`).
 * **Insert/delete** (section 3.3, Fig. 4; section 3.5): Step 1 finds the predecessor and
   successor of the new subscription in its signature's chains by binary search and inserts
   it if it sits between them (or at an end); otherwise Step 2 inserts it into the Mtable.
