@@ -156,6 +156,8 @@ def test_bulk_churn_rebuckets_compacts_and_reuses_units() -> None:
     assert sum(map(len, want)) > 0
     assert hcem.match_batch(batch) == want
     assert [rein.match(e) for e in batch] == want
+    big = batch * 6  # 600 events: ten 64-event chunks, the last one partial
+    assert hcem.match_batch(big) == [rein.match(e) for e in big]
     rein._check()
     hcem._check()
 
