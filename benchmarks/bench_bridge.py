@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge import Bridge, Kind
 from bridge._analytics import results, spark_session, start_queries
+from broker.hooks import Delivery, Hooks, Publication
 from tests.bridge.records import delivery
 from tests.bridge.test_bridge_hard_kill import kill_feeder
 
@@ -130,7 +131,20 @@ def spark_delay(probes: int, load_rate: float) -> list[float]:
     return delays
 
 
-async def _broker_rate(with_bridge: bool, messages: int, subscribers: int) -> float:
+class _ListHook(Hooks):
+    """Peer: a hook that only appends the broker's records to a list (no writer)."""
+
+    def __init__(self) -> None:
+        self.records: list[object] = []
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        self.records.append(delivery)
+
+    def on_publication(self, publication: Publication) -> None:
+        self.records.append(publication)
+
+
+async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
     """QoS 0 deliveries/s: messages published from code, fanned out to raw TCP subscribers that
     only read (MQTT 3.1.1, topic b/x, 8-byte payload: 15 bytes per PUBLISH)."""
     import asyncio
@@ -138,7 +152,7 @@ async def _broker_rate(with_bridge: bool, messages: int, subscribers: int) -> fl
     from broker import Broker
 
     with tempfile.TemporaryDirectory() as d:
-        hooks = [Bridge(d)] if with_bridge else []
+        hooks: list[Hooks] = {"none": [], "list": [_ListHook()], "bridge": [Bridge(d)]}[hook]
         async with Broker(host="127.0.0.1", port=0, hooks=hooks) as b:
             streams = []
             for k in range(subscribers):
@@ -169,14 +183,15 @@ async def _broker_rate(with_bridge: bool, messages: int, subscribers: int) -> fl
         return messages * subscribers / elapsed
 
 
-def broker_impact(messages: int, subscribers: int, rounds: int) -> tuple[float, float]:
+def broker_impact(messages: int, subscribers: int, rounds: int) -> dict[str, float]:
     import asyncio
 
-    base, bridged = [], []
+    best: dict[str, float] = {}
     for _ in range(rounds):  # interleaved, best of each
-        base.append(asyncio.run(_broker_rate(False, messages, subscribers)))
-        bridged.append(asyncio.run(_broker_rate(True, messages, subscribers)))
-    return max(base), max(bridged)
+        for hook in ("none", "list", "bridge"):
+            rate = asyncio.run(_broker_rate(hook, messages, subscribers))
+            best[hook] = max(best.get(hook, 0.0), rate)
+    return best
 
 
 class _Lines(list[str]):
@@ -196,35 +211,43 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--md", type=Path, default=None)
+    ap.add_argument("--parts", default="hot,sustained,kill,broker,spark")
     args = ap.parse_args()
     n = 200_000 if args.quick else 1_000_000
     lines = _Lines()
     lines += [f"machine: {platform.platform()}, {platform.python_version()}, shared 2-core VM (noisy)", ""]
-    hb, hp = hot_path(n)
-    lines.append(
-        f"hot path: on_delivery {hb:.0f} ns/record vs list.append peer {hp:.0f} ns (ratio {hb / hp:.2f})"
-    )
-    total, writer = sustained(n)
-    lines.append(
-        f"sustained (producer + writer thread, {n} records): {total:,.0f} records/s; "
-        f"writer alone {writer:,.0f} records/s"
-    )
-    windows = hard_kill(3 if args.quick else 6)
-    lines.append(
-        "hard kill at roll_interval 0.5 s: lost window "
-        + ", ".join(f"{w:.3f}" for w in windows)
-        + f" s (max {max(windows):.3f} s)"
-    )
-    try:
-        base, bridged = broker_impact(20_000 if args.quick else 50_000, 4, 3)
+    parts = set(args.parts.split(","))
+    if "hot" in parts:
+        hb, hp = hot_path(n)
         lines.append(
-            f"broker QoS 0 deliveries/s (4 raw subscribers, publish from code): without bridge "
-            f"{base:,.0f}, with bridge {bridged:,.0f} (ratio {bridged / base:.3f}, "
-            f"cost {100 * (1 - bridged / base):.1f}%)"
+            f"hot path: on_delivery {hb:.0f} ns/record vs list.append peer {hp:.0f} ns (ratio {hb / hp:.2f})"
+        )
+    if "sustained" in parts:
+        total, writer = sustained(n)
+        lines.append(
+            f"sustained (producer + writer thread, {n} records): {total:,.0f} records/s; "
+            f"writer alone {writer:,.0f} records/s"
+        )
+    if "kill" in parts:
+        windows = hard_kill(3 if args.quick else 6)
+        lines.append(
+            "hard kill at roll_interval 0.5 s: lost window "
+            + ", ".join(f"{w:.3f}" for w in windows)
+            + f" s (max {max(windows):.3f} s)"
+        )
+    try:
+        if "broker" not in parts:
+            raise ImportError("not selected")
+        r = broker_impact(20_000 if args.quick else 50_000, 4, 3)
+        lines.append(
+            f"broker QoS 0 deliveries/s (4 raw subscribers, publish from code, best of 3): no hook "
+            f"{r['none']:,.0f}; list-append hook {r['list']:,.0f} ({r['list'] / r['none']:.3f}); "
+            f"bridge {r['bridge']:,.0f} ({r['bridge'] / r['none']:.3f}; vs list hook "
+            f"{r['bridge'] / r['list']:.3f})"
         )
     except ImportError as exc:
         lines.append(f"broker impact: not measured ({exc})")
-    delays = spark_delay(5 if args.quick else 20, load_rate=5_000)
+    delays = spark_delay(5 if args.quick else 20, load_rate=5_000) if "spark" in parts else []
     if delays:
         lines.append(
             f"delivery -> visible in Spark result (topic_rate, roll 0.5 s, trigger 0): p50 "

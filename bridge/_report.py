@@ -57,6 +57,19 @@ def _figure(title: str, draw: Any, data: pd.DataFrame) -> str:
     return f'<h2>{alt}</h2><img alt="{alt}" src="data:image/png;base64,{_png(fig)}">'
 
 
+def _time_axis(ax: Any, times: pd.Series) -> None:
+    """Concise time labels; a few seconds of margin so a single window is not a lone dot in years."""
+    import matplotlib.dates
+
+    mdates: Any = matplotlib.dates  # its constructors are untyped
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    lo, hi = times.min(), times.max()
+    margin = max((hi - lo) * 0.05, pd.Timedelta(seconds=5))
+    ax.set_xlim(lo - margin, hi + margin)
+
+
 def _rate(ax: Any, df: pd.DataFrame) -> None:
     seconds = (df["window_end"] - df["window_start"]).dt.total_seconds()
     df = df.assign(rate=df["deliveries"] / seconds)
@@ -65,6 +78,7 @@ def _rate(ax: Any, df: pd.DataFrame) -> None:
         part = df[df["topic"] == topic].sort_values("window_start")
         ax.plot(part["window_start"], part["rate"], marker=".", label=str(topic))
     ax.set_ylabel("deliveries / s")
+    _time_axis(ax, df["window_start"])
     ax.legend(fontsize="small", loc="upper left")
 
 
@@ -82,6 +96,7 @@ def _churn(ax: Any, df: pd.DataFrame) -> None:
         ax.bar(table.index, table[action], bottom=bottom, width=0.8 * _width(table.index), label=str(action))
         bottom = table[action] if bottom is None else bottom + table[action]
     ax.set_ylabel("changes per window")
+    _time_axis(ax, pd.Series(table.index))
     ax.legend(fontsize="small")
 
 
@@ -99,6 +114,7 @@ def _active(ax: Any, df: pd.DataFrame) -> None:
         part = df[df["filter"] == name]
         ax.step(part["time"], part["delta"].cumsum(), where="post", label=name)
     ax.set_ylabel("active subscriptions")
+    _time_axis(ax, df["time"])
     ax.legend(fontsize="small", loc="upper left")
 
 
@@ -107,6 +123,7 @@ def _latency(ax: Any, df: pd.DataFrame) -> None:
     for col in ("p50", "p90", "p99"):
         ax.plot(df["window_start"], df[col] * 1e3, marker=".", label=col)
     ax.set_ylabel("broker latency (ms)")
+    _time_axis(ax, df["window_start"])
     ax.set_yscale("log")
     ax.legend(fontsize="small")
 
