@@ -387,7 +387,7 @@ _SQL: dict[str, str] = {
     "del_outgoing": "DELETE FROM outgoing WHERE client_id = ?",
     "del_qos2": "DELETE FROM qos2_in WHERE client_id = ?",
     "entry": "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-    "outgoing": "INSERT OR REPLACE INTO outgoing VALUES (?,?,0,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+    "outgoing": "INSERT INTO outgoing VALUES (?,?,0,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
     "sent": "UPDATE outgoing SET state = 1, packet_id = ? WHERE client_id = ? AND seq = ?",
     "pubrec": "UPDATE outgoing SET state = 2 WHERE client_id = ? AND packet_id = ?",
     "acked": "DELETE FROM outgoing WHERE client_id = ? AND packet_id = ?",
