@@ -100,6 +100,15 @@ def test_receive_checks_a_topic_name_against_read_rules(acl: AccessList) -> None
     assert not ok("alice", "c1", "delete", "home/alice/x")  # unknown action: refused
 
 
+def test_wildcard_rules_never_grant_dollar_topics() -> None:
+    acl = AccessList.parse("user admin\ntopic readwrite #\nuser ops\ntopic read $SYS/#\n")
+    assert acl.allows("admin", "c", "subscribe", "a/b/#")
+    assert not acl.allows("admin", "c", "subscribe", "$SYS/#")
+    assert not acl.allows("admin", "c", "publish", "$SYS/broker/uptime")
+    assert acl.allows("ops", "c", "subscribe", "$SYS/broker/+")
+    assert not acl.allows("ops", "c", "subscribe", "#")
+
+
 def test_patterns_substitute_user_and_client(acl: AccessList) -> None:
     ok = acl.allows
     assert ok("mallory", "dev-7", "publish", "clients/dev-7/status")
