@@ -87,7 +87,7 @@ async def test_broker_to_spark_exact_counts(spark: Any, tmp_path: Path) -> None:
     # Spark over the landing zone.
     out = tmp_path / "out"
     queries = start_queries(
-        spark, landing, out, once=True, only=("subscriber_rate", "top_topics", "filter_selectivity", "fanout")
+        spark, landing, out, once=True, only=("subscriber_rate", "top_topics", "filter_selectivity")
     )
     for q in queries:
         q.awaitTermination()
