@@ -32,33 +32,38 @@ from content._engine import SubId
 from content._filter import Filter
 from content._predicate import Predicate
 
-__all__ = ["ClauseTable"]
+__all__ = ["SINK", "ClauseTable"]
+
+SINK = 0
+"""A reserved clause id that never fires (its need is -1): ICCounting's flattened leaves
+overwrite a deleted entry with it instead of rebuilding (see :mod:`content._ic_index`)."""
 
 
 class ClauseTable:
     """Clause ids, their needs and owners, and the CSList of every distinct predicate."""
 
-    __slots__ = ("always", "changed", "cpreds", "csl", "free", "need", "need_np", "owner", "sub_cids")
+    __slots__ = ("always", "cpreds", "csl", "entries", "free", "need", "need_np", "owner", "sub_cids")
 
     def __init__(self) -> None:
-        self.need: list[int] = []  # cid -> number of distinct predicates (0 = free slot)
-        self.owner: list[SubId | None] = []  # cid -> subscription id
-        self.cpreds: list[tuple[Predicate, ...]] = []  # cid -> its distinct predicates
+        # cid -> number of distinct predicates (0 = free slot or SINK)
+        self.need: list[int] = [0]
+        self.owner: list[SubId | None] = [None]  # cid -> subscription id
+        self.cpreds: list[tuple[Predicate, ...]] = [()]  # cid -> its distinct predicates
         self.free: list[int] = []  # recycled clause ids
         self.csl: dict[Predicate, list[int]] = {}  # CSList: predicate -> clause ids
         self.always: dict[SubId, int] = {}  # subscriptions with an empty clause (count)
         self.sub_cids: dict[SubId, list[int]] = {}
         # need as a numpy array (capacity grows by doubling; -1 = free slot, never fires)
         self.need_np: np.ndarray[Any, np.dtype[np.int64]] = np.full(64, -1, dtype=np.int64)
-        # predicates whose existing CSList the last add/remove changed in place
-        self.changed: list[Predicate] = []
+        # (predicate, clause id): every CSList entry the last add/remove made or dropped
+        self.entries: list[tuple[Predicate, int]] = []
 
     def add(self, sub_id: SubId, f: Filter) -> list[Predicate]:
         """Register the clauses of ``f``; return the predicates seen for the first time
         (the caller indexes them, pointing at ``csl[p]``)."""
         new: list[Predicate] = []
-        changed: list[Predicate] = []
-        self.changed = changed
+        entries: list[tuple[Predicate, int]] = []
+        self.entries = entries
         cids: list[int] = []
         csl = self.csl
         for clause in f.clauses:
@@ -86,9 +91,8 @@ class ClauseTable:
                 if lst is None:
                     lst = csl[p] = []
                     new.append(p)
-                else:
-                    changed.append(p)
                 lst.append(cid)
+                entries.append((p, cid))
             cids.append(cid)
         self.sub_cids[sub_id] = cids
         return new
@@ -97,18 +101,17 @@ class ClauseTable:
         """Forget ``sub_id``'s clauses; return the predicates no clause uses any more with
         their (now empty) CSLists (the caller removes them from its index)."""
         gone: list[tuple[Predicate, list[int]]] = []
-        changed: list[Predicate] = []
-        self.changed = changed
+        entries: list[tuple[Predicate, int]] = []
+        self.entries = entries
         csl = self.csl
         for cid in self.sub_cids.pop(sub_id):
             for p in self.cpreds[cid]:
                 lst = csl[p]
                 lst.remove(cid)
+                entries.append((p, cid))
                 if not lst:
                     del csl[p]
                     gone.append((p, lst))
-                else:
-                    changed.append(p)
             self.need[cid] = 0
             self.need_np[cid] = -1
             self.owner[cid] = None
@@ -149,7 +152,11 @@ class ClauseTable:
         assert (self.need_np[len(self.need) :] == -1).all()
         free = set(self.free)
         assert len(free) == len(self.free)
+        assert SINK not in free and self.need[SINK] == 0 and self.owner[SINK] is None
+        assert self.cpreds[SINK] == () and self.need_np[SINK] == -1
         for cid, preds in enumerate(self.cpreds):
+            if cid == SINK:
+                continue
             if cid in free:
                 assert self.need[cid] == 0 and self.owner[cid] is None and preds == ()
                 continue

@@ -36,16 +36,21 @@ of its own type and name, so every constraint it cannot satisfy is never touched
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections import Counter
 from collections.abc import Callable
-from itertools import accumulate, chain, islice, pairwise
+from itertools import accumulate, chain, pairwise
 from re import Pattern
 from typing import Any
 
 import numpy as np
 
+from content._ic_clauses import SINK
 from content._predicate import Kind, Op, Predicate, Scalar, kind_of, like_regex
 
-__all__ = ["CIndex", "NameIndex"]
+__all__ = ["ORDERED", "CIndex", "NameIndex"]
+
+ORDERED = frozenset((Op.GT, Op.GE, Op.LT, Op.LE))
+"""The operators whose leaves are covering-sorted (:class:`_Ordered`)."""
 
 CSList = list[int]
 
@@ -139,85 +144,161 @@ class _Affix:
         return found
 
 
-REBUILD_AFTER = 4
-"""An ordered leaf unchanged for this many queries gets its flattened CSList array built."""
+REBUILD_MIN = 64
+"""An ordered leaf is re-flattened once its pending changes exceed this many entries ..."""
+REBUILD_FRACTION = 32
+"""... or 1/REBUILD_FRACTION of its flattened entries, whichever is larger."""
+
+Run = np.ndarray[Any, np.dtype[np.intp]]
+_EMPTY: Run = np.zeros(0, dtype=np.intp)
+_EMPTY.flags.writeable = False
 
 
 class _Ordered:
-    """One ``< <= > >=`` leaf: values ascending, their CSLists in the same order.
+    """One ``< <= > >=`` leaf: the constraints' values ascending, their CSLists in the same
+    order, and a flattened copy of those CSLists kept exact under churn.
 
-    The satisfied constraints are a prefix or a suffix (covering order, Table 1).  Their
-    clause ids are credited either by chaining the CSLists (always valid) or, once the leaf
-    has been queried :data:`REBUILD_AFTER` times without a change, as one slice of ``flat``
-    -- all CSLists concatenated into a numpy array, ``offs`` the prefix sums of their
-    lengths -- so that a run of k constraints costs O(1) Python work instead of O(k).  Any
-    change (a constraint added or removed, or a CSList growing or shrinking: see
-    :meth:`CIndex.touch`) drops the array; under heavy churn a leaf simply stays on the
-    chaining path.  Query O(log n) + output; insert/delete O(n) (list memmove); rebuild O(n
-    + entries), paid at most once per change and only after REBUILD_AFTER queries.
+    The satisfied constraints are a prefix or a suffix (covering order, Table 1), found with
+    one ``bisect``.  Their clause ids are credited as numpy slices of three parts:
+
+    * the *snapshot*: every (constraint, clause) entry at the last rebuild, the CSLists
+      concatenated in covering order into ``flat`` with ``offs`` the prefix sums of their
+      lengths over the snapshot's values ``fx`` -- one slice per query, O(1) Python work
+      however many constraints the run holds;
+    * the *delta*: entries added since, as a list sorted by value (``dx`` values, ``dc``
+      clause ids, ``dn`` the ids as a numpy array made on the first query after a change),
+      so its satisfied part is one more ``bisect`` and one slice;
+    * *deletions* of snapshot entries overwrite the id in ``flat`` with :data:`SINK`, a
+      clause id that never fires (an entry added since is simply dropped from the delta).
+
+    So the live entries are always ``flat`` minus the SINKs plus the delta, and no update
+    invalidates the snapshot.  When the pending changes (delta entries plus SINKs) pass
+    max(:data:`REBUILD_MIN`, entries / :data:`REBUILD_FRACTION`) the next query rebuilds
+    the snapshot from the CSLists.
+
+    Complexity (n distinct values, m entries, d pending): query O(log n + log d) Python
+    work plus the slices; entry add O(log d) (+ list memmove); entry drop O(log n + length
+    of that CSList) in numpy or O(log d + ties) in the delta; constraint insert/delete
+    O(log n) (+ memmove); rebuild O(m), amortised O(REBUILD_FRACTION) per change.
     """
 
-    __slots__ = ("cs", "flat", "offs", "queries", "xs")
+    __slots__ = ("cs", "dc", "dead", "dn", "dx", "flat", "fx", "limit", "offs", "xs")
 
     def __init__(self) -> None:
-        self.xs: list[Scalar] = []
-        self.cs: list[CSList] = []
-        self.flat: np.ndarray[Any, np.dtype[np.intp]] | None = None
-        self.offs: list[int] = []
-        self.queries = 0
+        self.xs: list[Scalar] = []  # the constraints' values, strictly ascending
+        self.cs: list[CSList] = []  # their CSLists (shared with ClauseTable)
+        self.fx: list[Scalar] = []  # the snapshot's values
+        self.offs: list[int] = [0]  # flat[offs[i]:offs[i + 1]] is fx[i]'s CSList then
+        self.flat: Run = _EMPTY
+        self.dx: list[Scalar] = []  # delta: values ascending ...
+        self.dc: list[int] = []  # ... and their clause ids
+        self.dn: Run | None = None  # dc as numpy (None: not made since the last change)
+        self.dead = 0  # SINKs in flat
+        self.limit = REBUILD_MIN
 
     def insert(self, x: Scalar, cl: CSList) -> None:
+        """A new constraint with value ``x`` (its entries arrive through :meth:`add`)."""
         i = bisect_left(self.xs, x)
         self.xs.insert(i, x)
         self.cs.insert(i, cl)
-        self.dirty()
 
     def delete(self, x: Scalar, cl: CSList) -> None:
+        """Constraint ``x`` is gone (its entries left through :meth:`drop`)."""
         i = bisect_left(self.xs, x)
         assert self.cs[i] is cl
         del self.xs[i]
         del self.cs[i]
-        self.dirty()
 
-    def dirty(self) -> None:
-        self.flat = None
-        self.queries = 0
+    def add(self, x: Scalar, cid: int) -> None:
+        """Clause ``cid`` joined constraint ``x``'s CSList."""
+        i = bisect_right(self.dx, x)
+        self.dx.insert(i, x)
+        self.dc.insert(i, cid)
+        self.dn = None
 
-    def _ready(self) -> bool:
-        if self.flat is not None:
-            return True
-        self.queries += 1
-        if self.queries < REBUILD_AFTER:
-            return False
+    def drop(self, x: Scalar, cid: int) -> None:
+        """Clause ``cid`` left constraint ``x``'s CSList."""
+        dx = self.dx
+        if dx:
+            dc = self.dc
+            for k in range(bisect_left(dx, x), bisect_right(dx, x)):
+                if dc[k] == cid:
+                    del dx[k]
+                    del dc[k]
+                    self.dn = None
+                    return
+        i = bisect_left(self.fx, x)
+        lo = self.offs[i]
+        run = self.flat[lo : self.offs[i + 1]]
+        (at,) = np.flatnonzero(run == cid)
+        run[at] = SINK
+        self.dead += 1
+
+    def _rebuild(self) -> None:
+        cs = self.cs
         offs = [0]
-        offs.extend(accumulate(len(c) for c in self.cs))
+        offs.extend(accumulate(map(len, cs)))
         self.offs = offs
-        self.flat = np.fromiter(chain.from_iterable(self.cs), dtype=np.intp, count=offs[-1])
-        return True
+        self.flat = np.fromiter(chain.from_iterable(cs), dtype=np.intp, count=offs[-1])
+        self.fx = self.xs.copy()
+        self.dx = []
+        self.dc = []
+        self.dn = None
+        self.dead = 0
+        self.limit = max(REBUILD_MIN, offs[-1] // REBUILD_FRACTION)
 
-    def head(self, i: int, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
-        """Credit the constraints [0, i)."""
+    def _pending(self) -> Run:
+        """The delta's ids as numpy (rebuilding first when too much is pending)."""
+        if self.dead + len(self.dc) > self.limit:
+            self._rebuild()
+            return _EMPTY
+        dn = self.dn
+        if dn is None:
+            dn = self.dn = np.array(self.dc, dtype=np.intp)
+        return dn
+
+    def head(self, v: Scalar, bis: Callable[[list[Scalar], Scalar], int], parts: list[Run]) -> None:
+        """Credit the constraints before ``bis(values, v)`` (``>``: bisect_left, ``>=``:
+        bisect_right)."""
+        dn = self._pending()
+        i = bis(self.fx, v)
         if i:
-            if self._ready():
-                assert self.flat is not None
-                parts.append(self.flat[: self.offs[i]])
-            else:
-                acc.extend(chain.from_iterable(islice(self.cs, i)))
+            parts.append(self.flat[: self.offs[i]])
+        if len(dn):
+            i = bis(self.dx, v)
+            if i:
+                parts.append(dn[:i])
 
-    def tail(self, i: int, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
-        """Credit the constraints [i, n)."""
-        if i < len(self.xs):
-            if self._ready():
-                assert self.flat is not None
-                parts.append(self.flat[self.offs[i] :])
-            else:
-                acc.extend(chain.from_iterable(islice(self.cs, i, None)))
+    def tail(self, v: Scalar, bis: Callable[[list[Scalar], Scalar], int], parts: list[Run]) -> None:
+        """Credit the constraints from ``bis(values, v)`` on (``<``: bisect_right, ``<=``:
+        bisect_left)."""
+        dn = self._pending()
+        i = bis(self.fx, v)
+        offs = self.offs
+        if i < len(offs) - 1:
+            parts.append(self.flat[offs[i] :])
+        if len(dn):
+            i = bis(self.dx, v)
+            if i < len(dn):
+                parts.append(dn[i:])
 
     def _check(self) -> None:
         assert len(self.xs) == len(self.cs)
         assert all(a < b for a, b in pairwise(self.xs)), "ordered leaf not strictly sorted"  # type: ignore[operator]
-        if self.flat is not None:
-            assert self.flat.tolist() == [c for cl in self.cs for c in cl], "stale flattened leaf"
+        assert all(a < b for a, b in pairwise(self.fx)), "snapshot not strictly sorted"  # type: ignore[operator]
+        assert all(a <= b for a, b in pairwise(self.dx)), "delta not sorted"  # type: ignore[operator]
+        assert len(self.dx) == len(self.dc)
+        assert self.dn is None or self.dn.tolist() == self.dc
+        assert len(self.offs) == len(self.fx) + 1 and self.offs[-1] == len(self.flat)
+        flat = self.flat.tolist()
+        assert flat.count(SINK) == self.dead
+        live = Counter((x, c) for x, cl in zip(self.xs, self.cs, strict=True) for c in cl)
+        have = Counter(
+            (x, c) for i, x in enumerate(self.fx) for c in flat[self.offs[i] : self.offs[i + 1]] if c != SINK
+        )
+        assert not have & Counter(zip(self.dx, self.dc, strict=True)), "delta entry also in snapshot"
+        have.update(zip(self.dx, self.dc, strict=True))
+        assert have == live, "snapshot + delta differ from the CSLists"
 
 
 _HITS: dict[Op, Callable[[_Affix, str], list[str] | set[str]]] = {
@@ -351,16 +432,16 @@ class NameIndex:
                 ext(chain.from_iterable(c for c in ne.values() if c is not hit))
         o = self.gt
         if o.xs:
-            o.head(bisect_left(o.xs, v), acc, parts)
+            o.head(v, bisect_left, parts)
         o = self.ge
         if o.xs:
-            o.head(bisect_right(o.xs, v), acc, parts)
+            o.head(v, bisect_right, parts)
         o = self.lt
         if o.xs:
-            o.tail(bisect_right(o.xs, v), acc, parts)
+            o.tail(v, bisect_right, parts)
         o = self.le
         if o.xs:
-            o.tail(bisect_left(o.xs, v), acc, parts)
+            o.tail(v, bisect_left, parts)
         if self.in_:
             lst = self.in_.get(v)
             if lst is not None:
@@ -457,13 +538,9 @@ class CIndex:
         if ni.size == 0:
             del names[p.attr]
 
-    def touch(self, p: Predicate) -> None:
-        """``p``'s CSList changed in place (a clause joined or left an existing constraint):
-        drop the flattened copy its ordered leaf may hold."""
-        if p.op in (Op.GT, Op.GE, Op.LT, Op.LE):
-            ni = self.by_kind[_leaf_kind(p)].get(p.attr)
-            if ni is not None:  # None: a later clause of the same removal dropped it
-                ni.ordered(p.op).dirty()
+    def leaf(self, p: Predicate) -> _Ordered:
+        """The ordered leaf of a ``< <= > >=`` constraint (which must be indexed)."""
+        return self.by_kind[p.kind][p.attr].ordered(p.op)
 
     def names_for(self, value: object) -> dict[str, NameIndex] | None:
         """The level-2 table for an event value's type (None for unsupported values)."""

@@ -18,9 +18,12 @@ leaf of the wrong type or name (so those constraints stay uncounted, i.e. false)
 handled by counting clauses instead of subscriptions.  Nothing is left to a separate
 verification pass.
 
-Cost per event: O(sum over its attributes of (log n + k + lengths for string leaves)) plus
-O(total CSList entries of satisfied constraints); add/remove: O(predicates x (log n + n
-memmove for ordered leaves)).
+Cost per event: O(sum over its attributes of (log n + k + lengths for string leaves)) Python
+work, where the ordered leaves credit their satisfied runs as numpy slices, plus
+O(total CSList entries of satisfied constraints) in C (``bincount``); add/remove:
+O(predicates x (log n + CSList length)), plus an O(leaf) rebuild of an ordered leaf's
+flattened array after every max(64, leaf/32) changes to it, i.e. amortised O(1) per change
+(the leaves stay exact and flattened under churn: see :class:`content._ic_index._Ordered`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 from content._engine import Engine, Event, SubId
 from content._filter import Filter
 from content._ic_clauses import ClauseTable
-from content._ic_index import CIndex
+from content._ic_index import ORDERED, CIndex
 from content._predicate import Scalar
 
 __all__ = ["ICCounting"]
@@ -53,15 +56,19 @@ class ICCounting(Engine):
         index = self._index
         for p in table.add(sub_id, f):
             index.insert(p, table.csl[p])
-        for p in table.changed:
-            index.touch(p)
+        for p, cid in table.entries:
+            if p.op in ORDERED:
+                index.leaf(p).add(p.value, cid)  # type: ignore[arg-type]
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
+        table = self._table
         index = self._index
-        for p, cl in self._table.remove(sub_id):
+        gone = table.remove(sub_id)
+        for p, cid in table.entries:  # first the entries, while every leaf still exists
+            if p.op in ORDERED:
+                index.leaf(p).drop(p.value, cid)  # type: ignore[arg-type]
+        for p, cl in gone:
             index.delete(p, cl)
-        for p in self._table.changed:
-            index.touch(p)
 
     def collect(self, event: Event, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
         """Credit the clause ids of every constraint ``event`` satisfies (to ``acc`` as
