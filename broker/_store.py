@@ -53,6 +53,7 @@ update and delete); :meth:`Store.load` is O(size of the database).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import dataclasses
 import enum
@@ -62,6 +63,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -485,6 +488,13 @@ class Store:
         self._lock = threading.Lock()  # the connection: writer thread vs load/sweep callers
         self._queue: queue.SimpleQueue[_Op | concurrent.futures.Future[None] | None] = queue.SimpleQueue()
         self._closed = False
+        # sync() hands out one future per run of operations: waiters arriving with no
+        # operation in between share it (fewer futures and wake-ups under group commit).
+        self._sync_lock = threading.Lock()
+        self._pending: concurrent.futures.Future[None] | None = None
+        self._async_waiter: (
+            tuple[concurrent.futures.Future[None], asyncio.AbstractEventLoop, asyncio.Future[None]] | None
+        ) = None
         self._failure: BaseException | None = None
         self._seq = self._max_seq() + 1
         self._seq_lock = threading.Lock()
@@ -513,7 +523,9 @@ class Store:
     def _put(self, name: str, args: tuple[Any, ...]) -> None:
         if self._closed:
             raise StoreClosed("store is closed")
-        self._queue.put((name, args))
+        with self._sync_lock:
+            self._queue.put((name, args))
+            self._pending = None
 
     def _run(self) -> None:
         q = self._queue
@@ -544,8 +556,8 @@ class Store:
                     with self._lock:
                         db.execute("BEGIN")
                         try:
-                            for name, args in batch:
-                                db.execute(sql[name], args)
+                            for name, group in groupby(batch, itemgetter(0)):
+                                db.executemany(sql[name], [args for _, args in group])
                         except BaseException:
                             db.execute("ROLLBACK")
                             raise
@@ -568,29 +580,42 @@ class Store:
         """A future done when every operation submitted so far is committed (durable).
 
         Fails with :class:`StoreError` if a commit failed (the store then refuses further
-        commits: the broker should stop acknowledging).
+        commits: the broker should stop acknowledging).  Callers with no operation between
+        their calls get the same future: do not cancel it.
         """
-        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
         if self._closed:
-            fut.set_exception(StoreClosed("store is closed"))
+            closed: concurrent.futures.Future[None] = concurrent.futures.Future()
+            closed.set_exception(StoreClosed("store is closed"))
+            return closed
+        with self._sync_lock:
+            fut = self._pending
+            if fut is None:  # an operation came after the last signal: a new one
+                fut = self._pending = concurrent.futures.Future()
+                self._queue.put(fut)
             return fut
-        self._queue.put(fut)
-        return fut
 
     def when_durable(self, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` on the writer thread once everything submitted so far is committed.
+        """Call ``callback()`` once everything submitted so far is committed.
 
-        For asyncio pass ``lambda: loop.call_soon_threadsafe(send_ack)``.  A failed commit
-        does not call it (it is logged by :meth:`sync`'s future).
+        It runs on the writer thread (or at once on the caller's thread when nothing is
+        pending); for asyncio pass ``lambda: loop.call_soon_threadsafe(send_ack)``.  A failed
+        commit never calls it (:meth:`sync`'s future carries the error).
         """
         fut = self.sync()
         fut.add_done_callback(lambda f: None if f.exception() else callback())
 
     async def durable(self) -> None:
-        """``await store.durable()``: everything submitted so far is committed."""
-        import asyncio
+        """``await store.durable()``: everything submitted so far is committed.
 
-        await asyncio.wrap_future(self.sync())
+        Waiters of one signal share one asyncio future (one thread-safe wake-up per commit,
+        not per waiter); ``shield`` keeps a cancelled waiter from cancelling the others.
+        """
+        fut = self.sync()
+        loop = asyncio.get_running_loop()
+        shared = self._async_waiter
+        if shared is None or shared[0] is not fut or shared[1] is not loop:
+            shared = self._async_waiter = (fut, loop, asyncio.wrap_future(fut, loop=loop))
+        await asyncio.shield(shared[2])
 
     def close(self) -> None:
         """Commit everything queued, stop the writer and close the database (idempotent)."""
