@@ -342,3 +342,13 @@ async def test_mqtt_3_2_2_request_response_information(broker: Broker) -> None:
     assert ack.properties.response_information  # [MQTT-3.1.2-28] may be sent when requested
     _c2, ack2 = await RawClient.connect(broker.port, "rri0", 5)
     assert ack2.properties.response_information is None  # [MQTT-3.1.2-28] not sent unrequested
+
+
+async def test_mqtt_3_3_4_7_server_receive_maximum_exceeded() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, receive_maximum=2) as b:
+        c, ack = await RawClient.connect(b.port, "rmx", 5)
+        assert ack.properties.receive_maximum == 2
+        for pid in (1, 2, 3):  # QoS 2 without PUBREL: three unacknowledged, one over the maximum
+            c.send(Publish("rmx/t", b"x", 2, packet_id=pid))
+        got = await c.closed()
+        assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [RC.RECEIVE_MAXIMUM_EXCEEDED]
