@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import multiprocessing as mp
@@ -351,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-cpus", default="1", help="comma-separated cores for the generator")
     ap.add_argument("--content-engine", default="hema", help="siftmq --content-engine")
     ap.add_argument("--setup-timeout", type=float, default=120.0)
+    ap.add_argument(
+        "--window-scale",
+        type=float,
+        default=1.0,
+        help="multiply every closed-loop window (smaller: less queueing, lower latency)",
+    )
     ap.add_argument("--out", default="/tmp/brokers-bench.json")
     ap.add_argument("--docs", action="store_true", help="render docs/performance-brokers.md from the results")
     ap.add_argument("--render", metavar="JSON", help="only render the docs from an earlier JSON")
@@ -380,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
             "broker_cpu": args.broker_cpu,
             "load_cpus": args.load_cpus,
             "content_engine": args.content_engine,
+            "window_scale": args.window_scale,
         },
         "loadavg": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "titles": {
@@ -414,7 +422,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.profile and b == "siftmq" and scen == "qos0":
                 hook = py_spy_profile(args.duration, prof)
             try:
-                r = run_scenario(b, scen, sc.build(args.procs, rate), args, hook)
+                plans = [
+                    dataclasses.replace(
+                        p,
+                        groups=tuple(
+                            dataclasses.replace(g, window=max(1, int(g.window * args.window_scale)))
+                            for g in p.groups
+                        ),
+                    )
+                    for p in sc.build(args.procs, rate)
+                ]
+                r = run_scenario(b, scen, plans, args, hook)
             except Exception as e:
                 r = {"broker": b, "scenario": scen, "failed": f"{type(e).__name__}: {e}"}
                 print(f"{b:>9} {scen:>13}: FAILED {r['failed']}", flush=True)
