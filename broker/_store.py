@@ -28,9 +28,10 @@ Group commit
 ------------
 Mutations never touch the database on the caller's thread.  Each mutating method appends
 one operation to a queue and returns at once; a dedicated writer thread takes everything
-queued (up to ``max_batch`` operations), runs it in ONE transaction and commits.
-:meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes when every
-operation submitted before the call is committed, so the broker sends PUBACK/PUBREC from
+queued, runs it in ONE transaction (several if more than ``max_batch`` operations) and
+commits.  :meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes
+when every operation submitted before the call is committed (all callers between two
+commits share one future, so a commit costs one wake-up, not one per waiter), so the broker sends PUBACK/PUBREC from
 the future's callback (``loop.call_soon_threadsafe``) or ``await Store.durable()``.  Under
 load, many publishes share one commit (one fsync): throughput grows with concurrency while
 each acknowledgement still waits for its own data (docs/performance-store.md).
@@ -376,6 +377,7 @@ def migrate(db: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS) -> i
 
 # ---------------------------------------------------------------------------- operations
 _Op = tuple[str, tuple[Any, ...]]
+_WAKE = ("wake", ())  # queued by sync() so an idle writer runs a round
 
 _SQL: dict[str, str] = {
     "session": "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -486,12 +488,13 @@ class Store:
             raise
         self._db = db
         self._lock = threading.Lock()  # the connection: writer thread vs load/sweep callers
-        self._queue: queue.SimpleQueue[_Op | concurrent.futures.Future[None] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._closed = False
-        # sync() hands out one future per run of operations: waiters arriving with no
-        # operation in between share it (fewer futures and wake-ups under group commit).
+        # sync() hands out the future of the writer's next round: every waiter between two
+        # commits shares it (one future and one wake-up per commit, not per waiter).
         self._sync_lock = threading.Lock()
-        self._pending: concurrent.futures.Future[None] | None = None
+        self._next: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._wake_sent = False
         self._async_waiter: (
             tuple[concurrent.futures.Future[None], asyncio.AbstractEventLoop, asyncio.Future[None]] | None
         ) = None
@@ -523,35 +526,41 @@ class Store:
     def _put(self, name: str, args: tuple[Any, ...]) -> None:
         if self._closed:
             raise StoreClosed("store is closed")
-        with self._sync_lock:
-            self._queue.put((name, args))
-            self._pending = None
+        self._queue.put((name, args))
 
     def _run(self) -> None:
+        """Writer thread: wait for work, swap the signal, commit what was queued, signal.
+
+        The swap and the queue length are read under ``_sync_lock``; every operation put
+        before a :meth:`sync` call that returned the swapped-out future is in the queue at
+        the swap, so it is among the ``n`` items taken now (committed in transactions of at
+        most ``max_batch`` operations) before that future is resolved.
+        """
         q = self._queue
         db = self._db
         sql = _SQL
         max_batch = self.max_batch
-        while True:
-            item = q.get()
-            stop = False
-            batch: list[_Op] = []
-            waiters: list[concurrent.futures.Future[None]] = []
-            while True:
+        stop = False
+        while not stop:
+            first = q.get()
+            with self._sync_lock:
+                current = self._next
+                self._next = concurrent.futures.Future()
+                self._wake_sent = False
+                n = q.qsize()
+            items = [first]
+            items.extend(q.get_nowait() for _ in range(n))
+            ops: list[_Op] = []
+            for item in items:
                 if item is None:
                     stop = True
-                elif isinstance(item, concurrent.futures.Future):
-                    waiters.append(item)
-                else:
-                    batch.append(item)
-                if len(batch) >= max_batch:
+                elif item is not _WAKE:
+                    ops.append(item)
+            error = self._failure
+            for lo in range(0, len(ops), max_batch):
+                if error is not None:
                     break
-                try:
-                    item = q.get_nowait()
-                except queue.Empty:
-                    break
-            error: BaseException | None = self._failure
-            if batch and error is None:
+                batch = ops[lo : lo + max_batch]
                 try:
                     with self._lock:
                         db.execute("BEGIN")
@@ -566,33 +575,29 @@ class Store:
                     self.operations += len(batch)
                 except BaseException as exc:  # the disk is full, the file vanished, ...
                     error = self._failure = exc
-            for w in waiters:
-                if not w.set_running_or_notify_cancel():
-                    continue
-                if error is None:
-                    w.set_result(None)
-                else:
-                    w.set_exception(StoreError(f"commit failed: {error}"))
-            if stop:
-                return
+            if not current.set_running_or_notify_cancel():
+                continue
+            if error is None:
+                current.set_result(None)
+            else:
+                current.set_exception(StoreError(f"commit failed: {error}"))
 
     def sync(self) -> concurrent.futures.Future[None]:
         """A future done when every operation submitted so far is committed (durable).
 
-        Fails with :class:`StoreError` if a commit failed (the store then refuses further
-        commits: the broker should stop acknowledging).  Callers with no operation between
-        their calls get the same future: do not cancel it.
+        All callers between two commits share one future (the writer resolves it after the
+        next commit): do not cancel it.  Fails with :class:`StoreError` if a commit failed
+        (the store then refuses further commits: the broker should stop acknowledging).
         """
         if self._closed:
             closed: concurrent.futures.Future[None] = concurrent.futures.Future()
             closed.set_exception(StoreClosed("store is closed"))
             return closed
         with self._sync_lock:
-            fut = self._pending
-            if fut is None:  # an operation came after the last signal: a new one
-                fut = self._pending = concurrent.futures.Future()
-                self._queue.put(fut)
-            return fut
+            if not self._wake_sent:  # the writer may be idle: make sure a round follows
+                self._wake_sent = True
+                self._queue.put(_WAKE)
+            return self._next
 
     def when_durable(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once everything submitted so far is committed.

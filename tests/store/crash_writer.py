@@ -31,10 +31,10 @@ def main() -> None:
                 sys.stdout.flush()
 
     threads = [threading.Thread(target=writer, args=(t,), daemon=True) for t in range(int(sys.argv[2]))]
-    for th in threads:
-        th.start()
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+    for th in threads:
+        th.start()
     threads[0].join()
 
 

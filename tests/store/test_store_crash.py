@@ -14,7 +14,7 @@ from broker.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("crash_writer.py")
-CYCLES = 4
+CYCLES = 6
 THREADS = 4
 
 
