@@ -369,3 +369,13 @@ def test_partial_header_then_rest() -> None:
         Unsubscribe(2, ("x",)),
     ]
     d._check()
+
+
+def test_publish_template_documented_packet_id_offset() -> None:
+    t = PublishTemplate("a/b", b"payload", NO_PROPERTIES, 4)
+    wire = bytearray(t.render(1, 0x0102))
+    header = 2  # first byte + one remaining-length byte
+    at = header + 2 + len(b"a/b")
+    assert wire[at : at + 2] == b"\x01\x02"
+    wire[at : at + 2] = b"\x0a\x0b"  # patching the id in place gives that subscriber's bytes
+    assert bytes(wire) == t.render(1, 0x0A0B)
