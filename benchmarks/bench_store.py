@@ -114,9 +114,8 @@ def main() -> None:
             runs = results[name, s]
             med = statistics.median(x for x, _ in runs)
             commits = statistics.median(c for _, c in runs)
-            lines.append(
-                f"| {sync} | {name} | {med:,.0f} | {med / peer:.2f}x | {commits:,.0f} | {args.ops / commits:.1f} |"
-            )
+            per = args.ops / commits
+            lines.append(f"| {sync} | {name} | {med:,.0f} | {med / peer:.2f}x | {commits:,.0f} | {per:.1f} |")
     table = "\n".join(lines)
     print(table)
     if args.out:

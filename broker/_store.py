@@ -31,10 +31,11 @@ one operation to a queue and returns at once; a dedicated writer thread takes ev
 queued, runs it in ONE transaction (several if more than ``max_batch`` operations) and
 commits.  :meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes
 when every operation submitted before the call is committed (all callers between two
-commits share one future, so a commit costs one wake-up, not one per waiter), so the broker sends PUBACK/PUBREC from
-the future's callback (``loop.call_soon_threadsafe``) or ``await Store.durable()``.  Under
-load, many publishes share one commit (one fsync): throughput grows with concurrency while
-each acknowledgement still waits for its own data (docs/performance-store.md).
+commits share one future, so a commit costs one wake-up, not one per waiter), so the
+broker sends PUBACK/PUBREC from the future's callback (``loop.call_soon_threadsafe``) or
+after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync):
+throughput grows with concurrency while each acknowledgement still waits for its own data
+(docs/performance-store.md).
 
 A dedicated thread was chosen over ``asyncio.to_thread`` per batch: the SQLite connection
 stays on one thread, batches form naturally while the previous commit is in its fsync (no
