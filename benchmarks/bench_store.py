@@ -26,6 +26,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from broker.store import MIGRATIONS, MessageRecord, MessageState, OutgoingRecord, Store
@@ -88,12 +89,11 @@ def main() -> None:
     configs: list[tuple[str, str, Callable[[Path], tuple[float, int]]]] = []
     for sync in ("FULL", "NORMAL"):
         configs.append(
-            ("sqlite3 commit/op (peer)", sync, lambda p, s=sync: peer_commit_per_op(p, args.ops, s))
+            ("sqlite3 commit/op (peer)", sync, partial(peer_commit_per_op, ops=args.ops, sync=sync))
         )
         for w in map(int, args.waiters.split(",")):
-            configs.append(
-                (f"Store, {w} waiters", sync, lambda p, s=sync, w=w: store_waiters(p, args.ops, s, w))
-            )
+            run = partial(store_waiters, ops=args.ops, sync=sync, waiters=w)
+            configs.append((f"Store, {w} waiters", sync, run))
     results: dict[tuple[str, str], list[tuple[float, int]]] = {(n, s): [] for n, s, _ in configs}
     for r in range(args.rounds):
         for name, sync, fn in configs:
