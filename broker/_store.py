@@ -456,9 +456,11 @@ class Store:
     """The SQLite store of one broker; see the module docstring.
 
     ``Store(path)`` opens (creating and migrating) the database; mutations are queued to
-    the writer thread; :meth:`sync` / :meth:`durable` signal their commit; :meth:`close`
-    commits what is queued and stops the writer.  ``path`` ``":memory:"`` keeps everything
-    in memory (tests).  Use as a context manager or call :meth:`close`.
+    the writer thread (O(1) on the caller's thread, thread-safe); :meth:`sync` /
+    :meth:`durable` / :meth:`when_durable` signal their commit; :meth:`close` commits what
+    is queued and stops the writer (operations queued by a store never closed are lost, and
+    were never signalled durable).  ``path`` ``":memory:"`` keeps everything in memory
+    (tests).  Use as a context manager or call :meth:`close`.
     """
 
     def __init__(
@@ -786,9 +788,10 @@ class Store:
         """Delete sessions whose expiry has passed and expired retained messages.
 
         Returns the deleted sessions (a will still attached to one is due: the broker
-        publishes it).  Call at start (``load`` does) and periodically (e.g. once a minute):
-        the broker's own timers end sessions while it runs, the sweep catches sessions that
-        expired while it was down.  Synchronous (takes the connection lock); O(sessions).
+        publishes it).  Call at start (``load`` does) and periodically with a grace period
+        (``sweep(time.time() - 60)``): the broker's own timers end sessions while it runs, the
+        sweep only catches what they missed.  Synchronous (waits for queued operations and
+        takes the connection lock: run it with ``asyncio.to_thread``); O(sessions).
         """
         wall = time.time() if wall is None else wall
         self.sync().result()
