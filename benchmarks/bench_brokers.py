@@ -2,10 +2,11 @@
 
 Usage (from the repository root):
 
-    .venv/bin/python benchmarks/bench_brokers.py                       # everything, ~5 min
+    .venv/bin/python benchmarks/bench_brokers.py                       # everything, ~12 min
     .venv/bin/python benchmarks/bench_brokers.py --brokers mosquitto,siftmq --scenarios qos0,fanout
     .venv/bin/python benchmarks/bench_brokers.py --render /tmp/brokers-bench.json   # docs only
-    .venv/bin/python benchmarks/bench_brokers.py --profile --brokers siftmq --scenarios qos0
+    .venv/bin/python benchmarks/bench_brokers.py --profile qos0,content --brokers siftmq \
+        --scenarios qos0,content_base,content
 
 Each scenario starts a fresh broker pinned to ``--broker-cpu`` (os.sched_setaffinity in the
 child), starts ``--procs`` load-generator processes pinned to ``--load-cpus``, waits until all
@@ -361,7 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/brokers-bench.json")
     ap.add_argument("--docs", action="store_true", help="render docs/performance-brokers.md from the results")
     ap.add_argument("--render", metavar="JSON", help="only render the docs from an earlier JSON")
-    ap.add_argument("--profile", action="store_true", help="py-spy siftmq during QoS 0 one-to-one")
+    ap.add_argument(
+        "--profile",
+        nargs="?",
+        const="qos0",
+        default="",
+        help="py-spy siftmq during these scenarios (comma-separated; bare flag: qos0)",
+    )
     args = ap.parse_args(argv)
     if args.render:
         from loadgen._report import render
@@ -396,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "unavailable": {},
         "results": [],
-        "profile": "",
+        "profiles": {},
     }
     for b in list(brokers):
         why = available(b)
@@ -418,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 rate = base[0]["delivered_per_s"] / 2
             hook = None
-            prof = Path("/tmp/siftmq-qos0.pyspy.txt")
-            if args.profile and b == "siftmq" and scen == "qos0":
+            prof = Path(f"/tmp/siftmq-{scen}.pyspy.txt")
+            prof.unlink(missing_ok=True)
+            if b == "siftmq" and scen in args.profile.split(","):
                 hook = py_spy_profile(args.duration, prof)
             try:
                 plans = [
@@ -443,8 +451,8 @@ def main(argv: list[str] | None = None) -> int:
             if hook is not None:
                 time.sleep(2)
                 if prof.exists():
-                    run["profile"] = summarize_profile(prof)
-                    print(run["profile"], flush=True)
+                    run["profiles"][scen] = summarize_profile(prof)
+                    print(run["profiles"][scen], flush=True)
             out.write_text(json.dumps(run, indent=1))
     print(f"results: {out}", flush=True)
     if args.docs:

@@ -277,8 +277,11 @@ def section(run: dict[str, Any], images: list[str], source: str) -> str:
             if sc in ("content", "partial_unsub") and b not in rows:
                 out.append(f"| {b} | n/a (siftmq semantics) |||||||||")
         out.append("")
-    if run.get("profile"):
-        out += ["### py-spy profile of siftmq under QoS 0 one-to-one", "", run["profile"], ""]
+    profiles = dict(run.get("profiles", {}))
+    if run.get("profile"):  # runs before per-scenario profiles
+        profiles["qos0"] = run["profile"]
+    for sc, text in profiles.items():
+        out += [f"### py-spy profile of siftmq under `{sc}`", "", text, ""]
     return "\n".join(out) + "\n"
 
 
