@@ -68,6 +68,7 @@ def test_acknowledged_records_survive_sigkill(data_dir: Path) -> None:
             assert int(st.retained[f"r/{t}"].payload) >= i, f"seed {seed}: retained r/{t} older than acked"
         report.append((len(acked), len(stored) - len(all_acked)))
     print(
-        f"\ncrash cycles (seed {seed}): (acknowledged this cycle, committed-but-unacknowledged so far): {report}; "
+        f"\ncrash cycles (seed {seed}): (acknowledged this cycle, committed-but-unacknowledged so far): "
+        f"{report}; "
         f"total acknowledged {len(all_acked)}, all present"
     )
