@@ -267,6 +267,9 @@ class LoadedState:
     qos2_in: dict[str, set[int]]
     retained: dict[str, MessageRecord]
     expired: list[SessionRecord]  # sessions deleted by this load (their wills, if any, are due)
+    #: sessions that were connected when the process died: their network connection ended
+    #: without DISCONNECT, so their wills follow the will delay from now (as ``Core.detach``).
+    crashed: set[str] = dataclasses.field(default_factory=set)
 
 
 # ---------------------------------------------------------------------------- schema
@@ -750,6 +753,9 @@ class Store:
             db = self._db
             db.execute("BEGIN")
             try:
+                crashed = {
+                    r[0] for r in db.execute("SELECT client_id FROM sessions WHERE disconnected_at IS NULL")
+                }
                 db.execute("UPDATE sessions SET disconnected_at = ? WHERE disconnected_at IS NULL", (wall,))
                 sessions = {r.client_id: r for r in map(_session_of, db.execute("SELECT * FROM sessions"))}
                 entries: dict[str, list[EntryRecord]] = {}
@@ -782,7 +788,7 @@ class Store:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        return LoadedState(sessions, entries, outgoing, qos2, retained, expired)
+        return LoadedState(sessions, entries, outgoing, qos2, retained, expired, crashed)
 
     def sweep(self, wall: float | None = None) -> list[SessionRecord]:
         """Delete sessions whose expiry has passed and expired retained messages.

@@ -181,6 +181,7 @@ class StoreMachine(RuleBasedStateMachine):
         got = self.store.load(wall=WALL)
         self.store._check()
         assert got.expired == []
+        assert got.crashed == set()
         assert got.sessions == self.sessions
         assert got.entries == self.entries
         assert got.qos2_in == self.qos2

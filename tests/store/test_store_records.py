@@ -130,6 +130,7 @@ def test_session_updates_and_delete(store: Store) -> None:
     st = store.load(wall=510.0)
     assert st.sessions["a"].will is None
     assert st.sessions["a"].disconnected_at == 510.0  # connected at "crash": disconnected at load
+    assert st.crashed == {"a"}
     assert st.sessions["b"] == SessionRecord("b", 5, 60, 500.0, None, 9)
     store.delete_session("a")
     assert store.counts() == {"sessions": 1, "entries": 0, "outgoing": 0, "qos2_in": 0, "retained": 0}
@@ -159,6 +160,8 @@ def test_expired_sessions_and_retained_removed_on_load_and_sweep(store: Store) -
     )
     store.set_retained(MessageRecord("r/new", b"x", 0, True, NO_PROPERTIES, None, None))
     st = store.load(wall=150.0)
+    assert st.crashed == {"online"}
+    assert store.load(wall=150.0).crashed == set()
     assert [s.client_id for s in st.expired] == ["short"]
     assert st.expired[0].will == will  # due: the broker publishes it
     assert set(st.sessions) == {"long", "never", "online"}
