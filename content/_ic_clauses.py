@@ -42,73 +42,83 @@ overwrite a deleted entry with it instead of rebuilding (see :mod:`content._ic_i
 class ClauseTable:
     """Clause ids, their needs and owners, and the CSList of every distinct predicate."""
 
-    __slots__ = ("always", "cpreds", "csl", "entries", "free", "need", "need_np", "owner", "sub_cids")
+    __slots__ = ("always", "ccsl", "cpreds", "csl", "entries", "free", "need", "need_np", "owner", "sub_cids")
 
     def __init__(self) -> None:
         # cid -> number of distinct predicates (0 = free slot or SINK)
         self.need: list[int] = [0]
         self.owner: list[SubId | None] = [None]  # cid -> subscription id
         self.cpreds: list[tuple[Predicate, ...]] = [()]  # cid -> its distinct predicates
+        self.ccsl: list[tuple[list[int], ...]] = [()]  # cid -> their CSLists (same order)
         self.free: list[int] = []  # recycled clause ids
         self.csl: dict[Predicate, list[int]] = {}  # CSList: predicate -> clause ids
         self.always: dict[SubId, int] = {}  # subscriptions with an empty clause (count)
         self.sub_cids: dict[SubId, list[int]] = {}
         # need as a numpy array (capacity grows by doubling; -1 = free slot, never fires)
         self.need_np: np.ndarray[Any, np.dtype[np.int64]] = np.full(64, -1, dtype=np.int64)
-        # (predicate, clause id): every CSList entry the last add/remove made or dropped
-        self.entries: list[tuple[Predicate, int]] = []
+        # (CSList, clause id): every CSList entry the last add/remove made or dropped
+        self.entries: list[tuple[list[int], int]] = []
 
     def add(self, sub_id: SubId, f: Filter) -> list[Predicate]:
         """Register the clauses of ``f``; return the predicates seen for the first time
-        (the caller indexes them, pointing at ``csl[p]``)."""
+        (the caller indexes them, pointing at ``csl[p]``).  :attr:`entries` lists every
+        (CSList, clause id) added."""
         new: list[Predicate] = []
-        entries: list[tuple[Predicate, int]] = []
+        entries: list[tuple[list[int], int]] = []
         self.entries = entries
         cids: list[int] = []
         csl = self.csl
+        free = self.free
         for clause in f.clauses:
-            preds = tuple(dict.fromkeys(clause))
-            if not preds:
+            if not clause:
                 self.always[sub_id] = self.always.get(sub_id, 0) + 1
                 continue
-            if self.free:
-                cid = self.free.pop()
-                self.need[cid] = len(preds)
-                self.owner[cid] = sub_id
-                self.cpreds[cid] = preds
+            if free:
+                cid = free.pop()
             else:
                 cid = len(self.need)
-                self.need.append(len(preds))
-                self.owner.append(sub_id)
-                self.cpreds.append(preds)
+                self.need.append(0)
+                self.owner.append(None)
+                self.cpreds.append(())
+                self.ccsl.append(())
                 if cid >= len(self.need_np):
                     grown = np.full(2 * len(self.need_np), -1, dtype=np.int64)
                     grown[: len(self.need_np)] = self.need_np
                     self.need_np = grown
-            self.need_np[cid] = len(preds)
-            for p in preds:
+            preds: list[Predicate] = []
+            lists: list[list[int]] = []
+            for p in clause:
                 lst = csl.get(p)
                 if lst is None:
                     lst = csl[p] = []
                     new.append(p)
+                elif lst[-1] == cid:
+                    continue  # p repeated within this clause: counted once
                 lst.append(cid)
-                entries.append((p, cid))
+                preds.append(p)
+                lists.append(lst)
+                entries.append((lst, cid))
+            self.need[cid] = len(preds)
+            self.need_np[cid] = len(preds)
+            self.owner[cid] = sub_id
+            self.cpreds[cid] = tuple(preds)
+            self.ccsl[cid] = tuple(lists)
             cids.append(cid)
         self.sub_cids[sub_id] = cids
         return new
 
     def remove(self, sub_id: SubId) -> list[tuple[Predicate, list[int]]]:
         """Forget ``sub_id``'s clauses; return the predicates no clause uses any more with
-        their (now empty) CSLists (the caller removes them from its index)."""
+        their (now empty) CSLists (the caller removes them from its index).
+        :attr:`entries` lists every (CSList, clause id) removed."""
         gone: list[tuple[Predicate, list[int]]] = []
-        entries: list[tuple[Predicate, int]] = []
+        entries: list[tuple[list[int], int]] = []
         self.entries = entries
         csl = self.csl
         for cid in self.sub_cids.pop(sub_id):
-            for p in self.cpreds[cid]:
-                lst = csl[p]
+            for p, lst in zip(self.cpreds[cid], self.ccsl[cid], strict=True):
                 lst.remove(cid)
-                entries.append((p, cid))
+                entries.append((lst, cid))
                 if not lst:
                     del csl[p]
                     gone.append((p, lst))
@@ -116,6 +126,7 @@ class ClauseTable:
             self.need_np[cid] = -1
             self.owner[cid] = None
             self.cpreds[cid] = ()
+            self.ccsl[cid] = ()
             self.free.append(cid)
         self.always.pop(sub_id, None)
         return gone
@@ -147,7 +158,7 @@ class ClauseTable:
         return out
 
     def _check(self) -> None:
-        assert len(self.need) == len(self.owner) == len(self.cpreds)
+        assert len(self.need) == len(self.owner) == len(self.cpreds) == len(self.ccsl)
         assert self.need_np[: len(self.need)].tolist() == [n if n else -1 for n in self.need]
         assert (self.need_np[len(self.need) :] == -1).all()
         free = set(self.free)
@@ -158,9 +169,12 @@ class ClauseTable:
             if cid == SINK:
                 continue
             if cid in free:
-                assert self.need[cid] == 0 and self.owner[cid] is None and preds == ()
+                assert (
+                    self.need[cid] == 0 and self.owner[cid] is None and preds == () and self.ccsl[cid] == ()
+                )
                 continue
             assert self.need[cid] == len(preds) == len(set(preds)) > 0
+            assert all(self.csl[p] is cl for p, cl in zip(preds, self.ccsl[cid], strict=True))
             assert cid in self.sub_cids[self.owner[cid]]
             for p in preds:
                 assert self.csl[p].count(cid) == 1

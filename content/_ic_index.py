@@ -229,9 +229,8 @@ class _Ordered:
                     return
         i = bisect_left(self.fx, x)
         lo = self.offs[i]
-        run = self.flat[lo : self.offs[i + 1]]
-        (at,) = np.flatnonzero(run == cid)
-        run[at] = SINK
+        flat = self.flat
+        flat[lo + flat[lo : self.offs[i + 1]].tolist().index(cid)] = SINK
         self.dead += 1
 
     def _rebuild(self) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 from content._engine import Engine, Event, SubId
 from content._filter import Filter
 from content._ic_clauses import ClauseTable
-from content._ic_index import ORDERED, CIndex
+from content._ic_index import ORDERED, CIndex, _Ordered
 from content._predicate import Scalar
 
 __all__ = ["ICCounting"]
@@ -50,24 +50,35 @@ class ICCounting(Engine):
         super().__init__()
         self._table = ClauseTable()
         self._index = CIndex()
+        # id(CSList) of every ``< <= > >=`` constraint -> (its ordered leaf, its value): a
+        # CSList entry added or removed is passed on to the leaf without hashing predicates
+        self._ordered: dict[int, tuple[_Ordered, Scalar]] = {}
 
     def _insert(self, sub_id: SubId, f: Filter) -> None:
         table = self._table
         index = self._index
+        ordered = self._ordered
         for p in table.add(sub_id, f):
-            index.insert(p, table.csl[p])
-        for p, cid in table.entries:
+            cl = table.csl[p]
+            index.insert(p, cl)
             if p.op in ORDERED:
-                index.leaf(p).add(p.value, cid)  # type: ignore[arg-type]
+                ordered[id(cl)] = (index.leaf(p), cast(Scalar, p.value))
+        for cl, cid in table.entries:
+            leaf = ordered.get(id(cl))
+            if leaf is not None:
+                leaf[0].add(leaf[1], cid)
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
         table = self._table
         index = self._index
+        ordered = self._ordered
         gone = table.remove(sub_id)
-        for p, cid in table.entries:  # first the entries, while every leaf still exists
-            if p.op in ORDERED:
-                index.leaf(p).drop(p.value, cid)  # type: ignore[arg-type]
+        for cl, cid in table.entries:  # first the entries, while every leaf still exists
+            leaf = ordered.get(id(cl))
+            if leaf is not None:
+                leaf[0].drop(leaf[1], cid)
         for p, cl in gone:
+            ordered.pop(id(cl), None)
             index.delete(p, cl)
 
     def collect(self, event: Event, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
@@ -96,3 +107,6 @@ class ICCounting(Engine):
         self._table._check()
         self._index._check()
         assert set(self._table.sub_cids) == set(self._filters)
+        csl = self._table.csl
+        want = {id(cl): (self._index.leaf(p), p.value) for p, cl in csl.items() if p.op in ORDERED}
+        assert self._ordered == want, "ordered-constraint map out of date"
