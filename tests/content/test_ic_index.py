@@ -5,11 +5,14 @@ prefix/suffix length sets, ordered leaves with ties between int and float bounds
 from __future__ import annotations
 
 import itertools
+import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from content import ENGINES, BruteForce, Engine, ICCounting, Kind, Op
+from content._ic_index import REBUILD_FRACTION, REBUILD_MIN, _Ordered
 
 PATTERNS = ["".join(t) for n in (1, 2, 3) for t in itertools.product("abc", repeat=n)]
 
@@ -63,7 +66,7 @@ def test_ordered_leaves_with_int_float_ties(bounds: list[float], v: float) -> No
                 engine.add((i, j), f"x {op} {b!r}")
                 oracle.add((i, j), f"x {op} {b!r}")
         engine._check()
-        # repeated queries switch the ordered leaves to their flattened arrays (REBUILD_AFTER)
+        # the first query flattens the ordered leaves; later ones use the arrays
         for probe in (v, v, v, v, v, -v, 1, 1.5, v):
             assert engine.match({"x": probe}) == oracle.match({"x": probe})
             assert engine.match_batch([{"x": probe}, {"x": v}]) == [
@@ -106,3 +109,115 @@ def test_hand_built_filters_always_never_and_duplicates() -> None:
         engine.remove("dup")
         engine._check()
         assert engine.match_batch([{"x": 2}, {}]) == [set(), set()]
+
+
+# --- ordered leaves under churn (snapshot + delta + SINK, rebuilt past the threshold) ----
+
+_OPS = ("<", "<=", ">", ">=")
+
+
+def _pending(engine: ICCounting) -> list[int]:
+    """Pending changes (delta entries + SINKs) of every ordered leaf."""
+    return [len(o.dc) + o.dead for o in _leaves(engine)]
+
+
+def _selector(rng: random.Random, values: list[float]) -> str:
+    def atom() -> str:
+        attr = rng.choice("xy")
+        if rng.random() < 0.1:
+            return f"{attr} = {rng.choice(values)!r}"
+        return f"{attr} {rng.choice(_OPS)} {rng.choice(values)!r}"
+
+    conj = " AND ".join(atom() for _ in range(rng.randint(1, 3)))
+    return conj if rng.random() < 0.8 else f"{conj} OR {atom()}"
+
+
+@pytest.mark.parametrize("name", ["iccounting", "rabased"])
+@pytest.mark.parametrize("seed", range(4))
+def test_churn_across_rebuild_threshold(name: str, seed: int) -> None:
+    """Random add / replace / remove sequences over few values (ties, clause ids recycled
+    into constraints they left) with enough changes per leaf to pass REBUILD_MIN several
+    times; every few steps the engine answers like brute force and its invariants hold."""
+    rng = random.Random(seed)
+    values: list[float] = [-2, -1, -0.5, 0, 0.0, 0.5, 1, 1.5, 2, 3]
+    engine, oracle = ENGINES[name](), BruteForce()
+    assert isinstance(engine, ICCounting)
+    events: list[dict[str, object]] = [{"x": v, "y": w} for v in (*values, -9, 9) for w in (0, 1.5)]
+    events += [{"x": 1}, {"y": 2}, {}, {"x": "s", "y": 0.5}, {"x": True}]
+    ids: list[int] = []
+    next_id = 0
+    rebuilds = sinks = delta_drops = 0
+    for step in range(1500):
+        r = rng.random()
+        before = _pending(engine)
+        if r < 0.45 or len(ids) < 20:
+            sel = _selector(rng, values)
+            engine.add(next_id, sel)
+            oracle.add(next_id, sel)
+            ids.append(next_id)
+            next_id += 1
+        elif r < 0.8:
+            sid = rng.choice(ids)
+            sel = _selector(rng, values)
+            engine.add(sid, sel)  # replace: delete + insert
+            oracle.add(sid, sel)
+        else:
+            sid = ids.pop(rng.randrange(len(ids)))
+            engine.remove(sid)
+            oracle.remove(sid)
+        after = _pending(engine)
+        if len(after) == len(before) and sum(after) < sum(before):
+            delta_drops += 1  # a change cancelled an entry still in a delta
+        sinks = max(sinks, max((o.dead for o in _leaves(engine)), default=0))
+        if step % 5 == 0:
+            ev = rng.choice(events)
+            queried = [o for a in ev if type(ev[a]) in (int, float) for o in _leaves(engine, a)]
+            rebuilds += sum(1 for o in queried if len(o.dc) + o.dead > o.limit)
+            assert engine.match(ev) == oracle.match(ev)
+            assert engine.match_batch([ev, events[0]]) == [oracle.match(ev), oracle.match(events[0])]
+            assert all(len(o.dc) + o.dead <= o.limit for o in queried), "a queried leaf is over its limit"
+        if step % 100 == 0:
+            engine._check()
+    engine._check()
+    for ev in events:
+        assert engine.match(ev) == oracle.match(ev)
+    assert rebuilds > 0, "the churn never crossed the rebuild threshold"
+    assert sinks > 0, "no snapshot entry was deleted in place"
+    assert delta_drops > 0, "no delta entry was dropped"
+
+
+def _leaves(engine: ICCounting, attr: str | None = None) -> list[_Ordered]:
+    """The numeric ordered leaves (of one attribute, or all)."""
+    names = engine._index.by_kind[Kind.NUM]
+    nis = names.values() if attr is None else [names[attr]] if attr in names else []
+    return [o for ni in nis for o in (ni.gt, ni.ge, ni.lt, ni.le)]
+
+
+def test_large_leaf_uses_the_fractional_limit() -> None:
+    """A leaf with more than REBUILD_MIN x REBUILD_FRACTION entries tolerates entries/32
+    pending changes; churn on it stays exact and rebuilds keep the pending part bounded."""
+    rng = random.Random(7)
+    engine, oracle = ICCounting(), BruteForce()
+    n = REBUILD_MIN * REBUILD_FRACTION + 500
+    for i in range(n):
+        sel = f"x > {rng.randrange(200)} AND x < {rng.randrange(200)}"
+        engine.add(i, sel)
+        oracle.add(i, sel)
+    assert engine.match({"x": 100}) == oracle.match({"x": 100})  # first query: rebuild
+    leaf = engine._index.by_kind[Kind.NUM]["x"].gt
+    assert leaf.limit == len(leaf.flat) // REBUILD_FRACTION > REBUILD_MIN
+    assert len(leaf.dc) == leaf.dead == 0
+    peak = 0
+    for k in range(3 * leaf.limit):
+        sid = rng.randrange(n)
+        sel = f"x > {rng.randrange(200)} AND x < {rng.randrange(200)}"
+        engine.add(sid, sel)
+        oracle.add(sid, sel)
+        peak = max(peak, len(leaf.dc) + leaf.dead)
+        if k % 25 == 0:
+            v = rng.randrange(-5, 205)
+            assert engine.match({"x": v}) == oracle.match({"x": v})
+            leaf = engine._index.by_kind[Kind.NUM]["x"].gt
+            assert len(leaf.dc) + leaf.dead <= leaf.limit
+    assert peak > REBUILD_MIN  # more pending than the fixed minimum was tolerated
+    engine._check()
