@@ -32,6 +32,9 @@ log = logging.getLogger("broker")
 
 _local_ids = itertools.count(1)
 
+#: seconds ``Broker.stop`` waits for disconnected clients to close their connections
+STOP_GRACE = 1.0
+
 
 class LocalSubscription:
     """An in-process subscription: ``async with`` registers it, ``async for`` yields messages.
@@ -84,16 +87,19 @@ class LocalSubscription:
 
 
 class _Protocol(MQTTProtocol):
-    __slots__ = ("done",)
+    """The transport protocol, registered in the broker's set of open connections."""
 
-    def __init__(self, core: Core, done: set[asyncio.Future[None]]) -> None:
+    __slots__ = ("done", "registry")
+
+    def __init__(self, core: Core, registry: set[_Protocol]) -> None:
         super().__init__(core)
+        self.registry = registry
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.add(self.done)
-        self.done.add_done_callback(done.discard)
+        registry.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
+        self.registry.discard(self)
         if not self.done.done():
             self.done.set_result(None)
 
@@ -127,7 +133,7 @@ class Broker:
         self.core = Core(cfg, self.hooks)
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._open: set[asyncio.Future[None]] = set()
+        self._open: set[_Protocol] = set()
         self._port: int | None = None
 
     @property
@@ -174,8 +180,11 @@ class Broker:
         if self._timer is not None:
             self._timer.cancel()
         self.core.shutdown(time.monotonic())
-        if self._open:
-            await asyncio.wait(list(self._open), timeout=5.0)
+        if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
+            await asyncio.wait([p.done for p in self._open], timeout=STOP_GRACE)
+        for p in list(self._open):
+            if p.transport is not None:
+                p.transport.abort()
         await self._server.wait_closed()
         self._server = None
         for h in self.hooks:

@@ -34,12 +34,13 @@ class BrokerConfig:
     #: client's Receive Maximum).
     max_inflight: int = 20
     #: our Receive Maximum: QoS 2 PUBLISHes a client may have unacknowledged towards us.
-    receive_maximum: int = 65535
+    receive_maximum: int = 1024
     #: largest packet accepted (and announced in CONNACK to v5 clients).
     max_packet_size: int = 268_435_455
     #: topic aliases a v5 client may use towards us (0 disables).
     topic_alias_maximum: int = 65535
-    #: if set, overrides client keep-alive values (v5 Server Keep Alive; 3.1.1 clients keep theirs).
+    #: if set, the largest keep-alive a v5 client gets: clients asking for more (or for none)
+    #: receive this value as Server Keep Alive (3.1.1 clients keep theirs).
     server_keep_alive: int | None = None
     #: cap on Session Expiry Interval (seconds); 0xFFFFFFFF means "never expires".
     max_session_expiry: int = 0xFFFFFFFF
@@ -52,7 +53,7 @@ class BrokerConfig:
     retain_available: bool = True
     #: bounded queue length of each in-process ``Broker.subscribe`` subscription.
     inprocess_queue_size: int = 10_000
-    #: topic filters whose SUBSCRIBE is refused (NOT_AUTHORIZED; 3.1.1: 0x80), e.g.
+    #: topic filters whose SUBSCRIBE is refused (0x80 Unspecified error), e.g.
     #: ``["test/nosubscribe"]`` for the Eclipse Paho interoperability suite.
     refused_filters: tuple[str, ...] = ()
     #: timer granularity (seconds) for keep-alive, will delay and expiry checks.

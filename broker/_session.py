@@ -553,6 +553,7 @@ class Connection:
         self.paused = False
         self.keep_alive = 0.0
         self.last_rx = now
+        self.clock = now  # the latest time this machine was given
         self.connect_deadline = now + 30.0
         self.window = core.config.max_inflight
         self.client_max_packet = 268_435_455
@@ -585,6 +586,8 @@ class Connection:
         if self.close_requested and not self.transport_closed:
             self.transport_closed = True
             self.closer()
+            # the session is detached now, not when the peer finally closes its side
+            self.lost(self.clock)
 
     def close(self, reason: str) -> None:
         """Ask the transport to close after the pending output."""
@@ -670,7 +673,7 @@ class Connection:
     # ------------------------------------------------------------ input
     def received(self, packets: Iterable[Packet], now: float) -> None:
         """Process decoded packets in order (stops at the first one that closes)."""
-        self.last_rx = now
+        self.last_rx = self.clock = now
         for p in packets:
             if self.close_requested:
                 return
@@ -780,8 +783,9 @@ class Connection:
         self.keep_alive = float(p.keep_alive)
         server_ka: int | None = None
         if v == 5:
-            if cfg.server_keep_alive is not None and cfg.server_keep_alive != p.keep_alive:
-                server_ka = cfg.server_keep_alive
+            cap = cfg.server_keep_alive
+            if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
+                server_ka = cap
                 self.keep_alive = float(server_ka)
             self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
             if props.maximum_packet_size is not None:
@@ -979,9 +983,11 @@ class Connection:
                     codes.append(ReasonCode.TOPIC_FILTER_INVALID)
                     reasons.append(f"content filter {selector!r}: {exc} at position {exc.position}")
                     continue
-            if full_filter in cfg.refused_filters or (
-                core.obs.authorize and not core.authorize(s, "subscribe", full_filter)
-            ):
+            if full_filter in cfg.refused_filters:
+                codes.append(ReasonCode.UNSPECIFIED_ERROR)
+                reasons.append(f"{full_filter!r}: refused by configuration")
+                continue
+            if core.obs.authorize and not core.authorize(s, "subscribe", full_filter):
                 codes.append(ReasonCode.NOT_AUTHORIZED)
                 reasons.append(f"{full_filter!r}: not authorized")
                 continue
@@ -1070,12 +1076,13 @@ class Connection:
         self.lost(now, keep_session=True)
 
     def check_keep_alive(self, now: float) -> None:
+        self.clock = now
         if self.state is ConnectionState.AWAIT_CONNECT:
             if now > self.connect_deadline:
                 self.close("no CONNECT")
             return
         ka = self.keep_alive
-        if ka and not self.close_requested and now - self.last_rx > 1.5 * ka:
+        if ka and not self.paused and not self.close_requested and now - self.last_rx > 1.5 * ka:
             self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
             self.lost(now)
 
