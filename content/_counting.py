@@ -111,7 +111,7 @@ class Counting(Engine):
                 for test, cl in preds.values():
                     if test(v):
                         ext(cl)
-        return self._table.fired(acc)
+        return self._table.fired_np(acc, [])
 
     def _check(self) -> None:
         super()._check()

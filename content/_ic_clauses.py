@@ -32,7 +32,11 @@ from content._engine import SubId
 from content._filter import Filter
 from content._predicate import Predicate
 
-__all__ = ["SINK", "ClauseTable"]
+__all__ = ["NUMPY_FROM", "SINK", "ClauseTable"]
+
+NUMPY_FROM = 4096
+"""From this many credited clause ids on, :meth:`ClauseTable.fired_np` counts with numpy
+even when they all came as Python ints."""
 
 SINK = 0
 """A reserved clause id that never fires (its need is -1): ICCounting's flattened leaves
@@ -143,11 +147,15 @@ class ClauseTable:
 
     def fired_np(self, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> set[SubId]:
         """:meth:`fired` for ids given partly as numpy runs: one ``bincount`` over all ids
-        and one vectorised comparison with the needs (O(len(ids) + number of clauses) in C)."""
+        and one vectorised comparison with the needs (O(len(ids) + number of clauses) in C).
+        Without runs, a short ``acc`` is counted by :meth:`fired` (cheaper than the
+        O(number of clauses) comparison), a long one (:data:`NUMPY_FROM` ids or more) here."""
         if not parts:
-            return self.fired(acc)
-        if acc:
-            parts.append(np.array(acc, dtype=np.intp))
+            if len(acc) < NUMPY_FROM:
+                return self.fired(acc)
+            parts.append(np.fromiter(acc, dtype=np.intp, count=len(acc)))
+        elif acc:
+            parts.append(np.fromiter(acc, dtype=np.intp, count=len(acc)))
         ids = np.concatenate(parts) if len(parts) > 1 else parts[0]
         n = len(self.need)
         counts = np.bincount(ids, minlength=n)
