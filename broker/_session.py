@@ -52,6 +52,7 @@ from broker.packets import (
     Puback,
     Pubcomp,
     Publish,
+    PublishTemplate,
     Pubrec,
     Pubrel,
     ReasonCode,
@@ -214,6 +215,9 @@ class Core:
         self.pending_wills: set[Session] = set()
         self.expiring: set[Session] = set()
         self.started = time.monotonic()
+        # PUBLISH templates of the message being fanned out ([3.1/3.1.1, 5])
+        self.tmpl_msg: Message | None = None
+        self.tmpl: list[PublishTemplate | None] = [None, None]
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
 
     # ------------------------------------------------------------ hooks
@@ -621,25 +625,47 @@ class Connection:
         if self.close_requested:
             return
         topic = msg.topic
-        props = msg.properties
-        if self.version == 5:
-            expiry = msg.expires_at
-            alias: int | None = None
-            if self.client_alias_max:
-                alias = self.alias_out.get(topic)
-                if alias is not None:
-                    topic = ""
-                elif len(self.alias_out) < self.client_alias_max:
-                    alias = len(self.alias_out) + 1
-                    self.alias_out[topic] = alias
-            if sub_ids or expiry is not None or alias is not None:
+        version = self.version
+        alias: int | None = None
+        send_topic = True
+        if version == 5 and self.client_alias_max:
+            alias = self.alias_out.get(topic)
+            if alias is not None:
+                send_topic = False
+            elif len(self.alias_out) < self.client_alias_max:
+                alias = len(self.alias_out) + 1
+                self.alias_out[topic] = alias
+        core = self.core
+        if msg.expires_at is None:
+            # fan-out fast path: the message is encoded once per protocol family
+            if core.tmpl_msg is not msg:
+                core.tmpl_msg = msg
+                core.tmpl = [None, None]
+            slot = 1 if version == 5 else 0
+            tmpl = core.tmpl[slot]
+            if tmpl is None:
+                tmpl = core.tmpl[slot] = PublishTemplate(topic, msg.payload, msg.properties, 5 if slot else 4)
+            data = tmpl.render(
+                qos,
+                pid,
+                dup=dup,
+                retain=retain,
+                subscription_identifiers=sub_ids,
+                topic_alias=alias,
+                send_topic=send_topic,
+            )
+        else:
+            props = msg.properties
+            if version == 5:
                 props = dataclasses.replace(
                     props,
                     subscription_identifiers=sub_ids,
-                    message_expiry_interval=None if expiry is None else max(0, int(expiry - now + 0.999)),
+                    message_expiry_interval=max(0, int(msg.expires_at - now + 0.999)),
                     topic_alias=alias,
                 )
-        data = encode_publish(topic, msg.payload, qos, retain, dup, pid, props, self.version)
+            data = encode_publish(
+                topic if send_topic else "", msg.payload, qos, retain, dup, pid, props, version
+            )
         if len(data) > self.client_max_packet:
             # MQTT 5 section 3.1.2.11.4: discard as if sent.
             self.core.stats.publish_dropped += 1
@@ -647,7 +673,6 @@ class Connection:
                 self.session.inflight.pop(pid, None)
             return
         self.outbox.append(data)
-        core = self.core
         core.dirty.add(self)
         core.stats.messages_sent += 1
         if core.obs.delivery and self.session is not None:
