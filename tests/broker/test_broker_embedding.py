@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 
 import pytest
 
 import content
-from broker import Broker, Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker import (
+    Broker,
+    Delivery,
+    Hooks,
+    Publication,
+    SubscriptionAction,
+    SubscriptionChange,
+    load_toml,
+)
 from broker.packets import Connack, ReasonCode, Subscribe, SubscriptionRequest, Unsubscribe
 from tests.broker.raw import RawClient
 
@@ -153,3 +162,24 @@ async def test_content_engine_is_configurable() -> None:
             await b.publish("c/1", b'{"a": 2}')
             await b.publish("c/2", b'{"b": "x"}')
             assert (await s.get(T)).topic == "c/2"
+
+
+async def test_takeover_hook_record() -> None:
+    rec = Recorder()
+    async with Broker(port=0, sys_interval=0, hooks=[rec]) as b:
+        old, _ = await RawClient.connect(b.port, "tk", 5)
+        new, _ = await RawClient.connect(b.port, "tk", 5)
+        await old.closed()
+        await new.aclose()
+    actions = [e.action for e in rec.events if isinstance(e, SubscriptionChange) and e.client_id == "tk"]
+    assert actions == [SubscriptionAction.TAKEOVER]
+
+
+def test_toml_config(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text('[broker]\nport = 0\npartial-unsubscribe = false\nrefused_filters = ["x/#"]\n')
+    cfg = load_toml(path)
+    assert (cfg.port, cfg.partial_unsubscribe, cfg.refused_filters) == (0, False, ("x/#",))
+    path.write_text("[broker]\nportt = 1\n")
+    with pytest.raises(ValueError, match="portt"):
+        load_toml(path)
