@@ -13,8 +13,10 @@ distinct constraints in the leaf, k the number that the event satisfies):
   ascending order the satisfied constraints ``x < v`` are exactly a prefix, found with one
   binary search (``bisect``); likewise ``>=`` (prefix, ``x <= v``), ``<`` (suffix, ``x > v``)
   and ``<=`` (suffix, ``x >= v``).  O(log n + k); insert/delete O(n) ``list.insert`` memmove.
-  A leaf left unchanged for :data:`REBUILD_AFTER` queries also keeps its CSLists flattened
-  into one numpy array, so the satisfied run is credited as one slice (see :class:`_Ordered`).
+  The leaf also keeps its CSLists flattened into one numpy array, exact under churn (a
+  sorted delta of added entries, deleted entries overwritten with the never-firing clause
+  id SINK, rebuilt after max(REBUILD_MIN, entries / REBUILD_FRACTION) changes), so the
+  satisfied run is credited as one or two slices (see :class:`_Ordered`).
 * ``=`` -- a hash table value -> CSList, O(1).  ``IN`` -- a hash table member -> CSLists of
   the lists containing it (each IN list is single-kinded after compile), O(1 + k).
 * prefix / suffix -- a hash table pattern -> CSList plus the sorted set of pattern lengths;
