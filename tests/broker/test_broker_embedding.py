@@ -18,7 +18,7 @@ from broker import (
     load_toml,
 )
 from broker.packets import Connack, ReasonCode, Subscribe, SubscriptionRequest, Unsubscribe
-from tests.broker.raw import RawClient
+from tests.rawclient import RawClient
 
 T = 5.0
 
@@ -106,7 +106,7 @@ async def test_hooks_receive_records() -> None:
         await c.recv()
         await b.publish("h/yes", b"abc", qos=1)
         await c.recv()
-        await c.aclose()
+        await c.close()
         await asyncio.wait_for(rec.gone.wait(), T)
     assert rec.stopped
     kinds = [type(e).__name__ if not isinstance(e, tuple) else e[0] for e in rec.events]
@@ -136,7 +136,7 @@ async def test_authentication_and_authorization_hooks() -> None:
         c.send(Subscribe(1, (SubscriptionRequest("secret/#", 1), SubscriptionRequest("open/#", 1))))
         ack2 = await c.recv()
         assert ack2.reason_codes == (ReasonCode.NOT_AUTHORIZED, ReasonCode.GRANTED_QOS_1)  # type: ignore[union-attr]
-        await c.aclose()
+        await c.close()
 
 
 async def test_anonymous_refused_when_configured() -> None:
@@ -170,7 +170,7 @@ async def test_takeover_hook_record() -> None:
         old, _ = await RawClient.connect(b.port, "tk", 5)
         new, _ = await RawClient.connect(b.port, "tk", 5)
         await old.closed()
-        await new.aclose()
+        await new.close()
     actions = [e.action for e in rec.events if isinstance(e, SubscriptionChange) and e.client_id == "tk"]
     assert actions == [SubscriptionAction.TAKEOVER]
 

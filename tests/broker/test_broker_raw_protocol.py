@@ -24,7 +24,7 @@ from broker.packets import (
     Unsubscribe,
     Will,
 )
-from tests.broker.raw import RawClient
+from tests.rawclient import RawClient
 
 T = 5.0
 
@@ -40,7 +40,7 @@ async def test_connack_assigned_client_id(broker: Broker) -> None:
     c, ack = await RawClient.connect(broker.port, "", 5)
     assert isinstance(ack, Connack) and ack.reason_code == ReasonCode.SUCCESS
     assert ack.properties.assigned_client_identifier
-    await c.aclose()
+    await c.close()
 
 
 async def test_v311_empty_id_without_clean_session_refused(broker: Broker) -> None:
@@ -57,7 +57,7 @@ async def test_takeover_closes_old_connection(broker: Broker) -> None:
     assert got == [Disconnect(ReasonCode.SESSION_TAKEN_OVER, got[0].properties)]  # type: ignore[union-attr]
     new.send(Pingreq())
     assert isinstance(await new.recv(), Pingresp)
-    await new.aclose()
+    await new.close()
 
 
 async def test_takeover_v311_keeps_session(broker: Broker) -> None:
@@ -69,7 +69,7 @@ async def test_takeover_v311_keeps_session(broker: Broker) -> None:
     await broker.publish("t/1", b"x", qos=1)
     p = await new.recv()
     assert isinstance(p, Publish) and p.topic == "t/1"
-    await new.aclose()
+    await new.close()
 
 
 async def test_will_on_abnormal_close_not_on_disconnect(broker: Broker) -> None:
@@ -78,7 +78,7 @@ async def test_will_on_abnormal_close_not_on_disconnect(broker: Broker) -> None:
         c.send(Disconnect())
         await c.closed()
         c, _ = await RawClient.connect(broker.port, "w2", 5, will=Will("w/w2", b"gone"))
-        await c.aclose()
+        await c.close()
         msg = await local.get(T)
         assert (msg.topic, msg.payload) == ("w/w2", b"gone")
         c, _ = await RawClient.connect(broker.port, "w3", 5, will=Will("w/w3", b"asked"))
@@ -93,15 +93,15 @@ async def test_will_delay_cancelled_by_reconnect(broker: Broker) -> None:
     will = Will("wd/x", b"late", properties=Properties(will_delay_interval=1))
     async with broker.subscribe("wd/#") as local:
         c, _ = await RawClient.connect(broker.port, "wd", 5, will=will, properties=props, clean_start=False)
-        await c.aclose()
+        await c.close()
         c, ack = await RawClient.connect(broker.port, "wd", 5, properties=props, clean_start=False)
         assert isinstance(ack, Connack) and ack.session_present
         # the will of the first connection is not sent; a second one after its delay is
         c2, _ = await RawClient.connect(broker.port, "wd2", 5, will=will, properties=props)
-        await c2.aclose()
+        await c2.close()
         msg = await local.get(T)
         assert msg.publisher_id == "wd2"
-        await c.aclose()
+        await c.close()
 
 
 async def test_session_expiry() -> None:
@@ -109,12 +109,12 @@ async def test_session_expiry() -> None:
         props = Properties(session_expiry_interval=1)
         c, _ = await RawClient.connect(b.port, "exp", 5, properties=props, clean_start=False)
         await subscribe(c, "e/#")
-        await c.aclose()
+        await c.close()
         while "exp" in b.core.sessions:  # ends after one second
             await asyncio.sleep(0.05)
         c, ack = await RawClient.connect(b.port, "exp", 5, properties=props, clean_start=False)
         assert isinstance(ack, Connack) and not ack.session_present
-        await c.aclose()
+        await c.close()
 
 
 async def test_keep_alive_timeout(broker: Broker) -> None:
@@ -136,7 +136,7 @@ async def test_qos2_outgoing_across_reconnect(broker: Broker) -> None:
     assert pa.packet_id is not None and pb.packet_id is not None
     c.send(Pubrec(pa.packet_id))
     assert await c.recv() == Pubrel(pa.packet_id)
-    await c.aclose()  # pa awaits PUBCOMP, pb awaits PUBREC
+    await c.close()  # pa awaits PUBCOMP, pb awaits PUBREC
     c, ack = await RawClient.connect(broker.port, "q2", 5, properties=props, clean_start=False)
     assert isinstance(ack, Connack) and ack.session_present
     again = [await c.recv(), await c.recv()]
@@ -147,7 +147,7 @@ async def test_qos2_outgoing_across_reconnect(broker: Broker) -> None:
     c.send(Pubrec(pb.packet_id))
     assert await c.recv() == Pubrel(pb.packet_id)
     c.send(Pubcomp(pb.packet_id))
-    await c.aclose()
+    await c.close()
 
 
 async def test_qos2_incoming_exactly_once(broker: Broker) -> None:
@@ -164,7 +164,7 @@ async def test_qos2_incoming_exactly_once(broker: Broker) -> None:
         first = await local.get(T)
         second = await local.get(T)
         assert (first.payload, second.payload) == (b"1", b"marker")
-        await c.aclose()
+        await c.close()
 
 
 async def test_topic_alias_both_directions(broker: Broker) -> None:
@@ -183,7 +183,7 @@ async def test_topic_alias_both_directions(broker: Broker) -> None:
     pub.send(Publish("", b"3", properties=Properties(topic_alias=4)))  # unknown alias
     got = await pub.closed()
     assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [ReasonCode.PROTOCOL_ERROR]
-    await sub.aclose()
+    await sub.close()
 
 
 async def test_partial_unsubscribe_reason_codes(broker: Broker) -> None:
@@ -192,7 +192,7 @@ async def test_partial_unsubscribe_reason_codes(broker: Broker) -> None:
     c.send(Unsubscribe(2, ("a/b/#", "zzz/#", "a/#")))
     ack = await c.recv()
     assert ack == Unsuback(2, (ReasonCode.SUCCESS, ReasonCode.NO_SUBSCRIPTION_EXISTED, ReasonCode.SUCCESS))
-    await c.aclose()
+    await c.close()
 
 
 async def test_queue_limit_disconnects_with_quota_exceeded() -> None:
@@ -217,7 +217,7 @@ async def test_inflight_window_releases_queue() -> None:
             p = await c.recv()
             assert isinstance(p, Publish) and p.topic == f"f/{i}" and p.packet_id is not None
             c.send(Puback(p.packet_id))
-        await c.aclose()
+        await c.close()
 
 
 async def test_v311_filter_prefix_and_bad_selector(broker: Broker) -> None:
@@ -228,7 +228,7 @@ async def test_v311_filter_prefix_and_bad_selector(broker: Broker) -> None:
     await broker.publish("data/2", b'{"kind": "a/b", "n": 2}')
     p = await c.recv()
     assert isinstance(p, Publish) and p.topic == "data/2"
-    await c.aclose()
+    await c.close()
 
 
 async def test_v5_bad_selector_reason_string(broker: Broker) -> None:
@@ -236,19 +236,19 @@ async def test_v5_bad_selector_reason_string(broker: Broker) -> None:
     ack = await subscribe(c, "d/#", props=Properties(user_properties=(("filter", "n > "),)))
     assert ack.reason_codes == (ReasonCode.TOPIC_FILTER_INVALID,)
     assert ack.properties.reason_string and "position" in ack.properties.reason_string
-    await c.aclose()
+    await c.close()
 
 
 async def test_invalid_topic_filter_refused(broker: Broker) -> None:
     c, _ = await RawClient.connect(broker.port, "tf", 5)
     ack = await subscribe(c, "a/#/b", "ok/+")
     assert ack.reason_codes == (ReasonCode.TOPIC_FILTER_INVALID, ReasonCode.GRANTED_QOS_1)
-    await c.aclose()
+    await c.close()
 
 
 async def test_malformed_v5_gets_disconnect_then_close(broker: Broker) -> None:
     c, _ = await RawClient.connect(broker.port, "bad", 5)
-    c.send_raw(b"\x82\x00")  # SUBSCRIBE with an empty remaining length
+    c.send_bytes(b"\x82\x00")  # SUBSCRIBE with an empty remaining length
     got = await c.closed()
     assert len(got) == 1 and isinstance(got[0], Disconnect) and got[0].reason_code >= 0x80
     assert broker.core.stats.malformed == 1
@@ -256,21 +256,21 @@ async def test_malformed_v5_gets_disconnect_then_close(broker: Broker) -> None:
 
 async def test_malformed_v311_is_closed(broker: Broker) -> None:
     c, _ = await RawClient.connect(broker.port, "bad3", 4)
-    c.send_raw(b"\xf0\x00")  # AUTH does not exist in 3.1.1
+    c.send_bytes(b"\xf0\x00")  # AUTH does not exist in 3.1.1
     assert await c.closed() == []
 
 
 async def test_packet_before_connect_is_closed(broker: Broker) -> None:
     c = await RawClient.open(broker.port)
-    c.send_raw(b"\xc0\x00")  # PINGREQ
+    c.send_bytes(b"\xc0\x00")  # PINGREQ
     assert await c.closed() == []
     c = await RawClient.open(broker.port)
-    c.send_raw(b"\x10\x04\xff\xff\xff\xff")  # CONNECT with a broken protocol name
+    c.send_bytes(b"\x10\x04\xff\xff\xff\xff")  # CONNECT with a broken protocol name
     assert await c.closed() == []
     # the broker still serves others
     ok, ack = await RawClient.connect(broker.port, "after", 5)
     assert isinstance(ack, Connack) and ack.reason_code == ReasonCode.SUCCESS
-    await ok.aclose()
+    await ok.close()
 
 
 async def test_publish_to_invalid_topic_disconnects(broker: Broker) -> None:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest_asyncio
 
 from broker import Broker
-from tests.conformance.rawclient import RawClient
+from tests.rawclient import RawClient
 
 
 @pytest_asyncio.fixture

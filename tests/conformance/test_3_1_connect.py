@@ -16,7 +16,7 @@ from broker.packets import (
     Will,
     encode,
 )
-from tests.conformance.rawclient import RawClient
+from tests.rawclient import RawClient
 
 RC = ReasonCode
 

@@ -16,7 +16,7 @@ from broker.packets import (
     ReasonCode,
     SubscriptionRequest,
 )
-from tests.conformance.rawclient import RawClient
+from tests.rawclient import RawClient
 
 RC = ReasonCode
 

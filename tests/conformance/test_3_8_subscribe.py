@@ -7,7 +7,7 @@ import pytest
 
 from broker import Broker
 from broker.packets import Properties, Publish, ReasonCode, SubscriptionRequest
-from tests.conformance.rawclient import RawClient
+from tests.rawclient import RawClient
 
 RC = ReasonCode
 

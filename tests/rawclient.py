@@ -34,7 +34,7 @@ TIMEOUT = 5.0
 
 
 class RawClient:
-    instances: ClassVar[list[RawClient]] = []  # closed by the conformance conftest after each test
+    instances: ClassVar[list[RawClient]] = []  # closed by tests/conformance/conftest.py after each test
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, version: int) -> None:
         self.reader = reader
