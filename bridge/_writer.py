@@ -1,25 +1,29 @@
 """The bridge: broker hook records -> in-memory buffers -> Parquet files in a landing zone.
 
-Hot path (event loop).  ``on_delivery``/``on_publication``/``on_subscription_change`` append the
-record object the broker already built to a per-kind Python list (one ``len`` and one
-``list.append``: no encoding, no I/O, no lock).  The writer thread takes a prefix of each list
-with ``batch = buf[:n]; del buf[:n]`` -- each of these is one atomic list operation, so records
-appended concurrently by the event loop stay in the list for the next round (nothing is lost
-between the two statements).
+Hot path (event loop).  The bridge uses the broker's batched hook ``on_deliveries``: one call per
+routed publication carrying the message object and the list of its fan-out's delivery entries
+(plain tuples the broker built), and the bridge appends ONE tuple ``(time, message, entries,
+routes)`` to a list -- no per-delivery work, no encoding, no I/O, no lock.
+``on_subscription_change`` appends the broker's record to a second list.  The writer thread takes
+a prefix of a list with ``batch = buf[:n]; del buf[:n]`` -- each of these is one atomic list
+operation, so records appended concurrently by the event loop stay for the next round.
 
-Writer (one daemon thread).  Every ``roll_interval`` seconds (default 0.5 s), or as soon as a
-buffer holds ``roll_rows`` records (derived from ``roll_bytes``), it turns each non-empty buffer
-into an Arrow table (columns built with one comprehension per field, times converted with numpy)
-and commits it as one Parquet file per kind: written under a temporary name starting with ``.``
+Writer (one daemon thread).  Every ``roll_interval`` seconds (default 0.5 s), or as soon as
+``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it expands the buffered calls into
+Arrow columns (:func:`_fanout_tables`: the message's fields once per publication, repeated per
+delivery with ``take``; the entry tuples transposed with ``zip`` and converted by pyarrow in C)
+and commits one Parquet file per kind: written under a temporary name starting with ``.``
 (Spark's and pyarrow's dataset readers ignore dot files), ``fsync``-ed, renamed to its final
-name, and the directory ``fsync``-ed.  A reader therefore sees whole files or nothing.  Files
-larger than ``roll_rows`` rows are split.  Cost: O(records) per round, amortised O(1) per record.
+name, and the directory ``fsync``-ed.  A reader therefore sees whole files or nothing.  Tables
+larger than ``roll_rows`` rows are split.  Cost: O(publications + deliveries) per round, a few
+hundred nanoseconds of GIL time per delivery (measured in docs/performance-bridge.md).
 
-Back-pressure policy (documented in docs/bridge.md): each buffer is bounded by ``max_pending``
-records.  When the writer falls behind (slow disk, failed writes) and a buffer is full, new
-records of that kind are *dropped and counted* (``stats().dropped``), and the writer logs a
-warning with the counts at its next round; the broker is never slowed or blocked.  A failed
-write puts its batch back at the head of its buffer and is retried next round.
+Back-pressure policy (documented in docs/bridge.md): the rows buffered and not yet committed are
+bounded by ``max_pending`` (deliveries and publications together; subscription changes apart).
+When the writer falls behind (slow disk, failed writes) and the bound is reached, new records are
+*dropped and counted* per kind (``stats().dropped``), and the writer logs a warning with the
+counts at its next round; the broker is never slowed or blocked.  A failed write keeps its
+table (and every later one, in order) for the next round.
 
 Durability: a graceful :meth:`Bridge.stop` (or :meth:`Bridge.close`) commits everything buffered.
 A hard kill loses what was buffered since the last commit: at most ``roll_interval`` plus the
@@ -35,21 +39,26 @@ This part of the project has no seed document: it follows issue 6 (items 1 and 2
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import operator
 import os
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bridge._schema import SCHEMAS, Kind
-from broker.hooks import Delivery, Hooks, Publication, SubscriptionChange
+from broker.hooks import DeliveryEntry, Hooks, SubscriptionChange
+
+if TYPE_CHECKING:
+    from broker import Message
 
 __all__ = ["Bridge", "BridgeStats"]
 
@@ -58,6 +67,9 @@ _log = logging.getLogger("siftmq.bridge")
 _TS = pa.timestamp("us", tz="UTC")
 # Approximate Arrow bytes per record, used to turn roll_bytes into a row count.
 _ROW_BYTES = 96
+
+# One on_deliveries call as buffered on the hot path: (time, message, entries, routes).
+_Fanout: TypeAlias = "tuple[float, Message, list[DeliveryEntry], int]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,50 +84,100 @@ class BridgeStats:
     write_errors: int = 0  # failed write rounds (their batches were retried)
 
 
-def _ts(times: list[float]) -> pa.Array:
-    micros = (np.asarray(times, dtype=np.float64) * 1e6).astype(np.int64)
+def _ts(times: np.ndarray[Any, np.dtype[np.float64]]) -> pa.Array:
+    micros = (times * 1e6).astype(np.int64)
     return pa.array(micros, type=pa.int64()).cast(_TS)
 
 
-def _deliveries_table(batch: list[Any]) -> pa.Table:
-    return pa.Table.from_arrays(
+_MESSAGE_FIELDS = operator.attrgetter(
+    "message_id", "publisher_id", "topic", "payload", "qos", "retain", "received"
+)
+
+
+def _fanout_tables(batch: list[_Fanout]) -> tuple[pa.Table, pa.Table]:
+    """(deliveries, publications) tables of a list of ``on_deliveries`` calls.
+
+    Per call (one per publication): one attribute fetch of the message's fields and its clock;
+    per delivery: only the entry tuples are transposed (``zip``) and converted, the message's
+    columns are built once per call and repeated with ``take``.  O(calls + deliveries)."""
+    times_t, msgs, fans, routes_t = zip(*batch, strict=True)
+    mid, pub, topic, payload, qos, retain, received = zip(*map(_MESSAGE_FIELDS, msgs), strict=True)
+    times = np.array(times_t, dtype=np.float64)
+    routes = np.array(routes_t, dtype=np.int64)
+    sizes = np.fromiter(map(len, payload), dtype=np.int64, count=len(payload))
+    c_time = _ts(times)
+    c_mid = pa.array(mid, pa.int64())
+    c_pub = pa.array(pub, pa.string())
+    c_topic = pa.array(topic, pa.string())
+    c_size = pa.array(sizes, pa.int64())
+    is_pub = routes >= 0
+    if is_pub.all():
+        pubs = pa.Table.from_arrays(
+            [
+                c_time,
+                c_mid,
+                c_pub,
+                c_topic,
+                c_size,
+                pa.array(qos, pa.int32()),
+                pa.array(retain, pa.bool_()),
+                pa.array(routes, pa.int64()),
+            ],
+            schema=SCHEMAS[Kind.PUBLICATIONS],
+        )
+    else:
+        keep = pa.array(np.flatnonzero(is_pub))
+        pubs = pa.Table.from_arrays(
+            [
+                c_time.take(keep),
+                c_mid.take(keep),
+                c_pub.take(keep),
+                c_topic.take(keep),
+                c_size.take(keep),
+                pa.array(qos, pa.int32()).take(keep),
+                pa.array(retain, pa.bool_()).take(keep),
+                pa.array(routes[is_pub], pa.int64()),
+            ],
+            schema=SCHEMAS[Kind.PUBLICATIONS],
+        )
+    counts = np.fromiter(map(len, fans), dtype=np.int64, count=len(fans))
+    entries = list(itertools.chain.from_iterable(fans))
+    if not entries:
+        return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
+    sub, sf, cf, dqos, dret = zip(*entries, strict=True)
+    latency = np.maximum(times - np.array(received, dtype=np.float64), 0.0)
+    if len(entries) == len(batch) and bool((counts == 1).all()):  # one entry per call
+        rep_time, rep_mid, rep_pub, rep_topic, rep_size = c_time, c_mid, c_pub, c_topic, c_size
+        rep_latency = pa.array(latency, pa.float64())
+    else:
+        idx_np = np.repeat(np.arange(len(batch), dtype=np.int64), counts)
+        idx = pa.array(idx_np)
+        rep_time, rep_mid, rep_pub = c_time.take(idx), c_mid.take(idx), c_pub.take(idx)
+        rep_topic, rep_size = c_topic.take(idx), c_size.take(idx)
+        rep_latency = pa.array(latency[idx_np], pa.float64())
+    deliveries = pa.Table.from_arrays(
         [
-            _ts([r.time for r in batch]),
-            pa.array([r.message_id for r in batch], pa.int64()),
-            pa.array([r.publisher_id for r in batch], pa.string()),
-            pa.array([r.subscriber_id for r in batch], pa.string()),
-            pa.array([r.topic for r in batch], pa.string()),
-            pa.array([r.subscription_filter for r in batch], pa.string()),
-            pa.array([r.content_filter for r in batch], pa.string()),
-            pa.array([r.qos for r in batch], pa.int32()),
-            pa.array([r.retained for r in batch], pa.bool_()),
-            pa.array([r.payload_size for r in batch], pa.int64()),
-            pa.array([r.latency for r in batch], pa.float64()),
+            rep_time,
+            rep_mid,
+            rep_pub,
+            pa.array(sub, pa.string()),
+            rep_topic,
+            pa.array(sf, pa.string()),
+            pa.array(cf, pa.string()),
+            pa.array(dqos, pa.int32()),
+            pa.array(dret, pa.bool_()),
+            rep_size,
+            rep_latency,
         ],
         schema=SCHEMAS[Kind.DELIVERIES],
     )
+    return deliveries, pubs
 
 
-def _publications_table(batch: list[Any]) -> pa.Table:
+def _changes_table(batch: list[SubscriptionChange]) -> pa.Table:
     return pa.Table.from_arrays(
         [
-            _ts([r.time for r in batch]),
-            pa.array([r.message_id for r in batch], pa.int64()),
-            pa.array([r.publisher_id for r in batch], pa.string()),
-            pa.array([r.topic for r in batch], pa.string()),
-            pa.array([r.payload_size for r in batch], pa.int64()),
-            pa.array([r.qos for r in batch], pa.int32()),
-            pa.array([r.retained for r in batch], pa.bool_()),
-            pa.array([r.deliveries for r in batch], pa.int64()),
-        ],
-        schema=SCHEMAS[Kind.PUBLICATIONS],
-    )
-
-
-def _changes_table(batch: list[Any]) -> pa.Table:
-    return pa.Table.from_arrays(
-        [
-            _ts([r.time for r in batch]),
+            _ts(np.array([r.time for r in batch], dtype=np.float64)),
             pa.array([r.client_id for r in batch], pa.string()),
             pa.array([r.action.value for r in batch], pa.string()),
             pa.array([r.topic_filter for r in batch], pa.string()),
@@ -125,13 +187,6 @@ def _changes_table(batch: list[Any]) -> pa.Table:
         ],
         schema=SCHEMAS[Kind.SUBSCRIPTION_CHANGES],
     )
-
-
-_BUILDERS = {
-    Kind.DELIVERIES: _deliveries_table,
-    Kind.PUBLICATIONS: _publications_table,
-    Kind.SUBSCRIPTION_CHANGES: _changes_table,
-}
 
 
 class _Sink:
@@ -200,12 +255,13 @@ class Bridge(Hooks):
     ``Bridge(landing_dir)`` creates ``landing_dir/{deliveries,publications,subscription_changes}``.
     Register it with ``Broker(hooks=[bridge])``: the broker's ``start``/``stop`` start the writer
     thread and flush everything on a graceful stop.  Outside a broker use ``start_writer()`` and
-    ``close()`` (or ``with Bridge(...) as b:``).
+    ``close()`` (or ``with Bridge(...) as b:``) and call the hook methods yourself.
 
     ``roll_interval``: seconds between commits (the hard-kill loss window); ``roll_bytes``:
-    approximate size at which a file is rolled early; ``max_pending``: per-kind buffer bound
-    beyond which records are dropped and counted (see the module docstring).
-    Hot path cost: O(1) per record, no allocation besides the list slot.
+    approximate size at which a file is rolled early; ``max_pending``: bound on the rows
+    buffered and not yet committed (deliveries + publications together; subscription changes
+    apart) beyond which new records are dropped and counted (see the module docstring).
+    Hot path cost: O(1) per publication (one tuple appended, whatever its fan-out).
     """
 
     def __init__(
@@ -225,14 +281,16 @@ class Bridge(Hooks):
         self.roll_rows = max(1, roll_bytes // _ROW_BYTES)
         self.max_pending = max_pending
         self._sink = _Sink(landing_dir)
-        self._deliveries: list[Delivery] = []
-        self._publications: list[Publication] = []
+        self._fanouts: list[_Fanout] = []
         self._changes: list[SubscriptionChange] = []
-        self._buffers: dict[Kind, list[Any]] = {
-            Kind.DELIVERIES: self._deliveries,
-            Kind.PUBLICATIONS: self._publications,
-            Kind.SUBSCRIPTION_CHANGES: self._changes,
-        }
+        # Rows (deliveries + publications) accepted by the hot path and committed by the writer;
+        # each counter has a single writer thread (event loop / writer under _write_lock), so
+        # their difference bounds the buffered rows without a lock.
+        self._rows_in = 0
+        self._rows_out = 0
+        # Tables built from the buffers but not committed yet (a failed write is retried):
+        # (kind, table, rows to credit to _rows_out once committed).
+        self._unwritten: list[tuple[Kind, pa.Table, int]] = []
         self._dropped_deliveries = 0
         self._dropped_publications = 0
         self._dropped_changes = 0
@@ -249,25 +307,20 @@ class Bridge(Hooks):
 
     # ---- hot path (event loop) ----
 
-    def on_delivery(self, delivery: Delivery) -> None:
-        buf = self._deliveries
-        n = len(buf)
+    def on_deliveries(
+        self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
+    ) -> None:
+        rows = self._rows_in
+        n = rows - self._rows_out
+        k = len(deliveries) + (routes >= 0)
         if n < self.max_pending:
-            buf.append(delivery)
-            if n == self.roll_rows:
+            self._fanouts.append((time, message, deliveries, routes))
+            self._rows_in = rows + k
+            if n < self.roll_rows <= n + k:
                 self._wake.set()
         else:
-            self._dropped_deliveries += 1
-
-    def on_publication(self, publication: Publication) -> None:
-        buf = self._publications
-        n = len(buf)
-        if n < self.max_pending:
-            buf.append(publication)
-            if n == self.roll_rows:
-                self._wake.set()
-        else:
-            self._dropped_publications += 1
+            self._dropped_deliveries += len(deliveries)
+            self._dropped_publications += routes >= 0
 
     def on_subscription_change(self, change: SubscriptionChange) -> None:
         buf = self._changes
@@ -317,6 +370,9 @@ class Bridge(Hooks):
 
     # ---- writer ----
 
+    def _backlog(self) -> bool:
+        return self._rows_in - self._rows_out >= self.roll_rows or len(self._changes) >= self.roll_rows
+
     def _run(self) -> None:
         # Fixed-rate rounds: a round starts roll_interval after the previous one *started*, so
         # the time a record waits is bounded by roll_interval (plus a round that overruns it).
@@ -328,35 +384,61 @@ class Bridge(Hooks):
             due = max(due + self.roll_interval, now) if now >= due else due
             self.flush()
             # A buffer that refilled past the roll size during the write is written at once.
-            while not self._stopping.is_set() and any(
-                len(b) >= self.roll_rows for b in self._buffers.values()
-            ):
+            while not self._stopping.is_set() and self._backlog() and not self._unwritten:
                 self.flush()
+
+    def _take(self) -> None:
+        """Turn the buffers into tables queued in ``_unwritten`` (files of at most roll_rows)."""
+        buf = self._fanouts
+        n = len(buf)
+        if n:
+            batch = buf[:n]
+            del buf[:n]  # appends made meanwhile by the event loop stay for the next round
+            try:
+                deliveries, pubs = _fanout_tables(batch)
+            except Exception:
+                rows = sum(len(f[2]) + (f[3] >= 0) for f in batch)
+                self._write_errors += 1
+                self._rows_out += rows
+                _log.exception("bridge: %d malformed hook records discarded", rows)
+            else:
+                self._queue(Kind.DELIVERIES, deliveries, credit=True)
+                self._queue(Kind.PUBLICATIONS, pubs, credit=True)
+        changes = self._changes
+        n = len(changes)
+        if n:
+            part = changes[:n]
+            del changes[:n]
+            self._queue(Kind.SUBSCRIPTION_CHANGES, _changes_table(part), credit=False)
+
+    def _queue(self, kind: Kind, table: pa.Table, credit: bool) -> None:
+        rows = self.roll_rows
+        for start in range(0, table.num_rows, rows):
+            part = table.slice(start, rows)
+            self._unwritten.append((kind, part, part.num_rows if credit else 0))
 
     def flush(self) -> None:
         """Commit everything buffered now (callable from any thread)."""
         with self._write_lock:
-            for kind, buf in self._buffers.items():
-                n = len(buf)
-                if n == 0:
-                    continue
-                batch = buf[:n]
-                del buf[:n]
-                done = 0
+            self._take()
+            queue = self._unwritten
+            while queue:
+                kind, table, credit = queue[0]
                 try:
-                    while done < n:
-                        part = batch[done : done + self.roll_rows]
-                        size = self._sink.commit(kind, _BUILDERS[kind](part))
-                        done += len(part)
-                        self._written[kind] += len(part)
-                        self._files += 1
-                        self._bytes += size
+                    size = self._sink.commit(kind, table)
                 except Exception:
                     self._write_errors += 1
                     _log.exception(
-                        "bridge: writing %s failed; %d records kept for retry", kind.value, n - done
+                        "bridge: writing %s failed; %d records kept for retry",
+                        kind.value,
+                        sum(t.num_rows for _, t, _ in queue),
                     )
-                    buf[0:0] = batch[done:]
+                    break
+                del queue[0]
+                self._written[kind] += table.num_rows
+                self._rows_out += credit
+                self._files += 1
+                self._bytes += size
             self._report_drops()
         with self._committed:
             self._committed.notify_all()
@@ -380,7 +462,15 @@ class Bridge(Hooks):
             self._reported_drops = total
 
     def stats(self) -> BridgeStats:
-        """A snapshot of the counters."""
+        """A snapshot of the counters (``pending``: buffered or built, not yet committed)."""
+        fanouts = list(self._fanouts)
+        pending = {
+            Kind.DELIVERIES: sum(len(f[2]) for f in fanouts),
+            Kind.PUBLICATIONS: sum(f[3] >= 0 for f in fanouts),
+            Kind.SUBSCRIPTION_CHANGES: len(self._changes),
+        }
+        for kind, table, _ in list(self._unwritten):
+            pending[kind] += table.num_rows
         return BridgeStats(
             written={k.value: v for k, v in self._written.items()},
             dropped={
@@ -388,17 +478,20 @@ class Bridge(Hooks):
                 Kind.PUBLICATIONS.value: self._dropped_publications,
                 Kind.SUBSCRIPTION_CHANGES.value: self._dropped_changes,
             },
-            pending={k.value: len(b) for k, b in self._buffers.items()},
+            pending={k.value: v for k, v in pending.items()},
             files=self._files,
             bytes=self._bytes,
             write_errors=self._write_errors,
         )
 
     def _check(self) -> None:
-        """Invariants: new records are refused at the bound (only a failed write's retried batch
-        can exceed it), counters are non-negative."""
-        if self._write_errors == 0:
-            for buf in self._buffers.values():
-                assert len(buf) <= self.max_pending
+        """Invariants: the hot path refuses rows at the bound (one call may overshoot it by its
+        own rows), committed rows never exceed accepted ones, counters are non-negative."""
+        with self._write_lock:
+            buffered = sum(len(f[2]) + (f[3] >= 0) for f in self._fanouts)
+            unwritten = sum(c for _, _, c in self._unwritten)
+            assert self._rows_in - self._rows_out == buffered + unwritten
+            assert 0 <= self._rows_out <= self._rows_in
+            assert len(self._changes) <= self.max_pending
         assert min(self._written.values()) >= 0
         assert min(self._dropped_deliveries, self._dropped_publications, self._dropped_changes) >= 0

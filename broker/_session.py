@@ -37,7 +37,14 @@ import content
 import topics
 from broker._config import BrokerConfig
 from broker._router import Message, Route, Router, SubOptions, split_filter_prefix
-from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.hooks import (
+    Delivery,
+    DeliveryEntry,
+    Hooks,
+    Publication,
+    SubscriptionAction,
+    SubscriptionChange,
+)
 from broker.packets import (
     NO_PROPERTIES,
     Auth,
@@ -193,8 +200,25 @@ class _Observers:
         self.subscription = over("on_subscription_change")
         self.publication = over("on_publication")
         self.delivery = over("on_delivery")
+        self.deliveries = over("on_deliveries")
         self.authenticate = over("authenticate")
         self.authorize = over("authorize")
+        self.writes = bool(self.delivery or self.deliveries)  # write_publish reports deliveries
+        # The publication whose fan-out is being recorded for on_deliveries, and its entries.
+        self.fan_msg: Message | None = None
+        self.fan: list[DeliveryEntry] = []
+
+    def deliveries_written(
+        self, msg: Message, entries: list[DeliveryEntry], routes: int, stats: Stats
+    ) -> None:
+        """One ``on_deliveries`` call per hook; the clock is read once for all ``entries``."""
+        t = time.time()
+        for h in self.deliveries:
+            try:
+                h.on_deliveries(t, msg, entries, routes)
+            except Exception:
+                stats.hook_errors += 1
+                log.exception("hook %s.on_deliveries failed", type(h).__name__)
 
 
 def _ok(code: int) -> bool:
@@ -381,6 +405,12 @@ class Core:
         if msg.retain:
             router.store_retained(msg)
         routes = router.route(msg)
+        obs = self.obs
+        if obs.deliveries:  # record this fan-out's writes (restored after: a sink may publish)
+            outer = obs.fan_msg, obs.fan
+            obs.fan_msg = msg
+            fan: list[DeliveryEntry] = []
+            obs.fan = fan
         sessions = self.sessions
         deliver = self.deliver
         for r in routes:
@@ -388,7 +418,10 @@ class Core:
             if s is not None:
                 deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
         self.stats.messages_received += 1
-        if self.obs.publication:
+        if obs.deliveries:
+            obs.fan_msg, obs.fan = outer
+            obs.deliveries_written(msg, fan, len(routes), self.stats)
+        if obs.publication:
             pub = Publication(
                 time.time(),
                 msg.message_id,
@@ -675,7 +708,16 @@ class Connection:
         self.outbox.append(data)
         core.dirty.add(self)
         core.stats.messages_sent += 1
-        if core.obs.delivery and self.session is not None:
+        obs = core.obs
+        if obs.writes and self.session is not None:
+            if obs.deliveries:
+                entry = (self.session.client_id, topic_filter, selector, qos, retain)
+                if obs.fan_msg is msg:
+                    obs.fan.append(entry)
+                else:  # written after its publication (queued, retained, resumed session)
+                    obs.deliveries_written(msg, [entry], -1, core.stats)
+            if not obs.delivery:
+                return
             t = time.time()
             core._call(
                 core.obs.delivery,

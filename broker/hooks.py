@@ -4,14 +4,37 @@ The bridge (``bridge/``) and any embedding program observe the broker through th
 slotted records.  They are built on the hot path only when a hook is registered, and a hook
 must not block: it appends the record to a buffer and returns (the bridge's writer turns
 buffers into files off the event loop).  Times are ``time.time()`` seconds (UTC epoch).
+
+Two forms of the delivery records.  ``on_delivery``/``on_publication`` receive one frozen record
+per delivery and per publication (convenient, about 1-2 microseconds each on the hot path).
+``on_deliveries`` is the batched form for recorders such as the bridge: one call per routed
+publication with the message itself and one plain tuple (:data:`DeliveryEntry`) per subscriber
+written during its fan-out, the clock read once per call; the hook keeps the references and
+expands them into rows off the event loop.  The broker builds only what the registered hooks
+override.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
-__all__ = ["Delivery", "Hooks", "Publication", "SubscriptionAction", "SubscriptionChange"]
+if TYPE_CHECKING:
+    from broker._router import Message
+
+__all__ = [
+    "Delivery",
+    "DeliveryEntry",
+    "Hooks",
+    "Publication",
+    "SubscriptionAction",
+    "SubscriptionChange",
+]
+
+DeliveryEntry: TypeAlias = tuple[str, str, str | None, int, bool]
+"""One delivery of a message in :meth:`Hooks.on_deliveries`: (subscriber id, the topic filter
+of the subscription that matched, its selector or None, QoS of this delivery, retained flag)."""
 
 
 class SubscriptionAction(enum.Enum):
@@ -100,6 +123,22 @@ class Hooks:
 
     def on_delivery(self, delivery: Delivery) -> None:
         """A message was written to one subscriber."""
+
+    def on_deliveries(
+        self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
+    ) -> None:
+        """Batched form of ``on_publication`` + ``on_delivery`` (one call per publication).
+
+        Called once per routed publication after its fan-out, with ``routes`` its number of
+        routes (``Publication.deliveries``) and ``deliveries`` the entries written to
+        subscribers' connections during the fan-out (queued or dropped routes are not in it),
+        possibly empty.  A delivery written later (a queued QoS 1/2 message, a retained message
+        on SUBSCRIBE, a resumed session) comes in its own call with ``routes == -1`` (no
+        publication).  ``time`` is ``time.time()`` read once after the writes: each entry's
+        broker latency is ``time - message.received``, an upper bound of the write time for
+        every entry of the call and exact for the last.  The list is not reused by the broker
+        and must not be modified (several hooks may receive it).
+        """
 
     def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
         """Allow or deny a CONNECT."""

@@ -11,20 +11,19 @@ import sys
 import time
 
 from bridge import Bridge
-from tests.bridge.records import delivery
+from tests.bridge.records import delivery, feed
 
 
 def main() -> None:
     landing, roll, rate = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
     b = Bridge(landing, roll_interval=roll)
     b.start_writer()
-    on_delivery = b.on_delivery
     i = 0
     start = time.monotonic()
     committed = False
     while True:
         for _ in range(100):
-            on_delivery(delivery(i, time.time()))
+            feed(b, delivery(i, time.time()))
             i += 1
         if not committed and b.stats().files > 0:
             committed = True

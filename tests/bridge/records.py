@@ -1,8 +1,16 @@
-"""Record factories for bridge tests (built from the broker's public hook records)."""
+"""Record factories for bridge tests, and feeding them through the broker's batched hook.
+
+``delivery``/``publication``/``change`` build the broker's public hook records with chosen
+values; ``feed`` hands a ``Delivery`` or ``Publication`` to :meth:`Bridge.on_deliveries` the way
+the broker does (a message object with the receipt time ``time - latency``, one delivery entry;
+a publication is a call with its route count and no entry).
+"""
 
 from __future__ import annotations
 
-from broker.hooks import Delivery, Publication, SubscriptionAction, SubscriptionChange
+from broker import Message
+from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.packets import NO_PROPERTIES
 
 
 def delivery(
@@ -54,3 +62,39 @@ def change(
         qos=None if topic_filter is None else 1,
         entries=entries,
     )
+
+
+def feed(hook: Hooks, record: Delivery | Publication) -> None:
+    """Pass ``record`` to ``hook.on_deliveries`` as the broker would."""
+    match record:
+        case Delivery():
+            msg = Message(
+                record.topic,
+                bytes(record.payload_size),
+                record.qos,
+                record.retained,
+                NO_PROPERTIES,
+                record.publisher_id,
+                record.message_id,
+                record.time - record.latency,
+            )
+            entry = (
+                record.subscriber_id,
+                record.subscription_filter,
+                record.content_filter,
+                record.qos,
+                record.retained,
+            )
+            hook.on_deliveries(record.time, msg, [entry], -1)
+        case Publication():
+            msg = Message(
+                record.topic,
+                bytes(record.payload_size),
+                record.qos,
+                record.retained,
+                NO_PROPERTIES,
+                record.publisher_id,
+                record.message_id,
+                record.time,
+            )
+            hook.on_deliveries(record.time, msg, [], record.deliveries)

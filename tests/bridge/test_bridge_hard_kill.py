@@ -13,7 +13,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from bridge import Bridge, Kind
-from tests.bridge.records import delivery
+from tests.bridge.records import delivery, feed
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def test_hard_kill_keeps_a_complete_prefix(tmp_path: Path) -> None:
     assert max(times) <= killed_at
     # A restarted bridge removes the killed writer's temporaries and appends after them.
     with Bridge(landing) as b:
-        b.on_delivery(delivery(len(ids), time.time()))
+        feed(b, delivery(len(ids), time.time()))
     assert not [n for n in os.listdir(landing / "deliveries") if n.startswith(".")]
     assert ds.dataset(landing / "deliveries", format="parquet").count_rows() == len(ids) + 1
 

@@ -15,7 +15,7 @@ from bridge._analytics import console_summary, results, selectivity, start_queri
 from bridge._cli import register
 from bridge._report import write_report
 from broker.hooks import SubscriptionAction as A
-from tests.bridge.records import change, delivery, publication
+from tests.bridge.records import change, delivery, feed, publication
 
 pytestmark = pytest.mark.spark
 
@@ -28,12 +28,13 @@ def _write_landing(landing: Path, lo: int, hi: int) -> None:
         for i in range(lo, hi):
             t = T0 + i / 20
             fanout = i % 4
-            b.on_publication(publication(i, t, topic=f"t/{i % 3}", fanout=fanout))
+            feed(b, publication(i, t, topic=f"t/{i % 3}", fanout=fanout))
             for s in range(fanout):
-                b.on_delivery(
+                feed(
+                    b,
                     delivery(
                         i, t, topic=f"t/{i % 3}", subscriber=f"s{s}", cf="x > 1" if s == 2 else None, sf="t/#"
-                    )
+                    ),
                 )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from bridge import SCHEMAS, Bridge, Kind
 from broker.hooks import SubscriptionAction
-from tests.bridge.records import change, delivery, publication
+from tests.bridge.records import change, delivery, feed, publication
 
 T0 = 1_800_000_000.0
 
@@ -30,8 +30,8 @@ def test_close_commits_every_record_with_exact_values(tmp_path: Path) -> None:
     b = Bridge(tmp_path)
     b.start_writer()
     for i in range(1000):
-        b.on_delivery(delivery(i, T0 + i / 1000, cf="x > 1" if i % 4 == 0 else None))
-        b.on_publication(publication(i, T0 + i / 1000, fanout=i % 3))
+        feed(b, delivery(i, T0 + i / 1000, cf="x > 1" if i % 4 == 0 else None))
+        feed(b, publication(i, T0 + i / 1000, fanout=i % 3))
     b.on_subscription_change(change(T0, "c1", SubscriptionAction.SUBSCRIBE, "a/#", 1))
     b.on_subscription_change(change(T0 + 1, "c1", SubscriptionAction.SESSION_END, None, 0))
     b.close()
@@ -57,7 +57,7 @@ def test_close_commits_every_record_with_exact_values(tmp_path: Path) -> None:
 
 def test_files_carry_the_declared_schema_and_no_temporaries_remain(tmp_path: Path) -> None:
     with Bridge(tmp_path) as b:
-        b.on_delivery(delivery(1, T0))
+        feed(b, delivery(1, T0))
     names = _files(tmp_path, Kind.DELIVERIES)
     assert len(names) == 1 and names[0].startswith("part-") and names[0].endswith(".parquet")
     assert pq.read_schema(tmp_path / "deliveries" / names[0]).equals(SCHEMAS[Kind.DELIVERIES])
@@ -68,7 +68,7 @@ def test_rolls_by_size_into_several_files(tmp_path: Path) -> None:
     b = Bridge(tmp_path, roll_bytes=96 * 100)  # about 100 rows per file
     assert b.roll_rows == 100
     for i in range(1050):
-        b.on_delivery(delivery(i, T0 + i))
+        feed(b, delivery(i, T0 + i))
     b.close()
     names = _files(tmp_path, Kind.DELIVERIES)
     counts = [pq.read_metadata(tmp_path / "deliveries" / n).num_rows for n in names]
@@ -81,7 +81,7 @@ def test_rolls_by_time_while_running(tmp_path: Path) -> None:
     b.start_writer()
     try:
         for round_ in range(3):
-            b.on_delivery(delivery(round_, T0))
+            feed(b, delivery(round_, T0))
             assert b.wait_written(Kind.DELIVERIES, round_ + 1, timeout=30)
             assert len(_read(tmp_path, Kind.DELIVERIES)) == round_ + 1
         assert len(_files(tmp_path, Kind.DELIVERIES)) == 3
@@ -92,34 +92,39 @@ def test_rolls_by_time_while_running(tmp_path: Path) -> None:
 def test_back_pressure_drops_with_counters_and_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A writer that falls behind (here: not running) never blocks the broker: the buffer is
-    bounded, the overflow is dropped, counted per kind, and reported."""
+    """A writer that falls behind (here: not running) never blocks the broker: the rows
+    buffered are bounded (deliveries and publications together, changes apart), the overflow
+    is dropped, counted per kind, and reported."""
     b = Bridge(tmp_path, max_pending=100)
-    for i in range(250):
-        b.on_delivery(delivery(i, T0))
+    for i in range(80):
+        feed(b, delivery(i, T0))
     for i in range(30):
-        b.on_publication(publication(i, T0))
+        feed(b, publication(i, T0))  # 20 fit
+    for i in range(80, 100):
+        feed(b, delivery(i, T0))  # all dropped
     for i in range(120):
         b.on_subscription_change(change(T0, f"c{i}", SubscriptionAction.SUBSCRIBE, "t", 1))
     b._check()
     s = b.stats()
-    assert s.dropped == {"deliveries": 150, "publications": 0, "subscription_changes": 20}
-    assert s.pending == {"deliveries": 100, "publications": 30, "subscription_changes": 100}
+    assert s.dropped == {"deliveries": 20, "publications": 10, "subscription_changes": 20}
+    assert s.pending == {"deliveries": 80, "publications": 20, "subscription_changes": 100}
     with caplog.at_level(logging.WARNING, logger="siftmq.bridge"):
         b.close()
-    assert "deliveries=150" in caplog.text and "subscription_changes=20" in caplog.text
+    assert "deliveries=20" in caplog.text and "subscription_changes=20" in caplog.text
     # The kept records are the oldest ones, all committed.
-    assert sorted(r["message_id"] for r in _read(tmp_path, Kind.DELIVERIES)) == list(range(100))
+    assert sorted(r["message_id"] for r in _read(tmp_path, Kind.DELIVERIES)) == list(range(80))
+    assert sorted(r["message_id"] for r in _read(tmp_path, Kind.PUBLICATIONS)) == list(range(20))
     # Once drained, the buffer accepts records again.
-    b.on_delivery(delivery(999, T0))
+    feed(b, delivery(999, T0))
     b.flush()
-    assert b.stats().written["deliveries"] == 101
+    assert b.stats().written["deliveries"] == 81
+    b._check()
 
 
 def test_failed_write_is_retried_not_lost(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     b = Bridge(tmp_path)
     for i in range(10):
-        b.on_delivery(delivery(i, T0))
+        feed(b, delivery(i, T0))
     target = tmp_path / "deliveries"
     target.rename(tmp_path / "moved")
     target.write_bytes(b"not a directory")  # every write into it fails
@@ -129,7 +134,7 @@ def test_failed_write_is_retried_not_lost(tmp_path: Path, caplog: pytest.LogCapt
     assert b.stats().write_errors == 1 and b.stats().pending["deliveries"] == 10
     target.unlink()
     (tmp_path / "moved").rename(target)
-    b.on_delivery(delivery(10, T0))
+    feed(b, delivery(10, T0))
     b.close()
     assert sorted(r["message_id"] for r in _read(tmp_path, Kind.DELIVERIES)) == list(range(11))
 
@@ -139,7 +144,7 @@ def test_stale_temporaries_are_removed_on_start(tmp_path: Path) -> None:
     stale = tmp_path / "deliveries" / ".part-0.parquet.tmp"
     stale.write_bytes(b"partial")
     with Bridge(tmp_path) as b:
-        b.on_delivery(delivery(1, T0))
+        feed(b, delivery(1, T0))
     assert not stale.exists()
     assert len(_read(tmp_path, Kind.DELIVERIES)) == 1
 
@@ -150,7 +155,7 @@ def test_concurrent_appends_during_writes_lose_nothing(tmp_path: Path) -> None:
     b.start_writer()
     n = 60_000
     for i in range(n):
-        b.on_delivery(delivery(i, T0))
+        feed(b, delivery(i, T0))
     b.close()
     ids = [r["message_id"] for r in _read(tmp_path, Kind.DELIVERIES)]
     assert len(ids) == n and set(ids) == set(range(n))
@@ -159,7 +164,7 @@ def test_concurrent_appends_during_writes_lose_nothing(tmp_path: Path) -> None:
 async def test_async_start_stop_as_a_broker_hook(tmp_path: Path) -> None:
     b = Bridge(tmp_path)
     await b.start()
-    b.on_publication(publication(7, T0, fanout=3))
+    feed(b, publication(7, T0, fanout=3))
     await b.stop()
     assert [r["deliveries"] for r in _read(tmp_path, Kind.PUBLICATIONS)] == [3]
 
