@@ -28,50 +28,66 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge import Bridge, Kind
 from bridge._analytics import results, spark_session, start_queries
-from broker.hooks import Delivery, Hooks, Publication
-from tests.bridge.records import delivery
+from broker import Message
+from broker.hooks import Delivery, DeliveryEntry, Hooks, Publication
+from broker.packets import NO_PROPERTIES
+from tests.bridge.records import delivery, feed
 from tests.bridge.test_bridge_hard_kill import kill_feeder
 
 
-def hot_path(n: int) -> tuple[float, float]:
-    recs = [delivery(i, 1.8e9 + i) for i in range(n)]
+def _calls(n: int, fanout: int) -> list[tuple[float, Message, list[DeliveryEntry], int]]:
+    """n publications on b/x fanned out to ``fanout`` subscribers, as the broker passes them."""
+    out = []
+    for i in range(n):
+        msg = Message("b/x", b"01234567", 0, False, NO_PROPERTIES, None, i, 1.8e9 + i)
+        fan: list[DeliveryEntry] = [(f"sub{k}", "b/x", None, 0, False) for k in range(fanout)]
+        out.append((1.8e9 + i + 0.001, msg, fan, fanout))
+    return out
+
+
+def hot_path(n: int, fanout: int) -> tuple[float, float]:
+    """ns per on_deliveries call (one publication) vs the peer list.append of the same tuple."""
+    calls = _calls(n, fanout)
     peer: list[object] = []
     append = peer.append
     t = time.perf_counter()
-    for r in recs:
-        append(r)
+    for c in calls:
+        append(c)
     t_peer = (time.perf_counter() - t) / n * 1e9
     with tempfile.TemporaryDirectory() as d:
-        b = Bridge(d, max_pending=n + 1)
-        on = b.on_delivery
+        b = Bridge(d, max_pending=n * (fanout + 1) + 1)
+        on = b.on_deliveries
         t = time.perf_counter()
-        for r in recs:
-            on(r)
+        for c in calls:
+            on(*c)
         t_bridge = (time.perf_counter() - t) / n * 1e9
         b.close()
     return t_bridge, t_peer
 
 
-def sustained(n: int) -> tuple[float, float]:
-    recs = [delivery(i, 1.8e9 + i) for i in range(n)]
+def sustained(n: int, fanout: int) -> tuple[float, float]:
+    """Rows (deliveries + publications) per second: producer + writer thread, and writer alone."""
+    calls = _calls(n, fanout)
+    rows = n * (fanout + 1)
     with tempfile.TemporaryDirectory() as d:
-        b = Bridge(d)
+        b = Bridge(d, max_pending=rows + 1)
         b.start_writer()
-        on = b.on_delivery
+        on = b.on_deliveries
         t = time.perf_counter()
-        for r in recs:
-            on(r)
-        assert b.wait_written(Kind.DELIVERIES, n, timeout=600)
+        for c in calls:
+            on(*c)
+        assert b.wait_written(Kind.DELIVERIES, n * fanout, timeout=600)
+        assert b.wait_written(Kind.PUBLICATIONS, n, timeout=600)
         total = time.perf_counter() - t
         b.close()
-        # Writer alone: commit n buffered records.
-        b2 = Bridge(Path(d) / "w", max_pending=n + 1)
-        for r in recs:
-            b2.on_delivery(r)
+        # Writer alone: commit the buffered calls.
+        b2 = Bridge(Path(d) / "w", max_pending=rows + 1)
+        for c in calls:
+            b2.on_deliveries(*c)
         t = time.perf_counter()
         b2.flush()
         writer = time.perf_counter() - t
-    return n / total, n / writer
+    return rows / total, rows / writer
 
 
 def hard_kill(runs: int) -> list[float]:
@@ -97,13 +113,13 @@ def spark_delay(probes: int, load_rate: float) -> list[float]:
             i = 0
             while not stop.is_set():
                 for _ in range(100):
-                    b.on_delivery(delivery(10_000_000 + i, time.time(), topic="load/x"))
+                    feed(b, delivery(10_000_000 + i, time.time(), topic="load/x"))
                     i += 1
                 stop.wait(100 / load_rate)
 
         loader = threading.Thread(target=load, daemon=True)
         loader.start()
-        b.on_delivery(delivery(0, time.time(), topic="warmup"))
+        feed(b, delivery(0, time.time(), topic="warmup"))
         queries = start_queries(spark, landing, out, trigger=0.0, only=("topic_rate",))
         try:
             seen: set[str] = set()
@@ -115,7 +131,7 @@ def spark_delay(probes: int, load_rate: float) -> list[float]:
             for k in range(probes):
                 topic = f"probe/{k}"
                 t0 = time.time()
-                b.on_delivery(delivery(k + 1, t0, topic=topic))
+                feed(b, delivery(k + 1, t0, topic=topic))
                 while time.time() - t0 < 60:
                     rate = results(out, "topic_rate")
                     if not rate.empty and topic in set(rate["topic"]):
@@ -132,7 +148,7 @@ def spark_delay(probes: int, load_rate: float) -> list[float]:
 
 
 class _ListHook(Hooks):
-    """Peer: a hook that only appends the broker's records to a list (no writer)."""
+    """Peer: a hook that only appends the broker's per-record records to a list (no writer)."""
 
     def __init__(self) -> None:
         self.records: list[object] = []
@@ -144,6 +160,18 @@ class _ListHook(Hooks):
         self.records.append(publication)
 
 
+class _BatchedListHook(Hooks):
+    """Peer: a hook that only appends the batched calls to a list (the bridge minus its writer)."""
+
+    def __init__(self) -> None:
+        self.records: list[object] = []
+
+    def on_deliveries(
+        self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
+    ) -> None:
+        self.records.append((time, message, deliveries, routes))
+
+
 async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
     """QoS 0 deliveries/s: messages published from code, fanned out to raw TCP subscribers that
     only read (MQTT 3.1.1, topic b/x, 8-byte payload: 15 bytes per PUBLISH)."""
@@ -152,7 +180,13 @@ async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
     from broker import Broker
 
     with tempfile.TemporaryDirectory() as d:
-        hooks: list[Hooks] = {"none": [], "list": [_ListHook()], "bridge": [Bridge(d)]}[hook]
+        choices: dict[str, list[Hooks]] = {
+            "none": [],
+            "list": [_ListHook()],
+            "batched-list": [_BatchedListHook()],
+            "bridge": [Bridge(d)],
+        }
+        hooks = choices[hook]
         async with Broker(host="127.0.0.1", port=0, hooks=hooks) as b:
             streams = []
             for k in range(subscribers):
@@ -183,15 +217,17 @@ async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
         return messages * subscribers / elapsed
 
 
-def broker_impact(messages: int, subscribers: int, rounds: int) -> dict[str, float]:
+HOOKS = ("none", "list", "batched-list", "bridge")
+
+
+def broker_impact(messages: int, subscribers: int, rounds: int) -> dict[str, list[float]]:
     import asyncio
 
-    best: dict[str, float] = {}
-    for _ in range(rounds):  # interleaved, best of each
-        for hook in ("none", "list", "bridge"):
-            rate = asyncio.run(_broker_rate(hook, messages, subscribers))
-            best[hook] = max(best.get(hook, 0.0), rate)
-    return best
+    rates: dict[str, list[float]] = {h: [] for h in HOOKS}
+    for _ in range(rounds):  # interleaved rounds
+        for hook in HOOKS:
+            rates[hook].append(asyncio.run(_broker_rate(hook, messages, subscribers)))
+    return rates
 
 
 class _Lines(list[str]):
@@ -201,32 +237,30 @@ class _Lines(list[str]):
         print(line, flush=True)
         super().append(line)
 
-    def __iadd__(self, lines: object) -> _Lines:
-        for line in lines:  # type: ignore[attr-defined]
-            self.append(line)
-        return self
-
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--parts", default="hot,sustained,kill,broker,spark")
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     n = 200_000 if args.quick else 1_000_000
     lines = _Lines()
-    lines += [f"machine: {platform.platform()}, {platform.python_version()}, shared 2-core VM (noisy)", ""]
+    lines.append(f"machine: {platform.platform()}, {platform.python_version()}, shared 2-core VM (noisy)")
     parts = set(args.parts.split(","))
+    fanout = 4
     if "hot" in parts:
-        hb, hp = hot_path(n)
+        hb, hp = hot_path(n // fanout, fanout)
         lines.append(
-            f"hot path: on_delivery {hb:.0f} ns/record vs list.append peer {hp:.0f} ns (ratio {hb / hp:.2f})"
+            f"hot path: on_deliveries (1 publication, fan-out {fanout}) {hb:.0f} ns/call vs "
+            f"list.append peer {hp:.0f} ns (ratio {hb / hp:.2f}); {hb / fanout:.0f} ns per delivery"
         )
     if "sustained" in parts:
-        total, writer = sustained(n)
+        total, writer = sustained(n // fanout, fanout)
         lines.append(
-            f"sustained (producer + writer thread, {n} records): {total:,.0f} records/s; "
-            f"writer alone {writer:,.0f} records/s"
+            f"sustained (producer + writer thread, {n // fanout} publications x {fanout} deliveries): "
+            f"{total:,.0f} rows/s; writer alone {writer:,.0f} rows/s"
         )
     if "kill" in parts:
         windows = hard_kill(3 if args.quick else 6)
@@ -235,18 +269,22 @@ def main() -> None:
             + ", ".join(f"{w:.3f}" for w in windows)
             + f" s (max {max(windows):.3f} s)"
         )
-    try:
-        if "broker" not in parts:
-            raise ImportError("not selected")
-        r = broker_impact(20_000 if args.quick else 50_000, 4, 3)
+    if "broker" in parts:
+        rounds = args.rounds
+        r = broker_impact(20_000 if args.quick else 50_000, 4, rounds)
+        best = {h: max(v) for h, v in r.items()}
+        med = {h: statistics.median(v) for h, v in r.items()}
         lines.append(
-            f"broker QoS 0 deliveries/s (4 raw subscribers, publish from code, best of 3): no hook "
-            f"{r['none']:,.0f}; list-append hook {r['list']:,.0f} ({r['list'] / r['none']:.3f}); "
-            f"bridge {r['bridge']:,.0f} ({r['bridge'] / r['none']:.3f}; vs list hook "
-            f"{r['bridge'] / r['list']:.3f})"
+            f"broker QoS 0 deliveries/s (4 raw subscribers, publish from code, {rounds} interleaved "
+            "rounds; best / median, ratio to no hook):"
         )
-    except ImportError as exc:
-        lines.append(f"broker impact: not measured ({exc})")
+        for h in HOOKS:
+            lines.append(
+                f"  {h}: {best[h]:,.0f} ({best[h] / best['none']:.3f}) / {med[h]:,.0f} "
+                f"({med[h] / med['none']:.3f})"
+            )
+        per_round = [r["bridge"][i] / r["none"][i] for i in range(rounds)]
+        lines.append("  bridge / no hook per round: " + ", ".join(f"{x:.3f}" for x in per_round))
     delays = spark_delay(5 if args.quick else 20, load_rate=5_000) if "spark" in parts else []
     if delays:
         lines.append(
