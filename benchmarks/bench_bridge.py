@@ -16,18 +16,24 @@ Run from the repository root:  .venv/bin/python benchmarks/bench_bridge.py [--qu
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import platform
+import queue
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bridge import Bridge, Kind
-from bridge._analytics import results, spark_session, start_queries
+from bridge._analytics import _build, landing_streams, spark_session, start_queries
 from broker import Message
 from broker.hooks import Delivery, DeliveryEntry, Hooks, Publication
 from broker.packets import NO_PROPERTIES
@@ -100,51 +106,184 @@ def hard_kill(runs: int) -> list[float]:
     return windows
 
 
-def spark_delay(probes: int, load_rate: float) -> list[float]:
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """Where one probe's delay went (seconds)."""
+
+    total: float  # fed -> its topic visible in the topic_rate output
+    roll: float  # fed -> its landing file committed
+    wait: float  # committed -> start of the micro-batch that read it
+    listing: float  # latestOffset (file source listing) of that batch
+    planning: float  # queryPlanning
+    execution: float  # addBatch (aggregation, state store, foreachBatch Parquet write)
+    commit: float  # walCommit + commitOffsets
+    after: float  # end of the batch -> seen by the poller
+
+
+def _batch_ids(out: Path) -> dict[int, Path]:
+    d = out / "topic_rate"
+    if not d.is_dir():
+        return {}
+    return {int(p.name.split("=")[1]): p for p in d.iterdir() if p.name.startswith("batch=")}
+
+
+def _topics_of(batch_dir: Path) -> set[str] | None:
+    """The topics of a committed output batch (None while it is being written)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = os.listdir(batch_dir)
+        if "_SUCCESS" not in names:
+            return None
+        topics: set[str] = set()
+        for n in names:
+            if n.endswith(".parquet") and n[0] not in "._":
+                topics.update(pq.read_table(batch_dir / n, columns=["topic"]).column(0).to_pylist())
+        return topics
+    except FileNotFoundError:
+        return None
+
+
+def spark_delay(probes: int, load_rate: float, roll: float, trigger: float, sink: str) -> list[_Probe]:
+    """Feed background deliveries and probes from ONE producer thread (the bridge's hot path is
+    single-producer, like the event loop); measure each probe's path into the topic_rate result
+    and split it with the query's progress reports.
+
+    ``sink="parquet"``: the analytics' own sink (foreachBatch Parquet under OUTPUT, polled for new
+    batches); ``sink="collect"``: the same query with a foreachBatch that collects the batch's
+    rows to the driver (an in-memory result, as a dashboard would read it)."""
     spark = spark_session()
-    delays = []
+    found: list[_Probe] = []
     with tempfile.TemporaryDirectory() as d:
         landing, out = Path(d) / "landing", Path(d) / "out"
-        b = Bridge(landing)
+        b = Bridge(landing, roll_interval=roll)
         b.start_writer()
         stop = threading.Event()
+        requests: queue.SimpleQueue[str] = queue.SimpleQueue()
+        fed: queue.SimpleQueue[tuple[str, float, int]] = queue.SimpleQueue()
 
-        def load() -> None:  # background deliveries on other topics
+        def produce() -> None:
             i = 0
             while not stop.is_set():
                 for _ in range(100):
                     feed(b, delivery(10_000_000 + i, time.time(), topic="load/x"))
                     i += 1
+                while not requests.empty():
+                    topic = requests.get()
+                    t0 = time.time()
+                    feed(b, delivery(1, t0, topic=topic))
+                    i += 1
+                    fed.put((topic, t0, i))
                 stop.wait(100 / load_rate)
 
-        loader = threading.Thread(target=load, daemon=True)
-        loader.start()
-        feed(b, delivery(0, time.time(), topic="warmup"))
-        queries = start_queries(spark, landing, out, trigger=0.0, only=("topic_rate",))
+        producer = threading.Thread(target=produce, daemon=True)
+        producer.start()
+        collected: queue.SimpleQueue[tuple[float, int, set[str]]] = queue.SimpleQueue()
+        if sink == "parquet":
+            query = start_queries(spark, landing, out, trigger=trigger, only=("topic_rate",))[0]
+        else:
+
+            def collect(df: Any, batch_id: int) -> None:
+                topics = {r[0] for r in df.select("topic").collect()}
+                collected.put((time.time(), batch_id, topics))
+
+            frame = _build(landing_streams(spark, landing), "10 seconds", "30 seconds")["topic_rate"]
+            query = (
+                frame.writeStream.outputMode("update")
+                .option("checkpointLocation", str(out / "_checkpoint"))
+                .foreachBatch(collect)
+                .trigger(processingTime=f"{trigger} seconds")
+                .start()
+            )
+        read: set[int] = set()
+
+        def poll_for(topic: str, timeout: float) -> tuple[float, int] | None:
+            """(time, batch id) the topic shows up in a new result batch; reads each batch once."""
+            deadline = time.time() + timeout
+            if sink != "parquet":
+                while True:
+                    try:
+                        seen_at, bid, topics = collected.get(timeout=max(0.0, deadline - time.time()))
+                    except queue.Empty:
+                        return None
+                    if topic in topics:
+                        return seen_at, bid
+            while time.time() < deadline:
+                for bid, path in sorted(_batch_ids(out).items()):
+                    if bid in read:
+                        continue
+                    written = _topics_of(path)
+                    if written is None:
+                        continue
+                    read.add(bid)
+                    if topic in written:
+                        return time.time(), bid
+                stop.wait(0.01)
+            return None
+
         try:
-            seen: set[str] = set()
-            deadline = time.time() + 120
-            while "warmup" not in seen and time.time() < deadline:
-                rate = results(out, "topic_rate")
-                seen = set(rate["topic"]) if not rate.empty else set()
-                stop.wait(0.05)
+            requests.put("warmup")
+            fed.get(timeout=30)
+            assert poll_for("warmup", 180) is not None
             for k in range(probes):
                 topic = f"probe/{k}"
-                t0 = time.time()
-                feed(b, delivery(k + 1, t0, topic=topic))
-                while time.time() - t0 < 60:
-                    rate = results(out, "topic_rate")
-                    if not rate.empty and topic in set(rate["topic"]):
-                        delays.append(time.time() - t0)
-                        break
-                    stop.wait(0.02)
+                requests.put(topic)
+                _, t0, count = fed.get(timeout=30)
+                assert b.wait_written(Kind.DELIVERIES, count, timeout=60)
+                t1 = time.time()
+                seen = poll_for(topic, 60)
+                if seen is None:
+                    continue
+                found.append(_split(query, t0, t1, *seen))
+                stop.wait(0.3)  # probes apart: each lands in a different file and batch
         finally:
             stop.set()
-            for q in queries:
-                q.stop()
+            producer.join()
+            query.stop()
             b.close()
             spark.stop()
-    return delays
+    return found
+
+
+def _split(query: Any, t0: float, t1: float, t2: float, batch_id: int) -> _Probe:
+    """Attribute [t1, t2] to the phases of the micro-batch that wrote the probe's result (its
+    progress report is posted after its output appears: wait for it)."""
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        progress = [p for p in query.recentProgress if p.batchId == batch_id]
+        if progress:
+            break
+        time.sleep(0.05)  # polling Spark's progress list (no event to wait on from Python)
+    for p in progress:
+        start = datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp()
+        ms = p.durationMs
+        end = start + ms.get("triggerExecution", 0) / 1000
+        return _Probe(
+            total=t2 - t0,
+            roll=t1 - t0,
+            wait=start - t1,
+            listing=ms.get("latestOffset", 0) / 1000,
+            planning=ms.get("queryPlanning", 0) / 1000,
+            execution=ms.get("addBatch", 0) / 1000,
+            commit=(ms.get("walCommit", 0) + ms.get("commitOffsets", 0)) / 1000,
+            after=t2 - end,
+        )
+    return _Probe(t2 - t0, t1 - t0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
+
+
+def _delay_lines(label: str, probes: list[_Probe]) -> list[str]:
+    def med(field: str) -> float:
+        vals = [getattr(p, field) for p in probes if not math.isnan(getattr(p, field))]
+        return statistics.median(vals) if vals else math.nan
+
+    totals = [p.total for p in probes]
+    return [
+        f"delivery -> visible in Spark ({label}): p50 {statistics.median(totals):.2f} s, "
+        f"max {max(totals):.2f} s over {len(totals)} probes; medians: roll {med('roll'):.3f}, "
+        f"wait for batch {med('wait'):.3f}, listing {med('listing'):.3f}, planning {med('planning'):.3f}, "
+        f"execution {med('execution'):.3f}, offset/commit logs {med('commit'):.3f}, "
+        f"poll {med('after'):.3f}"
+    ]
 
 
 class _ListHook(Hooks):
@@ -244,6 +383,11 @@ def main() -> None:
     ap.add_argument("--md", type=Path, default=None)
     ap.add_argument("--parts", default="hot,sustained,kill,broker,spark")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--spark-configs",
+        default="0.5/1/parquet,0.5/0.25/parquet,0.1/0.25/parquet,0.1/0/parquet,0.1/0.25/collect,0.1/0/collect",
+        help="roll seconds/trigger seconds/sink (parquet or collect), comma separated",
+    )
     args = ap.parse_args()
     n = 200_000 if args.quick else 1_000_000
     lines = _Lines()
@@ -285,12 +429,16 @@ def main() -> None:
             )
         per_round = [r["bridge"][i] / r["none"][i] for i in range(rounds)]
         lines.append("  bridge / no hook per round: " + ", ".join(f"{x:.3f}" for x in per_round))
-    delays = spark_delay(5 if args.quick else 20, load_rate=5_000) if "spark" in parts else []
-    if delays:
-        lines.append(
-            f"delivery -> visible in Spark result (topic_rate, roll 0.5 s, trigger 0): p50 "
-            f"{statistics.median(delays):.2f} s, max {max(delays):.2f} s over {len(delays)} probes"
-        )
+    if "spark" in parts:
+        nprobes = 5 if args.quick else 15
+        for config in args.spark_configs.split(","):
+            roll_s, trigger_s, sink = config.split("/")
+            roll, trigger = float(roll_s), float(trigger_s)
+            probes = spark_delay(nprobes, load_rate=5_000, roll=roll, trigger=trigger, sink=sink)
+            if probes:
+                label = f"roll {roll} s, trigger {trigger} s, {sink} sink, 5k deliveries/s load"
+                for line in _delay_lines(label, probes):
+                    lines.append(line)
     text = "\n".join(lines)
     if args.md is not None:
         args.md.write_text(text + "\n")

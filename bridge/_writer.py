@@ -91,35 +91,55 @@ def _ts(times: np.ndarray[Any, np.dtype[np.float64]]) -> pa.Array:
     return pa.array(micros, type=pa.int64()).cast(_TS)
 
 
+_RECORD_TYPE = pa.struct(
+    [
+        ("time", pa.float64()),
+        ("message_id", pa.int64()),
+        ("publisher_id", pa.string()),
+        ("topic", pa.string()),
+        ("payload_size", pa.int64()),
+        ("qos", pa.int32()),
+        ("retained", pa.bool_()),
+        ("received", pa.float64()),
+        ("routes", pa.int64()),
+        ("entries", pa.int64()),
+    ]
+)
+_ENTRY_TYPE = pa.struct(
+    [
+        ("subscriber_id", pa.string()),
+        ("subscription_filter", pa.string()),
+        ("content_filter", pa.string()),
+        ("qos", pa.int32()),
+        ("retained", pa.bool_()),
+    ]
+)
+
+
 def _fanout_tables(records: list[_Record], entries: list[DeliveryEntry]) -> tuple[pa.Table, pa.Table]:
     """(deliveries, publications) tables of buffered ``on_deliveries`` calls and their entries.
 
-    The message's columns are built once per call and repeated per delivery with ``take``; the
-    entries are read column by column.  Every intermediate is a flat list of scalars (one list
-    comprehension per column): transposing with ``zip(*rows)`` allocates huge argument tuples
-    that the cyclic GC traverses again and again (measured 3x slower with the GC on).
-    O(calls + deliveries)."""
-    times = np.array([r[0] for r in records], dtype=np.float64)
-    routes = np.array([r[8] for r in records], dtype=np.int64)
+    The record and entry tuples are converted by pyarrow in one C pass each (as struct arrays,
+    then split into columns); the message's columns are repeated per delivery with ``take``.
+    No Python-level loop per row, and no container allocated per row (transposing with
+    ``zip(*rows)`` allocates huge argument tuples that the cyclic GC traverses again and again:
+    measured 3x slower).  O(calls + deliveries)."""
+    (c_t, c_mid, c_pub, c_topic, c_size, c_qos, c_retain, c_received, c_routes, c_count) = pa.array(
+        records, type=_RECORD_TYPE
+    ).flatten()
+    times = c_t.to_numpy()
+    routes = c_routes.to_numpy()
     c_time = _ts(times)
-    c_mid = pa.array([r[1] for r in records], pa.int64())
-    c_pub = pa.array([r[2] for r in records], pa.string())
-    c_topic = pa.array([r[3] for r in records], pa.string())
-    c_size = pa.array([r[4] for r in records], pa.int64())
-    c_qos = pa.array([r[5] for r in records], pa.int32())
-    c_retain = pa.array([r[6] for r in records], pa.bool_())
     is_pub = routes >= 0
-    pub_cols = [c_time, c_mid, c_pub, c_topic, c_size, c_qos, c_retain]
+    pub_cols = [c_time, c_mid, c_pub, c_topic, c_size, c_qos, c_retain, c_routes]
     if not is_pub.all():
         keep = pa.array(np.flatnonzero(is_pub))
         pub_cols = [c.take(keep) for c in pub_cols]
-    pubs = pa.Table.from_arrays(
-        [*pub_cols, pa.array(routes[is_pub], pa.int64())], schema=SCHEMAS[Kind.PUBLICATIONS]
-    )
+    pubs = pa.Table.from_arrays(pub_cols, schema=SCHEMAS[Kind.PUBLICATIONS])
     if not entries:
         return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
-    counts = np.array([r[9] for r in records], dtype=np.int64)
-    latency = np.maximum(times - np.array([r[7] for r in records], dtype=np.float64), 0.0)
+    counts = c_count.to_numpy()
+    latency = np.maximum(times - c_received.to_numpy(), 0.0)
     if len(entries) == len(records) and bool((counts == 1).all()):  # no repetition needed
         rep = [c_time, c_mid, c_pub, c_topic, c_size]
         c_latency = pa.array(latency, pa.float64())
@@ -129,20 +149,9 @@ def _fanout_tables(records: list[_Record], entries: list[DeliveryEntry]) -> tupl
         rep = [c.take(idx) for c in (c_time, c_mid, c_pub, c_topic, c_size)]
         c_latency = pa.array(latency[idx_np], pa.float64())
     r_time, r_mid, r_pub, r_topic, r_size = rep
+    e_sub, e_filter, e_selector, e_qos, e_retained = pa.array(entries, type=_ENTRY_TYPE).flatten()
     deliveries = pa.Table.from_arrays(
-        [
-            r_time,
-            r_mid,
-            r_pub,
-            pa.array([e[0] for e in entries], pa.string()),
-            r_topic,
-            pa.array([e[1] for e in entries], pa.string()),
-            pa.array([e[2] for e in entries], pa.string()),
-            pa.array([e[3] for e in entries], pa.int32()),
-            pa.array([e[4] for e in entries], pa.bool_()),
-            r_size,
-            c_latency,
-        ],
+        [r_time, r_mid, r_pub, e_sub, r_topic, e_filter, e_selector, e_qos, e_retained, r_size, c_latency],
         schema=SCHEMAS[Kind.DELIVERIES],
     )
     return deliveries, pubs
