@@ -1,7 +1,8 @@
 """The embedding API: :class:`Broker` runs the core on the current asyncio loop.
 
-``async with Broker(port=0) as b`` starts the TCP listener (``b.port`` tells the bound
-port), ``await b.publish(...)`` injects messages from code, and ``b.subscribe(...)``
+``async with Broker(port=0) as b`` starts the listeners (``broker._listeners``: TCP, TLS,
+WebSocket; ``b.port`` tells the first one's bound port, ``b.ports`` all of them),
+``await b.publish(...)`` injects messages from code, and ``b.subscribe(...)``
 gives an in-process subscription (topic filter plus optional content selector) that
 yields :class:`Message` records from a bounded queue (messages that do not fit are
 dropped and counted in ``dropped``).  The timers of the core (keep-alive, will delay,
@@ -20,8 +21,10 @@ from typing import Any
 
 import topics
 from broker._config import BrokerConfig
+from broker._listeners import OpenListener, close_listeners, open_listeners, wait_closed
 from broker._router import Message, Route
 from broker._session import Core, Session
+from broker._store import Store
 from broker._transport import MQTTProtocol
 from broker.hooks import Hooks
 from broker.packets import NO_PROPERTIES, Properties
@@ -34,6 +37,10 @@ _local_ids = itertools.count(1)
 
 #: seconds ``Broker.stop`` waits for disconnected clients to close their connections
 STOP_GRACE = 1.0
+
+#: seconds between sweeps of expired sessions and retained messages in the store; also the
+#: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
+SWEEP_INTERVAL = 60.0
 
 
 class LocalSubscription:
@@ -86,24 +93,6 @@ class LocalSubscription:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
 
-class _Protocol(MQTTProtocol):
-    """The transport protocol, registered in the broker's set of open connections."""
-
-    __slots__ = ("done", "registry")
-
-    def __init__(self, core: Core, registry: set[_Protocol]) -> None:
-        super().__init__(core)
-        self.registry = registry
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        registry.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        self.registry.discard(self)
-        if not self.done.done():
-            self.done.set_result(None)
-
-
 class Broker:
     """An MQTT 3.1.1/5.0 broker on the running event loop.
 
@@ -131,17 +120,22 @@ class Broker:
         self.config = cfg
         self.hooks: Sequence[Hooks] = list(hooks)
         self.core = Core(cfg, self.hooks)
-        self._server: asyncio.Server | None = None
+        self._listeners: list[OpenListener] | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._open: set[_Protocol] = set()
-        self._port: int | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._open: set[MQTTProtocol] = set()
 
     @property
     def port(self) -> int:
-        """The bound TCP port (after start)."""
-        if self._port is None:
+        """The bound port of the first listener (after start)."""
+        return self.ports[0]
+
+    @property
+    def ports(self) -> list[int]:
+        """The bound port of every listener, in ``config.effective_listeners()`` order."""
+        if self._listeners is None:
             raise RuntimeError("broker not started")
-        return self._port
+        return [o.port for o in self._listeners]
 
     @property
     def host(self) -> str:
@@ -150,15 +144,62 @@ class Broker:
     async def start(self) -> None:
         for h in self.hooks:
             await h.start()
-        loop = asyncio.get_running_loop()
-        core = self.core
-        opened = self._open
-        self._server = await loop.create_server(
-            lambda: _Protocol(core, opened), self.config.host, self.config.port, reuse_address=True
-        )
-        self._port = self._server.sockets[0].getsockname()[1]
+        if self.config.store_path is not None:
+            await self._open_store(self.config.store_path)
+        self._listeners = await open_listeners(self.core, self._open)
         self._schedule()
-        log.info("listening on %s:%d", self.config.host, self._port)
+
+    async def _open_store(self, path: str) -> None:
+        """Open the store and restore its state into the core (before any client connects)."""
+        store = await asyncio.to_thread(Store, path)
+        try:
+            wall = time.time()
+            state = await asyncio.to_thread(store.load, wall)
+        except BaseException:
+            await asyncio.to_thread(store.close)
+            raise
+        core = self.core
+        core.store = store
+        core.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
+        core.restore(state, time.monotonic(), wall)
+        core.flush()
+        log.info(
+            "store %s: %d sessions, %d retained messages restored",
+            path,
+            len(state.sessions),
+            len(state.retained),
+        )
+        self._sweeper = asyncio.create_task(self._sweep(store))
+
+    async def _sweep(self, store: Store) -> None:
+        """Every SWEEP_INTERVAL: delete what expired in the store while nothing ended it."""
+        core = self.core
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            try:
+                gone = await asyncio.to_thread(store.sweep, time.time() - SWEEP_INTERVAL)
+            except Exception:
+                log.exception("store sweep failed")
+                continue
+            now = time.monotonic()
+            for rec in gone:
+                if rec.client_id not in core.sessions and rec.will is not None:
+                    orphan = Session(rec.client_id)
+                    orphan.will = rec.will
+                    core._publish_will(orphan, now)
+            core.flush()
+
+    async def _close_store(self) -> None:
+        store = self.core.store
+        if store is None:
+            return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        self.core.store = None
+        for s in self.core.sessions.values():
+            s.persisted = False
+        await asyncio.to_thread(store.close)
 
     def _schedule(self) -> None:
         loop = asyncio.get_running_loop()
@@ -174,9 +215,9 @@ class Broker:
 
     async def stop(self) -> None:
         """Graceful stop: listener closed, clients disconnected (wills published), hooks stopped."""
-        if self._server is None:
+        if self._listeners is None:
             return
-        self._server.close()
+        await close_listeners(self._listeners)
         if self._timer is not None:
             self._timer.cancel()
         self.core.shutdown(time.monotonic())
@@ -185,8 +226,9 @@ class Broker:
         for p in list(self._open):
             if p.transport is not None:
                 p.transport.abort()
-        await self._server.wait_closed()
-        self._server = None
+        await wait_closed(self._listeners)
+        self._listeners = None
+        await self._close_store()
         for h in self.hooks:
             try:
                 await h.stop()

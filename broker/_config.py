@@ -9,12 +9,72 @@ not a silently ignored option.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["BrokerConfig", "load_toml"]
+__all__ = ["BrokerConfig", "Listener", "load_toml"]
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One listening socket (docs/security.md, "Listeners").
+
+    ``kind`` is ``"tcp"`` (MQTT over TCP) or ``"ws"`` (MQTT over WebSocket, subprotocol
+    ``mqtt``, served on ``ws_path``).  ``certfile``/``keyfile`` turn TLS on (``mqtts``/``wss``);
+    ``cafile`` verifies client certificates (required when ``require_client_cert``).
+    ``allow_anonymous`` None means: clients without a user name are accepted only on a
+    loopback listener (127.0.0.0/8, ::1, ``localhost``).
+    """
+
+    kind: Literal["tcp", "ws"] = "tcp"
+    host: str = "127.0.0.1"
+    port: int = 1883
+    certfile: str | None = None
+    keyfile: str | None = None
+    cafile: str | None = None
+    require_client_cert: bool = False
+    ws_path: str = "/mqtt"
+    allow_anonymous: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("tcp", "ws"):
+            raise ValueError(f"listener kind must be 'tcp' or 'ws', not {self.kind!r}")
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("listener: certfile and keyfile go together")
+        if self.certfile is None and (self.cafile is not None or self.require_client_cert):
+            raise ValueError("listener: client certificates need TLS (certfile)")
+        if self.require_client_cert and self.cafile is None:
+            raise ValueError("listener: require_client_cert needs cafile")
+        if not self.ws_path.startswith("/"):
+            raise ValueError(f"listener: ws_path must start with '/', not {self.ws_path!r}")
+
+    @property
+    def tls(self) -> bool:
+        return self.certfile is not None
+
+    @property
+    def loopback(self) -> bool:
+        """True if the listener binds a loopback address only."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def anonymous(self) -> bool:
+        """Whether clients without a user name may connect here (None resolved)."""
+        return self.loopback if self.allow_anonymous is None else self.allow_anonymous
+
+    @property
+    def url(self) -> str:
+        scheme = {("tcp", False): "mqtt", ("tcp", True): "mqtts", ("ws", False): "ws", ("ws", True): "wss"}
+        path = self.ws_path if self.kind == "ws" else ""
+        return f"{scheme[self.kind, self.tls]}://{self.host}:{self.port}{path}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +119,27 @@ class BrokerConfig:
     refused_filters: tuple[str, ...] = ()
     #: timer granularity (seconds) for keep-alive, will delay and expiry checks.
     tick_interval: float = 0.25
+    #: SQLite database of the durable state (docs/persistence.md): None = no persistence,
+    #: ``":memory:"`` = in-memory (tests), else a file path (``siftmq serve --data-dir D``
+    #: uses ``D/broker.db``).
+    store_path: str | None = None
+    #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
+    listeners: tuple[Listener, ...] = ()
+    #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is
+    #: refused (v5 0x97 Quota exceeded, 3.1.1 3 Server unavailable).
+    max_connections: int = 0
+    #: new connections per second per source IP (token bucket; 0 = unlimited); beyond it
+    #: CONNECT is refused (v5 0x9F Connection rate exceeded, 3.1.1 3 Server unavailable).
+    connection_rate: float = 0.0
+    #: bucket size of ``connection_rate``: connections a source may open at once.
+    connection_burst: int = 20
 
     def replace(self, **changes: Any) -> BrokerConfig:
         return dataclasses.replace(self, **changes)
+
+    def effective_listeners(self) -> tuple[Listener, ...]:
+        """``listeners``, or the plain TCP listener on ``host``:``port`` when there are none."""
+        return self.listeners or (Listener("tcp", self.host, self.port),)
 
 
 _FIELDS = {f.name for f in dataclasses.fields(BrokerConfig)}
@@ -78,11 +156,33 @@ def load_toml(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfi
     if not isinstance(table, dict):
         raise ValueError(f"{path}: [broker] must be a table")
     changes: dict[str, Any] = {}
+    if table is not data and "listeners" in data:  # [[listeners]] next to a [broker] table
+        table = {**table, "listeners": data["listeners"]}
     for key, value in table.items():
         name = key.replace("-", "_")
+        if name == "listeners":
+            changes[name] = _listeners(path, value)
+            continue
         if name not in _FIELDS:
             if isinstance(value, dict):  # another package's table at top level
                 continue
             raise ValueError(f"{path}: unknown broker option {key!r}")
         changes[name] = tuple(value) if isinstance(value, list) else value
     return dataclasses.replace(base or BrokerConfig(), **changes)
+
+
+def _listeners(path: str | Path, value: Any) -> tuple[Listener, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"{path}: listeners must be an array of tables ([[listeners]])")
+    names = {f.name for f in dataclasses.fields(Listener)}
+    out = []
+    for i, table in enumerate(value):
+        fields = {k.replace("-", "_"): v for k, v in table.items()}
+        unknown = sorted(set(fields) - names)
+        if unknown:
+            raise ValueError(f"{path}: listener {i + 1}: unknown option {unknown[0]!r}")
+        try:
+            out.append(Listener(**fields))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: listener {i + 1}: {exc}") from None
+    return tuple(out)

@@ -24,6 +24,7 @@ transport is paused (slow consumer) are dropped and counted.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import enum
 import logging
@@ -37,6 +38,16 @@ import content
 import topics
 from broker._config import BrokerConfig
 from broker._router import Message, Route, Router, SubOptions, split_filter_prefix
+from broker._store import (
+    EntryRecord,
+    LoadedState,
+    MessageState,
+    OutgoingRecord,
+    SessionRecord,
+    Store,
+    message_record,
+    replay_entries,
+)
 from broker.hooks import (
     Delivery,
     DeliveryEntry,
@@ -93,7 +104,7 @@ class Outgoing:
     waiting for PUBCOMP.
     """
 
-    __slots__ = ("msg", "qos", "retain", "selector", "state", "sub_ids", "topic_filter")
+    __slots__ = ("msg", "qos", "retain", "selector", "seq", "state", "sub_ids", "topic_filter")
 
     def __init__(  # noqa: PLR0917 (hot path: positional arguments)
         self,
@@ -111,6 +122,7 @@ class Outgoing:
         self.topic_filter = topic_filter
         self.selector = selector
         self.state = 0
+        self.seq = 0  # OutgoingRecord.seq of its stored row (persisted sessions)
 
 
 Sink = Callable[[Message, Route], None]
@@ -130,11 +142,13 @@ class Session:
         "expiry_interval",
         "inflight",
         "next_pid",
+        "persisted",
         "qos2_received",
         "queue",
         "selectors",
         "sink",
         "username",
+        "version",
         "will",
         "will_due",
     )
@@ -153,6 +167,8 @@ class Session:
         self.username: str | None = None
         self.selectors: dict[str, str] = {}  # topic filter -> selector of that subscription
         self.sink: Sink | None = None
+        self.persisted = False  # a row exists in Core.store (docs/persistence.md)
+        self.version = 4  # protocol level of the latest CONNECT
 
     def allocate_pid(self) -> int:
         """A packet id not in flight (O(1) amortised; the window is far below 65535)."""
@@ -183,6 +199,10 @@ class Stats:
     connections_total: int = 0
     malformed: int = 0
     hook_errors: int = 0
+    # listener limits (broker._listeners): connections refused at CONNECT
+    refused_max_connections: int = 0
+    refused_connection_rate: int = 0
+    refused_anonymous: int = 0
 
 
 class _Observers:
@@ -225,6 +245,13 @@ def _ok(code: int) -> bool:
     return code < 0x80
 
 
+def _call_now(fn: Callable[..., object], *args: object) -> None:
+    fn(*args)
+
+
+_Held = list[tuple["Connection", Packet]]
+
+
 class Core:
     """Session registry, router, counters and timers of one broker (no I/O)."""
 
@@ -243,6 +270,12 @@ class Core:
         self.tmpl_msg: Message | None = None
         self.tmpl: list[PublishTemplate | None] = [None, None]
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
+        # persistence (docs/persistence.md): Broker.start sets the store and a thread-safe
+        # scheduler (loop.call_soon_threadsafe); without a store nothing below is used.
+        self.store: Store | None = None
+        self.call_threadsafe: Callable[..., object] = _call_now
+        self._held: tuple[concurrent.futures.Future[None], _Held] | None = None
+        self.store_failed = False
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -362,6 +395,10 @@ class Core:
         session.inflight.clear()
         session.queue.clear()
         session.qos2_received.clear()
+        if session.persisted:
+            session.persisted = False
+            if self.store is not None:
+                self.store.delete_session(session.client_id)
         if had:
             self.subscription_changed(session.client_id, SubscriptionAction.SESSION_END, None, None, None)
 
@@ -382,6 +419,8 @@ class Core:
         elif session.expiry_interval != _NEVER:
             session.expires_at = now + session.expiry_interval
             self.expiring.add(session)
+        if session.persisted and self.store is not None:
+            self.store.put_session(self._session_record(session, now, time.time()))
 
     def _publish_will(self, session: Session, now: float) -> None:
         will = session.will
@@ -390,6 +429,8 @@ class Core:
         self.pending_wills.discard(session)
         if will is None:
             return
+        if session.persisted and self.store is not None:
+            self.store.set_will(session.client_id, None)
         props = will.properties
         if props.will_delay_interval is not None:
             props = dataclasses.replace(props, will_delay_interval=None)
@@ -404,6 +445,8 @@ class Core:
         router = self.router
         if msg.retain:
             router.store_retained(msg)
+            if self.store is not None and not msg.topic.startswith("$SYS/"):
+                self.store.set_retained(message_record(msg, now))
         routes = router.route(msg)
         obs = self.obs
         if obs.deliveries:  # record this fan-out's writes (restored after: a sink may publish)
@@ -464,6 +507,8 @@ class Core:
         if conn is not None and not conn.paused and not s.queue and len(s.inflight) < conn.window:
             pid = s.allocate_pid()
             s.inflight[pid] = out
+            if s.persisted:
+                self._store_out(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
         if len(s.queue) >= self.config.max_queued_messages:
@@ -473,6 +518,8 @@ class Core:
                 conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
             return
         s.queue.append(out)
+        if s.persisted:
+            self._store_out(s, out, MessageState.QUEUED, None, now)
 
     def drain(self, s: Session, now: float) -> None:
         """Move queued messages into the in-flight window while the connection can take them."""
@@ -487,12 +534,192 @@ class Core:
             msg = out.msg
             if msg.expires_at is not None and msg.expires_at <= now:
                 self.stats.publish_dropped += 1
+                if s.persisted and self.store is not None:
+                    self.store.drop_outgoing(s.client_id, out.seq)
                 continue
             pid = s.allocate_pid()
             inflight[pid] = out
+            if s.persisted and self.store is not None:
+                self.store.mark_sent(s.client_id, out.seq, pid)
             conn.write_publish(
                 msg, out.qos, out.retain, False, pid, out.sub_ids, out.topic_filter, out.selector, now
             )
+
+    # ------------------------------------------------------------ persistence
+    def _session_record(self, s: Session, now: float, wall: float) -> SessionRecord:
+        due = None if s.will_due is None else wall + (s.will_due - now)
+        disconnected = None if s.conn is not None else wall
+        return SessionRecord(
+            s.client_id, s.version, s.expiry_interval, disconnected, s.username, s.next_pid, s.will, due
+        )
+
+    def _store_out(  # noqa: PLR0917
+        self,
+        s: Session,
+        out: Outgoing,
+        state: MessageState,
+        pid: int | None,
+        now: float,
+        wall: float | None = None,
+    ) -> None:
+        store = self.store
+        assert store is not None
+        out.seq = seq = store.next_seq()
+        store.add_outgoing(
+            OutgoingRecord(
+                s.client_id,
+                seq,
+                state,
+                pid,
+                message_record(out.msg, now, wall),
+                out.qos,
+                out.retain,
+                out.sub_ids,
+                out.topic_filter,
+                out.selector,
+            )
+        )
+
+    def session_connected(self, s: Session, now: float) -> None:
+        """CONNECT accepted: write the session row (everything, if it becomes persisted now).
+
+        A session is persisted while its expiry interval is > 0 (MQTT 3.1.1: CleanSession=0);
+        resuming one with expiry 0 deletes its rows (it ends with this connection anyway).
+        """
+        store = self.store
+        if store is None or s.sink is not None:
+            return
+        cid = s.client_id
+        if s.expiry_interval == 0:
+            if s.persisted:
+                s.persisted = False
+                store.delete_session(cid)
+            return
+        wall = time.time()
+        store.put_session(self._session_record(s, now, wall))
+        if s.persisted:
+            return
+        s.persisted = True  # a session kept in memory only until now (a takeover changed it)
+        self.save_entries(s)
+        for pid, out in s.inflight.items():
+            state = MessageState.PUBLISH_SENT if out.state == 0 else MessageState.PUBREC_RECEIVED
+            self._store_out(s, out, state, pid, now, wall)
+        for out in s.queue:
+            self._store_out(s, out, MessageState.QUEUED, None, now, wall)
+        for pid in s.qos2_received:
+            store.qos2_received(cid, pid)
+
+    def save_entries(self, s: Session) -> None:
+        """The client's entry list changed (SUBSCRIBE / UNSUBSCRIBE): rewrite it."""
+        if s.persisted and self.store is not None:
+            entries = self.router.index.entries(s.client_id)
+            self.store.put_entries(s.client_id, [EntryRecord(e.topic_filter, e.options) for e in entries])
+
+    def hold(self, conn: Connection, packet: Packet) -> None:
+        """Send ``packet`` on ``conn`` once everything written to the store so far is durable.
+
+        All packets held between two commits share the store's durable signal and one
+        thread-safe wake-up; signals fire in submission order, so a connection's packets
+        keep their order (``Connection.held`` makes later ones wait behind held ones).
+        """
+        store = self.store
+        assert store is not None
+        fut = store.sync()
+        conn.held += 1
+        batch = self._held
+        if batch is not None and batch[0] is fut:
+            batch[1].append((conn, packet))
+            return
+        held: _Held = [(conn, packet)]
+        self._held = (fut, held)
+        call = self.call_threadsafe
+        release = self._release
+        fut.add_done_callback(lambda f: call(release, f, held))
+
+    def _release(self, fut: concurrent.futures.Future[None], held: _Held) -> None:
+        """The durable signal fired: send the held packets (or, if the commit failed, refuse)."""
+        batch = self._held
+        if batch is not None and batch[1] is held:
+            self._held = None
+        exc = fut.exception()
+        if exc is not None and not self.store_failed:
+            self.store_failed = True
+            log.error(
+                "persistent store failed (%s): QoS 1/2 messages that must be stored are no longer "
+                "acknowledged; their publishers are disconnected (0x80)",
+                exc,
+            )
+        for conn, packet in held:
+            conn.held -= 1
+            if conn.state is ConnectionState.CLOSED:
+                continue
+            if exc is None:
+                conn.send(packet)
+            else:
+                conn.disconnect(ReasonCode.UNSPECIFIED_ERROR, "persistent store failed: not acknowledged")
+        self.flush()
+
+    def restore(self, st: LoadedState, now: float, wall: float) -> None:
+        """Rebuild the state ``Store.load`` found (broker start, before accepting clients).
+
+        Retained messages, persisted sessions with their entry lists (content filters
+        compiled again), queued and in-flight messages (resent with DUP when the client
+        resumes), QoS 2 ids awaiting PUBREL, and wills: a delayed will keeps its due time; a
+        session that was connected when the process died gets its will as ``detach`` would
+        have given it; sessions that expired while the broker was down publish theirs now.
+        """
+        store = self.store
+        assert store is not None
+        router = self.router
+        for rec in st.retained.values():
+            router.store_retained(rec.to_message(now, wall))
+        for cid, r in st.sessions.items():
+            s = Session(cid, r.expiry_interval)
+            s.persisted = True
+            s.version = r.protocol_level
+            s.next_pid, s.username, s.will = r.next_pid, r.username, r.will
+            exp = r.expires_at()
+            if exp is not None:
+                s.expires_at = now + (exp - wall)
+                self.expiring.add(s)
+            if r.will_due is not None and r.will is not None:
+                s.will_due = now + (r.will_due - wall)
+                self.pending_wills.add(s)
+            self.sessions[cid] = s
+            entries = st.entries.get(cid, [])
+            for e in entries:
+                opts = e.options
+                if opts is not None and opts.selector is not None:
+                    router.add_selector(opts.selector, content.compile(opts.selector))
+                    s.selectors[e.topic_filter] = opts.selector
+            replay_entries(router.index, cid, entries)
+            for o in st.outgoing.get(cid, ()):
+                out = Outgoing(
+                    o.message.to_message(now, wall), o.qos, o.retain, o.sub_ids, o.topic_filter, o.selector
+                )
+                out.seq = o.seq
+                if o.packet_id is None:
+                    s.queue.append(out)
+                else:
+                    out.state = 0 if o.state is MessageState.PUBLISH_SENT else 1
+                    s.inflight[o.packet_id] = out
+            s.qos2_received = set(st.qos2_in.get(cid, ()))
+        for cid in sorted(st.crashed):
+            c = self.sessions.get(cid)
+            if c is None or c.will is None or c.will_due is not None:
+                continue
+            delay = c.will.properties.will_delay_interval or 0
+            if delay == 0:
+                self._publish_will(c, now)
+            else:
+                c.will_due = now + min(delay, c.expiry_interval)
+                self.pending_wills.add(c)
+                store.set_will(cid, c.will, wall + (c.will_due - now))
+        for r in st.expired:
+            if r.will is not None:
+                gone = Session(r.client_id)
+                gone.will = r.will
+                self._publish_will(gone, now)
 
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
@@ -526,6 +753,9 @@ class Core:
             "$SYS/broker/bytes/sent": str(st.bytes_sent),
             "$SYS/broker/retained/count": str(len(self.router.retained)),
             "$SYS/broker/malformed": str(st.malformed),
+            "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
+            "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
+            "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
         }
 
     def publish_sys(self, now: float) -> None:
@@ -600,6 +830,7 @@ class Connection:
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = "connection lost"
+        self.held = 0  # packets waiting in Core.hold for the store's durable signal
         core.connections.add(self)
         core.stats.connections_total += 1
 
@@ -639,6 +870,17 @@ class Connection:
             props = Properties(reason_string=reason) if self.problem_info else NO_PROPERTIES
             self.send(Disconnect(code, props))
         self.close(f"{reason} ({code.name})")
+
+    def send_ordered(self, packet: Packet, wrote: bool) -> None:
+        """Send an acknowledgement after the store writes it depends on (``wrote``) are durable.
+
+        It also waits behind this connection's held packets, so acknowledgements keep the
+        order of the packets they answer; without a store it is ``send``.
+        """
+        if wrote or self.held:
+            self.core.hold(self, packet)
+        else:
+            self.send(packet)
 
     def _reason(self, text: str) -> Properties:
         return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
@@ -704,6 +946,8 @@ class Connection:
             self.core.stats.publish_dropped += 1
             if self.session is not None and pid is not None:
                 self.session.inflight.pop(pid, None)
+                if self.session.persisted and core.store is not None:
+                    core.store.complete(self.session.client_id, pid)
             return
         self.outbox.append(data)
         core.dirty.add(self)
@@ -845,6 +1089,15 @@ class Connection:
             except topics.InvalidTopic as exc:
                 self._refuse(ReasonCode.TOPIC_NAME_INVALID, f"will topic: {exc}")
                 return
+            if (
+                core.obs.authorize
+                and core._opinion(
+                    core.obs.authorize, "authorize", client_id, p.username, "publish", p.will.topic
+                )
+                is False
+            ):
+                self._refuse(ReasonCode.NOT_AUTHORIZED, "will topic not authorized")
+                return
         expiry = (props.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else _NEVER)
         capped = min(expiry, cfg.max_session_expiry)
         self.keep_alive = float(p.keep_alive)
@@ -864,6 +1117,9 @@ class Connection:
         assert session is not None
         session.username = p.username
         session.will = p.will
+        session.version = v
+        if core.store is not None:
+            core.session_connected(session, now)
         ack_props = NO_PROPERTIES
         if v == 5:
             ack_props = Properties(
@@ -892,7 +1148,7 @@ class Connection:
         assert s is not None
         for pid, out in list(s.inflight.items()):
             if out.state == 1:
-                self.send(Pubrel(pid))
+                self.send_ordered(Pubrel(pid), s.persisted)
             else:
                 self.write_publish(
                     out.msg, out.qos, out.retain, True, pid, out.sub_ids, out.topic_filter, out.selector, now
@@ -934,21 +1190,42 @@ class Connection:
             return
         pid = p.packet_id
         if qos == 2 and pid in s.qos2_received:
-            self.send(Pubrec(pid))  # duplicate: already routed (method A, MQTT 5 4.3.3)
+            # duplicate: already routed (method A, MQTT 5 4.3.3)
+            self.send_ordered(Pubrec(pid), False)
             return
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
             self.disconnect(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
             return
         if core.obs.authorize and not core.authorize(s, "publish", topic):
             if qos == 1:
-                self.send(Puback(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")))
+                self.send_ordered(
+                    Puback(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")), False
+                )
             elif qos == 2:
-                self.send(Pubrec(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")))
+                self.send_ordered(
+                    Pubrec(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")), False
+                )
             return
         if props.topic_alias is not None or props.subscription_identifiers:
             props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
         msg = Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
-        n = core.publish(msg, now)
+        store = core.store
+        if store is None or qos == 0:
+            n = core.publish(msg, now)
+        else:  # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
+            before = store.submitted
+            n = core.publish(msg, now)
+            if qos == 2 and s.persisted:
+                store.qos2_received(s.client_id, pid or 0)
+            wrote = store.submitted != before
+            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
+            if qos == 2:
+                assert pid is not None
+                s.qos2_received.add(pid)
+                self.send_ordered(Pubrec(pid, code), wrote)
+            else:
+                self.send_ordered(Puback(pid or 0, code), wrote)
+            return
         if qos == 1:
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             self.send(Puback(pid or 0, code))
@@ -963,9 +1240,16 @@ class Connection:
         assert s is not None
         if p.packet_id in s.qos2_received:
             s.qos2_received.discard(p.packet_id)
-            self.send(Pubcomp(p.packet_id))
+            store = self.core.store
+            if s.persisted and store is not None:
+                # PUBCOMP waits for the delete: a stale id would swallow a later message that
+                # reuses the packet id after a crash
+                store.qos2_released(s.client_id, p.packet_id)
+                self.send_ordered(Pubcomp(p.packet_id), True)
+            else:
+                self.send_ordered(Pubcomp(p.packet_id), False)
         else:
-            self.send(Pubcomp(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            self.send_ordered(Pubcomp(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND), False)
 
     # ------------------------------------------------------------ acks from the client
     def _on_puback(self, p: Puback, now: float) -> None:
@@ -974,6 +1258,8 @@ class Connection:
         out = s.inflight.get(p.packet_id)
         if out is not None and out.qos == 1:
             del s.inflight[p.packet_id]
+            if s.persisted and self.core.store is not None:
+                self.core.store.complete(s.client_id, p.packet_id)
             self.core.drain(s, now)
 
     def _on_pubrec(self, p: Pubrec, now: float) -> None:
@@ -983,12 +1269,20 @@ class Connection:
         if out is None or out.qos != 2:
             self.send(Pubrel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return
+        store = self.core.store
+        persisted = s.persisted and store is not None
         if not _ok(p.reason_code):
             del s.inflight[p.packet_id]
+            if persisted:
+                store.complete(s.client_id, p.packet_id)  # type: ignore[union-attr]
             self.core.drain(s, now)
             return
         out.state = 1
-        self.send(Pubrel(p.packet_id))
+        if persisted:
+            # PUBREL (a Paho receiver hands the message over on it) waits until the message
+            # and its state are durable: a crash cannot then duplicate a QoS 2 delivery
+            store.mark_pubrec(s.client_id, p.packet_id)  # type: ignore[union-attr]
+        self.send_ordered(Pubrel(p.packet_id), persisted)
 
     def _on_pubcomp(self, p: Pubcomp, now: float) -> None:
         s = self.session
@@ -996,6 +1290,8 @@ class Connection:
         out = s.inflight.get(p.packet_id)
         if out is not None and out.state == 1:
             del s.inflight[p.packet_id]
+            if s.persisted and self.core.store is not None:
+                self.core.store.complete(s.client_id, p.packet_id)
             self.core.drain(s, now)
 
     # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
@@ -1086,7 +1382,9 @@ class Connection:
         ack_props = NO_PROPERTIES
         if v5 and reasons and self.problem_info:
             ack_props = Properties(reason_string="; ".join(reasons))
-        self.send(Suback(p.packet_id, tuple(codes), ack_props))
+        if s.persisted:
+            core.save_entries(s)
+        self.send_ordered(Suback(p.packet_id, tuple(codes), ack_props), False)
         sub_ids = () if sub_id is None else (sub_id,)
         for msg, qos, retain, plain, selector in retained:
             core.deliver(s, msg, qos, retain, sub_ids, plain, selector, now)
@@ -1121,7 +1419,9 @@ class Connection:
                 )
             else:
                 codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
-        self.send(Unsuback(p.packet_id, tuple(codes)))
+        if s.persisted:
+            core.save_entries(s)
+        self.send_ordered(Unsuback(p.packet_id, tuple(codes)), False)
 
     # ------------------------------------------------------------ end of connection
     def _on_disconnect(self, p: Disconnect) -> None:

@@ -8,6 +8,15 @@ transport's high-water mark) mark a slow consumer: QoS 0 traffic to it is droppe
 counted, QoS 1/2 traffic queues in its session up to the configured bound.
 
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
+TLS is the event loop's (``create_server(ssl=...)``), so this class never sees it;
+MQTT over WebSocket (``broker._websocket``) subclasses it and only changes how bytes are
+framed (``_feed`` is the entry for MQTT bytes, ``_start`` creates the machine).
+
+Listener admission (issue 7, item 3; ``broker._listeners``): when a protocol has a
+:class:`~broker._listeners.ListenerPolicy`, the connection is counted at accept, and its
+first packet is screened: a CONNECT over the connection limit, over the source's
+connection rate, or without a user name on a listener closed to anonymous clients gets a
+refusing CONNACK here, before the core sees it; every later packet costs one boolean test.
 """
 
 from __future__ import annotations
@@ -15,10 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from broker._session import Connection, Core
-from broker.packets import Decoder, MalformedPacket
+from broker.packets import NO_PROPERTIES, Connack, Connect, Decoder, MalformedPacket, Properties, ReasonCode
+
+if TYPE_CHECKING:
+    from broker._listeners import ListenerPolicy, Refusal
 
 __all__ = ["MQTTProtocol"]
 
@@ -31,23 +44,59 @@ LINGER = 2.0
 
 
 class MQTTProtocol(asyncio.Protocol):
-    """One TCP connection of the broker."""
+    """One TCP (or TLS) connection of the broker.
 
-    __slots__ = ("conn", "core", "decoder", "linger", "transport")
+    ``registry`` (optional) holds the open protocols of a broker; ``done`` resolves when the
+    connection is lost (``Broker.stop`` waits for it).
+    """
 
-    def __init__(self, core: Core) -> None:
+    __slots__ = (
+        "conn",
+        "core",
+        "decoder",
+        "done",
+        "linger",
+        "policy",
+        "refusal",
+        "registry",
+        "screening",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        core: Core,
+        policy: ListenerPolicy | None = None,
+        registry: set[MQTTProtocol] | None = None,
+    ) -> None:
         self.core = core
         self.decoder = Decoder(None, max_packet_size=core.config.max_packet_size, server=True)
         self.transport: asyncio.Transport | None = None
         self.conn: Connection | None = None
         self.linger: asyncio.TimerHandle | None = None
+        self.policy = policy
+        self.refusal: Refusal | None = None
+        self.screening = False
+        self.registry = registry
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if registry is not None:
+            registry.add(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
         self.transport = t
-        peer = t.get_extra_info("peername")
         t.set_write_buffer_limits(high=1 << 20)
-        self.conn = Connection(self.core, t.write, self._close, _monotonic(), str(peer))
+        self._start(t.write, t.get_extra_info("peername"))
+
+    def _start(self, writer: Callable[[bytes], None], peer: Any) -> None:
+        """Create the protocol machine (and pass the listener's admission check)."""
+        now = _monotonic()
+        self.conn = Connection(self.core, writer, self._close, now, str(peer))
+        policy = self.policy
+        if policy is not None:
+            ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+            self.refusal = policy.admit(str(ip), now)
+            self.screening = True
 
     def _close(self) -> None:
         """Lingering close: flush, half-close, discard what the peer still sends, then close.
@@ -72,6 +121,10 @@ class MQTTProtocol(asyncio.Protocol):
             t.close()
 
     def data_received(self, data: bytes) -> None:
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """MQTT bytes from the peer (any split: the decoder streams)."""
         conn = self.conn
         if conn is None or conn.close_requested:
             return
@@ -84,12 +137,37 @@ class MQTTProtocol(asyncio.Protocol):
                 conn.version = self.decoder.version or conn.version
                 conn.malformed(exc)
             else:
+                if self.screening and packets and self._screen(conn, packets[0]):
+                    core.flush()
+                    return
                 conn.received(packets, _monotonic())
             core.flush()
         except Exception:  # never into the event loop
             log.exception("connection %s: unexpected error", conn.peer)
             if self.transport is not None:
                 self.transport.abort()
+
+    def _screen(self, conn: Connection, first: object) -> bool:
+        """The listener's admission decision on the first packet; True if it refused it."""
+        self.screening = False
+        policy = self.policy
+        if policy is None or not isinstance(first, Connect):
+            return False  # not a CONNECT: the core answers with a protocol error
+        refusal = self.refusal
+        if refusal is None and first.username is None and not policy.anonymous:
+            refusal = policy.refuse_anonymous()
+        if refusal is None:
+            return False
+        v = first.protocol_level if first.protocol_level in (3, 4, 5) else 4
+        conn.version = v
+        code = refusal.reason_code if v == 5 else ReasonCode.SERVER_UNAVAILABLE
+        if refusal.reason_code is ReasonCode.NOT_AUTHORIZED:
+            code = ReasonCode.NOT_AUTHORIZED
+        props = Properties(reason_string=refusal.text) if v == 5 else NO_PROPERTIES
+        conn.send(Connack(False, code, props))
+        conn.close(f"CONNECT refused: {refusal.text}")
+        log.info("connection %s (%s): CONNECT refused: %s", first.client_id, conn.peer, refusal.text)
+        return True
 
     def pause_writing(self) -> None:
         # the peer does not read: stop reading it too, so its requests cannot pile up answers
@@ -115,6 +193,12 @@ class MQTTProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.linger is not None:
             self.linger.cancel()
+        if self.policy is not None and self.conn is not None:
+            self.policy.release()
+        if self.registry is not None:
+            self.registry.discard(self)
+        if not self.done.done():
+            self.done.set_result(None)
         conn = self.conn
         if conn is None:
             return

@@ -1,0 +1,203 @@
+"""Listeners: the broker's sockets (TCP, TLS, WebSocket) and their admission limits.
+
+Issue 7, items 2-4.  ``BrokerConfig.effective_listeners()`` lists :class:`Listener` records;
+:func:`open_listeners` opens one ``loop.create_server`` per record, with an
+``ssl.SSLContext`` when the record has a certificate (TLS is the event loop's; client
+certificates are verified against ``cafile``) and with the protocol class of its kind:
+:class:`~broker._transport.MQTTProtocol` for ``tcp``,
+:class:`~broker._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
+``Connection`` machine.
+
+Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
+
+* ``max_connections`` -- open network connections across all listeners; the one over the
+  limit gets CONNACK 0x97 Quota exceeded (MQTT 5) / 3 Server unavailable (3.1.1).
+  Refusing at CONNECT rather than at accept tells the client why (a bare close makes
+  clients retry at once); a socket that never sends CONNECT is closed by the core's
+  CONNECT deadline.
+* ``connection_rate``/``connection_burst`` -- a token bucket per source IP (refilled at
+  ``connection_rate`` tokens per second up to ``connection_burst``; one token per
+  connection); an empty bucket gives CONNACK 0x9F Connection rate exceeded (MQTT 5) /
+  3 Server unavailable (3.1.1).  O(1) per accept; buckets that have refilled are purged
+  when the table doubles (amortised O(1)), so the table is bounded by the sources seen
+  within ``connection_burst / connection_rate`` seconds.
+* anonymous clients (no user name) -- refused with CONNACK 0x87 / 5 Not authorized on a
+  listener whose ``anonymous`` is False (by default: every listener not bound to a
+  loopback address).  The hooks and ``BrokerConfig.allow_anonymous`` still apply after.
+
+Each refusal is counted in ``Core.stats`` and published under
+``$SYS/broker/connections/refused/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker._config import BrokerConfig, Listener
+from broker._session import Core, Stats
+from broker._transport import MQTTProtocol
+from broker._websocket import WebSocketProtocol
+from broker.packets import ReasonCode
+
+__all__ = ["ConnectionLimits", "ListenerPolicy", "OpenListener", "Refusal", "open_listeners", "ssl_context"]
+
+log = logging.getLogger("broker")
+
+
+class Refusal(enum.Enum):
+    """Why a listener refuses a CONNECT: (MQTT 5 reason code, reason string)."""
+
+    MAX_CONNECTIONS = (ReasonCode.QUOTA_EXCEEDED, "too many connections")
+    CONNECTION_RATE = (ReasonCode.CONNECTION_RATE_EXCEEDED, "connection rate exceeded")
+    ANONYMOUS = (ReasonCode.NOT_AUTHORIZED, "anonymous clients are not allowed on this listener")
+
+    @property
+    def reason_code(self) -> ReasonCode:
+        return self.value[0]
+
+    @property
+    def text(self) -> str:
+        return self.value[1]
+
+
+class ConnectionLimits:
+    """Broker-wide connection count and per-source-IP token buckets.
+
+    ``admit`` and ``release`` are O(1) (amortised: the bucket table is swept when it has
+    doubled since the last sweep).
+    """
+
+    __slots__ = ("buckets", "burst", "max_connections", "open", "rate", "stats", "sweep_at")
+
+    #: the bucket table is not swept below this size
+    MIN_SWEEP = 4096
+
+    def __init__(self, config: BrokerConfig, stats: Stats) -> None:
+        self.max_connections = config.max_connections
+        self.rate = config.connection_rate
+        self.burst = float(max(1, config.connection_burst))
+        self.stats = stats
+        self.open = 0
+        #: source IP -> (tokens, time of the last update)
+        self.buckets: dict[str, tuple[float, float]] = {}
+        self.sweep_at = self.MIN_SWEEP
+
+    def admit(self, ip: str, now: float) -> Refusal | None:
+        """Count a new connection; the refusal it deserves, if any (it stays counted)."""
+        self.open += 1
+        if self.max_connections and self.open > self.max_connections:
+            self.stats.refused_max_connections += 1
+            return Refusal.MAX_CONNECTIONS
+        rate = self.rate
+        if rate > 0.0:
+            buckets = self.buckets
+            held = buckets.get(ip)
+            tokens = self.burst if held is None else min(self.burst, held[0] + (now - held[1]) * rate)
+            if tokens < 1.0:
+                buckets[ip] = (tokens, now)
+                self.stats.refused_connection_rate += 1
+                return Refusal.CONNECTION_RATE
+            buckets[ip] = (tokens - 1.0, now)
+            if len(buckets) >= self.sweep_at:
+                self._sweep(now)
+        return None
+
+    def _sweep(self, now: float) -> None:
+        rate, burst = self.rate, self.burst
+        self.buckets = {ip: b for ip, b in self.buckets.items() if b[0] + (now - b[1]) * rate < burst}
+        self.sweep_at = max(self.MIN_SWEEP, 2 * len(self.buckets))
+
+    def release(self) -> None:
+        self.open -= 1
+
+    def _check(self) -> None:
+        assert self.open >= 0
+        assert all(t <= self.burst for t, _ in self.buckets.values())
+        assert len(self.buckets) < max(self.sweep_at, self.MIN_SWEEP) or self.rate == 0.0
+
+
+class ListenerPolicy:
+    """What one listener admits: the shared limits plus its anonymous-client rule."""
+
+    __slots__ = ("anonymous", "limits")
+
+    def __init__(self, limits: ConnectionLimits, anonymous: bool) -> None:
+        self.limits = limits
+        self.anonymous = anonymous
+
+    def admit(self, ip: str, now: float) -> Refusal | None:
+        return self.limits.admit(ip, now)
+
+    def release(self) -> None:
+        self.limits.release()
+
+    def refuse_anonymous(self) -> Refusal:
+        self.limits.stats.refused_anonymous += 1
+        return Refusal.ANONYMOUS
+
+
+@dataclass(frozen=True, slots=True)
+class OpenListener:
+    """A listener and its server (``port``: the bound port, useful with port 0)."""
+
+    listener: Listener
+    server: asyncio.Server
+    port: int
+
+
+def ssl_context(listener: Listener) -> ssl.SSLContext:
+    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``)."""
+    assert listener.certfile is not None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(listener.certfile, listener.keyfile)
+    if listener.cafile is not None:
+        ctx.load_verify_locations(listener.cafile)
+        ctx.verify_mode = ssl.CERT_REQUIRED if listener.require_client_cert else ssl.CERT_OPTIONAL
+    return ctx
+
+
+async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenListener]:
+    """Open every listener of ``core.config``; on an error close those opened and raise."""
+    loop = asyncio.get_running_loop()
+    limits = ConnectionLimits(core.config, core.stats)
+    opened: list[OpenListener] = []
+    try:
+        for listener in core.config.effective_listeners():
+            policy = ListenerPolicy(limits, listener.anonymous)
+            factory: Callable[[], MQTTProtocol]
+            if listener.kind == "ws":
+                factory = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
+            else:
+                factory = functools.partial(MQTTProtocol, core, policy, registry)
+            server = await loop.create_server(
+                factory,
+                listener.host,
+                listener.port,
+                reuse_address=True,
+                ssl=ssl_context(listener) if listener.tls else None,
+            )
+            port = server.sockets[0].getsockname()[1]
+            opened.append(OpenListener(listener, server, port))
+            log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
+    except BaseException:
+        await close_listeners(opened)
+        raise
+    return opened
+
+
+async def close_listeners(opened: list[OpenListener]) -> None:
+    """Stop accepting on every listener (open connections are not touched)."""
+    for o in opened:
+        o.server.close()
+
+
+async def wait_closed(opened: list[OpenListener]) -> None:
+    for o in opened:
+        await o.server.wait_closed()
