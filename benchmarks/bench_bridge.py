@@ -20,6 +20,7 @@ import math
 import os
 import platform
 import queue
+import random
 import statistics
 import sys
 import tempfile
@@ -196,6 +197,7 @@ def spark_delay(probes: int, load_rate: float, roll: float, trigger: float, sink
                 .start()
             )
         read: set[int] = set()
+        rng = random.Random(6)
 
         def poll_for(topic: str, timeout: float) -> tuple[float, int] | None:
             """(time, batch id) the topic shows up in a new result batch; reads each batch once."""
@@ -235,7 +237,9 @@ def spark_delay(probes: int, load_rate: float, roll: float, trigger: float, sink
                 if seen is None:
                     continue
                 found.append(_split(query, t0, t1, *seen))
-                stop.wait(0.3)  # probes apart: each lands in a different file and batch
+                # Probes apart (each in its own file and batch) at a random phase of the writer's
+                # rounds and of the trigger, so the medians are not biased by a locked period.
+                stop.wait(0.3 + rng.uniform(0.0, roll + max(trigger, 0.5)))
         finally:
             stop.set()
             producer.join()
@@ -299,6 +303,15 @@ class _ListHook(Hooks):
         self.records.append(publication)
 
 
+class _BatchedNoopHook(Hooks):
+    """Peer: a batched hook that does nothing (the broker's own cost of the batched calls)."""
+
+    def on_deliveries(
+        self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
+    ) -> None:
+        return None
+
+
 class _BatchedListHook(Hooks):
     """Peer: a hook that only appends the batched calls to a list (the bridge minus its writer)."""
 
@@ -311,7 +324,7 @@ class _BatchedListHook(Hooks):
         self.records.append((time, message, deliveries, routes))
 
 
-async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
+async def _broker_rate(hook: str, messages: int, subscribers: int) -> tuple[float, float]:
     """QoS 0 deliveries/s: messages published from code, fanned out to raw TCP subscribers that
     only read (MQTT 3.1.1, topic b/x, 8-byte payload: 15 bytes per PUBLISH)."""
     import asyncio
@@ -322,6 +335,7 @@ async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
         choices: dict[str, list[Hooks]] = {
             "none": [],
             "list": [_ListHook()],
+            "batched-noop": [_BatchedNoopHook()],
             "batched-list": [_BatchedListHook()],
             "bridge": [Bridge(d)],
         }
@@ -343,6 +357,7 @@ async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
                 await reader.readexactly(15 * messages)
 
             t = time.perf_counter()
+            cpu = time.process_time()
             tasks = [asyncio.create_task(drain(r)) for r, _ in streams]
             payload = b"01234567"
             for i in range(messages):
@@ -353,20 +368,29 @@ async def _broker_rate(hook: str, messages: int, subscribers: int) -> float:
             elapsed = time.perf_counter() - t
             for _, w in streams:
                 w.close()
-        return messages * subscribers / elapsed
+        # CPU of the whole process (event loop, clients, writer thread) until the broker and its
+        # hooks stopped (the bridge's last commit included), per delivery.
+        cpu_ns = (time.process_time() - cpu) / (messages * subscribers) * 1e9
+        return messages * subscribers / elapsed, cpu_ns
 
 
-HOOKS = ("none", "list", "batched-list", "bridge")
+HOOKS = ("none", "list", "batched-noop", "batched-list", "bridge")
 
 
-def broker_impact(messages: int, subscribers: int, rounds: int) -> dict[str, list[float]]:
+def broker_impact(
+    messages: int, subscribers: int, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(deliveries/s, CPU ns per delivery) per hook, per interleaved round."""
     import asyncio
 
     rates: dict[str, list[float]] = {h: [] for h in HOOKS}
-    for _ in range(rounds):  # interleaved rounds
+    cpus: dict[str, list[float]] = {h: [] for h in HOOKS}
+    for _ in range(rounds):
         for hook in HOOKS:
-            rates[hook].append(asyncio.run(_broker_rate(hook, messages, subscribers)))
-    return rates
+            rate, cpu = asyncio.run(_broker_rate(hook, messages, subscribers))
+            rates[hook].append(rate)
+            cpus[hook].append(cpu)
+    return rates, cpus
 
 
 class _Lines(list[str]):
@@ -415,7 +439,7 @@ def main() -> None:
         )
     if "broker" in parts:
         rounds = args.rounds
-        r = broker_impact(20_000 if args.quick else 50_000, 4, rounds)
+        r, cpu = broker_impact(20_000 if args.quick else 50_000, 4, rounds)
         best = {h: max(v) for h, v in r.items()}
         med = {h: statistics.median(v) for h, v in r.items()}
         lines.append(
@@ -429,6 +453,11 @@ def main() -> None:
             )
         per_round = [r["bridge"][i] / r["none"][i] for i in range(rounds)]
         lines.append("  bridge / no hook per round: " + ", ".join(f"{x:.3f}" for x in per_round))
+        c = {h: statistics.median(v) for h, v in cpu.items()}
+        lines.append(
+            "  process CPU per delivery (median): "
+            + "; ".join(f"{h} {c[h]:,.0f} ns ({c[h] / c['none']:.3f})" for h in HOOKS)
+        )
     if "spark" in parts:
         nprobes = 5 if args.quick else 15
         for config in args.spark_configs.split(","):
