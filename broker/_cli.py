@@ -1,4 +1,4 @@
-"""The ``siftmq`` command line: ``serve`` (this package) and ``analytics`` (the bridge).
+"""The ``siftmq`` command line: ``serve`` and ``passwd`` (this package), ``analytics`` (the bridge).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
 ``main`` calls ``args.func(args)``, so other packages add commands with a
@@ -6,9 +6,17 @@ Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` 
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``bridge``, ``log_level``), then flags.  SIGINT/SIGTERM stop it gracefully
-(clients disconnected, wills published, hooks' ``stop`` awaited).  uvloop is used when
-installed (``--no-uvloop`` to turn it off).
+``data_dir``, ``bridge``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``),
+then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
+hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
+
+Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
+``--ws-port`` and ``--wss-port`` add MQTT over TLS, WebSocket and WebSocket over TLS on the
+same host (TLS needs ``--tls-cert``/``--tls-key``; ``--tls-ca`` verifies client
+certificates).  ``--password-file``/``--acl-file`` register :class:`broker.auth.FileAuth`;
+clients without a user name are accepted on loopback listeners only unless
+``--allow-anonymous`` (every listener) or ``--no-allow-anonymous`` (none).  The durable
+store is ``<data-dir>/broker.db`` unless ``--no-persistence``.
 """
 
 from __future__ import annotations
@@ -64,9 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
     serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
+    serve.add_argument(
+        "--no-persistence",
+        action="store_true",
+        default=None,
+        help="keep no durable state (default: SQLite store <data-dir>/broker.db)",
+    )
     for name, typ, text in _OPTIONS:
         serve.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=text)
+    _add_security_options(serve)
     serve.set_defaults(func=_serve)
+    from broker._passwd_cli import register as register_passwd
+
+    register_passwd(sub)
     try:
         importlib.import_module("bridge._cli").register(sub)
     except Exception as exc:
@@ -76,6 +94,69 @@ def build_parser() -> argparse.ArgumentParser:
         )
         analytics.set_defaults(func=lambda _args: _missing("analytics", reason))
     return parser
+
+
+def _add_security_options(serve: argparse.ArgumentParser) -> None:
+    g = serve.add_argument_group("listeners, TLS and authentication (docs/security.md)")
+    g.add_argument("--tls-port", type=int, default=None, help="also serve MQTT over TLS on this port")
+    g.add_argument("--ws-port", type=int, default=None, help="also serve MQTT over WebSocket on this port")
+    g.add_argument("--wss-port", type=int, default=None, help="also serve MQTT over WebSocket + TLS here")
+    g.add_argument("--ws-path", default=None, help="HTTP path of the WebSocket listeners (default /mqtt)")
+    g.add_argument("--tls-cert", default=None, help="server certificate chain (PEM) of the TLS listeners")
+    g.add_argument("--tls-key", default=None, help="private key (PEM) of --tls-cert")
+    g.add_argument("--tls-ca", default=None, help="CA certificates (PEM) that verify client certificates")
+    g.add_argument(
+        "--require-client-cert",
+        action="store_true",
+        default=None,
+        help="TLS clients must present a certificate",
+    )
+    g.add_argument("--password-file", default=None, help="password file written by 'siftmq passwd'")
+    g.add_argument("--acl-file", default=None, help="ACL file (mosquitto format)")
+    g.add_argument(
+        "--allow-anonymous",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="clients without a user name on every listener (default: on loopback listeners only)",
+    )
+    g.add_argument("--max-connections", type=int, default=None, help="open connections (0 = unlimited)")
+    g.add_argument(
+        "--connection-rate",
+        type=float,
+        default=None,
+        help="new connections per second per IP (0 = unlimited)",
+    )
+    g.add_argument(
+        "--connection-burst", type=int, default=None, help="connections a source IP may open at once"
+    )
+
+
+def _with_listeners(cfg: Any, args: argparse.Namespace) -> Any:
+    """``cfg`` with the listeners the flags ask for (unchanged when they ask for none)."""
+    from broker._config import Listener
+
+    extra = [("tcp", args.tls_port, True), ("ws", args.ws_port, False), ("ws", args.wss_port, True)]
+    extra = [e for e in extra if e[1] is not None]
+    touched = (args.tls_cert, args.tls_key, args.tls_ca, args.require_client_cert, args.ws_path)
+    if not extra and args.allow_anonymous is None and all(x is None for x in touched):
+        return cfg
+    if any(tls for _, _, tls in extra) and (args.tls_cert is None or args.tls_key is None):
+        raise ValueError("--tls-port and --wss-port need --tls-cert and --tls-key")
+    base = list(cfg.effective_listeners())
+    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca}
+    tls["require_client_cert"] = bool(args.require_client_cert)
+    for kind, port, secure in extra:
+        fields: dict[str, Any] = {"kind": kind, "host": cfg.host, "port": port}
+        if secure:
+            fields.update(tls)
+        if kind == "ws" and args.ws_path is not None:
+            fields["ws_path"] = args.ws_path
+        base.append(Listener(**fields))
+    if args.allow_anonymous is not None:
+        base = [dataclasses.replace(li, allow_anonymous=args.allow_anonymous) for li in base]
+        if not args.allow_anonymous:
+            cfg = dataclasses.replace(cfg, allow_anonymous=False)
+    return dataclasses.replace(cfg, listeners=tuple(base))
 
 
 def _missing(command: str, reason: str) -> int:
@@ -99,20 +180,43 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         serve_opts = {k.replace("-", "_"): v for k, v in table.items()}
     changes: dict[str, Any] = {}
-    for name in ("host", "port", "partial_unsubscribe", *(o[0] for o in _OPTIONS)):
+    limits = ("max_connections", "connection_rate", "connection_burst")
+    for name in ("host", "port", "partial_unsubscribe", *(o[0] for o in _OPTIONS), *limits):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
-    cfg = dataclasses.replace(cfg, **changes)
+    data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
+    persistence = not args.no_persistence and serve_opts.get("persistence", True)
+    if persistence and cfg.store_path is None:
+        changes["store_path"] = str(data_dir / "broker.db")
+    try:
+        cfg = _with_listeners(dataclasses.replace(cfg, **changes), args)
+        auth = _file_auth(
+            args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
+        )
+    except (OSError, ValueError) as exc:
+        print(f"siftmq serve: {exc}", file=sys.stderr)
+        return 2
     level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
     bridge_on = not args.no_bridge and serve_opts.get("bridge", True)
+    if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
+        Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, data_dir, bool(bridge_on))))
+        return int(run(_run(cfg, data_dir, bool(bridge_on), auth)))
     except KeyboardInterrupt:
         return 0
+
+
+def _file_auth(password_file: str | None, acl_file: str | None) -> Any:
+    """A FileAuth hook for the given files (None if neither); anonymous clients are left to
+    the listeners' rule (``Listener.anonymous``), so the hook accepts them."""
+    if password_file is None and acl_file is None:
+        return None
+    from broker.auth import FileAuth
+
+    return FileAuth(password_file=password_file, acl_file=acl_file, allow_anonymous=True)
 
 
 def _pick_runner(no_uvloop: bool) -> Any:
@@ -127,11 +231,11 @@ def _pick_runner(no_uvloop: bool) -> Any:
     return asyncio.run
 
 
-async def _run(cfg: Any, data_dir: Path, bridge_on: bool) -> int:
+async def _run(cfg: Any, data_dir: Path, bridge_on: bool, auth: Any = None) -> int:
     from broker._broker import Broker
     from broker.hooks import Hooks
 
-    hooks: list[Hooks] = []
+    hooks: list[Hooks] = [] if auth is None else [auth]
     if bridge_on:
         try:
             bridge_cls = importlib.import_module("bridge").Bridge

@@ -1,0 +1,164 @@
+"""TLS and WebSocket listeners with real clients (aiomqtt = paho-mqtt, websockets)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import aiomqtt
+import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from broker import Broker
+from broker._config import BrokerConfig, Listener, load_toml
+from broker.packets import Connack, Connect, Decoder, Publish, Suback, Subscribe, SubscriptionRequest, encode
+from tests.security.helpers import Certs, T, raw_connect
+
+V5 = aiomqtt.ProtocolVersion.V5
+V311 = aiomqtt.ProtocolVersion.V311
+
+
+def tls(certs: Certs, kind: str = "tcp", **kw: object) -> Listener:
+    return Listener(kind, "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key), **kw)  # type: ignore[arg-type]
+
+
+async def roundtrip(client: aiomqtt.Client, topic: str, payload: bytes) -> bytes:
+    await client.subscribe(topic, qos=1)
+    await client.publish(topic, payload, qos=1)
+    async with asyncio.timeout(T):
+        async for m in client.messages:
+            assert isinstance(m.payload, bytes)
+            return m.payload
+    raise AssertionError("no message")
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+async def test_tls_and_websocket_listeners_share_one_broker(
+    certs: Certs, version: aiomqtt.ProtocolVersion
+) -> None:
+    listeners = (
+        Listener("tcp", "127.0.0.1", 0),
+        tls(certs),
+        Listener("ws", "127.0.0.1", 0),
+        tls(certs, "ws", ws_path="/mqtt"),
+    )
+    async with Broker(config=BrokerConfig(listeners=listeners, sys_interval=0)) as b:
+        plain, mqtts, ws, wss = b.ports
+        assert b.port == plain and len(set(b.ports)) == 4
+        ctx = certs.client_context()
+        clients = [
+            aiomqtt.Client("127.0.0.1", plain, protocol=version, identifier="plain"),
+            aiomqtt.Client("127.0.0.1", mqtts, protocol=version, identifier="mqtts", tls_context=ctx),
+            aiomqtt.Client("127.0.0.1", ws, protocol=version, identifier="ws", transport="websockets"),
+            aiomqtt.Client(
+                "127.0.0.1", wss, protocol=version, identifier="wss", transport="websockets", tls_context=ctx
+            ),
+        ]
+        async with clients[0] as c0, clients[1] as c1, clients[2] as c2, clients[3] as c3:
+            for i, c in enumerate((c0, c1, c2, c3)):
+                assert await roundtrip(c, f"t/{i}", b"x" * (i * 1000)) == b"x" * (i * 1000)
+            # across transports: the plain client hears what the WebSocket+TLS client publishes
+            await c0.subscribe("cross/#", qos=1)
+            await c3.publish("cross/wss", b"hello", qos=1)
+            async with asyncio.timeout(T):
+                async for m in c0.messages:
+                    if m.topic.value == "cross/wss":
+                        assert m.payload == b"hello"
+                        break
+
+
+async def test_client_certificate_required(certs: Certs) -> None:
+    listener = tls(certs, cafile=str(certs.ca), require_client_cert=True)
+    async with Broker(config=BrokerConfig(listeners=(listener,), sys_interval=0)) as b:
+        # TLS 1.3: the server checks the client certificate after the client's handshake ended,
+        # so the refusal shows as an alert or a closed connection instead of a CONNACK
+        with pytest.raises((ssl.SSLError, ConnectionError, AssertionError)):
+            await raw_connect(b.port, Connect("no-cert"), certs.client_context())
+        client = aiomqtt.Client("127.0.0.1", b.port, tls_context=certs.client_context(with_cert=True))
+        async with client as c:
+            assert await roundtrip(c, "cert/ok", b"1") == b"1"
+
+
+async def test_websocket_is_a_byte_stream() -> None:
+    """A packet split over frames (and over a fragmented message); several packets in one frame."""
+    cfg = BrokerConfig(listeners=(Listener("ws", "127.0.0.1", 0),), sys_interval=0)
+    async with Broker(config=cfg) as b:
+        url = f"ws://127.0.0.1:{b.port}/mqtt"
+        async with ws_connect(url, subprotocols=["mqtt"]) as ws:  # type: ignore[list-item]
+            assert ws.subprotocol == "mqtt"
+            wire = encode(Connect("raw-ws", protocol_level=5), 5)
+            await ws.send(wire[:3])
+            await ws.send(wire[3:])
+            dec = Decoder(5, server=False)
+            (ack,) = dec.feed(await asyncio.wait_for(ws.recv(), T))  # type: ignore[arg-type]
+            assert isinstance(ack, Connack) and ack.reason_code == 0
+            sub = encode(Subscribe(1, (SubscriptionRequest("a/b", 0),)), 5)
+            pub = encode(Publish("a/b", b"payload", 0), 5)
+            await ws.send([sub + pub[:4], pub[4:]])  # one fragmented message: two frames
+            got: list[object] = []
+            while len(got) < 2:
+                got += dec.feed(await asyncio.wait_for(ws.recv(), T))  # type: ignore[arg-type]
+            assert isinstance(got[0], Suback) and isinstance(got[1], Publish)
+            assert got[1].payload == b"payload"
+
+
+async def test_websocket_wrong_path_and_text_frames() -> None:
+    cfg = BrokerConfig(listeners=(Listener("ws", "127.0.0.1", 0, ws_path="/broker"),), sys_interval=0)
+    async with Broker(config=cfg) as b:
+        with pytest.raises(InvalidStatus) as info:
+            async with ws_connect(f"ws://127.0.0.1:{b.port}/mqtt", subprotocols=["mqtt"]):  # type: ignore[list-item]
+                pass
+        assert info.value.response.status_code == 404
+        async with ws_connect(f"ws://127.0.0.1:{b.port}/broker", subprotocols=["mqtt"]) as ws:  # type: ignore[list-item]
+            await ws.send("not binary")
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), T)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+
+
+async def test_stop_closes_every_listener(certs: Certs) -> None:
+    cfg = BrokerConfig(listeners=(Listener("tcp", "127.0.0.1", 0), tls(certs, "ws")), sys_interval=0)
+    b = Broker(config=cfg)
+    await b.start()
+    ports = b.ports
+    await b.stop()
+    for port in ports:
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", port)
+    with pytest.raises(RuntimeError):
+        _ = b.port
+
+
+def test_listener_records(tmp_path: Path) -> None:
+    assert Listener(host="127.0.0.1").anonymous and Listener(host="::1").anonymous
+    assert Listener(host="localhost").anonymous and Listener(host="127.3.4.5").anonymous
+    assert not Listener(host="0.0.0.0").anonymous and not Listener(host="").anonymous
+    assert Listener(host="0.0.0.0", allow_anonymous=True).anonymous
+    assert not Listener(host="127.0.0.1", allow_anonymous=False).anonymous
+    assert Listener("ws", "h", 80).url == "ws://h:80/mqtt"
+    assert BrokerConfig(host="h", port=5).effective_listeners() == (Listener("tcp", "h", 5),)
+    for bad in (
+        {"kind": "udp"},
+        {"certfile": "c.pem"},
+        {"cafile": "ca.pem"},
+        {"certfile": "c", "keyfile": "k", "require_client_cert": True},
+        {"ws_path": "mqtt"},
+    ):
+        with pytest.raises(ValueError):
+            Listener(**bad)  # type: ignore[arg-type]
+    toml = tmp_path / "b.toml"
+    toml.write_text(
+        "[broker]\nmax_connections = 10\n\n[[listeners]]\nport = 1883\n\n"
+        '[[listeners]]\nkind = "ws"\nhost = "0.0.0.0"\nport = 8080\nws-path = "/m"\nallow_anonymous = true\n'
+    )
+    cfg = load_toml(toml)
+    assert cfg.max_connections == 10
+    assert cfg.listeners == (
+        Listener(port=1883),
+        Listener("ws", "0.0.0.0", 8080, ws_path="/m", allow_anonymous=True),
+    )
+    toml.write_text('[[listeners]]\nkind = "tcp"\nbogus = 1\n')
+    with pytest.raises(ValueError, match="listener 1: unknown option 'bogus'"):
+        load_toml(toml)
