@@ -781,14 +781,16 @@ class Core:
         """Graceful stop: every connection is closed (v5: DISCONNECT 0x8B) and detached.
 
         Wills are published (the network connections end without a DISCONNECT from the
-        client), and the sessions are left to expire with the process.
+        client), and the sessions are left to expire with the process; with a store,
+        persisted sessions are kept (their delayed wills stay pending in the store).
         """
         for conn in list(self.connections):
             if conn.state is ConnectionState.CONNECTED:
                 conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
             conn.lost(now)
         for s in list(self.pending_wills):
-            self._publish_will(s, now)
+            if not s.persisted:  # a stored session keeps its will delay across the restart
+                self._publish_will(s, now)
         self.flush()
 
     def _check(self) -> None:
@@ -1033,7 +1035,7 @@ class Connection:
             case Unsubscribe():
                 self._on_unsubscribe(p)
             case Pingreq():
-                self.send(Pingresp())
+                self.send_ordered(Pingresp(), False)
             case Disconnect():
                 self._on_disconnect(p)
             case Auth():

@@ -509,6 +509,7 @@ class Store:
         self._seq_lock = threading.Lock()
         self.commits = 0  # transactions committed by the writer
         self.operations = 0  # operations written
+        self.submitted = 0  # operations queued (the broker compares it to see if it wrote)
         self._writer = threading.Thread(target=self._run, name="siftmq-store", daemon=True)
         self._writer.start()
 
@@ -532,6 +533,7 @@ class Store:
     def _put(self, name: str, args: tuple[Any, ...]) -> None:
         if self._closed:
             raise StoreClosed("store is closed")
+        self.submitted += 1
         self._queue.put((name, args))
 
     def _run(self) -> None:

@@ -13,7 +13,7 @@ import pytest_asyncio
 from broker import Broker
 from broker.auth import FileAuth
 from broker.hooks import Hooks
-from broker.packets import Connect, Decoder, Will, encode
+from broker.packets import Connect, Decoder, ReasonCode, Will, encode
 from tests.auth.helpers import FAST, write_passwords
 
 V5 = aiomqtt.ProtocolVersion.V5
@@ -220,10 +220,6 @@ async def test_retained_messages_follow_the_read_rules(secured: Broker) -> None:
         assert (m.topic.value, m.payload, m.retain) == ("home/alice/lamp", b"on", True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker core does not check the will topic against authorize('publish') at CONNECT",
-)
 async def test_will_outside_the_acl_is_not_published(tmp_path: Path) -> None:
     gone = DisconnectWatch("a1")
     async with (
@@ -235,10 +231,12 @@ async def test_will_outside_the_acl_is_not_published(tmp_path: Path) -> None:
         will = Will("sensors/kitchen/temp", b"forged will")  # alice may not write there
         writer.write(encode(Connect("a1", 4, username="alice", password=b"wonderland", will=will), 4))
         packets = Decoder(4, server=False).feed(await asyncio.wait_for(reader.read(65536), T))
-        assert packets and int(packets[0].reason_code) == 0  # type: ignore[union-attr]
-        writer.close()  # vanish without DISCONNECT: the broker publishes the will
+        # refused at CONNECT (0x87 Not authorized; 3.1.1 return code 5 on the wire): no will
+        assert packets and packets[0].reason_code == ReasonCode.NOT_AUTHORIZED  # type: ignore[union-attr]
+        assert await asyncio.wait_for(reader.read(65536), T) == b""  # the broker closed
+        writer.close()
         await writer.wait_closed()
-        await asyncio.wait_for(gone.event.wait(), T)
+        assert not gone.event.is_set()  # never connected
         await secured.publish("public/marker", b"")
         m = await next_message(watcher)
         assert m.topic.value == "public/marker", f"will published to {m.topic.value}"
