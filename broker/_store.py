@@ -2,7 +2,7 @@
 
 Design
 ------
-One SQLite database file (``<data-dir>/siftmq.db``, or ``":memory:"`` for tests) in WAL mode
+One SQLite database file (``<data-dir>/broker.db``, or ``":memory:"`` for tests) in WAL mode
 holds everything a restarted broker needs to rebuild its state:
 
 * ``sessions``: client id, protocol level, session expiry interval, the wall-clock time the
@@ -98,7 +98,7 @@ __all__ = [
 ]
 
 #: file name of the database inside ``--data-dir``.
-DB_NAME = "siftmq.db"
+DB_NAME = "broker.db"
 
 
 class StoreError(Exception):
@@ -515,7 +515,7 @@ class Store:
 
     @classmethod
     def in_data_dir(cls, data_dir: str | Path, **kw: Any) -> Store:
-        """``Store(data_dir / "siftmq.db")``: the ``--data-dir`` convention."""
+        """``Store(data_dir / "broker.db")``: the ``siftmq serve --data-dir`` convention."""
         return cls(Path(data_dir) / DB_NAME, **kw)
 
     def _max_seq(self) -> int:
