@@ -4,9 +4,11 @@
 WebSocket machine of the ``websockets`` package (``websockets.server.ServerProtocol``)
 between the socket and the MQTT decoder: bytes from the socket go to the WebSocket
 machine; the payload of every binary (and continuation) frame goes to ``_feed``, the same
-entry as plain TCP, so an MQTT packet may span frames and a frame may hold several packets
-(MQTT over WebSocket is a byte stream, MQTT 5.0 section 6).  MQTT output is sent as one
-binary frame per flush (the core's write coalescing gives one frame per fan-out).  Ping
+entry as plain TCP (the frames of one read are joined and fed at once, so the core
+handles them as one TCP read: one flush per read), so an MQTT packet may span frames and a
+frame may hold several packets (MQTT over WebSocket is a byte stream, MQTT 5.0 section 6).
+MQTT output is sent as one binary frame per flush (the core's write coalescing gives one
+frame per fan-out).  Ping
 frames are answered by the machine; text frames close the connection with 1003.
 
 No task per connection, no streams: the same protocol-callback model, write buffer limits
@@ -107,15 +109,20 @@ class WebSocketProtocol(MQTTProtocol):
     def data_received(self, data: bytes) -> None:
         ws = self.ws
         ws.receive_data(data)
+        payload: list[bytes] = []  # the MQTT bytes of every frame of this read: one _feed
         for event in ws.events_received():
             if isinstance(event, Frame):
                 op = event.opcode
                 if op is _BINARY or op is _CONT:
-                    self._feed(bytes(event.data))
+                    payload.append(event.data)  # type: ignore[arg-type]
                 elif op is _TEXT:
                     ws.fail(CloseCode.UNSUPPORTED_DATA, "MQTT needs binary frames")
+                    payload.clear()
+                    break
             elif isinstance(event, Request):
                 self._handshake(event)
+        if payload:
+            self._feed(payload[0] if len(payload) == 1 else b"".join(payload))
         self._pump()
 
     def _handshake(self, request: Request) -> None:
