@@ -13,7 +13,19 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from broker import Broker
 from broker._config import BrokerConfig, Listener, load_toml
-from broker.packets import Connack, Connect, Decoder, Publish, Suback, Subscribe, SubscriptionRequest, encode
+from broker.packets import (
+    Connack,
+    Connect,
+    Decoder,
+    Disconnect,
+    Publish,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+    Will,
+    encode,
+)
 from tests.security.helpers import Certs, T, raw_connect
 
 V5 = aiomqtt.ProtocolVersion.V5
@@ -162,3 +174,36 @@ def test_listener_records(tmp_path: Path) -> None:
     toml.write_text('[[listeners]]\nkind = "tcp"\nbogus = 1\n')
     with pytest.raises(ValueError, match="listener 1: unknown option 'bogus'"):
         load_toml(toml)
+
+
+async def test_websocket_close_ping_will_and_shutdown() -> None:
+    """Ping answered; a client that closes its WebSocket without DISCONNECT leaves its will;
+    stopping the broker sends MQTT 5 DISCONNECT 0x8B and a WebSocket close to the others."""
+    cfg = BrokerConfig(listeners=(Listener("ws", "127.0.0.1", 0),), sys_interval=0)
+    b = Broker(config=cfg)
+    await b.start()
+    url = f"ws://127.0.0.1:{b.port}/mqtt"
+    try:
+        async with b.subscribe("will/#") as wills:
+            leaver = await ws_connect(url, subprotocols=["mqtt"])  # type: ignore[list-item]
+            await leaver.send(
+                encode(Connect("leaver", protocol_level=5, will=Will("will/leaver", b"gone")), 5)
+            )
+            (ack,) = Decoder(5, server=False).feed(await asyncio.wait_for(leaver.recv(), T))  # type: ignore[arg-type]
+            assert isinstance(ack, Connack) and ack.reason_code == 0
+            await asyncio.wait_for(await leaver.ping(), T)
+            await leaver.close()
+            msg = await wills.get(T)
+            assert (msg.topic, msg.payload) == ("will/leaver", b"gone")
+        stayer = await ws_connect(url, subprotocols=["mqtt"])  # type: ignore[list-item]
+        dec = Decoder(5, server=False)
+        await stayer.send(encode(Connect("stayer", protocol_level=5), 5))
+        (ack,) = dec.feed(await asyncio.wait_for(stayer.recv(), T))  # type: ignore[arg-type]
+        assert isinstance(ack, Connack) and ack.reason_code == 0
+    finally:
+        await b.stop()
+    (bye,) = dec.feed(await asyncio.wait_for(stayer.recv(), T))  # type: ignore[arg-type]
+    assert isinstance(bye, Disconnect) and bye.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
+    with pytest.raises(ConnectionClosed):
+        await asyncio.wait_for(stayer.recv(), T)
+    assert stayer.close_code == 1000
