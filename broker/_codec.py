@@ -696,6 +696,8 @@ def _connack(r: _Reader, v5: bool) -> Connack:
         rc = r.u8("return code")
         if rc not in _V3_CONNACK_IN:
             raise r.fail(f"CONNACK return code {rc} is reserved")
+        if ack and rc:
+            raise r.fail("CONNACK with a non-zero return code has Session Present set [MQTT-3.2.2-4]")
         code, props = _V3_CONNACK_IN[rc], NO_PROPERTIES
     if not r.done():
         raise r.fail("unexpected bytes after CONNACK")

@@ -354,6 +354,9 @@ def test_client_side_rejects_server_only_packets() -> None:
     )
     assert bad(b"\x20\x02\x02\x00", 4, server=False).reason_code == RC.MALFORMED_PACKET  # reserved ack flags
     assert bad(b"\x20\x02\x00\x06", 4, server=False).reason_code == RC.MALFORMED_PACKET  # return code 6
+    # [MQTT-3.2.2-4] session present with a refusal (found by test_mutated_streams: the encoder
+    # clears the flag, so accepting it broke decode(encode(p)) == p)
+    assert "Session Present" in str(bad(b"\x20\x02\x01\x01", 4, server=False))
     assert bad(b"\x90\x03\x00\x01\x03", 4, server=False).reason_code == RC.MALFORMED_PACKET  # SUBACK 3
 
 
