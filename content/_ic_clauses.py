@@ -43,10 +43,34 @@ SINK = 0
 overwrite a deleted entry with it instead of rebuilding (see :mod:`content._ic_index`)."""
 
 
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+def _int64(sub_id: object) -> int | None:
+    """``sub_id`` if it is a plain int (not a bool) that fits int64, else None."""
+    if type(sub_id) is int and _INT64_MIN <= sub_id <= _INT64_MAX:
+        return sub_id
+    return None
+
+
 class ClauseTable:
     """Clause ids, their needs and owners, and the CSList of every distinct predicate."""
 
-    __slots__ = ("always", "ccsl", "cpreds", "csl", "entries", "free", "need", "need_np", "owner", "sub_cids")
+    __slots__ = (
+        "always",
+        "ccsl",
+        "cpreds",
+        "csl",
+        "entries",
+        "free",
+        "n_obj",
+        "need",
+        "need_np",
+        "owner",
+        "owner_np",
+        "sub_cids",
+    )
 
     def __init__(self) -> None:
         # cid -> number of distinct predicates (0 = free slot or SINK)
@@ -60,6 +84,10 @@ class ClauseTable:
         self.sub_cids: dict[SubId, list[int]] = {}
         # need as a numpy array (capacity grows by doubling; -1 = free slot, never fires)
         self.need_np: np.ndarray[Any, np.dtype[np.int64]] = np.full(64, -1, dtype=np.int64)
+        # owner as int64 for the clauses whose subscription id is a plain int (same capacity);
+        # n_obj counts the live clauses whose id is anything else (see fired_np)
+        self.owner_np: np.ndarray[Any, np.dtype[np.int64]] = np.zeros(64, dtype=np.int64)
+        self.n_obj = 0
         # (CSList, clause id): every CSList entry the last add/remove made or dropped
         self.entries: list[tuple[list[int], int]] = []
 
@@ -73,6 +101,7 @@ class ClauseTable:
         cids: list[int] = []
         csl = self.csl
         free = self.free
+        as_int = _int64(sub_id)
         for clause in f.clauses:
             if not clause:
                 self.always[sub_id] = self.always.get(sub_id, 0) + 1
@@ -89,6 +118,9 @@ class ClauseTable:
                     grown = np.full(2 * len(self.need_np), -1, dtype=np.int64)
                     grown[: len(self.need_np)] = self.need_np
                     self.need_np = grown
+                    grown_owner = np.zeros(len(grown), dtype=np.int64)
+                    grown_owner[: len(self.owner_np)] = self.owner_np
+                    self.owner_np = grown_owner
             preds: list[Predicate] = []
             lists: list[list[int]] = []
             for p in clause:
@@ -105,6 +137,10 @@ class ClauseTable:
             self.need[cid] = len(preds)
             self.need_np[cid] = len(preds)
             self.owner[cid] = sub_id
+            if as_int is not None:
+                self.owner_np[cid] = as_int
+            else:
+                self.n_obj += 1
             self.cpreds[cid] = tuple(preds)
             self.ccsl[cid] = tuple(lists)
             cids.append(cid)
@@ -119,6 +155,7 @@ class ClauseTable:
         entries: list[tuple[list[int], int]] = []
         self.entries = entries
         csl = self.csl
+        as_int = _int64(sub_id) is not None
         for cid in self.sub_cids.pop(sub_id):
             for p, lst in zip(self.cpreds[cid], self.ccsl[cid], strict=True):
                 lst.remove(cid)
@@ -129,6 +166,8 @@ class ClauseTable:
             self.need[cid] = 0
             self.need_np[cid] = -1
             self.owner[cid] = None
+            if not as_int:
+                self.n_obj -= 1
             self.cpreds[cid] = ()
             self.ccsl[cid] = ()
             self.free.append(cid)
@@ -159,8 +198,14 @@ class ClauseTable:
         ids = np.concatenate(parts) if len(parts) > 1 else parts[0]
         n = len(self.need)
         counts = np.bincount(ids, minlength=n)
-        owner = self.owner
-        out = {owner[c] for c in np.flatnonzero(counts == self.need_np[:n]).tolist()}
+        hit = np.flatnonzero(counts == self.need_np[:n])
+        if self.n_obj == 0:
+            # all ids are ints: gather them in C; fresh int objects hash without touching
+            # the stored ids scattered over the heap (a cache miss each: 4x faster at 1,000s)
+            out = set(self.owner_np[hit].tolist())
+        else:
+            owner = self.owner
+            out = {owner[c] for c in hit.tolist()}
         if self.always:
             out.update(self.always)
         return out
@@ -171,6 +216,16 @@ class ClauseTable:
         assert (self.need_np[len(self.need) :] == -1).all()
         free = set(self.free)
         assert len(free) == len(self.free)
+        assert len(self.owner_np) == len(self.need_np)
+        live_obj = 0
+        for cid, o in enumerate(self.owner):
+            if o is None:
+                continue
+            if _int64(o) is not None:
+                assert self.owner_np[cid] == o
+            else:
+                live_obj += 1
+        assert live_obj == self.n_obj, (live_obj, self.n_obj)
         assert SINK not in free and self.need[SINK] == 0 and self.owner[SINK] is None
         assert self.cpreds[SINK] == () and self.need_np[SINK] == -1
         for cid, preds in enumerate(self.cpreds):
