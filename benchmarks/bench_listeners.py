@@ -2,15 +2,17 @@
 
     .venv/bin/python benchmarks/bench_listeners.py [--messages 20000] [--connects 200] [--rounds 3]
 
-One broker in a child process (default asyncio loop) with the four listeners; for each
-transport a raw subscriber and a raw publisher (broker.packets codec; ``websockets`` client
-for ws/wss) in this process stream QoS 0 PUBLISHes of 64 bytes, ``--batch`` (100) packets per write; the
-time until the subscriber has them all gives messages/s, and the broker process's CPU time
-(psutil) over that interval gives the broker's CPU microseconds per message, which is what
-the transport costs the broker (the clients may be the bottleneck of the wall-clock rate).
-Connection set-up: mean time of connect + CONNECT/CONNACK +
-close, sequentially.  Rounds interleave the transports; the best round counts.  Ratios are
-against plain TCP in the same run (the machine is shared: absolute figures are noisy).
+One broker in a child process (default asyncio loop; ``--uvloop`` for uvloop) with the
+four listeners; for each transport a raw subscriber and a raw publisher (broker.packets
+codec; ``websockets`` client for ws/wss) in this process stream QoS 0 PUBLISHes of 64 bytes,
+``--batch`` (100) packets per write; the time until the subscriber has them all gives
+messages/s, and the broker process's CPU time (psutil) over that interval gives the broker's
+CPU microseconds per message, which is what the transport costs the broker (the clients may
+be the bottleneck of the wall-clock rate).  Connection set-up: mean time of connect +
+CONNECT/CONNACK + close, sequentially.  Rounds interleave the transports; the best round
+counts.  ``--idle N``: broker RSS growth per idle client with N held (a fresh broker process
+per transport).  Ratios are against plain TCP in the same run (the machine is shared:
+absolute figures are noisy).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +119,47 @@ async def connects(kind: str, port: int, ctx: ssl.SSLContext | None, n: int) -> 
     return (time.perf_counter() - t0) / n
 
 
-def serve_child(listeners: tuple[Listener, ...], ports: mp.Queue[list[int]], stop: Any) -> None:
+async def idle_memory(
+    kind: str, port: int, ctx: ssl.SSLContext | None, n: int, broker: psutil.Process
+) -> float:
+    """Broker RSS growth per idle CONNECTed client (bytes), ``n`` clients held at once."""
+    before = broker.memory_info().rss
+    held = [await session(kind, port, ctx, f"idle-{kind}-{i}") for i in range(n)]
+    grown = broker.memory_info().rss - before
+    for _, _, close, _ in held:
+        await close()
+    return grown / n
+
+
+def serve_child(listeners: tuple[Listener, ...], ports: mp.Queue[list[int]], stop: Any, uvloop: bool) -> None:
     async def run() -> None:
         async with Broker(config=BrokerConfig(listeners=listeners, sys_interval=0)) as b:
             ports.put(b.ports)
             await asyncio.to_thread(stop.wait)
 
-    asyncio.run(run())
+    if uvloop:
+        import uvloop as uv
+
+        uv.run(run())
+    else:
+        asyncio.run(run())
+
+
+@contextlib.contextmanager
+def broker_process(
+    listeners: tuple[Listener, ...], uvloop: bool
+) -> Iterator[tuple[psutil.Process, list[int]]]:
+    spawn = mp.get_context("spawn")
+    queue: mp.Queue[list[int]] = spawn.Queue()
+    stop = spawn.Event()
+    child = spawn.Process(target=serve_child, args=(listeners, queue, stop, uvloop))
+    child.start()
+    try:
+        ports = queue.get(timeout=60)
+        yield psutil.Process(child.pid), ports
+    finally:
+        stop.set()
+        child.join(30)
 
 
 async def main() -> None:
@@ -131,6 +167,8 @@ async def main() -> None:
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--connects", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--idle", type=int, default=0, help="also: broker memory per idle client, N held")
+    ap.add_argument("--uvloop", action="store_true", help="the broker runs on uvloop (as siftmq serve does)")
     ap.add_argument("--batch", type=int, default=100, help="PUBLISH packets per client write")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -147,14 +185,8 @@ async def main() -> None:
         rate: dict[str, float] = {}
         cpu: dict[str, float] = {}
         setup: dict[str, float] = {}
-        spawn = mp.get_context("spawn")
-        queue: mp.Queue[list[int]] = spawn.Queue()
-        stop = spawn.Event()
-        child = spawn.Process(target=serve_child, args=(listeners, queue, stop))
-        child.start()
-        try:
-            ports = queue.get(timeout=60)
-            broker = psutil.Process(child.pid)
+        memory: dict[str, float] = {}
+        with broker_process(listeners, args.uvloop) as (broker, ports):
             for _ in range(args.rounds):
                 for (kind, c), port in zip(kinds, ports, strict=True):
                     t0 = broker.cpu_times()
@@ -165,13 +197,14 @@ async def main() -> None:
                     cpu[kind] = min(cpu.get(kind, float("inf")), used)
                     s = await connects(kind, port, c, args.connects)
                     setup[kind] = min(setup.get(kind, float("inf")), s)
-        finally:
-            stop.set()
-            child.join(30)
+        for i, (kind, c) in enumerate(kinds if args.idle else []):
+            with broker_process(listeners, args.uvloop) as (broker, ports):  # a fresh process per transport
+                memory[kind] = await idle_memory(kind, ports[i], c, args.idle, broker)
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     print(
         f"commit {git.stdout.strip()}, {args.messages} QoS 0 messages of 64 B, "
-        f"{args.batch} per write, best of {args.rounds} rounds\n"
+        f"{args.batch} per write, best of {args.rounds} rounds, broker loop "
+        f"{'uvloop' if args.uvloop else 'asyncio'}\n"
     )
     print(
         "| transport | messages/s | vs tcp | broker CPU/message | vs tcp | connect+CONNACK+close | vs tcp |"
@@ -183,6 +216,11 @@ async def main() -> None:
             f"{cpu[kind] * 1e6:.2f} us | {cpu[kind] / cpu['tcp']:.2f} | "
             f"{setup[kind] * 1e3:.2f} ms | {setup[kind] / setup['tcp']:.1f} |"
         )
+
+    if memory:
+        print(f"\n| transport | broker RSS per idle client ({args.idle} held) | vs tcp |\n|---|---:|---:|")
+        for kind, _ in kinds:
+            print(f"| {kind} | {memory[kind] / 1024:.1f} KiB | {memory[kind] / memory['tcp']:.2f} |")
 
 
 if __name__ == "__main__":
