@@ -57,18 +57,19 @@ attributes are numbers); string order predicates use the Mlist.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any, Final
 
 import numpy as np
-from sortedcontainers import SortedKeyList, SortedList
+from sortedcontainers import SortedList
 
 from content._engine import Engine, Event, SubId
 from content._filter import Clause, Filter
-from content._hema_boundary import BoundaryBoxes, box_of
+from content._hema_boundary import BoundaryBoxes, box_of, int64_id
 from content._predicate import Kind, Op, Predicate, Scalar, kind_of
 
 __all__ = ["HEMA"]
@@ -194,55 +195,84 @@ class _Unit:
 class _Chain:
     """A same-predicate partial-order list (Plist, Definition 5).
 
-    ``members`` is sorted by the looseness key tuple; consecutive members cover each other
-    componentwise, so ``columns[d]`` (family ``d``'s keys in sorted order) lists the
-    members' keys in member order.  Insert/delete/locate: O(k log m) comparisons; match: k
-    bisections.  ``sids`` repeats the members' subscription ids in member order as a plain
-    list so that a matched suffix is handed to the result set by one C-level slice (a
-    per-member Python step cost ~5x more); keeping it costs one memmove of at most m
-    pointers per insert/delete.
+    ``members`` is sorted by the looseness key tuple (``keys``, the same order); consecutive
+    members cover each other componentwise, so ``columns[d]`` (family ``d``'s keys in sorted
+    order) lists the members' keys in member order.  All are plain lists searched with the
+    C ``bisect``: locate O(k log m) comparisons, insert/delete the same plus a memmove of at
+    most m pointers per list (sub-microsecond at the chain lengths seen, and ~5x cheaper
+    than a ``SortedList`` step in Python); match: k bisections.  ``sids`` repeats the
+    members' subscription ids in member order so that a matched suffix is handed to the
+    result by one C-level slice; while every id is a plain int, ``ids`` holds them as an
+    int64 array (made again on the first match after a change), whose slices the match
+    joins and converts in one go (fresh ints hash without touching the stored id objects,
+    which are scattered over the heap).
     """
 
     signature: tuple[tuple[str, int], ...]
-    members: Any = field(default_factory=lambda: SortedKeyList(key=attrgetter("key")))
-    columns: tuple[Any, ...] = ()
+    members: list[_Unit] = field(default_factory=list)
+    keys: list[ChainKey] = field(default_factory=list)
+    columns: tuple[list[tuple[Scalar, int]], ...] = ()
     sids: list[SubId] = field(default_factory=list)
+    n_obj: int = 0  # members whose id is not a plain int64
+    ids: np.ndarray[Any, np.dtype[np.int64]] | None = None
     active: bool = False
 
     def __post_init__(self) -> None:
-        self.columns = tuple(SortedList() for _ in self.signature)
+        self.columns = tuple([] for _ in self.signature)
 
     def __len__(self) -> int:
         return len(self.members)
 
     def fits(self, key: ChainKey) -> bool:
         """Fig. 4 Subscribe steps 1-11: predecessor and successor both cover-compatible."""
-        members = self.members
-        i = members.bisect_key_left(key)
-        if i > 0 and not _covers(members[i - 1].key, key):
+        keys = self.keys
+        i = bisect_left(keys, key)
+        if i > 0 and not _covers(keys[i - 1], key):
             return False
-        return not (i < len(members) and not _covers(key, members[i].key))
+        return not (i < len(keys) and not _covers(key, keys[i]))
 
     def add(self, unit: _Unit) -> None:
-        self.sids.insert(self.members.bisect_key_right(unit.key), unit.sid)
-        self.members.add(unit)
+        i = bisect_right(self.keys, unit.key)
+        self.keys.insert(i, unit.key)
+        self.members.insert(i, unit)
+        self.sids.insert(i, unit.sid)
         for column, k in zip(self.columns, unit.key, strict=True):
-            column.add(k)
+            insort(column, k)
+        if int64_id(unit.sid) is None:
+            self.n_obj += 1
+        self.ids = None
 
     def discard(self, unit: _Unit) -> None:
-        i = self.members.index(unit)
-        del self.members[i]
+        members = self.members
+        i = bisect_left(self.keys, unit.key)
+        while members[i] is not unit:
+            i += 1
+        del members[i]
+        del self.keys[i]
         del self.sids[i]
         for column, k in zip(self.columns, unit.key, strict=True):
-            column.remove(k)
+            del column[bisect_left(column, k)]
+        if int64_id(unit.sid) is None:
+            self.n_obj -= 1
+        self.ids = None
+
+    def int_ids(self) -> np.ndarray[Any, np.dtype[np.int64]] | None:
+        """``sids`` as int64 (None while some id is not a plain int)."""
+        ids = self.ids
+        if ids is None and not self.n_obj:
+            ids = self.ids = np.array(self.sids, dtype=np.int64)
+        return ids
 
     def _check(self) -> None:
         keys = [u.key for u in self.members]
+        assert keys == self.keys
         for a, b in pairwise(keys):
             assert _covers(a, b), (a, b)
         for d, column in enumerate(self.columns):
-            assert list(column) == [k[d] for k in keys]
+            assert column == [k[d] for k in keys]
         assert self.sids == [u.sid for u in self.members]
+        assert self.n_obj == sum(1 for sid in self.sids if int64_id(sid) is None)
+        assert self.ids is None or self.ids.tolist() == self.sids
         for u in self.members:
             assert u.chain is self
             assert u.in_mlist is not self.active
@@ -271,12 +301,14 @@ class HEMA(Engine):
         # Plist
         self._groups: dict[tuple[tuple[str, int], ...], list[_Chain]] = {}
         self._active: dict[_Chain, None] = {}
-        self._active_list: list[tuple[Any, tuple[tuple[str, bool, Any], ...]]] = []
+        self._active_list: list[tuple[_Chain, tuple[tuple[str, bool, Any], ...]]] = []
         self._active_dirty = False
         # Mlist / Mtable
         self._rows: dict[RowKey, Any] = {}  # RowKey -> SortedList of start nodes
         self._attr_rows: dict[str, list[tuple[Kind, int, Any, bool]]] = {}
         self._boxes = BoundaryBoxes()
+        # id(boxed row) -> the slots of its start nodes in row order (dropped on a change)
+        self._row_slots: dict[int, np.ndarray[Any, np.dtype[np.intp]]] = {}
         self._slot_units: dict[int, _Unit] = {}
         self._hash: dict[str, dict[tuple[int, Scalar], set[int]]] = {}
         self._residual: dict[int, None] = {}
@@ -398,6 +430,7 @@ class HEMA(Engine):
                 if box is not None:
                     unit.slot = self._boxes.add(unit.sid, box)
                     self._slot_units[unit.slot] = unit
+                    self._row_slots.pop(id(row), None)
                 entry = _row_entry(p, unit, unit.slot)
                 row.add(entry)
                 unit.start = ("row", row_key, entry)
@@ -433,6 +466,7 @@ class HEMA(Engine):
                 row = self._rows[row_key]
                 row.remove(entry)
                 if unit.slot >= 0:
+                    self._row_slots.pop(id(row), None)
                     self._boxes.remove(unit.slot)
                     del self._slot_units[unit.slot]
                     unit.slot = -1
@@ -479,7 +513,7 @@ class HEMA(Engine):
     def _refresh_active(self) -> None:
         self._active_list = [
             (
-                chain.sids,
+                chain,
                 tuple(
                     (attr, family == LOWER, column)
                     for (attr, family), column in zip(chain.signature, chain.columns, strict=True)
@@ -496,7 +530,8 @@ class HEMA(Engine):
         # Plist (section 3.4, step 1): the matched members of a chain are a suffix.
         if self._active_dirty:
             self._refresh_active()
-        for sids, dims in self._active_list:
+        int_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        for chain, dims in self._active_list:
             start = 0
             for attr, lower, column in dims:
                 v: Any = get(attr)
@@ -505,17 +540,24 @@ class HEMA(Engine):
                     break
                 if v != v:  # noqa: PLR0124 (NaN satisfies no comparison)
                     break
-                i = column.bisect_left((-v, 1) if lower else (v, 1))
+                i = bisect_left(column, (-v, 1) if lower else (v, 1))
                 if i > start:  # noqa: PLR1730 (hot loop: cheaper than max())
                     start = i
             else:
-                if start < len(sids):
-                    out.update(sids[start:])
+                if start < len(chain.sids):
+                    ids = chain.ids
+                    if ids is None:
+                        ids = chain.int_ids()
+                    if ids is None:
+                        out.update(chain.sids[start:])
+                    else:
+                        int_parts.append(ids[start:])
         # Mlist (steps 2-5): start nodes inside the match boundary, then walk their links.
         units = self._units
         attr_rows = self._attr_rows
         hash_tables = self._hash
-        boxed_sa: list[int] = []
+        boxed_sa: list[np.ndarray[Any, np.dtype[np.intp]]] = []
+        row_slots = self._row_slots
         for attr, v in event.items():
             kind = _FAST_KIND.get(type(v))
             if kind is None:
@@ -542,12 +584,15 @@ class HEMA(Engine):
                 if row_kind is not kind:
                     continue
                 i = row.bisect_left((v, 1))
+                if boxed:  # Sa of boxed units: slices of the row's slot array, tested below
+                    arr = row_slots.get(id(row))
+                    if arr is None:
+                        arr = row_slots[id(row)] = np.fromiter(map(_SLOT, row), dtype=np.intp, count=len(row))
+                    boxed_sa.append(arr[i:] if family == UPPER else arr[:i])
+                    continue
                 nodes: Iterable[tuple[Scalar, int, int, Any]] = (
                     row.islice(i) if family == UPPER else row.islice(0, i)
                 )
-                if boxed:  # Sa of boxed units: tested together below
-                    boxed_sa.extend(map(_SLOT, nodes))
-                    continue
                 for _v, _s, _uid, unit in nodes:
                     for a, test in unit.rest:
                         if not test(get(a)):
@@ -555,7 +600,9 @@ class HEMA(Engine):
                     else:
                         add(unit.sid)
         if boxed_sa:
-            self._match_boxed(event, boxed_sa, out)
+            slots = np.concatenate(boxed_sa) if len(boxed_sa) > 1 else boxed_sa[0]
+            if len(slots):
+                self._match_boxed(event, slots, out, int_parts)
         for uid in self._residual:
             unit = units[uid]
             for a, test in unit.rest:
@@ -563,17 +610,25 @@ class HEMA(Engine):
                     break
             else:
                 add(unit.sid)
+        if int_parts:
+            out.update((np.concatenate(int_parts) if len(int_parts) > 1 else int_parts[0]).tolist())
         return out
 
-    def _match_boxed(self, event: Event, slots: list[int], out: set[SubId]) -> None:
+    def _match_boxed(
+        self,
+        event: Event,
+        slots: np.ndarray[Any, np.dtype[np.intp]],
+        out: set[SubId],
+        int_parts: list[np.ndarray[Any, np.dtype[np.int64]]],
+    ) -> None:
         """Steps 3-5 for candidates whose nodes are all numeric: one vectorised box test."""
         boxes = self._boxes
         ev = boxes.event_vector(event)
         if ev is not None:
-            out.update(boxes.test(np.array(slots, dtype=np.intp), ev[0], ev[1]))
+            boxes.test(slots, ev[0], ev[1], out, int_parts)
             return
         get = event.get  # an int beyond float precision: walk the links exactly
-        for slot in slots:
+        for slot in slots.tolist():
             unit = self._slot_units[slot]
             for a, test in unit.rest:
                 if not test(get(a)):
@@ -627,6 +682,9 @@ class HEMA(Engine):
                     assert entry[3] is unit and unit.slot == -1
                 starts[unit.uid] = starts.get(unit.uid, 0) + 1
         assert sum(len(rows) for rows in self._attr_rows.values()) == len(self._rows)
+        boxed_rows = {id(row): row for row_key, row in self._rows.items() if row_key[3]}
+        for rid, arr in self._row_slots.items():
+            assert arr.tolist() == [entry[3] for entry in boxed_rows[rid]], "stale slot array"
         self._boxes._check()
         assert len(self._boxes) == len(self._slot_units)
         for attr, table in self._hash.items():

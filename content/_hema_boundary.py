@@ -31,7 +31,7 @@ import numpy as np
 from content._engine import SubId
 from content._predicate import Kind, Op, Predicate
 
-__all__ = ["BoundaryBoxes", "box_of"]
+__all__ = ["BoundaryBoxes", "box_of", "int64_id"]
 
 _EXACT = 2**53
 Box = dict[str, tuple[float, float]]
@@ -43,6 +43,13 @@ def _exact_float(v: object) -> float | None:
     if isinstance(v, int):
         return float(v) if -_EXACT <= v <= _EXACT else None
     return None if v != v else float(v)  # noqa: PLR0124 (NaN)
+
+
+def int64_id(sid: object) -> int | None:
+    """``sid`` if it is a plain int (not a bool) within int64, else None."""
+    if type(sid) is int and -(2**63) <= sid < 2**63:
+        return sid
+    return None
 
 
 def box_of(clause: tuple[Predicate, ...]) -> Box | None:
@@ -80,6 +87,9 @@ class BoundaryBoxes:
         self.hi: np.ndarray[Any, np.dtype[np.float64]] = np.empty((0, 0))
         self.need: np.ndarray[Any, np.dtype[np.bool_]] = np.empty((0, 0), dtype=bool)
         self.sids: list[SubId | None] = []
+        # the ids again as int64 while every stored id is a plain int (n_obj: the others)
+        self.ids: np.ndarray[Any, np.dtype[np.int64]] = np.zeros(0, dtype=np.int64)
+        self.n_obj = 0
         self._free: list[int] = []
         self.boxes: dict[int, Box] = {}
 
@@ -95,6 +105,9 @@ class BoundaryBoxes:
         hi[:r, :c] = self.hi
         need[:r, :c] = self.need
         self.lo, self.hi, self.need = lo, hi, need
+        ids = np.zeros(rows, dtype=np.int64)
+        ids[:r] = self.ids
+        self.ids = ids
         self._free.extend(range(rows - 1, r - 1, -1))
         self.sids.extend([None] * (rows - r))
         self._cap = rows
@@ -117,6 +130,11 @@ class BoundaryBoxes:
             self.hi[slot, c] = hi
             self.need[slot, c] = True
         self.sids[slot] = sid
+        as_int = int64_id(sid)
+        if as_int is None:
+            self.n_obj += 1
+        else:
+            self.ids[slot] = as_int
         self.boxes[slot] = box
         return slot
 
@@ -127,6 +145,8 @@ class BoundaryBoxes:
             self.lo[slot, c] = -np.inf
             self.hi[slot, c] = np.inf
             self.need[slot, c] = False
+        if int64_id(self.sids[slot]) is None:
+            self.n_obj -= 1
         self.sids[slot] = None
         self._free.append(slot)
 
@@ -163,13 +183,20 @@ class BoundaryBoxes:
         slots: np.ndarray[Any, np.dtype[np.intp]],
         vec: np.ndarray[Any, np.dtype[np.float64]],
         bad: list[int],
-    ) -> list[SubId]:
-        """Subscription ids of the candidate slots whose box contains the event."""
+        out: set[SubId],
+        int_parts: list[np.ndarray[Any, np.dtype[np.int64]]],
+    ) -> None:
+        """Add the ids of the candidate slots whose box contains the event: to ``out``, or
+        as an int64 array to ``int_parts`` while every stored id is a plain int."""
         ok = ((self.lo[slots] <= vec) & (self.hi[slots] >= vec)).all(axis=1)
         if bad:
             ok &= ~self.need[slots][:, bad].any(axis=1)
+        hit = slots[ok]
+        if not self.n_obj:
+            int_parts.append(self.ids[hit])
+            return
         sids = self.sids
-        return [sids[s] for s in slots[ok].tolist()]
+        out.update([sids[s] for s in hit.tolist()])
 
     def _check(self) -> None:
         assert len(self.boxes) + len(self._free) == self._cap == len(self.sids)
@@ -183,5 +210,10 @@ class BoundaryBoxes:
             for a, (lo, hi) in box.items():
                 c = self.columns[a]
                 assert self.lo[slot, c] == lo and self.hi[slot, c] == hi and self.need[slot, c]
+        assert len(self.ids) == self._cap
+        assert self.n_obj == sum(1 for sid in self.sids if sid is not None and int64_id(sid) is None)
+        for slot, sid in enumerate(self.sids):
+            if sid is not None and int64_id(sid) is not None:
+                assert self.ids[slot] == sid
         for slot in self._free:
             assert self.sids[slot] is None and not self.need[slot].any()

@@ -95,22 +95,25 @@ class HemaVersusBruteForce(RuleBasedStateMachine):
 
     ids = Bundle("ids")
 
-    @rule(target=ids, flt=filters)
-    def add(self, flt: Filter) -> int:
-        sid = self.next_id
+    def new_id(self) -> object:
         self.next_id += 1
+        return self.next_id - 1
+
+    @rule(target=ids, flt=filters)
+    def add(self, flt: Filter) -> object:
+        sid = self.new_id()
         self.hema.add(sid, flt)
         self.oracle.add(sid, flt)
         return sid
 
     @rule(sid=ids, flt=filters)
-    def replace(self, sid: int, flt: Filter) -> None:
+    def replace(self, sid: object, flt: Filter) -> None:
         if sid in self.oracle:
             self.hema.add(sid, flt)
             self.oracle.add(sid, flt)
 
     @rule(sid=consumes(ids))
-    def remove(self, sid: int) -> None:
+    def remove(self, sid: object) -> None:
         if sid in self.oracle:
             self.hema.remove(sid)
             self.oracle.remove(sid)
@@ -136,10 +139,28 @@ class HemaSmallChains(HemaVersusBruteForce):
     min_chain = 2
 
 
+class HemaMixedIds(HemaSmallChains):
+    """Ids of several types: chains and boxes switch between their int64 copies of the ids
+    and the plain id lists as non-int ids come and go."""
+
+    def new_id(self) -> object:
+        n = self.next_id
+        self.next_id += 1
+        match n % 4:
+            case 0:
+                return f"s{n}"
+            case 1:
+                return 2**64 + n  # beyond int64
+            case _:
+                return n
+
+
 HemaVersusBruteForce.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
 HemaSmallChains.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
+HemaMixedIds.TestCase.settings = settings(max_examples=25, stateful_step_count=40)
 TestHemaVersusBruteForce = HemaVersusBruteForce.TestCase
 TestHemaSmallChains = HemaSmallChains.TestCase
+TestHemaMixedIds = HemaMixedIds.TestCase
 
 
 @settings(max_examples=100)
@@ -291,10 +312,45 @@ def test_boxed_candidates_are_exact_at_float_limits() -> None:
         oracle.add(sid, flt)
     h._check()
     assert h._boxes.boxes, "numeric start nodes use the vectorised boundary test"
-    values = [big, 2**53, -big, 0, 0.1, 0.30000000000000004, 0.3, 1, 1.0, math.inf, -math.inf, math.nan]
+    values: list[object] = [
+        big,
+        2**53,
+        -big,
+        0,
+        0.1,
+        0.30000000000000004,
+        0.3,
+        1,
+        1.0,
+        math.inf,
+        -math.inf,
+        math.nan,
+    ]
     values += [True, "1", None]
     for a in values:
         for b in values:
             ev = {"a": a, "b": b}
             assert h.match(ev) == oracle.match(ev), ev
     assert h.match({"b": 0}) == set()
+
+
+def test_ids_come_back_unchanged_from_chains_and_boxes() -> None:
+    """A bool or str id in a chain or a boxed Mlist unit is returned as itself (the int64
+    fast path is off while such an id is stored, and back on once it is gone)."""
+    h = HEMA(min_chain=2)
+    for i in range(2, 6):
+        h.add(i, chain_filter(10 + i, -i))  # one active chain
+    h.add(100, f((p("x", Op.GT, 0), p("z", Op.LT, 5))))  # boxed Mlist unit
+    ev = {"x": 11.5, "y": 0, "z": 1}
+    assert h.match(ev) == {2, 3, 4, 5, 100}
+    for odd in (True, "t"):
+        h.add(odd, chain_filter(30, -30))
+        h.add((odd,), f((p("x", Op.GT, 0), p("z", Op.LT, 5))))
+        got = h.match(ev)
+        assert got == {2, 3, 4, 5, 100, odd, (odd,)}
+        assert any(g is True for g in got) is (odd is True)
+        h._check()
+        h.remove(odd)
+        h.remove((odd,))
+        assert h.match(ev) == {2, 3, 4, 5, 100}
+    h._check()
