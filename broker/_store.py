@@ -408,6 +408,38 @@ _SQL: dict[str, str] = {
 }
 
 
+def _cancel_pairs(ops: list[_Op]) -> list[_Op]:
+    """Drop the outgoing rows inserted and completed within one batch, with their updates.
+
+    A message sent (packet id known at insert) and acknowledged between two commits never
+    needs to reach the file: its INSERT, a PUBREC update and the DELETE go, and the database
+    ends in the same state (the core reuses a packet id only after its DELETE was queued).
+    Queued rows (no packet id at insert) are not tracked.  O(len(ops)).
+    """
+    live: dict[tuple[Any, Any], list[int]] = {}  # (client id, packet id) -> ops on that row
+    drop: list[int] = []
+    for i, (name, args) in enumerate(ops):
+        if name == "outgoing":
+            if args[3] is not None:
+                live[args[0], args[3]] = [i]
+        elif name == "pubrec":
+            idx = live.get((args[0], args[1]))
+            if idx is not None:
+                idx.append(i)
+        elif name == "acked":
+            idx = live.pop((args[0], args[1]), None)
+            if idx is not None:
+                drop.extend(idx)
+                drop.append(i)
+        elif name == "del_outgoing":  # the client's rows go anyway: stop tracking them
+            for key in [k for k in live if k[0] == args[0]]:
+                del live[key]
+    if not drop:
+        return ops
+    gone = set(drop)
+    return [op for i, op in enumerate(ops) if i not in gone]
+
+
 def _will_row(will: Will | None, due: float | None) -> tuple[Any, ...]:
     if will is None:
         return (None, None, None, None, None, None)
@@ -564,6 +596,7 @@ class Store:
                     stop = True
                 elif item is not _WAKE:
                     ops.append(item)
+            ops = _cancel_pairs(ops)
             error = self._failure
             for lo in range(0, len(ops), max_batch):
                 if error is not None:
