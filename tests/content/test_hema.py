@@ -354,3 +354,32 @@ def test_ids_come_back_unchanged_from_chains_and_boxes() -> None:
         h.remove((odd,))
         assert h.match(ev) == {2, 3, 4, 5, 100}
     h._check()
+
+
+def test_chain_bounds_are_exact_near_two_to_the_53() -> None:
+    """Chains compare events with float bounds (x <= t becomes e < nextafter(t)): exact for
+    int and float events around thresholds just below 2**53; thresholds from 2**53 on (and
+    infinities) stay in the Mlist."""
+    big = 2**53
+    h, oracle = HEMA(min_chain=2), BruteForce()
+    thresholds: list[float] = [big - 3, big - 2, big - 1, 2**52, -(big - 1)]
+    sid = 0
+    for t in thresholds:
+        for lo, hi in ((Op.GE, Op.LE), (Op.GT, Op.LT)):
+            flt = f((p("x", hi, t), p("y", lo, -t)))  # nested in t and strictness
+            h.add(sid, flt)
+            oracle.add(sid, flt)
+            sid += 1
+    for t in (big, big + 1, math.inf, -math.inf, -big):
+        flt = f((p("x", Op.LE, t), p("y", Op.GT, -t)))
+        h.add(sid, flt)
+        oracle.add(sid, flt)
+        sid += 1
+    h._check()
+    assert h.stats["plist_units"] == 2 * len(thresholds)  # all nested: one chain
+    values: list[object] = [big - 3, big - 2, big - 1, big, big + 1, big + 2, 2**52, 2**52 + 1]
+    values += [float(big - 1), float(big), 2.0**52 + 0.5, math.inf, -math.inf, 3**40, -(big - 1), -big]
+    for x in values:
+        for y in (-(big - 1), -big, 0, -(2**52), -(big + 1)):
+            ev = {"x": x, "y": y}
+            assert h.match(ev) == oracle.match(ev), ev
