@@ -111,6 +111,12 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
         default=None,
         help="TLS clients must present a certificate",
     )
+    g.add_argument(
+        "--use-identity-as-username",
+        action="store_true",
+        default=None,
+        help="the client certificate's CN is the user name (needs --require-client-cert)",
+    )
     g.add_argument("--password-file", default=None, help="password file written by 'siftmq passwd'")
     g.add_argument("--acl-file", default=None, help="ACL file (mosquitto format)")
     g.add_argument(
@@ -137,7 +143,13 @@ def _with_listeners(cfg: Any, args: argparse.Namespace) -> Any:
 
     extra = [("tcp", args.tls_port, True), ("ws", args.ws_port, False), ("ws", args.wss_port, True)]
     extra = [e for e in extra if e[1] is not None]
-    touched = (args.tls_cert, args.tls_key, args.tls_ca, args.require_client_cert, args.ws_path)
+    touched = (
+        args.tls_cert,
+        args.tls_ca,
+        args.require_client_cert,
+        args.use_identity_as_username,
+        args.ws_path,
+    )
     if not extra and args.allow_anonymous is None and all(x is None for x in touched):
         return cfg
     if any(tls for _, _, tls in extra) and (args.tls_cert is None or args.tls_key is None):
@@ -145,6 +157,7 @@ def _with_listeners(cfg: Any, args: argparse.Namespace) -> Any:
     base = list(cfg.effective_listeners())
     tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca}
     tls["require_client_cert"] = bool(args.require_client_cert)
+    tls["use_identity_as_username"] = bool(args.use_identity_as_username)
     for kind, port, secure in extra:
         fields: dict[str, Any] = {"kind": kind, "host": cfg.host, "port": port}
         if secure:

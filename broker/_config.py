@@ -26,7 +26,8 @@ class Listener:
     ``mqtt``, served on ``ws_path``).  ``certfile``/``keyfile`` turn TLS on (``mqtts``/``wss``);
     ``cafile`` verifies client certificates (required when ``require_client_cert``).
     ``allow_anonymous`` None means: clients without a user name are accepted only on a
-    loopback listener (127.0.0.0/8, ::1, ``localhost``).
+    loopback listener (127.0.0.0/8, ::1, ``localhost``).  ``use_identity_as_username``: the
+    verified client certificate's CN is the user name (docs/security.md, "TLS").
     """
 
     kind: Literal["tcp", "ws"] = "tcp"
@@ -38,6 +39,9 @@ class Listener:
     require_client_cert: bool = False
     ws_path: str = "/mqtt"
     allow_anonymous: bool | None = None
+    #: the client certificate's subject CN replaces the CONNECT user name (mosquitto's
+    #: option of the same name); needs ``require_client_cert``.
+    use_identity_as_username: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("tcp", "ws"):
@@ -48,6 +52,8 @@ class Listener:
             raise ValueError("listener: client certificates need TLS (certfile)")
         if self.require_client_cert and self.cafile is None:
             raise ValueError("listener: require_client_cert needs cafile")
+        if self.use_identity_as_username and not self.require_client_cert:
+            raise ValueError("listener: use_identity_as_username needs require_client_cert")
         if not self.ws_path.startswith("/"):
             raise ValueError(f"listener: ws_path must start with '/', not {self.ws_path!r}")
 

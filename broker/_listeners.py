@@ -125,11 +125,13 @@ class ConnectionLimits:
 class ListenerPolicy:
     """What one listener admits: the shared limits plus its anonymous-client rule."""
 
-    __slots__ = ("anonymous", "limits")
+    __slots__ = ("anonymous", "identity", "limits")
 
-    def __init__(self, limits: ConnectionLimits, anonymous: bool) -> None:
+    def __init__(self, limits: ConnectionLimits, anonymous: bool, identity: bool = False) -> None:
         self.limits = limits
         self.anonymous = anonymous
+        #: the client certificate's CN replaces the CONNECT user name
+        self.identity = identity
 
     def admit(self, ip: str, now: float) -> Refusal | None:
         return self.limits.admit(ip, now)
@@ -170,7 +172,7 @@ async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenLi
     opened: list[OpenListener] = []
     try:
         for listener in core.config.effective_listeners():
-            policy = ListenerPolicy(limits, listener.anonymous)
+            policy = ListenerPolicy(limits, listener.anonymous, listener.use_identity_as_username)
             factory: Callable[[], MQTTProtocol]
             if listener.kind == "ws":
                 factory = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)

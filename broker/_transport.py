@@ -22,18 +22,28 @@ refusing CONNACK here, before the core sees it; every later packet costs one boo
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from broker._session import Connection, Core
-from broker.packets import NO_PROPERTIES, Connack, Connect, Decoder, MalformedPacket, Properties, ReasonCode
+from broker.packets import (
+    NO_PROPERTIES,
+    Connack,
+    Connect,
+    Decoder,
+    MalformedPacket,
+    Packet,
+    Properties,
+    ReasonCode,
+)
 
 if TYPE_CHECKING:
     from broker._listeners import ListenerPolicy, Refusal
 
-__all__ = ["MQTTProtocol"]
+__all__ = ["MQTTProtocol", "common_name"]
 
 log = logging.getLogger("broker")
 
@@ -41,6 +51,17 @@ _monotonic = time.monotonic
 
 #: seconds a closing connection waits for the peer to close its side
 LINGER = 2.0
+
+
+def common_name(peercert: Any) -> str | None:
+    """The subject commonName of a verified peer certificate (``SSLObject.getpeercert()``)."""
+    if not isinstance(peercert, dict):
+        return None
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
 
 
 class MQTTProtocol(asyncio.Protocol):
@@ -137,7 +158,7 @@ class MQTTProtocol(asyncio.Protocol):
                 conn.version = self.decoder.version or conn.version
                 conn.malformed(exc)
             else:
-                if self.screening and packets and self._screen(conn, packets[0]):
+                if self.screening and packets and self._screen(conn, packets):
                     core.flush()
                     return
                 conn.received(packets, _monotonic())
@@ -147,12 +168,21 @@ class MQTTProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
 
-    def _screen(self, conn: Connection, first: object) -> bool:
-        """The listener's admission decision on the first packet; True if it refused it."""
+    def _screen(self, conn: Connection, packets: list[Packet]) -> bool:
+        """The listener's admission decision on the first packet; True if it refused it.
+
+        With ``use_identity_as_username`` the CONNECT in ``packets`` is replaced by one whose
+        user name is the client certificate's CN.
+        """
         self.screening = False
         policy = self.policy
+        first = packets[0]
         if policy is None or not isinstance(first, Connect):
             return False  # not a CONNECT: the core answers with a protocol error
+        if policy.identity and self.transport is not None:
+            cn = common_name(self.transport.get_extra_info("peercert"))
+            if cn is not None:
+                packets[0] = first = dataclasses.replace(first, username=cn)
         refusal = self.refusal
         if refusal is None and first.username is None and not policy.anonymous:
             refusal = policy.refuse_anonymous()

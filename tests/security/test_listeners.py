@@ -13,6 +13,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from broker import Broker
 from broker._config import BrokerConfig, Listener, load_toml
+from broker.auth import FileAuth
+from broker.hooks import Hooks
 from broker.packets import (
     Connack,
     Connect,
@@ -207,3 +209,27 @@ async def test_websocket_close_ping_will_and_shutdown() -> None:
     with pytest.raises(ConnectionClosed):
         await asyncio.wait_for(stayer.recv(), T)
     assert stayer.close_code == 1000
+
+
+async def test_certificate_common_name_is_the_user_name(certs: Certs, tmp_path: Path) -> None:
+    """use_identity_as_username: CN=alice is the user name (a claimed one is overridden), so
+    the ACL of alice applies to a client that gives no password."""
+    acl = tmp_path / "acl.conf"
+    acl.write_text("user alice\ntopic readwrite home/alice/#\n")
+    listener = tls(certs, cafile=str(certs.ca), require_client_cert=True, use_identity_as_username=True)
+    seen: list[str | None] = []
+
+    class Names(Hooks):
+        def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
+            seen.append(username)
+
+    cfg = BrokerConfig(listeners=(listener,), sys_interval=0)
+    async with Broker(config=cfg, hooks=[FileAuth(acl_file=acl), Names()]) as b:
+        ctx = certs.client_context(with_cert=True)
+        async with aiomqtt.Client("127.0.0.1", b.port, protocol=V5, tls_context=ctx, username="bob") as c:
+            assert await roundtrip(c, "home/alice/lamp", b"on") == b"on"
+            (granted,) = await c.subscribe("home/bob/#", qos=1)  # type: ignore[misc]
+            assert getattr(granted, "value", granted) == ReasonCode.NOT_AUTHORIZED
+    assert seen == ["alice"]
+    with pytest.raises(ValueError, match="needs require_client_cert"):
+        tls(certs, cafile=str(certs.ca), use_identity_as_username=True)
