@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 1883; 0 picks one)")
     serve.add_argument("--config", type=Path, default=None, help="TOML configuration file")
     serve.add_argument(
-        "--data-dir", type=Path, default=None, help="directory for the bridge's data (default ./siftmq-data)"
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="directory of the store (broker.db) and the bridge's data (default ./siftmq-data)",
     )
     serve.add_argument("--no-bridge", action="store_true", default=None, help="do not stream to the bridge")
     serve.add_argument(

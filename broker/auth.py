@@ -3,7 +3,9 @@
 ``FileAuth(password_file=..., acl_file=..., allow_anonymous=False)`` plugs into
 ``Broker(hooks=[...])`` through :class:`broker.hooks.Hooks`:
 
-* ``authenticate`` -- a client without a user name gets ``allow_anonymous`` (True/False);
+* ``authenticate`` -- a client without a user name gets ``allow_anonymous`` (True/False;
+  the listener's own rule, ``Listener.anonymous`` in ``broker._listeners``, is applied
+  before any hook, so ``siftmq serve`` builds this hook with ``allow_anonymous=True``);
   with a user name and a password file, True iff the password verifies (``broker._passwd``:
   salted scrypt, constant-time compare); with a user name and no password file, no opinion
   (None: the next hook or the broker's configuration decides).
