@@ -227,9 +227,10 @@ class _Chain:
     (sub-microsecond at the chain lengths seen, ~5x cheaper than a ``SortedList`` step in
     Python); match: k bisections.  ``sids`` repeats the members' subscription ids in member
     order so that a matched suffix is handed to the result by one C-level slice; while every
-    id is a plain int, ``ids`` holds them as an int64 array (made again on the first match
-    after a change), whose slices the match joins and converts in one go (fresh ints hash
-    without touching the stored id objects, which are scattered over the heap).
+    id is a plain int, the first ``len(sids)`` entries of ``ids`` (an int64 buffer with
+    spare capacity, shifted in place on insert/delete: an O(m) memmove in C) are the same
+    ids, whose slices the match joins and converts in one go (fresh ints hash without
+    touching the stored id objects, which are scattered over the heap).
     """
 
     signature: tuple[tuple[str, int], ...]
@@ -238,7 +239,7 @@ class _Chain:
     columns: tuple[array[float], ...] = ()
     sids: list[SubId] = field(default_factory=list)
     n_obj: int = 0  # members whose id is not a plain int64
-    ids: np.ndarray[Any, np.dtype[np.int64]] | None = None
+    ids: np.ndarray[Any, np.dtype[np.int64]] = field(default_factory=lambda: np.zeros(8, dtype=np.int64))
     active: bool = False
 
     def __post_init__(self) -> None:
@@ -257,20 +258,29 @@ class _Chain:
 
     def add(self, unit: _Unit) -> None:
         i = bisect_right(self.keys, unit.key)
+        n = len(self.keys)
         self.keys.insert(i, unit.key)
         self.members.insert(i, unit)
         self.sids.insert(i, unit.sid)
         for column, k in zip(self.columns, unit.key, strict=True):
             insort(column, _bound(k))
-        if int64_id(unit.sid) is None:
+        ids = self.ids
+        if n == len(ids):
+            ids = self.ids = np.concatenate((ids, np.zeros(n, dtype=np.int64)))
+        ids[i + 1 : n + 1] = ids[i:n]  # memmove (numpy handles the overlap)
+        as_int = int64_id(unit.sid)
+        if as_int is None:
             self.n_obj += 1
-        self.ids = None
+            ids[i] = 0  # unused while n_obj > 0
+        else:
+            ids[i] = as_int
 
     def discard(self, unit: _Unit) -> None:
         members = self.members
         i = bisect_left(self.keys, unit.key)
         while members[i] is not unit:
             i += 1
+        n = len(members)
         del members[i]
         del self.keys[i]
         del self.sids[i]
@@ -278,14 +288,8 @@ class _Chain:
             del column[bisect_left(column, _bound(k))]
         if int64_id(unit.sid) is None:
             self.n_obj -= 1
-        self.ids = None
-
-    def int_ids(self) -> np.ndarray[Any, np.dtype[np.int64]] | None:
-        """``sids`` as int64 (None while some id is not a plain int)."""
         ids = self.ids
-        if ids is None and not self.n_obj:
-            ids = self.ids = np.array(self.sids, dtype=np.int64)
-        return ids
+        ids[i : n - 1] = ids[i + 1 : n]
 
     def _check(self) -> None:
         keys = [u.key for u in self.members]
@@ -296,7 +300,9 @@ class _Chain:
             assert column.tolist() == [_bound(k[d]) for k in keys]
         assert self.sids == [u.sid for u in self.members]
         assert self.n_obj == sum(1 for sid in self.sids if int64_id(sid) is None)
-        assert self.ids is None or self.ids.tolist() == self.sids
+        assert len(self.ids) >= len(self.sids)
+        for i, sid in enumerate(self.sids):
+            assert int64_id(sid) is None or self.ids[i] == sid
         for u in self.members:
             assert u.chain is self
             assert u.in_mlist is not self.active
@@ -325,7 +331,7 @@ class HEMA(Engine):
         # Plist
         self._groups: dict[tuple[tuple[str, int], ...], list[_Chain]] = {}
         self._active: dict[_Chain, None] = {}
-        self._active_list: list[tuple[_Chain, tuple[tuple[str, bool, Any], ...]]] = []
+        self._active_list: list[tuple[_Chain, tuple[tuple[str, int, Any], ...]]] = []
         self._active_dirty = False
         # Mlist / Mtable
         self._rows: dict[RowKey, Any] = {}  # RowKey -> SortedList of start nodes
@@ -539,7 +545,7 @@ class HEMA(Engine):
             (
                 chain,
                 tuple(
-                    (attr, family == LOWER, column)
+                    (attr, family, column)
                     for (attr, family), column in zip(chain.signature, chain.columns, strict=True)
                 ),
             )
@@ -555,33 +561,40 @@ class HEMA(Engine):
         if self._active_dirty:
             self._refresh_active()
         int_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+        if self._active_list:
+            # the event's numbers, as compared with UPPER (x) and LOWER (-x) bounds; other
+            # values and NaN satisfy no order comparison, so a chain needing them is skipped
+            up_q: dict[str, Any] = {}
+            low_q: dict[str, Any] = {}
+            for name, val in event.items():
+                tv = type(val)
+                if (tv is float or tv is int or _value_kind(val) is Kind.NUM) and val == val:  # noqa: PLR0124
+                    up_q[name] = val
+                    low_q[name] = -val  # type: ignore[operator]
+            queries = (up_q, low_q)  # indexed by family (UPPER = 0, LOWER = 1)
         for chain, dims in self._active_list:
             start = 0
-            for attr, lower, column in dims:
-                v: Any = get(attr)
-                t = type(v)
-                if not (t is float or t is int) and _value_kind(v) is not Kind.NUM:
+            for dim_attr, dim_family, column in dims:
+                q = queries[dim_family].get(dim_attr)
+                if q is None:
                     break
-                if v != v:  # noqa: PLR0124 (NaN satisfies no comparison)
-                    break
-                i = bisect_right(column, -v if lower else v)
+                i = bisect_right(column, q)
                 if i > start:  # noqa: PLR1730 (hot loop: cheaper than max())
                     start = i
             else:
-                if start < len(chain.sids):
-                    ids = chain.ids
-                    if ids is None:
-                        ids = chain.int_ids()
-                    if ids is None:
+                n = len(chain.sids)
+                if start < n:
+                    if chain.n_obj:
                         out.update(chain.sids[start:])
                     else:
-                        int_parts.append(ids[start:])
+                        int_parts.append(chain.ids[start:n])
         # Mlist (steps 2-5): start nodes inside the match boundary, then walk their links.
         units = self._units
         attr_rows = self._attr_rows
         hash_tables = self._hash
         boxed_sa: list[np.ndarray[Any, np.dtype[np.intp]]] = []
         row_slots = self._row_slots
+        v: Any
         for attr, v in event.items():
             kind = _FAST_KIND.get(type(v))
             if kind is None:
