@@ -211,3 +211,25 @@ async def test_clean_sessions_and_qos0_write_nothing(db: str) -> None:
         store = b.core.store
         assert store is not None
         assert store.submitted == 0
+
+
+async def test_session_rows_follow_the_session_lifecycle(db: str) -> None:
+    async with _broker(db) as b:
+        store = b.core.store
+        assert store is not None
+        clean, _ = await RawClient.connect(b.port, "c", 5, clean_start=True)  # expiry 0
+        await clean.subscribe("x")
+        kept, _ = await _raw(b.port, "k", True)
+        await kept.subscribe("y")
+        assert (store.counts()["sessions"], store.counts()["entries"]) == (1, 1)
+        # a takeover that gives the in-memory session an expiry writes all of it
+        c2, ack = await RawClient.connect(b.port, "c", 5, clean_start=False, properties=EXPIRY)
+        assert ack.session_present
+        await c2.barrier()
+        assert (store.counts()["sessions"], store.counts()["entries"]) == (2, 2)
+        # DISCONNECT setting the expiry to 0 ends the session and deletes its rows
+        c2.send(Disconnect(properties=Properties(session_expiry_interval=0)))
+        await c2.closed()
+        k2, _ = await RawClient.connect(b.port, "k", 5, clean_start=True)  # clean start: "k" ends
+        await k2.barrier()
+        assert store.counts()["sessions"] == 0 and store.counts()["entries"] == 0
