@@ -58,7 +58,7 @@ async def _broker(db: str) -> AsyncIterator[Broker]:
 
 
 async def _raw(port: int, cid: str, clean: bool, **kw: object) -> tuple[RawClient, Connack]:
-    return await RawClient.connect(port, cid, 5, clean_start=clean, properties=EXPIRY, **kw)  # type: ignore[arg-type]
+    return await RawClient.connect(port, cid, 5, clean_start=clean, properties=EXPIRY, **kw)
 
 
 async def _publishes(c: RawClient, n: int) -> list[Publish]:
