@@ -100,8 +100,6 @@ class MQTTProtocol(asyncio.Protocol):
         self.screening = False
         self.registry = registry
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if registry is not None:
-            registry.add(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
@@ -110,7 +108,13 @@ class MQTTProtocol(asyncio.Protocol):
         self._start(t.write, t.get_extra_info("peername"))
 
     def _start(self, writer: Callable[[bytes], None], peer: Any) -> None:
-        """Create the protocol machine (and pass the listener's admission check)."""
+        """Create the protocol machine (and pass the listener's admission check).
+
+        The protocol joins ``registry`` here, not when it is built: a TLS connection whose
+        handshake fails never reaches ``connection_made`` nor ``connection_lost``.
+        """
+        if self.registry is not None:
+            self.registry.add(self)
         now = _monotonic()
         self.conn = Connection(self.core, writer, self._close, now, str(peer))
         policy = self.policy

@@ -93,6 +93,8 @@ async def test_client_certificate_required(certs: Certs) -> None:
         client = aiomqtt.Client("127.0.0.1", b.port, tls_context=certs.client_context(with_cert=True))
         async with client as c:
             assert await roundtrip(c, "cert/ok", b"1") == b"1"
+            # the refused handshake left nothing in the broker's set of open connections
+            assert len(b._open) == 1 and all(p.transport is not None for p in b._open)
 
 
 async def test_websocket_is_a_byte_stream() -> None:
