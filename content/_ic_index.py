@@ -168,7 +168,8 @@ class _Ordered:
       lengths over the snapshot's values ``fx`` -- one slice per query, O(1) Python work
       however many constraints the run holds;
     * the *delta*: entries added since, as a list sorted by value (``dx`` values, ``dc``
-      clause ids, ``dn`` the ids as a numpy array made on the first query after a change),
+      clause ids, ``dn`` the same ids in an int64 buffer with spare capacity, kept in step
+      by an in-place shift, a C memmove, on every change: no conversion at query time),
       so its satisfied part is one more ``bisect`` and one slice;
     * *deletions* of snapshot entries overwrite the id in ``flat`` with :data:`SINK`, a
       clause id that never fires (an entry added since is simply dropped from the delta).
@@ -194,7 +195,7 @@ class _Ordered:
         self.flat: Run = _EMPTY
         self.dx: list[Scalar] = []  # delta: values ascending ...
         self.dc: list[int] = []  # ... and their clause ids
-        self.dn: Run | None = None  # dc as numpy (None: not made since the last change)
+        self.dn: Run = np.zeros(REBUILD_MIN, dtype=np.intp)  # dn[: len(dc)] == dc
         self.dead = 0  # SINKs in flat
         self.limit = REBUILD_MIN
 
@@ -213,10 +214,16 @@ class _Ordered:
 
     def add(self, x: Scalar, cid: int) -> None:
         """Clause ``cid`` joined constraint ``x``'s CSList."""
+        dc = self.dc
         i = bisect_right(self.dx, x)
+        n = len(dc)
         self.dx.insert(i, x)
-        self.dc.insert(i, cid)
-        self.dn = None
+        dc.insert(i, cid)
+        dn = self.dn
+        if n == len(dn):
+            dn = self.dn = np.concatenate((dn, np.zeros(n, dtype=np.intp)))
+        dn[i + 1 : n + 1] = dn[i:n]  # numpy handles the overlap
+        dn[i] = cid
 
     def drop(self, x: Scalar, cid: int) -> None:
         """Clause ``cid`` left constraint ``x``'s CSList."""
@@ -225,9 +232,11 @@ class _Ordered:
             dc = self.dc
             for k in range(bisect_left(dx, x), bisect_right(dx, x)):
                 if dc[k] == cid:
+                    n = len(dc)
                     del dx[k]
                     del dc[k]
-                    self.dn = None
+                    dn = self.dn
+                    dn[k : n - 1] = dn[k + 1 : n]
                     return
         i = bisect_left(self.fx, x)
         lo = self.offs[i]
@@ -244,44 +253,41 @@ class _Ordered:
         self.fx = self.xs.copy()
         self.dx = []
         self.dc = []
-        self.dn = None
         self.dead = 0
         self.limit = max(REBUILD_MIN, offs[-1] // REBUILD_FRACTION)
 
-    def _pending(self) -> Run:
-        """The delta's ids as numpy (rebuilding first when too much is pending)."""
-        if self.dead + len(self.dc) > self.limit:
+    def _pending(self) -> int:
+        """The delta's length (rebuilding first when too much is pending)."""
+        n = len(self.dc)
+        if self.dead + n > self.limit:
             self._rebuild()
-            return _EMPTY
-        dn = self.dn
-        if dn is None:
-            dn = self.dn = np.array(self.dc, dtype=np.intp)
-        return dn
+            return 0
+        return n
 
     def head(self, v: Scalar, bis: Callable[[list[Scalar], Scalar], int], parts: list[Run]) -> None:
         """Credit the constraints before ``bis(values, v)`` (``>``: bisect_left, ``>=``:
         bisect_right)."""
-        dn = self._pending()
+        n = self._pending()
         i = bis(self.fx, v)
         if i:
             parts.append(self.flat[: self.offs[i]])
-        if len(dn):
+        if n:
             i = bis(self.dx, v)
             if i:
-                parts.append(dn[:i])
+                parts.append(self.dn[:i])
 
     def tail(self, v: Scalar, bis: Callable[[list[Scalar], Scalar], int], parts: list[Run]) -> None:
         """Credit the constraints from ``bis(values, v)`` on (``<``: bisect_right, ``<=``:
         bisect_left)."""
-        dn = self._pending()
+        n = self._pending()
         i = bis(self.fx, v)
         offs = self.offs
         if i < len(offs) - 1:
             parts.append(self.flat[offs[i] :])
-        if len(dn):
+        if n:
             i = bis(self.dx, v)
-            if i < len(dn):
-                parts.append(dn[i:])
+            if i < n:
+                parts.append(self.dn[i:n])
 
     def _check(self) -> None:
         assert len(self.xs) == len(self.cs)
@@ -289,7 +295,7 @@ class _Ordered:
         assert all(a < b for a, b in pairwise(self.fx)), "snapshot not strictly sorted"  # type: ignore[operator]
         assert all(a <= b for a, b in pairwise(self.dx)), "delta not sorted"  # type: ignore[operator]
         assert len(self.dx) == len(self.dc)
-        assert self.dn is None or self.dn.tolist() == self.dc
+        assert self.dn[: len(self.dc)].tolist() == self.dc
         assert len(self.offs) == len(self.fx) + 1 and self.offs[-1] == len(self.flat)
         flat = self.flat.tolist()
         assert flat.count(SINK) == self.dead
