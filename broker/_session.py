@@ -15,7 +15,11 @@ transitions are methods of this module: ``Core.attach`` (new / resumed / clean s
 takeover), ``Connection.lost`` (detach, will scheduling), ``Core.end_session`` and
 ``Core.tick`` (keep-alive 1.5x, will delay, session expiry, ``$SYS``).  A session holds
 only plain data (in-flight messages with their state, queue, QoS 2 receive ids, packet id
-counter) so it can be persisted later.
+counter) so it can be persisted: with a store (``Core.store``, docs/persistence.md; issue 7,
+item 1, no seed covers it), every change of a persisted session is written through to the
+store's queue (O(1) on the loop), ``Core.restore`` rebuilds the state at start, and
+acknowledgements that reveal stored state wait for the store's durable signal
+(``Connection.send_ordered`` / ``Core.hold``: one shared wake-up per group commit).
 
 Per-client memory is bounded: at most ``max_inflight`` unacknowledged and
 ``max_queued_messages`` queued QoS 1/2 messages; QoS 0 messages for a connection whose
