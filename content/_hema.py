@@ -248,16 +248,25 @@ class _Chain:
     def __len__(self) -> int:
         return len(self.members)
 
+    def _span(self, key: ChainKey) -> tuple[int, int]:
+        """The members whose first bound equals ``key``'s: a key's place is within it.
+
+        One bisection of the contiguous ``columns[0]`` narrows the search, so the key-tuple
+        comparisons (a cache miss per tuple and number) are made only among ties."""
+        col = self.columns[0]
+        b = _bound(key[0])
+        return bisect_left(col, b), bisect_right(col, b)
+
     def fits(self, key: ChainKey) -> bool:
         """Fig. 4 Subscribe steps 1-11: predecessor and successor both cover-compatible."""
         keys = self.keys
-        i = bisect_left(keys, key)
+        i = bisect_left(keys, key, *self._span(key))
         if i > 0 and not _covers(keys[i - 1], key):
             return False
         return not (i < len(keys) and not _covers(key, keys[i]))
 
     def add(self, unit: _Unit) -> None:
-        i = bisect_right(self.keys, unit.key)
+        i = bisect_right(self.keys, unit.key, *self._span(unit.key))
         n = len(self.keys)
         self.keys.insert(i, unit.key)
         self.members.insert(i, unit)
@@ -277,7 +286,7 @@ class _Chain:
 
     def discard(self, unit: _Unit) -> None:
         members = self.members
-        i = bisect_left(self.keys, unit.key)
+        i = bisect_left(self.keys, unit.key, *self._span(unit.key))
         while members[i] is not unit:
             i += 1
         n = len(members)
