@@ -2,8 +2,10 @@
 
 Issue 7, items 2-4.  ``BrokerConfig.effective_listeners()`` lists :class:`Listener` records;
 :func:`open_listeners` opens one ``loop.create_server`` per record, with an
-``ssl.SSLContext`` when the record has a certificate (TLS is the event loop's; client
-certificates are verified against ``cafile``) and with the protocol class of its kind:
+``ssl.SSLContext`` when the record has a certificate (TLS is the event loop's -- on the
+default asyncio loop the standard library's TLS protocol with a 17 KiB instead of a 256 KiB
+buffer, :class:`_LeanTLS`; client certificates are verified against ``cafile``) and with
+the protocol class of its kind:
 :class:`~broker._transport.MQTTProtocol` for ``tcp``,
 :class:`~broker._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
 ``Connection`` machine.
@@ -36,6 +38,7 @@ import enum
 import functools
 import logging
 import ssl
+from asyncio import sslproto
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -165,6 +168,26 @@ def ssl_context(listener: Listener) -> ssl.SSLContext:
     return ctx
 
 
+class _LeanTLS(sslproto.SSLProtocol):
+    """The standard library's TLS protocol with a 17 KiB buffer instead of 256 KiB.
+
+    On the default asyncio loop every TLS connection holds a ``bytearray(max_size)`` read
+    buffer, zeroed and so resident: 280 KiB per idle TLS client measured (docs/security.md,
+    "Memory per idle connection").  A TLS record carries at most 16 KiB of plaintext, and
+    the protocol reads in a loop until the buffer comes back short, so 17 KiB loses nothing
+    but a few more ``recv`` calls on bulk input.  Other loops (uvloop) keep their own TLS.
+    """
+
+    max_size = 17 * 1024
+
+
+def _lean_tls(
+    loop: asyncio.AbstractEventLoop, make: Callable[[], MQTTProtocol], ctx: ssl.SSLContext
+) -> asyncio.BaseProtocol:
+    # waiter None: no one awaits the handshake (sslproto checks for None; typeshed says Future)
+    return _LeanTLS(loop, make(), ctx, None, server_side=True)  # type: ignore[arg-type]
+
+
 async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenListener]:
     """Open every listener of ``core.config``; on an error close those opened and raise."""
     loop = asyncio.get_running_loop()
@@ -173,17 +196,18 @@ async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenLi
     try:
         for listener in core.config.effective_listeners():
             policy = ListenerPolicy(limits, listener.anonymous, listener.use_identity_as_username)
-            factory: Callable[[], MQTTProtocol]
+            make: Callable[[], MQTTProtocol]
             if listener.kind == "ws":
-                factory = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
+                make = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
             else:
-                factory = functools.partial(MQTTProtocol, core, policy, registry)
+                make = functools.partial(MQTTProtocol, core, policy, registry)
+            factory: Callable[[], asyncio.BaseProtocol] = make
+            ctx = ssl_context(listener) if listener.tls else None
+            if ctx is not None and isinstance(loop, asyncio.BaseEventLoop):
+                factory = functools.partial(_lean_tls, loop, make, ctx)
+                ctx = None  # TLS by _LeanTLS over a plain server
             server = await loop.create_server(
-                factory,
-                listener.host,
-                listener.port,
-                reuse_address=True,
-                ssl=ssl_context(listener) if listener.tls else None,
+                factory, listener.host, listener.port, reuse_address=True, ssl=ctx
             )
             port = server.sockets[0].getsockname()[1]
             opened.append(OpenListener(listener, server, port))

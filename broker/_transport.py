@@ -8,7 +8,7 @@ transport's high-water mark) mark a slow consumer: QoS 0 traffic to it is droppe
 counted, QoS 1/2 traffic queues in its session up to the configured bound.
 
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
-TLS is the event loop's (``create_server(ssl=...)``), so this class never sees it;
+TLS sits below this class (``broker._listeners``), so this class never sees it;
 MQTT over WebSocket (``broker._websocket``) subclasses it and only changes how bytes are
 framed (``_feed`` is the entry for MQTT bytes, ``_start`` creates the machine).
 

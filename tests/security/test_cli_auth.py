@@ -24,9 +24,10 @@ CLI = [sys.executable, "-m", "broker._cli"]
 
 @contextmanager
 def serve(*flags: str) -> Iterator[dict[str, int]]:
-    """Run ``siftmq serve --port 0 ...``; yields {"tcp": port, "tcp+tls": port, "ws": port, ...}."""
+    """Run ``siftmq serve --port 0 ...`` (on uvloop: its own TLS is tested here, the other
+    tests run the default loop's); yields {"tcp": port, "tcp+tls": port, "ws": port, ...}."""
     proc = subprocess.Popen(
-        [*CLI, "serve", "--port", "0", "--no-bridge", "--no-persistence", "--no-uvloop", *flags],
+        [*CLI, "serve", "--port", "0", "--no-bridge", "--no-persistence", *flags],
         stderr=subprocess.PIPE,
         text=True,
     )
