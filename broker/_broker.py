@@ -146,7 +146,11 @@ class Broker:
             await h.start()
         if self.config.store_path is not None:
             await self._open_store(self.config.store_path)
-        self._listeners = await open_listeners(self.core, self._open)
+        try:
+            self._listeners = await open_listeners(self.core, self._open)
+        except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
+            await self._close_store()
+            raise
         self._schedule()
 
     async def _open_store(self, path: str) -> None:

@@ -233,3 +233,13 @@ async def test_session_rows_follow_the_session_lifecycle(db: str) -> None:
         k2, _ = await RawClient.connect(b.port, "k", 5, clean_start=True)  # clean start: "k" ends
         await k2.barrier()
         assert store.counts()["sessions"] == 0 and store.counts()["entries"] == 0
+
+
+async def test_a_failed_start_closes_the_store(db: str) -> None:
+    async with _broker(db) as running:
+        taken = Broker(host="127.0.0.1", port=running.port, sys_interval=0, store_path=db + "-2")
+        with pytest.raises(OSError):
+            await taken.start()
+        assert taken.core.store is None
+    with Store(db + "-2") as store:  # closed cleanly: it opens again
+        assert store.load().sessions == {}
