@@ -34,7 +34,6 @@ Each refusal is counted in ``Core.stats`` and published under
 from __future__ import annotations
 
 import asyncio
-import enum
 import functools
 import logging
 import ssl
@@ -44,29 +43,12 @@ from dataclasses import dataclass
 
 from broker._config import BrokerConfig, Listener
 from broker._session import Core, Stats
-from broker._transport import MQTTProtocol
+from broker._transport import MQTTProtocol, Refusal
 from broker._websocket import WebSocketProtocol
-from broker.packets import ReasonCode
 
 __all__ = ["ConnectionLimits", "ListenerPolicy", "OpenListener", "Refusal", "open_listeners", "ssl_context"]
 
 log = logging.getLogger("broker")
-
-
-class Refusal(enum.Enum):
-    """Why a listener refuses a CONNECT: (MQTT 5 reason code, reason string)."""
-
-    MAX_CONNECTIONS = (ReasonCode.QUOTA_EXCEEDED, "too many connections")
-    CONNECTION_RATE = (ReasonCode.CONNECTION_RATE_EXCEEDED, "connection rate exceeded")
-    ANONYMOUS = (ReasonCode.NOT_AUTHORIZED, "anonymous clients are not allowed on this listener")
-
-    @property
-    def reason_code(self) -> ReasonCode:
-        return self.value[0]
-
-    @property
-    def text(self) -> str:
-        return self.value[1]
 
 
 class ConnectionLimits:
@@ -142,9 +124,10 @@ class ListenerPolicy:
     def release(self) -> None:
         self.limits.release()
 
-    def refuse_anonymous(self) -> Refusal:
+    def refuse_anonymous(self, why: Refusal) -> Refusal:
+        """Count a refusal for a missing identity (no user name, or no certificate CN)."""
         self.limits.stats.refused_anonymous += 1
-        return Refusal.ANONYMOUS
+        return why
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import time
 from collections.abc import Callable
@@ -41,9 +42,9 @@ from broker.packets import (
 )
 
 if TYPE_CHECKING:
-    from broker._listeners import ListenerPolicy, Refusal
+    from broker._listeners import ListenerPolicy
 
-__all__ = ["MQTTProtocol", "common_name"]
+__all__ = ["MQTTProtocol", "Refusal", "common_name"]
 
 log = logging.getLogger("broker")
 
@@ -51,6 +52,23 @@ _monotonic = time.monotonic
 
 #: seconds a closing connection waits for the peer to close its side
 LINGER = 2.0
+
+
+class Refusal(enum.Enum):
+    """Why a listener refuses a CONNECT: (MQTT 5 reason code, reason string)."""
+
+    MAX_CONNECTIONS = (ReasonCode.QUOTA_EXCEEDED, "too many connections")
+    CONNECTION_RATE = (ReasonCode.CONNECTION_RATE_EXCEEDED, "connection rate exceeded")
+    ANONYMOUS = (ReasonCode.NOT_AUTHORIZED, "anonymous clients are not allowed on this listener")
+    NO_IDENTITY = (ReasonCode.NOT_AUTHORIZED, "client certificate without a common name")
+
+    @property
+    def reason_code(self) -> ReasonCode:
+        return self.value[0]
+
+    @property
+    def text(self) -> str:
+        return self.value[1]
 
 
 def common_name(peercert: Any) -> str | None:
@@ -183,13 +201,15 @@ class MQTTProtocol(asyncio.Protocol):
         first = packets[0]
         if policy is None or not isinstance(first, Connect):
             return False  # not a CONNECT: the core answers with a protocol error
-        if policy.identity and self.transport is not None:
-            cn = common_name(self.transport.get_extra_info("peercert"))
+        refusal = self.refusal
+        if policy.identity:
+            cn = None if self.transport is None else common_name(self.transport.get_extra_info("peercert"))
             if cn is not None:
                 packets[0] = first = dataclasses.replace(first, username=cn)
-        refusal = self.refusal
+            elif refusal is None:  # never fall back to the user name the client claims
+                refusal = policy.refuse_anonymous(Refusal.NO_IDENTITY)
         if refusal is None and first.username is None and not policy.anonymous:
-            refusal = policy.refuse_anonymous()
+            refusal = policy.refuse_anonymous(Refusal.ANONYMOUS)
         if refusal is None:
             return False
         v = first.protocol_level if first.protocol_level in (3, 4, 5) else 4

@@ -24,10 +24,13 @@ class Certs:
     client_cert: Path
     client_key: Path
 
-    def client_context(self, with_cert: bool = False) -> ssl.SSLContext:
+    def client_context(self, with_cert: bool = False, name: str = "client") -> ssl.SSLContext:
+        """TLS client context trusting the CA; ``with_cert``: present the ``name`` certificate
+        (``client``: CN=alice; ``nocn``: a subject without a common name)."""
         ctx = ssl.create_default_context(cafile=str(self.ca))
         if with_cert:
-            ctx.load_cert_chain(str(self.client_cert), str(self.client_key))
+            d = self.ca.parent
+            ctx.load_cert_chain(str(d / f"{name}.pem"), str(d / f"{name}.key"))
         return ctx
 
 
@@ -54,8 +57,9 @@ def make_certs(d: Path) -> Certs:
     )
     (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name, cn in (("server", "localhost"), ("client", "alice")):
-        _run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}", cwd=d)
+    (d / "nocn.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name, subject in (("server", "/CN=localhost"), ("client", "/CN=alice"), ("nocn", "/O=siftmq")):
+        _run("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=d)
         _run(
             "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
             "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d,

@@ -232,6 +232,12 @@ async def test_certificate_common_name_is_the_user_name(certs: Certs, tmp_path: 
             assert await roundtrip(c, "home/alice/lamp", b"on") == b"on"
             (granted,) = await c.subscribe("home/bob/#", qos=1)  # type: ignore[misc]
             assert getattr(granted, "value", granted) == ReasonCode.NOT_AUTHORIZED
+        # a certificate without a common name gives no identity: refused, whatever user
+        # name the client claims (counted with the anonymous refusals)
+        nocn = certs.client_context(with_cert=True, name="nocn")
+        ack, closed = await raw_connect(b.port, Connect("nocn", protocol_level=5, username="alice"), nocn)
+        assert isinstance(ack, Connack) and ack.reason_code == ReasonCode.NOT_AUTHORIZED and closed
+        assert b.core.stats.refused_anonymous == 1
     assert seen == ["alice"]
     with pytest.raises(ValueError, match="needs require_client_cert"):
         tls(certs, cafile=str(certs.ca), use_identity_as_username=True)
