@@ -252,6 +252,12 @@ async def _run(cfg: Any, data_dir: Path, bridge_on: bool, auth: Any = None) -> i
     from broker.hooks import Hooks
 
     hooks: list[Hooks] = [] if auth is None else [auth]
+    if auth is None:
+        exposed = [li.url for li in cfg.effective_listeners() if not li.loopback]
+        if exposed:
+            log.warning(
+                "no --password-file: any user name is accepted without a check on %s", ", ".join(exposed)
+            )
     if bridge_on:
         try:
             bridge_cls = importlib.import_module("bridge").Bridge
