@@ -182,7 +182,8 @@ class _Ordered:
     Complexity (n distinct values, m entries, d pending): query O(log n + log d) Python
     work plus the slices; entry add O(log d) (+ list memmove); entry drop O(log n + length
     of that CSList) in numpy or O(log d + ties) in the delta; constraint insert/delete
-    O(log n) (+ memmove); rebuild O(m), amortised O(REBUILD_FRACTION) per change.
+    O(log n) (+ memmove); rebuild O(m) in numpy (a merge of the delta into the snapshot), amortised
+    O(REBUILD_FRACTION) per change.
     """
 
     __slots__ = ("cs", "dc", "dead", "dn", "dx", "flat", "fx", "limit", "offs", "xs")
@@ -245,11 +246,24 @@ class _Ordered:
         self.dead += 1
 
     def _rebuild(self) -> None:
+        """Merge the delta into the snapshot and squeeze out the SINKs, in numpy: each delta
+        entry goes to the end of its value's group (one ``bisect`` per entry), then one
+        ``np.insert`` and one boolean mask; O(m) in C plus O(n + d log n) Python steps.
+        (Re-flattening the CSLists instead visits every entry's scattered list: ~10x more.)"""
         cs = self.cs
         offs = [0]
         offs.extend(accumulate(map(len, cs)))
+        flat = self.flat
+        dx = self.dx
+        if dx:
+            fx = self.fx
+            old = self.offs
+            flat = np.insert(flat, [old[bisect_right(fx, x)] for x in dx], self.dn[: len(dx)])
+        if self.dead:
+            flat = flat[flat != SINK]
+        assert len(flat) == offs[-1]
         self.offs = offs
-        self.flat = np.fromiter(chain.from_iterable(cs), dtype=np.intp, count=offs[-1])
+        self.flat = flat
         self.fx = self.xs.copy()
         self.dx = []
         self.dc = []
