@@ -44,6 +44,7 @@ from broker.packets import (
     Suback,
     Subscribe,
     SubscriptionRequest,
+    Will,
     encode,
 )
 
@@ -102,7 +103,7 @@ class _Client:
                     if first:
                         assert isinstance(p, Connack) and int(p.reason_code) == 0, p
                         first = False
-                        self.resume()
+                        self.resume(p.session_present)
                         ready.set()
                         continue
                     self.handle(p)
@@ -111,7 +112,7 @@ class _Client:
             self.writer.close()
             self.writer = None
 
-    def resume(self) -> None:
+    def resume(self, present: bool) -> None:
         raise NotImplementedError
 
     def handle(self, p: Packet) -> None:
@@ -129,7 +130,7 @@ class _Publisher(_Client):
         self.published: set[bytes] = set()
         self.publishing = True
 
-    def resume(self) -> None:
+    def resume(self, present: bool) -> None:
         for pid, (payload, state) in self.inflight.items():
             if state == 0:
                 assert isinstance(payload, bytes)
@@ -176,7 +177,9 @@ class _Subscriber(_Client):
         self.awaiting: dict[int, bytes] = {}  # QoS 2 pid -> message until PUBREL (method B)
         self.subscribed = False
 
-    def resume(self) -> None:
+    def resume(self, present: bool) -> None:
+        if not present:  # a kill before the commit of our session: subscribe again (as apps do)
+            self.subscribed = False
         if not self.subscribed:
             self.send(Subscribe(1, (SubscriptionRequest("load/#", 2),)))
 
@@ -305,6 +308,52 @@ async def test_kill_9_loop_loses_no_acknowledged_message(tmp_path: Path) -> None
     assert report.unknown == 0, (seed, report)
     # after the final drain every published message was acknowledged
     assert report.acked == report.published, (seed, report)
+
+
+async def _raw(port: int, connect: Connect) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(encode(connect, 5))
+    ack = Decoder(5, server=False).feed(await asyncio.wait_for(reader.read(65536), TIMEOUT))
+    assert ack and isinstance(ack[0], Connack) and int(ack[0].reason_code) == 0, ack
+    return reader, writer
+
+
+async def test_will_of_a_client_connected_at_kill_9_is_published_after_its_delay(tmp_path: Path) -> None:
+    db = tmp_path / "broker.db"
+    will = Will("wills/w", b"w died", 1, False, Properties(will_delay_interval=1))
+    proc, port = await _start(db)
+    try:
+        _, w = await _raw(port, Connect("w", 5, clean_start=True, will=will, properties=EXPIRY))
+        reader, watcher = await _raw(port, Connect("watch", 5, clean_start=True, properties=EXPIRY))
+        watcher.write(encode(Subscribe(1, (SubscriptionRequest("wills/#", 1),)), 5))
+        # SUBACK does not wait for the commit, a PUBACK that stored something does (and every
+        # earlier write is in that commit or an earlier one): publish to ourselves and wait
+        watcher.write(encode(Publish("wills/sync", b"", 1, packet_id=2), 5))
+        dec = Decoder(5, server=False)
+        seen: list[Packet] = []
+        while not any(isinstance(p, Puback) for p in seen):
+            data = await asyncio.wait_for(reader.read(65536), TIMEOUT)
+            assert data, "broker closed the connection"
+            seen += dec.feed(data)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    w.close()
+    watcher.close()
+    proc, port = await _start(db)
+    try:
+        reader, watcher = await _raw(port, Connect("watch", 5, clean_start=False, properties=EXPIRY))
+        dec = Decoder(5, server=False)
+        wills: list[Publish] = []
+        while not wills:  # the will comes once its delay has run after the restart
+            data = await asyncio.wait_for(reader.read(65536), TIMEOUT)
+            assert data, "broker closed the connection"
+            wills += [p for p in dec.feed(data) if isinstance(p, Publish) and p.topic == "wills/w"]
+        assert [(p.topic, p.payload) for p in wills] == [("wills/w", b"w died")]
+        watcher.close()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
 
 
 def main() -> None:
