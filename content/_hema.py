@@ -346,7 +346,8 @@ class HEMA(Engine):
         self._rows: dict[RowKey, Any] = {}  # RowKey -> SortedList of start nodes
         self._attr_rows: dict[str, list[tuple[Kind, int, Any, bool]]] = {}
         self._boxes = BoundaryBoxes()
-        # id(boxed row) -> the slots of its start nodes in row order (dropped on a change)
+        # id(boxed row) -> the slots of its start nodes in row order (made on the first match
+        # that needs it, then kept in step with the row by np.insert / np.delete)
         self._row_slots: dict[int, np.ndarray[Any, np.dtype[np.intp]]] = {}
         self._slot_units: dict[int, _Unit] = {}
         self._hash: dict[str, dict[tuple[int, Scalar], set[int]]] = {}
@@ -469,10 +470,12 @@ class HEMA(Engine):
                 if box is not None:
                     unit.slot = self._boxes.add(unit.sid, box)
                     self._slot_units[unit.slot] = unit
-                    self._row_slots.pop(id(row), None)
                 entry = _row_entry(p, unit, unit.slot)
                 row.add(entry)
                 unit.start = ("row", row_key, entry)
+                arr = self._row_slots.get(id(row)) if box is not None else None
+                if arr is not None:  # keep the row's slot array in step: one C insert
+                    self._row_slots[id(row)] = np.insert(arr, row.bisect_left(entry), unit.slot)
         # most selective link first: the walk usually leaves at its first node
         order = sorted((i for i in range(len(clause)) if i != best), key=costs.__getitem__)
         rest = [clause[i] for i in order]
@@ -503,9 +506,13 @@ class HEMA(Engine):
                     del self._hash[attr]
             case ("row", row_key, entry):
                 row = self._rows[row_key]
+                arr = self._row_slots.get(id(row)) if unit.slot >= 0 else None
+                if arr is not None:
+                    self._row_slots[id(row)] = np.delete(arr, row.bisect_left(entry))
                 row.remove(entry)
                 if unit.slot >= 0:
-                    self._row_slots.pop(id(row), None)
+                    if not row:
+                        self._row_slots.pop(id(row), None)
                     self._boxes.remove(unit.slot)
                     del self._slot_units[unit.slot]
                     unit.slot = -1
