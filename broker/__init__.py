@@ -5,7 +5,7 @@ thin adapter around it.  Routing uses :mod:`topics` (topic tree, negative entrie
 :mod:`content` (content filters).  See docs/architecture.md and docs/broker.md.
 
 ``broker.hooks`` is importable on its own (the bridge depends only on it); the broker
-itself (``Broker``, ``BrokerConfig``, ``Message``) is imported lazily on first access.
+itself (``Broker``, ``BrokerConfig``, ``Listener``, ``Message``) is imported lazily on first access.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, Subsc
 
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalSubscription
-    from broker._config import BrokerConfig, load_toml
+    from broker._config import BrokerConfig, Listener, load_toml
     from broker._router import Message
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "BrokerConfig",
     "Delivery",
     "Hooks",
+    "Listener",
     "LocalSubscription",
     "Message",
     "Publication",
@@ -36,6 +37,7 @@ _LAZY = {
     "Broker": "broker._broker",
     "LocalSubscription": "broker._broker",
     "BrokerConfig": "broker._config",
+    "Listener": "broker._config",
     "load_toml": "broker._config",
     "Message": "broker._router",
 }
