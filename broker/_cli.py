@@ -6,7 +6,8 @@ Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` 
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``bridge``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``),
+``data_dir``, ``bridge``, ``bridge_roll_interval``, ``log_level``, ``persistence``,
+``password_file``, ``acl_file``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
 
@@ -67,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory of the store (broker.db) and the bridge's data (default ./siftmq-data)",
     )
     serve.add_argument("--no-bridge", action="store_true", default=None, help="do not stream to the bridge")
+    serve.add_argument(
+        "--bridge-roll-interval",
+        type=float,
+        default=None,
+        help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
+        "results, more files)",
+    )
     serve.add_argument(
         "--partial-unsubscribe",
         action=argparse.BooleanOptionalAction,
@@ -180,6 +188,12 @@ def _missing(command: str, reason: str) -> int:
     return 2
 
 
+#: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
+_SERVE_KEYS = frozenset(
+    {"data_dir", "bridge", "bridge_roll_interval", "log_level", "persistence", "password_file", "acl_file"}
+)
+
+
 def _serve(args: argparse.Namespace) -> int:
     """Serve MQTT 3.1.1 and 5.0 over TCP until SIGINT/SIGTERM."""
     from broker._config import BrokerConfig, load_toml
@@ -195,6 +209,10 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"siftmq serve: bad configuration: {exc}", file=sys.stderr)
             return 2
         serve_opts = {k.replace("-", "_"): v for k, v in table.items()}
+        unknown = sorted(set(serve_opts) - _SERVE_KEYS)
+        if unknown:
+            print(f"siftmq serve: bad configuration: unknown [serve] key {unknown[0]!r}", file=sys.stderr)
+            return 2
     changes: dict[str, Any] = {}
     limits = ("max_connections", "connection_rate", "connection_burst")
     for name in ("host", "port", "partial_unsubscribe", *(o[0] for o in _OPTIONS), *limits):
@@ -216,11 +234,15 @@ def _serve(args: argparse.Namespace) -> int:
     level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     bridge_on = not args.no_bridge and serve_opts.get("bridge", True)
+    roll = args.bridge_roll_interval or serve_opts.get("bridge_roll_interval") or 0.5
+    if roll <= 0:
+        print("siftmq serve: --bridge-roll-interval must be positive", file=sys.stderr)
+        return 2
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, data_dir, bool(bridge_on), auth)))
+        return int(run(_run(cfg, data_dir, bool(bridge_on), auth, float(roll))))
     except KeyboardInterrupt:
         return 0
 
@@ -247,7 +269,9 @@ def _pick_runner(no_uvloop: bool) -> Any:
     return asyncio.run
 
 
-async def _run(cfg: Any, data_dir: Path, bridge_on: bool, auth: Any = None) -> int:
+async def _run(
+    cfg: Any, data_dir: Path, bridge_on: bool, auth: Any = None, roll_interval: float = 0.5
+) -> int:
     from broker._broker import Broker
     from broker.hooks import Hooks
 
@@ -261,8 +285,8 @@ async def _run(cfg: Any, data_dir: Path, bridge_on: bool, auth: Any = None) -> i
     if bridge_on:
         try:
             bridge_cls = importlib.import_module("bridge").Bridge
-            hooks.append(bridge_cls(data_dir / "landing"))
-            log.info("bridge on: landing zone %s", data_dir / "landing")
+            hooks.append(bridge_cls(data_dir / "landing", roll_interval=roll_interval))
+            log.info("bridge on: landing zone %s, roll interval %g s", data_dir / "landing", roll_interval)
         except Exception as exc:
             log.warning("bridge unavailable (%s: %s); serving without it", type(exc).__name__, exc)
     stop = asyncio.Event()

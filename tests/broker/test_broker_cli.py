@@ -32,6 +32,13 @@ def test_bad_config_is_reported(tmp_path: Path) -> None:
     assert main(["serve", "--config", str(cfg), "--no-bridge"]) == 2
 
 
+def test_unknown_serve_key_and_bad_roll_interval_are_reported(tmp_path: Path) -> None:
+    cfg = tmp_path / "typo.toml"
+    cfg.write_text('[serve]\ndata_dri = "x"\n')
+    assert main(["serve", "--config", str(cfg), "--no-bridge"]) == 2
+    assert main(["serve", "--bridge-roll-interval", "-1", "--no-bridge"]) == 2
+
+
 def test_serve_subprocess(tmp_path: Path) -> None:
     cfg = tmp_path / "siftmq.toml"
     cfg.write_text('[broker]\nsys_interval = 0\nmax_inflight = 10\n\n[serve]\nlog_level = "INFO"\n')
