@@ -167,15 +167,21 @@ def experiment_c(
 
     All engines are built side by side and measured *interleaved*, so that the load of a
     shared machine hits them alike: latency event by event in rotating engine order, churn
-    throughput in rotating windows of ``WINDOW`` seconds (``seconds`` per engine and rate in
-    total).  Brute-force takes part in the latency only (it is far too slow for churn)."""
+    throughput in windows of ``WINDOW`` seconds rotating over rates and engines (``seconds``
+    per engine and rate in total; ``rates[0]`` must be 0, the churn-free baseline).
+    Brute-force takes part in the latency only (it is far too slow for churn)."""
     subs = _subscriptions(exp, n_subs)
     events = _events(exp, 1000)
     built: dict[str, Engine] = {}
     build_s: dict[str, float] = {}
     for name in names:
         engine = ENGINES[name]()
-        build_s[name] = _timed(lambda e=engine: [e.add(i, f) for i, f in enumerate(subs)])
+
+        def build(e: Engine = engine) -> None:
+            for i, f in enumerate(subs):
+                e.add(i, f)
+
+        build_s[name] = _timed(build)
         built[name] = engine
         print(f"exp{exp.name} {name:12} build {build_s[name]:.1f}s")
     gc.collect()
@@ -213,22 +219,23 @@ def experiment_c(
     churners = [n for n in names if n != "brute-force"]
     fresh = {n: Workload(exp, stream=2) for n in churners}  # the same replacements for every engine
     rows: list[dict[str, object]] = []
-    base: dict[str, float] = {}
-    for rate in rates:
-        n_events = dict.fromkeys(churners, 0.0)
-        wall = dict.fromkeys(churners, 0.0)
-        updates = dict.fromkeys(churners, 0)
-        for w in range(max(1, round(seconds / WINDOW))):
+    n_events = {(n, r): 0.0 for n in churners for r in rates}
+    wall = {(n, r): 0.0 for n in churners for r in rates}
+    updates = {(n, r): 0 for n in churners for r in rates}
+    # windows rotate over rates as well as engines, so that a rate and the churn-free
+    # baseline it is divided by are measured at the same moments of a shared machine
+    for w in range(max(1, round(seconds / WINDOW))):
+        for rate in rates[w % len(rates) :] + rates[: w % len(rates)]:
             for name in churners[w % len(churners) :] + churners[: w % len(churners)]:
                 got, took, done = churn_throughput(built[name], fresh[name], events, rate, WINDOW, rate + w)
-                n_events[name] += got
-                wall[name] += took
-                updates[name] += done
+                n_events[name, rate] += got
+                wall[name, rate] += took
+                updates[name, rate] += done
+    for rate in rates:
         for name in churners:
-            thr = n_events[name] / wall[name]
-            base.setdefault(name, thr)
-            kept = thr / base[name]
-            done = updates[name]
+            thr = n_events[name, rate] / wall[name, rate]
+            kept = thr / (n_events[name, rates[0]] / wall[name, rates[0]])
+            done = updates[name, rate]
             rows.append({"engine": name, "rate": rate, "events_s": thr, "updates": done, "kept": kept})
             print(f"exp{exp.name} {name:12} {rate:5}/s  {thr:8.1f} ev/s  kept {kept:6.1%} ({done} updates)")
     for engine in built.values():
