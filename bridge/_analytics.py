@@ -230,7 +230,7 @@ def start_queries(
     window: str = "10 seconds",
     watermark: str = "30 seconds",
     once: bool = False,
-    trigger: float = 1.0,
+    trigger: float = 0.5,
     only: tuple[str, ...] | None = None,
 ) -> list[Any]:
     """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""

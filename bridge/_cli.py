@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--watermark", default="30 seconds", help="how late a record may arrive (default: 30 seconds)"
     )
-    p.add_argument("--trigger", type=float, default=1.0, help="seconds between micro-batches when not --once")
+    p.add_argument("--trigger", type=float, default=0.5, help="seconds between micro-batches when not --once")
     p.add_argument("--summary-every", type=float, default=10.0, help="seconds between console summaries")
     p.set_defaults(func=_run_analytics)
     sub = p.add_subparsers(dest="analytics_command", required=False)
