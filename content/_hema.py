@@ -12,8 +12,9 @@ where they live here:
   same families) whose thresholds do not cross form a *same-predicate partial-order list*, a
   chain ``s1 <= s2 <= ...`` in which every event matching ``s_i`` matches all later members.
   :class:`_Chain` keeps one chain sorted by its members' looseness keys plus, per family, the
-  sorted column of thresholds; since the chain is monotone in every family, the members an
-  event satisfies are a suffix whose start is the largest of one binary search per family:
+  sorted column of thresholds (float bounds in an ``array('d')``, :func:`_bound`); since
+  the chain is monotone in every family, the members an event satisfies are a suffix whose
+  start is the largest of one binary search per family:
   O(k log m) per chain, then the suffix is added without testing (section 3.4, step 1).
   *K threshold* (Definition 7): at most ``max_chains`` (K) chains per predicate signature,
   and a chain serves matching only once it holds ``min_chain`` members (the paper's
@@ -52,7 +53,8 @@ first, then the order predicate whose threshold is most extreme by its quantile 
 thresholds already in that attribute's rows), so fewer start nodes fall inside the
 boundary; non-start nodes are reached only through links, so the sorted rows hold start
 nodes (the links carry the other thresholds).  Only numeric chains are built (the paper's
-attributes are numbers); string order predicates use the Mlist.
+attributes are numbers; thresholds finite and below 2**53 in magnitude); string order
+predicates use the Mlist.  Matched ids are gathered as int64 arrays while all ids are ints.
 """
 
 from __future__ import annotations
