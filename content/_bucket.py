@@ -23,6 +23,11 @@ into buckets that are consecutive slices, each with free slack at its end.  Cons
 * the number of buckets is ``min(b, N // 4)`` (at least 1): tiny lists do not carry
   thousands of empty buckets.
 
+Each list also keeps ``bkt``, a dense array over unit ids giving the bucket of the unit's
+written entry (``max_buckets`` = none): HCEM marks a chunk of events with one gather through
+it (content._hcem).  It costs 2 bytes per unit per list, is written by ``flush`` (O(p)) and
+rebuilt by ``rebucket`` (O(N + units)).
+
 Deleted units are tombstones: their entries stay until their list is compacted.  A unit id
 is reused only after every list holding one of its entries dropped it (``pending`` counts
 those entries), so a stale entry can never fail a new unit.
@@ -34,6 +39,7 @@ single-event marking for one list O(q + |marked|) with q the bucket size.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +51,11 @@ _FLUSH = 8192  # queued entries per list before they are written (bounds the que
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 Int64Array = npt.NDArray[np.int64]
+BktArray = npt.NDArray[np.integer[Any]]
+
+
+def _bkt_dtype(max_buckets: int) -> type[np.uint16] | type[np.int32]:
+    return np.uint16 if max_buckets < 0xFFFF else np.int32
 
 
 class UnitTable:
@@ -99,6 +110,7 @@ class BucketList:
     """
 
     __slots__ = (
+        "bkt",
         "bnd",
         "bnd_np",
         "buf_u",
@@ -130,6 +142,8 @@ class BucketList:
         self.start_np: Int64Array = np.array(self.start, dtype=np.int64)
         self.count: list[int] = [0]
         self.end = 4
+        # bkt[u]: the bucket holding u's (written) entry, ``max_buckets`` (never a bucket) if none
+        self.bkt: BktArray = np.full(64, max_buckets, dtype=_bkt_dtype(max_buckets))
 
     def __len__(self) -> int:
         return self.live + self.dead
@@ -166,6 +180,7 @@ class BucketList:
         pos = self.start_np[js] + count[js] + (np.arange(len(js)) - first)
         self.vals[pos] = vals[order]
         self.units[pos] = units[order]
+        self.bucket_index(len(self.table.alive))[units] = j
         self.count = new_count.tolist()
         self.buf_v = []
         self.buf_u = []
@@ -221,6 +236,8 @@ class BucketList:
         self.units = np.zeros(end, dtype=np.intp)
         self.vals[dest] = vals
         self.units[dest] = units
+        bkt = self.bkt = np.full(len(self.table.alive), self.max_buckets, dtype=self.bkt.dtype)
+        bkt[units] = np.repeat(np.arange(nb), counts)
         self.bnd = bnd.tolist()
         self.bnd_np = bnd
         self.start_np = start
@@ -229,6 +246,15 @@ class BucketList:
         self.end = end
         self.live = n
         self.dead = 0
+
+    def bucket_index(self, n: int) -> BktArray:
+        """``bkt[:n]``, grown first (with "no entry") when the unit table outgrew it; O(1) amortised."""
+        bkt = self.bkt
+        if len(bkt) < n:
+            grown = np.full(max(n, 2 * len(bkt)), self.max_buckets, dtype=bkt.dtype)
+            grown[: len(bkt)] = bkt
+            bkt = self.bkt = grown
+        return bkt[:n]
 
     # -- single-event negative search (REIN) ------------------------------------------
 
@@ -281,3 +307,9 @@ class BucketList:
         units = np.concatenate([units[units != 0], np.array(self.buf_u, dtype=np.intp)])
         assert len(np.unique(units)) == len(units), "one entry per unit per list"
         assert int(self.table.alive[units].sum()) == self.live
+        written = self.units[: self.end]
+        written = written[written != 0]
+        assert int((self.bkt != self.max_buckets).sum()) == len(written)
+        for j in range(nb):
+            s, c = self.start[j], self.count[j]
+            assert (self.bkt[self.units[s : s + c]] == j).all()
