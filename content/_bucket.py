@@ -25,8 +25,10 @@ into buckets that are consecutive slices, each with free slack at its end.  Cons
 
 Each list also keeps ``bkt``, a dense array over unit ids giving the bucket of the unit's
 written entry (``max_buckets`` = none): HCEM marks a chunk of events with one gather through
-it (content._hcem).  It costs 2 bytes per unit per list, is written by ``flush`` (O(p)) and
-rebuilt by ``rebucket`` (O(N + units)).
+it (content._hcem).  It costs 2 bytes per unit id, so it is built only on demand and only
+for lists holding at least a quarter as many entries as there are units (sparser lists are
+marked through their slots instead); ``flush`` keeps it up to date (O(p)) and ``rebucket``
+drops it (rebuilt at the next use, O(N + units)).
 
 Deleted units are tombstones: their entries stay until their list is compacted.  A unit id
 is reused only after every list holding one of its entries dropped it (``pending`` counts
@@ -143,7 +145,7 @@ class BucketList:
         self.count: list[int] = [0]
         self.end = 4
         # bkt[u]: the bucket holding u's (written) entry, ``max_buckets`` (never a bucket) if none
-        self.bkt: BktArray = np.full(64, max_buckets, dtype=_bkt_dtype(max_buckets))
+        self.bkt: BktArray | None = None  # built on demand (HCEM), dropped by rebucket
 
     def __len__(self) -> int:
         return self.live + self.dead
@@ -180,7 +182,8 @@ class BucketList:
         pos = self.start_np[js] + count[js] + (np.arange(len(js)) - first)
         self.vals[pos] = vals[order]
         self.units[pos] = units[order]
-        self.bucket_index(len(self.table.alive))[units] = j
+        if self.bkt is not None:
+            self.bucket_index(len(self.table.alive))[units] = j
         self.count = new_count.tolist()
         self.buf_v = []
         self.buf_u = []
@@ -236,8 +239,7 @@ class BucketList:
         self.units = np.zeros(end, dtype=np.intp)
         self.vals[dest] = vals
         self.units[dest] = units
-        bkt = self.bkt = np.full(len(self.table.alive), self.max_buckets, dtype=self.bkt.dtype)
-        bkt[units] = np.repeat(np.arange(nb), counts)
+        self.bkt = None
         self.bnd = bnd.tolist()
         self.bnd_np = bnd
         self.start_np = start
@@ -247,10 +249,24 @@ class BucketList:
         self.live = n
         self.dead = 0
 
+    def positions_bucket(self) -> IntArray:
+        """The bucket of every slot ``[0, end)`` (slack slots included); O(end)."""
+        return np.repeat(np.arange(len(self.count)), np.diff(self.start_np))
+
     def bucket_index(self, n: int) -> BktArray:
-        """``bkt[:n]``, grown first (with "no entry") when the unit table outgrew it; O(1) amortised."""
+        """``bkt[:n]``: per unit id the bucket of its written entry, ``max_buckets`` if none.
+
+        Built on first use (O(end + n)), then kept up to date by :meth:`flush` and dropped by
+        :meth:`rebucket`; grown with "none" when the unit table outgrew it.
+        """
         bkt = self.bkt
-        if len(bkt) < n:
+        if bkt is None:
+            bkt = np.full(max(n, len(self.table.alive)), self.max_buckets, dtype=_bkt_dtype(self.max_buckets))
+            units = self.units[: self.end]
+            used = units != 0
+            bkt[units[used]] = self.positions_bucket()[used]
+            self.bkt = bkt
+        elif len(bkt) < n:
             grown = np.full(max(n, 2 * len(bkt)), self.max_buckets, dtype=bkt.dtype)
             grown[: len(bkt)] = bkt
             bkt = self.bkt = grown
@@ -307,9 +323,10 @@ class BucketList:
         units = np.concatenate([units[units != 0], np.array(self.buf_u, dtype=np.intp)])
         assert len(np.unique(units)) == len(units), "one entry per unit per list"
         assert int(self.table.alive[units].sum()) == self.live
-        written = self.units[: self.end]
-        written = written[written != 0]
-        assert int((self.bkt != self.max_buckets).sum()) == len(written)
-        for j in range(nb):
-            s, c = self.start[j], self.count[j]
-            assert (self.bkt[self.units[s : s + c]] == j).all()
+        if self.bkt is not None:
+            written = self.units[: self.end]
+            written = written[written != 0]
+            assert int((self.bkt != self.max_buckets).sum()) == len(written)
+            for j in range(nb):
+                s, c = self.start[j], self.count[j]
+                assert (self.bkt[self.units[s : s + c]] == j).all()

@@ -15,7 +15,8 @@ fails wholesale (:func:`_beyond`); every unit then takes its mask from that b-en
 through the list's dense per-unit bucket index (``BucketList.bkt``): ``words |=
 table[bkt]``, a sequential gather from a table that stays in L1 instead of a random
 scatter over the unit ids (measured 3-4x faster at 1M units; see
-docs/content-rein-hcem.md, "Deviation: per-unit bucket index").  The marking stays seed
+docs/content-rein-hcem.md, "Deviation: per-unit bucket index").  Lists with fewer entries
+than a quarter of the units scatter over their own slots instead.  The marking stays seed
 004's: the same buckets fail the same events.  A batch of h events reads each list's
 index ``ceil(h / 64)`` times instead of scanning the list h times (REIN).  With one event
 ``match_batch`` is :meth:`REIN.match`.
@@ -135,8 +136,11 @@ class HCEM(REIN):
             for lst, xs, is_low in ((low, lows, True), (high, highs, False)):
                 js = _own_bucket(words, lst, xs, is_low)
                 table = _beyond(lst, js, bits, missing, is_low)
-                take(table, lst.bucket_index(n), out=tmp)
-                bor(words, tmp, out=words)
+                if 4 * len(lst) >= n:  # dense: one sequential gather over all units
+                    take(table, lst.bucket_index(n), out=tmp)
+                    bor(words, tmp, out=words)
+                elif len(lst):  # sparse: over the list's slots (slack slots hold unit 0)
+                    words[lst.units[: lst.end]] |= table[lst.positions_bucket()]
         some = np.flatnonzero((words & full) != full)
         sub = words[some]
         return [self._collect(some[(sub & _BITS[i]) == 0], event) for i, event in enumerate(chunk)]

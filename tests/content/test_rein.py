@@ -215,3 +215,37 @@ def test_fig2_events_enter_in_value_order() -> None:
     assert hcem.match_batch(batch) == want
     assert rein.match_batch(batch) == want
     assert [hcem.match(e) for e in batch] == want
+
+
+def test_hcem_bucket_index_follows_inserts_deletes_and_sparse_lists() -> None:
+    """HCEM's per-unit bucket index (dense lists) and slot scatter (sparse lists) stay exact."""
+    rng = random.Random(40)
+    hcem, oracle = HCEM(buckets=8), BruteForce()
+    sid = 0
+
+    def add(f: Filter) -> None:
+        nonlocal sid
+        hcem.add(sid, f)
+        oracle.add(sid, f)
+        sid += 1
+
+    for _ in range(400):
+        add(_random_filter(rng, 3, 2))  # a0..a2: dense lists
+    for v in range(20):
+        add(Filter("sparse", ((Predicate.of("s", Op.GE, v / 20),),)))  # s: a sparse list
+    batch = [
+        {"a0": rng.random(), "a1": rng.random(), "a2": rng.random(), "s": rng.random()} for _ in range(70)
+    ]
+    batch[3] = {"a0": 0.5}  # missing attributes fail every unit with an entry there
+    assert hcem.match_batch(batch) == [oracle.match(e) for e in batch]
+    low, _ = hcem._lists["a0"]
+    s_low, _ = hcem._lists["s"]
+    assert low.bkt is not None and s_low.bkt is None, "index built for dense lists only"
+    for _ in range(60):  # inserts after the index exists are written through flush
+        add(_random_filter(rng, 3, 2))
+    for victim in range(0, sid, 7):
+        hcem.remove(victim)
+        oracle.remove(victim)
+    hcem._check()
+    assert hcem.match_batch(batch) == [oracle.match(e) for e in batch]
+    hcem._check()
