@@ -393,6 +393,19 @@ class Router:
             )
         return routes
 
+    def _check(self) -> None:
+        """Assert the cache bound and that every cached plan equals a fresh one (O(cache))."""
+        assert len(self._cache) <= self.cache_size
+        for topic, plan in self._cache.items():
+            fresh = _Plan(self.index.match(topic))
+            assert plan.fixed == fresh.fixed, topic
+            assert plan.general == fresh.general, topic
+            assert plan.by_selector == fresh.by_selector, topic
+            assert plan.shared == fresh.shared, topic
+            assert plan.selective == fresh.selective, topic
+            for key, routes in enumerate(plan.routes):
+                assert routes is None or routes == fresh.fixed_routes(key), topic
+
     # ------------------------------------------------------------ retained
     def store_retained(self, msg: Message) -> None:
         """Store ``msg`` as the retained message of its topic (empty payload clears it)."""
