@@ -207,6 +207,8 @@ class Stats:
     refused_max_connections: int = 0
     refused_connection_rate: int = 0
     refused_anonymous: int = 0
+    # deliveries an authorize hook refused ("receive": live messages and retained on SUBSCRIBE)
+    receive_denied: int = 0
 
 
 class _Observers:
@@ -309,6 +311,16 @@ class Core:
             self._opinion(self.obs.authorize, "authorize", session.client_id, session.username, action, topic)
             is not False
         )
+
+    def may_receive(self, session: Session, topic: str) -> bool:
+        """``authorize("receive")`` for a delivery (ACL read rules re-checked per message, so a
+        reloaded ACL or a deny rule narrower than the subscribed filter applies); refusals are
+        counted in ``$SYS/broker/messages/receive_denied``.  Sessions of in-process
+        subscriptions (``sink``) are not checked."""
+        if session.sink is not None or self.authorize(session, "receive", topic):
+            return True
+        self.stats.receive_denied += 1
+        return False
 
     def subscription_changed(
         self,
@@ -460,9 +472,10 @@ class Core:
             obs.fan = fan
         sessions = self.sessions
         deliver = self.deliver
+        may_receive = self.may_receive if obs.authorize else None
         for r in routes:
             s = sessions.get(r.client_id)
-            if s is not None:
+            if s is not None and (may_receive is None or may_receive(s, msg.topic)):
                 deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
         self.stats.messages_received += 1
         if obs.deliveries:
@@ -757,6 +770,7 @@ class Core:
             "$SYS/broker/bytes/sent": str(st.bytes_sent),
             "$SYS/broker/retained/count": str(len(self.router.retained)),
             "$SYS/broker/malformed": str(st.malformed),
+            "$SYS/broker/messages/receive_denied": str(st.receive_denied),
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
@@ -1384,6 +1398,7 @@ class Connection:
                 retained.extend(
                     (msg, min(qos, msg.qos), True, plain, selector)
                     for msg in router.retained_for(plain, selector, now)
+                    if not core.obs.authorize or core.may_receive(s, msg.topic)
                 )
         ack_props = NO_PROPERTIES
         if v5 and reasons and self.problem_info:

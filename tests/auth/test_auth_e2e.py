@@ -242,11 +242,6 @@ async def test_will_outside_the_acl_is_not_published(tmp_path: Path) -> None:
         assert m.topic.value == "public/marker", f"will published to {m.topic.value}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker core does not call authorize('receive') on delivery, so a reloaded ACL "
-    "does not reach subscriptions granted before the reload",
-)
 async def test_reloaded_acl_applies_to_existing_subscriptions(tmp_path: Path) -> None:
     auth = make_auth(tmp_path)
     async with (
@@ -262,3 +257,27 @@ async def test_reloaded_acl_applies_to_existing_subscriptions(tmp_path: Path) ->
         await b.publish("inbox/alice/marker", b"")
         m = await next_message(alice)
         assert m.topic.value == "inbox/alice/marker", f"revoked topic delivered: {m.topic.value}"
+        assert b.core.stats.receive_denied == 1
+        assert b.core.sys_values(0.0)["$SYS/broker/messages/receive_denied"] == "1"
+
+
+class _NoSecrets(Hooks):
+    """A policy hook (not an ACL file): everything allowed except receiving ``secret/...``."""
+
+    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+        return not (action == "receive" and topic.startswith("secret/"))
+
+
+async def test_receive_is_checked_for_retained_and_live_deliveries() -> None:
+    async with Broker(host="127.0.0.1", port=0, hooks=[_NoSecrets()], sys_interval=0) as b:
+        await b.publish("secret/x", b"retained secret", retain=True)
+        await b.publish("open/x", b"retained open", retain=True)
+        async with client(b, "c1", None, None) as c:
+            await c.subscribe("+/x")
+            m = await next_message(c)
+            assert (m.topic.value, m.payload) == ("open/x", b"retained open")
+            await b.publish("secret/x", b"live secret")
+            await b.publish("open/x", b"live open")
+            m = await next_message(c)
+            assert (m.topic.value, m.payload) == ("open/x", b"live open")
+        assert b.core.stats.receive_denied == 2
