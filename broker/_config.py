@@ -120,6 +120,12 @@ class BrokerConfig:
     retain_available: bool = True
     #: bounded queue length of each in-process ``Broker.subscribe`` subscription.
     inprocess_queue_size: int = 10_000
+    #: subscriptions one client may hold; more are refused in SUBACK (v5 0x97 Quota
+    #: exceeded, 3.1.1 0x80). Counted in ``$SYS/broker/subscriptions/refused/quota``.
+    max_subscriptions_per_client: int = 10_000
+    #: levels of a topic name or filter (``a/b/c`` has 3): a PUBLISH with more is a v5
+    #: DISCONNECT 0x90 (3.1.1: close), a SUBSCRIBE filter with more is refused (0x8F / 0x80).
+    max_topic_levels: int = 128
     #: topic filters whose SUBSCRIBE is refused (0x80 Unspecified error), e.g.
     #: ``["test/nosubscribe"]`` for the Eclipse Paho interoperability suite.
     refused_filters: tuple[str, ...] = ()

@@ -90,6 +90,8 @@ from broker.packets import (
 __all__ = ["Connection", "ConnectionState", "Core", "Outgoing", "Session", "Stats"]
 
 log = logging.getLogger("broker")
+#: seconds between two log lines about the same kind of limit refusal
+LIMIT_LOG_INTERVAL = 10.0
 
 _NEVER = 0xFFFFFFFF
 _SHARE = "$share/"
@@ -209,6 +211,10 @@ class Stats:
     refused_anonymous: int = 0
     # deliveries an authorize hook refused ("receive": live messages and retained on SUBSCRIBE)
     receive_denied: int = 0
+    # session limits (docs/broker.md, "Limits")
+    refused_subscription_quota: int = 0  # SUBACK 0x97/0x80: max_subscriptions_per_client
+    refused_topic_levels: int = 0  # PUBLISH or SUBSCRIBE beyond max_topic_levels
+    refused_selector: int = 0  # content filters refused in SUBACK (syntax or complexity)
 
 
 class _Observers:
@@ -266,6 +272,7 @@ class Core:
         self.router = Router(cfg.partial_unsubscribe, cfg.content_engine)
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
+        self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
         self.dirty: set[Connection] = set()
         self.stats = Stats()
         self.obs = _Observers(hooks)
@@ -774,7 +781,25 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/subscriptions/refused/quota": str(st.refused_subscription_quota),
+            "$SYS/broker/subscriptions/refused/selector": str(st.refused_selector),
+            "$SYS/broker/topic_levels/refused": str(st.refused_topic_levels),
         }
+
+    def log_limit(self, kind: str, client_id: str, what: str) -> None:
+        """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
+        flood under abuse); the ``$SYS`` counters count every refusal."""
+        now = time.monotonic()
+        last = self._limit_logged.get(kind)
+        if last is None or now - last >= LIMIT_LOG_INTERVAL:
+            self._limit_logged[kind] = now
+            log.warning(
+                "client %s: %s (further %s refusals not logged for %g s)",
+                client_id,
+                what,
+                kind,
+                LIMIT_LOG_INTERVAL,
+            )
 
     def publish_sys(self, now: float) -> None:
         for topic, value in self.sys_values(now).items():
@@ -1208,6 +1233,11 @@ class Connection:
         except topics.InvalidTopic as exc:
             self.disconnect(ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
             return
+        if topic.count("/") >= cfg.max_topic_levels:
+            core.stats.refused_topic_levels += 1
+            core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")
+            self.disconnect(ReasonCode.TOPIC_NAME_INVALID, f"more than {cfg.max_topic_levels} topic levels")
+            return
         pid = p.packet_id
         if qos == 2 and pid in s.qos2_received:
             # duplicate: already routed (method A, MQTT 5 4.3.3)
@@ -1358,11 +1388,19 @@ class Connection:
                 codes.append(ReasonCode.TOPIC_FILTER_INVALID)
                 reasons.append(f"{plain!r}: {exc}")
                 continue
+            if plain.count("/") >= cfg.max_topic_levels:
+                core.stats.refused_topic_levels += 1
+                core.log_limit("topic_levels", s.client_id, "topic filter beyond max_topic_levels")
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID)
+                reasons.append(f"{plain!r}: more than {cfg.max_topic_levels} topic levels")
+                continue
             compiled: content.Filter | None = None
             if selector is not None:
                 try:
                     compiled = content.compile(selector)
                 except content.FilterSyntaxError as exc:
+                    core.stats.refused_selector += 1
+                    core.log_limit("selector", s.client_id, f"content filter refused: {exc}")
                     codes.append(ReasonCode.TOPIC_FILTER_INVALID)
                     reasons.append(f"content filter {selector!r}: {exc} at position {exc.position}")
                     continue
@@ -1373,6 +1411,14 @@ class Connection:
             if core.obs.authorize and not core.authorize(s, "subscribe", full_filter):
                 codes.append(ReasonCode.NOT_AUTHORIZED)
                 reasons.append(f"{full_filter!r}: not authorized")
+                continue
+            if router.index.entry_count(s.client_id) >= cfg.max_subscriptions_per_client and not any(
+                e.topic_filter == full_filter for e in router.index.entries(s.client_id)
+            ):
+                core.stats.refused_subscription_quota += 1
+                core.log_limit("subscriptions", s.client_id, "max_subscriptions_per_client reached")
+                codes.append(ReasonCode.QUOTA_EXCEEDED)  # 3.1.1: 0x80 (codec)
+                reasons.append(f"{full_filter!r}: more than {cfg.max_subscriptions_per_client} subscriptions")
                 continue
             qos = min(req.qos, cfg.maximum_qos)
             options = SubOptions(
