@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BucketList", "UnitTable"]
+__all__ = ["BktArray", "BucketList", "UnitTable"]
 
 _FLUSH = 8192  # queued entries per list before they are written (bounds the queue's memory)
 

