@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
@@ -296,6 +296,7 @@ class Router:
         self._cache: OrderedDict[str, _Plan] = OrderedDict()
         self.cache_size = cache_size
         self.cache_misses = 0
+        self._seen: set[str] = set()  # topics that missed once (admission filter)
         self.routed = 0
         self.index: topics.SubscriptionIndex[SubOptions] = _CachingIndex(partial_unsubscribe, self._cache)
         self.retained: topics.RetainedTree[Message] = topics.RetainedTree()
@@ -322,23 +323,81 @@ class Router:
         return self.engine.match(content.attributes(payload))
 
     # ------------------------------------------------------------ routing
-    def _plan(self, topic: str) -> _Plan:
+    def _plan(self, topic: str) -> _Plan | None:
+        """The cached plan of ``topic``; None on a first miss (admission: a topic gets a plan
+        when it misses twice within ``cache_size`` distinct missed topics, so a cyclic scan
+        over more topics than the cache holds routes directly instead of thrashing)."""
         cache = self._cache
         plan = cache.get(topic)
         if plan is not None:
             cache.move_to_end(topic)
             return plan
         self.cache_misses += 1
+        seen = self._seen
+        if topic not in seen:
+            if len(seen) >= self.cache_size:
+                seen.clear()
+            seen.add(topic)
+            return None
+        seen.discard(topic)
         plan = _Plan(self.index.match(topic))
         cache[topic] = plan
         if len(cache) > self.cache_size:
             cache.popitem(last=False)
         return plan
 
+    def _route_direct(self, msg: Message) -> list[Route]:
+        """Route without a plan: one index match, the engine only if a selector is met."""
+        result = self.index.match(msg.topic)
+        routes: list[Route] = []
+        append = routes.append
+        publisher = msg.publisher_id
+        mqos = msg.qos
+        mretain = msg.retain
+        sel_ok: AbstractSet[object] | None = None
+        for client_id, subs in result.clients.items():
+            ok: AbstractSet[object] = _EMPTY
+            for sub in subs:
+                if sub.options.selector is not None:
+                    if sel_ok is None:
+                        sel_ok = self._matching_selectors(msg.payload)
+                    ok = sel_ok
+                    break
+            r = _client_route(client_id, subs, publisher, mqos, mretain, ok)
+            if r is not None:
+                append(r)
+        if result.shared:
+            if sel_ok is None and any(o.selector is not None for ms in result.shared.values() for _, o in ms):
+                sel_ok = self._matching_selectors(msg.payload)
+            self._route_shared(result.shared, _EMPTY if sel_ok is None else sel_ok, mqos, append)
+        return routes
+
+    def _route_shared(
+        self,
+        shared: dict[tuple[str, str], list[tuple[str, SubOptions]]],
+        sel_ok: AbstractSet[object],
+        mqos: int,
+        append: Callable[[Route], None],
+    ) -> None:
+        """One delivery per shared group, round robin over the members the message passes."""
+        for key, members in shared.items():
+            candidates = [m for m in members if m[1].selector is None or m[1].selector in sel_ok]
+            if not candidates:
+                continue
+            n = self._rr.get(key, 0)
+            self._rr[key] = n + 1
+            client_id, o = candidates[n % len(candidates)]
+            ids_t = () if o.subscription_id is None else (o.subscription_id,)
+            append(
+                Route(client_id, mqos if mqos < o.qos else o.qos, False, ids_t, o.topic_filter, o.selector)
+            )
+
     def route(self, msg: Message) -> list[Route]:
         """Decide every delivery of ``msg`` (MQTT 5 section 4.5 and CONTRACT.md rules)."""
         self.routed += 1
         plan = self._plan(msg.topic)
+        if plan is None:
+            return self._route_direct(msg)
         mqos = msg.qos
         mretain = msg.retain
         key = 2 * mqos + mretain
@@ -373,24 +432,8 @@ class Router:
                             r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
                             if r is not None:
                                 append(r)
-        for key_, members in plan.shared.items():
-            candidates = [m for m in members if m[1].selector is None or m[1].selector in sel_ok]
-            if not candidates:
-                continue
-            n = self._rr.get(key_, 0)
-            self._rr[key_] = n + 1
-            client_id, o = candidates[n % len(candidates)]
-            ids_t = () if o.subscription_id is None else (o.subscription_id,)
-            append(
-                Route(
-                    client_id,
-                    mqos if mqos < o.qos else o.qos,
-                    False,
-                    ids_t,
-                    o.topic_filter,
-                    o.selector,
-                )
-            )
+        if plan.shared:
+            self._route_shared(plan.shared, sel_ok, mqos, append)
         return routes
 
     def _check(self) -> None:
