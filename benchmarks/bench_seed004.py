@@ -63,6 +63,8 @@ def index_bytes(engine: HCEM) -> int:
     for pair in engine._lists.values():
         for lst in pair:
             total += lst.vals.nbytes + lst.units.nbytes
+            if lst.bkt is not None:  # hcem's per-unit bucket index, built by the first batch
+                total += lst.bkt.nbytes
     return total
 
 

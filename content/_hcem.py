@@ -14,7 +14,7 @@ cumulative OR over the list's b buckets gives, for every bucket, the bits of the
 fails wholesale (:func:`_beyond`); every unit then takes its mask from that b-entry table
 through the list's dense per-unit bucket index (``BucketList.bkt``): ``words |=
 table[bkt]``, a sequential gather from a table that stays in L1 instead of a random
-scatter over the unit ids (measured 3-4x faster at 1M units; see
+scatter over the unit ids (about 2x less per list at 1M units; see
 docs/content-rein-hcem.md, "Deviation: per-unit bucket index").  Lists with fewer entries
 than a quarter of the units scatter over their own slots instead.  The marking stays seed
 004's: the same buckets fail the same events.  A batch of h events reads each list's
