@@ -538,7 +538,7 @@ class Core:
         if len(s.queue) >= self.config.max_queued_messages:
             self.stats.queue_overflow += 1
             if conn is not None:
-                log.warning("client %s: queue full (%d messages), disconnecting", s.client_id, len(s.queue))
+                self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
                 conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
             return
         s.queue.append(out)
@@ -786,14 +786,15 @@ class Core:
             "$SYS/broker/topic_levels/refused": str(st.refused_topic_levels),
         }
 
-    def log_limit(self, kind: str, client_id: str, what: str) -> None:
+    def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
         flood under abuse); the ``$SYS`` counters count every refusal."""
         now = time.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
             self._limit_logged[kind] = now
-            log.warning(
+            log.log(
+                level,
                 "client %s: %s (further %s refusals not logged for %g s)",
                 client_id,
                 what,
@@ -1044,7 +1045,7 @@ class Connection:
     def malformed(self, exc: MalformedPacket) -> None:
         """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
         self.core.stats.malformed += 1
-        log.info("client %s (%s): %s", self.client_id, self.peer, exc)
+        self.core.log_limit("malformed", self.client_id, f"({self.peer}) {exc}", logging.INFO)
         if (
             self.state is ConnectionState.AWAIT_CONNECT
             and exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 
 import aiomqtt
+import pytest
 
 from broker import Broker
 from broker._codec import encode
+from broker._session import LIMIT_LOG_INTERVAL
 from broker.packets import (
     Auth,
     Connect,
@@ -184,7 +187,8 @@ async def _ping_pong(port: int, stop: asyncio.Event) -> tuple[int, list[bytes]]:
     return sent, got
 
 
-async def test_live_fuzz_keeps_broker_and_good_client_alive() -> None:
+async def test_live_fuzz_keeps_broker_and_good_client_alive(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="broker")
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
         stop = asyncio.Event()
         pp = asyncio.create_task(_ping_pong(b.port, stop))
@@ -206,3 +210,6 @@ async def test_live_fuzz_keeps_broker_and_good_client_alive() -> None:
                 await asyncio.sleep(0.01)
         b.core._check()
         assert b.core.stats.connections_total >= per * WORKERS  # every case reached the broker
+    # malformed input is logged at most once per LIMIT_LOG_INTERVAL: no log flood
+    malformed_logged = [r for r in caplog.records if "further malformed refusals" in r.getMessage()]
+    assert 1 <= len(malformed_logged) <= 1 + int(120 / LIMIT_LOG_INTERVAL)
