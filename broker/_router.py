@@ -8,9 +8,13 @@ entries inside the MQTT broker"; seed 002, the IBM patent, Fig. 4-7) live in
 
 Content filters (seed 000 / 003 engines behind ``content.ENGINES``) are kept in one
 engine keyed by selector text, with a reference count, so identical selectors are indexed
-once.  Per publish the JSON attributes are computed once, and the engine is consulted only
-when a subscription that matched by topic carries a filter: cost O(topic match) for
-unfiltered traffic, plus one ``engine.match(event)`` otherwise.
+once.  Routing goes through a per-topic plan (an LRU cache of ``cache_size`` topic names,
+issue 8 item 2): plain subscribers get prebuilt routes, selector-only subscribers are indexed
+by selector so one ``engine.match`` per message is joined with the plan in O(matched
+selectors) instead of testing every topic candidate, and the JSON payload is parsed only when
+a subscription on the topic carries a selector.  Plans are dropped by the index subclass on
+every subscription change that can affect them (one topic for an exact filter, all otherwise);
+a topic gets a plan on its second miss, so scans wider than the cache route directly.
 
 Shared subscriptions (``$share/<group>/<filter>``) are delivered to one member of the
 group, round robin over the members whose options accept the message.
