@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable
+from operator import itemgetter
 from typing import ClassVar
 
 import numpy as np
@@ -217,8 +218,13 @@ class REIN(Engine):
         unit_sub = self._unit_sub
         residual = self._residual
         get = event.get
+        us = survivors.tolist()
+        if len(us) > 1:  # fast path: no survivor has residuals -> two C-level gathers
+            pick = itemgetter(*us)
+            if not any(pick(residual)):
+                return set(pick(unit_sub))
         out: set[SubId] = set()
-        for u in survivors.tolist():
+        for u in us:
             rest = residual[u]
             if rest is None or all(p.test(get(p.attr)) for p in rest):
                 out.add(unit_sub[u])
