@@ -1,10 +1,13 @@
 """Model test of the router's plan cache and engine-first join against per-message routing.
 
-The reference routes every message the way the router did before plans existed: one
-``SubscriptionIndex.match`` per message and one ``engine.match`` over the JSON attributes,
-evaluating every topic-matched subscription.  The state machine interleaves subscriptions
-(plain, wildcard, ``$share``, with and without selectors and no-local), partial
-unsubscriptions, client removals and publishes, and compares the deliveries.
+The reference is brute force for plain subscriptions: the machine keeps every client's
+ordered entries (subscriptions and negative entries, CONTRACT.md "Negative entries inside the
+MQTT broker") itself, walks them newest first with ``topics.matches`` and evaluates every
+selector with ``content.compile(...)`` directly on the JSON attributes; ``$share`` groups come
+from ``SubscriptionIndex.match`` (only the member choice is the router's).  The state
+machine interleaves subscriptions (plain, wildcard, ``$share``, with and without selectors
+and no-local), partial unsubscriptions, client removals and publishes, and compares the
+deliveries.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import content
+import topics
 from broker._router import Message, Router, SubOptions
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
@@ -23,19 +27,44 @@ TOPICS = ["a/b", "a/c", "b/b", "a"]
 SELECTORS = [None, "x > 1", "x < 3", "y = 'k'"]
 
 
-def reference(router: Router, msg: Message) -> list[tuple[object, ...]]:
+# per client: entries oldest first, (filter, options) or (filter, None) for a negative entry
+Entries = dict[str, list[tuple[str, SubOptions | None]]]
+
+
+def model_subscribe(entries: Entries, cid: str, f: str, opts: SubOptions) -> None:
+    lst = [(g, o) for g, o in entries.get(cid, []) if g != f and not (o is None and topics.includes(f, g))]
+    entries[cid] = [*lst, (f, opts)]
+
+
+def model_unsubscribe(entries: Entries, cid: str, f: str) -> None:
+    old = entries.get(cid, [])
+    exact = any(g == f and o is not None for g, o in old)
+    lst = [
+        (g, o) for g, o in old if not (g == f and o is not None) and not (o is None and topics.includes(f, g))
+    ]
+    if not exact and any(o is not None and topics.overlaps(f, g) for g, o in lst):
+        lst.append((f, None))
+    entries[cid] = lst
+
+
+def reference(router: Router, entries: Entries, msg: Message) -> list[tuple[object, ...]]:
     result = router.index.match(msg.topic)
-    sel_ok = router.engine.match(content.attributes(msg.payload))
+    attrs = content.attributes(msg.payload)
     out: list[tuple[object, ...]] = []
-    for cid, subs in result.clients.items():
+    for cid, lst in entries.items():
+        collected: list[SubOptions] = []
+        for g, opts in reversed(lst):
+            if topics.matches(g, msg.topic):
+                if opts is None:
+                    break
+                collected.append(opts)
         best: SubOptions | None = None
         ids: list[int] = []
         rap = False
-        for sub in subs:
-            o = sub.options
+        for o in collected:
             if o.no_local and cid == msg.publisher_id:
                 continue
-            if o.selector is not None and o.selector not in sel_ok:
+            if o.selector is not None and not content.compile(o.selector).matches(attrs):
                 continue
             if best is None or o.qos > best.qos:
                 best = o
@@ -46,7 +75,7 @@ def reference(router: Router, msg: Message) -> list[tuple[object, ...]]:
             qos = min(msg.qos, best.qos)
             out.append((cid, qos, msg.retain and rap, tuple(ids), best.topic_filter, best.selector))
     for key, members in result.shared.items():
-        ok = sorted(c for c, o in members if o.selector is None or o.selector in sel_ok)
+        ok = sorted(c for c, o in members if o.selector is None or content.compile(o.selector).matches(attrs))
         if ok:
             out.append(("$share", key, tuple(ok)))
     return sorted(out, key=repr)
@@ -57,6 +86,7 @@ class RouterMachine(RuleBasedStateMachine):
         super().__init__()
         self.router = Router(cache_size=3)
         self.selectors: dict[tuple[str, str], str] = {}
+        self.entries: Entries = {}
         self.next_id = 1
 
     @rule(
@@ -83,10 +113,14 @@ class RouterMachine(RuleBasedStateMachine):
             self.router.release_selector(old)
         opts = SubOptions(qos, no_local and not shared, rap, 0, sub_id, sel, plain)
         self.router.index.subscribe(cid, f, opts)
+        if not shared:
+            model_subscribe(self.entries, cid, f, opts)
 
     @rule(cid=st.sampled_from(CLIENTS), f=st.sampled_from(FILTERS))
     def unsubscribe(self, cid: str, f: str) -> None:
         self.router.index.unsubscribe(cid, f)  # partial unsubscribe may leave a negative entry
+        if not f.startswith("$share/"):
+            model_unsubscribe(self.entries, cid, f)
         old = self.selectors.pop((cid, f), None)
         if old is not None:
             self.router.release_selector(old)
@@ -94,6 +128,7 @@ class RouterMachine(RuleBasedStateMachine):
     @rule(cid=st.sampled_from(CLIENTS))
     def remove_client(self, cid: str) -> None:
         self.router.index.remove_client(cid)
+        self.entries.pop(cid, None)
         for key in [k for k in self.selectors if k[0] == cid]:
             self.router.release_selector(self.selectors.pop(key))
 
@@ -108,7 +143,7 @@ class RouterMachine(RuleBasedStateMachine):
     def publish(self, topic: str, x: int, y: str, qos: int, retain: bool, pub: str | None) -> None:
         payload = orjson.dumps({"x": x, "y": y})
         msg = Message(topic, payload, qos, retain, publisher_id=pub)
-        expected = reference(self.router, msg)
+        expected = reference(self.router, self.entries, msg)
         routes = self.router.route(msg)
         shared: dict[object, tuple[str, ...]] = {e[1]: e[2] for e in expected if e[0] == "$share"}  # type: ignore[misc]
         plain = [e for e in expected if e[0] != "$share"]
