@@ -34,7 +34,7 @@ TIMEOUT = 5.0
 
 
 class RawClient:
-    instances: ClassVar[list[RawClient]] = []  # closed by tests/conformance/conftest.py after each test
+    instances: ClassVar[list[RawClient]] = []  # see close_all (conftest fixtures call it after tests)
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, version: int) -> None:
         self.reader = reader
@@ -43,7 +43,19 @@ class RawClient:
         self.decoder = Decoder(version, server=False)
         self.pending: list[Packet] = []
         self.next_id = 1
+        self.loop = asyncio.get_running_loop()
         RawClient.instances.append(self)
+
+    @classmethod
+    async def close_all(cls) -> None:
+        """Close every client opened on the running loop; forget the others (their loop, and
+        with it their transport, is gone: a test that did not close its clients must not break
+        the next test's teardown)."""
+        loop = asyncio.get_running_loop()
+        while cls.instances:
+            c = cls.instances.pop()
+            if c.loop is loop:
+                await c.close()
 
     @classmethod
     async def open(cls, port: int, version: int = 5) -> RawClient:

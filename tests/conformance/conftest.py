@@ -19,5 +19,4 @@ async def broker() -> AsyncIterator[Broker]:
 @pytest_asyncio.fixture(autouse=True)
 async def _close_raw_clients() -> AsyncIterator[None]:
     yield
-    while RawClient.instances:
-        await RawClient.instances.pop().close()
+    await RawClient.close_all()

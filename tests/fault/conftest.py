@@ -13,5 +13,4 @@ from tests.rawclient import RawClient
 @pytest_asyncio.fixture(autouse=True)
 async def _close_raw_clients() -> AsyncIterator[None]:
     yield
-    while RawClient.instances:
-        await RawClient.instances.pop().close()
+    await RawClient.close_all()

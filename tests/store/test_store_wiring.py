@@ -42,9 +42,7 @@ def db(tmp_path: Path) -> str:
 
 async def _close_all() -> None:
     """Close the raw clients (a broker stopping with clients open waits for them)."""
-    for c in RawClient.instances:
-        await c.close()
-    RawClient.instances.clear()
+    await RawClient.close_all()
 
 
 @contextlib.asynccontextmanager
