@@ -88,24 +88,14 @@ def main() -> int:
         try:
             _wait_listening(port)
             env = dict(os.environ, PYTHONPATH=str(suite))
-            v311 = subprocess.run(
-                [sys.executable, "-c", RUN_311.format(suite=str(suite), port=port)],
-                cwd=suite,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            v5 = subprocess.run(
-                [sys.executable, "client_test5.py", "-p", str(port)],
-                cwd=suite,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
+
+            def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+                return subprocess.run(
+                    args, cwd=suite, env=env, capture_output=True, text=True, timeout=600, check=False
+                )
+
+            v311 = run([sys.executable, "-c", RUN_311.format(suite=str(suite), port=port)])
+            v5 = run([sys.executable, "client_test5.py", "-p", str(port)])
         finally:
             broker.terminate()
             broker.wait(timeout=10)

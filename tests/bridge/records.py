@@ -66,18 +66,19 @@ def change(
 
 def feed(hook: Hooks, record: Delivery | Publication) -> None:
     """Pass ``record`` to ``hook.on_deliveries`` as the broker would."""
+    received = record.time - record.latency if isinstance(record, Delivery) else record.time
+    msg = Message(
+        record.topic,
+        bytes(record.payload_size),
+        record.qos,
+        record.retained,
+        NO_PROPERTIES,
+        record.publisher_id,
+        record.message_id,
+        received,
+    )
     match record:
         case Delivery():
-            msg = Message(
-                record.topic,
-                bytes(record.payload_size),
-                record.qos,
-                record.retained,
-                NO_PROPERTIES,
-                record.publisher_id,
-                record.message_id,
-                record.time - record.latency,
-            )
             entry = (
                 record.subscriber_id,
                 record.subscription_filter,
@@ -87,14 +88,4 @@ def feed(hook: Hooks, record: Delivery | Publication) -> None:
             )
             hook.on_deliveries(record.time, msg, [entry], -1)
         case Publication():
-            msg = Message(
-                record.topic,
-                bytes(record.payload_size),
-                record.qos,
-                record.retained,
-                NO_PROPERTIES,
-                record.publisher_id,
-                record.message_id,
-                record.time,
-            )
             hook.on_deliveries(record.time, msg, [], record.deliveries)
