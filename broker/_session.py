@@ -1303,15 +1303,21 @@ class Connection:
             self.send_ordered(Pubcomp(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND), False)
 
     # ------------------------------------------------------------ acks from the client
+    def _complete(self, s: Session, pid: int, now: float) -> None:
+        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, or a PUBREC refusal): free the
+        packet id, delete its stored row, and refill the in-flight window."""
+        del s.inflight[pid]
+        store = self.core.store
+        if s.persisted and store is not None:
+            store.complete(s.client_id, pid)
+        self.core.drain(s, now)
+
     def _on_puback(self, p: Puback, now: float) -> None:
         s = self.session
         assert s is not None
         out = s.inflight.get(p.packet_id)
         if out is not None and out.qos == 1:
-            del s.inflight[p.packet_id]
-            if s.persisted and self.core.store is not None:
-                self.core.store.complete(s.client_id, p.packet_id)
-            self.core.drain(s, now)
+            self._complete(s, p.packet_id, now)
 
     def _on_pubrec(self, p: Pubrec, now: float) -> None:
         s = self.session
@@ -1320,30 +1326,23 @@ class Connection:
         if out is None or out.qos != 2:
             self.send(Pubrel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return
-        store = self.core.store
-        persisted = s.persisted and store is not None
         if not _ok(p.reason_code):
-            del s.inflight[p.packet_id]
-            if persisted:
-                store.complete(s.client_id, p.packet_id)  # type: ignore[union-attr]
-            self.core.drain(s, now)
+            self._complete(s, p.packet_id, now)
             return
         out.state = 1
-        if persisted:
+        store = self.core.store if s.persisted else None
+        if store is not None:
             # PUBREL (a Paho receiver hands the message over on it) waits until the message
             # and its state are durable: a crash cannot then duplicate a QoS 2 delivery
-            store.mark_pubrec(s.client_id, p.packet_id)  # type: ignore[union-attr]
-        self.send_ordered(Pubrel(p.packet_id), persisted)
+            store.mark_pubrec(s.client_id, p.packet_id)
+        self.send_ordered(Pubrel(p.packet_id), store is not None)
 
     def _on_pubcomp(self, p: Pubcomp, now: float) -> None:
         s = self.session
         assert s is not None
         out = s.inflight.get(p.packet_id)
         if out is not None and out.state == 1:
-            del s.inflight[p.packet_id]
-            if s.persisted and self.core.store is not None:
-                self.core.store.complete(s.client_id, p.packet_id)
-            self.core.drain(s, now)
+            self._complete(s, p.packet_id, now)
 
     # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
     def _on_subscribe(self, p: Subscribe, now: float) -> None:
