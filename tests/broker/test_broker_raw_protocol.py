@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from broker import Broker
 from broker.packets import (
     Connack,
@@ -25,6 +23,7 @@ from broker.packets import (
     Will,
 )
 from tests.rawclient import RawClient
+from tests.waiting import eventually
 
 T = 5.0
 
@@ -110,8 +109,7 @@ async def test_session_expiry() -> None:
         c, _ = await RawClient.connect(b.port, "exp", 5, properties=props, clean_start=False)
         await subscribe(c, "e/#")
         await c.close()
-        while "exp" in b.core.sessions:  # ends after one second
-            await asyncio.sleep(0.05)
+        await eventually(lambda: "exp" not in b.core.sessions)  # ends after one second
         c, ack = await RawClient.connect(b.port, "exp", 5, properties=props, clean_start=False)
         assert isinstance(ack, Connack) and not ack.session_present
         await c.close()

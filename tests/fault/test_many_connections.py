@@ -9,6 +9,7 @@ from broker import Broker
 from broker._codec import Decoder, encode
 from broker.packets import Connack, Connect, Publish, ReasonCode
 from tests.rawclient import RawClient
+from tests.waiting import eventually
 
 N = 500
 T = 30.0
@@ -42,7 +43,5 @@ async def test_500_idle_connections_and_routing_still_works() -> None:
             w.close()
         await sub.close()
         await pub.close()
-        async with asyncio.timeout(T):
-            while b.core.connections:
-                await asyncio.sleep(0.01)
+        await eventually(lambda: not b.core.connections, T)
         b.core._check()

@@ -18,6 +18,7 @@ from broker import Broker
 from broker._codec import encode
 from broker.packets import Connect, Puback, Publish, Subscribe, SubscriptionRequest
 from tests.rawclient import RawClient
+from tests.waiting import eventually
 
 N = 1000
 PAYLOAD = b"x" * 8192
@@ -56,9 +57,8 @@ async def test_slow_consumers_do_not_stall_fast_ones() -> None:
         try:
             # both slow subscriptions are in place before publishing (a PINGREQ round trip
             # of the same broker loop does not order other connections, so check the index)
-            async with asyncio.timeout(T):
-                while b.core.router.index.entry_count("slow0") + b.core.router.index.entry_count("slow1") < 2:
-                    await asyncio.sleep(0.01)
+            index = b.core.router.index
+            await eventually(lambda: index.entry_count("slow0") + index.entry_count("slow1") >= 2, T)
             readers = [asyncio.create_task(_fast(c)) for c in fast]
             pub, _ = await RawClient.connect(b.port, "pub", 5)
             for i in range(N):
