@@ -571,6 +571,17 @@ class CIndex:
         k = kind_of(value)
         return None if k is None else self.by_kind[k]
 
+    def leaf_names(self, name: str, value: object) -> NameIndex | None:
+        """The level-3 index of constraints on attribute ``name`` of ``value``'s type (None if no
+        constraint has that type and name, or the value is of no supported type).  O(1): two
+        hash lookups (type, then name) on the common path."""
+        names = self.by_type.get(type(value))
+        if names is None:
+            names = self.names_for(value)
+            if names is None:
+                return None
+        return names.get(name)
+
     def _check(self) -> None:
         for names in self.by_kind.values():
             for ni in names.values():

@@ -84,15 +84,9 @@ class ICCounting(Engine):
     def collect(self, event: Event, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
         """Credit the clause ids of every constraint ``event`` satisfies (to ``acc`` as
         ints, to ``parts`` as numpy runs of flattened ordered leaves)."""
-        index = self._index
-        by_type = index.by_type
+        leaf_names = self._index.leaf_names
         for name, v in event.items():
-            names = by_type.get(type(v))
-            if names is None:
-                names = index.names_for(v)
-                if names is None:
-                    continue
-            ni = names.get(name)
+            ni = leaf_names(name, v)
             if ni is not None:
                 ni.collect(cast(Scalar, v), acc, parts)
 

@@ -52,8 +52,7 @@ class RABasedMatching(ICCounting):
         return self.match_batch((event,))[0]
 
     def match_batch(self, events: Sequence[Event]) -> list[set[SubId]]:
-        index = self._index
-        by_type = index.by_type
+        leaf_names = self._index.leaf_names
         # AEList, built incrementally: leaf of the attribute's type and name -> value ->
         # where its hits were collected the first time.  Leaves are per type, so True and 1
         # (equal in Python) never share a key.
@@ -71,12 +70,7 @@ class RABasedMatching(ICCounting):
             accs.append(acc)
             partss.append(parts)
             for name, v in event.items():
-                names = by_type.get(type(v))
-                if names is None:
-                    names = index.names_for(v)
-                    if names is None:
-                        continue
-                ni = names.get(name)
+                ni = leaf_names(name, v)
                 if ni is None:
                     continue  # no constraint has this type and name: nothing to count
                 seen = ae.get(ni)
