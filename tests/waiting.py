@@ -2,7 +2,8 @@
 
 ``await eventually(lambda: not b.core.connections)`` re-checks the condition every 10 ms on the
 test's event loop (which is the broker's loop, so the broker keeps running in between) and fails
-with ``TimeoutError`` after ``timeout`` seconds.
+with ``TimeoutError`` after ``timeout`` seconds.  ``await next_message(client)`` is the next
+message an aiomqtt client receives, with the same kind of timeout.
 """
 
 from __future__ import annotations
@@ -10,10 +11,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-__all__ = ["eventually"]
+import aiomqtt
+
+__all__ = ["eventually", "next_message"]
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.01)
+
+
+async def next_message(c: aiomqtt.Client, timeout: float = 5.0) -> aiomqtt.Message:
+    async def first() -> aiomqtt.Message:
+        async for m in c.messages:
+            return m
+        raise AssertionError("no message")
+
+    return await asyncio.wait_for(first(), timeout)

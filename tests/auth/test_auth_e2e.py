@@ -15,6 +15,7 @@ from broker.auth import FileAuth
 from broker.hooks import Hooks
 from broker.packets import Connect, Decoder, ReasonCode, Will, encode
 from tests.auth.helpers import FAST, write_passwords
+from tests.waiting import next_message
 
 V5 = aiomqtt.ProtocolVersion.V5
 V311 = aiomqtt.ProtocolVersion.V311
@@ -66,15 +67,6 @@ def client(
     return aiomqtt.Client(
         "127.0.0.1", b.port, identifier=ident, username=user, password=password, protocol=protocol
     )
-
-
-async def next_message(c: aiomqtt.Client, timeout: float = T) -> aiomqtt.Message:
-    async def first() -> aiomqtt.Message:
-        async for m in c.messages:
-            return m
-        raise AssertionError("no message")
-
-    return await asyncio.wait_for(first(), timeout)
 
 
 async def refused_code(

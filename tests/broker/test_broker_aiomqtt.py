@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import aiomqtt
 import pytest
 from paho.mqtt.packettypes import PacketTypes
@@ -11,6 +9,7 @@ from paho.mqtt.properties import Properties as PahoProperties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from broker import Broker
+from tests.waiting import next_message
 
 V5 = aiomqtt.ProtocolVersion.V5
 V311 = aiomqtt.ProtocolVersion.V311
@@ -19,15 +18,6 @@ T = 5.0
 
 def client(b: Broker, ident: str, protocol: aiomqtt.ProtocolVersion = V5, **kw: object) -> aiomqtt.Client:
     return aiomqtt.Client("127.0.0.1", b.port, identifier=ident, protocol=protocol, **kw)  # type: ignore[arg-type]
-
-
-async def next_message(c: aiomqtt.Client, timeout: float = T) -> aiomqtt.Message:
-    async def first() -> aiomqtt.Message:
-        async for m in c.messages:
-            return m
-        raise AssertionError("no message")
-
-    return await asyncio.wait_for(first(), timeout)
 
 
 async def no_message(c: aiomqtt.Client, marker_topic: str, b: Broker) -> None:
