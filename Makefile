@@ -4,20 +4,30 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.siftmq-installed
+# the hot path compiled with mypyc (setup.py; the list lives in broker/_build.py)
+BUILT := $(VENV)/.siftmq-compiled
 HOST ?= 127.0.0.1
 PORT ?= 1883
 
-.PHONY: run test lint typecheck unit setup chromium
+.PHONY: run test lint typecheck unit setup build chromium
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# installed without compiling (SIFTMQ_PURE=1): the compile step below runs in the venv, so an
+# edit rebuilds only the extensions instead of reinstalling the project
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
+build: $(BUILT)
+
+$(BUILT): $(STAMP) setup.py $(wildcard broker/*.py topics/*.py)
+	$(PY) setup.py -q build_ext --inplace
+	touch $(BUILT)
+
+run: $(BUILT)
 	$(VENV)/bin/siftmq serve --host $(HOST) --port $(PORT)
 
 lint: $(STAMP)
@@ -36,7 +46,7 @@ chromium:
 	      || echo "chromium could not be installed: the report-rendering test will be skipped"; \
 	  else echo "chromium not installed: the report-rendering test will be skipped"; fi; }
 
-unit: $(STAMP) chromium
+unit: $(BUILT) chromium
 	$(PY) -m pytest
 
 test: lint typecheck unit

@@ -238,6 +238,7 @@ def _serve(args: argparse.Namespace) -> int:
     if roll <= 0:
         print("siftmq serve: --bridge-roll-interval must be positive", file=sys.stderr)
         return 2
+    _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -245,6 +246,17 @@ def _serve(args: argparse.Namespace) -> int:
         return int(run(_run(cfg, data_dir, bool(bridge_on), auth, float(roll))))
     except KeyboardInterrupt:
         return 0
+
+
+def _log_build() -> None:
+    """Say whether the hot path runs compiled (mypyc) and warn about stale extensions."""
+    from broker._build import HOT_MODULES, compiled_modules, stale_modules
+
+    compiled = compiled_modules()
+    log.info("hot path: %d of %d modules compiled with mypyc", len(compiled), len(HOT_MODULES))
+    stale = stale_modules()
+    if stale:
+        log.warning("compiled modules older than their source (run `make build`): %s", ", ".join(stale))
 
 
 def _file_auth(password_file: str | None, acl_file: str | None) -> Any:

@@ -436,29 +436,6 @@ class PublishTemplate:
 
 
 # ---------------------------------------------------------------- decoding
-_obj_new = object.__new__
-_SET_TOPIC, _SET_PAYLOAD, _SET_QOS, _SET_RETAIN, _SET_DUP, _SET_PID, _SET_PROPS = (
-    Publish.__dict__[f].__set__
-    for f in ("topic", "payload", "qos", "retain", "dup", "packet_id", "properties")
-)
-
-
-def _new_publish(  # noqa: PLR0917
-    topic: str, payload: bytes, qos: int, retain: bool, dup: bool, pid: int | None, props: Properties
-) -> Publish:
-    """Build a Publish through its slot descriptors: the same value as ``Publish(...)`` at less
-    than half the cost of the frozen dataclass ``__init__`` (decoder hot path)."""
-    p: Publish = _obj_new(Publish)
-    _SET_TOPIC(p, topic)
-    _SET_PAYLOAD(p, payload)
-    _SET_QOS(p, qos)
-    _SET_RETAIN(p, retain)
-    _SET_DUP(p, dup)
-    _SET_PID(p, pid)
-    _SET_PROPS(p, props)
-    return p
-
-
 def _bad(code: ReasonCode, ptype: int, msg: str) -> MalformedPacket:
     return MalformedPacket(code, f"{_PACKET_NAMES.get(ptype, '?')}: {msg}")
 
@@ -936,7 +913,7 @@ class Decoder:
                         q = r.pos
                     if not topic and props.topic_alias is None:
                         raise _bad(_PROTOCOL, 3, "empty topic name without a topic alias [MQTT-3.3.2-8]")
-                append(_new_publish(topic, data[q:end], qos, bool(flags & 1), bool(flags & 8), pid, props))
+                append(Publish(topic, data[q:end], qos, bool(flags & 1), bool(flags & 8), pid, props))
                 pos = end
                 continue
             if flags != _REQUIRED_FLAGS[ptype]:

@@ -19,3 +19,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+def pytest_configure(config: object) -> None:
+    """Refuse to test stale compiled modules: a mypyc extension shadows its edited source."""
+    from broker._build import stale_modules
+
+    stale = stale_modules()
+    if stale:
+        import pytest
+
+        pytest.exit(f"compiled modules older than their source: {', '.join(stale)}; run `make build`", 2)

@@ -1,0 +1,62 @@
+"""Build hook: compile the broker's hot path with mypyc (metadata lives in pyproject.toml).
+
+The modules in ``broker._build.HOT_MODULES`` are ordinary typed Python (mypy strict); mypyc turns them into C
+extensions with the same behaviour (docs/performance.md, "Compiled hot path"). Everything else
+stays interpreted: modules that users subclass (``broker.hooks``), that are bound by I/O, or
+that mypyc cannot compile yet (generic dataclasses in ``topics._index``).
+
+- ``make build`` (and so ``make run`` / ``make test``) runs ``setup.py build_ext --inplace``:
+  the ``.so`` files land next to their sources and shadow them; ``broker._build`` reports
+  compiled and stale modules, and the test suite refuses to run against a stale one.
+- ``SIFTMQ_PURE=1``: build without compiling (the pure-Python package, same behaviour).
+- No mypyc, or a C compiler that fails: a warning, and the pure-Python package.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+
+def hot_modules() -> list[str]:
+    """``broker._build.HOT_MODULES`` (its one home), read without importing the package."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "broker", "_build.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HOT_MODULES":
+            return [m.replace(".", "/") + ".py" for m in ast.literal_eval(node.value)]
+    raise RuntimeError("broker/_build.py: HOT_MODULES not found")
+
+
+class OptionalBuildExt(build_ext):
+    """Fall back to the pure-Python modules when the C build fails (no compiler, no headers)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # any build failure means: stay pure Python
+            print(f"siftmq: compiling the hot path failed ({exc}); using pure Python", file=sys.stderr)
+
+
+def ext_modules() -> list[object]:
+    if os.environ.get("SIFTMQ_PURE"):
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("siftmq: mypyc not installed; using pure Python", file=sys.stderr)
+        return []
+    paths = hot_modules()
+    # one shared library per package, inside it: topics/ never depends on broker/ (not even in C)
+    groups = [
+        ([p for p in paths if p.startswith(pkg + "/")], f"{pkg}._native") for pkg in ("broker", "topics")
+    ]
+    return list(mypycify(paths, opt_level="3", separate=groups))
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
