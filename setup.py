@@ -39,6 +39,12 @@ class OptionalBuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
+            # date every extension by this build (an unchanged shim is not relinked), so that
+            # broker._build.stale_modules compares sources with the build that saw them
+            for ext in self.extensions:
+                path = self.get_ext_fullpath(ext.name)
+                if os.path.exists(path):
+                    os.utime(path)
         except Exception as exc:  # any build failure means: stay pure Python
             print(f"siftmq: compiling the hot path failed ({exc}); using pure Python", file=sys.stderr)
 

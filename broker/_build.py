@@ -9,7 +9,7 @@ test suite refuses to test old code.  Cost: one ``stat`` per module, at start-up
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import os
 from importlib.machinery import EXTENSION_SUFFIXES
 
@@ -17,6 +17,7 @@ __all__ = ["HOT_MODULES", "compiled_modules", "stale_modules"]
 
 #: the modules ``setup.py`` compiles (issue 8, "Compiled hot path" in docs/performance.md)
 HOT_MODULES = (
+    "broker._record",
     "broker.packets",
     "broker._codec",
     "broker._router",
@@ -27,21 +28,46 @@ HOT_MODULES = (
 )
 
 
-def _file(name: str) -> str:
-    return str(getattr(importlib.import_module(name), "__file__", "") or "")
+#: prefix of the shared library that holds a package's compiled code (setup.py's groups)
+_SHARED = "_native__mypyc."
+
+
+def _extension(name: str) -> str | None:
+    """The C extension file of module ``name`` next to its package's sources, if any (found
+    on disk: the ``__file__`` of a compiled module is not reliable)."""
+    package, _, module = name.rpartition(".")
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        for suffix in EXTENSION_SUFFIXES:
+            path = os.path.join(folder, module + suffix)
+            if os.path.exists(path):
+                return path
+    return None
 
 
 def compiled_modules() -> list[str]:
-    """The hot modules imported from a C extension (empty: the pure-Python build)."""
-    return [m for m in HOT_MODULES if _file(m).endswith(tuple(EXTENSION_SUFFIXES))]
+    """The hot modules that have a C extension, which the import system prefers to the source
+    (empty: the pure-Python build)."""
+    return [m for m in HOT_MODULES if _extension(m) is not None]
 
 
 def stale_modules() -> list[str]:
     """Compiled hot modules whose ``.py`` source is newer than their extension."""
     stale = []
-    for m in compiled_modules():
-        ext = _file(m)
-        source = os.path.join(os.path.dirname(ext), m.rsplit(".", 1)[1] + ".py")
-        if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(ext):
+    for m in HOT_MODULES:
+        ext = _extension(m)
+        if ext is None:
+            continue
+        folder = os.path.dirname(ext)
+        # a module's own extension is a shim (rebuilt only when its C changes); the code is in
+        # the package's shared library, so the newer of the two dates the build
+        built = max(
+            [os.path.getmtime(ext)]
+            + [os.path.getmtime(os.path.join(folder, f)) for f in os.listdir(folder) if f.startswith(_SHARED)]
+        )
+        source = os.path.join(folder, m.rsplit(".", 1)[1] + ".py")
+        if os.path.exists(source) and os.path.getmtime(source) > built:
             stale.append(m)
     return stale

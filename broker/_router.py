@@ -28,9 +28,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Final
 
 import content
 import topics
+from broker._record import Record
 from broker.packets import NO_PROPERTIES, Properties
 
 __all__ = [
@@ -44,23 +46,58 @@ __all__ = [
 _message_ids = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(Record):
     """One accepted application message (immutable; shared by all its deliveries).
 
     ``expires_at`` is a ``time.monotonic()`` deadline or None; ``received`` is the
-    ``time.time()`` of receipt (for hook latencies).
+    ``time.time()`` of receipt (for hook latencies).  A hand-written record rather than a
+    frozen dataclass because one is built per PUBLISH (:mod:`broker._record`).
     """
 
-    topic: str
-    payload: bytes
-    qos: int = 0
-    retain: bool = False
-    properties: Properties = NO_PROPERTIES
-    publisher_id: str | None = None
-    message_id: int = 0
-    received: float = 0.0
-    expires_at: float | None = None
+    __slots__ = (
+        "expires_at",
+        "message_id",
+        "payload",
+        "properties",
+        "publisher_id",
+        "qos",
+        "received",
+        "retain",
+        "topic",
+    )
+    __match_args__ = (
+        "topic",
+        "payload",
+        "qos",
+        "retain",
+        "properties",
+        "publisher_id",
+        "message_id",
+        "received",
+        "expires_at",
+    )
+
+    def __init__(  # noqa: PLR0917 (the dataclass-style positional constructor)
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 0,
+        retain: bool = False,
+        properties: Properties = NO_PROPERTIES,
+        publisher_id: str | None = None,
+        message_id: int = 0,
+        received: float = 0.0,
+        expires_at: float | None = None,
+    ) -> None:
+        self.topic: Final = topic
+        self.payload: Final = payload
+        self.qos: Final = qos
+        self.retain: Final = retain
+        self.properties: Final = properties
+        self.publisher_id: Final = publisher_id
+        self.message_id: Final = message_id
+        self.received: Final = received
+        self.expires_at: Final = expires_at
 
     @staticmethod
     def create(  # noqa: PLR0917 (hot path: positional arguments)
@@ -99,16 +136,28 @@ class SubOptions:
     topic_filter: str = ""  # the plain topic filter (without $share / $filter prefixes)
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    """One delivery decided by the router: ``client_id`` receives the message."""
+class Route(Record):
+    """One delivery decided by the router: ``client_id`` receives the message (a record
+    built per delivery to a selector subscriber, :mod:`broker._record`)."""
 
-    client_id: str
-    qos: int
-    retain: bool  # RETAIN flag on the outgoing PUBLISH
-    subscription_ids: tuple[int, ...]
-    topic_filter: str
-    selector: str | None
+    __slots__ = ("client_id", "qos", "retain", "selector", "subscription_ids", "topic_filter")
+    __match_args__ = ("client_id", "qos", "retain", "subscription_ids", "topic_filter", "selector")
+
+    def __init__(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        client_id: str,
+        qos: int,
+        retain: bool,  # RETAIN flag on the outgoing PUBLISH
+        subscription_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+    ) -> None:
+        self.client_id: Final = client_id
+        self.qos: Final = qos
+        self.retain: Final = retain
+        self.subscription_ids: Final = subscription_ids
+        self.topic_filter: Final = topic_filter
+        self.selector: Final = selector
 
 
 def split_filter_prefix(topic_filter: str) -> tuple[str | None, str]:

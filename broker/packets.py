@@ -1,6 +1,8 @@
 """MQTT 3.1.1 and 5.0 control packets as values, and their codec (sans-IO).
 
-The packet types are frozen, slotted dataclasses (one per control packet, MQTT 5.0 section 3);
+The packet types are frozen, slotted dataclasses (one per control packet, MQTT 5.0 section 3),
+except PUBLISH and its acknowledgements, built once per message: immutable records with the
+same value semantics but a constructor ten times cheaper (:mod:`broker._record`);
 :class:`Properties` carries every MQTT 5 property (section 2.2.2.2) as an optional field.
 3.1.1 packets use the same classes: properties and v5-only reason codes are simply not
 written on a 3.1.1 wire, and 3.1.1 return codes are read into the equivalent v5 reason codes.
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Final, TypeAlias
+
+from broker._record import Record
 
 __all__ = [
     "NO_PROPERTIES",
@@ -194,53 +198,74 @@ class Connack:
     properties: Properties = NO_PROPERTIES
 
 
-@dataclass(frozen=True, slots=True)
-class Publish:
-    """PUBLISH (3.3). ``topic`` may be "" in v5 when a topic alias is set."""
+class Publish(Record):
+    """PUBLISH (3.3). ``topic`` may be "" in v5 when a topic alias is set.
 
-    topic: str
-    payload: bytes = b""
-    qos: int = 0
-    retain: bool = False
-    dup: bool = False
-    packet_id: int | None = None
-    properties: Properties = NO_PROPERTIES
+    A hand-written immutable record, not a frozen dataclass: it is built once per message
+    (:mod:`broker._record` says why and what it keeps of a dataclass).
+    """
+
+    __slots__ = ("dup", "packet_id", "payload", "properties", "qos", "retain", "topic")
+    __match_args__ = ("topic", "payload", "qos", "retain", "dup", "packet_id", "properties")
+
+    def __init__(  # noqa: PLR0917 (the dataclass-style positional constructor)
+        self,
+        topic: str,
+        payload: bytes = b"",
+        qos: int = 0,
+        retain: bool = False,
+        dup: bool = False,
+        packet_id: int | None = None,
+        properties: Properties = NO_PROPERTIES,
+    ) -> None:
+        self.topic: Final = topic
+        self.payload: Final = payload
+        self.qos: Final = qos
+        self.retain: Final = retain
+        self.dup: Final = dup
+        self.packet_id: Final = packet_id
+        self.properties: Final = properties
 
 
-@dataclass(frozen=True, slots=True)
-class Puback:
+class _Ack(Record):
+    """The shape shared by PUBACK, PUBREC, PUBREL and PUBCOMP (one per QoS 1/2 message)."""
+
+    __slots__ = ("packet_id", "properties", "reason_code")
+    __match_args__ = ("packet_id", "reason_code", "properties")
+
+    def __init__(
+        self,
+        packet_id: int,
+        reason_code: ReasonCode = ReasonCode.SUCCESS,
+        properties: Properties = NO_PROPERTIES,
+    ) -> None:
+        self.packet_id: Final = packet_id
+        self.reason_code: Final = reason_code
+        self.properties: Final = properties
+
+
+class Puback(_Ack):
     """PUBACK (3.4)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Pubrec:
+class Pubrec(_Ack):
     """PUBREC (3.5)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Pubrel:
+class Pubrel(_Ack):
     """PUBREL (3.6)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Pubcomp:
+class Pubcomp(_Ack):
     """PUBCOMP (3.7)."""
 
-    packet_id: int
-    reason_code: ReasonCode = ReasonCode.SUCCESS
-    properties: Properties = NO_PROPERTIES
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,7 +141,7 @@ def restore(store: Store, config: BrokerConfig, now: float, wall: float) -> Core
 def _normal(packets: list[Packet]) -> list[Packet]:
     """Message expiry intervals are recomputed on restore: compare them rounded down."""
     return [
-        dataclasses.replace(p, properties=dataclasses.replace(p.properties, message_expiry_interval=0))
+        p.replace(properties=dataclasses.replace(p.properties, message_expiry_interval=0))
         if isinstance(p, Publish) and p.properties.message_expiry_interval is not None
         else p
         for p in packets

@@ -1,0 +1,52 @@
+"""The hand-written per-message records (broker._record) keep a frozen dataclass's value
+semantics, and the hot path really runs compiled where it was built so (broker._build)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from broker._build import HOT_MODULES, compiled_modules, stale_modules
+from broker._router import Message, Route
+from broker.packets import NO_PROPERTIES, Properties, Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode
+
+
+def test_value_semantics() -> None:
+    a = Publish("a/b", b"x", 1, packet_id=7, properties=Properties(content_type="t"))
+    b = Publish("a/b", b"x", 1, False, False, 7, Properties(content_type="t"))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert a != Publish("a/b", b"x", 1, packet_id=8)
+    assert repr(Publish("t")) == (
+        "Publish(topic='t', payload=b'', qos=0, retain=False, dup=False, packet_id=None, "
+        f"properties={NO_PROPERTIES!r})"
+    )
+    # sibling acks with equal fields are different packets
+    acks = [cls(3, ReasonCode.SUCCESS) for cls in (Puback, Pubrec, Pubrel, Pubcomp)]
+    assert len(set(acks)) == 4 and acks[0] == Puback(3)
+
+
+def test_replace() -> None:
+    m = Message("t", b"p", 1, True, NO_PROPERTIES, "pub", 9, 1.5, None)
+    r = m.replace(qos=0, expires_at=3.0)
+    assert (r.qos, r.expires_at, r.topic, r.message_id) == (0, 3.0, "t", 9) and m.qos == 1
+    with pytest.raises(TypeError, match="no field nope"):
+        m.replace(nope=1)
+    route = Route("c", 1, False, (4,), "t/#", None)
+    assert route.replace(selector="x > 1") == Route("c", 1, False, (4,), "t/#", "x > 1")
+
+
+@pytest.mark.skipif("broker._record" not in compiled_modules(), reason="pure-Python build")
+def test_compiled_records_are_read_only() -> None:
+    p = Publish("t", b"x")
+    with pytest.raises(AttributeError):
+        p.qos = 2  # type: ignore[misc]
+
+
+def test_the_build_under_test_is_the_one_asked_for() -> None:
+    """``make test`` compiles the hot path; only SIFTMQ_PURE=1 may leave it interpreted."""
+    if os.environ.get("SIFTMQ_PURE"):
+        assert compiled_modules() == []
+    else:
+        assert compiled_modules() == list(HOT_MODULES)
+    assert stale_modules() == []
