@@ -48,6 +48,7 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("max_session_expiry", int, "cap on session expiry intervals (seconds)"),
     ("sys_interval", float, "seconds between $SYS statistics (0 disables)"),
     ("content_engine", str, "content filter engine (a name of content.ENGINES)"),
+    ("content_batch_min", int, "selectors from which a batch engine matches one read's PUBLISHes at once"),
     ("maximum_qos", int, "highest QoS granted"),
 ]
 

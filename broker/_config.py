@@ -94,6 +94,10 @@ class BrokerConfig:
     #: name in ``content.ENGINES`` evaluating content filters (iccounting: the fastest correct
     #: engine in docs/performance-content.md at every measured point).
     content_engine: str = "iccounting"
+    #: the PUBLISH packets of one read are content-matched as one batch when the engine is a
+    #: batch engine (``batch_native``: rabased, hcem) and holds at least this many selectors
+    #: (below it one ``match`` per message is as cheap; docs/performance-broker.md)
+    content_batch_min: int = 64
     #: QoS 1/2 messages waiting per client (beyond the in-flight window) before the client
     #: is disconnected with QUOTA_EXCEEDED (online) or new messages are dropped (offline).
     max_queued_messages: int = 1000

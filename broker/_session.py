@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 import content
 import topics
@@ -257,6 +258,13 @@ def _ok(code: int) -> bool:
     return code < 0x80
 
 
+def _nothing() -> None:
+    """The answer to a QoS 0 PUBLISH refused by the authorize hook: none (dropped)."""
+
+
+_NOTHING: Callable[[], None] = _nothing
+
+
 def _call_now(fn: Callable[..., object], *args: object) -> None:
     fn(*args)
 
@@ -269,7 +277,7 @@ class Core:
 
     def __init__(self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = ()) -> None:
         self.config = cfg = config or BrokerConfig()
-        self.router = Router(cfg.partial_unsubscribe, cfg.content_engine)
+        self.router = Router(cfg.partial_unsubscribe, cfg.content_engine, batch_min=cfg.content_batch_min)
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
         self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
@@ -463,14 +471,17 @@ class Core:
         )
 
     # ------------------------------------------------------------ publish / deliver
-    def publish(self, msg: Message, now: float) -> int:
-        """Store (if retained) and route ``msg``; returns the number of deliveries."""
+    def publish(self, msg: Message, now: float, routes: list[Route] | None = None) -> int:
+        """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
+
+        ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
         router = self.router
         if msg.retain:
             router.store_retained(msg)
             if self.store is not None and not msg.topic.startswith("$SYS/"):
                 self.store.set_retained(message_record(msg, now))
-        routes = router.route(msg)
+        if routes is None:
+            routes = router.route(msg)
         obs = self.obs
         if obs.deliveries:  # record this fan-out's writes (restored after: a sink may publish)
             outer = obs.fan_msg, obs.fan
@@ -1029,18 +1040,56 @@ class Connection:
 
     # ------------------------------------------------------------ input
     def received(self, packets: Iterable[Packet], now: float) -> None:
-        """Process decoded packets in order (stops at the first one that closes)."""
+        """Process decoded packets in order (stops at the first one that closes).
+
+        Micro-batching (issue 8): when the router matches content in batches
+        (``Router.batching``: a batch engine with enough selectors), a run of consecutive
+        QoS 0/1 PUBLISH packets of one read is accepted packet by packet (every check and refusal as
+        usual), routed with one ``Router.route_batch`` (one ``engine.match_batch``), then
+        delivered and acknowledged in packet order.  Any other packet ends the run, which is
+        routed first, so a PUBLISH before an UNSUBSCRIBE in the same read keeps its meaning.
+        A batch is one read of one connection: every read is handled synchronously, and
+        waiting for the other reads of the loop turn would cost a loop iteration of latency
+        and reorder acknowledgements against the connection's other packets.
+        """
         self.last_rx = self.clock = now
+        batch = self.state is ConnectionState.CONNECTED and self.core.router.batching()
+        run: list[tuple[Publish, Message]] = []
         for p in packets:
             if self.close_requested:
-                return
+                break
             try:
+                if batch and type(p) is Publish and p.qos < 2:
+                    accepted = self._accept_publish(p, now)
+                    if isinstance(accepted, Message):
+                        run.append((p, accepted))
+                        continue
+                    if run:
+                        self._publish_run(run, now)
+                        run = []
+                    accepted()  # the refusal, after the PUBLISHes before it
+                    continue
+                if run:
+                    self._publish_run(run, now)
+                    run = []
                 self._dispatch(p, now)
             except MalformedPacket as exc:
                 self.malformed(exc)
             except Exception:
                 log.exception("client %s: internal error handling %s", self.client_id, type(p).__name__)
                 self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        if run:
+            try:
+                self._publish_run(run, now)
+            except Exception:
+                log.exception("client %s: internal error routing a batch", self.client_id)
+                self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+
+    def _publish_run(self, run: list[tuple[Publish, Message]], now: float) -> None:
+        """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
+        all_routes = self.core.router.route_batch([msg for _, msg in run])
+        for (p, msg), routes in zip(run, all_routes, strict=True):
+            self._deliver_accepted(p, msg, routes, now)
 
     def malformed(self, exc: MalformedPacket) -> None:
         """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
@@ -1203,69 +1252,86 @@ class Connection:
 
     # ------------------------------------------------------------ PUBLISH from the client
     def _on_publish(self, p: Publish, now: float) -> None:
+        accepted = self._accept_publish(p, now)
+        if isinstance(accepted, Message):
+            self._deliver_accepted(p, accepted, None, now)
+        else:
+            accepted()
+
+    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:
+        """Every check of an incoming PUBLISH: the Message to route, or the answer to give
+        instead (a refusal, or the PUBREC of a QoS 2 duplicate) as a call, so that a batch can
+        deliver and acknowledge the PUBLISHes before it first (``received``)."""
         core = self.core
         cfg = core.config
         s = self.session
         assert s is not None
         qos = p.qos
         if qos > cfg.maximum_qos:
-            self.disconnect(ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} not supported")
-            return
+            return partial(self.disconnect, ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} not supported")
         if p.retain and not cfg.retain_available:
-            self.disconnect(ReasonCode.RETAIN_NOT_SUPPORTED, "retain not supported")
-            return
+            return partial(self.disconnect, ReasonCode.RETAIN_NOT_SUPPORTED, "retain not supported")
         topic = p.topic
         props = p.properties
         if self.version == 5 and props.topic_alias is not None:
             alias = props.topic_alias
             if alias == 0 or alias > cfg.topic_alias_maximum:
-                self.disconnect(ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range")
-                return
+                return partial(
+                    self.disconnect, ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
+                )
             if topic:
                 self.alias_in[alias] = topic
             else:
                 known = self.alias_in.get(alias)
                 if known is None:
-                    self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
-                    return
+                    return partial(self.disconnect, ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
                 topic = known
         try:
             topics.validate_topic(topic)
         except topics.InvalidTopic as exc:
-            self.disconnect(ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
-            return
+            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
         if topic.count("/") >= cfg.max_topic_levels:
             core.stats.refused_topic_levels += 1
             core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")
-            self.disconnect(ReasonCode.TOPIC_NAME_INVALID, f"more than {cfg.max_topic_levels} topic levels")
-            return
+            return partial(
+                self.disconnect,
+                ReasonCode.TOPIC_NAME_INVALID,
+                f"more than {cfg.max_topic_levels} topic levels",
+            )
         pid = p.packet_id
         if qos == 2 and pid in s.qos2_received:
             # duplicate: already routed (method A, MQTT 5 4.3.3)
-            self.send_ordered(Pubrec(pid), False)
-            return
+            return partial(self.send_ordered, Pubrec(pid), False)
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
-            self.disconnect(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-            return
+            return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
         if core.obs.authorize and not core.authorize(s, "publish", topic):
+            denied = ReasonCode.NOT_AUTHORIZED
             if qos == 1:
-                self.send_ordered(
-                    Puback(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")), False
+                return partial(
+                    self.send_ordered, Puback(pid or 0, denied, self._reason("not authorized")), False
                 )
-            elif qos == 2:
-                self.send_ordered(
-                    Pubrec(pid or 0, ReasonCode.NOT_AUTHORIZED, self._reason("not authorized")), False
+            if qos == 2:
+                return partial(
+                    self.send_ordered, Pubrec(pid or 0, denied, self._reason("not authorized")), False
                 )
-            return
+            return _NOTHING
         if props.topic_alias is not None or props.subscription_identifiers:
             props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
-        msg = Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
+        return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
+
+    def _deliver_accepted(self, p: Publish, msg: Message, routes: list[Route] | None, now: float) -> None:
+        """Route (unless ``routes`` is given) and deliver an accepted PUBLISH, then acknowledge it."""
+        core = self.core
+        s = self.session
+        assert s is not None
+        qos = p.qos
+        pid = p.packet_id
         store = core.store
         if store is None or qos == 0:
-            n = core.publish(msg, now)
+            n = core.publish(msg, now, routes)
         else:  # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             before = store.submitted
-            n = core.publish(msg, now)
+            n = core.publish(msg, now, routes)
             if qos == 2 and s.persisted:
                 store.qos2_received(s.client_id, pid or 0)
             wrote = store.submitted != before
@@ -1276,7 +1342,7 @@ class Connection:
                 self.send_ordered(Pubrec(pid, code), wrote)
             else:
                 self.send_ordered(Puback(pid or 0, code), wrote)
-            return
+            return None
         if qos == 1:
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             self.send(Puback(pid or 0, code))

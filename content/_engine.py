@@ -37,6 +37,11 @@ class Engine(abc.ABC):
     """
 
     name: ClassVar[str]
+    #: True for engines whose ``match_batch`` shares work among the events of a batch (the
+    #: broker then matches the PUBLISHes of one read as one batch); False: a loop over ``match``
+    batch_native: ClassVar[bool] = False
+    #: the smallest batch for which ``match_batch`` beats a loop over ``match`` (batch engines)
+    batch_min_events: ClassVar[int] = 2
 
     def __init__(self) -> None:
         self._filters: dict[SubId, Filter] = {}

@@ -120,6 +120,9 @@ class HCEM(REIN):
     ``match`` is REIN's; ``match_batch`` shares each list scan among up to 64 events.
     """
 
+    batch_native = True
+    batch_min_events = 16  # its 64-event words cost more than they share below ~16 events
+
     name: ClassVar[str] = "hcem"
 
     def match_batch(self, events: Sequence[Event]) -> list[set[SubId]]:

@@ -46,6 +46,8 @@ Run = np.ndarray[Any, np.dtype[np.intp]]
 class RABasedMatching(ICCounting):
     """Batch matching with duplicate attributes merged (AEList/CSList/SEList)."""
 
+    batch_native = True
+
     name = "rabased"
 
     def match(self, event: Event) -> set[SubId]:

@@ -8,6 +8,7 @@ import pytest_asyncio
 
 from broker import Broker
 from broker.testing import broker_fixture
+from tests.rawclient import RawClient
 
 __all__ = ["broker", "broker_fixture"]
 
@@ -16,3 +17,10 @@ __all__ = ["broker", "broker_fixture"]
 async def broker() -> AsyncIterator[Broker]:
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
         yield b
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _close_raw_clients() -> AsyncIterator[None]:
+    """Close the raw clients a test left open (their sockets would warn in a later test)."""
+    yield
+    await RawClient.close_all()
