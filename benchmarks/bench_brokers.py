@@ -139,6 +139,8 @@ def _command(name: str, port: int, tmp: Path, engine: str) -> list[str]:
                 engine,
                 "--data-dir",
                 str(tmp / "data"),
+                # extra `siftmq serve` flags for A/B runs, e.g. "--content-batch-min 1000000"
+                *os.environ.get("SIFTMQ_SERVE_ARGS", "").split(),
             ]
     raise ValueError(name)
 
