@@ -688,7 +688,9 @@ class Core:
             conn.held -= 1
             if conn.state is ConnectionState.CLOSED:
                 continue
-            if exc is None:
+            if conn.gated and isinstance(packet, Connack):
+                conn.open_gate(packet if exc is None else None)
+            elif exc is None:
                 conn.send(packet)
             else:
                 conn.disconnect(ReasonCode.UNSPECIFIED_ERROR, "persistent store failed: not acknowledged")
@@ -888,6 +890,7 @@ class Connection:
         self.will_on_close = True
         self.close_reason = "connection lost"
         self.held = 0  # packets waiting in Core.hold for the store's durable signal
+        self.gated = False  # output withheld until the held CONNACK is released (persisted session)
         core.connections.add(self)
         core.stats.connections_total += 1
 
@@ -903,7 +906,7 @@ class Connection:
         self.core.dirty.add(self)
 
     def flush(self) -> None:
-        if self.outbox:
+        if self.outbox and not self.gated:
             data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
             self.outbox.clear()
             self.core.stats.bytes_sent += len(data)
@@ -920,6 +923,21 @@ class Connection:
             self.close_reason = reason
             self.close_requested = True
             self.core.dirty.add(self)
+
+    def open_gate(self, connack: Connack | None) -> None:
+        """The held CONNACK's commit ended: send it ahead of what queued behind it, or (None:
+        the commit failed) refuse the connection instead and drop that output."""
+        self.gated = False
+        if self.close_requested:
+            return
+        if connack is None:
+            self.outbox.clear()
+            code = ReasonCode.UNSPECIFIED_ERROR if self.version == 5 else ReasonCode.SERVER_UNAVAILABLE
+            self.send(Connack(False, code, self._reason("persistent store failed")))
+            self.close("persistent store failed: session not stored")
+            return
+        self.outbox.insert(0, encode(connack, self.version))
+        self.core.dirty.add(self)
 
     def disconnect(self, code: ReasonCode, reason: str) -> None:
         """Server-initiated end: v5 DISCONNECT with ``code`` then close; 3.1.1: close."""
@@ -1230,7 +1248,15 @@ class Connection:
                     f"$response/{client_id}" if props.request_response_information == 1 else None
                 ),
             )
-        self.send(Connack(present, ReasonCode.SUCCESS, ack_props))
+        connack = Connack(present, ReasonCode.SUCCESS, ack_props)
+        if session.persisted:
+            # the session row must be durable before the client learns its session exists;
+            # nothing may precede the CONNACK [MQTT-3.2.0-1], so the connection's output is
+            # gated until the commit (Core._release puts the CONNACK first and opens it)
+            self.gated = True
+            core.hold(self, connack)
+        else:
+            self.send(connack)
         log.debug("client %s connected (v%d, %s)", client_id, v, self.peer)
         if core.obs.connect:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
@@ -1517,7 +1543,9 @@ class Connection:
             ack_props = Properties(reason_string="; ".join(reasons))
         if s.persisted:
             core.save_entries(s)
-        self.send_ordered(Suback(p.packet_id, tuple(codes), ack_props), False)
+        # a persisted subscription is acknowledged once it is durable (retained messages may
+        # go first: MQTT 5 section 3.8.4 lets PUBLISHes precede the SUBACK)
+        self.send_ordered(Suback(p.packet_id, tuple(codes), ack_props), s.persisted)
         sub_ids = () if sub_id is None else (sub_id,)
         for msg, qos, retain, plain, selector in retained:
             core.deliver(s, msg, qos, retain, sub_ids, plain, selector, now)
@@ -1554,7 +1582,7 @@ class Connection:
                 codes.append(ReasonCode.NO_SUBSCRIPTION_EXISTED)
         if s.persisted:
             core.save_entries(s)
-        self.send_ordered(Unsuback(p.packet_id, tuple(codes)), False)
+        self.send_ordered(Unsuback(p.packet_id, tuple(codes)), s.persisted)
 
     # ------------------------------------------------------------ end of connection
     def _on_disconnect(self, p: Disconnect) -> None:
