@@ -39,7 +39,12 @@ log = logging.getLogger("siftmq")
 
 # flag name -> BrokerConfig field, type, help
 _OPTIONS: list[tuple[str, type, str]] = [
-    ("max_queued_messages", int, "QoS 1/2 messages queued per client before it is disconnected"),
+    ("max_queued_messages", int, "QoS 1/2 messages queued per client; beyond it they are dropped"),
+    ("queue_high_water", int, "queued messages that pause the client's publishers (0: max-queued/4)"),
+    ("queue_low_water", int, "queued messages at which paused publishers resume (0: half the high)"),
+    ("slow_consumer_grace", float, "seconds over the high-water mark before a client is a slow consumer"),
+    ("slow_consumer_policy", str, "slow consumers: pace, drop (default) or disconnect"),
+    ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
     ("max_inflight", int, "unacknowledged QoS 1/2 messages per client"),
     ("receive_maximum", int, "QoS 2 messages a client may have unacknowledged towards the broker"),
     ("max_packet_size", int, "largest accepted packet in bytes"),

@@ -9,13 +9,25 @@ not a silently ignored option.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import ipaddress
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["BrokerConfig", "Listener", "load_toml"]
+__all__ = ["SLOW_CONSUMER_POLICIES", "BrokerConfig", "Listener", "check_policy", "load_toml"]
+
+#: what happens to a slow consumer (docs/broker.md, "Flow control")
+SLOW_CONSUMER_POLICIES = ("pace", "drop", "disconnect")
+
+
+def check_policy(policy: str) -> None:
+    """Raise ValueError unless ``policy`` is one of :data:`SLOW_CONSUMER_POLICIES`."""
+    if policy not in SLOW_CONSUMER_POLICIES:
+        raise ValueError(
+            f"slow-consumer policy must be one of {', '.join(SLOW_CONSUMER_POLICIES)}, not {policy!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +54,14 @@ class Listener:
     #: the client certificate's subject CN replaces the CONNECT user name (mosquitto's
     #: option of the same name); needs ``require_client_cert``.
     use_identity_as_username: bool = False
+    #: slow-consumer policy of the clients of this listener (``pace``, ``drop``,
+    #: ``disconnect``); None = the broker's ``slow_consumer_policy`` (docs/broker.md, "Flow
+    #: control"). A matching ``slow_consumer_rules`` pattern still wins.
+    slow_consumer_policy: str | None = None
 
     def __post_init__(self) -> None:
+        if self.slow_consumer_policy is not None:
+            check_policy(self.slow_consumer_policy)
         if self.kind not in ("tcp", "ws"):
             raise ValueError(f"listener kind must be 'tcp' or 'ws', not {self.kind!r}")
         if (self.certfile is None) != (self.keyfile is None):
@@ -98,9 +116,32 @@ class BrokerConfig:
     #: batch engine (``batch_native``: rabased, hcem) and holds at least this many selectors
     #: (below it one ``match`` per message is as cheap; docs/performance-broker.md)
     content_batch_min: int = 64
-    #: QoS 1/2 messages waiting per client (beyond the in-flight window) before the client
-    #: is disconnected with QUOTA_EXCEEDED (online) or new messages are dropped (offline).
+    #: QoS 1/2 messages waiting per client (beyond the in-flight window); beyond it new
+    #: messages are dropped and counted (policy ``disconnect``: the client is disconnected
+    #: with QUOTA_EXCEEDED instead).
     max_queued_messages: int = 1000
+    #: flow control (docs/broker.md, "Flow control"): a QoS 1/2 delivery that finds this many
+    #: messages queued for a connected client pauses the publishing connection (its socket is
+    #: no longer read, so its next PUBACK waits) until the queue is back at
+    #: ``queue_low_water``; 0 = ``max_queued_messages // 4``.
+    queue_high_water: int = 0
+    #: see ``queue_high_water``; 0 = half of the high-water mark.
+    queue_low_water: int = 0
+    #: seconds a client may stay over its high-water mark before it is a *slow consumer*:
+    #: its publishers are released and its policy applies.
+    slow_consumer_grace: float = 2.0
+    #: what happens to a slow consumer: ``drop`` (QoS 0 dropped, QoS 1/2 queued up to
+    #: ``max_queued_messages`` then dropped; all counted), ``disconnect`` (DISCONNECT 0x97;
+    #: a persistent session keeps queuing up to its limit), ``pace`` (never slow: its
+    #: publishers wait for it however long it takes).
+    slow_consumer_policy: str = "drop"
+    #: per client id: ``"PATTERN=POLICY"`` (fnmatch pattern, first match wins) overriding the
+    #: listener's and the broker's policy, e.g. ``("dashboard-*=pace", "legacy-*=disconnect")``.
+    slow_consumer_rules: tuple[str, ...] = ()
+    #: bytes buffered for a client's socket above which it counts as not reading (QoS 0 to it
+    #: is dropped and counted, QoS 1/2 queued); reading resumes at a quarter of it. Bounds the
+    #: QoS 0 delivery latency to a reader that cannot keep up.
+    write_buffer_high: int = 64 * 1024
     #: QoS 1/2 messages sent and not yet acknowledged per client (also capped by the
     #: client's Receive Maximum).
     max_inflight: int = 20
@@ -149,6 +190,38 @@ class BrokerConfig:
     connection_rate: float = 0.0
     #: bucket size of ``connection_rate``: connections a source may open at once.
     connection_burst: int = 20
+
+    def __post_init__(self) -> None:
+        check_policy(self.slow_consumer_policy)
+        for rule in self.slow_consumer_rules:
+            pattern, sep, policy = rule.rpartition("=")
+            if not sep or not pattern:
+                raise ValueError(f"slow_consumer_rules: {rule!r} is not PATTERN=POLICY")
+            check_policy(policy)
+        if self.queue_high_water < 0 or self.queue_low_water < 0:
+            raise ValueError("queue_high_water and queue_low_water must be >= 0")
+        if self.slow_consumer_grace < 0:
+            raise ValueError("slow_consumer_grace must be >= 0")
+
+    @property
+    def high_water(self) -> int:
+        """The effective ``queue_high_water`` (>= 1)."""
+        return self.queue_high_water or max(1, self.max_queued_messages // 4)
+
+    @property
+    def low_water(self) -> int:
+        """The effective ``queue_low_water`` (below the high-water mark)."""
+        high = self.high_water
+        return min(self.queue_low_water or high // 2, high - 1)
+
+    def slow_policy(self, client_id: str, listener_policy: str | None) -> str:
+        """The slow-consumer policy of ``client_id``: first matching rule, else the
+        listener's, else the broker's (O(rules))."""
+        for rule in self.slow_consumer_rules:
+            pattern, _, policy = rule.rpartition("=")
+            if fnmatch.fnmatchcase(client_id, pattern):
+                return policy
+        return listener_policy or self.slow_consumer_policy
 
     def replace(self, **changes: Any) -> BrokerConfig:
         return dataclasses.replace(self, **changes)

@@ -110,13 +110,21 @@ class ConnectionLimits:
 class ListenerPolicy:
     """What one listener admits: the shared limits plus its anonymous-client rule."""
 
-    __slots__ = ("anonymous", "identity", "limits")
+    __slots__ = ("anonymous", "identity", "limits", "slow_consumer")
 
-    def __init__(self, limits: ConnectionLimits, anonymous: bool, identity: bool = False) -> None:
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        anonymous: bool,
+        identity: bool = False,
+        slow_consumer: str | None = None,
+    ) -> None:
         self.limits = limits
         self.anonymous = anonymous
         #: the client certificate's CN replaces the CONNECT user name
         self.identity = identity
+        #: the listener's slow-consumer policy (None: the broker's)
+        self.slow_consumer = slow_consumer
 
     def admit(self, ip: str, now: float) -> Refusal | None:
         return self.limits.admit(ip, now)
@@ -178,7 +186,9 @@ async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenLi
     opened: list[OpenListener] = []
     try:
         for listener in core.config.effective_listeners():
-            policy = ListenerPolicy(limits, listener.anonymous, listener.use_identity_as_username)
+            policy = ListenerPolicy(
+                limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
+            )
             make: Callable[[], MQTTProtocol]
             if listener.kind == "ws":
                 make = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)

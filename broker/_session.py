@@ -93,6 +93,9 @@ __all__ = ["Connection", "ConnectionState", "Core", "Outgoing", "Session", "Stat
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+#: PUBLISHes of one read routed as one content-matching batch at most (flow control can only
+#: pause between batches)
+_MAX_RUN = 128
 
 _NEVER = 0xFFFFFFFF
 _SHARE = "$share/"
@@ -216,6 +219,14 @@ class Stats:
     refused_subscription_quota: int = 0  # SUBACK 0x97/0x80: max_subscriptions_per_client
     refused_topic_levels: int = 0  # PUBLISH or SUBSCRIBE beyond max_topic_levels
     refused_selector: int = 0  # content filters refused in SUBACK (syntax or complexity)
+    # flow control (docs/broker.md, "Flow control")
+    publisher_pauses: int = 0  # times a publishing connection was paused for its subscribers
+    publishers_paused: int = 0  # connections paused right now (gauge)
+    slow_consumer_events: int = 0  # clients declared slow consumers after the grace time
+    slow_consumers: int = 0  # slow consumers right now (gauge)
+    slow_disconnected: int = 0  # slow consumers disconnected (policy "disconnect")
+    dropped_qos0_slow: int = 0  # QoS 0 dropped because the receiver does not read fast enough
+    dropped_queue_full: int = 0  # QoS 1/2 dropped at a full queue (max_queued_messages)
 
 
 class _Observers:
@@ -297,6 +308,14 @@ class Core:
         self.call_threadsafe: Callable[..., object] = _call_now
         self._held: tuple[concurrent.futures.Future[None], _Held] | None = None
         self.store_failed = False
+        # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
+        # being routed (the one to pause when a receiver is over its high-water mark), the
+        # receivers over their mark, and the paused publishers to resume at the next flush
+        self.current: Connection | None = None
+        self.congested: set[Connection] = set()
+        self.resumable: set[Connection] = set()
+        self.high_water = cfg.high_water
+        self.low_water = cfg.low_water
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -533,28 +552,100 @@ class Core:
         if qos == 0:
             if conn is None:
                 return
-            if conn.paused:
+            if conn.paused or conn.slow:
+                # QoS 0 to a receiver that does not keep up is dropped, never buffered
+                # without bound (latency and memory stay bounded)
                 self.stats.publish_dropped += 1
+                self.stats.dropped_qos0_slow += 1
                 return
             conn.write_publish(msg, 0, retain, False, None, sub_ids, topic_filter, selector, now)
             return
         out = Outgoing(msg, qos, retain, sub_ids, topic_filter, selector)
-        if conn is not None and not conn.paused and not s.queue and len(s.inflight) < conn.window:
+        queue = s.queue
+        if conn is not None and not conn.paused and not queue and len(s.inflight) < conn.window:
             pid = s.allocate_pid()
             s.inflight[pid] = out
             if s.persisted:
                 self._store_out(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
-        if len(s.queue) >= self.config.max_queued_messages:
-            self.stats.queue_overflow += 1
-            if conn is not None:
-                self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
-                conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
+        if len(queue) >= self.config.max_queued_messages:
+            self._queue_full(s, conn)
             return
-        s.queue.append(out)
+        queue.append(out)
         if s.persisted:
             self._store_out(s, out, MessageState.QUEUED, None, now)
+        if conn is not None and len(queue) >= self.high_water and not conn.slow:
+            self._congested(conn, now)
+
+    # ------------------------------------------------------------ flow control
+    def _queue_full(self, s: Session, conn: Connection | None) -> None:
+        """A QoS 1/2 message finds the queue of ``s`` full: dropped and counted, or (policy
+        ``disconnect``) the client is disconnected."""
+        self.stats.queue_overflow += 1
+        self.stats.dropped_queue_full += 1
+        if conn is not None and conn.policy == "disconnect":
+            self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
+            conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
+            return
+        self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages): message dropped")
+
+    def _congested(self, conn: Connection, now: float) -> None:
+        """``conn``'s queue reached the high-water mark: pause the connection whose PUBLISH is
+        being routed (O(1)); it resumes when the queue is back at the low-water mark."""
+        if conn.congested_since is None:
+            conn.congested_since = now
+            self.congested.add(conn)
+        pub = self.current
+        if pub is None or pub is conn or pub in conn.feeders:
+            return
+        conn.feeders.add(pub)
+        pub.blockers += 1
+        if pub.blockers == 1:
+            self.stats.publisher_pauses += 1
+            self.stats.publishers_paused += 1
+            self.resumable.discard(pub)
+            pub.reader(True)
+
+    def relieve(self, conn: Connection) -> None:
+        """``conn`` is no longer congested (drained, slow, or gone): release its publishers."""
+        if conn.congested_since is not None:
+            conn.congested_since = None
+            self.congested.discard(conn)
+        if conn.slow:
+            conn.slow = False
+            self.stats.slow_consumers -= 1
+        self._release_feeders(conn)
+
+    def _release_feeders(self, conn: Connection) -> None:
+        for pub in conn.feeders:
+            pub.blockers -= 1
+            if pub.blockers == 0:
+                self.stats.publishers_paused -= 1
+                self.resumable.add(pub)
+        conn.feeders.clear()
+
+    def _check_slow(self, now: float) -> None:
+        """Receivers over their mark for longer than the grace time become slow consumers:
+        their publishers are released and their policy applies (``pace``: never slow)."""
+        grace = self.config.slow_consumer_grace
+        for conn in [c for c in self.congested if not c.slow and c.policy != "pace"]:
+            since = conn.congested_since
+            if since is None or now - since < grace:
+                continue
+            conn.slow = True
+            self.stats.slow_consumers += 1
+            self.stats.slow_consumer_events += 1
+            self._release_feeders(conn)
+            cid = conn.client_id
+            if conn.policy == "disconnect":
+                self.stats.slow_disconnected += 1
+                self.log_limit("slow_consumer", cid, f"slow consumer for {grace:g} s, disconnecting")
+                conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
+            else:
+                self.log_limit(
+                    "slow_consumer", cid, f"slow consumer for {grace:g} s: QoS 0 dropped, QoS 1/2 queued"
+                )
 
     def drain(self, s: Session, now: float) -> None:
         """Move queued messages into the in-flight window while the connection can take them."""
@@ -579,6 +670,8 @@ class Core:
             conn.write_publish(
                 msg, out.qos, out.retain, False, pid, out.sub_ids, out.topic_filter, out.selector, now
             )
+        if conn.congested_since is not None and len(queue) <= self.low_water and not conn.paused:
+            self.relieve(conn)
 
     # ------------------------------------------------------------ persistence
     def _session_record(self, s: Session, now: float, wall: float) -> SessionRecord:
@@ -769,6 +862,8 @@ class Core:
         if self.expiring:
             for s in [s for s in self.expiring if s.expires_at is not None and s.expires_at <= now]:
                 self.end_session(s, now)
+        if self.congested:
+            self._check_slow(now)
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
             self.publish_sys(now)
@@ -797,6 +892,13 @@ class Core:
             "$SYS/broker/subscriptions/refused/quota": str(st.refused_subscription_quota),
             "$SYS/broker/subscriptions/refused/selector": str(st.refused_selector),
             "$SYS/broker/topic_levels/refused": str(st.refused_topic_levels),
+            "$SYS/broker/flow/publishers/paused": str(st.publishers_paused),
+            "$SYS/broker/flow/publishers/pauses": str(st.publisher_pauses),
+            "$SYS/broker/flow/slow_consumers/current": str(st.slow_consumers),
+            "$SYS/broker/flow/slow_consumers/total": str(st.slow_consumer_events),
+            "$SYS/broker/flow/slow_consumers/disconnected": str(st.slow_disconnected),
+            "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
+            "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
         }
 
     def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
@@ -828,7 +930,11 @@ class Core:
 
     # ------------------------------------------------------------ output
     def flush(self) -> None:
-        """Hand every pending output to the transports (one write per connection)."""
+        """Resume the publishers whose receivers drained (their unprocessed packets first),
+        then hand every pending output to the transports (one write per connection)."""
+        resumable = self.resumable
+        while resumable:
+            resumable.pop().resume()
         dirty = self.dirty
         while dirty:
             conn = dirty.pop()
@@ -856,19 +962,53 @@ class Core:
             s._check()
         for conn in self.connections:
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
+        # flow control: the congested set, the feeder edges and the pause gauge agree
+        paused = {c for c in self.connections if c.blockers}
+        assert self.stats.publishers_paused == len(paused)
+        for conn in self.congested:
+            assert conn.congested_since is not None
+        edges = sum(len(c.feeders) for c in self.congested)
+        assert edges == sum(c.blockers for c in self.connections)
+        assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
 
 
 Writer = Callable[[bytes], None]
 Closer = Callable[[], None]
+#: the transport's read switch: True = stop reading the socket, False = read again
+Reader = Callable[[bool], None]
+
+
+def _no_reader(pause: bool) -> None:
+    """Reader of a connection without a transport (unit tests): nothing to switch."""
 
 
 class Connection:
     """The protocol machine of one network connection (sans-IO)."""
 
-    def __init__(self, core: Core, writer: Writer, closer: Closer, now: float, peer: str = "") -> None:
+    def __init__(  # noqa: PLR0917
+        self,
+        core: Core,
+        writer: Writer,
+        closer: Closer,
+        now: float,
+        peer: str = "",
+        reader: Reader = _no_reader,
+        listener_policy: str | None = None,
+    ) -> None:
         self.core = core
         self.writer = writer
         self.closer = closer
+        self.reader = reader
+        # flow control: as a receiver, since when its queue is over the high-water mark, the
+        # publishers paused for it, and whether it is a slow consumer; as a publisher, how
+        # many congested receivers it waits for and the packets read but not yet processed
+        self.congested_since: float | None = None
+        self.feeders: set[Connection] = set()
+        self.slow = False
+        self.blockers = 0
+        self.pending: list[Packet] = []
+        self.listener_policy = listener_policy
+        self.policy = listener_policy or core.config.slow_consumer_policy
         self.peer = peer
         self.state = ConnectionState.AWAIT_CONNECT
         self.version = 4
@@ -1071,16 +1211,30 @@ class Connection:
         and reorder acknowledgements against the connection's other packets.
         """
         self.last_rx = self.clock = now
+        if self.blockers or self.pending:  # paused: keep the order, process on resume
+            self.pending.extend(packets)
+            return
         batch = self.state is ConnectionState.CONNECTED and self.core.router.batching()
         run: list[tuple[Publish, Message]] = []
-        for p in packets:
+        it = iter(packets)
+        for p in it:
             if self.close_requested:
+                break
+            if self.blockers:  # a receiver of the last PUBLISH is over its mark: stop here
+                if run:
+                    self._publish_run(run, now)
+                    run = []
+                self.pending.append(p)
+                self.pending.extend(it)
                 break
             try:
                 if batch and type(p) is Publish and p.qos < 2:
                     accepted = self._accept_publish(p, now)
                     if isinstance(accepted, Message):
                         run.append((p, accepted))
+                        if len(run) >= _MAX_RUN:  # bounds what one pause can let through
+                            self._publish_run(run, now)
+                            run = []
                         continue
                     if run:
                         self._publish_run(run, now)
@@ -1102,6 +1256,18 @@ class Connection:
             except Exception:
                 log.exception("client %s: internal error routing a batch", self.client_id)
                 self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+
+    def resume(self) -> None:
+        """The receivers this publisher waited for drained: process the packets read before
+        the pause (which may pause it again), then read the socket again."""
+        if self.blockers or self.state is ConnectionState.CLOSED:
+            return
+        pending = self.pending
+        if pending:
+            self.pending = []
+            self.received(pending, self.clock)
+        if not self.blockers and not self.pending:
+            self.reader(False)
 
     def _publish_run(self, run: list[tuple[Publish, Message]], now: float) -> None:
         """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
@@ -1231,6 +1397,8 @@ class Connection:
         session.username = p.username
         session.will = p.will
         session.version = v
+        if cfg.slow_consumer_rules:
+            self.policy = cfg.slow_policy(client_id, self.listener_policy)
         if core.store is not None:
             core.session_connected(session, now)
         ack_props = NO_PROPERTIES
@@ -1353,11 +1521,14 @@ class Connection:
         qos = p.qos
         pid = p.packet_id
         store = core.store
-        if store is None or qos == 0:
+        before = 0 if store is None else store.submitted
+        core.current = self  # the connection flow control pauses for a congested receiver
+        try:
             n = core.publish(msg, now, routes)
-        else:  # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
-            before = store.submitted
-            n = core.publish(msg, now, routes)
+        finally:
+            core.current = None
+        if store is not None and qos != 0:
+            # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2 and s.persisted:
                 store.qos2_received(s.client_id, pid or 0)
             wrote = store.submitted != before
@@ -1610,7 +1781,14 @@ class Connection:
                 self.close("no CONNECT")
             return
         ka = self.keep_alive
-        if ka and not self.paused and not self.close_requested and now - self.last_rx > 1.5 * ka:
+        if (
+            ka
+            and not self.paused
+            and not self.blockers
+            and not self.pending
+            and not self.close_requested
+            and now - self.last_rx > 1.5 * ka
+        ):
             self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
             self.lost(now)
 
@@ -1622,6 +1800,13 @@ class Connection:
         self.state = ConnectionState.CLOSED
         core = self.core
         core.connections.discard(self)
+        core.relieve(self)  # its publishers must not wait for a receiver that is gone
+        if self.blockers:  # a paused publisher: forget it at the receivers it waits for
+            for receiver in core.congested:
+                receiver.feeders.discard(self)
+            self.blockers = 0
+            core.stats.publishers_paused -= 1
+        self.pending.clear()
         s = self.session
         if s is not None and was_connected and s.conn is self:
             if keep_session:

@@ -99,7 +99,9 @@ class MQTTProtocol(asyncio.Protocol):
         "refusal",
         "registry",
         "screening",
+        "throttled",
         "transport",
+        "write_paused",
     )
 
     def __init__(
@@ -117,12 +119,14 @@ class MQTTProtocol(asyncio.Protocol):
         self.refusal: Refusal | None = None
         self.screening = False
         self.registry = registry
+        self.throttled = False  # flow control paused this publisher (Connection.reader)
+        self.write_paused = False  # the peer does not read what we write
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
         self.transport = t
-        t.set_write_buffer_limits(high=1 << 20)
+        t.set_write_buffer_limits(high=self.core.config.write_buffer_high)
         self._start(t.write, t.get_extra_info("peername"))
 
     def _start(self, writer: Callable[[bytes], None], peer: Any) -> None:
@@ -134,8 +138,16 @@ class MQTTProtocol(asyncio.Protocol):
         if self.registry is not None:
             self.registry.add(self)
         now = _monotonic()
-        self.conn = Connection(self.core, writer, self._close, now, str(peer))
         policy = self.policy
+        self.conn = Connection(
+            self.core,
+            writer,
+            self._close,
+            now,
+            str(peer),
+            self._throttle,
+            None if policy is None else policy.slow_consumer,
+        )
         if policy is not None:
             ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
             self.refusal = policy.admit(str(ip), now)
@@ -223,18 +235,33 @@ class MQTTProtocol(asyncio.Protocol):
         log.info("connection %s (%s): CONNECT refused: %s", first.client_id, conn.peer, refusal.text)
         return True
 
+    def _reading(self) -> None:
+        """Read the socket unless flow control paused this publisher or the peer does not
+        read what we write (so its requests cannot pile up answers)."""
+        t = self.transport
+        if t is None or t.is_closing():
+            return
+        if self.throttled or self.write_paused:
+            if t.is_reading():
+                t.pause_reading()
+        elif not t.is_reading():
+            t.resume_reading()
+
+    def _throttle(self, pause: bool) -> None:
+        """``Connection.reader``: flow control pauses (True) or resumes (False) this publisher."""
+        self.throttled = pause
+        self._reading()
+
     def pause_writing(self) -> None:
-        # the peer does not read: stop reading it too, so its requests cannot pile up answers
         if self.conn is not None:
             self.conn.paused = True
-        if self.transport is not None and self.transport.is_reading():
-            self.transport.pause_reading()
+        self.write_paused = True
+        self._reading()
 
     def resume_writing(self) -> None:
         conn = self.conn
-        t = self.transport
-        if t is not None and not t.is_closing() and not t.is_reading():
-            t.resume_reading()
+        self.write_paused = False
+        self._reading()
         if conn is not None:
             conn.paused = False
             if conn.session is not None:

@@ -70,7 +70,7 @@ class WebSocketProtocol(MQTTProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
         self.transport = t
-        t.set_write_buffer_limits(high=1 << 20)
+        t.set_write_buffer_limits(high=self.core.config.write_buffer_high)
         self._start(self._send, t.get_extra_info("peername"))
 
     def _send(self, data: bytes) -> None:

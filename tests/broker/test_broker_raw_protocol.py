@@ -194,7 +194,9 @@ async def test_partial_unsubscribe_reason_codes(broker: Broker) -> None:
 
 
 async def test_queue_limit_disconnects_with_quota_exceeded() -> None:
-    async with Broker(port=0, sys_interval=0, max_inflight=2, max_queued_messages=3) as b:
+    async with Broker(
+        port=0, sys_interval=0, max_inflight=2, max_queued_messages=3, slow_consumer_policy="disconnect"
+    ) as b:
         c, _ = await RawClient.connect(b.port, "slow", 5)
         await subscribe(c, "f/#")
         for i in range(6):  # never acknowledged: 2 in flight, 3 queued, the 6th overflows
@@ -203,6 +205,22 @@ async def test_queue_limit_disconnects_with_quota_exceeded() -> None:
         assert [p.topic for p in got if isinstance(p, Publish)] == ["f/0", "f/1"]
         assert got[-1] == Disconnect(ReasonCode.QUOTA_EXCEEDED, got[-1].properties)  # type: ignore[union-attr]
         assert b.core.stats.queue_overflow == 1
+
+
+async def test_queue_limit_drops_by_default() -> None:
+    """Policy ``drop`` (the default): a full queue drops and counts; the client stays."""
+    async with Broker(port=0, sys_interval=0, max_inflight=2, max_queued_messages=3) as b:
+        c, _ = await RawClient.connect(b.port, "slow", 5)
+        await subscribe(c, "f/#")
+        for i in range(6):  # never acknowledged: 2 in flight, 3 queued, the 6th is dropped
+            await b.publish(f"f/{i}", b"x", qos=1)
+        assert b.core.stats.dropped_queue_full == 1
+        for i in range(5):
+            p = await c.recv_where(lambda p: isinstance(p, Publish))
+            assert isinstance(p, Publish) and p.topic == f"f/{i}" and p.packet_id is not None
+            c.send(Puback(p.packet_id))
+        await c.barrier()
+        assert b.core.sessions["slow"].conn is not None
 
 
 async def test_inflight_window_releases_queue() -> None:

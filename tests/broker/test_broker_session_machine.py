@@ -211,7 +211,12 @@ def test_selector_refcounts_released() -> None:
 
 
 def test_paused_transport_drops_qos0_and_queues_qos1() -> None:
-    core = Core(BrokerConfig(sys_interval=0, max_queued_messages=2))
+    # high-water mark above the queue bound: no pacing, the "disconnect" policy at a full queue
+    core = Core(
+        BrokerConfig(
+            sys_interval=0, max_queued_messages=2, queue_high_water=10, slow_consumer_policy="disconnect"
+        )
+    )
     a, _ = connect(core, "slow")
     sub(a, "s/#")
     a.conn.paused = True
@@ -234,3 +239,125 @@ def test_protocol_errors_close_with_reason() -> None:
     b, _ = connect(core, "b")
     got = b.feed(Publish("x", b"", properties=Properties(topic_alias=0)))
     assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [ReasonCode.TOPIC_ALIAS_INVALID]
+
+
+class Paced(Wire):
+    """A Wire whose transport read switch is recorded (flow control pauses the publisher)."""
+
+    def __init__(self, core: Core, now: float, version: int = 5) -> None:
+        super().__init__(core, now, version)
+        self.reading = True
+        self.conn = Connection(core, self._write, self._close, now, "test", self._reader)
+
+    def _reader(self, pause: bool) -> None:
+        self.reading = not pause
+
+
+def paced(core: Core, cid: str) -> Paced:
+    w = Paced(core, 0.0)
+    (ack,) = w.feed(Connect(cid, protocol_level=5, keep_alive=0))
+    assert isinstance(ack, Connack)
+    return w
+
+
+def ack_all(r: Wire) -> list[bytes]:
+    """Acknowledge every PUBLISH ``r`` receives until none comes; their payloads in order."""
+    delivered: list[bytes] = []
+    out = r.take()
+    while True:
+        pubs = [x for x in out if isinstance(x, Publish)]
+        if not pubs:
+            return delivered
+        out = []
+        for x in pubs:
+            delivered.append(x.payload)
+            assert x.packet_id is not None
+            out += r.feed(Puback(x.packet_id))
+
+
+def test_flow_control_pauses_publisher_until_receiver_drains() -> None:
+    """A QoS 1 PUBLISH that finds its receiver's queue at the high-water mark is delivered
+    and acknowledged; the packets after it wait unread (no PUBACK) until the receiver's
+    PUBACKs bring its queue to the low-water mark; nothing is dropped."""
+    core = Core(BrokerConfig(sys_interval=0, max_inflight=1, queue_high_water=2, queue_low_water=1))
+    r, _ = connect(core, "r")
+    sub(r, "t")
+    p = paced(core, "p")
+    got = p.feed(*(Publish("t", b"%d" % i, qos=1, packet_id=i + 1) for i in range(6)))
+    # 1 in flight + 2 queued: the third PUBLISH reached the mark, so 3 PUBACKs and a pause
+    assert [a.packet_id for a in got if isinstance(a, Puback)] == [1, 2, 3]
+    assert not p.reading and core.stats.publishers_paused == 1 and len(p.conn.pending) == 3
+    core._check()
+    delivered = ack_all(r)
+    assert delivered == [b"%d" % i for i in range(6)]  # every acknowledged message, in order
+    assert [a.packet_id for a in p.take() if isinstance(a, Puback)] == [4, 5, 6]
+    assert p.reading and core.stats.publishers_paused == 0 and core.stats.publisher_pauses >= 1
+    assert core.stats.queue_overflow == 0 and not core.congested
+    core._check()
+
+
+def test_slow_consumer_releases_publisher_after_grace() -> None:
+    """A receiver that never acknowledges is a slow consumer after the grace time: its
+    publisher reads again, QoS 1/2 queue up to the bound and are then dropped and counted."""
+    cfg = BrokerConfig(sys_interval=0, max_inflight=1, max_queued_messages=4, slow_consumer_grace=1.0)
+    core = Core(cfg)
+    r, _ = connect(core, "r")
+    sub(r, "t")
+    p = paced(core, "p")
+    p.feed(*(Publish("t", b"", qos=1, packet_id=i + 1) for i in range(10)))
+    assert not p.reading and core.stats.publishers_paused == 1
+    core.tick(0.5)
+    assert not p.reading  # within the grace time it waits
+    core.tick(1.5)
+    core.flush()
+    assert p.reading and core.stats.slow_consumers == 1 and core.stats.slow_consumer_events == 1
+    assert len(core.sessions["r"].queue) == 4 and core.stats.dropped_queue_full == 10 - 1 - 4
+    assert [a.packet_id for a in p.take() if isinstance(a, Puback)] == list(range(3, 11))
+    assert not r.closed  # policy "drop" keeps it connected
+    core._check()
+    assert len(ack_all(r)) == 5  # the receiver catches up: it is no longer slow
+    assert core.stats.slow_consumers == 0 and not core.congested
+    core._check()
+
+
+def test_slow_consumer_policies_disconnect_and_pace() -> None:
+    rules = ("pacey*=pace",)
+    cfg = BrokerConfig(
+        sys_interval=0,
+        max_inflight=1,
+        slow_consumer_grace=1.0,
+        slow_consumer_policy="disconnect",
+        slow_consumer_rules=rules,
+    )
+    core = Core(cfg)
+    d, _ = connect(core, "dropme")
+    sub(d, "d")
+    k, _ = connect(core, "pacey1")
+    sub(k, "k")
+    p1, p2 = paced(core, "p1"), paced(core, "p2")
+    high = cfg.high_water
+    p1.feed(*(Publish("d", b"", qos=1, packet_id=i + 1) for i in range(high + 5)))
+    p2.feed(*(Publish("k", b"", qos=1, packet_id=i + 1) for i in range(high + 5)))
+    assert not p1.reading and not p2.reading
+    core.tick(5.0)
+    core.flush()
+    assert d.closed and core.stats.slow_disconnected == 1  # DISCONNECT 0x97, publisher released
+    assert [x.reason_code for x in d.take() if isinstance(x, Disconnect)] == [ReasonCode.QUOTA_EXCEEDED]
+    assert p1.reading
+    assert not k.closed and not p2.reading  # "pace": its publisher keeps waiting
+    core._check()
+
+
+def test_paused_publisher_that_disconnects_is_forgotten() -> None:
+    core = Core(BrokerConfig(sys_interval=0, max_inflight=1, queue_high_water=1))
+    r, _ = connect(core, "r")
+    sub(r, "t")
+    p = paced(core, "p")
+    p.feed(*(Publish("t", b"", qos=1, packet_id=i + 1) for i in range(5)))
+    assert core.stats.publishers_paused == 1
+    p.drop()
+    assert core.stats.publishers_paused == 0
+    core._check()
+    r.drop()  # and a receiver that goes releases its publishers
+    assert not core.congested
+    core._check()

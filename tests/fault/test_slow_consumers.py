@@ -4,8 +4,10 @@ Two subscribers that never read (raw sockets with a 4 KiB receive buffer; one at
 at QoS 1) and two fast QoS 1 subscribers share a topic; a publisher sends 8 MiB in QoS 1
 messages. The fast subscribers get every message in order; the QoS 0 slow one loses messages
 (transport paused -> dropped, counted in ``$SYS/broker/messages/dropped``); the QoS 1 slow one
-fills its in-flight window and queue and is disconnected (QUOTA_EXCEEDED, counted in
-``$SYS/broker/messages/queue_overflow``); no queue grows beyond ``max_queued_messages``.
+fills its in-flight window and queue up to its high-water mark, which pauses the publisher for
+the grace time (issue 14, flow control); then it is a slow consumer and its policy applies:
+``drop`` queues up to ``max_queued_messages`` and drops the rest (counted), ``disconnect``
+disconnects it (QUOTA_EXCEEDED). No queue grows beyond ``max_queued_messages``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+
+import pytest
 
 from broker import Broker
 from broker._codec import encode
@@ -48,8 +52,18 @@ async def _fast(c: RawClient) -> list[bytes]:
     return got
 
 
-async def test_slow_consumers_do_not_stall_fast_ones() -> None:
-    async with Broker(host="127.0.0.1", port=0, sys_interval=0, max_queued_messages=50, max_inflight=10) as b:
+@pytest.mark.parametrize("policy", ["drop", "disconnect"])
+async def test_slow_consumers_do_not_stall_fast_ones(policy: str) -> None:
+    async with Broker(
+        host="127.0.0.1",
+        port=0,
+        sys_interval=0,
+        max_queued_messages=50,
+        max_inflight=10,
+        slow_consumer_grace=0.3,
+        slow_consumer_policy=policy,
+        tick_interval=0.05,
+    ) as b:
         fast = [(await RawClient.connect(b.port, f"fast{i}", 5))[0] for i in range(2)]
         for c in fast:
             await c.subscribe(TOPIC)
@@ -68,9 +82,14 @@ async def test_slow_consumers_do_not_stall_fast_ones() -> None:
             assert all(r == expected for r in results)
             sys = b.core.sys_values(0.0)
             assert int(sys["$SYS/broker/messages/dropped"]) > 0  # the QoS 0 slow one
-            assert int(sys["$SYS/broker/messages/queue_overflow"]) >= 1  # the QoS 1 slow one
+            assert int(sys["$SYS/broker/flow/slow_consumers/total"]) >= 1  # the QoS 1 slow one
             s1 = b.core.sessions.get("slow1")
-            assert s1 is None or s1.conn is None  # disconnected for QUOTA_EXCEEDED
+            if policy == "disconnect":
+                assert s1 is None or s1.conn is None  # disconnected for QUOTA_EXCEEDED
+                assert int(sys["$SYS/broker/flow/slow_consumers/disconnected"]) == 1
+            else:
+                assert s1 is not None and s1.conn is not None
+                assert int(sys["$SYS/broker/flow/dropped/queue_full"]) >= 1
             assert all(len(s.queue) <= 50 for s in b.core.sessions.values())
             b.core._check()
         finally:
