@@ -1,13 +1,15 @@
-"""The ``siftmq`` command line: ``serve`` and ``passwd`` (this package), ``analytics`` (the bridge).
+"""The ``siftmq`` command line: ``serve`` and ``passwd`` (this package) and the commands of
+plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
-``main`` calls ``args.func(args)``, so other packages add commands with a
-``register(subparsers)`` function (the bridge's ``bridge._cli.register``).
+``main`` calls ``args.func(args)``. Packages above the broker add commands, ``serve``
+options and serve-time hooks as plugins found through the ``siftmq.plugins`` entry point,
+so the broker never imports them.
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``bridge``, ``bridge_roll_interval``, ``log_level``, ``persistence``,
-``password_file``, ``acl_file``),
+``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, and the keys
+of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
 
@@ -25,13 +27,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib
 import logging
 import signal
 import sys
 import tomllib
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from broker.plugins import Plugin, ServeContext, load_plugins
+
+if TYPE_CHECKING:
+    from broker._config import BrokerConfig
+    from broker.hooks import Hooks
 
 __all__ = ["build_parser", "main"]
 
@@ -73,14 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="directory of the store (broker.db) and the bridge's data (default ./siftmq-data)",
     )
-    serve.add_argument("--no-bridge", action="store_true", default=None, help="do not stream to the bridge")
-    serve.add_argument(
-        "--bridge-roll-interval",
-        type=float,
-        default=None,
-        help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
-        "results, more files)",
-    )
     serve.add_argument(
         "--partial-unsubscribe",
         action=argparse.BooleanOptionalAction,
@@ -98,18 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
     for name, typ, text in _OPTIONS:
         serve.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=text)
     _add_security_options(serve)
-    serve.set_defaults(func=_serve)
+    plugins = load_plugins()
+    for plugin in plugins:
+        plugin.add_serve_options(serve)
+    serve.set_defaults(func=_serve, plugins=plugins)
     from broker._passwd_cli import register as register_passwd
 
     register_passwd(sub)
-    try:
-        importlib.import_module("bridge._cli").register(sub)
-    except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
-        analytics = sub.add_parser(
-            "analytics", help="Spark analytics (unavailable: the bridge failed to load)"
-        )
-        analytics.set_defaults(func=lambda _args: _missing("analytics", reason))
+    for plugin in plugins:
+        plugin.add_commands(sub)
     return parser
 
 
@@ -189,21 +186,15 @@ def _with_listeners(cfg: Any, args: argparse.Namespace) -> Any:
     return dataclasses.replace(cfg, listeners=tuple(base))
 
 
-def _missing(command: str, reason: str) -> int:
-    print(f"siftmq {command}: not available ({reason})", file=sys.stderr)
-    return 2
-
-
 #: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset(
-    {"data_dir", "bridge", "bridge_roll_interval", "log_level", "persistence", "password_file", "acl_file"}
-)
+_SERVE_KEYS = frozenset({"data_dir", "log_level", "persistence", "password_file", "acl_file"})
 
 
 def _serve(args: argparse.Namespace) -> int:
     """Serve MQTT 3.1.1 and 5.0 over TCP until SIGINT/SIGTERM."""
     from broker._config import BrokerConfig, load_toml
 
+    plugins: list[Plugin] = args.plugins
     serve_opts: dict[str, Any] = {}
     cfg = BrokerConfig()
     if args.config is not None:
@@ -215,7 +206,8 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"siftmq serve: bad configuration: {exc}", file=sys.stderr)
             return 2
         serve_opts = {k.replace("-", "_"): v for k, v in table.items()}
-        unknown = sorted(set(serve_opts) - _SERVE_KEYS)
+        known = _SERVE_KEYS.union(*(p.serve_keys for p in plugins))
+        unknown = sorted(set(serve_opts) - known)
         if unknown:
             print(f"siftmq serve: bad configuration: unknown [serve] key {unknown[0]!r}", file=sys.stderr)
             return 2
@@ -239,17 +231,20 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    bridge_on = not args.no_bridge and serve_opts.get("bridge", True)
-    roll = args.bridge_roll_interval or serve_opts.get("bridge_roll_interval") or 0.5
-    if roll <= 0:
-        print("siftmq serve: --bridge-roll-interval must be positive", file=sys.stderr)
+    hooks: list[Hooks] = [] if auth is None else [auth]
+    ctx = ServeContext(args, serve_opts, data_dir)
+    try:
+        for plugin in plugins:
+            hooks.extend(plugin.serve_hooks(ctx))
+    except ValueError as exc:
+        print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, data_dir, bool(bridge_on), auth, float(roll))))
+        return int(run(_run(cfg, hooks, auth is not None)))
     except KeyboardInterrupt:
         return 0
 
@@ -265,7 +260,7 @@ def _log_build() -> None:
         log.warning("compiled modules older than their source (run `make build`): %s", ", ".join(stale))
 
 
-def _file_auth(password_file: str | None, acl_file: str | None) -> Any:
+def _file_auth(password_file: str | None, acl_file: str | None) -> Hooks | None:
     """A FileAuth hook for the given files (None if neither); anonymous clients are left to
     the listeners' rule (``Listener.anonymous``), so the hook accepts them."""
     if password_file is None and acl_file is None:
@@ -275,7 +270,7 @@ def _file_auth(password_file: str | None, acl_file: str | None) -> Any:
     return FileAuth(password_file=password_file, acl_file=acl_file, allow_anonymous=True)
 
 
-def _pick_runner(no_uvloop: bool) -> Any:
+def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
     if not no_uvloop:
         try:
             import uvloop
@@ -287,26 +282,15 @@ def _pick_runner(no_uvloop: bool) -> Any:
     return asyncio.run
 
 
-async def _run(
-    cfg: Any, data_dir: Path, bridge_on: bool, auth: Any = None, roll_interval: float = 0.5
-) -> int:
+async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> int:
     from broker._broker import Broker
-    from broker.hooks import Hooks
 
-    hooks: list[Hooks] = [] if auth is None else [auth]
-    if auth is None:
+    if not authenticated:
         exposed = [li.url for li in cfg.effective_listeners() if not li.loopback]
         if exposed:
             log.warning(
                 "no --password-file: any user name is accepted without a check on %s", ", ".join(exposed)
             )
-    if bridge_on:
-        try:
-            bridge_cls = importlib.import_module("bridge").Bridge
-            hooks.append(bridge_cls(data_dir / "landing", roll_interval=roll_interval))
-            log.info("bridge on: landing zone %s, roll interval %g s", data_dir / "landing", roll_interval)
-        except Exception as exc:
-            log.warning("bridge unavailable (%s: %s); serving without it", type(exc).__name__, exc)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

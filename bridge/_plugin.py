@@ -1,0 +1,60 @@
+"""The bridge as a ``siftmq`` plugin (``broker.plugins``; entry point ``siftmq.plugins``).
+
+The broker never imports the bridge: ``siftmq`` finds this plugin through the entry point the
+distribution declares, and the plugin adds ``siftmq analytics`` and the ``serve`` options
+``--no-bridge`` / ``--bridge-roll-interval`` (``[serve]`` keys ``bridge``,
+``bridge_roll_interval``), and registers a :class:`~bridge.Bridge` hook in the served broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+
+from broker.hooks import Hooks
+from broker.plugins import ServeContext, Subparsers
+
+__all__ = ["PLUGIN", "BridgePlugin"]
+
+log = logging.getLogger("siftmq")
+
+
+class BridgePlugin:
+    """``siftmq analytics`` and the bridge hook of ``siftmq serve``."""
+
+    name = "bridge"
+    serve_keys = frozenset({"bridge", "bridge_roll_interval"})
+
+    def add_commands(self, subparsers: Subparsers) -> None:
+        from bridge._cli import register
+
+        register(subparsers)
+
+    def add_serve_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--no-bridge", action="store_true", default=None, help="do not stream to the bridge"
+        )
+        parser.add_argument(
+            "--bridge-roll-interval",
+            type=float,
+            default=None,
+            help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
+            "results, more files)",
+        )
+
+    def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
+        args, opts = ctx.args, ctx.options
+        roll = args.bridge_roll_interval or opts.get("bridge_roll_interval") or 0.5
+        if not isinstance(roll, int | float) or roll <= 0:
+            raise ValueError("--bridge-roll-interval must be positive")
+        if args.no_bridge or not opts.get("bridge", True):
+            return ()
+        from bridge._writer import Bridge
+
+        landing = ctx.data_dir / "landing"
+        log.info("bridge on: landing zone %s, roll interval %g s", landing, roll)
+        return (Bridge(landing, roll_interval=float(roll)),)
+
+
+PLUGIN = BridgePlugin()

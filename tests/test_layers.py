@@ -1,0 +1,116 @@
+"""The architecture's import rules, checked on the source (docs/architecture.md, "Layers").
+
+Every ``import`` statement of the packages is read with :mod:`ast` (module level, inside
+functions and under ``TYPE_CHECKING`` alike: a type-only import is still an arrow):
+
+* a package imports only packages of its own or a lower layer (topics, content <- composite
+  <- broker <- bridge, cluster);
+* inside a package the modules import each other without a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: layer of each first-party package: a package may import packages of lower layers only
+LAYERS = {"topics": 0, "content": 1, "composite": 2, "broker": 3, "cluster": 4, "bridge": 4}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of the first-party modules ``path`` imports."""
+    tree = ast.parse(path.read_text(), str(path))
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                mod = ".".join([*base, node.module] if node.module else base)
+            else:
+                mod = node.module or ""
+            found.add(mod)
+            # ``from broker import _codec`` imports the module broker._codec
+            found.update(f"{mod}.{a.name}" for a in node.names)
+    return {m for m in found if m.split(".")[0] in LAYERS}
+
+
+def _sources() -> dict[str, Path]:
+    out = {}
+    for pkg in LAYERS:
+        d = ROOT / pkg
+        if d.is_dir():
+            for path in d.rglob("*.py"):
+                out[_module_name(path)] = path
+    return out
+
+
+def test_no_import_from_a_higher_layer() -> None:
+    wrong = []
+    for name, path in _sources().items():
+        mine = LAYERS[name.split(".")[0]]
+        for target in _imports(path):
+            top = target.split(".")[0]
+            if top != name.split(".")[0] and LAYERS[top] >= mine:
+                wrong.append(f"{name} imports {target}")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15: packets <-> _codec and the listener loop not yet cut")
+def test_no_import_cycle_inside_a_package() -> None:
+    sources = _sources()
+    graph: dict[str, set[str]] = {}
+    for name, path in sources.items():
+        pkg = name.split(".")[0]
+        graph[name] = {
+            t for t in _imports(path) if t in sources and t != name and t.split(".")[0] == pkg and t != pkg
+        }
+    # Tarjan-free check: depth-first search with colours, reporting one cycle
+    colour: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        colour[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if colour.get(m) == 1:
+                return [*stack[stack.index(m) :], m]
+            if m not in colour:
+                cycle = visit(m)
+                if cycle:
+                    return cycle
+        stack.pop()
+        colour[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in colour:
+            cycle = visit(n)
+            assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 15: _session, _codec and _store not yet split")
+def test_modules_stay_small() -> None:
+    """No module over 900 lines (issue 15): a bigger one has more than one concern."""
+    big = [
+        f"{name}: {n} lines"
+        for name, path in _sources().items()
+        if (n := len(path.read_text().splitlines())) > 900
+    ]
+    assert not big, "\n".join(big)
