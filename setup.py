@@ -33,10 +33,26 @@ def hot_modules() -> list[str]:
     raise RuntimeError("broker/_build.py: HOT_MODULES not found")
 
 
+def remove_orphans() -> None:
+    """Delete extensions of modules no longer compiled (moved or removed sources): an orphan
+    extension would shadow the module's new source, or resurrect a deleted module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    keep = {m[: -len(".py")] for m in hot_modules()}
+    for pkg in ("broker", "topics"):
+        for folder, _dirs, files in os.walk(os.path.join(here, pkg)):
+            for f in files:
+                if not f.endswith((".so", ".pyd")) or f.startswith("_native__mypyc"):
+                    continue
+                module = os.path.relpath(os.path.join(folder, f.split(".")[0]), here)
+                if module.replace(os.sep, "/") not in keep:
+                    os.remove(os.path.join(folder, f))
+
+
 class OptionalBuildExt(build_ext):
     """Fall back to the pure-Python modules when the C build fails (no compiler, no headers)."""
 
     def run(self) -> None:
+        remove_orphans()
         try:
             super().run()
             # date every extension by this build (an unchanged shim is not relinked), so that

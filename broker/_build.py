@@ -17,9 +17,11 @@ __all__ = ["HOT_MODULES", "compiled_modules", "stale_modules"]
 
 #: the modules ``setup.py`` compiles (issue 8, "Compiled hot path" in docs/performance.md)
 HOT_MODULES = (
-    "broker._record",
-    "broker.packets",
-    "broker._codec",
+    "broker.protocol._record",
+    "broker.protocol._values",
+    "broker.protocol._wire",
+    "broker.protocol._encode",
+    "broker.protocol._decode",
     "broker._router",
     "broker._session",
     "topics._match",

@@ -32,8 +32,8 @@ from typing import Final
 
 import content
 import topics
-from broker._record import Record
 from broker.packets import NO_PROPERTIES, Properties
+from broker.protocol._record import Record
 
 __all__ = [
     "Message",
@@ -51,7 +51,7 @@ class Message(Record):
 
     ``expires_at`` is a ``time.monotonic()`` deadline or None; ``received`` is the
     ``time.time()`` of receipt (for hook latencies).  A hand-written record rather than a
-    frozen dataclass because one is built per PUBLISH (:mod:`broker._record`).
+    frozen dataclass because one is built per PUBLISH (:mod:`broker.protocol._record`).
     """
 
     __slots__ = (
@@ -138,7 +138,7 @@ class SubOptions:
 
 class Route(Record):
     """One delivery decided by the router: ``client_id`` receives the message (a record
-    built per delivery to a selector subscriber, :mod:`broker._record`)."""
+    built per delivery to a selector subscriber, :mod:`broker.protocol._record`)."""
 
     __slots__ = ("client_id", "qos", "retain", "selector", "subscription_ids", "topic_filter")
     __match_args__ = ("client_id", "qos", "retain", "subscription_ids", "topic_filter", "selector")

@@ -11,7 +11,6 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from broker import _codec
 from broker.packets import (
     NO_PROPERTIES,
     Auth,
@@ -35,6 +34,7 @@ from broker.packets import (
     Unsubscribe,
     Will,
 )
+from broker.protocol import _decode, _wire
 
 __all__ = ["client_packets", "packets_for", "server_packets", "text"]
 
@@ -56,7 +56,7 @@ _VALUES: dict[str, st.SearchStrategy[Any]] = {
 def properties(ptype: int, *, server: bool = True) -> st.SearchStrategy[Properties]:
     """Properties allowed in ``ptype`` (0 = will properties)."""
     opt: dict[str, st.SearchStrategy[Any]] = {}
-    for _pid, (field, kind, allowed, _values) in _codec._PROPS.items():
+    for _pid, (field, kind, allowed, _values) in _wire.PROPS.items():
         if ptype not in allowed:
             continue
         if kind == "p":
@@ -153,10 +153,10 @@ def server_packets(v: int) -> st.SearchStrategy[Packet]:
     acks = [
         st.builds(cls, u16_nz, _ack_codes(v, codes), _props(v, t))
         for cls, t, codes in (
-            (Puback, 4, _codec._PUBACK_CODES),
-            (Pubrec, 5, _codec._PUBACK_CODES),
-            (Pubrel, 6, _codec._PUBREL_CODES),
-            (Pubcomp, 7, _codec._PUBREL_CODES),
+            (Puback, 4, _decode._PUBACK_CODES),
+            (Pubrec, 5, _decode._PUBACK_CODES),
+            (Pubrel, 6, _decode._PUBREL_CODES),
+            (Pubcomp, 7, _decode._PUBREL_CODES),
         )
     ]
     out: list[st.SearchStrategy[Packet]] = [
@@ -168,8 +168,8 @@ def server_packets(v: int) -> st.SearchStrategy[Packet]:
     ]
     if v == 5:
         dprops = properties(14).map(lambda p: dataclasses.replace(p, server_reference=None))
-        out.append(st.builds(Disconnect, _codes(_codec._DISCONNECT_CODES), dprops))
-        out.append(st.builds(Auth, _codes(_codec._AUTH_CODES), properties(15)))
+        out.append(st.builds(Disconnect, _codes(_decode._DISCONNECT_CODES), dprops))
+        out.append(st.builds(Auth, _codes(_decode._AUTH_CODES), properties(15)))
     else:
         out.append(st.just(Disconnect()))
     return st.one_of(out)
@@ -177,22 +177,22 @@ def server_packets(v: int) -> st.SearchStrategy[Packet]:
 
 def client_packets(v: int) -> st.SearchStrategy[Packet]:
     """Valid server-to-client packets for version ``v`` (what a client's Decoder accepts)."""
-    v3_connack = st.sampled_from(sorted(set(_codec._V3_CONNACK_IN.values())))
-    v3_suback = st.sampled_from(sorted(set(_codec._V3_SUBACK_IN.values())))
+    v3_connack = st.sampled_from(sorted(set(_decode._V3_CONNACK_IN.values())))
+    v3_suback = st.sampled_from(sorted(set(_decode._V3_SUBACK_IN.values())))
     if v == 5:
-        connack = st.builds(Connack, st.booleans(), _codes(_codec._CONNACK_CODES), properties(2))
+        connack = st.builds(Connack, st.booleans(), _codes(_decode._CONNACK_CODES), properties(2))
     else:
         connack = st.builds(lambda sp, c: Connack(sp and c == 0, c, NO_PROPERTIES), st.booleans(), v3_connack)
     acks = [
         st.builds(cls, u16_nz, _ack_codes(v, codes), _props(v, t, server=False))
         for cls, t, codes in (
-            (Puback, 4, _codec._PUBACK_CODES),
-            (Pubrec, 5, _codec._PUBACK_CODES),
-            (Pubrel, 6, _codec._PUBREL_CODES),
-            (Pubcomp, 7, _codec._PUBREL_CODES),
+            (Puback, 4, _decode._PUBACK_CODES),
+            (Pubrec, 5, _decode._PUBACK_CODES),
+            (Pubrel, 6, _decode._PUBREL_CODES),
+            (Pubcomp, 7, _decode._PUBREL_CODES),
         )
     ]
-    suback_codes = _codes(_codec._SUBACK_CODES) if v == 5 else v3_suback
+    suback_codes = _codes(_decode._SUBACK_CODES) if v == 5 else v3_suback
     out: list[st.SearchStrategy[Packet]] = [
         connack,
         publishes(v, False),
@@ -201,14 +201,14 @@ def client_packets(v: int) -> st.SearchStrategy[Packet]:
         st.builds(
             Unsuback,
             u16,
-            st.lists(_codes(_codec._UNSUBACK_CODES), max_size=4).map(tuple) if v == 5 else st.just(()),
+            st.lists(_codes(_decode._UNSUBACK_CODES), max_size=4).map(tuple) if v == 5 else st.just(()),
             _props(v, 11, server=False),
         ),
         st.just(Pingresp()),
     ]
     if v == 5:
-        out.append(st.builds(Disconnect, _codes(_codec._DISCONNECT_CODES), properties(14, server=False)))
-        out.append(st.builds(Auth, _codes(_codec._AUTH_CODES), properties(15, server=False)))
+        out.append(st.builds(Disconnect, _codes(_decode._DISCONNECT_CODES), properties(14, server=False)))
+        out.append(st.builds(Auth, _codes(_decode._AUTH_CODES), properties(15, server=False)))
     else:
         out.append(st.just(Disconnect()))
     return st.one_of(out)

@@ -1,4 +1,4 @@
-"""The hand-written per-message records (broker._record) keep a frozen dataclass's value
+"""The hand-written per-message records (broker.protocol._record) keep a frozen dataclass's value
 semantics, and the hot path really runs compiled where it was built so (broker._build)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_replace() -> None:
     assert route.replace(selector="x > 1") == Route("c", 1, False, (4,), "t/#", "x > 1")
 
 
-@pytest.mark.skipif("broker._record" not in compiled_modules(), reason="pure-Python build")
+@pytest.mark.skipif("broker.protocol._record" not in compiled_modules(), reason="pure-Python build")
 def test_compiled_records_are_read_only() -> None:
     p = Publish("t", b"x")
     with pytest.raises(AttributeError):

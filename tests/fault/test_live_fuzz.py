@@ -22,7 +22,6 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from broker._codec import encode
 from broker._session import LIMIT_LOG_INTERVAL
 from broker.packets import (
     Auth,
@@ -40,6 +39,7 @@ from broker.packets import (
     SubscriptionRequest,
     Unsubscribe,
     Will,
+    encode,
 )
 from tests.rawclient import RawClient
 from tests.waiting import eventually

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from broker import Broker
-from broker._codec import Decoder, encode
-from broker.packets import Connack, Connect, Publish, ReasonCode
+from broker.packets import Connack, Connect, Decoder, Publish, ReasonCode, encode
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 

@@ -19,8 +19,7 @@ import socket
 import pytest
 
 from broker import Broker
-from broker._codec import encode
-from broker.packets import Connect, Puback, Publish, Subscribe, SubscriptionRequest
+from broker.packets import Connect, Puback, Publish, Subscribe, SubscriptionRequest, encode
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 

@@ -1,4 +1,5 @@
-"""Sans-IO encoder and streaming decoder for MQTT 3.1.1 and 5.0 packets.
+"""Sans-IO streaming decoder of MQTT 3.1.1 and 5.0 packets (the encoder is
+:mod:`broker.protocol._encode`).
 
 Specification: OASIS MQTT Version 3.1.1 (2014) and OASIS MQTT Version 5.0 (2019); conformance
 statements are cited as [MQTT-x.x.x-y].  (The broker's seeds describe routing, not the wire
@@ -32,10 +33,9 @@ packet.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from typing import Any, Final
 
-from broker.packets import (
+from broker.protocol._values import (
     NO_PROPERTIES,
     Auth,
     Connack,
@@ -59,385 +59,21 @@ from broker.packets import (
     Unsubscribe,
     Will,
 )
+from broker.protocol._wire import (
+    MALFORMED,
+    PACKET_NAMES,
+    PROPS,
+    PROTOCOL,
+    WILL,
+    unpack_u16,
+    unpack_u32,
+)
+
+__all__ = ["Decoder"]
 
-__all__ = ["MAX_REMAINING_LENGTH", "Decoder", "PublishTemplate", "encode", "encode_publish"]
 
-MAX_REMAINING_LENGTH: Final = 268_435_455
-
-_RC = ReasonCode
-_MALFORMED = ReasonCode.MALFORMED_PACKET
-_PROTOCOL = ReasonCode.PROTOCOL_ERROR
-
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_pack_u16 = _U16.pack
-_unpack_u16 = _U16.unpack_from
-_unpack_u32 = _U32.unpack_from
-
-
-# ---------------------------------------------------------------- variable byte integers
-def _vbi_slow(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-_VBI_TABLE: Final = tuple(_vbi_slow(i) for i in range(16384))
-
-
-def _vbi(n: int) -> bytes:
-    """Variable byte integer (section 1.5.5); table lookup below 16384."""
-    if n < 16384:
-        return _VBI_TABLE[n]
-    if n > MAX_REMAINING_LENGTH:
-        raise ValueError(f"{n} does not fit a variable byte integer")
-    return _vbi_slow(n)
-
-
-# ---------------------------------------------------------------- properties
-# kinds: 1 byte, 2 two-byte int, 4 four-byte int, 'v' varint, 's' UTF-8 string, 'b' binary, 'p' string pair
-_WILL = 0  # pseudo packet type for will properties
-
-# id: (field, kind, packet types where allowed, allowed values or None)
-_PROPS: Final[dict[int, tuple[str, str, frozenset[int], frozenset[int] | None]]] = {
-    0x01: ("payload_format_indicator", "1", frozenset({3, _WILL}), frozenset({0, 1})),
-    0x02: ("message_expiry_interval", "4", frozenset({3, _WILL}), None),
-    0x03: ("content_type", "s", frozenset({3, _WILL}), None),
-    0x08: ("response_topic", "s", frozenset({3, _WILL}), None),
-    0x09: ("correlation_data", "b", frozenset({3, _WILL}), None),
-    0x0B: ("subscription_identifiers", "v", frozenset({3, 8}), None),
-    0x11: ("session_expiry_interval", "4", frozenset({1, 2, 14}), None),
-    0x12: ("assigned_client_identifier", "s", frozenset({2}), None),
-    0x13: ("server_keep_alive", "2", frozenset({2}), None),
-    0x15: ("authentication_method", "s", frozenset({1, 2, 15}), None),
-    0x16: ("authentication_data", "b", frozenset({1, 2, 15}), None),
-    0x17: ("request_problem_information", "1", frozenset({1}), frozenset({0, 1})),
-    0x18: ("will_delay_interval", "4", frozenset({_WILL}), None),
-    0x19: ("request_response_information", "1", frozenset({1}), frozenset({0, 1})),
-    0x1A: ("response_information", "s", frozenset({2}), None),
-    0x1C: ("server_reference", "s", frozenset({2, 14}), None),
-    0x1F: ("reason_string", "s", frozenset({2, 4, 5, 6, 7, 9, 11, 14, 15}), None),
-    0x21: ("receive_maximum", "2", frozenset({1, 2}), None),
-    0x22: ("topic_alias_maximum", "2", frozenset({1, 2}), None),
-    0x23: ("topic_alias", "2", frozenset({3}), None),
-    0x24: ("maximum_qos", "1", frozenset({2}), frozenset({0, 1})),
-    0x25: ("retain_available", "1", frozenset({2}), frozenset({0, 1})),
-    0x26: ("user_properties", "p", frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, _WILL}), None),
-    0x27: ("maximum_packet_size", "4", frozenset({1, 2}), None),
-    0x28: ("wildcard_subscription_available", "1", frozenset({2}), frozenset({0, 1})),
-    0x29: ("subscription_identifier_available", "1", frozenset({2}), frozenset({0, 1})),
-    0x2A: ("shared_subscription_available", "1", frozenset({2}), frozenset({0, 1})),
-}
-# encoding order: (field, id, kind)
-_PROP_FIELDS: Final = tuple((f, pid, kind) for pid, (f, kind, _, _) in _PROPS.items())
-_PACKET_NAMES: Final = {
-    0: "Will",
-    1: "CONNECT",
-    2: "CONNACK",
-    3: "PUBLISH",
-    4: "PUBACK",
-    5: "PUBREC",
-    6: "PUBREL",
-    7: "PUBCOMP",
-    8: "SUBSCRIBE",
-    9: "SUBACK",
-    10: "UNSUBSCRIBE",
-    11: "UNSUBACK",
-    12: "PINGREQ",
-    13: "PINGRESP",
-    14: "DISCONNECT",
-    15: "AUTH",
-}
-
-
-def _enc_str(s: str) -> bytes:
-    b = s.encode()
-    return _pack_u16(len(b)) + b
-
-
-def _enc_bin(b: bytes) -> bytes:
-    return _pack_u16(len(b)) + b
-
-
-def _props_body(p: Properties) -> bytes:
-    """Encoded properties without the length prefix."""
-    out: list[bytes] = []
-    for field, pid, kind in _PROP_FIELDS:
-        v = getattr(p, field)
-        if v is None or v == ():
-            continue
-        match kind:
-            case "1":
-                out.append(bytes((pid, v)))
-            case "2":
-                out.append(bytes((pid,)) + _pack_u16(v))
-            case "4":
-                out.append(bytes((pid,)) + _U32.pack(v))
-            case "v":
-                out.extend(bytes((pid,)) + _vbi(i) for i in v)
-            case "s":
-                out.append(bytes((pid,)) + _enc_str(v))
-            case "b":
-                out.append(bytes((pid,)) + _enc_bin(v))
-            case _:
-                out.extend(b"\x26" + _enc_str(k) + _enc_str(val) for k, val in v)
-    return b"".join(out)
-
-
-def _props(p: Properties) -> bytes:
-    if p is NO_PROPERTIES:
-        return b"\x00"
-    body = _props_body(p)
-    return _vbi(len(body)) + body
-
-
-# ---------------------------------------------------------------- encoding
-_V3_CONNACK: Final = {0x00: 0, 0x84: 1, 0x85: 2, 0x88: 3, 0x89: 3, 0x86: 4, 0x87: 5}
-
-
-def _fixed(first: int, body: bytes) -> bytes:
-    return bytes((first,)) + _vbi(len(body)) + body
-
-
-def _enc_connect(p: Connect, version: int) -> bytes:
-    level = p.protocol_level
-    v5 = level == 5
-    flags = 0x02 if p.clean_start else 0
-    will = p.will
-    if will is not None:
-        flags |= 0x04 | (will.qos << 3) | (0x20 if will.retain else 0)
-    if p.password is not None:
-        flags |= 0x40
-    if p.username is not None:
-        flags |= 0x80
-    parts = [_enc_str(p.protocol_name), bytes((level, flags)), _pack_u16(p.keep_alive)]
-    if v5:
-        parts.append(_props(p.properties))
-    parts.append(_enc_str(p.client_id))
-    if will is not None:
-        if v5:
-            parts.append(_props(will.properties))
-        parts.append(_enc_str(will.topic))
-        parts.append(_enc_bin(will.payload))
-    if p.username is not None:
-        parts.append(_enc_str(p.username))
-    if p.password is not None:
-        parts.append(_enc_bin(p.password))
-    return _fixed(0x10, b"".join(parts))
-
-
-def _enc_connack(p: Connack, version: int) -> bytes:
-    code = int(p.reason_code)
-    if version == 5:
-        body = bytes((1 if p.session_present else 0, code)) + _props(p.properties)
-        return _fixed(0x20, body)
-    rc = _V3_CONNACK.get(code, 5)
-    return bytes((0x20, 2, 1 if p.session_present and rc == 0 else 0, rc))
-
-
-def _enc_ack(first: int, p: Puback | Pubrec | Pubrel | Pubcomp, version: int) -> bytes:
-    pid = _pack_u16(p.packet_id)
-    if version != 5 or (p.reason_code == 0 and p.properties is NO_PROPERTIES):
-        return bytes((first, 2)) + pid
-    if p.properties is NO_PROPERTIES:
-        return bytes((first, 3)) + pid + bytes((p.reason_code,))
-    return _fixed(first, pid + bytes((p.reason_code,)) + _props(p.properties))
-
-
-def _enc_subscribe(p: Subscribe, version: int) -> bytes:
-    parts = [_pack_u16(p.packet_id)]
-    if version == 5:
-        parts.append(_props(p.properties))
-        for s in p.subscriptions:
-            opts = (
-                s.qos
-                | (0x04 if s.no_local else 0)
-                | (0x08 if s.retain_as_published else 0)
-                | (s.retain_handling << 4)
-            )
-            parts.append(_enc_str(s.topic_filter) + bytes((opts,)))
-    else:
-        parts.extend(_enc_str(s.topic_filter) + bytes((s.qos,)) for s in p.subscriptions)
-    return _fixed(0x82, b"".join(parts))
-
-
-def _enc_suback(p: Suback, version: int) -> bytes:
-    if version == 5:
-        codes = bytes(int(c) for c in p.reason_codes)
-        return _fixed(0x90, _pack_u16(p.packet_id) + _props(p.properties) + codes)
-    codes = bytes(c if c < 0x80 else 0x80 for c in p.reason_codes)
-    return _fixed(0x90, _pack_u16(p.packet_id) + codes)
-
-
-def _enc_unsubscribe(p: Unsubscribe, version: int) -> bytes:
-    parts = [_pack_u16(p.packet_id)]
-    if version == 5:
-        parts.append(_props(p.properties))
-    parts.extend(_enc_str(f) for f in p.topic_filters)
-    return _fixed(0xA2, b"".join(parts))
-
-
-def _enc_unsuback(p: Unsuback, version: int) -> bytes:
-    if version == 5:
-        codes = bytes(int(c) for c in p.reason_codes)
-        return _fixed(0xB0, _pack_u16(p.packet_id) + _props(p.properties) + codes)
-    return b"\xb0\x02" + _pack_u16(p.packet_id)
-
-
-def _enc_disconnect(p: Disconnect, version: int) -> bytes:
-    if version != 5 or (p.reason_code == 0 and p.properties is NO_PROPERTIES):
-        return b"\xe0\x00"
-    if p.properties is NO_PROPERTIES:
-        return bytes((0xE0, 1, p.reason_code))
-    return _fixed(0xE0, bytes((p.reason_code,)) + _props(p.properties))
-
-
-def _enc_auth(p: Auth, version: int) -> bytes:
-    if version != 5:
-        raise ValueError("AUTH exists only in MQTT 5")
-    if p.reason_code == 0 and p.properties is NO_PROPERTIES:
-        return b"\xf0\x00"
-    return _fixed(0xF0, bytes((p.reason_code,)) + _props(p.properties))
-
-
-def _enc_publish(p: Publish, version: int) -> bytes:
-    return encode_publish(p.topic, p.payload, p.qos, p.retain, p.dup, p.packet_id, p.properties, version)
-
-
-_ENCODERS: Final[dict[type, Callable[[Any, int], bytes]]] = {
-    Connect: _enc_connect,
-    Connack: _enc_connack,
-    Publish: _enc_publish,
-    Puback: lambda p, v: _enc_ack(0x40, p, v),
-    Pubrec: lambda p, v: _enc_ack(0x50, p, v),
-    Pubrel: lambda p, v: _enc_ack(0x62, p, v),
-    Pubcomp: lambda p, v: _enc_ack(0x70, p, v),
-    Subscribe: _enc_subscribe,
-    Suback: _enc_suback,
-    Unsubscribe: _enc_unsubscribe,
-    Unsuback: _enc_unsuback,
-    Pingreq: lambda p, v: b"\xc0\x00",
-    Pingresp: lambda p, v: b"\xd0\x00",
-    Disconnect: _enc_disconnect,
-    Auth: _enc_auth,
-}
-
-
-def encode(packet: Packet, version: int) -> bytes:
-    """Encode ``packet`` for protocol ``version`` (3, 4 or 5; CONNECT uses its own level).
-
-    On a 3/4 wire, properties are not written, CONNACK reason codes become 3.1.1 return
-    codes (0x84->1, 0x85->2, 0x88/0x89->3, 0x86->4, others->5) and SUBACK codes >= 0x80
-    become 0x80.  The encoder trusts its input (values come from our own code).
-    """
-    return _ENCODERS[type(packet)](packet, version)
-
-
-_TOPIC_CACHE: dict[str, bytes] = {}
-
-
-def _topic_field(topic: str) -> bytes:
-    f = _TOPIC_CACHE.get(topic)
-    if f is None:
-        b = topic.encode()
-        f = _pack_u16(len(b)) + b
-        if len(_TOPIC_CACHE) >= 4096:
-            _TOPIC_CACHE.clear()
-        _TOPIC_CACHE[topic] = f
-    return f
-
-
-def encode_publish(  # noqa: PLR0917 (signature fixed by the codec API)
-    topic: str,
-    payload: bytes,
-    qos: int,
-    retain: bool,
-    dup: bool,
-    packet_id: int | None,
-    properties: Properties,
-    version: int,
-) -> bytes:
-    """Encode one PUBLISH (the hot path: a bounded cache of encoded topics, one join)."""
-    tf = _topic_field(topic)
-    first = 0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)
-    if version == 5:
-        props = b"\x00" if properties is NO_PROPERTIES else _props(properties)
-        n = len(tf) + len(props) + len(payload)
-        if qos:
-            n += 2
-            return b"".join((_FIRST[first], _vbi(n), tf, _pack_u16(packet_id or 0), props, payload))
-        return b"".join((_FIRST[first], _vbi(n), tf, props, payload))
-    n = len(tf) + len(payload)
-    if qos:
-        n += 2
-        return b"".join((_FIRST[first], _vbi(n), tf, _pack_u16(packet_id or 0), payload))
-    return b"".join((_FIRST[first], _vbi(n), tf, payload))
-
-
-_FIRST: Final = tuple(bytes((i,)) for i in range(256))
-
-
-class PublishTemplate:
-    """A PUBLISH encoded once, rendered per subscriber by joining ready-made slices.
-
-    ``PublishTemplate(topic, payload, properties, version)`` encodes the topic, the
-    properties (version 5) and keeps the payload; :meth:`render` returns the bytes for one
-    subscriber with its QoS, packet id, DUP and RETAIN flags, and (v5) its subscription
-    identifiers and topic alias appended to the shared properties.  Cost per render: one
-    small ``bytes`` join, independent of the properties' complexity; O(1) besides the copy.
-
-    Byte layout (for callers that patch bytes themselves): ``first | remaining length |
-    topic length, topic | [packet id, 2 bytes big-endian, QoS > 0 only] | [properties] |
-    payload``; the packet id starts at ``len(header) + 2 + len(topic bytes)``.
-    """
-
-    __slots__ = ("_props_body", "_tf", "payload", "topic", "version")
-
-    def __init__(self, topic: str, payload: bytes, properties: Properties, version: int) -> None:
-        self.topic = topic
-        self.payload = payload
-        self.version = version
-        self._tf = _topic_field(topic)
-        self._props_body = b"" if properties is NO_PROPERTIES else _props_body(properties)
-
-    def render(
-        self,
-        qos: int,
-        packet_id: int | None = None,
-        *,
-        dup: bool = False,
-        retain: bool = False,
-        subscription_identifiers: tuple[int, ...] = (),
-        topic_alias: int | None = None,
-        send_topic: bool = True,
-    ) -> bytes:
-        """Bytes of this PUBLISH for one subscriber (``send_topic=False``: empty topic + alias)."""
-        first = _FIRST[0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)]
-        tf = self._tf if send_topic else b"\x00\x00"
-        pid = _pack_u16(packet_id or 0) if qos else b""
-        if self.version == 5:
-            pb = self._props_body
-            if subscription_identifiers or topic_alias is not None:
-                extra = b"".join(b"\x0b" + _vbi(i) for i in subscription_identifiers)
-                if topic_alias is not None:
-                    extra += b"\x23" + _pack_u16(topic_alias)
-                pb += extra
-            props = _vbi(len(pb)) + pb
-            n = len(tf) + len(pid) + len(props) + len(self.payload)
-            return b"".join((first, _vbi(n), tf, pid, props, self.payload))
-        n = len(tf) + len(pid) + len(self.payload)
-        return b"".join((first, _vbi(n), tf, pid, self.payload))
-
-
-# ---------------------------------------------------------------- decoding
 def _bad(code: ReasonCode, ptype: int, msg: str) -> MalformedPacket:
-    return MalformedPacket(code, f"{_PACKET_NAMES.get(ptype, '?')}: {msg}")
+    return MalformedPacket(code, f"{PACKET_NAMES.get(ptype, '?')}: {msg}")
 
 
 class _Reader:
@@ -451,7 +87,7 @@ class _Reader:
         self.end = end
         self.ptype = ptype
 
-    def fail(self, msg: str, code: ReasonCode = _MALFORMED) -> MalformedPacket:
+    def fail(self, msg: str, code: ReasonCode = MALFORMED) -> MalformedPacket:
         return _bad(code, self.ptype, msg)
 
     def need(self, n: int, what: str) -> int:
@@ -465,11 +101,11 @@ class _Reader:
         return self.mv[self.need(1, what)]
 
     def u16(self, what: str) -> int:
-        v: int = _unpack_u16(self.mv, self.need(2, what))[0]
+        v: int = unpack_u16(self.mv, self.need(2, what))[0]
         return v
 
     def u32(self, what: str) -> int:
-        v: int = _unpack_u32(self.mv, self.need(4, what))[0]
+        v: int = unpack_u32(self.mv, self.need(4, what))[0]
         return v
 
     def vbi(self, what: str) -> int:
@@ -511,18 +147,18 @@ class _Reader:
         kw: dict[str, Any] = {}
         user: list[tuple[str, str]] = []
         subids: list[int] = []
-        pname = _PACKET_NAMES[ptype]
+        pname = PACKET_NAMES[ptype]
         end = self.end
         self.end = stop
         while self.pos < stop:
             at = self.pos
             pid = self.vbi("property identifier")
-            spec = _PROPS.get(pid)
+            spec = PROPS.get(pid)
             if spec is None:
                 raise self.fail(f"unknown property 0x{pid:02x} at offset {at}")
             field, kind, allowed, values = spec
             if ptype not in allowed:
-                raise self.fail(f"property {field} (0x{pid:02x}) not allowed in {pname}", _PROTOCOL)
+                raise self.fail(f"property {field} (0x{pid:02x}) not allowed in {pname}", PROTOCOL)
             match kind:
                 case "1":
                     v: Any = self.u8(field)
@@ -540,18 +176,18 @@ class _Reader:
                     user.append((self.string("user property name"), self.string("user property value")))
                     continue
             if values is not None and v not in values:
-                raise self.fail(f"property {field} has invalid value {v}", _PROTOCOL)
+                raise self.fail(f"property {field} has invalid value {v}", PROTOCOL)
             if kind == "v":
                 if v == 0:
-                    raise self.fail("subscription identifier 0", _PROTOCOL)
+                    raise self.fail("subscription identifier 0", PROTOCOL)
                 if subids and ptype != 3:
-                    raise self.fail("duplicate property subscription_identifier", _PROTOCOL)
+                    raise self.fail("duplicate property subscription_identifier", PROTOCOL)
                 subids.append(v)
                 continue
             if field in kw:
-                raise self.fail(f"duplicate property {field}", _PROTOCOL)
+                raise self.fail(f"duplicate property {field}", PROTOCOL)
             if v == 0 and field in ("receive_maximum", "maximum_packet_size"):
-                raise self.fail(f"property {field} is 0", _PROTOCOL)
+                raise self.fail(f"property {field} is 0", PROTOCOL)
             if v == 0 and field == "topic_alias":
                 raise self.fail("topic alias 0", ReasonCode.TOPIC_ALIAS_INVALID)
             kw[field] = v
@@ -560,7 +196,7 @@ class _Reader:
             kw["user_properties"] = tuple(user)
         if subids:
             if ptype == 3 and server:
-                raise self.fail("subscription identifier in a PUBLISH from a client", _PROTOCOL)
+                raise self.fail("subscription identifier in a PUBLISH from a client", PROTOCOL)
             kw["subscription_identifiers"] = tuple(subids)
         return Properties(**kw)
 
@@ -570,17 +206,17 @@ def _utf8(b: memoryview, ptype: int, what: str, at: int) -> str:
         s = str(b, "utf-8")
     except UnicodeDecodeError as exc:
         raise _bad(
-            _MALFORMED, ptype, f"{what} at offset {at} is not well-formed UTF-8 ({exc.reason})"
+            MALFORMED, ptype, f"{what} at offset {at} is not well-formed UTF-8 ({exc.reason})"
         ) from None
     if "\x00" in s:
-        raise _bad(_MALFORMED, ptype, f"{what} at offset {at} contains U+0000")
+        raise _bad(MALFORMED, ptype, f"{what} at offset {at} contains U+0000")
     return s
 
 
 def _reason(r: _Reader, allowed: frozenset[int], ptype: int) -> ReasonCode:
     c = r.u8("reason code")
     if c not in allowed:
-        raise r.fail(f"reason code 0x{c:02x} is not valid in {_PACKET_NAMES[ptype]}")
+        raise r.fail(f"reason code 0x{c:02x} is not valid in {PACKET_NAMES[ptype]}")
     return ReasonCode(c)
 
 
@@ -647,11 +283,11 @@ def _connect(r: _Reader, dec: Decoder) -> Connect:
     keep_alive = r.u16("keep alive")
     props = r.props(1, True) if v5 else NO_PROPERTIES
     if props.authentication_data is not None and props.authentication_method is None:
-        raise r.fail("authentication data without authentication method", _PROTOCOL)
+        raise r.fail("authentication data without authentication method", PROTOCOL)
     client_id = r.string("client identifier")
     will = None
     if will_flag:
-        wprops = r.props(_WILL, True) if v5 else NO_PROPERTIES
+        wprops = r.props(WILL, True) if v5 else NO_PROPERTIES
         wtopic = r.string("will topic")
         wpayload = r.binary("will payload")
         will = Will(wtopic, wpayload, will_qos, will_retain, wprops)
@@ -712,17 +348,17 @@ def _subscribe(r: _Reader, v5: bool) -> Subscribe:
                 raise r.fail(f"reserved subscription option bits set for {f!r} [MQTT-3.8.3-5]")
             rh = (opts >> 4) & 0x03
             if rh == 3:
-                raise r.fail(f"retain handling 3 for {f!r}", _PROTOCOL)
+                raise r.fail(f"retain handling 3 for {f!r}", PROTOCOL)
             no_local = bool(opts & 0x04)
             if no_local and f.startswith("$share/"):
-                raise r.fail(f"no local on shared subscription {f!r} [MQTT-3.8.3-4]", _PROTOCOL)
+                raise r.fail(f"no local on shared subscription {f!r} [MQTT-3.8.3-4]", PROTOCOL)
             subs.append(SubscriptionRequest(f, qos, no_local, bool(opts & 0x08), rh))
         else:
             if opts & 0xFC:
                 raise r.fail(f"reserved bits of requested QoS set for {f!r} [MQTT-3-8.3-4]")
             subs.append(SubscriptionRequest(f, qos))
     if not subs:
-        raise r.fail("SUBSCRIBE without a topic filter [MQTT-3.8.3-3]", _PROTOCOL)
+        raise r.fail("SUBSCRIBE without a topic filter [MQTT-3.8.3-3]", PROTOCOL)
     return Subscribe(pid, tuple(subs), props)
 
 
@@ -750,7 +386,7 @@ def _unsubscribe(r: _Reader, v5: bool) -> Unsubscribe:
     while not r.done():
         filters.append(r.string("topic filter"))
     if not filters:
-        raise r.fail("UNSUBSCRIBE without a topic filter [MQTT-3.10.3-2]", _PROTOCOL)
+        raise r.fail("UNSUBSCRIBE without a topic filter [MQTT-3.10.3-2]", PROTOCOL)
     return Unsubscribe(pid, tuple(filters), props)
 
 
@@ -777,7 +413,7 @@ def _disconnect_or_auth(r: _Reader, ptype: int, server: bool) -> Disconnect | Au
         raise r.fail("unexpected bytes at the end")
     if ptype == 14:
         if server and props.server_reference is not None:
-            raise r.fail("server reference in a DISCONNECT from a client", _PROTOCOL)
+            raise r.fail("server reference in a DISCONNECT from a client", PROTOCOL)
         return Disconnect(code, props)
     return Auth(code, props)
 
@@ -832,7 +468,7 @@ class Decoder:
             self._error = exc
             raise
         except (IndexError, ValueError, TypeError, struct.error) as exc:  # defensive: never escapes
-            self._error = MalformedPacket(_MALFORMED, f"malformed packet ({type(exc).__name__}: {exc})")
+            self._error = MalformedPacket(MALFORMED, f"malformed packet ({type(exc).__name__}: {exc})")
             raise self._error from None
         if pos < len(data):
             buf += memoryview(data)[pos:]
@@ -864,11 +500,11 @@ class Decoder:
                     break
                 shift += 7
                 if shift == 28:
-                    raise _bad(_MALFORMED, ptype, "remaining length longer than 4 bytes [MQTT-1.5.5-1]")
+                    raise _bad(MALFORMED, ptype, "remaining length longer than 4 bytes [MQTT-1.5.5-1]")
             if ptype not in legal:
                 if ptype == 0:
-                    raise MalformedPacket(_MALFORMED, "reserved packet type 0")
-                raise _bad(_PROTOCOL, ptype, f"not allowed from a {'client' if server else 'server'}")
+                    raise MalformedPacket(MALFORMED, "reserved packet type 0")
+                raise _bad(PROTOCOL, ptype, f"not allowed from a {'client' if server else 'server'}")
             total = p - pos + length
             if total > limit:
                 raise _bad(
@@ -883,25 +519,25 @@ class Decoder:
                 # ---- PUBLISH, inline hot path
                 qos = (flags >> 1) & 3
                 if qos == 3:
-                    raise _bad(_MALFORMED, 3, "QoS 3 [MQTT-3.3.1-4]")
+                    raise _bad(MALFORMED, 3, "QoS 3 [MQTT-3.3.1-4]")
                 if qos == 0 and flags & 8:
-                    raise _bad(_MALFORMED, 3, "DUP set on a QoS 0 message [MQTT-3.3.1-2]")
+                    raise _bad(MALFORMED, 3, "DUP set on a QoS 0 message [MQTT-3.3.1-2]")
                 if v is None:
-                    raise _bad(_PROTOCOL, 3, "first packet is not CONNECT [MQTT-3.1.0-1]")
+                    raise _bad(PROTOCOL, 3, "first packet is not CONNECT [MQTT-3.1.0-1]")
                 if p + 2 > end:
-                    raise _bad(_MALFORMED, 3, "truncated topic length")
+                    raise _bad(MALFORMED, 3, "truncated topic length")
                 tl = (data[p] << 8) | data[p + 1]
                 q = p + 2 + tl
                 if q > end:
-                    raise _bad(_MALFORMED, 3, "topic name exceeds the packet")
+                    raise _bad(MALFORMED, 3, "topic name exceeds the packet")
                 topic = _utf8(mv[p + 2 : q], 3, "topic name", p + 2)
                 pid: int | None = None
                 if qos:
                     if q + 2 > end:
-                        raise _bad(_MALFORMED, 3, "truncated packet identifier")
+                        raise _bad(MALFORMED, 3, "truncated packet identifier")
                     pid = (data[q] << 8) | data[q + 1]
                     if pid == 0:
-                        raise _bad(_MALFORMED, 3, "packet identifier 0 [MQTT-2.3.1-1]")
+                        raise _bad(MALFORMED, 3, "packet identifier 0 [MQTT-2.3.1-1]")
                     q += 2
                 props = NO_PROPERTIES
                 if v == 5:
@@ -912,22 +548,22 @@ class Decoder:
                         props = r.props(3, server)
                         q = r.pos
                     if not topic and props.topic_alias is None:
-                        raise _bad(_PROTOCOL, 3, "empty topic name without a topic alias [MQTT-3.3.2-8]")
+                        raise _bad(PROTOCOL, 3, "empty topic name without a topic alias [MQTT-3.3.2-8]")
                 append(Publish(topic, data[q:end], qos, bool(flags & 1), bool(flags & 8), pid, props))
                 pos = end
                 continue
             if flags != _REQUIRED_FLAGS[ptype]:
-                raise _bad(_MALFORMED, ptype, f"reserved fixed header flags 0x{flags:x} [MQTT-2.2.2-1]")
+                raise _bad(MALFORMED, ptype, f"reserved fixed header flags 0x{flags:x} [MQTT-2.2.2-1]")
             r = _Reader(mv, p, end, ptype)
             if ptype == 1:
                 if self._seen_connect:
-                    raise _bad(_PROTOCOL, 1, "second CONNECT [MQTT-3.1.0-2]")
+                    raise _bad(PROTOCOL, 1, "second CONNECT [MQTT-3.1.0-2]")
                 self._seen_connect = True
                 append(_connect(r, self))
                 pos = end
                 continue
             if v is None:
-                raise _bad(_PROTOCOL, ptype, "first packet is not CONNECT [MQTT-3.1.0-1]")
+                raise _bad(PROTOCOL, ptype, "first packet is not CONNECT [MQTT-3.1.0-1]")
             v5 = v == 5
             pkt: Packet
             match ptype:
