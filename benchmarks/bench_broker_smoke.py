@@ -27,8 +27,10 @@ import orjson
 
 import content
 from broker._config import BrokerConfig
-from broker._router import Message, Router, SubOptions
-from broker._session import Connection, Core
+from broker.core._connection import Connection
+from broker.core._core import Core
+from broker.core._message import Message, SubOptions
+from broker.core._router import Router
 from broker.packets import NO_PROPERTIES, Connect, Properties, Subscribe, SubscriptionRequest
 
 

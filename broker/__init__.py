@@ -17,7 +17,7 @@ from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, Subsc
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
-    from broker._router import Message
+    from broker.core._message import Message
 
 __all__ = [
     "Broker",
@@ -39,7 +39,7 @@ _LAZY = {
     "BrokerConfig": "broker._config",
     "Listener": "broker._config",
     "load_toml": "broker._config",
-    "Message": "broker._router",
+    "Message": "broker.core._message",
 }
 
 

@@ -41,11 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import topics
-from broker._router import split_filter_prefix
+from broker.core._message import SHARE_PREFIX, split_filter_prefix
 
 __all__ = ["Access", "AccessList", "AclError", "AclRule", "ClientRules", "inner_filter"]
 
-_SHARE = "$share/"
 _CACHE_LIMIT = 4096  # entries per memo dict before it is cleared
 
 
@@ -108,7 +107,7 @@ def inner_filter(topic_filter: str) -> str:
     for _ in range(2):
         if f.startswith("$filter/"):
             f = split_filter_prefix(f)[1]
-        elif f.startswith(_SHARE):
+        elif f.startswith(SHARE_PREFIX):
             parts = f.split("/", 2)
             if len(parts) < 3 or not parts[2]:
                 raise ValueError(f"{topic_filter!r}: $share/<group>/<filter> expected")

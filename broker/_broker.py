@@ -1,6 +1,6 @@
 """The embedding API: :class:`Broker` runs the core on the current asyncio loop.
 
-``async with Broker(port=0) as b`` starts the listeners (``broker._listeners``: TCP, TLS,
+``async with Broker(port=0) as b`` starts the listeners (``broker.net._listeners``: TCP, TLS,
 WebSocket; ``b.port`` tells the first one's bound port, ``b.ports`` all of them),
 ``await b.publish(...)`` injects messages from code, and ``b.subscribe(...)``
 gives an in-process subscription (topic filter plus optional content selector) that
@@ -21,12 +21,13 @@ from typing import Any
 
 import topics
 from broker._config import BrokerConfig
-from broker._listeners import OpenListener, close_listeners, open_listeners, wait_closed
-from broker._router import Message, Route
-from broker._session import Core, Session
-from broker._store import Store
-from broker._transport import MQTTProtocol
+from broker.core._core import Core
+from broker.core._message import Message, Route
+from broker.core._session import Session
+from broker.durability._store import Store
 from broker.hooks import Hooks
+from broker.net._listeners import OpenListener, close_listeners, open_listeners, wait_closed
+from broker.net._transport import MQTTProtocol
 from broker.packets import NO_PROPERTIES, Properties
 
 __all__ = ["Broker", "LocalSubscription", "Message"]
@@ -163,9 +164,10 @@ class Broker:
             await asyncio.to_thread(store.close)
             raise
         core = self.core
-        core.store = store
-        core.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
-        core.restore(state, time.monotonic(), wall)
+        journal = core.journal
+        journal.store = store
+        journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
+        journal.restore(state, time.monotonic(), wall)
         core.flush()
         log.info(
             "store %s: %d sessions, %d retained messages restored",
@@ -190,17 +192,17 @@ class Broker:
                 if rec.client_id not in core.sessions and rec.will is not None:
                     orphan = Session(rec.client_id)
                     orphan.will = rec.will
-                    core._publish_will(orphan, now)
+                    core.publish_will(orphan, now)
             core.flush()
 
     async def _close_store(self) -> None:
-        store = self.core.store
+        store = self.core.journal.store
         if store is None:
             return
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        self.core.store = None
+        self.core.journal.store = None
         for s in self.core.sessions.values():
             s.persisted = False
         await asyncio.to_thread(store.close)

@@ -4,7 +4,7 @@
 ``Broker(hooks=[...])`` through :class:`broker.hooks.Hooks`:
 
 * ``authenticate`` -- a client without a user name gets ``allow_anonymous`` (True/False;
-  the listener's own rule, ``Listener.anonymous`` in ``broker._listeners``, is applied
+  the listener's own rule, ``Listener.anonymous`` in ``broker.net._listeners``, is applied
   before any hook, so ``siftmq serve`` builds this hook with ``allow_anonymous=True``);
   with a user name and a password file, True iff the password verifies (``broker._passwd``:
   salted scrypt, constant-time compare); with a user name and no password file, no opinion

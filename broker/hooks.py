@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from broker._router import Message
+    from broker.core._message import Message
 
 __all__ = [
     "Delivery",

@@ -1,27 +1,24 @@
-"""Durable broker state in SQLite: the public names of :mod:`broker._store` (docs/persistence.md)."""
+"""Durable broker state in SQLite: the public names of :mod:`broker.durability` (docs/persistence.md)."""
 
 from __future__ import annotations
 
-from broker._store import (
+from broker.durability._records import (
     DB_NAME,
-    MIGRATIONS,
-    SCHEMA_VERSION,
     EntryRecord,
     LoadedState,
     MessageRecord,
     MessageState,
     OutgoingRecord,
     SessionRecord,
-    Store,
     StoreClosed,
     StoreError,
     StoreVersionError,
     decode_properties,
     encode_properties,
     message_record,
-    migrate,
     replay_entries,
 )
+from broker.durability._store import MIGRATIONS, SCHEMA_VERSION, Store, migrate
 
 __all__ = [
     "DB_NAME",

@@ -21,7 +21,6 @@ from topics._index import (
     SubscribeOutcome,
     Subscription,
     SubscriptionIndex,
-    Unsubscribed,
     UnsubscribeOutcome,
 )
 from topics._match import includes, matches, overlaps
@@ -40,7 +39,6 @@ __all__ = [
     "SubscriptionIndex",
     "TopicSet",
     "UnsubscribeOutcome",
-    "Unsubscribed",
     "includes",
     "matches",
     "overlaps",

@@ -55,7 +55,6 @@ __all__ = [
     "Subscription",
     "SubscriptionIndex",
     "UnsubscribeOutcome",
-    "Unsubscribed",
 ]
 
 O = TypeVar("O")  # noqa: E741  (the name the broker code and docs use)
@@ -81,10 +80,6 @@ class UnsubscribeOutcome(enum.Enum):
     REMOVED = "removed"  # an identical subscription was removed (MQTT 5 reason 0x00)
     PARTIAL = "partial"  # a negative entry was appended (partial unsubscribe, reason 0x00)
     NO_SUBSCRIPTION = "no_subscription"  # nothing to remove or exclude (reason 0x11)
-
-
-# The name broker/_session.py was written against; UnsubscribeOutcome is the documented one.
-Unsubscribed = UnsubscribeOutcome
 
 
 @dataclass(frozen=True, slots=True)

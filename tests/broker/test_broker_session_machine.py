@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from broker._config import BrokerConfig
-from broker._session import Connection, ConnectionState, Core
+from broker.core._connection import Connection
+from broker.core._core import Core
+from broker.core._session import ConnectionState
 from broker.packets import (
     Connack,
     Connect,

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from broker._build import HOT_MODULES, compiled_modules, stale_modules
-from broker._router import Message, Route
+from broker.core._message import Message, Route
 from broker.packets import NO_PROPERTIES, Properties, Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode
 
 

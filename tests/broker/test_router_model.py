@@ -21,7 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import content
 import topics
-from broker._router import Message, Router, SubOptions
+from broker.core._message import Message, SubOptions
+from broker.core._router import Router
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
 FILTERS = ["a/b", "a/+", "a/#", "+/b", "#", "a/c", "$share/g/a/b", "$share/g/a/+"]

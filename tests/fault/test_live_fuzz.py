@@ -22,7 +22,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from broker._session import LIMIT_LOG_INTERVAL
+from broker.core._core import LIMIT_LOG_INTERVAL
 from broker.packets import (
     Auth,
     Connect,

@@ -11,8 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from broker import Broker
 from broker._config import BrokerConfig, Listener
-from broker._listeners import ConnectionLimits, Refusal
-from broker._session import Stats
+from broker.core._session import Stats
+from broker.net._admission import ConnectionLimits, Refusal
 from broker.packets import Connack, Connect, ReasonCode
 from tests.security.helpers import T, raw_connect
 

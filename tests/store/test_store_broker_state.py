@@ -10,7 +10,9 @@ from pathlib import Path
 
 import content
 from broker._config import BrokerConfig
-from broker._session import Connection, Core, Outgoing, Session
+from broker.core._connection import Connection
+from broker.core._core import Core
+from broker.core._session import Outgoing, Session
 from broker.packets import (
     Connect,
     Decoder,

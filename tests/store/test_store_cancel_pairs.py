@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker._store import _SQL, MIGRATIONS, _cancel_pairs, _Op, _outgoing_row, migrate
+from broker.durability._store import _SQL, MIGRATIONS, _cancel_pairs, _Op, _outgoing_row, migrate
 from broker.store import MessageRecord, MessageState, OutgoingRecord
 
 MSG = MessageRecord("t", b"x", 1, False)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import topics
-from broker._router import SubOptions
+from broker.core._message import SubOptions
 from broker.packets import Properties, Will
 from broker.store import (
     EntryRecord,

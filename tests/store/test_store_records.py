@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker._router import Message, SubOptions
+from broker.core._message import Message, SubOptions
 from broker.packets import NO_PROPERTIES, Properties, Will
 from broker.store import (
     DB_NAME,

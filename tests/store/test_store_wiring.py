@@ -136,7 +136,7 @@ async def test_unacknowledged_message_is_resent_with_dup_after_restart(db: str) 
         assert (again.payload, again.packet_id, again.dup) == (b"one", first.packet_id, True)
         sub.send(Puback(again.packet_id or 0))
         await sub.barrier()
-        store = b.core.store
+        store = b.core.journal.store
         assert store is not None
         assert store.counts()["outgoing"] == 0
 
@@ -181,7 +181,7 @@ async def test_failing_store_stops_acknowledging(db: str, caplog: pytest.LogCapt
         sub, _ = await _raw(b.port, "sub", True)
         await sub.subscribe(SubscriptionRequest("t", 1))
         await sub.close()
-        store = b.core.store
+        store = b.core.journal.store
         assert store is not None
         with store._lock:  # the disk is full: no page can be added any more
             pages = store._db.execute("PRAGMA page_count").fetchone()[0]
@@ -206,14 +206,14 @@ async def test_clean_sessions_and_qos0_write_nothing(db: str) -> None:
         await pub.publish1("t", b"x")
         pub.send(Publish("t", b"y", 0))
         await _publishes(sub, 2)
-        store = b.core.store
+        store = b.core.journal.store
         assert store is not None
         assert store.submitted == 0
 
 
 async def test_session_rows_follow_the_session_lifecycle(db: str) -> None:
     async with _broker(db) as b:
-        store = b.core.store
+        store = b.core.journal.store
         assert store is not None
         clean, _ = await RawClient.connect(b.port, "c", 5, clean_start=True)  # expiry 0
         await clean.subscribe("x")
@@ -238,6 +238,6 @@ async def test_a_failed_start_closes_the_store(db: str) -> None:
         taken = Broker(host="127.0.0.1", port=running.port, sys_interval=0, store_path=db + "-2")
         with pytest.raises(OSError):
             await taken.start()
-        assert taken.core.store is None
+        assert taken.core.journal.store is None
     with Store(db + "-2") as store:  # closed cleanly: it opens again
         assert store.load().sessions == {}

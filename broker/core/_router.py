@@ -22,164 +22,58 @@ group, round robin over the members whose options accept the message.
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Final
 
 import content
 import topics
-from broker.packets import NO_PROPERTIES, Properties
-from broker.protocol._record import Record
+from broker.core._message import SHARE_PREFIX, Message, Route, SubOptions, split_filter_prefix, split_share
+from broker.packets import ReasonCode, SubscriptionRequest
 
-__all__ = [
-    "Message",
-    "Route",
-    "Router",
-    "SubOptions",
-    "split_filter_prefix",
-]
+__all__ = ["Router", "SubscribeLimits", "Subscribed", "shown"]
 
-_message_ids = itertools.count(1)
+#: characters of client input (a filter, a selector) echoed in a reason string or a log line
+SHOWN = 100
 
 
-class Message(Record):
-    """One accepted application message (immutable; shared by all its deliveries).
-
-    ``expires_at`` is a ``time.monotonic()`` deadline or None; ``received`` is the
-    ``time.time()`` of receipt (for hook latencies).  A hand-written record rather than a
-    frozen dataclass because one is built per PUBLISH (:mod:`broker.protocol._record`).
-    """
-
-    __slots__ = (
-        "expires_at",
-        "message_id",
-        "payload",
-        "properties",
-        "publisher_id",
-        "qos",
-        "received",
-        "retain",
-        "topic",
-    )
-    __match_args__ = (
-        "topic",
-        "payload",
-        "qos",
-        "retain",
-        "properties",
-        "publisher_id",
-        "message_id",
-        "received",
-        "expires_at",
-    )
-
-    def __init__(  # noqa: PLR0917 (the dataclass-style positional constructor)
-        self,
-        topic: str,
-        payload: bytes,
-        qos: int = 0,
-        retain: bool = False,
-        properties: Properties = NO_PROPERTIES,
-        publisher_id: str | None = None,
-        message_id: int = 0,
-        received: float = 0.0,
-        expires_at: float | None = None,
-    ) -> None:
-        self.topic: Final = topic
-        self.payload: Final = payload
-        self.qos: Final = qos
-        self.retain: Final = retain
-        self.properties: Final = properties
-        self.publisher_id: Final = publisher_id
-        self.message_id: Final = message_id
-        self.received: Final = received
-        self.expires_at: Final = expires_at
-
-    @staticmethod
-    def create(  # noqa: PLR0917 (hot path: positional arguments)
-        topic: str,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        properties: Properties,
-        publisher_id: str | None,
-        now: float,
-    ) -> Message:
-        expiry = properties.message_expiry_interval
-        return Message(
-            topic,
-            payload,
-            qos,
-            retain,
-            properties,
-            publisher_id,
-            next(_message_ids),
-            time.time(),
-            None if expiry is None else now + expiry,
-        )
+def shown(text: str) -> str:
+    """``repr`` of client input, cut to :data:`SHOWN` characters: never echo unbounded input."""
+    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
 
 
 @dataclass(frozen=True, slots=True)
-class SubOptions:
-    """The options of one MQTT subscription (what the index stores per entry)."""
+class SubscribeLimits:
+    """What a SUBSCRIBE may ask for (from ``BrokerConfig``)."""
 
-    qos: int = 0
-    no_local: bool = False
-    retain_as_published: bool = False
-    retain_handling: int = 0
-    subscription_id: int | None = None
-    selector: str | None = None  # content filter source text
-    topic_filter: str = ""  # the plain topic filter (without $share / $filter prefixes)
+    max_topic_levels: int = 128
+    max_subscriptions: int = 10_000
+    maximum_qos: int = 2
+    refused_filters: tuple[str, ...] = ()
 
 
-class Route(Record):
-    """One delivery decided by the router: ``client_id`` receives the message (a record
-    built per delivery to a selector subscriber, :mod:`broker.protocol._record`)."""
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    """The answer to one subscription request (:meth:`Router.subscribe`).
 
-    __slots__ = ("client_id", "qos", "retain", "selector", "subscription_ids", "topic_filter")
-    __match_args__ = ("client_id", "qos", "retain", "subscription_ids", "topic_filter", "selector")
-
-    def __init__(  # noqa: PLR0917 (hot path: positional arguments)
-        self,
-        client_id: str,
-        qos: int,
-        retain: bool,  # RETAIN flag on the outgoing PUBLISH
-        subscription_ids: tuple[int, ...],
-        topic_filter: str,
-        selector: str | None,
-    ) -> None:
-        self.client_id: Final = client_id
-        self.qos: Final = qos
-        self.retain: Final = retain
-        self.subscription_ids: Final = subscription_ids
-        self.topic_filter: Final = topic_filter
-        self.selector: Final = selector
-
-
-def split_filter_prefix(topic_filter: str) -> tuple[str | None, str]:
-    """``$filter/<selector>/<topic filter>`` -> (selector, topic filter); others -> (None, f).
-
-    The selector ends at the first ``/`` outside a single-quoted string ('' inside a string
-    is an escaped quote and toggles twice, so a plain scan is exact).  Raises ValueError
-    when the prefix is present but no topic filter follows.
+    ``code`` is the SUBACK reason code (the granted QoS on success); ``reason`` explains a
+    refusal; ``limit`` names the limit that refused it (``topic_levels``, ``selector``,
+    ``subscriptions``: counted and logged by the caller); ``retained`` is True when the
+    retained messages matching the filter are due (retain handling).
     """
-    if not topic_filter.startswith("$filter/"):
-        return None, topic_filter
-    quoted = False
-    for i in range(8, len(topic_filter)):
-        ch = topic_filter[i]
-        if ch == "'":
-            quoted = not quoted
-        elif ch == "/" and not quoted:
-            rest = topic_filter[i + 1 :]
-            if not rest:
-                break
-            return topic_filter[8:i], rest
-    raise ValueError("$filter/<selector>/<topic filter>: no topic filter after the selector")
+
+    code: ReasonCode
+    reason: str | None = None
+    limit: str | None = None
+    full_filter: str = ""
+    plain: str = ""
+    selector: str | None = None
+    retained: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.code < 0x80
 
 
 _QOS_RETAIN_KEYS = 6  # (message QoS 0..2) x (RETAIN flag): key = 2 * qos + retain
@@ -305,7 +199,7 @@ class _CachingIndex(topics.SubscriptionIndex[SubOptions]):
         self.generation = 0  # bumped whenever the whole cache is dropped
 
     def _invalidate(self, topic_filter: str) -> None:
-        if topic_filter.startswith("$share/"):
+        if topic_filter.startswith(SHARE_PREFIX):
             parts = topic_filter.split("/", 2)
             topic_filter = parts[2] if len(parts) == 3 else "#"
         if "+" in topic_filter or "#" in topic_filter:
@@ -349,7 +243,9 @@ class Router:
         engine: str = "brute-force",
         cache_size: int = 4096,
         batch_min: int = 64,
+        limits: SubscribeLimits | None = None,
     ) -> None:
+        self.limits = limits or SubscribeLimits()
         self._cache: OrderedDict[str, _Plan] = OrderedDict()
         self.cache_size = cache_size
         self.batch_min = batch_min  # selectors from which route_batch uses match_batch
@@ -544,6 +440,99 @@ class Router:
                 assert routes is None or routes == fresh.fixed_routes(key), topic
 
     # ------------------------------------------------------------ retained
+    # ------------------------------------------------------------ subscriptions
+    def subscribe(  # noqa: PLR0917
+        self,
+        client_id: str,
+        selectors: dict[str, str],
+        req: SubscriptionRequest,
+        packet_selector: str | None,
+        sub_id: int | None,
+        authorize: Callable[[str], bool] | None = None,
+    ) -> Subscribed:
+        """One request of a SUBSCRIBE: prefixes parsed (``$filter/``, ``$share/``), filter and
+        selector checked against the limits, the selector compiled and reference-counted
+        (``selectors``: the client's filter -> selector map), the entry stored in the index.
+
+        O(levels + selector) plus the index's subscribe; a refusal changes nothing.
+        """
+        limits = self.limits
+        try:
+            selector, full_filter = split_filter_prefix(req.topic_filter)
+            share = split_share(full_filter)
+        except ValueError as exc:
+            return Subscribed(ReasonCode.TOPIC_FILTER_INVALID, str(exc)[:200])
+        if selector is None:
+            selector = packet_selector
+        plain = full_filter if share is None else share[1]
+        try:
+            topics.validate_filter(plain)
+        except topics.InvalidTopic as exc:
+            return Subscribed(ReasonCode.TOPIC_FILTER_INVALID, f"{shown(plain)}: {str(exc)[:200]}")
+        if plain.count("/") >= limits.max_topic_levels:
+            return Subscribed(
+                ReasonCode.TOPIC_FILTER_INVALID,
+                f"{shown(plain)}: more than {limits.max_topic_levels} topic levels",
+                "topic_levels",
+            )
+        compiled: content.Filter | None = None
+        if selector is not None:
+            try:
+                compiled = content.compile(selector)
+            except content.FilterSyntaxError as exc:
+                return Subscribed(
+                    ReasonCode.TOPIC_FILTER_INVALID,
+                    f"content filter {shown(selector)}: {str(exc)[:200]} at position {exc.position}",
+                    "selector",
+                )
+        if full_filter in limits.refused_filters:
+            return Subscribed(ReasonCode.UNSPECIFIED_ERROR, f"{shown(full_filter)}: refused by configuration")
+        if authorize is not None and not authorize(full_filter):
+            return Subscribed(ReasonCode.NOT_AUTHORIZED, f"{shown(full_filter)}: not authorized")
+        index = self.index
+        if index.entry_count(client_id) >= limits.max_subscriptions and not any(
+            e.topic_filter == full_filter for e in index.entries(client_id)
+        ):
+            return Subscribed(
+                ReasonCode.QUOTA_EXCEEDED,  # 3.1.1: 0x80 (codec)
+                f"{shown(full_filter)}: more than {limits.max_subscriptions} subscriptions",
+                "subscriptions",
+            )
+        qos = min(req.qos, limits.maximum_qos)
+        options = SubOptions(
+            qos, req.no_local, req.retain_as_published, req.retain_handling, sub_id, selector, plain
+        )
+        old_selector = selectors.pop(full_filter, None)
+        if compiled is not None and selector is not None:
+            self.add_selector(selector, compiled)
+            selectors[full_filter] = selector
+        if old_selector is not None:
+            self.release_selector(old_selector)
+        outcome = index.subscribe(client_id, full_filter, options)
+        rh = req.retain_handling
+        due = share is None and (rh == 0 or (rh == 1 and not outcome.replaced))
+        return Subscribed(ReasonCode(qos), None, None, full_filter, plain, selector, due)
+
+    def unsubscribe(self, client_id: str, selectors: dict[str, str], raw: str) -> Subscribed:
+        """One filter of an UNSUBSCRIBE (partial unsubscribe: CONTRACT.md); ``code`` is the
+        UNSUBACK reason code, ``limit`` the change: ``removed``, ``partial`` or None."""
+        try:
+            _, full_filter = split_filter_prefix(raw)
+            share = split_share(full_filter)
+            plain = full_filter if share is None else share[1]
+            topics.validate_filter(plain)
+        except ValueError:
+            return Subscribed(ReasonCode.TOPIC_FILTER_INVALID)
+        result = self.index.unsubscribe(client_id, full_filter)
+        if result is topics.UnsubscribeOutcome.REMOVED:
+            selector = selectors.pop(full_filter, None)
+            if selector is not None:
+                self.release_selector(selector)
+            return Subscribed(ReasonCode.SUCCESS, None, "removed", full_filter, plain, selector)
+        if result is topics.UnsubscribeOutcome.PARTIAL:
+            return Subscribed(ReasonCode.SUCCESS, None, "partial", full_filter, plain)
+        return Subscribed(ReasonCode.NO_SUBSCRIPTION_EXISTED)
+
     def store_retained(self, msg: Message) -> None:
         """Store ``msg`` as the retained message of its topic (empty payload clears it)."""
         if msg.payload:

@@ -1,6 +1,6 @@
 """MQTT over WebSocket (issue 7, item 4): subprotocol ``mqtt``, binary frames.
 
-:class:`WebSocketProtocol` is :class:`~broker._transport.MQTTProtocol` with the sans-IO
+:class:`WebSocketProtocol` is :class:`~broker.net._transport.MQTTProtocol` with the sans-IO
 WebSocket machine of the ``websockets`` package (``websockets.server.ServerProtocol``)
 between the socket and the MQTT decoder: bytes from the socket go to the WebSocket
 machine; the payload of every binary (and continuation) frame goes to ``_feed``, the same
@@ -30,11 +30,11 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from broker._session import Core
-from broker._transport import LINGER, MQTTProtocol
+from broker.core._core import Core
+from broker.net._transport import LINGER, MQTTProtocol
 
 if TYPE_CHECKING:
-    from broker._listeners import ListenerPolicy
+    from broker.net._admission import ListenerPolicy
 
 __all__ = ["WebSocketProtocol"]
 

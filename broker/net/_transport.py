@@ -1,19 +1,19 @@
 """The asyncio transport: a thin ``asyncio.Protocol`` adapter around the sans-IO core.
 
 Bytes go into the streaming :class:`~broker.packets.Decoder`; decoded packets go into the
-:class:`~broker._session.Connection` machine; after each ``data_received`` the core's dirty
+:class:`~broker.core._connection.Connection` machine; after each ``data_received`` the core's dirty
 connections are flushed with one ``transport.write`` each (write coalescing across the
 whole fan-out of the packets just read).  ``pause_writing``/``resume_writing`` (the
 transport's high-water mark) mark a slow consumer: QoS 0 traffic to it is dropped and
 counted, QoS 1/2 traffic queues in its session up to the configured bound.
 
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
-TLS sits below this class (``broker._listeners``), so this class never sees it;
-MQTT over WebSocket (``broker._websocket``) subclasses it and only changes how bytes are
+TLS sits below this class (``broker.net._listeners``), so this class never sees it;
+MQTT over WebSocket (``broker.net._websocket``) subclasses it and only changes how bytes are
 framed (``_feed`` is the entry for MQTT bytes, ``_start`` creates the machine).
 
-Listener admission (issue 7, item 3; ``broker._listeners``): when a protocol has a
-:class:`~broker._listeners.ListenerPolicy`, the connection is counted at accept, and its
+Listener admission (issue 7, item 3; ``broker.net._listeners``): when a protocol has a
+:class:`~broker.net._admission.ListenerPolicy`, the connection is counted at accept, and its
 first packet is screened: a CONNECT over the connection limit, over the source's
 connection rate, or without a user name on a listener closed to anonymous clients gets a
 refusing CONNACK here, before the core sees it; every later packet costs one boolean test.
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import enum
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-from broker._session import Connection, Core
+from broker.core._connection import Connection
+from broker.core._core import Core
+from broker.net._admission import ListenerPolicy, Refusal
 from broker.packets import (
     NO_PROPERTIES,
     Connack,
@@ -41,10 +42,7 @@ from broker.packets import (
     ReasonCode,
 )
 
-if TYPE_CHECKING:
-    from broker._listeners import ListenerPolicy
-
-__all__ = ["MQTTProtocol", "Refusal", "common_name"]
+__all__ = ["LINGER", "MQTTProtocol", "common_name"]
 
 log = logging.getLogger("broker")
 
@@ -52,23 +50,6 @@ _monotonic = time.monotonic
 
 #: seconds a closing connection waits for the peer to close its side
 LINGER = 2.0
-
-
-class Refusal(enum.Enum):
-    """Why a listener refuses a CONNECT: (MQTT 5 reason code, reason string)."""
-
-    MAX_CONNECTIONS = (ReasonCode.QUOTA_EXCEEDED, "too many connections")
-    CONNECTION_RATE = (ReasonCode.CONNECTION_RATE_EXCEEDED, "connection rate exceeded")
-    ANONYMOUS = (ReasonCode.NOT_AUTHORIZED, "anonymous clients are not allowed on this listener")
-    NO_IDENTITY = (ReasonCode.NOT_AUTHORIZED, "client certificate without a common name")
-
-    @property
-    def reason_code(self) -> ReasonCode:
-        return self.value[0]
-
-    @property
-    def text(self) -> str:
-        return self.value[1]
 
 
 def common_name(peercert: Any) -> str | None:

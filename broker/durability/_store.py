@@ -9,7 +9,7 @@ holds everything a restarted broker needs to rebuild its state:
   network connection ended (NULL while connected), user name, next packet id, and the will
   (topic, payload, QoS, retain, properties, wall-clock due time of a delayed will).
 * ``entries``: each client's ordered list of MQTT subscriptions (with every option of
-  :class:`broker._router.SubOptions`) and negative entries (CONTRACT.md, "Negative entries
+  :class:`broker.core._message.SubOptions`) and negative entries (CONTRACT.md, "Negative entries
   inside the MQTT broker"; seed 002, the IBM patent, Fig. 4), in the client's order, exactly
   as :meth:`topics.SubscriptionIndex.entries` lists them.
 * ``outgoing``: QoS 1/2 messages on their way to a client: queued (no packet id), PUBLISH
@@ -57,220 +57,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
-import enum
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-import orjson
+from broker.core._message import SubOptions
+from broker.durability._records import (
+    DB_NAME,
+    EntryRecord,
+    LoadedState,
+    MessageRecord,
+    MessageState,
+    OutgoingRecord,
+    SessionRecord,
+    StoreClosed,
+    StoreError,
+    StoreVersionError,
+    decode_properties,
+    encode_properties,
+)
+from broker.packets import Will
 
-import topics
-from broker._router import Message, SubOptions
-from broker.packets import NO_PROPERTIES, Properties, Will
-
-__all__ = [
-    "DB_NAME",
-    "MIGRATIONS",
-    "SCHEMA_VERSION",
-    "EntryRecord",
-    "LoadedState",
-    "MessageRecord",
-    "MessageState",
-    "OutgoingRecord",
-    "SessionRecord",
-    "Store",
-    "StoreClosed",
-    "StoreError",
-    "StoreVersionError",
-    "decode_properties",
-    "encode_properties",
-    "message_record",
-    "migrate",
-    "replay_entries",
-]
-
-#: file name of the database inside ``--data-dir``.
-DB_NAME = "broker.db"
-
-
-class StoreError(Exception):
-    """A persistence failure (the writer thread's exception is chained)."""
-
-
-class StoreVersionError(StoreError):
-    """The database was written by a newer siftmq (schema version above :data:`SCHEMA_VERSION`)."""
-
-
-class StoreClosed(StoreError):
-    """An operation was submitted after :meth:`Store.close`."""
-
-
-class MessageState(enum.IntEnum):
-    """Where an outgoing QoS 1/2 message is in its flow (MQTT 5 section 4.3).
-
-    ``PUBLISH_SENT`` and ``PUBREC_RECEIVED`` are ``Outgoing.state`` 0 and 1 of the broker
-    core; ``QUEUED`` is a message in ``Session.queue`` (no packet id yet).
-    """
-
-    QUEUED = 0
-    PUBLISH_SENT = 1
-    PUBREC_RECEIVED = 2  # PUBREL sent, waiting for PUBCOMP
-
-
-# ---------------------------------------------------------------------------- properties
-_BYTES_FIELDS = frozenset({"correlation_data", "authentication_data"})
-_PROP_FIELDS = {f.name: f.default for f in fields(Properties)}
-
-
-def encode_properties(p: Properties) -> bytes | None:
-    """Compact JSON of the non-default properties (None for no properties).
-
-    Bytes values are hex strings, tuples lists.  O(number of property fields).
-    """
-    if p == NO_PROPERTIES:
-        return None
-    out: dict[str, Any] = {}
-    for name, default in _PROP_FIELDS.items():
-        v = getattr(p, name)
-        if v == default:
-            continue
-        out[name] = v.hex() if name in _BYTES_FIELDS else v
-    return orjson.dumps(out)
-
-
-def decode_properties(blob: bytes | None) -> Properties:
-    """Inverse of :func:`encode_properties`."""
-    if blob is None:
-        return NO_PROPERTIES
-    raw: dict[str, Any] = orjson.loads(blob)
-    kw: dict[str, Any] = {}
-    for name, v in raw.items():
-        if name in _BYTES_FIELDS:
-            kw[name] = bytes.fromhex(v)
-        elif name == "user_properties":
-            kw[name] = tuple((k, val) for k, val in v)
-        elif name == "subscription_identifiers":
-            kw[name] = tuple(v)
-        else:
-            kw[name] = v
-    return Properties(**kw)
-
-
-# ---------------------------------------------------------------------------- records
-@dataclass(frozen=True, slots=True)
-class MessageRecord:
-    """An application message as stored (``expires_at`` is wall-clock, or None)."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    properties: Properties = NO_PROPERTIES
-    publisher_id: str | None = None
-    expires_at: float | None = None
-
-    def to_message(self, now: float, wall: float | None = None) -> Message:
-        """A broker :class:`Message` (new message id) whose deadline matches ``expires_at``.
-
-        ``now`` is ``time.monotonic()``; ``wall`` is ``time.time()`` taken at the same moment.
-        The Message Expiry Interval becomes the whole seconds left (MQTT 5 section 3.3.2.3.3).
-        """
-        props = self.properties
-        if self.expires_at is not None:
-            left = max(0, int(self.expires_at - (time.time() if wall is None else wall)))
-            props = dataclasses.replace(props, message_expiry_interval=left)
-        return Message.create(self.topic, self.payload, self.qos, self.retain, props, self.publisher_id, now)
-
-
-def message_record(msg: Message, now: float, wall: float | None = None) -> MessageRecord:
-    """The stored form of a broker :class:`Message` (``now`` = ``time.monotonic()``)."""
-    exp = msg.expires_at
-    if exp is not None:
-        exp = (time.time() if wall is None else wall) + (exp - now)
-    return MessageRecord(msg.topic, msg.payload, msg.qos, msg.retain, msg.properties, msg.publisher_id, exp)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRecord:
-    """A session's own fields (entries, messages and QoS 2 ids are separate records).
-
-    ``disconnected_at``: wall-clock end of the network connection, None while connected.
-    ``will_due``: wall-clock time a delayed will is due (None: not scheduled yet).
-    """
-
-    client_id: str
-    protocol_level: int
-    expiry_interval: int
-    disconnected_at: float | None = None
-    username: str | None = None
-    next_pid: int = 1
-    will: Will | None = None
-    will_due: float | None = None
-
-    def expires_at(self) -> float | None:
-        """Wall-clock expiry (None: connected, or expiry interval 0xFFFFFFFF = never)."""
-        if self.disconnected_at is None or self.expiry_interval == 0xFFFFFFFF:
-            return None
-        return self.disconnected_at + self.expiry_interval
-
-
-@dataclass(frozen=True, slots=True)
-class EntryRecord:
-    """One entry of a client's list: a subscription (``options`` set) or a negative entry.
-
-    ``topic_filter`` is the full filter the index is keyed by (``$share/g/f`` included).
-    """
-
-    topic_filter: str
-    options: SubOptions | None
-
-    @property
-    def positive(self) -> bool:
-        return self.options is not None
-
-
-@dataclass(frozen=True, slots=True)
-class OutgoingRecord:
-    """A QoS 1/2 message queued for or in flight to ``client_id`` (a broker ``Outgoing``).
-
-    ``seq`` orders the client's messages (allocate with :meth:`Store.next_seq`);
-    ``packet_id`` is None exactly when ``state`` is ``QUEUED``.
-    """
-
-    client_id: str
-    seq: int
-    state: MessageState
-    packet_id: int | None
-    message: MessageRecord
-    qos: int  # delivery QoS (min of message and subscription)
-    retain: bool  # RETAIN flag of the outgoing PUBLISH
-    sub_ids: tuple[int, ...] = ()
-    topic_filter: str = ""
-    selector: str | None = None
-
-
-@dataclass(slots=True)
-class LoadedState:
-    """Everything :meth:`Store.load` found (sessions by client id, lists in stored order)."""
-
-    sessions: dict[str, SessionRecord]
-    entries: dict[str, list[EntryRecord]]
-    outgoing: dict[str, list[OutgoingRecord]]
-    qos2_in: dict[str, set[int]]
-    retained: dict[str, MessageRecord]
-    expired: list[SessionRecord]  # sessions deleted by this load (their wills, if any, are due)
-    #: sessions that were connected when the process died: their network connection ended
-    #: without DISCONNECT, so their wills follow the will delay from now (as ``Core.detach``).
-    crashed: set[str] = dataclasses.field(default_factory=set)
-
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
 
 # ---------------------------------------------------------------------------- schema
 _V1 = """
@@ -880,25 +694,6 @@ class Store:
                 "SELECT client_id FROM entries GROUP BY client_id HAVING COUNT(DISTINCT seq) != COUNT(*)"
             ).fetchall()
             assert not db.execute("SELECT 1 FROM qos2_in WHERE packet_id < 1 OR packet_id > 65535").fetchall()
-
-
-def replay_entries(
-    index: topics.SubscriptionIndex[SubOptions], client_id: str, entries: Sequence[EntryRecord]
-) -> None:
-    """Rebuild a client's entries in ``index`` from :meth:`Store.load` (oldest first).
-
-    A subscription is re-subscribed, a negative entry re-unsubscribed, in stored order.
-    The result routes exactly like the saved list: a negative entry that no longer
-    overlaps an older subscription (its subscription was removed since) decides nothing
-    and is not recreated, so ``entries()`` may be shorter by such dead entries.
-    O(entries x levels).  Content filter selectors must be registered by the caller
-    (``Router.add_selector``), as SUBSCRIBE does.
-    """
-    for e in entries:
-        if e.options is None:
-            index.unsubscribe(client_id, e.topic_filter)
-        else:
-            index.subscribe(client_id, e.topic_filter, e.options)
 
 
 def _session_of(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:

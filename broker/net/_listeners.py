@@ -6,8 +6,8 @@ Issue 7, items 2-4.  ``BrokerConfig.effective_listeners()`` lists :class:`Listen
 default asyncio loop the standard library's TLS protocol with a 17 KiB instead of a 256 KiB
 buffer, :class:`_LeanTLS`; client certificates are verified against ``cafile``) and with
 the protocol class of its kind:
-:class:`~broker._transport.MQTTProtocol` for ``tcp``,
-:class:`~broker._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
+:class:`~broker.net._transport.MQTTProtocol` for ``tcp``,
+:class:`~broker.net._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
 ``Connection`` machine.
 
 Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
@@ -41,101 +41,15 @@ from asyncio import sslproto
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker._config import BrokerConfig, Listener
-from broker._session import Core, Stats
-from broker._transport import MQTTProtocol, Refusal
-from broker._websocket import WebSocketProtocol
+from broker._config import Listener
+from broker.core._core import Core
+from broker.net._admission import ConnectionLimits, ListenerPolicy
+from broker.net._transport import MQTTProtocol
+from broker.net._websocket import WebSocketProtocol
 
-__all__ = ["ConnectionLimits", "ListenerPolicy", "OpenListener", "Refusal", "open_listeners", "ssl_context"]
+__all__ = ["OpenListener", "close_listeners", "open_listeners", "ssl_context", "wait_closed"]
 
 log = logging.getLogger("broker")
-
-
-class ConnectionLimits:
-    """Broker-wide connection count and per-source-IP token buckets.
-
-    ``admit`` and ``release`` are O(1) (amortised: the bucket table is swept when it has
-    doubled since the last sweep).
-    """
-
-    __slots__ = ("buckets", "burst", "max_connections", "open", "rate", "stats", "sweep_at")
-
-    #: the bucket table is not swept below this size
-    MIN_SWEEP = 4096
-
-    def __init__(self, config: BrokerConfig, stats: Stats) -> None:
-        self.max_connections = config.max_connections
-        self.rate = config.connection_rate
-        self.burst = float(max(1, config.connection_burst))
-        self.stats = stats
-        self.open = 0
-        #: source IP -> (tokens, time of the last update)
-        self.buckets: dict[str, tuple[float, float]] = {}
-        self.sweep_at = self.MIN_SWEEP
-
-    def admit(self, ip: str, now: float) -> Refusal | None:
-        """Count a new connection; the refusal it deserves, if any (it stays counted)."""
-        self.open += 1
-        if self.max_connections and self.open > self.max_connections:
-            self.stats.refused_max_connections += 1
-            return Refusal.MAX_CONNECTIONS
-        rate = self.rate
-        if rate > 0.0:
-            buckets = self.buckets
-            held = buckets.get(ip)
-            tokens = self.burst if held is None else min(self.burst, held[0] + (now - held[1]) * rate)
-            if tokens < 1.0:
-                buckets[ip] = (tokens, now)
-                self.stats.refused_connection_rate += 1
-                return Refusal.CONNECTION_RATE
-            buckets[ip] = (tokens - 1.0, now)
-            if len(buckets) >= self.sweep_at:
-                self._sweep(now)
-        return None
-
-    def _sweep(self, now: float) -> None:
-        rate, burst = self.rate, self.burst
-        self.buckets = {ip: b for ip, b in self.buckets.items() if b[0] + (now - b[1]) * rate < burst}
-        self.sweep_at = max(self.MIN_SWEEP, 2 * len(self.buckets))
-
-    def release(self) -> None:
-        self.open -= 1
-
-    def _check(self) -> None:
-        assert self.open >= 0
-        assert all(t <= self.burst for t, _ in self.buckets.values())
-        assert len(self.buckets) < max(self.sweep_at, self.MIN_SWEEP) or self.rate == 0.0
-
-
-class ListenerPolicy:
-    """What one listener admits: the shared limits plus its anonymous-client rule."""
-
-    __slots__ = ("anonymous", "identity", "limits", "slow_consumer")
-
-    def __init__(
-        self,
-        limits: ConnectionLimits,
-        anonymous: bool,
-        identity: bool = False,
-        slow_consumer: str | None = None,
-    ) -> None:
-        self.limits = limits
-        self.anonymous = anonymous
-        #: the client certificate's CN replaces the CONNECT user name
-        self.identity = identity
-        #: the listener's slow-consumer policy (None: the broker's)
-        self.slow_consumer = slow_consumer
-
-    def admit(self, ip: str, now: float) -> Refusal | None:
-        return self.limits.admit(ip, now)
-
-    def release(self) -> None:
-        self.limits.release()
-
-    def refuse_anonymous(self, why: Refusal) -> Refusal:
-        """Count a refusal for a missing identity (no user name, or no certificate CN)."""
-        self.limits.stats.refused_anonymous += 1
-        return why
 
 
 @dataclass(frozen=True, slots=True)

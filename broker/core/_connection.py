@@ -1,0 +1,839 @@
+"""The protocol machine of one network connection (sans-IO).
+
+Like h11, nothing here touches a socket or awaits: a :class:`Connection` is fed decoded
+packets (``received``) and the time, and answers by appending encoded bytes to its
+``outbox`` and by setting ``close_requested``; the transport (:mod:`broker.net`) owns the
+socket.  States: ``AWAIT_CONNECT -> CONNECTED -> CLOSED``.  The packet handlers (CONNECT,
+PUBLISH and its acknowledgements in both directions, SUBSCRIBE, UNSUBSCRIBE, DISCONNECT) check
+the packet and call the core (:mod:`broker.core._core`) for everything that concerns
+sessions, routing and delivery.  For flow control (issue 14) a connection is also a publisher
+that can be paused: the packets read after the pause wait in ``pending``, in order, and the
+transport stops reading (``reader``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING
+
+import topics
+from broker.core._message import SHARE_PREFIX, Message, Route
+from broker.core._session import NEVER, PUBREL_SENT, ConnectionState, Session
+from broker.hooks import Delivery, SubscriptionAction
+from broker.packets import (
+    NO_PROPERTIES,
+    Auth,
+    Connack,
+    Connect,
+    Disconnect,
+    MalformedPacket,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    PublishTemplate,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    encode,
+    encode_publish,
+)
+
+if TYPE_CHECKING:
+    from broker.core._core import Core
+
+__all__ = ["Closer", "Connection", "Reader", "Writer"]
+
+log = logging.getLogger("broker")
+
+#: PUBLISHes of one read routed as one content-matching batch at most (flow control can only
+#: pause between batches)
+_MAX_RUN = 128
+
+
+def _ok(code: int) -> bool:
+    return code < 0x80
+
+
+def _nothing() -> None:
+    """The answer to a QoS 0 PUBLISH refused by the authorize hook: none (dropped)."""
+
+
+_NOTHING: Callable[[], None] = _nothing
+
+
+Writer = Callable[[bytes], None]
+Closer = Callable[[], None]
+#: the transport's read switch: True = stop reading the socket, False = read again
+Reader = Callable[[bool], None]
+
+
+def _no_reader(pause: bool) -> None:
+    """Reader of a connection without a transport (unit tests): nothing to switch."""
+
+
+class Connection:
+    """The protocol machine of one network connection (sans-IO)."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        core: Core,
+        writer: Writer,
+        closer: Closer,
+        now: float,
+        peer: str = "",
+        reader: Reader = _no_reader,
+        listener_policy: str | None = None,
+    ) -> None:
+        self.core = core
+        self.writer = writer
+        self.closer = closer
+        self.reader = reader
+        # flow control: as a receiver, since when its queue is over the high-water mark, the
+        # publishers paused for it, and whether it is a slow consumer; as a publisher, how
+        # many congested receivers it waits for and the packets read but not yet processed
+        self.congested_since: float | None = None
+        self.feeders: set[Connection] = set()
+        self.slow = False
+        self.blockers = 0
+        self.pending: list[Packet] = []
+        self.listener_policy = listener_policy
+        self.policy = listener_policy or core.config.slow_consumer_policy
+        self.peer = peer
+        self.state = ConnectionState.AWAIT_CONNECT
+        self.version = 4
+        self.session: Session | None = None
+        self.outbox: list[bytes] = []
+        self.close_requested = False
+        self.transport_closed = False
+        self.paused = False
+        self.keep_alive = 0.0
+        self.last_rx = now
+        self.clock = now  # the latest time this machine was given
+        self.connect_deadline = now + 30.0
+        self.window = core.config.max_inflight
+        self.client_max_packet = 268_435_455
+        self.client_alias_max = 0
+        self.alias_out: dict[str, int] = {}
+        self.alias_in: dict[int, str] = {}
+        self.problem_info = True
+        self.will_on_close = True
+        self.close_reason = "connection lost"
+        self.held = 0  # packets waiting in Core.hold for the store's durable signal
+        self.gated = False  # output withheld until the held CONNACK is released (persisted session)
+        core.connections.add(self)
+        core.stats.connections_total += 1
+
+    @property
+    def client_id(self) -> str | None:
+        return None if self.session is None else self.session.client_id
+
+    # ------------------------------------------------------------ output helpers
+    def send(self, packet: Packet) -> None:
+        if self.close_requested:
+            return
+        self.outbox.append(encode(packet, self.version))
+        self.core.dirty.add(self)
+
+    def flush(self) -> None:
+        if self.outbox and not self.gated:
+            data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
+            self.outbox.clear()
+            self.core.stats.bytes_sent += len(data)
+            self.writer(data)
+        if self.close_requested and not self.transport_closed:
+            self.transport_closed = True
+            self.closer()
+            # the session is detached now, not when the peer finally closes its side
+            self.lost(self.clock)
+
+    def close(self, reason: str) -> None:
+        """Ask the transport to close after the pending output."""
+        if not self.close_requested:
+            self.close_reason = reason
+            self.close_requested = True
+            self.core.dirty.add(self)
+
+    def open_gate(self, connack: Connack | None) -> None:
+        """The held CONNACK's commit ended: send it ahead of what queued behind it, or (None:
+        the commit failed) refuse the connection instead and drop that output."""
+        self.gated = False
+        if self.close_requested:
+            return
+        if connack is None:
+            self.outbox.clear()
+            code = ReasonCode.UNSPECIFIED_ERROR if self.version == 5 else ReasonCode.SERVER_UNAVAILABLE
+            self.send(Connack(False, code, self._reason("persistent store failed")))
+            self.close("persistent store failed: session not stored")
+            return
+        self.outbox.insert(0, encode(connack, self.version))
+        self.core.dirty.add(self)
+
+    def disconnect(self, code: ReasonCode, reason: str) -> None:
+        """Server-initiated end: v5 DISCONNECT with ``code`` then close; 3.1.1: close."""
+        if self.version == 5 and self.state is ConnectionState.CONNECTED:
+            props = Properties(reason_string=reason) if self.problem_info else NO_PROPERTIES
+            self.send(Disconnect(code, props))
+        self.close(f"{reason} ({code.name})")
+
+    def send_ordered(self, packet: Packet, wrote: bool) -> None:
+        """Send an acknowledgement after the store writes it depends on (``wrote``) are durable.
+
+        It also waits behind this connection's held packets, so acknowledgements keep the
+        order of the packets they answer; without a store it is ``send``.
+        """
+        if wrote or self.held:
+            self.core.journal.hold(self, packet)
+        else:
+            self.send(packet)
+
+    def _reason(self, text: str) -> Properties:
+        return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
+
+    def write_publish(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        pid: int | None,
+        sub_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+        now: float,
+    ) -> None:
+        if self.close_requested:
+            return
+        topic = msg.topic
+        version = self.version
+        alias: int | None = None
+        send_topic = True
+        if version == 5 and self.client_alias_max:
+            alias = self.alias_out.get(topic)
+            if alias is not None:
+                send_topic = False
+            elif len(self.alias_out) < self.client_alias_max:
+                alias = len(self.alias_out) + 1
+                self.alias_out[topic] = alias
+        core = self.core
+        if msg.expires_at is None:
+            # fan-out fast path: the message is encoded once per protocol family
+            if core.tmpl_msg is not msg:
+                core.tmpl_msg = msg
+                core.tmpl = [None, None]
+            slot = 1 if version == 5 else 0
+            tmpl = core.tmpl[slot]
+            if tmpl is None:
+                tmpl = core.tmpl[slot] = PublishTemplate(topic, msg.payload, msg.properties, 5 if slot else 4)
+            data = tmpl.render(
+                qos,
+                pid,
+                dup=dup,
+                retain=retain,
+                subscription_identifiers=sub_ids,
+                topic_alias=alias,
+                send_topic=send_topic,
+            )
+        else:
+            props = msg.properties
+            if version == 5:
+                props = dataclasses.replace(
+                    props,
+                    subscription_identifiers=sub_ids,
+                    message_expiry_interval=max(0, int(msg.expires_at - now + 0.999)),
+                    topic_alias=alias,
+                )
+            data = encode_publish(
+                topic if send_topic else "", msg.payload, qos, retain, dup, pid, props, version
+            )
+        if len(data) > self.client_max_packet:
+            # MQTT 5 section 3.1.2.11.4: discard as if sent.
+            self.core.stats.publish_dropped += 1
+            if self.session is not None and pid is not None:
+                self.session.inflight.pop(pid, None)
+                core.journal.completed(self.session, pid)
+            return
+        self.outbox.append(data)
+        core.dirty.add(self)
+        core.stats.messages_sent += 1
+        obs = core.obs
+        if obs.writes and self.session is not None:
+            if obs.deliveries:
+                entry = (self.session.client_id, topic_filter, selector, qos, retain)
+                if obs.fan_msg is msg:
+                    obs.fan.append(entry)
+                else:  # written after its publication (queued, retained, resumed session)
+                    obs.deliveries_written(msg, [entry], -1, core.stats)
+            if not obs.delivery:
+                return
+            t = time.time()
+            core._call(
+                core.obs.delivery,
+                "on_delivery",
+                Delivery(
+                    t,
+                    msg.message_id,
+                    msg.publisher_id,
+                    self.session.client_id,
+                    msg.topic,
+                    topic_filter,
+                    selector,
+                    qos,
+                    retain,
+                    len(msg.payload),
+                    max(0.0, t - msg.received),
+                ),
+            )
+
+    # ------------------------------------------------------------ input
+    def received(self, packets: Iterable[Packet], now: float) -> None:
+        """Process decoded packets in order (stops at the first one that closes).
+
+        Micro-batching (issue 8): when the router matches content in batches
+        (``Router.batching``: a batch engine with enough selectors), a run of consecutive
+        QoS 0/1 PUBLISH packets of one read is accepted packet by packet (every check and refusal as
+        usual), routed with one ``Router.route_batch`` (one ``engine.match_batch``), then
+        delivered and acknowledged in packet order.  Any other packet ends the run, which is
+        routed first, so a PUBLISH before an UNSUBSCRIBE in the same read keeps its meaning.
+        A batch is one read of one connection: every read is handled synchronously, and
+        waiting for the other reads of the loop turn would cost a loop iteration of latency
+        and reorder acknowledgements against the connection's other packets.
+        """
+        self.last_rx = self.clock = now
+        if self.blockers or self.pending:  # paused: keep the order, process on resume
+            self.pending.extend(packets)
+            return
+        batch = self.state is ConnectionState.CONNECTED and self.core.router.batching()
+        run: list[tuple[Publish, Message]] = []
+        it = iter(packets)
+        for p in it:
+            if self.close_requested:
+                break
+            if self.blockers:  # a receiver of the last PUBLISH is over its mark: stop here
+                if run:
+                    self._publish_run(run, now)
+                    run = []
+                self.pending.append(p)
+                self.pending.extend(it)
+                break
+            try:
+                if batch and type(p) is Publish and p.qos < 2:
+                    accepted = self._accept_publish(p, now)
+                    if isinstance(accepted, Message):
+                        run.append((p, accepted))
+                        if len(run) >= _MAX_RUN:  # bounds what one pause can let through
+                            self._publish_run(run, now)
+                            run = []
+                        continue
+                    if run:
+                        self._publish_run(run, now)
+                        run = []
+                    accepted()  # the refusal, after the PUBLISHes before it
+                    continue
+                if run:
+                    self._publish_run(run, now)
+                    run = []
+                self._dispatch(p, now)
+            except MalformedPacket as exc:
+                self.malformed(exc)
+            except Exception:
+                log.exception("client %s: internal error handling %s", self.client_id, type(p).__name__)
+                self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        if run:
+            try:
+                self._publish_run(run, now)
+            except Exception:
+                log.exception("client %s: internal error routing a batch", self.client_id)
+                self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+
+    def resume(self) -> None:
+        """The receivers this publisher waited for drained: process the packets read before
+        the pause (which may pause it again), then read the socket again."""
+        if self.blockers or self.state is ConnectionState.CLOSED:
+            return
+        pending = self.pending
+        if pending:
+            self.pending = []
+            self.received(pending, self.clock)
+        if not self.blockers and not self.pending:
+            self.reader(False)
+
+    def _publish_run(self, run: list[tuple[Publish, Message]], now: float) -> None:
+        """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
+        all_routes = self.core.router.route_batch([msg for _, msg in run])
+        for (p, msg), routes in zip(run, all_routes, strict=True):
+            self._deliver_accepted(p, msg, routes, now)
+
+    def malformed(self, exc: MalformedPacket) -> None:
+        """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
+        self.core.stats.malformed += 1
+        self.core.log_limit("malformed", self.client_id, f"({self.peer}) {exc}", logging.INFO)
+        if (
+            self.state is ConnectionState.AWAIT_CONNECT
+            and exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+        ):
+            self.version = 4  # answer in a form old clients read
+            self.send(Connack(False, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION))
+            self.close(str(exc))
+            return
+        self.disconnect(exc.reason_code, str(exc))
+
+    def _dispatch(self, p: Packet, now: float) -> None:
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            if not isinstance(p, Connect):
+                self.close("first packet is not CONNECT")
+                return
+            self._on_connect(p, now)
+            return
+        match p:
+            case Publish():
+                self._on_publish(p, now)
+            case Puback():
+                self._on_puback(p, now)
+            case Pubrec():
+                self._on_pubrec(p, now)
+            case Pubrel():
+                self._on_pubrel(p)
+            case Pubcomp():
+                self._on_pubcomp(p, now)
+            case Subscribe():
+                self._on_subscribe(p, now)
+            case Unsubscribe():
+                self._on_unsubscribe(p)
+            case Pingreq():
+                self.send_ordered(Pingresp(), False)
+            case Disconnect():
+                self._on_disconnect(p)
+            case Auth():
+                self.disconnect(ReasonCode.PROTOCOL_ERROR, "AUTH without an authentication method")
+            case Connect():
+                self.disconnect(ReasonCode.PROTOCOL_ERROR, "second CONNECT")
+            case _:
+                self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unexpected {type(p).__name__}")
+
+    # ------------------------------------------------------------ CONNECT
+    def _refuse(self, code: ReasonCode, reason: str) -> None:
+        self.send(Connack(False, code, self._reason(reason)))
+        self.close(f"CONNECT refused: {reason}")
+
+    def _on_connect(self, p: Connect, now: float) -> None:
+        core = self.core
+        cfg = core.config
+        self.version = v = p.protocol_level
+        if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
+            self.version = min(v, 4)
+            self._refuse(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name!r}")
+            return
+        props = p.properties
+        if v == 5:
+            self.problem_info = props.request_problem_information != 0
+        client_id = p.client_id
+        assigned: str | None = None
+        if not client_id:
+            if v != 5 and not p.clean_start:
+                self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id needs clean session")
+                return
+            client_id = assigned = "siftmq-" + secrets.token_hex(8)
+        if v == 5 and props.authentication_method is not None:
+            self._refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+            return
+        verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
+        if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
+            self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
+            return
+        if p.will is not None and (
+            p.will.qos > cfg.maximum_qos or (p.will.retain and not cfg.retain_available)
+        ):
+            self._refuse(
+                ReasonCode.QOS_NOT_SUPPORTED
+                if p.will.qos > cfg.maximum_qos
+                else ReasonCode.RETAIN_NOT_SUPPORTED,
+                "will not supported",
+            )
+            return
+        if p.will is not None:
+            try:
+                topics.validate_topic(p.will.topic)
+            except topics.InvalidTopic as exc:
+                self._refuse(ReasonCode.TOPIC_NAME_INVALID, f"will topic: {exc}")
+                return
+            if (
+                core.obs.authorize
+                and core._opinion(
+                    core.obs.authorize, "authorize", client_id, p.username, "publish", p.will.topic
+                )
+                is False
+            ):
+                self._refuse(ReasonCode.NOT_AUTHORIZED, "will topic not authorized")
+                return
+        expiry = (props.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
+        capped = min(expiry, cfg.max_session_expiry)
+        self.keep_alive = float(p.keep_alive)
+        server_ka: int | None = None
+        if v == 5:
+            cap = cfg.server_keep_alive
+            if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
+                server_ka = cap
+                self.keep_alive = float(server_ka)
+            self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
+            if props.maximum_packet_size is not None:
+                self.client_max_packet = props.maximum_packet_size
+            self.client_alias_max = props.topic_alias_maximum or 0
+        self.state = ConnectionState.CONNECTED
+        present = core.attach(self, client_id, p.clean_start, capped, now)
+        session = self.session
+        assert session is not None
+        session.username = p.username
+        session.will = p.will
+        session.version = v
+        if cfg.slow_consumer_rules:
+            self.policy = cfg.slow_policy(client_id, self.listener_policy)
+        core.journal.connected(session, now)
+        ack_props = NO_PROPERTIES
+        if v == 5:
+            ack_props = Properties(
+                assigned_client_identifier=assigned,
+                session_expiry_interval=capped if capped != expiry else None,
+                server_keep_alive=server_ka,
+                receive_maximum=cfg.receive_maximum if cfg.receive_maximum != 65535 else None,
+                maximum_qos=cfg.maximum_qos if cfg.maximum_qos < 2 else None,
+                retain_available=None if cfg.retain_available else 0,
+                maximum_packet_size=cfg.max_packet_size if cfg.max_packet_size < 268_435_455 else None,
+                topic_alias_maximum=cfg.topic_alias_maximum or None,
+                response_information=(
+                    f"$response/{client_id}" if props.request_response_information == 1 else None
+                ),
+            )
+        connack = Connack(present, ReasonCode.SUCCESS, ack_props)
+        if session.persisted:
+            # the session row must be durable before the client learns its session exists;
+            # nothing may precede the CONNACK [MQTT-3.2.0-1], so the connection's output is
+            # gated until the commit (Core._release puts the CONNACK first and opens it)
+            self.gated = True
+            core.journal.hold(self, connack)
+        else:
+            self.send(connack)
+        log.debug("client %s connected (v%d, %s)", client_id, v, self.peer)
+        if core.obs.connect:
+            core._call(core.obs.connect, "on_connect", client_id, p.username, v)
+        if present:
+            self._resend(now)
+
+    def _resend(self, now: float) -> None:
+        """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""
+        s = self.session
+        assert s is not None
+        for pid, out in list(s.inflight.items()):
+            if out.state == PUBREL_SENT:
+                self.send_ordered(Pubrel(pid), s.persisted)
+            else:
+                self.write_publish(
+                    out.msg, out.qos, out.retain, True, pid, out.sub_ids, out.topic_filter, out.selector, now
+                )
+        self.core.drain(s, now)
+
+    # ------------------------------------------------------------ PUBLISH from the client
+    def _on_publish(self, p: Publish, now: float) -> None:
+        accepted = self._accept_publish(p, now)
+        if isinstance(accepted, Message):
+            self._deliver_accepted(p, accepted, None, now)
+        else:
+            accepted()
+
+    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:
+        """Every check of an incoming PUBLISH: the Message to route, or the answer to give
+        instead (a refusal, or the PUBREC of a QoS 2 duplicate) as a call, so that a batch can
+        deliver and acknowledge the PUBLISHes before it first (``received``)."""
+        core = self.core
+        cfg = core.config
+        s = self.session
+        assert s is not None
+        qos = p.qos
+        if qos > cfg.maximum_qos:
+            return partial(self.disconnect, ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} not supported")
+        if p.retain and not cfg.retain_available:
+            return partial(self.disconnect, ReasonCode.RETAIN_NOT_SUPPORTED, "retain not supported")
+        topic = p.topic
+        props = p.properties
+        if self.version == 5 and props.topic_alias is not None:
+            alias = props.topic_alias
+            if alias == 0 or alias > cfg.topic_alias_maximum:
+                return partial(
+                    self.disconnect, ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
+                )
+            if topic:
+                self.alias_in[alias] = topic
+            else:
+                known = self.alias_in.get(alias)
+                if known is None:
+                    return partial(self.disconnect, ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
+                topic = known
+        try:
+            topics.validate_topic(topic)
+        except topics.InvalidTopic as exc:
+            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
+        if topic.count("/") >= cfg.max_topic_levels:
+            core.stats.refused_topic_levels += 1
+            core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")
+            return partial(
+                self.disconnect,
+                ReasonCode.TOPIC_NAME_INVALID,
+                f"more than {cfg.max_topic_levels} topic levels",
+            )
+        pid = p.packet_id
+        if qos == 2 and pid in s.qos2_received:
+            # duplicate: already routed (method A, MQTT 5 4.3.3)
+            return partial(self.send_ordered, Pubrec(pid), False)
+        if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
+            return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+        if core.obs.authorize and not core.authorize(s, "publish", topic):
+            denied = ReasonCode.NOT_AUTHORIZED
+            if qos == 1:
+                return partial(
+                    self.send_ordered, Puback(pid or 0, denied, self._reason("not authorized")), False
+                )
+            if qos == 2:
+                return partial(
+                    self.send_ordered, Pubrec(pid or 0, denied, self._reason("not authorized")), False
+                )
+            return _NOTHING
+        if props.topic_alias is not None or props.subscription_identifiers:
+            props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
+        return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
+
+    def _deliver_accepted(self, p: Publish, msg: Message, routes: list[Route] | None, now: float) -> None:
+        """Route (unless ``routes`` is given) and deliver an accepted PUBLISH, then acknowledge it."""
+        core = self.core
+        s = self.session
+        assert s is not None
+        qos = p.qos
+        pid = p.packet_id
+        journal = core.journal
+        before = journal.submitted
+        core.current = self  # the connection flow control pauses for a congested receiver
+        try:
+            n = core.publish(msg, now, routes)
+        finally:
+            core.current = None
+        if journal.store is not None and qos != 0:
+            # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
+            if qos == 2:
+                journal.qos2_received(s, pid or 0)
+            wrote = journal.submitted != before
+            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
+            if qos == 2:
+                assert pid is not None
+                s.qos2_received.add(pid)
+                self.send_ordered(Pubrec(pid, code), wrote)
+            else:
+                self.send_ordered(Puback(pid or 0, code), wrote)
+            return None
+        if qos == 1:
+            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
+            self.send(Puback(pid or 0, code))
+        elif qos == 2:
+            assert pid is not None
+            s.qos2_received.add(pid)
+            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
+            self.send(Pubrec(pid, code))
+
+    def _on_pubrel(self, p: Pubrel) -> None:
+        s = self.session
+        assert s is not None
+        if p.packet_id in s.qos2_received:
+            s.qos2_received.discard(p.packet_id)
+            wrote = self.core.journal.qos2_released(s, p.packet_id)
+            self.send_ordered(Pubcomp(p.packet_id), wrote)
+        else:
+            self.send_ordered(Pubcomp(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND), False)
+
+    # ------------------------------------------------------------ acks from the client
+    def _complete(self, s: Session, pid: int, now: float) -> None:
+        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, or a PUBREC refusal): free the
+        packet id, delete its stored row, and refill the in-flight window."""
+        del s.inflight[pid]
+        self.core.journal.completed(s, pid)
+        self.core.drain(s, now)
+
+    def _on_puback(self, p: Puback, now: float) -> None:
+        s = self.session
+        assert s is not None
+        out = s.inflight.get(p.packet_id)
+        if out is not None and out.qos == 1:
+            self._complete(s, p.packet_id, now)
+
+    def _on_pubrec(self, p: Pubrec, now: float) -> None:
+        s = self.session
+        assert s is not None
+        out = s.inflight.get(p.packet_id)
+        if out is None or out.qos != 2:
+            self.send(Pubrel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return
+        if not _ok(p.reason_code):
+            self._complete(s, p.packet_id, now)
+            return
+        out.state = PUBREL_SENT
+        # PUBREL (a Paho receiver hands the message over on it) waits until the message and
+        # its state are durable: a crash cannot then duplicate a QoS 2 delivery
+        self.send_ordered(Pubrel(p.packet_id), self.core.journal.pubrec(s, p.packet_id))
+
+    def _on_pubcomp(self, p: Pubcomp, now: float) -> None:
+        s = self.session
+        assert s is not None
+        out = s.inflight.get(p.packet_id)
+        if out is not None and out.state == PUBREL_SENT:
+            self._complete(s, p.packet_id, now)
+
+    # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
+    def _on_subscribe(self, p: Subscribe, now: float) -> None:
+        """Each request goes to ``Router.subscribe`` (prefixes, limits, selector, index); the
+        SUBACK follows (after the commit for a persisted session), then retained messages."""
+        core = self.core
+        router = core.router
+        s = self.session
+        assert s is not None
+        props = p.properties
+        sub_id = props.subscription_identifiers[0] if props.subscription_identifiers else None
+        packet_selector = None
+        for key, value in props.user_properties:
+            if key == "filter":
+                packet_selector = value
+        if self.version == 5 and any(
+            r.no_local and r.topic_filter.startswith(SHARE_PREFIX) for r in p.subscriptions
+        ):
+            self.disconnect(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
+            return
+        authorize = partial(core.authorize, s, "subscribe") if core.obs.authorize else None
+        codes: list[ReasonCode] = []
+        reasons: list[str] = []
+        retained: list[tuple[Message, int, str, str | None]] = []
+        for req in p.subscriptions:
+            got = router.subscribe(s.client_id, s.selectors, req, packet_selector, sub_id, authorize)
+            codes.append(got.code)
+            if not got.ok:
+                if got.reason is not None:
+                    reasons.append(got.reason)
+                if got.limit is not None:
+                    core.refused(got.limit, s.client_id)
+                continue
+            qos = int(got.code)
+            core.subscription_changed(
+                s.client_id, SubscriptionAction.SUBSCRIBE, got.full_filter, got.selector, qos
+            )
+            if got.retained:
+                retained.extend(
+                    (msg, min(qos, msg.qos), got.plain, got.selector)
+                    for msg in router.retained_for(got.plain, got.selector, now)
+                    if not core.obs.authorize or core.may_receive(s, msg.topic)
+                )
+        ack_props = NO_PROPERTIES
+        if self.version == 5 and reasons and self.problem_info:
+            ack_props = Properties(reason_string="; ".join(reasons))
+        core.journal.entries(s)
+        # a persisted subscription is acknowledged once it is durable (retained messages may
+        # go first: MQTT 5 section 3.8.4 lets PUBLISHes precede the SUBACK)
+        self.send_ordered(Suback(p.packet_id, tuple(codes), ack_props), s.persisted)
+        sub_ids = () if sub_id is None else (sub_id,)
+        for msg, qos, plain, selector in retained:
+            core.deliver(s, msg, qos, True, sub_ids, plain, selector, now)
+
+    def _on_unsubscribe(self, p: Unsubscribe) -> None:
+        core = self.core
+        s = self.session
+        assert s is not None
+        codes: list[ReasonCode] = []
+        for raw in p.topic_filters:
+            got = core.router.unsubscribe(s.client_id, s.selectors, raw)
+            codes.append(got.code)
+            if got.limit == "removed":
+                action = SubscriptionAction.UNSUBSCRIBE
+            elif got.limit == "partial":
+                action = SubscriptionAction.PARTIAL_UNSUBSCRIBE
+            else:
+                continue
+            core.subscription_changed(s.client_id, action, got.full_filter, got.selector, None)
+        core.journal.entries(s)
+        self.send_ordered(Unsuback(p.packet_id, tuple(codes)), s.persisted)
+
+    # ------------------------------------------------------------ end of connection
+    def _on_disconnect(self, p: Disconnect) -> None:
+        s = self.session
+        assert s is not None
+        if self.version == 5:
+            new_expiry = p.properties.session_expiry_interval
+            if new_expiry is not None:
+                if s.expiry_interval == 0 and new_expiry != 0:
+                    self.disconnect(ReasonCode.PROTOCOL_ERROR, "session expiry changed from 0")
+                    return
+                s.expiry_interval = min(new_expiry, self.core.config.max_session_expiry)
+        self.will_on_close = self.version == 5 and p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        self.close("client disconnected")
+
+    def taken_over(self, now: float) -> None:
+        """Another connection CONNECTed with our client id (MQTT 5 section 3.1.4)."""
+        self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "session taken over")
+        self.lost(now, keep_session=True)
+
+    def check_keep_alive(self, now: float) -> None:
+        self.clock = now
+        if self.state is ConnectionState.AWAIT_CONNECT:
+            if now > self.connect_deadline:
+                self.close("no CONNECT")
+            return
+        ka = self.keep_alive
+        if (
+            ka
+            and not self.paused
+            and not self.blockers
+            and not self.pending
+            and not self.close_requested
+            and now - self.last_rx > 1.5 * ka
+        ):
+            self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
+            self.lost(now)
+
+    def lost(self, now: float, keep_session: bool = False) -> None:
+        """The network connection is gone (or is being closed by us): detach the session."""
+        if self.state is ConnectionState.CLOSED:
+            return
+        was_connected = self.state is ConnectionState.CONNECTED
+        self.state = ConnectionState.CLOSED
+        core = self.core
+        core.connections.discard(self)
+        core.relieve(self)  # its publishers must not wait for a receiver that is gone
+        if self.blockers:  # a paused publisher: forget it at the receivers it waits for
+            for receiver in core.congested:
+                receiver.feeders.discard(self)
+            self.blockers = 0
+            core.stats.publishers_paused -= 1
+        self.pending.clear()
+        s = self.session
+        if s is not None and was_connected and s.conn is self:
+            if keep_session:
+                # takeover: the will follows its delay; the new connection decides the session
+                s.conn = None
+                if self.will_on_close and s.will is not None:
+                    delay = s.will.properties.will_delay_interval or 0
+                    if delay == 0:
+                        core.publish_will(s, now)
+                    else:
+                        s.will_due = now + delay
+                        core.pending_wills.add(s)
+            else:
+                core.detach(s, self.will_on_close, now)
+        if was_connected and core.obs.disconnect and s is not None:
+            core._call(core.obs.disconnect, "on_disconnect", s.client_id, self.close_reason)
+        if self.outbox or self.close_requested:
+            core.dirty.add(self)

@@ -1,0 +1,566 @@
+"""The broker core: sessions, routing, delivery, flow control and timers, with no I/O.
+
+Like h11, nothing here touches a socket or awaits.  :class:`Core` owns the session registry
+and every session state transition (MQTT 5 section 4.1): *attached* (``conn`` set),
+*detached* (kept until its expiry interval, queuing QoS 1/2 messages), *ended* (removed with
+its subscriptions) — ``attach`` (new / resumed / clean start / takeover), ``detach`` (will
+scheduling), ``end_session`` and ``tick`` (keep-alive 1.5x, will delay, session expiry,
+slow consumers, ``$SYS``).  ``publish`` routes a message (:class:`~broker.core._router.Router`)
+and ``deliver`` sends, queues or drops it per receiver, with flow control (docs/broker.md,
+"Flow control"; issue 14): a receiver over its queue's high-water mark pauses the publishing
+:class:`~broker.core._connection.Connection`.  Durability goes through the journal
+(:mod:`broker.core._journal`), hooks through :mod:`broker.core._observers`.  The core marks
+connections that have output as dirty and ``flush`` hands their bytes to the transport (one
+``write`` per connection per event-loop callback: write coalescing).
+
+Per-client memory is bounded: at most ``max_inflight`` unacknowledged and
+``max_queued_messages`` queued QoS 1/2 messages; QoS 0 messages for a connection that does
+not read are dropped and counted.  Unit tests drive the core with plain callables and no
+event loop (tests/broker/test_broker_session_machine.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import content
+import topics
+from broker._config import BrokerConfig
+from broker.core._journal import Journal
+from broker.core._message import Message, Route, SubOptions
+from broker.core._observers import Observers
+from broker.core._router import Router, SubscribeLimits
+from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
+from broker.durability._records import MessageState
+from broker.hooks import DeliveryEntry, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
+
+if TYPE_CHECKING:
+    from broker.core._connection import Connection
+
+__all__ = ["LIMIT_LOG_INTERVAL", "Core"]
+
+log = logging.getLogger("broker")
+#: seconds between two log lines about the same kind of limit refusal
+LIMIT_LOG_INTERVAL = 10.0
+
+
+class Core:
+    """Session registry, router, counters and timers of one broker (no I/O)."""
+
+    def __init__(self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = ()) -> None:
+        self.config = cfg = config or BrokerConfig()
+        limits = SubscribeLimits(
+            cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
+        )
+        self.router = Router(
+            cfg.partial_unsubscribe, cfg.content_engine, batch_min=cfg.content_batch_min, limits=limits
+        )
+        self.sessions: dict[str, Session] = {}
+        self.connections: set[Connection] = set()
+        self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
+        self.dirty: set[Connection] = set()
+        self.stats = Stats()
+        self.obs = Observers(hooks)
+        self.pending_wills: set[Session] = set()
+        self.expiring: set[Session] = set()
+        self.started = time.monotonic()
+        # PUBLISH templates of the message being fanned out ([3.1/3.1.1, 5])
+        self.tmpl_msg: Message | None = None
+        self.tmpl: list[PublishTemplate | None] = [None, None]
+        self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
+        # durability (docs/persistence.md): Broker.start gives the journal its store
+        self.journal = Journal(self)
+        # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
+        # being routed (the one to pause when a receiver is over its high-water mark), the
+        # receivers over their mark, and the paused publishers to resume at the next flush
+        self.current: Connection | None = None
+        self.congested: set[Connection] = set()
+        self.resumable: set[Connection] = set()
+        self.high_water = cfg.high_water
+        self.low_water = cfg.low_water
+
+    # ------------------------------------------------------------ hooks
+    def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
+        for h in hooks:
+            try:
+                getattr(h, name)(*args)
+            except Exception:
+                self.stats.hook_errors += 1
+                log.exception("hook %s.%s failed", type(h).__name__, name)
+
+    def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
+        for h in hooks:
+            try:
+                answer = getattr(h, name)(*args)
+            except Exception:
+                self.stats.hook_errors += 1
+                log.exception("hook %s.%s failed", type(h).__name__, name)
+                return False
+            if answer is not None:
+                return bool(answer)
+        return None
+
+    def authorize(self, session: Session, action: str, topic: str) -> bool:
+        if not self.obs.authorize:
+            return True
+        return (
+            self._opinion(self.obs.authorize, "authorize", session.client_id, session.username, action, topic)
+            is not False
+        )
+
+    def may_receive(self, session: Session, topic: str) -> bool:
+        """``authorize("receive")`` for a delivery (ACL read rules re-checked per message, so a
+        reloaded ACL or a deny rule narrower than the subscribed filter applies); refusals are
+        counted in ``$SYS/broker/messages/receive_denied``.  Sessions of in-process
+        subscriptions (``sink``) are not checked."""
+        if session.sink is not None or self.authorize(session, "receive", topic):
+            return True
+        self.stats.receive_denied += 1
+        return False
+
+    def subscription_changed(
+        self,
+        client_id: str,
+        action: SubscriptionAction,
+        topic_filter: str | None,
+        selector: str | None,
+        qos: int | None,
+    ) -> None:
+        if self.obs.subscription:
+            change = SubscriptionChange(
+                time.time(),
+                client_id,
+                action,
+                topic_filter,
+                selector,
+                qos,
+                self.router.index.entry_count(client_id),
+            )
+            self._call(self.obs.subscription, "on_subscription_change", change)
+
+    # ------------------------------------------------------------ sessions
+    def attach(self, conn: Connection, client_id: str, clean_start: bool, expiry: int, now: float) -> bool:
+        """Bind ``conn`` to the session of ``client_id``; returns "session present"."""
+        old = self.sessions.get(client_id)
+        if old is not None and old.conn is not None:
+            old.conn.taken_over(now)
+            self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
+        if old is not None and (clean_start or (old.expires_at is not None and old.expires_at <= now)):
+            self.end_session(old, now)
+            old = None
+        if old is None:
+            session = Session(client_id, expiry)
+            self.sessions[client_id] = session
+            present = False
+        else:
+            session = old
+            session.expiry_interval = expiry
+            present = True
+            if session.will_due is not None:  # resumed before the will delay elapsed
+                session.will = None
+                session.will_due = None
+                self.pending_wills.discard(session)
+        session.expires_at = None
+        self.expiring.discard(session)
+        session.conn = conn
+        conn.session = session
+        return present
+
+    def local_subscribe(  # noqa: PLR0917 (hot path: positional arguments)
+        self, client_id: str, topic_filter: str, selector: str | None, qos: int, sink: Sink, now: float
+    ) -> Session:
+        """An in-process subscriber: a session whose deliveries go to ``sink`` (no QoS flow).
+
+        Raises ``topics.InvalidTopic`` / ``content.FilterSyntaxError`` for bad input.
+        """
+        topics.validate_filter(topic_filter)
+        compiled = None if selector is None else content.compile(selector)
+        session = Session(client_id, 0)
+        session.sink = sink
+        self.sessions[client_id] = session
+        router = self.router
+        if compiled is not None and selector is not None:
+            router.add_selector(selector, compiled)
+            session.selectors[topic_filter] = selector
+        router.index.subscribe(
+            client_id, topic_filter, SubOptions(qos, selector=selector, topic_filter=topic_filter)
+        )
+        self.subscription_changed(client_id, SubscriptionAction.SUBSCRIBE, topic_filter, selector, qos)
+        for msg in router.retained_for(topic_filter, selector, now):
+            self.deliver(session, msg, min(qos, msg.qos), True, (), topic_filter, selector, now)
+        return session
+
+    def end_session(self, session: Session, now: float) -> None:
+        """The session ends: pending will published, subscriptions and queues dropped."""
+        if session.will is not None and session.conn is None:
+            self.publish_will(session, now)
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        self.pending_wills.discard(session)
+        self.expiring.discard(session)
+        router = self.router
+        for selector in session.selectors.values():
+            router.release_selector(selector)
+        session.selectors.clear()
+        had = router.index.entry_count(session.client_id)
+        router.index.remove_client(session.client_id)
+        session.inflight.clear()
+        session.queue.clear()
+        session.qos2_received.clear()
+        self.journal.ended(session)
+        if had:
+            self.subscription_changed(session.client_id, SubscriptionAction.SESSION_END, None, None, None)
+
+    def detach(self, session: Session, publish_will: bool, now: float) -> None:
+        """The network connection of ``session`` ended (normally or not)."""
+        session.conn = None
+        if publish_will and session.will is not None:
+            delay = session.will.properties.will_delay_interval or 0
+            if delay == 0 or session.expiry_interval == 0:
+                self.publish_will(session, now)
+            else:
+                session.will_due = now + min(delay, session.expiry_interval)
+                self.pending_wills.add(session)
+        else:
+            session.will = None
+        if session.expiry_interval == 0:
+            self.end_session(session, now)
+        elif session.expiry_interval != NEVER:
+            session.expires_at = now + session.expiry_interval
+            self.expiring.add(session)
+        self.journal.detached(session, now)
+
+    def publish_will(self, session: Session, now: float) -> None:
+        will = session.will
+        session.will = None
+        session.will_due = None
+        self.pending_wills.discard(session)
+        if will is None:
+            return
+        self.journal.will_cleared(session)
+        props = will.properties
+        if props.will_delay_interval is not None:
+            props = dataclasses.replace(props, will_delay_interval=None)
+        self.publish(
+            Message.create(will.topic, will.payload, will.qos, will.retain, props, session.client_id, now),
+            now,
+        )
+
+    # ------------------------------------------------------------ publish / deliver
+    def publish(self, msg: Message, now: float, routes: list[Route] | None = None) -> int:
+        """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
+
+        ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
+        router = self.router
+        if msg.retain:
+            router.store_retained(msg)
+            self.journal.retained(msg, now)
+        if routes is None:
+            routes = router.route(msg)
+        obs = self.obs
+        if obs.deliveries:  # record this fan-out's writes (restored after: a sink may publish)
+            outer = obs.fan_msg, obs.fan
+            obs.fan_msg = msg
+            fan: list[DeliveryEntry] = []
+            obs.fan = fan
+        sessions = self.sessions
+        deliver = self.deliver
+        may_receive = self.may_receive if obs.authorize else None
+        for r in routes:
+            s = sessions.get(r.client_id)
+            if s is not None and (may_receive is None or may_receive(s, msg.topic)):
+                deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+        self.stats.messages_received += 1
+        if obs.deliveries:
+            obs.fan_msg, obs.fan = outer
+            obs.deliveries_written(msg, fan, len(routes), self.stats)
+        if obs.publication:
+            pub = Publication(
+                time.time(),
+                msg.message_id,
+                msg.publisher_id,
+                msg.topic,
+                len(msg.payload),
+                msg.qos,
+                msg.retain,
+                len(routes),
+            )
+            self._call(self.obs.publication, "on_publication", pub)
+        return len(routes)
+
+    def deliver(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        s: Session,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+        now: float,
+    ) -> None:
+        """Send to, queue for, or drop for session ``s`` (flow control and bounds)."""
+        sink = s.sink
+        if sink is not None:
+            sink(msg, Route(s.client_id, qos, retain, sub_ids, topic_filter, selector))
+            return
+        conn = s.conn
+        if qos == 0:
+            if conn is None:
+                return
+            if conn.paused or conn.slow:
+                # QoS 0 to a receiver that does not keep up is dropped, never buffered
+                # without bound (latency and memory stay bounded)
+                self.stats.publish_dropped += 1
+                self.stats.dropped_qos0_slow += 1
+                return
+            conn.write_publish(msg, 0, retain, False, None, sub_ids, topic_filter, selector, now)
+            return
+        out = Outgoing(msg, qos, retain, sub_ids, topic_filter, selector)
+        queue = s.queue
+        if conn is not None and not conn.paused and not queue and len(s.inflight) < conn.window:
+            pid = s.allocate_pid()
+            s.inflight[pid] = out
+            if s.persisted:
+                self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
+            conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
+            return
+        if len(queue) >= self.config.max_queued_messages:
+            self._queue_full(s, conn)
+            return
+        queue.append(out)
+        if s.persisted:
+            self.journal.outgoing(s, out, MessageState.QUEUED, None, now)
+        if conn is not None and len(queue) >= self.high_water and not conn.slow:
+            self._congested(conn, now)
+
+    # ------------------------------------------------------------ flow control
+    def _queue_full(self, s: Session, conn: Connection | None) -> None:
+        """A QoS 1/2 message finds the queue of ``s`` full: dropped and counted, or (policy
+        ``disconnect``) the client is disconnected."""
+        self.stats.queue_overflow += 1
+        self.stats.dropped_queue_full += 1
+        if conn is not None and conn.policy == "disconnect":
+            self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
+            conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
+            return
+        self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages): message dropped")
+
+    def _congested(self, conn: Connection, now: float) -> None:
+        """``conn``'s queue reached the high-water mark: pause the connection whose PUBLISH is
+        being routed (O(1)); it resumes when the queue is back at the low-water mark."""
+        if conn.congested_since is None:
+            conn.congested_since = now
+            self.congested.add(conn)
+        pub = self.current
+        if pub is None or pub is conn or pub in conn.feeders:
+            return
+        conn.feeders.add(pub)
+        pub.blockers += 1
+        if pub.blockers == 1:
+            self.stats.publisher_pauses += 1
+            self.stats.publishers_paused += 1
+            self.resumable.discard(pub)
+            pub.reader(True)
+
+    def relieve(self, conn: Connection) -> None:
+        """``conn`` is no longer congested (drained, slow, or gone): release its publishers."""
+        if conn.congested_since is not None:
+            conn.congested_since = None
+            self.congested.discard(conn)
+        if conn.slow:
+            conn.slow = False
+            self.stats.slow_consumers -= 1
+        self._release_feeders(conn)
+
+    def _release_feeders(self, conn: Connection) -> None:
+        for pub in conn.feeders:
+            pub.blockers -= 1
+            if pub.blockers == 0:
+                self.stats.publishers_paused -= 1
+                self.resumable.add(pub)
+        conn.feeders.clear()
+
+    def _check_slow(self, now: float) -> None:
+        """Receivers over their mark for longer than the grace time become slow consumers:
+        their publishers are released and their policy applies (``pace``: never slow)."""
+        grace = self.config.slow_consumer_grace
+        for conn in [c for c in self.congested if not c.slow and c.policy != "pace"]:
+            since = conn.congested_since
+            if since is None or now - since < grace:
+                continue
+            conn.slow = True
+            self.stats.slow_consumers += 1
+            self.stats.slow_consumer_events += 1
+            self._release_feeders(conn)
+            cid = conn.client_id
+            if conn.policy == "disconnect":
+                self.stats.slow_disconnected += 1
+                self.log_limit("slow_consumer", cid, f"slow consumer for {grace:g} s, disconnecting")
+                conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
+            else:
+                self.log_limit(
+                    "slow_consumer", cid, f"slow consumer for {grace:g} s: QoS 0 dropped, QoS 1/2 queued"
+                )
+
+    def drain(self, s: Session, now: float) -> None:
+        """Move queued messages into the in-flight window while the connection can take them."""
+        conn = s.conn
+        if conn is None:
+            return
+        queue = s.queue
+        inflight = s.inflight
+        window = conn.window
+        while queue and len(inflight) < window and not conn.paused and not conn.close_requested:
+            out = queue.popleft()
+            msg = out.msg
+            if msg.expires_at is not None and msg.expires_at <= now:
+                self.stats.publish_dropped += 1
+                self.journal.dropped(s, out)
+                continue
+            pid = s.allocate_pid()
+            inflight[pid] = out
+            self.journal.sent(s, out, pid)
+            conn.write_publish(
+                msg, out.qos, out.retain, False, pid, out.sub_ids, out.topic_filter, out.selector, now
+            )
+        if conn.congested_since is not None and len(queue) <= self.low_water and not conn.paused:
+            self.relieve(conn)
+
+    # ------------------------------------------------------------ timers
+    def tick(self, now: float) -> None:
+        """Keep-alive timeouts, will delays, session expiry and ``$SYS`` (call periodically)."""
+        for conn in list(self.connections):
+            conn.check_keep_alive(now)
+        if self.pending_wills:
+            for s in [s for s in self.pending_wills if s.will_due is not None and s.will_due <= now]:
+                self.publish_will(s, now)
+        if self.expiring:
+            for s in [s for s in self.expiring if s.expires_at is not None and s.expires_at <= now]:
+                self.end_session(s, now)
+        if self.congested:
+            self._check_slow(now)
+        if self._next_sys is not None and now >= self._next_sys:
+            self._next_sys = now + self.config.sys_interval
+            self.publish_sys(now)
+
+    def sys_values(self, now: float) -> dict[str, str]:
+        st = self.stats
+        return {
+            "$SYS/broker/version": "siftmq",
+            "$SYS/broker/uptime": str(int(now - self.started)),
+            "$SYS/broker/clients/connected": str(
+                sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
+            ),
+            "$SYS/broker/clients/total": str(len(self.sessions)),
+            "$SYS/broker/messages/received": str(st.messages_received),
+            "$SYS/broker/messages/sent": str(st.messages_sent),
+            "$SYS/broker/messages/dropped": str(st.publish_dropped),
+            "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
+            "$SYS/broker/bytes/received": str(st.bytes_received),
+            "$SYS/broker/bytes/sent": str(st.bytes_sent),
+            "$SYS/broker/retained/count": str(len(self.router.retained)),
+            "$SYS/broker/malformed": str(st.malformed),
+            "$SYS/broker/messages/receive_denied": str(st.receive_denied),
+            "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
+            "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
+            "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/subscriptions/refused/quota": str(st.refused_subscription_quota),
+            "$SYS/broker/subscriptions/refused/selector": str(st.refused_selector),
+            "$SYS/broker/topic_levels/refused": str(st.refused_topic_levels),
+            "$SYS/broker/flow/publishers/paused": str(st.publishers_paused),
+            "$SYS/broker/flow/publishers/pauses": str(st.publisher_pauses),
+            "$SYS/broker/flow/slow_consumers/current": str(st.slow_consumers),
+            "$SYS/broker/flow/slow_consumers/total": str(st.slow_consumer_events),
+            "$SYS/broker/flow/slow_consumers/disconnected": str(st.slow_disconnected),
+            "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
+            "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
+        }
+
+    def refused(self, limit: str, client_id: str) -> None:
+        """A subscription refused by a limit (``Router.subscribe``): counted and logged."""
+        st = self.stats
+        if limit == "topic_levels":
+            st.refused_topic_levels += 1
+            self.log_limit(limit, client_id, "topic filter beyond max_topic_levels")
+        elif limit == "selector":
+            st.refused_selector += 1
+            self.log_limit(limit, client_id, "content filter refused")
+        elif limit == "subscriptions":
+            st.refused_subscription_quota += 1
+            self.log_limit(limit, client_id, "max_subscriptions_per_client reached")
+
+    def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
+        """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
+        flood under abuse); the ``$SYS`` counters count every refusal."""
+        now = time.monotonic()
+        last = self._limit_logged.get(kind)
+        if last is None or now - last >= LIMIT_LOG_INTERVAL:
+            self._limit_logged[kind] = now
+            log.log(
+                level,
+                "client %s: %s (further %s refusals not logged for %g s)",
+                client_id,
+                what,
+                kind,
+                LIMIT_LOG_INTERVAL,
+            )
+
+    def publish_sys(self, now: float) -> None:
+        for topic, value in self.sys_values(now).items():
+            self.publish(Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now), now)
+        st = self.stats
+        if st.publish_dropped or st.queue_overflow:
+            log.info(
+                "counters: %d QoS 0 messages dropped, %d queue overflows",
+                st.publish_dropped,
+                st.queue_overflow,
+            )
+
+    # ------------------------------------------------------------ output
+    def flush(self) -> None:
+        """Resume the publishers whose receivers drained (their unprocessed packets first),
+        then hand every pending output to the transports (one write per connection)."""
+        resumable = self.resumable
+        while resumable:
+            resumable.pop().resume()
+        dirty = self.dirty
+        while dirty:
+            conn = dirty.pop()
+            conn.flush()
+
+    def shutdown(self, now: float) -> None:
+        """Graceful stop: every connection is closed (v5: DISCONNECT 0x8B) and detached.
+
+        Wills are published (the network connections end without a DISCONNECT from the
+        client), and the sessions are left to expire with the process; with a store,
+        persisted sessions are kept (their delayed wills stay pending in the store).
+        """
+        for conn in list(self.connections):
+            if conn.state is ConnectionState.CONNECTED:
+                conn.disconnect(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
+            conn.lost(now)
+        for s in list(self.pending_wills):
+            if not s.persisted:  # a stored session keeps its will delay across the restart
+                self.publish_will(s, now)
+        self.flush()
+
+    def _check(self) -> None:
+        for cid, s in self.sessions.items():
+            assert s.client_id == cid
+            s._check()
+        for conn in self.connections:
+            assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
+        # flow control: the congested set, the feeder edges and the pause gauge agree
+        paused = {c for c in self.connections if c.blockers}
+        assert self.stats.publishers_paused == len(paused)
+        for conn in self.congested:
+            assert conn.congested_since is not None
+        edges = sum(len(c.feeders) for c in self.congested)
+        assert edges == sum(c.blockers for c in self.connections)
+        assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)

@@ -1,0 +1,56 @@
+"""The registered hooks, split by the methods they override (unused ones cost nothing).
+
+``broker.hooks.Hooks`` subclasses observe the broker (connections, subscription changes,
+publications, deliveries) and give opinions (authenticate, authorize).  The core asks this
+object which hooks override what, so a broker without hooks pays one boolean test per event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from broker.core._message import Message
+from broker.core._session import Stats
+from broker.hooks import DeliveryEntry, Hooks
+
+__all__ = ["Observers"]
+
+log = logging.getLogger("broker")
+
+
+class Observers:
+    """The registered hooks, split by the methods they override (unused ones cost nothing)."""
+
+    def __init__(self, hooks: Iterable[Hooks]) -> None:
+        self.all = list(hooks)
+
+        def over(name: str) -> list[Hooks]:
+            base = getattr(Hooks, name)
+            return [h for h in self.all if getattr(type(h), name) is not base]
+
+        self.connect = over("on_connect")
+        self.disconnect = over("on_disconnect")
+        self.subscription = over("on_subscription_change")
+        self.publication = over("on_publication")
+        self.delivery = over("on_delivery")
+        self.deliveries = over("on_deliveries")
+        self.authenticate = over("authenticate")
+        self.authorize = over("authorize")
+        self.writes = bool(self.delivery or self.deliveries)  # write_publish reports deliveries
+        # The publication whose fan-out is being recorded for on_deliveries, and its entries.
+        self.fan_msg: Message | None = None
+        self.fan: list[DeliveryEntry] = []
+
+    def deliveries_written(
+        self, msg: Message, entries: list[DeliveryEntry], routes: int, stats: Stats
+    ) -> None:
+        """One ``on_deliveries`` call per hook; the clock is read once for all ``entries``."""
+        t = time.time()
+        for h in self.deliveries:
+            try:
+                h.on_deliveries(t, msg, entries, routes)
+            except Exception:
+                stats.hook_errors += 1
+                log.exception("hook %s.on_deliveries failed", type(h).__name__)

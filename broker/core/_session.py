@@ -1,0 +1,160 @@
+"""Per-client state of the broker core: sessions, their outgoing messages, the counters.
+
+Plain data on purpose (MQTT 5 section 4.1): a :class:`Session` holds in-flight messages with
+their state, the bounded queue, QoS 2 receive ids and the packet id counter, so it can be
+written through to the store (:mod:`broker.core._journal`) and rebuilt from it.  The state
+transitions that change it live in :mod:`broker.core._core` (sessions: attach, detach, end,
+wills, expiry) and :mod:`broker.core._connection` (the packets of one network connection).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from broker.core._message import Message, Route
+from broker.packets import Will
+
+if TYPE_CHECKING:
+    from broker.core._connection import Connection
+
+__all__ = ["NEVER", "PUBLISH_SENT", "PUBREL_SENT", "ConnectionState", "Outgoing", "Session", "Sink", "Stats"]
+
+#: Session Expiry Interval meaning "never expires" (MQTT 5 section 3.1.2.11.2)
+NEVER = 0xFFFFFFFF
+
+
+class ConnectionState(enum.Enum):
+    AWAIT_CONNECT = "await_connect"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+#: ``Outgoing.state``: PUBLISH sent (or to send), waiting for PUBACK / PUBREC
+PUBLISH_SENT: Final = 0
+#: ``Outgoing.state``: PUBREL sent, waiting for PUBCOMP
+PUBREL_SENT: Final = 1
+
+
+class Outgoing:
+    """A QoS 1/2 message on its way to one client (queued or in flight).
+
+    ``state``: :data:`PUBLISH_SENT` or :data:`PUBREL_SENT` (ints: the compiled core compares ints).
+    """
+
+    __slots__ = ("msg", "qos", "retain", "selector", "seq", "state", "sub_ids", "topic_filter")
+
+    def __init__(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        msg: Message,
+        qos: int,
+        retain: bool,
+        sub_ids: tuple[int, ...],
+        topic_filter: str,
+        selector: str | None,
+    ) -> None:
+        self.msg = msg
+        self.qos = qos
+        self.retain = retain
+        self.sub_ids = sub_ids
+        self.topic_filter = topic_filter
+        self.selector = selector
+        self.state = PUBLISH_SENT
+        self.seq = 0  # OutgoingRecord.seq of its stored row (persisted sessions)
+
+
+Sink = Callable[[Message, Route], None]
+
+
+class Session:
+    """Per-client state that outlives a network connection (MQTT 5 section 4.1).
+
+    ``inflight`` is ordered by send time (dict insertion order); lookups by packet id are
+    O(1).  ``queue`` is bounded by ``BrokerConfig.max_queued_messages``.
+    """
+
+    __slots__ = (
+        "client_id",
+        "conn",
+        "expires_at",
+        "expiry_interval",
+        "inflight",
+        "next_pid",
+        "persisted",
+        "qos2_received",
+        "queue",
+        "selectors",
+        "sink",
+        "username",
+        "version",
+        "will",
+        "will_due",
+    )
+
+    def __init__(self, client_id: str, expiry_interval: int = 0) -> None:
+        self.client_id = client_id
+        self.expiry_interval = expiry_interval
+        self.conn: Connection | None = None
+        self.inflight: dict[int, Outgoing] = {}
+        self.queue: deque[Outgoing] = deque()
+        self.qos2_received: set[int] = set()
+        self.next_pid = 1
+        self.will: Will | None = None
+        self.will_due: float | None = None
+        self.expires_at: float | None = None
+        self.username: str | None = None
+        self.selectors: dict[str, str] = {}  # topic filter -> selector of that subscription
+        self.sink: Sink | None = None
+        self.persisted = False  # its rows are in the store (docs/persistence.md)
+        self.version = 4  # protocol level of the latest CONNECT
+
+    def allocate_pid(self) -> int:
+        """A packet id not in flight (O(1) amortised; the window is far below 65535)."""
+        pid = self.next_pid
+        inflight = self.inflight
+        while pid in inflight:
+            pid = pid % 65535 + 1
+        self.next_pid = pid % 65535 + 1
+        return pid
+
+    def _check(self) -> None:
+        assert len(self.inflight) <= 65535
+        assert all(1 <= pid <= 65535 for pid in self.inflight)
+        assert self.conn is None or self.conn.session is self
+        assert all(o.qos > 0 for o in self.queue)
+
+
+@dataclass(slots=True)
+class Stats:
+    """Broker counters (published under ``$SYS/broker/``)."""
+
+    messages_received: int = 0
+    messages_sent: int = 0
+    publish_dropped: int = 0  # QoS 0 dropped for slow consumers / oversize / expiry
+    queue_overflow: int = 0  # QoS 1/2 dropped or clients disconnected for a full queue
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    connections_total: int = 0
+    malformed: int = 0
+    hook_errors: int = 0
+    # listener limits (broker.net._listeners): connections refused at CONNECT
+    refused_max_connections: int = 0
+    refused_connection_rate: int = 0
+    refused_anonymous: int = 0
+    # deliveries an authorize hook refused ("receive": live messages and retained on SUBSCRIBE)
+    receive_denied: int = 0
+    # session limits (docs/broker.md, "Limits")
+    refused_subscription_quota: int = 0  # SUBACK 0x97/0x80: max_subscriptions_per_client
+    refused_topic_levels: int = 0  # PUBLISH or SUBSCRIBE beyond max_topic_levels
+    refused_selector: int = 0  # content filters refused in SUBACK (syntax or complexity)
+    # flow control (docs/broker.md, "Flow control")
+    publisher_pauses: int = 0  # times a publishing connection was paused for its subscribers
+    publishers_paused: int = 0  # connections paused right now (gauge)
+    slow_consumer_events: int = 0  # clients declared slow consumers after the grace time
+    slow_consumers: int = 0  # slow consumers right now (gauge)
+    slow_disconnected: int = 0  # slow consumers disconnected (policy "disconnect")
+    dropped_qos0_slow: int = 0  # QoS 0 dropped because the receiver does not read fast enough
+    dropped_queue_full: int = 0  # QoS 1/2 dropped at a full queue (max_queued_messages)
