@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
 import topics
 from broker._config import BrokerConfig
+from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
 from broker.core._session import Session
@@ -80,7 +80,7 @@ class LocalSubscription:
         tb: TracebackType | None,
     ) -> None:
         if self._session is not None:
-            self.broker.core.end_session(self._session, time.monotonic())
+            self.broker.core.end_session(self._session, self.broker.core.clock.monotonic())
             self._session = None
 
     def __aiter__(self) -> LocalSubscription:
@@ -109,6 +109,7 @@ class Broker:
         *,
         hooks: Iterable[Hooks] = (),
         config: BrokerConfig | None = None,
+        clock: Clock | None = None,
         **options: Any,
     ) -> None:
         cfg = config or BrokerConfig()
@@ -120,7 +121,7 @@ class Broker:
             cfg = cfg.replace(**options)
         self.config = cfg
         self.hooks: Sequence[Hooks] = list(hooks)
-        self.core = Core(cfg, self.hooks)
+        self.core = Core(cfg, self.hooks, clock)
         self._listeners: list[OpenListener] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -158,7 +159,7 @@ class Broker:
         """Open the store and restore its state into the core (before any client connects)."""
         store = await asyncio.to_thread(Store, path)
         try:
-            wall = time.time()
+            wall = self.core.clock.wall()
             state = await asyncio.to_thread(store.load, wall)
         except BaseException:
             await asyncio.to_thread(store.close)
@@ -167,7 +168,7 @@ class Broker:
         journal = core.journal
         journal.store = store
         journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
-        journal.restore(state, time.monotonic(), wall)
+        journal.restore(state, self.core.clock.monotonic(), wall)
         core.flush()
         log.info(
             "store %s: %d sessions, %d retained messages restored",
@@ -183,11 +184,11 @@ class Broker:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL)
             try:
-                gone = await asyncio.to_thread(store.sweep, time.time() - SWEEP_INTERVAL)
+                gone = await asyncio.to_thread(store.sweep, core.clock.wall() - SWEEP_INTERVAL)
             except Exception:
                 log.exception("store sweep failed")
                 continue
-            now = time.monotonic()
+            now = self.core.clock.monotonic()
             for rec in gone:
                 if rec.client_id not in core.sessions and rec.will is not None:
                     orphan = Session(rec.client_id)
@@ -213,7 +214,7 @@ class Broker:
 
     def _tick(self) -> None:
         try:
-            self.core.tick(time.monotonic())
+            self.core.tick(self.core.clock.monotonic())
             self.core.flush()
         except Exception:
             log.exception("timer failed")
@@ -226,7 +227,7 @@ class Broker:
         await close_listeners(self._listeners)
         if self._timer is not None:
             self._timer.cancel()
-        self.core.shutdown(time.monotonic())
+        self.core.shutdown(self.core.clock.monotonic())
         if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
             await asyncio.wait([p.done for p in self._open], timeout=STOP_GRACE)
         for p in list(self._open):
@@ -266,7 +267,7 @@ class Broker:
         topics.validate_topic(topic)
         if isinstance(payload, str):
             payload = payload.encode()
-        now = time.monotonic()
+        now = self.core.clock.monotonic()
         msg = Message.create(topic, payload, qos, retain, properties or NO_PROPERTIES, None, now)
         n = self.core.publish(msg, now)
         self.core.flush()
@@ -282,5 +283,5 @@ class Broker:
 
     def _subscribe_local(self, sub: LocalSubscription) -> Session:
         return self.core.local_subscribe(
-            sub.client_id, sub.topic_filter, sub.selector, sub.qos, sub._sink, time.monotonic()
+            sub.client_id, sub.topic_filter, sub.selector, sub.qos, sub._sink, self.core.clock.monotonic()
         )

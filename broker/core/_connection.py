@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-import time
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -275,10 +274,10 @@ class Connection:
                 if obs.fan_msg is msg:
                     obs.fan.append(entry)
                 else:  # written after its publication (queued, retained, resumed session)
-                    obs.deliveries_written(msg, [entry], -1, core.stats)
+                    obs.deliveries_written(core.clock.wall(), msg, [entry], -1, core.stats)
             if not obs.delivery:
                 return
-            t = time.time()
+            t = core.clock.wall()
             core._call(
                 core.obs.delivery,
                 "on_delivery",

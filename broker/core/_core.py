@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import content
 import topics
 from broker._config import BrokerConfig
+from broker.core._clock import Clock
 from broker.core._journal import Journal
 from broker.core._message import Message, Route, SubOptions
 from broker.core._observers import Observers
@@ -52,8 +52,11 @@ LIMIT_LOG_INTERVAL = 10.0
 class Core:
     """Session registry, router, counters and timers of one broker (no I/O)."""
 
-    def __init__(self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = ()) -> None:
+    def __init__(
+        self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = (), clock: Clock | None = None
+    ) -> None:
         self.config = cfg = config or BrokerConfig()
+        self.clock = clock or Clock()
         limits = SubscribeLimits(
             cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
         )
@@ -68,7 +71,7 @@ class Core:
         self.obs = Observers(hooks)
         self.pending_wills: set[Session] = set()
         self.expiring: set[Session] = set()
-        self.started = time.monotonic()
+        self.started = self.clock.monotonic()
         # PUBLISH templates of the message being fanned out ([3.1/3.1.1, 5])
         self.tmpl_msg: Message | None = None
         self.tmpl: list[PublishTemplate | None] = [None, None]
@@ -133,7 +136,7 @@ class Core:
     ) -> None:
         if self.obs.subscription:
             change = SubscriptionChange(
-                time.time(),
+                self.clock.wall(),
                 client_id,
                 action,
                 topic_filter,
@@ -278,10 +281,10 @@ class Core:
         self.stats.messages_received += 1
         if obs.deliveries:
             obs.fan_msg, obs.fan = outer
-            obs.deliveries_written(msg, fan, len(routes), self.stats)
+            obs.deliveries_written(self.clock.wall(), msg, fan, len(routes), self.stats)
         if obs.publication:
             pub = Publication(
-                time.time(),
+                self.clock.wall(),
                 msg.message_id,
                 msg.publisher_id,
                 msg.topic,
@@ -498,7 +501,7 @@ class Core:
     def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
         flood under abuse); the ``$SYS`` counters count every refusal."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
             self._limit_logged[kind] = now

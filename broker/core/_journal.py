@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -92,7 +91,7 @@ class Journal:
                 s.persisted = False
                 store.delete_session(cid)
             return
-        wall = time.time()
+        wall = self.core.clock.wall()
         store.put_session(self._record(s, now, wall))
         if s.persisted:
             return
@@ -109,7 +108,7 @@ class Journal:
     def detached(self, s: Session, now: float) -> None:
         """The session's connection ended: its row records when (and its pending will)."""
         if s.persisted and self.store is not None:
-            self.store.put_session(self._record(s, now, time.time()))
+            self.store.put_session(self._record(s, now, self.core.clock.wall()))
 
     def ended(self, s: Session) -> None:
         """The session ended: its rows are deleted."""

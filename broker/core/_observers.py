@@ -8,7 +8,6 @@ object which hooks override what, so a broker without hooks pays one boolean tes
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 
 from broker.core._message import Message
@@ -44,10 +43,9 @@ class Observers:
         self.fan: list[DeliveryEntry] = []
 
     def deliveries_written(
-        self, msg: Message, entries: list[DeliveryEntry], routes: int, stats: Stats
+        self, t: float, msg: Message, entries: list[DeliveryEntry], routes: int, stats: Stats
     ) -> None:
-        """One ``on_deliveries`` call per hook; the clock is read once for all ``entries``."""
-        t = time.time()
+        """One ``on_deliveries`` call per hook at wall time ``t`` (read once for all ``entries``)."""
         for h in self.deliveries:
             try:
                 h.on_deliveries(t, msg, entries, routes)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -46,7 +45,6 @@ __all__ = ["LINGER", "MQTTProtocol", "common_name"]
 
 log = logging.getLogger("broker")
 
-_monotonic = time.monotonic
 
 #: seconds a closing connection waits for the peer to close its side
 LINGER = 2.0
@@ -118,7 +116,7 @@ class MQTTProtocol(asyncio.Protocol):
         """
         if self.registry is not None:
             self.registry.add(self)
-        now = _monotonic()
+        now = self.core.clock.monotonic()
         policy = self.policy
         self.conn = Connection(
             self.core,
@@ -176,7 +174,7 @@ class MQTTProtocol(asyncio.Protocol):
                 if self.screening and packets and self._screen(conn, packets):
                     core.flush()
                     return
-                conn.received(packets, _monotonic())
+                conn.received(packets, self.core.clock.monotonic())
             core.flush()
         except Exception:  # never into the event loop
             log.exception("connection %s: unexpected error", conn.peer)
@@ -246,7 +244,7 @@ class MQTTProtocol(asyncio.Protocol):
         if conn is not None:
             conn.paused = False
             if conn.session is not None:
-                self.core.drain(conn.session, _monotonic())
+                self.core.drain(conn.session, self.core.clock.monotonic())
                 self.core.flush()
 
     def eof_received(self) -> bool | None:
@@ -266,7 +264,7 @@ class MQTTProtocol(asyncio.Protocol):
             return
         try:
             conn.transport_closed = True
-            conn.lost(_monotonic())
+            conn.lost(self.core.clock.monotonic())
             self.core.flush()
         except Exception:
             log.exception("connection %s: error while closing", conn.peer)

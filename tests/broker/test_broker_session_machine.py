@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from broker._config import BrokerConfig
+from broker.core._clock import ManualClock
 from broker.core._connection import Connection
-from broker.core._core import Core
+from broker.core._core import LIMIT_LOG_INTERVAL, Core
 from broker.core._session import ConnectionState
+from broker.hooks import Hooks, SubscriptionChange
 from broker.packets import (
     Connack,
     Connect,
@@ -363,3 +369,26 @@ def test_paused_publisher_that_disconnects_is_forgotten() -> None:
     r.drop()  # and a receiver that goes releases its publishers
     assert not core.congested
     core._check()
+
+
+def test_core_reads_time_from_its_clock(caplog: pytest.LogCaptureFixture) -> None:
+    """The core never reads the system clocks: uptime, log throttling and hook timestamps
+    follow the injected clock."""
+    clock = ManualClock(monotonic=100.0, wall=5_000.0)
+    seen: list[float] = []
+
+    class Record(Hooks):
+        def on_subscription_change(self, change: SubscriptionChange) -> None:
+            seen.append(change.time)
+
+    core = Core(BrokerConfig(sys_interval=0), [Record()], clock=clock)
+    assert core.sys_values(clock.advance(42.0))["$SYS/broker/uptime"] == "42"
+    a, _ = connect(core, "a")
+    sub(a, "t")
+    assert seen == [5_042.0]
+    with caplog.at_level(logging.WARNING, logger="broker"):
+        core.log_limit("k", "a", "first")
+        core.log_limit("k", "a", "throttled")
+        clock.advance(LIMIT_LOG_INTERVAL + 1)
+        core.log_limit("k", "a", "again")
+    assert [r.getMessage().split(":")[1].split("(")[0].strip() for r in caplog.records] == ["first", "again"]
