@@ -200,7 +200,7 @@ async def main() -> None:
         for i, (kind, c) in enumerate(kinds if args.idle else []):
             with broker_process(listeners, args.uvloop) as (broker, ports):  # a fresh process per transport
                 memory[kind] = await idle_memory(kind, ports[i], c, args.idle, broker)
-    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)  # noqa: ASYNC221 (once, after the runs)
     print(
         f"commit {git.stdout.strip()}, {args.messages} QoS 0 messages of 64 B, "
         f"{args.batch} per write, best of {args.rounds} rounds, broker loop "

@@ -89,7 +89,7 @@ class LocalSubscription:
     async def __anext__(self) -> Message:
         return await self.queue.get()
 
-    async def get(self, timeout: float | None = None) -> Message:
+    async def get(self, timeout: float | None = None) -> Message:  # noqa: ASYNC109 (queue.get with a deadline, the public API)
         """The next message (``asyncio.TimeoutError`` after ``timeout`` seconds)."""
         return await asyncio.wait_for(self.queue.get(), timeout)
 

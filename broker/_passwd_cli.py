@@ -46,7 +46,7 @@ def _fail(message: str) -> int:
     return 2
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per mosquitto_passwd mode)
     """Execute ``siftmq passwd`` with parsed arguments; returns the exit status."""
     if args.create and args.delete:
         return _fail("-c and -D cannot be combined")

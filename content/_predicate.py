@@ -193,7 +193,7 @@ def _member(value: Scalar, members: frozenset[Scalar]) -> tuple[bool, bool]:
     return found, comparable
 
 
-def _test(p: Predicate, v: object) -> bool:
+def _test(p: Predicate, v: object) -> bool:  # noqa: C901, PLR0912 (one case per operator)
     vk = kind_of(v)
     if vk is None:
         return False

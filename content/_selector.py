@@ -116,7 +116,7 @@ _SPACE = re.compile(r"\s+")
 _CMP_OPS = ("<>", "!=", "<=", ">=", "=", "<", ">")
 
 
-def tokenize(text: str) -> list[Token]:
+def tokenize(text: str) -> list[Token]:  # noqa: C901, PLR0912 (one case per token class)
     """Split ``text`` into tokens; O(len(text))."""
     out: list[Token] = []
     i, n = 0, len(text)
@@ -434,7 +434,9 @@ class Parser:
         return like_predicate(attr, t.value, escape, t.pos)
 
 
-def like_predicate(attr: str, pattern: str, escape: str | None, pos: int) -> Predicate:
+def like_predicate(  # noqa: C901, PLR0912 (one case per LIKE pattern shape)
+    attr: str, pattern: str, escape: str | None, pos: int
+) -> Predicate:
     """Classify a LIKE pattern (see the module docstring)."""
     # segments: str (literal run) or "%" / "_" wildcard markers, as (is_wild, text)
     segs: list[tuple[bool, str]] = []

@@ -201,7 +201,7 @@ class Connection:
     def _reason(self, text: str) -> Properties:
         return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
 
-    def write_publish(  # noqa: PLR0917 (hot path: positional arguments)
+    def write_publish(  # noqa: PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
         self,
         msg: Message,
         qos: int,
@@ -428,68 +428,22 @@ class Connection:
         self.close(f"CONNECT refused: {reason}")
 
     def _on_connect(self, p: Connect, now: float) -> None:
+        """CONNECT: refused (CONNACK with a reason, close) or the session attached, the
+        limits of both sides negotiated, and the CONNACK sent (after the commit of a
+        persisted session)."""
         core = self.core
         cfg = core.config
         self.version = v = p.protocol_level
-        if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
-            self.version = min(v, 4)
-            self._refuse(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name!r}")
-            return
-        props = p.properties
         if v == 5:
-            self.problem_info = props.request_problem_information != 0
-        client_id = p.client_id
-        assigned: str | None = None
-        if not client_id:
-            if v != 5 and not p.clean_start:
-                self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id needs clean session")
-                return
-            client_id = assigned = "siftmq-" + secrets.token_hex(8)
-        if v == 5 and props.authentication_method is not None:
-            self._refuse(ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported")
+            self.problem_info = p.properties.request_problem_information != 0
+        client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
+        refusal = self._connect_refusal(p, client_id)
+        if refusal is not None:
+            self._refuse(*refusal)
             return
-        verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
-        if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
-            self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
-            return
-        if p.will is not None and (
-            p.will.qos > cfg.maximum_qos or (p.will.retain and not cfg.retain_available)
-        ):
-            self._refuse(
-                ReasonCode.QOS_NOT_SUPPORTED
-                if p.will.qos > cfg.maximum_qos
-                else ReasonCode.RETAIN_NOT_SUPPORTED,
-                "will not supported",
-            )
-            return
-        if p.will is not None:
-            try:
-                topics.validate_topic(p.will.topic)
-            except topics.InvalidTopic as exc:
-                self._refuse(ReasonCode.TOPIC_NAME_INVALID, f"will topic: {exc}")
-                return
-            if (
-                core.obs.authorize
-                and core._opinion(
-                    core.obs.authorize, "authorize", client_id, p.username, "publish", p.will.topic
-                )
-                is False
-            ):
-                self._refuse(ReasonCode.NOT_AUTHORIZED, "will topic not authorized")
-                return
-        expiry = (props.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
+        expiry = (p.properties.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
         capped = min(expiry, cfg.max_session_expiry)
-        self.keep_alive = float(p.keep_alive)
-        server_ka: int | None = None
-        if v == 5:
-            cap = cfg.server_keep_alive
-            if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
-                server_ka = cap
-                self.keep_alive = float(server_ka)
-            self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
-            if props.maximum_packet_size is not None:
-                self.client_max_packet = props.maximum_packet_size
-            self.client_alias_max = props.topic_alias_maximum or 0
+        server_ka = self._negotiate(p)
         self.state = ConnectionState.CONNECTED
         present = core.attach(self, client_id, p.clean_start, capped, now)
         session = self.session
@@ -503,7 +457,7 @@ class Connection:
         ack_props = NO_PROPERTIES
         if v == 5:
             ack_props = Properties(
-                assigned_client_identifier=assigned,
+                assigned_client_identifier=None if p.client_id else client_id,
                 session_expiry_interval=capped if capped != expiry else None,
                 server_keep_alive=server_ka,
                 receive_maximum=cfg.receive_maximum if cfg.receive_maximum != 65535 else None,
@@ -512,14 +466,14 @@ class Connection:
                 maximum_packet_size=cfg.max_packet_size if cfg.max_packet_size < 268_435_455 else None,
                 topic_alias_maximum=cfg.topic_alias_maximum or None,
                 response_information=(
-                    f"$response/{client_id}" if props.request_response_information == 1 else None
+                    f"$response/{client_id}" if p.properties.request_response_information == 1 else None
                 ),
             )
         connack = Connack(present, ReasonCode.SUCCESS, ack_props)
         if session.persisted:
             # the session row must be durable before the client learns its session exists;
             # nothing may precede the CONNACK [MQTT-3.2.0-1], so the connection's output is
-            # gated until the commit (Core._release puts the CONNACK first and opens it)
+            # gated until the commit (Journal._release puts the CONNACK first and opens it)
             self.gated = True
             core.journal.hold(self, connack)
         else:
@@ -529,6 +483,60 @@ class Connection:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
             self._resend(now)
+
+    def _connect_refusal(self, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
+        """Why a CONNECT is refused (reason code, reason), or None (in the order of the checks
+        of MQTT 5 section 3.1.4: protocol, client id, authentication, will)."""
+        core = self.core
+        cfg = core.config
+        v = p.protocol_level
+        if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
+            self.version = min(v, 4)
+            return ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name[:50]!r}"
+        if not p.client_id and v != 5 and not p.clean_start:
+            return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id needs clean session"
+        if v == 5 and p.properties.authentication_method is not None:
+            return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+        verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
+        if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
+            return ReasonCode.NOT_AUTHORIZED, "not authorized"
+        will = p.will
+        if will is None:
+            return None
+        if will.qos > cfg.maximum_qos:
+            return ReasonCode.QOS_NOT_SUPPORTED, "will not supported"
+        if will.retain and not cfg.retain_available:
+            return ReasonCode.RETAIN_NOT_SUPPORTED, "will not supported"
+        try:
+            topics.validate_topic(will.topic)
+        except topics.InvalidTopic as exc:
+            return ReasonCode.TOPIC_NAME_INVALID, f"will topic: {str(exc)[:200]}"
+        if (
+            core.obs.authorize
+            and core._opinion(core.obs.authorize, "authorize", client_id, p.username, "publish", will.topic)
+            is False
+        ):
+            return ReasonCode.NOT_AUTHORIZED, "will topic not authorized"
+        return None
+
+    def _negotiate(self, p: Connect) -> int | None:
+        """Keep-alive, receive window, packet size and topic aliases of an accepted CONNECT;
+        returns the Server Keep Alive to announce (MQTT 5), if any."""
+        cfg = self.core.config
+        self.keep_alive = float(p.keep_alive)
+        if p.protocol_level != 5:
+            return None
+        props = p.properties
+        server_ka: int | None = None
+        cap = cfg.server_keep_alive
+        if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
+            server_ka = cap
+            self.keep_alive = float(server_ka)
+        self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
+        if props.maximum_packet_size is not None:
+            self.client_max_packet = props.maximum_packet_size
+        self.client_alias_max = props.topic_alias_maximum or 0
+        return server_ka
 
     def _resend(self, now: float) -> None:
         """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""

@@ -385,7 +385,9 @@ class Router:
             )
         return out
 
-    def _route_plan(self, msg: Message, plan: _Plan, sel_ok: AbstractSet[object] | None) -> list[Route]:
+    def _route_plan(  # noqa: C901, PLR0912 (hot path: one frame per routed message)
+        self, msg: Message, plan: _Plan, sel_ok: AbstractSet[object] | None
+    ) -> list[Route]:
         """Join ``plan`` with the message (``sel_ok``: the matching selectors if known)."""
         mqos = msg.qos
         mretain = msg.retain
