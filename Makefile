@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py
 
 build: $(BUILT)
 
-$(BUILT): $(STAMP) setup.py $(wildcard broker/*.py topics/*.py)
+$(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
 	$(PY) setup.py -q build_ext --inplace
 	touch $(BUILT)
 

@@ -297,7 +297,7 @@ class Connection:
             )
 
     # ------------------------------------------------------------ input
-    def received(self, packets: Iterable[Packet], now: float) -> None:
+    def received(self, packets: Iterable[Packet], now: float) -> None:  # noqa: C901, PLR0912 (hot path: one frame per read)
         """Process decoded packets in order (stops at the first one that closes).
 
         Micro-batching (issue 8): when the router matches content in batches
@@ -314,7 +314,8 @@ class Connection:
         if self.blockers or self.pending:  # paused: keep the order, process on resume
             self.pending.extend(packets)
             return
-        batch = self.state is ConnectionState.CONNECTED and self.core.router.batching()
+        connected = self.state is ConnectionState.CONNECTED
+        batch = connected and self.core.router.batching
         run: list[tuple[Publish, Message]] = []
         it = iter(packets)
         for p in it:
@@ -344,6 +345,13 @@ class Connection:
                 if run:
                     self._publish_run(run, now)
                     run = []
+                if connected and type(p) is Publish:  # the hot path, without the dispatch
+                    accepted = self._accept_publish(p, now)
+                    if isinstance(accepted, Message):
+                        self._deliver_accepted(p, accepted, None, now)
+                    else:
+                        accepted()
+                    continue
                 self._dispatch(p, now)
             except MalformedPacket as exc:
                 self.malformed(exc)
@@ -628,17 +636,18 @@ class Connection:
         qos = p.qos
         pid = p.packet_id
         journal = core.journal
-        before = journal.submitted
+        store = journal.store
+        before = 0 if store is None else store.submitted
         core.current = self  # the connection flow control pauses for a congested receiver
         try:
             n = core.publish(msg, now, routes)
         finally:
             core.current = None
-        if journal.store is not None and qos != 0:
+        if store is not None and qos != 0:
             # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2:
                 journal.qos2_received(s, pid or 0)
-            wrote = journal.submitted != before
+            wrote = store.submitted != before
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             if qos == 2:
                 assert pid is not None

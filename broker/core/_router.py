@@ -257,6 +257,8 @@ class Router:
         self.retained: topics.RetainedTree[Message] = topics.RetainedTree()
         self.engine = content.ENGINES[engine]()
         self._selector_refs: dict[str, int] = {}
+        #: :meth:`_batching`, kept up to date by add_selector / release_selector
+        self.batching = False
         self._rr: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------ content filters
@@ -265,6 +267,7 @@ class Router:
         if refs == 0:
             self.engine.add(selector, compiled)
         self._selector_refs[selector] = refs + 1
+        self.batching = self._batching()
 
     def release_selector(self, selector: str) -> None:
         refs = self._selector_refs[selector] - 1
@@ -273,6 +276,7 @@ class Router:
             self.engine.remove(selector)
         else:
             self._selector_refs[selector] = refs
+        self.batching = self._batching()
 
     def _matching_selectors(self, payload: bytes) -> set[object]:
         return self.engine.match(content.attributes(payload))
@@ -355,10 +359,11 @@ class Router:
             return self._route_direct(msg)
         return self._route_plan(msg, plan, None)
 
-    def batching(self) -> bool:
+    def _batching(self) -> bool:
         """Whether :meth:`route_batch` matches content as one batch (a batch engine holding at
-        least ``batch_min`` selectors); otherwise it is a loop over :meth:`route`."""
-        return self.engine.batch_native and len(self._selector_refs) >= self.batch_min
+        least ``batch_min`` selectors); otherwise it is a loop over :meth:`route`. Kept in
+        ``batching`` (updated when selectors come and go): read once per packet read."""
+        return bool(self.engine.batch_native) and len(self._selector_refs) >= self.batch_min
 
     def route_batch(self, msgs: Sequence[Message]) -> list[list[Route]]:
         """``[self.route(m) for m in msgs]``, with one ``engine.match_batch`` for the messages
@@ -367,7 +372,7 @@ class Router:
         Same result, same plan-cache and round-robin effects as the loop: plans are looked up
         in message order, and routing changes no subscription state.
         """
-        if len(msgs) < 2 or not self.batching():
+        if len(msgs) < 2 or not self.batching:
             return [self.route(m) for m in msgs]
         plans = [self._plan(m.topic) for m in msgs]
         need = [i for i, plan in enumerate(plans) if plan is not None and plan.selective]

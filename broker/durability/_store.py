@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import queue
 import sqlite3
 import threading
@@ -351,8 +352,9 @@ class Store:
             tuple[concurrent.futures.Future[None], asyncio.AbstractEventLoop, asyncio.Future[None]] | None
         ) = None
         self._failure: BaseException | None = None
-        self._seq = self._max_seq() + 1
-        self._seq_lock = threading.Lock()
+        #: a new, increasing sequence number for an :class:`OutgoingRecord` per call
+        #: (``itertools.count``: atomic under the GIL, so thread-safe, and no Python frame)
+        self.next_seq: Callable[[], int] = itertools.count(self._max_seq() + 1).__next__
         self.commits = 0  # transactions committed by the writer
         self.operations = 0  # operations written
         self.submitted = 0  # operations queued (the broker compares it to see if it wrote)
@@ -367,13 +369,6 @@ class Store:
     def _max_seq(self) -> int:
         row = self._db.execute("SELECT MAX(seq) FROM outgoing").fetchone()
         return int(row[0] or 0)
-
-    def next_seq(self) -> int:
-        """A new, increasing sequence number for an :class:`OutgoingRecord` (thread-safe)."""
-        with self._seq_lock:
-            s = self._seq
-            self._seq = s + 1
-        return s
 
     # ------------------------------------------------------------------ writer
     def _put(self, name: str, args: tuple[Any, ...]) -> None:

@@ -187,7 +187,7 @@ class RouterMachine(RuleBasedStateMachine):
             Message(topic, orjson.dumps({"x": x, "y": "k"}), qos, False, publisher_id=pub)
             for topic, x, qos, pub in batch
         ]
-        assert self.twin.batching() == bool(self.selectors)
+        assert self.twin.batching == bool(self.selectors)
         assert self.twin.route_batch(msgs) == [self.router.route(m) for m in msgs]
 
     @invariant()
