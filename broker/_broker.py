@@ -157,7 +157,7 @@ class Broker:
 
     async def _open_store(self, path: str) -> None:
         """Open the store and restore its state into the core (before any client connects)."""
-        store = await asyncio.to_thread(Store, path)
+        store = await asyncio.to_thread(Store, path, max_backlog=self.config.store_max_backlog)
         try:
             wall = self.core.clock.wall()
             state = await asyncio.to_thread(store.load, wall)

@@ -180,6 +180,9 @@ class BrokerConfig:
     #: ``":memory:"`` = in-memory (tests), else a file path (``siftmq serve --data-dir D``
     #: uses ``D/broker.db``).
     store_path: str | None = None
+    #: store operations queued for the writer thread above which the publishers that write
+    #: are paused until the next commit (the store's queue stays bounded; docs/persistence.md)
+    store_max_backlog: int = 100_000
     #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
     listeners: tuple[Listener, ...] = ()
     #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is

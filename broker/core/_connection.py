@@ -107,6 +107,7 @@ class Connection:
         self.feeders: set[Connection] = set()
         self.slow = False
         self.blockers = 0
+        self.store_wait = False  # paused until the store's writer catches up (Journal.bound)
         self.pending: list[Packet] = []
         self.listener_policy = listener_policy
         self.policy = listener_policy or core.config.slow_consumer_policy
@@ -648,6 +649,8 @@ class Connection:
             if qos == 2:
                 journal.qos2_received(s, pid or 0)
             wrote = store.submitted != before
+            if wrote:
+                journal.bound(self)
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             if qos == 2:
                 assert pid is not None

@@ -483,6 +483,7 @@ class Core:
             "$SYS/broker/flow/slow_consumers/disconnected": str(st.slow_disconnected),
             "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
+            "$SYS/broker/flow/store_waits": str(st.store_waits),
         }
 
     def refused(self, limit: str, client_id: str) -> None:
@@ -565,5 +566,5 @@ class Core:
         for conn in self.congested:
             assert conn.congested_since is not None
         edges = sum(len(c.feeders) for c in self.congested)
-        assert edges == sum(c.blockers for c in self.connections)
+        assert edges == sum(c.blockers - c.store_wait for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)

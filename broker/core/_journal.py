@@ -197,6 +197,37 @@ class Journal:
             return True
         return False
 
+    # ------------------------------------------------------------ back-pressure
+    def bound(self, conn: Connection) -> None:
+        """``conn`` just made the store write: when the writer is more than
+        ``Store.max_backlog`` operations behind, stop reading ``conn`` until the next commit
+        (flow control's pause, issue 15: the store's queue stays bounded). O(1)."""
+        store = self.store
+        if store is None or conn.store_wait or store.backlog <= store.max_backlog:
+            return
+        core = self.core
+        conn.store_wait = True
+        conn.blockers += 1
+        if conn.blockers == 1:
+            core.stats.publisher_pauses += 1
+            core.stats.publishers_paused += 1
+            core.resumable.discard(conn)
+            conn.reader(True)
+        core.stats.store_waits += 1
+        call = self.call_threadsafe
+        caught_up = self._caught_up
+        store.sync().add_done_callback(lambda _f: call(caught_up, conn))
+
+    def _caught_up(self, conn: Connection) -> None:
+        conn.store_wait = False
+        if conn.state is ConnectionState.CLOSED:
+            return  # Connection.lost forgot its pause
+        conn.blockers -= 1
+        if conn.blockers == 0:
+            self.core.stats.publishers_paused -= 1
+            self.core.resumable.add(conn)
+            self.core.flush()
+
     # ------------------------------------------------------------ acknowledgements
     def hold(self, conn: Connection, packet: Packet) -> None:
         """Send ``packet`` on ``conn`` once everything written to the store so far is durable.

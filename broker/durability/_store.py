@@ -319,6 +319,7 @@ class Store:
         *,
         synchronous: str = "FULL",
         max_batch: int = 10_000,
+        max_backlog: int = 100_000,
         migrations: Sequence[str] = MIGRATIONS,
     ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
@@ -358,6 +359,10 @@ class Store:
         self.commits = 0  # transactions committed by the writer
         self.operations = 0  # operations written
         self.submitted = 0  # operations queued (the broker compares it to see if it wrote)
+        self.taken = 0  # operations the writer took from the queue
+        #: operations queued and not yet taken above which the broker stops reading the
+        #: publishers that write (``backlog``; the queue itself never refuses a write)
+        self.max_backlog = max_backlog
         self._writer = threading.Thread(target=self._run, name="siftmq-store", daemon=True)
         self._writer.start()
 
@@ -405,6 +410,7 @@ class Store:
                     stop = True
                 elif item is not _WAKE:
                     ops.append(item)
+            self.taken += len(ops)
             ops = _cancel_pairs(ops)
             error = self._failure
             for lo in range(0, len(ops), max_batch):
@@ -431,6 +437,11 @@ class Store:
                 current.set_result(None)
             else:
                 current.set_exception(StoreError(f"commit failed: {error}"))
+
+    @property
+    def backlog(self) -> int:
+        """Operations queued and not yet taken by the writer (approximate across threads)."""
+        return self.submitted - self.taken
 
     def sync(self) -> concurrent.futures.Future[None]:
         """A future done when every operation submitted so far is committed (durable).

@@ -241,3 +241,29 @@ async def test_a_failed_start_closes_the_store(db: str) -> None:
         assert taken.core.journal.store is None
     with Store(db + "-2") as store:  # closed cleanly: it opens again
         assert store.load().sessions == {}
+
+
+async def test_store_backlog_bound_pauses_the_writing_publisher(db: str) -> None:
+    """With ``store_max_backlog`` 0 every QoS 1 PUBLISH to a persisted subscriber leaves the
+    writer behind: its publisher is paused until the commit (issue 15: the store's queue is
+    bounded), and every message is still acknowledged and delivered, in order."""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db, store_max_backlog=0) as b:
+        try:
+            sub, _ = await _raw(b.port, "bk-sub", False)
+            await sub.subscribe(SubscriptionRequest("bk/t", 1))
+            pub, _ = await RawClient.connect(b.port, "bk-pub", 5)
+            for i in range(20):  # pipelined: the pauses hold back the later ones
+                pub.send(Publish("bk/t", b"%d" % i, 1, packet_id=i + 1))
+            acks = [await pub.recv_where(lambda p: isinstance(p, Puback)) for _ in range(20)]
+            assert [a.packet_id for a in acks if isinstance(a, Puback)] == list(range(1, 21))
+            got = []
+            while len(got) < 20:
+                p = await sub.recv_where(lambda p: isinstance(p, Publish))
+                assert isinstance(p, Publish) and p.packet_id is not None
+                sub.send(Puback(p.packet_id))
+                got.append(p.payload)
+            assert got == [b"%d" % i for i in range(20)]
+            assert b.core.stats.store_waits >= 1 and b.core.stats.publishers_paused == 0
+            b.core._check()
+        finally:
+            await _close_all()

@@ -1,0 +1,552 @@
+"""Saturation benchmark (issue 14): publishers that outrun subscribers, all peers in one run.
+
+Closed-loop benchmarks wait for deliveries before publishing more, so they never let
+publishers outrun subscribers; this one does. Three scenarios, each on a fresh broker pinned
+to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sockets) pinned to
+``--load-cpu``:
+
+* ``paced``: publisher-paced QoS 1. ``--pairs`` publishers, each keeping ``--window``
+  unacknowledged PUBLISHes (a new one per PUBACK, as device SDKs do; no loop on deliveries),
+  and as many QoS 1 subscribers (clean sessions, one topic per pair) that acknowledge every
+  delivery. After ``--duration`` s the publishers stop and the subscribers drain (up to
+  ``--drain`` s without progress). Reported: delivered/s in the window, acknowledged/s,
+  delivered as % of acknowledged (unique (pair, sequence) numbers; duplicates apart),
+  p50/p99 publish->delivery latency, subscriber disconnects, broker peak RSS (VmHWM).
+* ``open0``: open-loop QoS 0 at ``--overload`` x the broker's own QoS 0 capacity (measured
+  first in the same run by publishers writing as fast as their sockets take it). Publishers
+  send on a 1 ms schedule independent of everything else; latency is from the timestamp
+  written into the payload when the frame is handed to the socket.
+* ``slow``: ``paced`` with one subscriber that reads at most ``--slow-rate`` msgs/s: the rate
+  of the other pairs relative to ``paced`` in the same run, and what happened to the slow one.
+
+Usage: ``.venv/bin/python benchmarks/bench_saturation.py [--brokers siftmq,siftmq-defaults,
+mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow] [--out FILE.json] [--markdown]``.
+Peers that cannot start are skipped with the reason. Bounded in time; every process it
+starts is stopped; loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_brokers import ROOT, RunningBroker, available, free_port, start_broker
+from loadgen._codec import connect, puback, subscribe
+
+TS_BIAS = 10**18
+PAYLOAD_PAD = 20
+
+
+def _payload(seq: int, ts: int) -> bytes:
+    return b'{"ts":%d,"seq":%010d,"pad":"%s"}' % (ts + TS_BIAS, seq, b"x" * PAYLOAD_PAD)
+
+
+_TS_AT = len(b'{"ts":')
+_SEQ_AT = _TS_AT + 19 + len(b',"seq":')
+
+
+def _publish_frame(topic: bytes, payload: bytes, qos: int, pid: int) -> bytes:
+    body = struct.pack("!H", len(topic)) + topic + (struct.pack("!H", pid) if qos else b"") + payload
+    n = len(body)
+    rl = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        rl.append(b | 0x80 if n else b)
+        if not n:
+            break
+    return bytes([0x30 | (qos << 1)]) + bytes(rl) + body
+
+
+def _frames(buf: bytes) -> tuple[list[tuple[int, int, int]], bytes]:
+    """Split ``buf`` into (first byte, body start, body end) triples and the incomplete rest."""
+    out = []
+    i, n = 0, len(buf)
+    while i + 2 <= n:
+        mult, length, j = 1, 0, i + 1
+        while True:
+            if j >= n:
+                return out, buf[i:]
+            b = buf[j]
+            length += (b & 0x7F) * mult
+            mult *= 128
+            j += 1
+            if not b & 0x80:
+                break
+        if j + length > n:
+            return out, buf[i:]
+        out.append((buf[i], j, j + length))
+        i = j + length
+    return out, buf[i:]
+
+
+@dataclass
+class Tally:
+    acked: int = 0
+    sent: int = 0
+    delivered: int = 0
+    in_window: int = 0
+    duplicates: int = 0
+    disconnects: int = 0
+    latencies: list[int] = field(default_factory=list)
+    recording: bool = False
+
+
+class Client(asyncio.Protocol):
+    """A raw MQTT 3.1.1 connection: publisher (window of QoS 1 or open-loop QoS 0) or subscriber."""
+
+    def __init__(self, tally: Tally, pair: int, seen: bytearray | None = None) -> None:
+        self.tally = tally
+        self.pair = pair
+        self.topic = b"sat/%d" % pair
+        self.transport: asyncio.Transport | None = None
+        self.rest = b""
+        self.waiter: asyncio.Future[int] | None = None
+        self.seen = seen  # subscriber: one byte per sequence number (dups and uniques)
+        self.seq = 0
+        self.pid = 0
+        self.running = False
+        self.qos = 1
+        self.budget: float | None = None  # slow subscriber: messages per second
+        self.window_start = 0.0
+        self.handled = 0
+        self.closed = False
+        self.want = 0
+
+    # -- plumbing
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.seen is not None:
+            self.tally.disconnects += 1
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("closed"))
+
+    async def expect(self, first_nibble: int) -> None:
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.want = first_nibble
+        await asyncio.wait_for(self.waiter, 30)
+
+    # -- publishing
+    def send(self, k: int) -> None:
+        t = self.transport
+        if t is None or self.closed:
+            return
+        ts = time.monotonic_ns()
+        parts = []
+        for _ in range(k):
+            self.seq += 1
+            self.pid = self.pid % 65535 + 1
+            parts.append(_publish_frame(self.topic, _payload(self.seq, ts), self.qos, self.pid))
+        t.write(b"".join(parts))
+        self.tally.sent += k
+
+    # -- receiving (publishers: PUBACKs and control acknowledgements)
+    def data_received(self, data: bytes) -> None:
+        frames, self.rest = _frames(self.rest + data)
+        acks = 0
+        for first, _a, _b in frames:
+            kind = first >> 4
+            if kind == 4:
+                acks += 1
+            elif self.waiter is not None and kind == self.want and not self.waiter.done():
+                self.waiter.set_result(kind)
+        if acks:
+            self.tally.acked += acks
+            if self.running:
+                self.send(acks)  # publisher-paced: one new PUBLISH per PUBACK
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+
+def _bind_publish_handler(c: Client) -> None:
+    """Make ``c`` a subscriber: count unique deliveries, sample latency, acknowledge QoS 1,
+    and (``budget``) read no faster than a slow consumer would."""
+    tally = c.tally
+    seen = c.seen
+
+    def data_received(data: bytes) -> None:
+        buf = c.rest + data
+        frames, c.rest = _frames(buf)
+        out = []
+        now = time.monotonic_ns()
+        n = 0
+        for first, a, _b in frames:
+            if first >> 4 != 3:
+                if c.waiter is not None and first >> 4 == c.want and not c.waiter.done():
+                    c.waiter.set_result(first >> 4)
+                continue
+            n += 1
+            tlen = (buf[a] << 8) | buf[a + 1]
+            p = a + 2 + tlen
+            if first & 0x06:
+                out.append(puback((buf[p] << 8) | buf[p + 1]))
+                p += 2
+            ts = int(buf[p + _TS_AT : p + _TS_AT + 19]) - TS_BIAS
+            seq = int(buf[p + _SEQ_AT : p + _SEQ_AT + 10])
+            assert seen is not None
+            if seq < len(seen):
+                if seen[seq]:
+                    tally.duplicates += 1
+                    continue
+                seen[seq] = 1
+            tally.delivered += 1
+            if tally.recording:
+                tally.in_window += 1
+                if len(tally.latencies) < 200_000:
+                    tally.latencies.append(now - ts)
+        if out and c.transport is not None:
+            c.transport.write(b"".join(out))
+        if c.budget is not None and c.transport is not None and n:
+            c.handled += n
+            ahead = c.handled / c.budget - (time.monotonic() - c.window_start)
+            if ahead > 0:
+                c.transport.pause_reading()
+                asyncio.get_running_loop().call_later(ahead, c._resume)
+
+    c.data_received = data_received  # type: ignore[method-assign]
+
+
+async def _open(port: int, c: Client, cid: str) -> Client:
+    loop = asyncio.get_running_loop()
+    await loop.create_connection(lambda: c, "127.0.0.1", port)
+    assert c.transport is not None
+    c.transport.write(connect(cid))
+    await c.expect(2)
+    return c
+
+
+async def _pairs(port: int, pairs: int, tag: str) -> tuple[list[Client], list[Client], Tally, Tally]:
+    ptally, stally = Tally(), Tally()
+    subs, pubs = [], []
+    for i in range(pairs):
+        s = Client(stally, i, bytearray(8_000_000))
+        _bind_publish_handler(s)
+        await _open(port, s, f"{tag}-s{i}")
+        assert s.transport is not None
+        s.transport.write(subscribe(1, [(f"sat/{i}", 1)]))
+        await s.expect(9)
+        subs.append(s)
+        pubs.append(await _open(port, Client(ptally, i), f"{tag}-p{i}"))
+    return pubs, subs, ptally, stally
+
+
+def _pct(xs: list[int], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] / 1e6
+
+
+async def _drain(stally: Tally, drain: float, cap: float = 20.0) -> None:
+    """Wait until ``drain`` s pass without a delivery, or ``cap`` s in all."""
+    last, since = stally.delivered, time.monotonic()
+    end = since + cap
+    while time.monotonic() - since < drain and time.monotonic() < end:
+        await asyncio.sleep(0.1)
+        if stally.delivered != last:
+            last, since = stally.delivered, time.monotonic()
+
+
+async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, object]:
+    pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "paced")
+    if slow:
+        subs[0].budget = a.slow_rate
+        subs[0].window_start = time.monotonic()
+    for p in pubs:
+        p.running = True
+        p.send(a.window)
+    await asyncio.sleep(a.warmup)
+    st.recording = True
+    acked0, t0 = pt.acked, time.monotonic()
+    slow_seen0 = _unique(subs[0].seen) if slow else 0
+    await asyncio.sleep(a.duration)
+    st.recording = False
+    dt = time.monotonic() - t0
+    acked_window = pt.acked - acked0
+    slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
+    for p in pubs:
+        p.running = False
+    await _drain(st, a.drain)
+    delivered = st.delivered
+    res: dict[str, object] = {
+        "delivered_per_s": st.in_window / dt,
+        "acked_per_s": acked_window / dt,
+        "acked": pt.acked,
+        "delivered": delivered,
+        "delivered_pct_of_acked": 100.0 * delivered / pt.acked if pt.acked else float("nan"),
+        "duplicates": st.duplicates,
+        "p50_ms": _pct(st.latencies, 0.5),
+        "p99_ms": _pct(st.latencies, 0.99),
+        "sub_disconnects": sum(1 for s in subs if s.closed),
+    }
+    if slow:
+        others = st.in_window - slow_window
+        res["others_per_s"] = others / dt
+        res["slow_per_s"] = slow_window / dt
+        res["slow_disconnected"] = subs[0].closed
+    for c in pubs + subs:
+        if c.transport is not None:
+            c.transport.close()
+    return res
+
+
+def _unique(seen: bytearray | None) -> int:
+    return 0 if seen is None else seen.count(1)
+
+
+async def run_flood(port: int, a: argparse.Namespace) -> float:
+    """QoS 0 capacity: publishers write whenever their socket buffer is below 64 KiB."""
+    pubs, subs, _pt, st = await _pairs(port, a.pairs, "cap")
+    for p in pubs:
+        p.qos = 0
+    stop = time.monotonic() + a.warmup + 3.0
+    t_rec = time.monotonic() + a.warmup
+    while time.monotonic() < stop:
+        if not st.recording and time.monotonic() >= t_rec:
+            st.recording = True
+            n0, t0 = st.in_window, time.monotonic()
+        for p in pubs:
+            if p.transport is not None and p.transport.get_write_buffer_size() < 65536:
+                p.send(50)
+        await asyncio.sleep(0)
+    rate = (st.in_window - n0) / (time.monotonic() - t0)
+    for c in pubs + subs:
+        if c.transport is not None:
+            c.transport.close()
+    return rate
+
+
+async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[str, object]:
+    pubs, subs, pt, st = await _pairs(port, a.pairs, "open")
+    for p in pubs:
+        p.qos = 0
+    rate = a.overload * capacity
+    per_pub = rate / len(pubs)
+    t0 = time.monotonic()
+    end = t0 + a.warmup + a.duration
+    sent_by: list[float] = [0.0] * len(pubs)
+    rec_t0 = 0.0
+    while (now := time.monotonic()) < end:
+        if not st.recording and now - t0 >= a.warmup:
+            st.recording = True
+            rec_t0 = now
+        due = (now - t0) * per_pub
+        for i, p in enumerate(pubs):
+            k = int(due - sent_by[i])
+            if k > 0:
+                p.send(k)
+                sent_by[i] += k
+        await asyncio.sleep(0.001)
+    st.recording = False
+    dt = time.monotonic() - rec_t0
+    await _drain(st, a.drain)
+    res = {
+        "capacity_per_s": capacity,
+        "offered_per_s": rate,
+        "delivered_per_s": st.in_window / dt,
+        "delivered_pct_of_capacity": 100.0 * st.in_window / dt / capacity,
+        "sent": pt.sent,
+        "delivered": st.delivered,
+        "delivered_pct_of_sent": 100.0 * st.delivered / pt.sent if pt.sent else float("nan"),
+        "p50_ms": _pct(st.latencies, 0.5),
+        "p99_ms": _pct(st.latencies, 0.99),
+        "generator_buffered_mb": sum(p.transport.get_write_buffer_size() for p in pubs if p.transport) / 1e6,
+    }
+    for c in pubs + subs:
+        if c.transport is not None:
+            c.transport.close()
+    return res
+
+
+def _start(name: str, cpu: int) -> RunningBroker:
+    if name != "siftmq-defaults":
+        return start_broker(name, cpu, "hema")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-siftmq-defaults-"))
+    port = free_port()
+    log = open(tmp / "broker.log", "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "siftmq"),
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp / "data"),
+        ],
+        cwd=tmp,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
+    )
+    deadline = time.monotonic() + 60
+    import socket
+
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((tmp / "broker.log").read_text()[-2000:])
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return RunningBroker(name, proc, port, tmp)
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("siftmq (defaults) did not listen")
+
+
+def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
+    b = _start(name, a.broker_cpu)
+    try:
+        if scenario == "paced":
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False), 300))
+        elif scenario == "slow":
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
+        else:
+            if name not in capacity:
+                capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a), 120))
+                b.stop()
+                b = _start(name, a.broker_cpu)
+            res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
+        res["peak_rss_mb"] = b.hwm() / 1e6
+        res["broker_cpu_s"] = b.cpu()
+        return res
+    finally:
+        b.stop()
+
+
+def markdown(results: list[dict[str, object]]) -> str:
+    lines = []
+    for scen, cols in (
+        (
+            "paced",
+            [
+                "delivered_per_s",
+                "acked_per_s",
+                "delivered_pct_of_acked",
+                "duplicates",
+                "p50_ms",
+                "p99_ms",
+                "sub_disconnects",
+                "peak_rss_mb",
+            ],
+        ),
+        (
+            "slow",
+            [
+                "others_per_s",
+                "slow_per_s",
+                "delivered_pct_of_acked",
+                "slow_disconnected",
+                "p99_ms",
+                "peak_rss_mb",
+            ],
+        ),
+        (
+            "open0",
+            [
+                "capacity_per_s",
+                "offered_per_s",
+                "delivered_per_s",
+                "delivered_pct_of_capacity",
+                "delivered_pct_of_sent",
+                "p50_ms",
+                "p99_ms",
+                "peak_rss_mb",
+            ],
+        ),
+    ):
+        rows = [r for r in results if r["scenario"] == scen]
+        if not rows:
+            continue
+        lines.append(f"\n**{scen}**\n")
+        lines.append("| broker | " + " | ".join(cols) + " |")
+        lines.append("|---|" + "---|" * len(cols))
+        for r in rows:
+            if "skipped" in r:
+                lines.append(f"| {r['broker']} | skipped: {r['skipped']} |" + " |" * (len(cols) - 1))
+                continue
+            cells = []
+            for c in cols:
+                v = r.get(c)
+                cells.append(f"{v:,.1f}" if isinstance(v, float) else str(v))
+            lines.append(f"| {r['broker']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--brokers", default="siftmq,siftmq-defaults,mosquitto,iotcore")
+    ap.add_argument("--scenarios", default="paced,slow,open0")
+    ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--window", type=int, default=32, help="unacknowledged QoS 1 PUBLISHes per publisher")
+    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--drain", type=float, default=3.0, help="seconds without a delivery that end the drain")
+    ap.add_argument("--overload", type=float, default=2.0, help="open-loop rate as a multiple of capacity")
+    ap.add_argument("--slow-rate", type=float, default=200.0, help="msgs/s the slow subscriber reads")
+    ap.add_argument("--broker-cpu", type=int, default=0)
+    ap.add_argument("--load-cpu", type=int, default=1)
+    ap.add_argument("--out", default="/tmp/bench-saturation.json")
+    ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    a = ap.parse_args()
+    os.sched_setaffinity(0, {a.load_cpu})
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    results: list[dict[str, object]] = []
+    capacity: dict[str, float] = {}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    for name in a.brokers.split(","):  # one broker's scenarios back to back: same conditions
+        for scenario in a.scenarios.split(","):
+            why = available("siftmq" if name == "siftmq-defaults" else name)
+            if why:
+                results.append({"broker": name, "scenario": scenario, "skipped": why})
+                print(f"{name:16} {scenario:6} skipped: {why}", flush=True)
+                continue
+            try:
+                res = one(name, scenario, a, capacity)
+            except Exception as exc:  # a peer that fails is reported, the run goes on
+                res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
+            res.update(broker=name, scenario=scenario)
+            results.append(res)
+            print(
+                f"{name:16} {scenario:6} "
+                + json.dumps(
+                    {
+                        k: (round(v, 2) if isinstance(v, float) else v)
+                        for k, v in res.items()
+                        if k not in ("broker", "scenario")
+                    }
+                ),
+                flush=True,
+            )
+    meta = {"commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a)}
+    Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    if a.markdown:
+        print(
+            f"\ncommit {meta['commit']}, {meta['date']}, {a.pairs} pairs, window {a.window}, {a.duration} s"
+        )
+        print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
