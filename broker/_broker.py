@@ -16,7 +16,6 @@ import itertools
 import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from typing import Any
 
 import topics
 from broker._config import BrokerConfig
@@ -110,7 +109,7 @@ class Broker:
         hooks: Iterable[Hooks] = (),
         config: BrokerConfig | None = None,
         clock: Clock | None = None,
-        **options: Any,
+        **options: object,
     ) -> None:
         cfg = config or BrokerConfig()
         if host is not None:

@@ -151,7 +151,7 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
     )
 
 
-def _with_listeners(cfg: Any, args: argparse.Namespace) -> Any:
+def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig:
     """``cfg`` with the listeners the flags ask for (unchanged when they ask for none)."""
     from broker._config import Listener
 

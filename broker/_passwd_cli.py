@@ -15,14 +15,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from typing import Any
 
 from broker._passwd import PasswordFile, PasswordFileError, check_username
+from broker.plugins import Subparsers
 
 __all__ = ["register", "run"]
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: Subparsers) -> argparse.ArgumentParser:
     """Add ``passwd`` to an argparse sub-parsers object; returns the new parser."""
     p: argparse.ArgumentParser = subparsers.add_parser(
         "passwd",
