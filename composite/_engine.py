@@ -199,6 +199,10 @@ class CompositeEngine:
         self._events = 0
         self._gone_dropped = 0
         self._gone_expired = 0
+        # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
+        self._trim_slack = _TRIM_SLACK
+        self._dcum_slack = _DCUM_SLACK
+        self._dcum_factor = 4
 
     # ------------------------------------------------------------ subscriptions
 
@@ -311,6 +315,11 @@ class CompositeEngine:
         a = self._table.atoms.get(atom_id)
         return None if a is None else a.info
 
+    def elements(self) -> dict[str, int]:
+        """Every stored element (canonical text) with its reference count: the number of
+        composite elements and composite subscriptions that use it (seed 001 Fig. 5/7)."""
+        return {text: el.refs for text, el in self._table.elements.items()}
+
     @property
     def clock(self) -> float:
         """The engine's time: the largest ``now`` seen (-inf before the first)."""
@@ -357,7 +366,7 @@ class CompositeEngine:
             for sub in cands:
                 if sub.sat(sub.cur, sub.atoms, lim):  # type: ignore[misc]
                     out.append(self._fire(sub, T, lim))
-        if atom.end - atom.start > 2 * atom.kmax + _TRIM_SLACK:
+        if atom.end - atom.start > 2 * atom.kmax + self._trim_slack:
             self._trim(atom, T)
         return out
 
@@ -445,7 +454,7 @@ class CompositeEngine:
             self._active.pop(atom.info.id, None)
         for g in atom.groups:
             assert isinstance(g, _Group)
-            if atom.start - g.dbase > max(_DCUM_SLACK, 4 * len(g.users)):
+            if atom.start - g.dbase > max(self._dcum_slack, self._dcum_factor * len(g.users)):
                 self._rebase(g)
 
     def _rebase(self, g: _Group) -> None:
@@ -641,7 +650,7 @@ class CompositeEngine:
             assert len(atom.arr) == len(atom.comps) == atom.end - atom.start >= 0
             assert all(x <= y for x, y in zip(atom.arr, atom.arr[1:], strict=False))
             assert not atom.arr or atom.last == atom.arr[-1]
-            assert atom.end - atom.start <= 2 * atom.kmax + _TRIM_SLACK
+            assert atom.end - atom.start <= 2 * atom.kmax + self._trim_slack
             assert (self._active.get(atom.info.id) is atom) == (atom.end > atom.start)
             groups: list[_Group] = atom.groups  # type: ignore[assignment]
             assert len({(g.window, g.cap) for g in groups}) == len(groups)
