@@ -18,14 +18,15 @@ acquiring an existing element stops at it.
 Shapes: a composite subscription is evaluated over its distinct atoms, numbered in canonical
 order; its *shape* is the expression with atoms replaced by those numbers (``(0|1)&(2|3)``
 for every subscription of the paper's workload).  :func:`shape_of` compiles a shape once into
-a predicate ``sat(cursors, atoms, limit)`` (generated Python, cached per shape) that tests
-"atom i has a live buffered instance" inline, and :func:`collect` computes the components an
-event consumes (the maximal witness, docs/composite.md).
+a predicate ``sat(cursors, atoms, limit)`` that tests "atom i has a live buffered instance"
+inline, and a function ``witness`` that lists the atoms an event consumes (the maximal
+witness, docs/composite.md); both are generated Python, compiled once per shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import content
 from composite._syntax import Atom, Expr, Op
@@ -35,9 +36,9 @@ __all__ = [
     "AtomInfo",
     "ElementTable",
     "OpElement",
-    "Shape",
     "SatFn",
-    "collect",
+    "Shape",
+    "WitFn",
     "shape_of",
     "tree_size",
 ]
@@ -75,18 +76,32 @@ class AtomElement:
     ``kmax``/``wmax`` the largest cap and window among them (what the log must keep).
     """
 
-    __slots__ = ("arr", "comps", "end", "expr", "groups", "info", "kmax", "last", "refs", "start", "wmax")
+    __slots__ = (
+        "arr",
+        "comps",
+        "end",
+        "expr",
+        "groups",
+        "info",
+        "kmax",
+        "last",
+        "refs",
+        "start",
+        "text",
+        "wmax",
+    )
 
     def __init__(self, atom_id: int, expr: Atom) -> None:
         self.expr = expr
+        self.text = expr.text
         self.info = AtomInfo(atom_id, expr)
         self.refs = 1
         self.start = 0
         self.end = 0
         self.arr: list[float] = []
-        self.comps: list[object] = []
+        self.comps: list[Any] = []  # composite._event.Component
         self.last = float("-inf")
-        self.groups: list[object] = []
+        self.groups: list[Any] = []  # composite._engine._Group
         self.kmax = 0
         self.wmax = 0.0
 
@@ -147,6 +162,11 @@ class ElementTable:
             for child in el.children:
                 self.release(child, removed)
 
+    def atom(self, text: str) -> AtomElement:
+        el = self.elements[text]
+        assert isinstance(el, AtomElement)
+        return el
+
     def count_composites(self) -> int:
         return len(self.elements) - len(self.atoms)
 
@@ -182,8 +202,9 @@ def tree_size(expr: Expr) -> int:
 
 Shape = int | tuple[str, tuple["Shape", ...]]
 SatFn = Callable[[list[int], tuple[AtomElement, ...], float], bool]
+WitFn = Callable[[list[int], tuple[AtomElement, ...], float], list[int]]
 
-_SAT_CACHE: dict[str, SatFn] = {}
+_CACHE: dict[str, tuple[SatFn, WitFn]] = {}
 
 
 def _shape(expr: Expr, index: dict[str, int]) -> Shape:
@@ -200,40 +221,63 @@ def _source(shape: Shape) -> str:
     return "(" + (" and " if op == "&" else " or ").join(_source(k) for k in kids) + ")"
 
 
-def shape_of(expr: Expr, atoms: Sequence[Atom]) -> tuple[Shape, SatFn]:
-    """The shape of ``expr`` over ``atoms`` and its compiled satisfaction test.
-
-    ``sat(cursors, atom_elements, limit)`` is true iff the expression holds when atom i counts
-    as present exactly when ``cursors[i] < atom.end`` (an unconsumed instance) and
-    ``atom.last >= limit`` (the newest one is inside the window).  O(size of the shape).
-    """
-    shape = _shape(expr, {a.text: i for i, a in enumerate(atoms)})
-    key = repr(shape)
-    fn = _SAT_CACHE.get(key)
-    if fn is None:
-        # generated from integers and the two operators only
-        fn = eval(f"lambda c, a, lim: {_source(shape)}")  # noqa: S307
-        _SAT_CACHE[key] = fn
-    return shape, fn
-
-
-def holds(shape: Shape, present: Sequence[bool]) -> bool:
-    """Whether the expression holds when atom i is present iff ``present[i]``."""
+def _present(shape: Shape) -> str:
+    """Satisfaction over precomputed presence variables p0, p1, ..."""
     if isinstance(shape, int):
-        return present[shape]
+        return f"p{shape}"
     op, kids = shape
-    if op == "&":
-        return all(holds(k, present) for k in kids)
-    return any(holds(k, present) for k in kids)
+    return "(" + (" and " if op == "&" else " or ").join(_present(k) for k in kids) + ")"
 
 
-def collect(shape: Shape, present: Sequence[bool], out: set[int]) -> None:
-    """Add to ``out`` the atoms a satisfied ``shape`` consumes: every operand of an ``&``,
-    every *satisfied* operand of an ``|`` (the maximal witness).  Call only when it holds."""
+def _leaves(shape: Shape) -> list[int]:
     if isinstance(shape, int):
-        out.add(shape)
+        return [shape]
+    return [i for k in shape[1] for i in _leaves(k)]
+
+
+def _emit(shape: Shape, indent: str, lines: list[str]) -> None:
+    """Statements appending the maximal witness of a satisfied ``shape`` to r."""
+    if isinstance(shape, int):
+        lines.append(f"{indent}r.append({shape})")
         return
     op, kids = shape
     for k in kids:
-        if op == "&" or holds(k, present):
-            collect(k, present, out)
+        if op == "&":
+            _emit(k, indent, lines)
+        elif isinstance(k, int):
+            lines.append(f"{indent}if p{k}: r.append({k})")
+        else:
+            lines.append(f"{indent}if {_present(k)}:")
+            _emit(k, indent + "    ", lines)
+
+
+def _witness_source(shape: Shape) -> str:
+    leaves = _leaves(shape)
+    lines = ["def witness(c, a, lim):"]
+    lines += [f"    x = a[{i}]; p{i} = c[{i}] < x.end and x.last >= lim" for i in sorted(set(leaves))]
+    lines.append("    r = []")
+    _emit(shape, "    ", lines)
+    lines.append("    return sorted(set(r))" if len(set(leaves)) < len(leaves) else "    r.sort(); return r")
+    return "\n".join(lines)
+
+
+def shape_of(expr: Expr, atoms: Sequence[Atom]) -> tuple[Shape, SatFn, WitFn]:
+    """The shape of ``expr`` over ``atoms`` and its two compiled functions (generated Python
+    from integers and the two operators only, cached per shape).
+
+    ``sat(cursors, atom_elements, limit)`` is true iff the expression holds when atom i counts
+    as present exactly when ``cursors[i] < atom.end`` (an unconsumed instance) and
+    ``atom.last >= limit`` (the newest one is inside the window); it short-circuits.
+    ``witness(cursors, atom_elements, limit)`` returns the sorted indices of the atoms a
+    satisfied expression consumes: every operand of an ``&``, every satisfied operand of an
+    ``|`` (the maximal witness).  O(size of the shape).
+    """
+    shape = _shape(expr, {a.text: i for i, a in enumerate(atoms)})
+    key = repr(shape)
+    fns = _CACHE.get(key)
+    if fns is None:
+        sat = eval(f"lambda c, a, lim: {_source(shape)}")
+        scope: dict[str, Any] = {}
+        exec(_witness_source(shape), scope)
+        fns = _CACHE[key] = (sat, scope["witness"])
+    return shape, fns[0], fns[1]

@@ -60,7 +60,7 @@ from composite._elements import (
     ElementTable,
     SatFn,
     Shape,
-    collect,
+    WitFn,
     shape_of,
     tree_size,
 )
@@ -142,17 +142,20 @@ class _Sub:
         "atoms",
         "cap",
         "cur",
+        "deliveries",
         "dropped",
         "events",
         "expired",
         "expr",
         "groups",
+        "qmax",
         "root",
         "sat",
         "shape",
         "size",
         "subscribers",
         "window",
+        "witness",
     )
 
     def __init__(self, expr: Expr, window: float, cap: int) -> None:
@@ -169,7 +172,23 @@ class _Sub:
         self.groups: tuple[_Group, ...] = ()
         self.cur: list[int] = []
         self.shape: Shape = 0
-        self.sat: SatFn | None = None
+        self.sat: SatFn = _never
+        self.witness: WitFn = _none
+        self.deliveries: tuple[tuple[Hashable, int], ...] = ()
+        self.qmax = 0
+
+    def refresh(self) -> None:
+        """Recompute the cached deliveries after a change of subscribers."""
+        self.deliveries = tuple(self.subscribers.items())
+        self.qmax = max(self.subscribers.values(), default=0)
+
+
+def _never(c: list[int], a: tuple[AtomElement, ...], lim: float) -> bool:
+    return False
+
+
+def _none(c: list[int], a: tuple[AtomElement, ...], lim: float) -> list[int]:
+    return []
 
 
 def _policy(window: float, cap: int) -> tuple[float, int]:
@@ -223,7 +242,9 @@ class CompositeEngine:
         O(parse + elements created + atoms of the expression).
         """
         expr = parse(expression) if isinstance(expression, str) else expression
-        w, k = _policy(self.window if window is None else window, self.max_buffer if max_buffer is None else max_buffer)
+        w, k = _policy(
+            self.window if window is None else window, self.max_buffer if max_buffer is None else max_buffer
+        )
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
         skey = (expr.text, w, k)
@@ -235,6 +256,7 @@ class CompositeEngine:
             sub = self._create(expr, w, k, added)
             self._subs[skey] = sub
         sub.subscribers[key] = qos
+        sub.refresh()
         self._by_key[key] = sub
         if old is not None and old is not sub:
             self._leave(old, key, removed)
@@ -256,8 +278,8 @@ class CompositeEngine:
         table = self._table
         sub.root = table.acquire(expr, added)
         atom_exprs = expr.atoms()
-        sub.atoms = atoms = tuple(table.elements[a.text] for a in atom_exprs)  # type: ignore[misc]
-        sub.shape, sub.sat = shape_of(expr, atom_exprs)
+        sub.atoms = atoms = tuple(table.atom(a.text) for a in atom_exprs)
+        sub.shape, sub.sat, sub.witness = shape_of(expr, atom_exprs)
         groups = []
         for i, atom in enumerate(atoms):
             g = self._group(atom, w, k)
@@ -269,10 +291,10 @@ class CompositeEngine:
         return sub
 
     def _group(self, atom: AtomElement, w: float, k: int) -> _Group:
-        for g in atom.groups:
-            assert isinstance(g, _Group)
-            if g.window == w and g.cap == k:
-                return g
+        group: _Group
+        for group in atom.groups:
+            if group.window == w and group.cap == k:
+                return group
         g = _Group(atom, w, k)
         atom.groups.append(g)
         self._limits(atom)
@@ -280,13 +302,14 @@ class CompositeEngine:
 
     @staticmethod
     def _limits(atom: AtomElement) -> None:
-        groups: list[_Group] = atom.groups  # type: ignore[assignment]
+        groups: list[_Group] = atom.groups
         atom.kmax = max((g.cap for g in groups), default=0)
         atom.wmax = max((g.window for g in groups), default=0.0)
 
     def _leave(self, sub: _Sub, key: Hashable, removed: list[AtomInfo]) -> None:
         del sub.subscribers[key]
         if sub.subscribers:
+            sub.refresh()
             return
         self._settle(sub)
         self._gone_dropped += sub.dropped
@@ -349,7 +372,6 @@ class CompositeEngine:
             self._active[atom_id] = atom
         out: list[CompositeEvent] = []
         for g in atom.groups:
-            assert isinstance(g, _Group)
             lim = T - g.window
             s = e - g.cap
             if s >= g.dbase:  # entry s is decided: dropped iff still live now
@@ -364,8 +386,8 @@ class CompositeEngine:
                 continue
             g.waiting = set()
             for sub in cands:
-                if sub.sat(sub.cur, sub.atoms, lim):  # type: ignore[misc]
-                    out.append(self._fire(sub, T, lim))
+                if sub.sat(sub.cur, sub.atoms, lim):
+                    out.append(self._fire(sub, T, lim))  # noqa: PERF401 (side effects)
         if atom.end - atom.start > 2 * atom.kmax + self._trim_slack:
             self._trim(atom, T)
         return out
@@ -382,35 +404,41 @@ class CompositeEngine:
         """Advance the clock and free the log entries no subscription can use any more
         (expired for every window, or beyond every cap).  Expiry itself needs no tick (it is
         exact at every offer); this only bounds memory.  O(atoms with logged entries)."""
-        if now > self._clock:
-            self._clock = now
+        self._clock = max(self._clock, now)
         for atom in list(self._active.values()):
             self._trim(atom, self._clock)
 
     def _fire(self, sub: _Sub, T: float, lim: float) -> CompositeEvent:
-        atoms, cur = sub.atoms, sub.cur
-        present = [cur[i] < a.end and a.last >= lim for i, a in enumerate(atoms)]
-        witness: set[int] = set()
-        collect(sub.shape, present, witness)
-        parts = [self._take(sub, i, lim) for i in sorted(witness)]
-        parts.sort(key=_arrival)  # stable: ties stay in canonical atom order
+        """Consume the oldest live instance of every atom of the maximal witness."""
+        atoms, cur, cap = sub.atoms, sub.cur, sub.cap
+        parts = []
+        qmin = 2
+        for i in sub.witness(cur, atoms, lim):
+            atom = atoms[i]
+            j = cur[i]
+            end = atom.end
+            k = j - atom.start
+            if j < end - cap or k < 0 or atom.arr[k] < lim:  # gone instances come first
+                j = self._skip(sub, i, lim)
+                k = j - atom.start
+            comp = atom.comps[k]
+            parts.append(Part(atom.text, comp, atom.arr[k]))
+            if comp.qos < qmin:  # noqa: PLR1730 (no call on the hot path)
+                qmin = comp.qos
+            cur[i] = j = j + 1
+            if j == end:
+                sub.groups[i].waiting.add(sub)
+        if len(parts) > 1:
+            parts.sort(key=_arrival)  # stable: ties stay in canonical atom order
         sub.events += 1
         self._events += 1
-        qmin = min(p.component.qos for p in parts)
-        deliveries = tuple((key, q if q < qmin else qmin) for key, q in sub.subscribers.items())
+        deliveries = sub.deliveries
+        if qmin < sub.qmax:
+            if len(deliveries) == 1:
+                deliveries = ((deliveries[0][0], qmin),)
+            else:
+                deliveries = tuple((key, q if q < qmin else qmin) for key, q in deliveries)
         return CompositeEvent(sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival)
-
-    def _take(self, sub: _Sub, i: int, lim: float) -> Part:
-        """Consume the oldest live instance of atom i (it has one)."""
-        atom = sub.atoms[i]
-        j = self._skip(sub, i, lim)
-        assert j < atom.end
-        k = j - atom.start
-        part = Part(atom.expr.text, atom.comps[k], atom.arr[k])  # type: ignore[arg-type]
-        sub.cur[i] = j + 1
-        if j + 1 == atom.end:
-            sub.groups[i].waiting.add(sub)
-        return part
 
     def _skip(self, sub: _Sub, i: int, lim: float) -> int:
         """Move atom i's cursor past the instances gone (dropped by the cap or expired),
@@ -453,7 +481,6 @@ class CompositeEngine:
         if atom.start == atom.end:
             self._active.pop(atom.info.id, None)
         for g in atom.groups:
-            assert isinstance(g, _Group)
             if atom.start - g.dbase > max(self._dcum_slack, self._dcum_factor * len(g.users)):
                 self._rebase(g)
 
@@ -528,7 +555,7 @@ class CompositeEngine:
         out: dict[str, list[Part]] = {}
         for atom, c in zip(sub.atoms, sub.cur, strict=True):
             out[atom.expr.text] = [
-                Part(atom.expr.text, atom.comps[s - atom.start], atom.arr[s - atom.start])  # type: ignore[arg-type]
+                Part(atom.expr.text, atom.comps[s - atom.start], atom.arr[s - atom.start])
                 for s in range(c, atom.end)
             ]
         return out
@@ -567,7 +594,7 @@ class CompositeEngine:
             if n:
                 lo = atom.end - n - atom.start
                 entries = [
-                    [t, c.topic, c.payload, c.qos]  # type: ignore[attr-defined]
+                    [t, c.topic, c.payload, c.qos]
                     for t, c in zip(atom.arr[lo:], atom.comps[lo:], strict=True)
                 ]
                 atoms.append({"element": atom.expr.text, "entries": entries})
@@ -598,8 +625,7 @@ class CompositeEngine:
             for key, q in s["subscribers"]:
                 eng.subscribe(key, s["expression"], qos=q, window=s["window"], max_buffer=s["max_buffer"])
         for a in data["atoms"]:
-            atom = eng._table.elements[a["element"]]
-            assert isinstance(atom, AtomElement)
+            atom = eng._table.atom(a["element"])
             entries = a["entries"]
             atom.arr = [float(t) for t, _, _, _ in entries]
             atom.comps = [Component(topic, bytes(payload), int(q)) for _, topic, payload, q in entries]
@@ -608,7 +634,6 @@ class CompositeEngine:
             if entries:
                 eng._active[atom.info.id] = atom
             for g in atom.groups:
-                assert isinstance(g, _Group)
                 g.dbase = max(0, atom.end - g.cap)
         for s in data["subscriptions"]:
             sub = eng._subs[(parse(s["expression"]).text, float(s["window"]), int(s["max_buffer"]))]
@@ -644,7 +669,7 @@ class CompositeEngine:
                 assert g.dbase <= c <= atom.end
                 assert (sub in g.waiting) == (c == atom.end), "waiting set out of step"
                 users.setdefault(id(g), {})[sub] = i
-            assert not sub.sat(sub.cur, sub.atoms, self._clock - sub.window)  # type: ignore[misc]
+            assert not sub.sat(sub.cur, sub.atoms, self._clock - sub.window)
         for atom in t.atoms.values():
             assert atom.groups, "atom without users"
             assert len(atom.arr) == len(atom.comps) == atom.end - atom.start >= 0
@@ -652,7 +677,7 @@ class CompositeEngine:
             assert not atom.arr or atom.last == atom.arr[-1]
             assert atom.end - atom.start <= 2 * atom.kmax + self._trim_slack
             assert (self._active.get(atom.info.id) is atom) == (atom.end > atom.start)
-            groups: list[_Group] = atom.groups  # type: ignore[assignment]
+            groups: list[_Group] = atom.groups
             assert len({(g.window, g.cap) for g in groups}) == len(groups)
             assert atom.kmax == max(g.cap for g in groups) and atom.wmax == max(g.window for g in groups)
             for g in groups:
