@@ -144,7 +144,9 @@ class ElementTable:
             added.append(atom.info)
             new: Element = atom
         else:
-            new = OpElement(expr, tuple(self.acquire(x, added) for x in expr.operands))
+            children = tuple(self.acquire(x, added) for x in expr.operands)
+            # the stored expression is rebuilt over the stored operands: one object per element
+            new = OpElement(Op(expr.op, tuple(c.expr for c in children), expr.text), children)
         self.elements[expr.text] = new
         return new
 
@@ -261,9 +263,9 @@ def _witness_source(shape: Shape) -> str:
     return "\n".join(lines)
 
 
-def shape_of(expr: Expr, atoms: Sequence[Atom]) -> tuple[Shape, SatFn, WitFn]:
-    """The shape of ``expr`` over ``atoms`` and its two compiled functions (generated Python
-    from integers and the two operators only, cached per shape).
+def shape_of(expr: Expr, atoms: Sequence[Atom]) -> tuple[SatFn, WitFn]:
+    """The two compiled functions of ``expr``'s shape over ``atoms`` (generated Python from
+    integers and the two operators only, cached per shape).
 
     ``sat(cursors, atom_elements, limit)`` is true iff the expression holds when atom i counts
     as present exactly when ``cursors[i] < atom.end`` (an unconsumed instance) and
@@ -280,4 +282,4 @@ def shape_of(expr: Expr, atoms: Sequence[Atom]) -> tuple[Shape, SatFn, WitFn]:
         scope: dict[str, Any] = {}
         exec(_witness_source(shape), scope)
         fns = _CACHE[key] = (sat, scope["witness"])
-    return shape, fns[0], fns[1]
+    return fns

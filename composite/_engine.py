@@ -59,7 +59,6 @@ from composite._elements import (
     AtomInfo,
     ElementTable,
     SatFn,
-    Shape,
     WitFn,
     shape_of,
     tree_size,
@@ -151,8 +150,6 @@ class _Sub:
         "qmax",
         "root",
         "sat",
-        "shape",
-        "size",
         "subscribers",
         "window",
         "witness",
@@ -166,12 +163,10 @@ class _Sub:
         self.events = 0
         self.dropped = 0
         self.expired = 0
-        self.size = tree_size(expr)
         self.root: Any = None
         self.atoms: tuple[AtomElement, ...] = ()
         self.groups: tuple[_Group, ...] = ()
         self.cur: list[int] = []
-        self.shape: Shape = 0
         self.sat: SatFn = _never
         self.witness: WitFn = _none
         self.deliveries: tuple[tuple[Hashable, int], ...] = ()
@@ -211,7 +206,7 @@ class CompositeEngine:
     def __init__(self, window: float = DEFAULT_WINDOW, max_buffer: int = DEFAULT_MAX_BUFFER) -> None:
         self.window, self.max_buffer = _policy(window, max_buffer)
         self._table = ElementTable()
-        self._subs: dict[tuple[str, float, int], _Sub] = {}
+        self._subs: dict[object, _Sub] = {}
         self._by_key: dict[Hashable, _Sub] = {}
         self._active: dict[int, AtomElement] = {}
         self._clock = float("-inf")
@@ -247,7 +242,7 @@ class CompositeEngine:
         )
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
-        skey = (expr.text, w, k)
+        skey = self._skey(expr.text, w, k)
         sub = self._subs.get(skey)
         old = self._by_key.get(key)
         added: list[AtomInfo] = []
@@ -273,13 +268,18 @@ class CompositeEngine:
         self._leave(sub, key, removed)
         return Change((), tuple(removed))
 
+    def _skey(self, text: str, w: float, k: int) -> object:
+        """The key of a composite subscription: its text when the policy is the default."""
+        return text if w == self.window and k == self.max_buffer else (text, w, k)
+
     def _create(self, expr: Expr, w: float, k: int, added: list[AtomInfo]) -> _Sub:
-        sub = _Sub(expr, w, k)
         table = self._table
-        sub.root = table.acquire(expr, added)
-        atom_exprs = expr.atoms()
+        root = table.acquire(expr, added)
+        sub = _Sub(root.expr, w, k)  # the stored expression, shared with the element table
+        sub.root = root
+        atom_exprs = sub.expr.atoms()
         sub.atoms = atoms = tuple(table.atom(a.text) for a in atom_exprs)
-        sub.shape, sub.sat, sub.witness = shape_of(expr, atom_exprs)
+        sub.sat, sub.witness = shape_of(sub.expr, atom_exprs)
         groups = []
         for i, atom in enumerate(atoms):
             g = self._group(atom, w, k)
@@ -314,7 +314,7 @@ class CompositeEngine:
         self._settle(sub)
         self._gone_dropped += sub.dropped
         self._gone_expired += sub.expired
-        del self._subs[(sub.expr.text, sub.window, sub.cap)]
+        del self._subs[self._skey(sub.expr.text, sub.window, sub.cap)]
         for atom, g in zip(sub.atoms, sub.groups, strict=True):
             del g.users[sub]
             g.waiting.discard(sub)
@@ -538,7 +538,7 @@ class CompositeEngine:
             subscriptions=len(self._subs),
             subscribers=len(self._by_key),
             stored_entries=len(t.elements),
-            unshared_entries=sum(s.size for s in self._by_key.values()),
+            unshared_entries=sum(tree_size(s.expr) * len(s.subscribers) for s in self._subs.values()),
             buffered=sum(s.buffered for s in per),
             logged=sum(a.end - a.start for a in t.atoms.values()),
             events=self._events,
@@ -636,7 +636,7 @@ class CompositeEngine:
             for g in atom.groups:
                 g.dbase = max(0, atom.end - g.cap)
         for s in data["subscriptions"]:
-            sub = eng._subs[(parse(s["expression"]).text, float(s["window"]), int(s["max_buffer"]))]
+            sub = eng._subs[eng._skey(parse(s["expression"]).text, float(s["window"]), int(s["max_buffer"]))]
             sub.events, sub.dropped, sub.expired = int(s["events"]), int(s["dropped"]), int(s["expired"])
             for i, atom in enumerate(sub.atoms):
                 sub.cur[i] = atom.end - int(s["buffered"].get(atom.expr.text, 0))
@@ -655,7 +655,9 @@ class CompositeEngine:
         t = self._table
         t._check([s.root for s in self._subs.values()])
         for key, sub in self._by_key.items():
-            assert key in sub.subscribers and self._subs[(sub.expr.text, sub.window, sub.cap)] is sub
+            assert (
+                key in sub.subscribers and self._subs[self._skey(sub.expr.text, sub.window, sub.cap)] is sub
+            )
         assert sum(len(s.subscribers) for s in self._subs.values()) == len(self._by_key)
         users: dict[int, dict[_Sub, int]] = {}
         for sub in self._subs.values():

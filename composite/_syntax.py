@@ -149,11 +149,15 @@ class Op:
     operands: tuple[Expr, ...]
     text: str
 
-    def __init__(self, op: str, operands: tuple[Expr, ...]) -> None:
+    def __init__(self, op: str, operands: tuple[Expr, ...], text: str | None = None) -> None:
+        """``text``, when given, must be what would be computed (the engine passes it when it
+        rebuilds an expression over its interned operands)."""
         assert op in ("&", "|") and len(operands) >= 2
         self.op = op
         self.operands = operands
-        self.text = f" {op} ".join(f"({x.text})" if isinstance(x, Op) else x.text for x in operands)
+        if text is None:
+            text = f" {op} ".join(f"({x.text})" if isinstance(x, Op) else x.text for x in operands)
+        self.text = text
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Op) and other.text == self.text
