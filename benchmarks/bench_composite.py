@@ -267,7 +267,7 @@ def main() -> None:
             f"{PAPER_RATIO.get(n, '')} |"
         )
     lines += ["", "#### Memory, subscribe, unsubscribe", ""]
-    lines.append("| composite subscriptions | measure | value | target |")
+    lines.append("| subscriptions | measure | value | target |")
     lines.append("|---|---|---|---|")
     for n in sorted(mem):
         lines.append(
