@@ -338,6 +338,12 @@ class CompositeEngine:
         a = self._table.atoms.get(atom_id)
         return None if a is None else a.info
 
+    def atom_id(self, element: str) -> int | None:
+        """The id of the atom whose canonical text is ``element`` (e.g. to replay a journal
+        of offers recorded by element text after :meth:`restore`), ``None`` if absent."""
+        el = self._table.elements.get(element)
+        return el.info.id if isinstance(el, AtomElement) else None
+
     def elements(self) -> dict[str, int]:
         """Every stored element (canonical text) with its reference count: the number of
         composite elements and composite subscriptions that use it (seed 001 Fig. 5/7)."""

@@ -59,9 +59,7 @@ class Reference:
         self.gone_dropped = 0
         self.gone_expired = 0
 
-    def subscribe(
-        self, key: Hashable, text: str, qos: int, window: float | None, cap: int | None
-    ) -> None:
+    def subscribe(self, key: Hashable, text: str, qos: int, window: float | None, cap: int | None) -> None:
         expr = parse(text)
         w = float(self.window if window is None else window)
         k = self.cap if cap is None else cap

@@ -20,7 +20,9 @@ class Feed:
     def ids(self) -> dict[str, int]:
         return {a.element: a.id for a in self.eng.atoms()}
 
-    def offer(self, atom: str, now: float, payload: bytes | None = None, qos: int = 2) -> list[CompositeEvent]:
+    def offer(
+        self, atom: str, now: float, payload: bytes | None = None, qos: int = 2
+    ) -> list[CompositeEvent]:
         comp = Component(atom, payload if payload is not None else f"{atom}@{now}".encode(), qos)
         out = self.eng.offer(self.ids()[atom], comp, now)
         self.eng._check()
@@ -182,7 +184,14 @@ def test_payload_document() -> None:
         "begin": 1.5,
         "end": 2.25,
         "components": [
-            {"element": "t/a", "topic": "t/a", "payload": '{"v": "é"}', "encoding": "text", "qos": 1, "arrival": 1.5},
+            {
+                "element": "t/a",
+                "topic": "t/a",
+                "payload": '{"v": "é"}',
+                "encoding": "text",
+                "qos": 1,
+                "arrival": 1.5,
+            },
             {
                 "element": "t/c",
                 "topic": "t/c",

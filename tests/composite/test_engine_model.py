@@ -37,7 +37,10 @@ def event_key(ev: CompositeEvent) -> EventKey:
     return (
         ev.expression,
         tuple(sorted((repr(k), q) for k, q in ev.deliveries)),
-        tuple((p.element, p.component.topic, p.component.payload, p.component.qos, p.arrival) for p in ev.components),
+        tuple(
+            (p.element, p.component.topic, p.component.payload, p.component.qos, p.arrival)
+            for p in ev.components
+        ),
         ev.begin,
         ev.end,
     )
@@ -99,7 +102,9 @@ class EngineVsReference(RuleBasedStateMachine):
         want = self.ref.offer(atom, comp, self.now)
         assert sorted(map(event_key, got)) == sorted(want)
 
-    @rule(atoms=st.sets(st.sampled_from(POOL), min_size=1), qos=st.integers(0, 2), dt=st.sampled_from([0, 1, 4]))
+    @rule(
+        atoms=st.sets(st.sampled_from(POOL), min_size=1), qos=st.integers(0, 2), dt=st.sampled_from([0, 1, 4])
+    )
     def offer_many(self, atoms: set[str], qos: int, dt: int) -> None:
         self.now += dt
         comp = Component("multi", self.payload(), qos)

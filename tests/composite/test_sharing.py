@@ -123,4 +123,7 @@ def test_atom_ids_and_infos() -> None:
     b = by_name["s/x"]
     assert (b.topic_filter, b.selector, b.filter) == ("s/x", None, None)
     assert eng.atom(a.id) is a and eng.atom(10**9) is None
+    assert eng.atom_id("s/x") == b.id and eng.atom_id("nope") is None
+    assert "s/+[t > 1] & s/x" in eng.elements()
+    assert eng.atom_id("s/+[t > 1] & s/x") is None  # a composite element, not an atom
     assert eng.atoms() == sorted(change.added, key=lambda i: i.id)
