@@ -66,7 +66,14 @@ from composite._elements import (
 from composite._event import Component, CompositeEvent, Part
 from composite._syntax import Expr, parse
 
-__all__ = ["Change", "CompositeEngine", "EngineStats", "SubscriptionStats"]
+__all__ = [
+    "DEFAULT_MAX_BUFFER",
+    "DEFAULT_WINDOW",
+    "Change",
+    "CompositeEngine",
+    "EngineStats",
+    "SubscriptionStats",
+]
 
 DEFAULT_WINDOW = 60.0
 DEFAULT_MAX_BUFFER = 64
