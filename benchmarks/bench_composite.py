@@ -245,7 +245,7 @@ def main() -> None:
             eager.subscribe(e)
         gc.freeze()
         uniform = [rnd.randrange(KINDS) for _ in range(args.offers)]
-        hot = [rnd.randrange(KINDS)] * (args.offers * 20)
+        hot = [rnd.randrange(KINDS)] * (args.offers * 200)
         offer_rows.append((n, "uniform", *offers(eng, eager, uniform, args.seconds)))
         offer_rows.append((n, "hot atom", *offers(eng, eager, hot, args.seconds)))
         del eng, eager
