@@ -35,9 +35,11 @@ Counting drops lazily: whether log entry s is dropped (rather than expired) for 
 not depend on the subscription: it is dropped iff it is still live when entry s+k arrives.
 Each group keeps ``dcum``, the running count of such entries, so a subscription's drops over
 the range of entries it skips is a difference of two prefix counts, computed when its cursor
-moves (:meth:`CompositeEngine._skip`).  Logs keep the last ``kmax`` entries and the live
-ones, trimmed in batches; prefix counts are rebased when they outgrow the log by
-max(1024, 4 x users), which moves stale cursors (amortised well under one visit per offer).
+moves (:meth:`CompositeEngine._skip`).  A log keeps what some user may still consume —
+entries among the last ``kmax`` (the largest cap) and live for ``wmax`` (the largest window)
+— trimmed in batches (at most 2 x kmax + 16 entries); prefix counts are rebased when they
+outgrow the log by max(1024, 4 x users), which moves stale cursors (amortised well under one
+visit per offer).
 
 No clock is read here: every operation takes ``now`` (seconds, non-decreasing; a smaller
 value is treated as the current clock).  The broker should pass wall-clock time so arrival,
