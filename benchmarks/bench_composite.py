@@ -295,7 +295,8 @@ def main() -> None:
     for n, kind, rate, epo, per_event, eager_rate in offer_rows:
         per = f"{per_event:.2f}" if epo >= 1 else "—"
         lines.append(
-            f"| {n:,} | {kind} | {rate:,.0f} | {epo:,.2f} | {per} | {eager_rate:,.0f} | {rate / eager_rate:.1f}x |"
+            f"| {n:,} | {kind} | {rate:,.0f} | {epo:,.2f} | {per} | {eager_rate:,.0f} | "
+            f"{rate / eager_rate:.1f}x |"
         )
     text = "\n".join(lines)
     print(text)
