@@ -127,3 +127,17 @@ def test_atom_ids_and_infos() -> None:
     assert "s/+[t > 1] & s/x" in eng.elements()
     assert eng.atom_id("s/+[t > 1] & s/x") is None  # a composite element, not an atom
     assert eng.atoms() == sorted(change.added, key=lambda i: i.id)
+
+
+def test_layering_imports_only_topics_and_content() -> None:
+    """composite sits beside topics/content: importing it loads neither broker nor bridge."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, composite; "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('broker', 'bridge')); "
+        "print(','.join(bad))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
