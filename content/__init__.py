@@ -1,7 +1,8 @@
 """Content filters on subscriptions: selector language, attribute extraction, matching engines.
 
 Public surface (CONTRACT.md, "content"): :func:`compile` turns an SQL-92 selector into a
-:class:`Filter` (DNF of :class:`Predicate` atoms); :func:`attributes` flattens a JSON payload
+:class:`Filter` (DNF of :class:`Predicate` atoms) and :func:`format_filter` prints that normal
+form back as selector text; :func:`attributes` flattens a JSON payload
 into the event an engine matches; :data:`ENGINES` maps engine names to classes that all give
 the same answers (seeds 000, 003, 004; brute force is the oracle).
 
@@ -20,7 +21,7 @@ from content._iccounting import ICCounting
 from content._predicate import Kind, Op, Predicate, Scalar
 from content._rabased import RABasedMatching
 from content._rein import REIN
-from content._selector import FilterSyntaxError, compile
+from content._selector import FilterSyntaxError, compile, format_filter
 
 __all__ = [
     "ENGINES",
@@ -43,6 +44,7 @@ __all__ = [
     "SubId",
     "attributes",
     "compile",
+    "format_filter",
 ]
 
 ENGINES: dict[str, type[Engine]] = {

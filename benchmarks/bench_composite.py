@@ -1,0 +1,350 @@
+"""Benchmark of the composite-subscription engine (issue 16; seed 001 section 5, Fig. 10).
+
+Workload (the paper's, seeded): every composite subscription is ``(A|B)&(C|D)`` — three
+composite elements (the whole, ``A|B``, ``C|D``) and four atoms — with A, B, C, D four distinct
+kinds drawn uniformly from 100 atom kinds (topic filters ``kind/0`` .. ``kind/99``); one
+subscriber key per subscription; 5,000 to 50,000 subscriptions.
+
+Measured, library level (no broker):
+
+* **Stored entries** (Fig. 10's y axis): one entry per distinct element with sharing
+  (``EngineStats.stored_entries``), against every subscription storing its own 7 elements
+  (``unshared_entries``, the paper's s(m+n)); also the paper's scheme, which replicates every
+  composite element on alpha = 10 brokers and stores each atom once (alpha x composite + atoms).
+* **Memory per composite subscription**: ``tracemalloc`` while the engine is built, divided by
+  the subscriptions (expression strings and keys are the caller's and made before tracing).
+* **subscribe / unsubscribe p50, p99** on the full engine: 2,000 random keys unsubscribed one
+  by one, then subscribed again (parse cache cleared first, so parsing is included); and the
+  subscribe calls of the build itself.
+* **offer()**: a stream of 1 ms apart offers (window 60 s, cap 64), in two shapes: *uniform*
+  over the 100 kinds (every subscription completes every few of its atoms: hundreds of composite
+  events per offer at 50,000) and *hot atom* (every offer to the same kind: after the first,
+  that atom is present for all its users).  The peer, in the same run, is the paper's Fig. 8
+  taken literally: every subscription using the atom gets a copy in its own buffer and is
+  re-evaluated (``EagerEngine`` below, same semantics, same generated shape test).
+
+Garbage collection is frozen after each build (``gc.freeze()``), as a long-running broker does.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_composite.py [--sizes 5000,10000,20000,30000,40000,50000]
+        [--offers 1000] [--out docs/composite.md] [--plot docs/img/composite-fig10.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import platform
+import random
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections import deque
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from composite import Atom, Component, CompositeEngine, Expr, parse
+from composite._syntax import parse as _parse_cached
+
+KINDS = 100
+ALPHA = 10
+PAPER_RATIO = {5_000: "5x", 50_000: "~2x"}
+
+
+def workload(n: int, seed: int = 10) -> list[str]:
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        a, b, c, d = rnd.sample(range(KINDS), 4)
+        out.append(f"(kind/{a} | kind/{b}) & (kind/{c} | kind/{d})")
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def build(exprs: list[str]) -> tuple[CompositeEngine, list[float]]:
+    eng = CompositeEngine(window=60.0, max_buffer=64)
+    times = []
+    for key, e in enumerate(exprs):
+        t0 = time.perf_counter_ns()
+        eng.subscribe(key, e)
+        times.append(time.perf_counter_ns() - t0)
+    return eng, times
+
+
+def memory_per_sub(exprs: list[str]) -> float:
+    gc.collect()
+    _parse_cached.cache_clear()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    eng = CompositeEngine()
+    for key, e in enumerate(exprs):
+        eng.subscribe(key, e)
+    _parse_cached.cache_clear()  # the canonical expressions the engine keeps stay counted
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    del eng
+    return used / len(exprs)
+
+
+# ---------------------------------------------------------------- the peer: Fig. 8 eagerly
+
+
+class EagerEngine:
+    """Fig. 8 literally: per subscription, per atom, a deque of (arrival, component); an
+    offer appends to every subscription using the atom and re-evaluates each one.  Same
+    semantics as the engine (window, cap, maximal witness, oldest first), no counters."""
+
+    def __init__(self, window: float, cap: int) -> None:
+        self.window, self.cap = window, cap
+        self.users: dict[str, list[tuple[_ESub, int]]] = {}
+
+    def subscribe(self, text: str) -> None:
+        expr = parse(text)
+        atoms = expr.atoms()
+        sub = _ESub(expr, atoms)
+        for i, a in enumerate(atoms):
+            self.users.setdefault(a.text, []).append((sub, i))
+
+    def offer(self, atom: str, comp: Component, now: float) -> int:
+        lim = now - self.window
+        events = 0
+        for sub, i in self.users.get(atom, ()):
+            buf = sub.bufs[i]
+            buf.append((now, comp))
+            if len(buf) > self.cap:
+                buf.popleft()
+            for b in sub.bufs:
+                while b and b[0][0] < lim:
+                    b.popleft()
+            if sub.holds(sub.expr):
+                parts = [(sub.bufs[j].popleft(), sub.atoms[j].text) for j in sorted(sub.witness(sub.expr))]
+                parts.sort(key=lambda p: p[0][0])
+                events += 1
+        return events
+
+
+class _ESub:
+    def __init__(self, expr: Expr, atoms: tuple[Atom, ...]) -> None:
+        self.expr = expr
+        self.atoms = atoms
+        self.index = {a.text: i for i, a in enumerate(atoms)}
+        self.bufs: list[deque[tuple[float, Component]]] = [deque() for _ in atoms]
+
+    def holds(self, x: Expr) -> bool:
+        if isinstance(x, Atom):
+            return bool(self.bufs[self.index[x.text]])
+        if x.op == "&":
+            return all(self.holds(y) for y in x.operands)
+        return any(self.holds(y) for y in x.operands)
+
+    def witness(self, x: Expr) -> set[int]:
+        if isinstance(x, Atom):
+            return {self.index[x.text]}
+        out: set[int] = set()
+        for y in x.operands:
+            if x.op == "&" or self.holds(y):
+                out |= self.witness(y)
+        return out
+
+
+_CLOCK = [1000.0]  # the stream's time, continued from one measurement to the next
+
+
+def offers(
+    eng: CompositeEngine, eager: EagerEngine | None, stream: list[int], seconds: float
+) -> tuple[float, float, float, float]:
+    """(engine offers/s, events per offer, engine µs per event, eager offers/s or 0)."""
+    start = _CLOCK[0]
+    ids = {a.element: a.id for a in eng.atoms()}
+    names = [f"kind/{k}" for k in stream]
+    comp = Component("kind/x", b'{"v": 1}', 0)
+    now = start
+    events = 0
+    t0 = time.perf_counter()
+    done = 0
+    for name in names:
+        now += 0.001
+        events += len(eng.offer(ids[name], comp, now))
+        done += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    dt = time.perf_counter() - t0
+    rate = done / dt
+    per_event = dt / events * 1e6 if events else float("nan")
+    eager_rate = 0.0
+    if eager is not None:
+        now = start
+        t0 = time.perf_counter()
+        edone = 0
+        for name in names:
+            now += 0.001
+            eager.offer(name, comp, now)
+            edone += 1
+            if time.perf_counter() - t0 > seconds:
+                break
+        eager_rate = edone / (time.perf_counter() - t0)
+    _CLOCK[0] = now + 1.0
+    return rate, events / done, per_event, eager_rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="5000,10000,20000,30000,40000,50000")
+    ap.add_argument("--offers", type=int, default=1000, help="offers per uniform stream")
+    ap.add_argument("--seconds", type=float, default=20.0, help="time cap per offer measurement")
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--plot", type=Path, default=None)
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rnd = random.Random(3)
+
+    entries = []  # (n, subscriptions, atoms, composites, shared, unshared)
+    for n in sizes:
+        eng, _ = build(workload(n))
+        s = eng.stats()
+        entries.append(
+            (n, s.subscriptions, s.atoms, s.composite_elements, s.stored_entries, s.unshared_entries)
+        )
+        del eng
+        gc.collect()
+
+    big = max(sizes)
+    small = min(sizes)
+    mem = {n: memory_per_sub(workload(n)) for n in sorted({small, big})}
+
+    timing_rows = []
+    offer_rows = []
+    for n in sorted({small, big}):
+        exprs = workload(n)
+        gc.collect()
+        eng, build_times = build(exprs)
+        gc.freeze()
+        keys = rnd.sample(range(n), min(2000, n))
+        ut, st = [], []
+        for k in keys:
+            t0 = time.perf_counter_ns()
+            eng.unsubscribe(k)
+            ut.append(time.perf_counter_ns() - t0)
+        _parse_cached.cache_clear()
+        for k in keys:
+            t0 = time.perf_counter_ns()
+            eng.subscribe(k, exprs[k])
+            st.append(time.perf_counter_ns() - t0)
+        timing_rows.append((n, build_times, st, ut))
+        eager = EagerEngine(60.0, 64)
+        for e in exprs:
+            eager.subscribe(e)
+        gc.freeze()
+        uniform = [rnd.randrange(KINDS) for _ in range(args.offers)]
+        hot = [rnd.randrange(KINDS)] * (args.offers * 200)
+        offer_rows.append((n, "uniform", *offers(eng, eager, uniform, args.seconds)))
+        offer_rows.append((n, "hot atom", *offers(eng, eager, hot, args.seconds)))
+        del eng, eager
+        gc.unfreeze()
+        gc.collect()
+
+    lines = ["#### Stored entries (Fig. 10)", ""]
+    lines.append(
+        "| composite subscriptions | distinct | atoms | composite elements | entries, shared | "
+        "entries, unshared (7 each) | shared / unshared | paper's scheme, alpha = 10 | "
+        "paper's scheme / unshared | paper reports |"
+    )
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
+    for n, subs, atoms, comps, shared, unshared in entries:
+        replicated = ALPHA * comps + atoms
+        lines.append(
+            f"| {n:,} | {subs:,} | {atoms} | {comps:,} | {shared:,} | {unshared:,} | "
+            f"{shared / unshared:.3f} | {replicated:,} | {replicated / unshared:.2f}x | "
+            f"{PAPER_RATIO.get(n, '')} |"
+        )
+    lines += ["", "#### Memory, subscribe, unsubscribe", ""]
+    lines.append("| subscriptions | measure | value | target |")
+    lines.append("|---|---|---|---|")
+    for n in sorted(mem):
+        lines.append(
+            f"| {n:,} | memory per composite subscription (tracemalloc) | {mem[n]:,.0f} B | <= 2 KB |"
+        )
+    for n, bt, st, ut in timing_rows:
+        lines.append(
+            f"| {n:,} | subscribe while building, p50 / p99 | "
+            f"{pct(bt, 0.5) / 1e3:.1f} µs / {pct(bt, 0.99) / 1e3:.1f} µs | |"
+        )
+        lines.append(
+            f"| {n:,} | subscribe on the full engine, p50 / p99 ({len(st):,} keys) | "
+            f"{pct(st, 0.5) / 1e3:.1f} µs / {pct(st, 0.99) / 1e3:.1f} µs | p50 <= 100 µs |"
+        )
+        lines.append(
+            f"| {n:,} | unsubscribe, p50 / p99 ({len(ut):,} keys) | "
+            f"{pct(ut, 0.5) / 1e3:.1f} µs / {pct(ut, 0.99) / 1e3:.1f} µs | p50 <= 100 µs |"
+        )
+    lines += ["", "#### offer()", ""]
+    lines.append(
+        "| composite subscriptions | stream | offers/s | composite events per offer | "
+        "µs per composite event | Fig. 8 eagerly, offers/s | engine / eager |"
+    )
+    lines.append("|---|---|---|---|---|---|---|")
+    for n, kind, rate, epo, per_event, eager_rate in offer_rows:
+        per = f"{per_event:.2f}" if epo >= 1 else "—"
+        lines.append(
+            f"| {n:,} | {kind} | {rate:,.0f} | {epo:,.2f} | {per} | {eager_rate:,.0f} | "
+            f"{rate / eager_rate:.1f}x |"
+        )
+    text = "\n".join(lines)
+    print(text)
+
+    if args.plot is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        xs = [e[0] for e in entries]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(xs, [e[5] for e in entries], "o-", label="no sharing: s(m+n)")
+        ax.plot(xs, [ALPHA * e[3] + e[2] for e in entries], "s-", label=f"paper's scheme (alpha={ALPHA})")
+        ax.plot(xs, [e[4] for e in entries], "^-", label="siftmq (shared, one broker)")
+        ax.set_xlabel("composite subscriptions")
+        ax.set_ylabel("stored entries")
+        ax.set_title("Fig. 10 workload: (A|B)&(C|D), 100 atom kinds")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+
+    if args.out is not None:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        cmd = "    .venv/bin/python benchmarks/bench_composite.py " + " ".join(sys.argv[1:])
+        machine = (
+            f"{platform.processor() or platform.machine()}, {platform.python_implementation()} "
+            f"{platform.python_version()}, {platform.system()}"
+        )
+        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+        marker = "<!-- bench_composite table -->"
+        block = (
+            f"{marker}\nCommand (run {when}, commit {commit}):\n\n{cmd}\n\nMachine: {machine} "
+            f"(2 cores shared with other jobs; timings are noisy, ratios are measured in the same "
+            f"run).\n\n{text}\n{marker}"
+        )
+        body = args.out.read_text() if args.out.exists() else ""
+        if marker in body:
+            pre, _, rest = body.partition(marker)
+            _, _, post = rest.partition(marker)
+            body = pre + block + post
+        else:
+            body = body + "\n" + block + "\n"
+        args.out.write_text(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Model-based test: the engine's composite events, buffers and counters equal the brute-force
+reference of the documented semantics (tests/composite/reference.py).
+
+Random expressions over a small atom pool (so elements are shared across subscriptions),
+subscribe / re-subscribe / unsubscribe (of shared elements too), offers to one atom or to
+several (a publication matching several atoms), time advancing past windows (integer times:
+arrivals exactly on the window's edge happen), tick, snapshot + restore.  The engine's batch
+sizes are shrunk so that log trimming and prefix-count rebasing happen within a few steps.
+``_check()`` runs after every step.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from composite import Component, CompositeEngine, CompositeEvent
+from tests.composite.reference import EventKey, Reference
+
+POOL = ["a", "b", "c", "d", "e/+"]
+KEYS = st.integers(0, 6)
+WINDOW, CAP = 5.0, 3
+
+
+@st.composite
+def expressions(draw: st.DrawFn, depth: int = 3) -> str:
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        return draw(st.sampled_from(POOL))
+    op = draw(st.sampled_from(["&", "|"]))
+    n = draw(st.integers(2, 3))
+    parts = [draw(expressions(depth - 1)) for _ in range(n)]
+    return "(" + f" {op} ".join(parts) + ")"
+
+
+def event_key(ev: CompositeEvent) -> EventKey:
+    return (
+        ev.expression,
+        tuple(sorted((repr(k), q) for k, q in ev.deliveries)),
+        tuple(
+            (p.element, p.component.topic, p.component.payload, p.component.qos, p.arrival)
+            for p in ev.components
+        ),
+        ev.begin,
+        ev.end,
+    )
+
+
+def tune(engine: CompositeEngine) -> CompositeEngine:
+    engine._trim_slack = 0
+    engine._dcum_slack = 1
+    engine._dcum_factor = 0
+    return engine
+
+
+class EngineVsReference(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.engine = tune(CompositeEngine(window=WINDOW, max_buffer=CAP))
+        self.ref = Reference(WINDOW, CAP)
+        self.now = 0.0
+        self.serial = 0
+
+    def ids(self) -> dict[str, int]:
+        return {a.element: a.id for a in self.engine.atoms()}
+
+    @rule(
+        key=KEYS,
+        text=expressions(),
+        qos=st.integers(0, 2),
+        window=st.sampled_from([None, None, 2.0, 3.0]),
+        cap=st.sampled_from([None, None, 1, 2]),
+    )
+    def subscribe(self, key: int, text: str, qos: int, window: float | None, cap: int | None) -> None:
+        before = set(self.ids())
+        change = self.engine.subscribe(key, text, qos=qos, window=window, max_buffer=cap)
+        self.ref.subscribe(key, text, qos, window, cap)
+        after = set(self.ids())
+        assert {a.element for a in change.added} == after - before
+        assert {a.element for a in change.removed} == before - after
+
+    @rule(key=KEYS)
+    def unsubscribe(self, key: int) -> None:
+        before = set(self.ids())
+        change = self.engine.unsubscribe(key)
+        had = self.ref.unsubscribe(key)
+        assert (change is not None) == had
+        if change is not None:
+            assert not change.added
+            assert {a.element for a in change.removed} == before - set(self.ids())
+
+    def payload(self) -> bytes:
+        self.serial += 1
+        return b"p%d" % self.serial
+
+    @rule(atom=st.sampled_from([*POOL, "zz"]), qos=st.integers(0, 2), dt=st.sampled_from([0, 0, 1, 2, 3, 6]))
+    def offer(self, atom: str, qos: int, dt: int) -> None:
+        self.now += dt
+        comp = Component(atom + "/t", self.payload(), qos)
+        ids = self.ids()
+        got = self.engine.offer(ids.get(atom, 10_000), comp, self.now)
+        want = self.ref.offer(atom, comp, self.now)
+        assert sorted(map(event_key, got)) == sorted(want)
+
+    @rule(
+        atoms=st.sets(st.sampled_from(POOL), min_size=1), qos=st.integers(0, 2), dt=st.sampled_from([0, 1, 4])
+    )
+    def offer_many(self, atoms: set[str], qos: int, dt: int) -> None:
+        self.now += dt
+        comp = Component("multi", self.payload(), qos)
+        ids = self.ids()
+        known = sorted((ids[a], a) for a in atoms if a in ids)
+        got = self.engine.offer_many([i for i, _ in known], comp, self.now)
+        want: list[EventKey] = []
+        for _, a in known:
+            want.extend(self.ref.offer(a, comp, self.now))
+        if not known:
+            self.ref.advance(self.now)
+            self.engine.tick(self.now)
+        assert sorted(map(event_key, got)) == sorted(want)
+
+    @rule(dt=st.sampled_from([0, 1, 5, 7]), back=st.booleans())
+    def tick(self, dt: int, back: bool) -> None:
+        # a clock going backwards is ignored (the engine's time never decreases)
+        self.now += dt
+        t = self.now - 10 if back else self.now
+        self.engine.tick(t)
+        self.ref.advance(t)
+
+    @precondition(lambda self: self.ref.by_key)
+    @rule()
+    def snapshot_restore(self) -> None:
+        before = self.engine.stats()
+        data = self.engine.snapshot()
+        self.engine = tune(CompositeEngine.restore(data))
+        after = self.engine.stats()
+        assert (after.events, after.dropped, after.expired, after.buffered) == (
+            before.events,
+            before.dropped,
+            before.expired,
+            before.buffered,
+        )
+
+    @invariant()
+    def consistent(self) -> None:
+        self.engine._check()
+        ref = self.ref
+        for key in range(7):
+            s = self.engine.subscription(key)
+            r = ref.by_key.get(key)
+            assert (s is None) == (r is None)
+            if s is None or r is None:
+                continue
+            assert (s.expression, s.window, s.max_buffer) == (r.expr.text, r.window, r.cap)
+            assert (s.events, s.dropped, s.expired) == (r.events, r.dropped, r.expired)
+            assert s.subscribers == len(r.subscribers)
+            bufs = self.engine.buffers(key)
+            assert bufs is not None
+            assert {a: [(p.arrival, p.component) for p in parts] for a, parts in bufs.items()} == {
+                a: list(b) for a, b in r.buffers.items()
+            }
+        st_ = self.engine.stats()
+        assert st_.events == ref.events
+        assert st_.dropped == ref.gone_dropped + sum(s.dropped for s in ref.subs.values())
+        assert st_.expired == ref.gone_expired + sum(s.expired for s in ref.subs.values())
+        assert st_.subscriptions == len(ref.subs)
+        assert st_.subscribers == len(ref.by_key)
+
+
+TestEngineVsReference = EngineVsReference.TestCase
+TestEngineVsReference.settings = settings(
+    max_examples=150,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
