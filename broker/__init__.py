@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
 
 if TYPE_CHECKING:
-    from broker._broker import Broker, LocalSubscription
+    from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
     from broker.core._message import Message
 
@@ -25,6 +25,7 @@ __all__ = [
     "Delivery",
     "Hooks",
     "Listener",
+    "LocalCompositeSubscription",
     "LocalSubscription",
     "Message",
     "Publication",
@@ -36,6 +37,7 @@ __all__ = [
 _LAZY = {
     "Broker": "broker._broker",
     "LocalSubscription": "broker._broker",
+    "LocalCompositeSubscription": "broker._broker",
     "BrokerConfig": "broker._config",
     "Listener": "broker._config",
     "load_toml": "broker._config",

@@ -5,8 +5,11 @@ WebSocket; ``b.port`` tells the first one's bound port, ``b.ports`` all of them)
 ``await b.publish(...)`` injects messages from code, and ``b.subscribe(...)``
 gives an in-process subscription (topic filter plus optional content selector) that
 yields :class:`Message` records from a bounded queue (messages that do not fit are
-dropped and counted in ``dropped``).  The timers of the core (keep-alive, will delay,
-session expiry, ``$SYS``) run from one ``call_later`` chain.
+dropped and counted in ``dropped``); ``b.subscribe_composite(expression)`` is the same for a
+composite subscription (issue 16, docs/composite.md): it yields one :class:`Message` per
+composite event, on the topic ``$composite/<name>`` with the event's JSON payload.  The
+timers of the core (keep-alive, will delay, session expiry, ``$SYS``) run from one
+``call_later`` chain.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from broker.net._listeners import OpenListener, close_listeners, open_listeners,
 from broker.net._transport import MQTTProtocol
 from broker.packets import NO_PROPERTIES, Properties
 
-__all__ = ["Broker", "LocalSubscription", "Message"]
+__all__ = ["Broker", "LocalCompositeSubscription", "LocalSubscription", "Message"]
 
 log = logging.getLogger("broker")
 
@@ -91,6 +94,42 @@ class LocalSubscription:
     async def get(self, timeout: float | None = None) -> Message:  # noqa: ASYNC109 (queue.get with a deadline, the public API)
         """The next message (``asyncio.TimeoutError`` after ``timeout`` seconds)."""
         return await asyncio.wait_for(self.queue.get(), timeout)
+
+
+class LocalCompositeSubscription(LocalSubscription):
+    """An in-process composite subscription (``Broker.subscribe_composite``): ``async with``
+    registers it (``CompositeSyntaxError`` for a bad expression), ``async for`` yields one
+    :class:`Message` per composite event (topic ``$composite/<name>``, JSON payload as in
+    docs/composite.md, QoS the minimum of ``qos`` and the components')."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        broker: Broker,
+        expression: str,
+        name: str,
+        qos: int,
+        maxsize: int,
+        window: float | None,
+        max_buffer: int | None,
+    ) -> None:
+        super().__init__(broker, "$composite/" + name, None, qos, maxsize)
+        self.expression = expression
+        self.name = name
+        self.window = window
+        self.max_buffer = max_buffer
+        #: the canonical expression (after ``async with``)
+        self.canonical: str | None = None
+
+    async def __aenter__(self) -> LocalCompositeSubscription:
+        core = self.broker.core
+        session = Session(self.client_id, 0)
+        session.sink = self._sink
+        self.canonical = core.composite.add(
+            self.client_id, self.name, self.expression, self.qos, self.window, self.max_buffer
+        )
+        core.sessions[self.client_id] = session
+        self._session = session
+        return self
 
 
 class Broker:
@@ -278,6 +317,21 @@ class Broker:
         """An in-process subscription (use with ``async with``)."""
         return LocalSubscription(
             self, topic_filter, selector, qos, maxsize or self.config.inprocess_queue_size
+        )
+
+    def subscribe_composite(  # noqa: PLR0917
+        self,
+        expression: str,
+        qos: int = 2,
+        name: str = "local",
+        window: float | None = None,
+        max_buffer: int | None = None,
+        maxsize: int | None = None,
+    ) -> LocalCompositeSubscription:
+        """An in-process composite subscription to ``expression`` (use with ``async with``);
+        ``window`` (seconds) and ``max_buffer`` default to the engine's (60 s, 64)."""
+        return LocalCompositeSubscription(
+            self, expression, name, qos, maxsize or self.config.inprocess_queue_size, window, max_buffer
         )
 
     def _subscribe_local(self, sub: LocalSubscription) -> Session:

@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import topics
+from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._message import SHARE_PREFIX, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, ConnectionState, Session
 from broker.hooks import Delivery, SubscriptionAction
@@ -739,7 +740,10 @@ class Connection:
         reasons: list[str] = []
         retained: list[tuple[Message, int, str, str | None]] = []
         for req in p.subscriptions:
-            got = router.subscribe(s.client_id, s.selectors, req, packet_selector, sub_id, authorize)
+            if req.topic_filter.startswith(COMPOSITE_PREFIX):  # issue 16: core/_composite.py
+                got = core.composite.subscribe_request(s.client_id, req, props, sub_id, authorize)
+            else:
+                got = router.subscribe(s.client_id, s.selectors, req, packet_selector, sub_id, authorize)
             codes.append(got.code)
             if not got.ok:
                 if got.reason is not None:
@@ -774,7 +778,10 @@ class Connection:
         assert s is not None
         codes: list[ReasonCode] = []
         for raw in p.topic_filters:
-            got = core.router.unsubscribe(s.client_id, s.selectors, raw)
+            if raw.startswith(COMPOSITE_PREFIX):
+                got = core.composite.unsubscribe_request(s.client_id, raw)
+            else:
+                got = core.router.unsubscribe(s.client_id, s.selectors, raw)
             codes.append(got.code)
             if got.limit == "removed":
                 action = SubscriptionAction.UNSUBSCRIBE

@@ -30,6 +30,7 @@ import content
 import topics
 from broker._config import BrokerConfig
 from broker.core._clock import Clock
+from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._journal import Journal
 from broker.core._message import Message, Route, SubOptions
 from broker.core._observers import Observers
@@ -78,6 +79,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        # composite subscriptions (issue 16): atoms live in the router's index
+        self.composite = Composites(self)
         # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
         # being routed (the one to pause when a receiver is over its high-water mark), the
         # receivers over their mark, and the paused publishers to resume at the next flush
@@ -216,6 +219,7 @@ class Core:
         session.queue.clear()
         session.qos2_received.clear()
         self.journal.ended(session)
+        had += self.composite.drop_client(session.client_id)
         if had:
             self.subscription_changed(session.client_id, SubscriptionAction.SESSION_END, None, None, None)
 
@@ -274,14 +278,23 @@ class Core:
         sessions = self.sessions
         deliver = self.deliver
         may_receive = self.may_receive if obs.authorize else None
+        atoms: list[int] | None = None  # composite atoms matched (routes without a session)
         for r in routes:
             s = sessions.get(r.client_id)
-            if s is not None and (may_receive is None or may_receive(s, msg.topic)):
-                deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+            if s is not None:
+                if may_receive is None or may_receive(s, msg.topic):
+                    deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+            elif r.client_id.startswith(ATOM_CLIENT):
+                if atoms is None:
+                    atoms = []
+                atoms.extend(r.subscription_ids)
         self.stats.messages_received += 1
+        n = len(routes) if atoms is None else len(routes) - len(atoms)
         if obs.deliveries:
             obs.fan_msg, obs.fan = outer
-            obs.deliveries_written(self.clock.wall(), msg, fan, len(routes), self.stats)
+            obs.deliveries_written(self.clock.wall(), msg, fan, n, self.stats)
+        if atoms is not None:
+            self.composite.offer(msg, atoms, now)
         if obs.publication:
             pub = Publication(
                 self.clock.wall(),
@@ -291,10 +304,10 @@ class Core:
                 len(msg.payload),
                 msg.qos,
                 msg.retain,
-                len(routes),
+                n,
             )
             self._call(self.obs.publication, "on_publication", pub)
-        return len(routes)
+        return n
 
     def deliver(  # noqa: PLR0917 (hot path: positional arguments)
         self,

@@ -1,0 +1,273 @@
+"""Composite subscriptions inside the broker (issue 16, seed 001 sections 1, 4.1, 4.4, Fig. 8).
+
+The engine (:mod:`composite`: expressions, shared reference-counted elements, buffers,
+merging) is sans-IO; this module is its broker side:
+
+* **Surface.**  A SUBSCRIBE to ``$composite/<name>`` is a composite subscription, the
+  expression either in the filter itself, ``$composite/<name>/<expression>`` (MQTT 3.1.1 and
+  5.0: the name ends at the first ``/``, so the expression may contain ``/``, ``#``, ``+``,
+  spaces, anything), or, in MQTT 5, in the SUBSCRIBE's user property ``composite`` with the
+  filter ``$composite/<name>`` (the in-filter expression wins when both are given, like
+  ``$filter/`` over the ``filter`` property).  Optional MQTT 5 user properties
+  ``composite-window`` (seconds) and ``composite-max-buffer`` set the subscription's window and
+  cap (engine defaults otherwise).  The subscriber's identity in the engine is the key
+  ``(client id, name)``: subscribing the same name again replaces the expression, UNSUBSCRIBE
+  ``$composite/<name>`` (with or without the expression) and the end of the session remove
+  it.  A bad expression or name is refused with SUBACK 0x8F (v5; 0x80 in 3.1.1) and a reason
+  string (client input cut to 100 characters), logged at most once per 10 s
+  (``Core.log_limit``, kind ``composite``).  With an authorize hook every atom's topic filter
+  must be authorised for ``subscribe``.
+* **Matching through the broker's index.**  Every atom the engine creates is entered into the
+  router's :class:`topics.SubscriptionIndex` as the only subscription of a reserved client id,
+  ``"\\x00composite/<atom id>"`` (U+0000 cannot occur in an MQTT client id), with QoS 2, the
+  atom id as its subscription identifier and the atom's selector (reference-counted in the
+  router's content engine like any selector).  ``Router.route`` therefore returns one route per
+  atom the publication matches, through the same plan cache, topic tree and one
+  ``engine.match`` per message as for every other subscriber: nothing scans composite
+  subscriptions.  ``Core.publish`` collects those routes (they have no session) and hands the
+  atom ids to :meth:`Composites.offer`.
+* **Delivery.**  Each composite event the engine returns (``offer_many`` with the core's wall
+  clock as ``now``) becomes one PUBLISH per subscriber on the topic ``$composite/<name>`` with
+  the event's JSON payload (built once per event) and the QoS the engine computed (minimum of
+  the subscription's and the components'), through ``Core.deliver``: flow control, QoS 1/2
+  windows and queues, and the journal of persisted sessions apply as to any delivery.  The
+  events of one publication are recorded for ``on_deliveries`` hooks as publications of their
+  own (one call per composite event message), so the bridge sees them as deliveries on
+  ``$composite/<name>``.
+
+Costs: a publication matching no atom pays nothing here (no atom route); one matching k atoms
+pays one ``offer_many`` (O(k + users for which an atom was absent), see the engine) plus the
+deliveries.  Subscribe and unsubscribe cost the engine's operation plus one index entry per
+atom created or removed.
+
+Not persisted yet: composite subscriptions live in memory only (a restart or ``kill -9``
+loses them and their buffers; the persisted session's plain subscriptions and queued
+composite event messages are kept as usual).  docs/composite.md, "In the broker".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import composite
+from broker.core._message import Message, SubOptions
+from broker.core._router import Subscribed, shown
+from broker.hooks import DeliveryEntry
+from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
+
+if TYPE_CHECKING:
+    from broker.core._core import Core
+    from broker.core._session import Session
+
+__all__ = ["ATOM_CLIENT", "COMPOSITE_PREFIX", "Composites", "split_composite"]
+
+#: the filter prefix of a composite subscription (and the topic of its events)
+COMPOSITE_PREFIX = "$composite/"
+#: the index client id prefix of atoms (U+0000 is refused in MQTT client ids)
+ATOM_CLIENT = "\x00composite/"
+
+
+def split_composite(topic_filter: str) -> tuple[str, str | None]:
+    """``$composite/<name>[/<expression>]`` -> (name, expression or None).
+
+    Raises ValueError for an empty name or one with a wildcard.
+    """
+    rest = topic_filter[len(COMPOSITE_PREFIX) :]
+    name, sep, expression = rest.partition("/")
+    if not name or "+" in name or "#" in name:
+        raise ValueError(f"{shown(topic_filter)}: $composite/<name>[/<expression>] expected")
+    return name, (expression if sep else None)
+
+
+class Composites:
+    """The broker's composite subscriptions: the engine, the atoms' index entries, and the
+    subscribers per client (for UNSUBSCRIBE and the end of a session)."""
+
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.engine = composite.CompositeEngine()
+        #: client id -> name -> subscription identifiers (v5) of its composite subscriptions
+        self.clients: dict[str, dict[str, tuple[int, ...]]] = {}
+        self.offers = 0  # publications offered to the engine (matched at least one atom)
+        self.events = 0  # composite events produced
+        self.refused = 0  # composite subscriptions refused
+
+    # ------------------------------------------------------------ subscriptions
+    def subscribe_request(
+        self,
+        client_id: str,
+        req: SubscriptionRequest,
+        properties: Properties,
+        sub_id: int | None,
+        authorize: Callable[[str], bool] | None,
+    ) -> Subscribed:
+        """One ``$composite/...`` request of a SUBSCRIBE; a refusal changes nothing."""
+        full = req.topic_filter
+        try:
+            name, expression = split_composite(full)
+            window: float | None = None
+            cap: int | None = None
+            for key, value in properties.user_properties:
+                if key == "composite" and expression is None:
+                    expression = value
+                elif key == "composite-window":
+                    window = float(value)
+                elif key == "composite-max-buffer":
+                    cap = int(value)
+            if expression is None:
+                raise ValueError(
+                    f"{shown(full)}: no expression (user property 'composite' or "
+                    "$composite/<name>/<expression>)"
+                )
+            expr = composite.parse(expression)
+        except composite.CompositeSyntaxError as exc:
+            return self._refuse(
+                client_id, f"composite {shown(expression or '')}: {str(exc)[:200]} at {exc.position}"
+            )
+        except ValueError as exc:
+            return self._refuse(client_id, str(exc)[:300])
+        if authorize is not None:
+            for atom in expr.atoms():
+                if not authorize(atom.topic):
+                    return Subscribed(ReasonCode.NOT_AUTHORIZED, f"{shown(atom.topic)}: not authorized")
+        limits = self.core.router.limits
+        names = self.clients.get(client_id)
+        if names is not None and name not in names and len(names) >= limits.max_subscriptions:
+            return Subscribed(
+                ReasonCode.QUOTA_EXCEEDED,
+                f"{shown(full)}: more than {limits.max_subscriptions} composite subscriptions",
+                "subscriptions",
+            )
+        qos = min(req.qos, limits.maximum_qos)
+        try:
+            self.add(client_id, name, expr, qos, window, cap, () if sub_id is None else (sub_id,))
+        except ValueError as exc:  # window / cap out of range
+            return self._refuse(client_id, str(exc)[:300])
+        topic = COMPOSITE_PREFIX + name
+        return Subscribed(ReasonCode(qos), None, None, topic, topic, expr.text, False)
+
+    def _refuse(self, client_id: str, reason: str) -> Subscribed:
+        self.refused += 1
+        self.core.log_limit("composite", client_id, f"composite subscription refused: {reason}")
+        return Subscribed(ReasonCode.TOPIC_FILTER_INVALID, reason)
+
+    def add(  # noqa: PLR0917
+        self,
+        client_id: str,
+        name: str,
+        expression: str | composite.Expr,
+        qos: int,
+        window: float | None = None,
+        max_buffer: int | None = None,
+        sub_ids: tuple[int, ...] = (),
+    ) -> str:
+        """Subscribe ``(client_id, name)`` (replacing what it had); returns the canonical
+        expression.  Raises ``CompositeSyntaxError`` / ValueError (nothing changed then)."""
+        if not name or "/" in name or "+" in name or "#" in name:
+            raise ValueError(f"composite subscription name {shown(name)}: no '/', '+' or '#' allowed")
+        change = self.engine.subscribe(
+            (client_id, name), expression, qos=qos, window=window, max_buffer=max_buffer
+        )
+        self._apply(change)
+        self.clients.setdefault(client_id, {})[name] = sub_ids
+        sub = self.engine.subscription((client_id, name))
+        assert sub is not None
+        return sub.expression
+
+    def remove(self, client_id: str, name: str) -> bool:
+        """Unsubscribe ``(client_id, name)``; False if there was nothing."""
+        names = self.clients.get(client_id)
+        if names is None or names.pop(name, None) is None:
+            return False
+        if not names:
+            del self.clients[client_id]
+        change = self.engine.unsubscribe((client_id, name))
+        if change is not None:
+            self._apply(change)
+        return True
+
+    def unsubscribe_request(self, client_id: str, raw: str) -> Subscribed:
+        """One ``$composite/...`` filter of an UNSUBSCRIBE (0x00, 0x11, or 0x8F)."""
+        try:
+            name, _ = split_composite(raw)
+        except ValueError:
+            return Subscribed(ReasonCode.TOPIC_FILTER_INVALID)
+        topic = COMPOSITE_PREFIX + name
+        if self.remove(client_id, name):
+            return Subscribed(ReasonCode.SUCCESS, None, "removed", topic, topic)
+        return Subscribed(ReasonCode.NO_SUBSCRIPTION_EXISTED)
+
+    def drop_client(self, client_id: str) -> int:
+        """The session of ``client_id`` ended: every composite subscription of it goes."""
+        names = self.clients.get(client_id)
+        if not names:
+            return 0
+        n = len(names)
+        for name in list(names):
+            self.remove(client_id, name)
+        return n
+
+    def _apply(self, change: composite.Change) -> None:
+        """Enter the new atoms into the router's index (and content engine), remove the old."""
+        router = self.core.router
+        for atom in change.removed:
+            router.index.unsubscribe(ATOM_CLIENT + str(atom.id), atom.topic_filter)
+            if atom.selector is not None:
+                router.release_selector(atom.selector)
+        for atom in change.added:
+            if atom.selector is not None and atom.filter is not None:
+                router.add_selector(atom.selector, atom.filter)
+            options = SubOptions(
+                2, subscription_id=atom.id, selector=atom.selector, topic_filter=atom.topic_filter
+            )
+            router.index.subscribe(ATOM_CLIENT + str(atom.id), atom.topic_filter, options)
+
+    def subscriptions_of(self, client_id: str) -> dict[str, str]:
+        """name -> canonical expression of ``client_id``'s composite subscriptions."""
+        out = {}
+        for name in self.clients.get(client_id, {}):
+            sub = self.engine.subscription((client_id, name))
+            if sub is not None:
+                out[name] = sub.expression
+        return out
+
+    # ------------------------------------------------------------ publications
+    def offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
+        """``msg`` matched the atoms ``atom_ids`` (from ``Router.route``): offer it, deliver
+        every composite event as one PUBLISH per subscriber (``now``: the core's monotonic time
+        for delivery; the engine gets the wall clock)."""
+        core = self.core
+        self.offers += 1
+        events = self.engine.offer_many(
+            atom_ids, composite.Component(msg.topic, msg.payload, msg.qos), core.clock.wall()
+        )
+        if not events:
+            return
+        self.events += len(events)
+        sessions = core.sessions
+        clients = self.clients
+        obs = core.obs
+        for ev in events:
+            body = ev.payload()
+            by_name: dict[str, Message] = {}
+            for key, qos in ev.deliveries:
+                client_id: str = key[0]  # type: ignore[index]
+                name: str = key[1]  # type: ignore[index]
+                s: Session | None = sessions.get(client_id)
+                if s is None:
+                    continue
+                out = by_name.get(name)
+                topic = COMPOSITE_PREFIX + name
+                if out is None:
+                    out = by_name[name] = Message.create(topic, body, ev.qos, False, NO_PROPERTIES, None, now)
+                sub_ids = clients.get(client_id, {}).get(name, ())
+                if not obs.deliveries:
+                    core.deliver(s, out, qos, False, sub_ids, topic, None, now)
+                    continue
+                outer = obs.fan_msg, obs.fan
+                fan: list[DeliveryEntry] = []
+                obs.fan_msg, obs.fan = out, fan
+                core.deliver(s, out, qos, False, sub_ids, topic, None, now)
+                obs.fan_msg, obs.fan = outer
+                obs.deliveries_written(core.clock.wall(), out, fan, 1, core.stats)
