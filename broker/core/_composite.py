@@ -40,15 +40,25 @@ pays one ``offer_many`` (O(k + users for which an atom was absent), see the engi
 deliveries.  Subscribe and unsubscribe cost the engine's operation plus one index entry per
 atom created or removed.
 
-Not persisted yet: composite subscriptions live in memory only (a restart or ``kill -9``
-loses them and their buffers; the persisted session's plain subscriptions and queued
-composite event messages are kept as usual).  docs/composite.md, "In the broker".
+Persistence (with a store): the composite subscriptions of persisted sessions, their buffers
+and counters are written as one snapshot file beside the store (``<store>.composite``,
+:meth:`Composites.dump`, JSON of ``CompositeEngine.snapshot()``) at a graceful stop and every
+``COMPOSITE_SNAPSHOT_INTERVAL`` (5 s) when something changed, and restored at start for the
+sessions the store brought back (:meth:`Composites.load`).  A ``kill -9`` returns to the last
+snapshot: composite subscriptions made after it are gone, components offered after it are
+lost, and components consumed after it are buffered again (their event can be produced a
+second time).  The composite event messages queued for a persisted session are stored by the
+journal like any message.  docs/composite.md, "In the broker".
 """
 
 from __future__ import annotations
 
+import base64
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import orjson
 
 import composite
 from broker.core._message import Message, SubOptions
@@ -60,12 +70,14 @@ if TYPE_CHECKING:
     from broker.core._core import Core
     from broker.core._session import Session
 
-__all__ = ["ATOM_CLIENT", "COMPOSITE_PREFIX", "Composites", "split_composite"]
+__all__ = ["ATOM_CLIENT", "COMPOSITE_PREFIX", "SNAPSHOT_VERSION", "Composites", "split_composite"]
 
 #: the filter prefix of a composite subscription (and the topic of its events)
 COMPOSITE_PREFIX = "$composite/"
 #: the index client id prefix of atoms (U+0000 is refused in MQTT client ids)
 ATOM_CLIENT = "\x00composite/"
+#: format of :meth:`Composites.dump`
+SNAPSHOT_VERSION = 1
 
 
 def split_composite(topic_filter: str) -> tuple[str, str | None]:
@@ -92,6 +104,7 @@ class Composites:
         self.offers = 0  # publications offered to the engine (matched at least one atom)
         self.events = 0  # composite events produced
         self.refused = 0  # composite subscriptions refused
+        self.changes = 0  # state changes (subscribe, unsubscribe, offer): dump when it moved
 
     # ------------------------------------------------------------ subscriptions
     def subscribe_request(
@@ -183,6 +196,7 @@ class Composites:
         if not names:
             del self.clients[client_id]
         change = self.engine.unsubscribe((client_id, name))
+        self.changes += 1
         if change is not None:
             self._apply(change)
         return True
@@ -239,6 +253,7 @@ class Composites:
         for delivery; the engine gets the wall clock)."""
         core = self.core
         self.offers += 1
+        self.changes += 1
         events = self.engine.offer_many(
             atom_ids, composite.Component(msg.topic, msg.payload, msg.qos), core.clock.wall()
         )
@@ -271,3 +286,63 @@ class Composites:
                 core.deliver(s, out, qos, False, sub_ids, topic, None, now)
                 obs.fan_msg, obs.fan = outer
                 obs.deliveries_written(core.clock.wall(), out, fan, 1, core.stats)
+
+    # ------------------------------------------------------------ persistence
+    def dump(self, keep: Callable[[str], bool]) -> bytes:
+        """The composite subscriptions of the clients ``keep`` accepts (persisted sessions),
+        their buffers and counters, as JSON (``engine.snapshot()`` with payloads in base64).
+        O(state): run on the event loop, written elsewhere."""
+        data = _only(self.engine.snapshot(), keep)
+        for a in data["atoms"]:
+            a["entries"] = [[t, topic, base64.b64encode(p).decode(), q] for t, topic, p, q in a["entries"]]
+        for sub in data["subscriptions"]:
+            sub["subscribers"] = [[list(key), q] for key, q in sub["subscribers"]]
+        if not math.isfinite(data["clock"]):
+            data["clock"] = None
+        clients = {
+            cid: {n: list(ids) for n, ids in names.items()}
+            for cid, names in self.clients.items()
+            if keep(cid)
+        }
+        return orjson.dumps({"version": SNAPSHOT_VERSION, "engine": data, "clients": clients})
+
+    def load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
+        """Replace the state by a :meth:`dump` (only the clients ``keep`` accepts: sessions
+        that came back); atoms are indexed again.  Returns the subscribers restored.  Raises
+        ValueError on an unknown format."""
+        doc = orjson.loads(raw)
+        if doc.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"unknown composite snapshot version {doc.get('version')!r}")
+        data = doc["engine"]
+        if data["clock"] is None:
+            data["clock"] = float("-inf")
+        for sub in data["subscriptions"]:
+            sub["subscribers"] = [[tuple(key), q] for key, q in sub["subscribers"]]
+        for a in data["atoms"]:
+            a["entries"] = [[t, topic, base64.b64decode(p), q] for t, topic, p, q in a["entries"]]
+        data = _only(data, keep)
+        old = self.engine.atoms()
+        self._apply(composite.Change((), tuple(old)))
+        self.engine = composite.CompositeEngine.restore(data)
+        self._apply(composite.Change(tuple(self.engine.atoms()), ()))
+        self.clients = {}
+        n = 0
+        for sub in data["subscriptions"]:
+            for (cid, name), _ in sub["subscribers"]:
+                ids = doc["clients"].get(cid, {}).get(name, [])
+                self.clients.setdefault(cid, {})[name] = tuple(ids)
+                n += 1
+        return n
+
+
+def _only(data: dict[str, Any], keep: Callable[[str], bool]) -> dict[str, Any]:
+    """A snapshot restricted to the subscriber keys of the clients ``keep`` accepts (and to
+    the atoms their subscriptions use)."""
+    subs = []
+    used: set[str] = set()
+    for sub in data["subscriptions"]:
+        subscribers = [[key, q] for key, q in sub["subscribers"] if keep(key[0])]
+        if subscribers:
+            subs.append(dict(sub, subscribers=subscribers))
+            used.update(sub["buffered"])
+    return dict(data, subscriptions=subs, atoms=[a for a in data["atoms"] if a["element"] in used])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pathlib
 
 import aiomqtt
 import paho.mqtt.client as mqtt
@@ -213,3 +214,37 @@ async def test_atoms_matched_through_the_index(broker: Broker) -> None:
     for s in subs:
         await s.__aexit__(None, None, None)
     assert comp.engine.stats().atoms == 0
+
+
+async def test_restart_keeps_composite_of_persisted_session(tmp_path: pathlib.Path) -> None:
+    """A graceful stop snapshots the composite subscriptions of persisted sessions with their
+    buffers; after the restart the buffered component still pairs with a new one.  The clean
+    session's composite subscription is not kept."""
+    db = str(tmp_path / "broker.db")
+    expiry = PahoProperties(PacketTypes.CONNECT)
+    expiry.SessionExpiryInterval = 3600
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        async with (
+            aiomqtt.Client(
+                "127.0.0.1", b.port, identifier="keep", protocol=V5, clean_start=False, properties=expiry
+            ) as c,
+            client(b, "clean") as clean,
+        ):
+            await c.subscribe("$composite/r/d/a & d/b", qos=1, properties=sub_props(composite_window="3600"))
+            await clean.subscribe("$composite/r/d/a & d/b", qos=1)
+            await b.publish("d/a", b"before", qos=1)
+        await eventually(lambda: list(b.core.composite.clients) == ["keep"])
+    assert (tmp_path / "broker.db.composite").exists()
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        assert b.core.composite.subscriptions_of("keep") == {"r": "d/a & d/b"}
+        assert "clean" not in b.core.composite.clients
+        sub = b.core.composite.engine.subscription(("keep", "r"))
+        assert sub is not None
+        assert (sub.window, sub.buffered) == (3600.0, 1)
+        async with aiomqtt.Client(
+            "127.0.0.1", b.port, identifier="keep", protocol=V5, clean_start=False, properties=expiry
+        ) as c:
+            await b.publish("d/b", b"after", qos=1)
+            m = await next_message(c)
+            assert m.topic.value == "$composite/r"
+            assert [p for _, _, p in components(event(m.payload))] == ["before", "after"]  # type: ignore[arg-type]
