@@ -23,12 +23,37 @@ Measured, library level (no broker):
   taken literally: every subscription using the atom gets a copy in its own buffer and is
   re-evaluated (``EagerEngine`` below, same semantics, same generated shape test).
 
+Measured, broker level (``--broker N``; broker/core/_composite.py): the QoS 0 rate of
+publications that match atoms through the compiled sans-IO core: a publisher ``Connection``
+is fed decoded PUBLISH packets, the core routes them (plan cache, topic index, the engine's
+offer) and every delivery -- the plain one and each composite event -- is encoded by the
+receiver's ``Connection`` and written to a transport that counts the writes.  N composite
+subscriptions of the workload above (SUBSCRIBE packets on 100 names per connection, half
+MQTT 3.1.1 with the expression in the filter, half MQTT 5 with the user property) against
+the same core with none; both cores also have one plain subscriber ``kind/#`` that receives
+every publication.  The two cores are measured alternately in the same process (``--rounds``
+rounds of ``--pubs`` publications each; the rate is total publications / total time).  Two
+streams, one publication 1 ms after the other (window 60 s):
+
+* *uniform*: topics uniform over the 100 kinds.  At 50,000 subscriptions almost every
+  subscription completes whenever both of its sides have an instance: each publication yields
+  hundreds of composite events, each one a delivery.  Completions are the common case.
+* *one kind*: every publication on the same kind (``kind/7``): its atom is present for all its
+  users after the first, so completions are rare (the first publication only).
+
+No sockets and no decoding of the incoming bytes: the rate is the core's plus the encoding of
+every outgoing PUBLISH; the socket reads and writes would add the same cost per publication
+to both cores, and a cost per composite event delivered to the one with composite
+subscriptions.
+
 Garbage collection is frozen after each build (``gc.freeze()``), as a long-running broker does.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_composite.py [--sizes 5000,10000,20000,30000,40000,50000]
         [--offers 1000] [--out docs/composite.md] [--plot docs/img/composite-fig10.png]
+    .venv/bin/python benchmarks/bench_composite.py --broker 50000 [--pubs 2000] [--rounds 3]
+        [--out docs/composite.md]
 """
 
 from __future__ import annotations
@@ -44,9 +69,11 @@ import time
 import tracemalloc
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from broker._config import BrokerConfig
 from composite import Atom, Component, CompositeEngine, Expr, parse
 from composite._syntax import parse as _parse_cached
 
@@ -196,14 +223,168 @@ def offers(
     return rate, events / done, per_event, eager_rate
 
 
+def broker_core(exprs: list[str], per_client: int = 100) -> tuple[Any, Any, list[int]]:
+    """A sans-IO core with real ``Connection`` objects on counting transports: a publisher, a
+    plain subscriber on ``kind/#``, and the composite subscriptions (``per_client`` names per
+    connection, half MQTT 3.1.1 with the expression in the filter, half MQTT 5 with the user
+    property); returns (core, publisher, [writes to the plain subscriber, writes to the others])."""
+    from broker.core._connection import Connection
+    from broker.core._core import Core
+    from broker.packets import Connect, Properties, Subscribe, SubscriptionRequest
+
+    counts = [0, 0]
+
+    def plain(data: bytes) -> None:
+        counts[0] += 1
+
+    def comp(data: bytes) -> None:
+        counts[1] += 1
+
+    def ignore(data: bytes) -> None:
+        pass
+
+    core = Core(BrokerConfig(sys_interval=0, max_subscriptions_per_client=per_client))
+    pub = Connection(core, ignore, lambda: None, 0.0)
+    pub.received([Connect("pub", protocol_level=5, keep_alive=0)], 0.0)
+    sub = Connection(core, plain, lambda: None, 0.0)
+    sub.received([Connect("plain", protocol_level=5, keep_alive=0)], 0.0)
+    sub.received([Subscribe(1, (SubscriptionRequest("kind/#", 0),))], 0.0)
+    for c in range(0, len(exprs), per_client):
+        v5 = (c // per_client) % 2 == 1
+        conn = Connection(core, comp, lambda: None, 0.0)
+        conn.received([Connect(f"c{c}", protocol_level=5 if v5 else 4, keep_alive=0)], 0.0)
+        for j, e in enumerate(exprs[c : c + per_client]):
+            if v5:
+                props = Properties(user_properties=(("composite", e),))
+                req = SubscriptionRequest(f"$composite/n{j}", 0)
+            else:
+                props = Properties()
+                req = SubscriptionRequest(f"$composite/n{j}/{e}", 0)
+            conn.received([Subscribe(j + 1, (req,), props)], 0.0)
+    core.flush()
+    assert core.composite.engine.stats().subscribers == len(exprs), core.composite.refused
+    counts[0] = counts[1] = 0
+    return core, pub, counts
+
+
+def broker_rates(n: int, pubs: int, rounds: int) -> list[tuple[str, float, float, float, float]]:
+    """Per stream: (stream, rate without, rate with, composite events per publication (one
+    PUBLISH each: one subscriber per composite subscription), plain writes per publication)."""
+    from broker.packets import Publish
+
+    base, base_pub, base_counts = broker_core([])
+    core, pub, counts = broker_core(workload(n))
+    gc.collect()
+    gc.freeze()
+    rnd = random.Random(5)
+    streams = {
+        "uniform": [f"kind/{rnd.randrange(KINDS)}" for _ in range(pubs)],
+        "one kind": ["kind/7"] * pubs,
+    }
+    clock = [1.0]
+
+    def wall() -> float:
+        return clock[0]
+
+    base.clock.wall = wall  # the engine's clock: one publication every 1 ms
+    core.clock.wall = wall
+
+    def run(c: Any, p: Any, topics_: list[str]) -> float:
+        packets = [Publish(t, b'{"v": 1}', 0) for t in topics_]
+        received = p.received
+        flush = c.flush
+        t0 = time.perf_counter()
+        for packet in packets:
+            clock[0] += 0.001
+            received([packet], 0.0)
+            flush()
+        return time.perf_counter() - t0
+
+    out = []
+    for name, stream in streams.items():
+        clock[0] += 120.0  # past every window: each stream starts with empty buffers
+        tb = tw = 0.0
+        before, plain_before = core.composite.events, counts[0]
+        for _ in range(rounds):
+            tb += run(base, base_pub, stream)
+            tw += run(core, pub, stream)
+        total = pubs * rounds
+        out.append(
+            (
+                name,
+                total / tb,
+                total / tw,
+                (core.composite.events - before) / total,
+                (counts[0] - plain_before) / total,
+            )
+        )
+    assert base_counts[1] == 0 and base_counts[0] == counts[0]
+    gc.unfreeze()
+    return out
+
+
+def write_block(out: Path, marker: str, text: str) -> None:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    cmd = "    .venv/bin/python benchmarks/bench_composite.py " + " ".join(sys.argv[1:])
+    machine = (
+        f"{platform.processor() or platform.machine()}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.system()}"
+    )
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    block = (
+        f"{marker}\nCommand (run {when}, commit {commit}):\n\n{cmd}\n\nMachine: {machine} "
+        f"(2 cores shared with other jobs; timings are noisy, ratios are measured in the same "
+        f"run).\n\n{text}\n{marker}"
+    )
+    body = out.read_text() if out.exists() else ""
+    if marker in body:
+        pre, _, rest = body.partition(marker)
+        _, _, post = rest.partition(marker)
+        body = pre + block + post
+    else:
+        body = body + "\n" + block + "\n"
+    out.write_text(body)
+
+
+def broker_main(args: argparse.Namespace) -> None:
+    n = args.broker
+    rows = broker_rates(n, args.pubs, args.rounds)
+    lines = [
+        f"#### Broker: QoS 0 publications matching atoms, {n:,} composite subscriptions vs none",
+        "",
+        "| stream | completions | publications/s, no composite subscriptions | "
+        f"publications/s, {n:,} composite subscriptions | with / without | target | "
+        "composite events (PUBLISHes) per publication |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, without, with_, epp, _ in rows:
+        kind = "common" if epp >= 1 else "rare"
+        lines.append(
+            f"| {name} | {kind} | {without:,.0f} | {with_:,.0f} | {with_ / without:.1%} | >= 50 % "
+            f"| {epp:,.2f} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        write_block(args.out, "<!-- bench_composite broker table -->", text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--broker", type=int, default=0, help="only the broker part, with N subscriptions")
+    ap.add_argument("--pubs", type=int, default=2000, help="publications per stream per round (--broker)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per stream (--broker)")
     ap.add_argument("--sizes", default="5000,10000,20000,30000,40000,50000")
     ap.add_argument("--offers", type=int, default=1000, help="offers per uniform stream")
     ap.add_argument("--seconds", type=float, default=20.0, help="time cap per offer measurement")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
+    if args.broker:
+        broker_main(args)
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     rnd = random.Random(3)
 
@@ -321,29 +502,7 @@ def main() -> None:
         fig.savefig(args.plot, dpi=100)
 
     if args.out is not None:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-        cmd = "    .venv/bin/python benchmarks/bench_composite.py " + " ".join(sys.argv[1:])
-        machine = (
-            f"{platform.processor() or platform.machine()}, {platform.python_implementation()} "
-            f"{platform.python_version()}, {platform.system()}"
-        )
-        when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        marker = "<!-- bench_composite table -->"
-        block = (
-            f"{marker}\nCommand (run {when}, commit {commit}):\n\n{cmd}\n\nMachine: {machine} "
-            f"(2 cores shared with other jobs; timings are noisy, ratios are measured in the same "
-            f"run).\n\n{text}\n{marker}"
-        )
-        body = args.out.read_text() if args.out.exists() else ""
-        if marker in body:
-            pre, _, rest = body.partition(marker)
-            _, _, post = rest.partition(marker)
-            body = pre + block + post
-        else:
-            body = body + "\n" + block + "\n"
-        args.out.write_text(body)
+        write_block(args.out, "<!-- bench_composite table -->", text)
 
 
 if __name__ == "__main__":

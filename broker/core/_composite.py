@@ -104,7 +104,12 @@ class Composites:
         self.offers = 0  # publications offered to the engine (matched at least one atom)
         self.events = 0  # composite events produced
         self.refused = 0  # composite subscriptions refused
-        self.changes = 0  # state changes (subscribe, unsubscribe, offer): dump when it moved
+        self._changed = 0  # subscribes and unsubscribes
+
+    @property
+    def changes(self) -> int:
+        """Changes of state so far (subscriptions and offers): a snapshot is due when it moved."""
+        return self._changed + self.offers
 
     # ------------------------------------------------------------ subscriptions
     def subscribe_request(
@@ -196,7 +201,7 @@ class Composites:
         if not names:
             del self.clients[client_id]
         change = self.engine.unsubscribe((client_id, name))
-        self.changes += 1
+        self._changed += 1
         if change is not None:
             self._apply(change)
         return True
@@ -253,10 +258,11 @@ class Composites:
         for delivery; the engine gets the wall clock)."""
         core = self.core
         self.offers += 1
-        self.changes += 1
-        events = self.engine.offer_many(
-            atom_ids, composite.Component(msg.topic, msg.payload, msg.qos), core.clock.wall()
-        )
+        comp = composite.Component(msg.topic, msg.payload, msg.qos)
+        if len(atom_ids) == 1:
+            events = self.engine.offer(atom_ids[0], comp, core.clock.wall())
+        else:
+            events = self.engine.offer_many(atom_ids, comp, core.clock.wall())
         if not events:
             return
         self.events += len(events)
