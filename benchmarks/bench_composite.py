@@ -362,7 +362,7 @@ def broker_main(args: argparse.Namespace) -> None:
     for name, without, with_, epp, _ in rows:
         kind = "common" if epp >= 1 else "rare"
         lines.append(
-            f"| {name} | {kind} | {without:,.0f} | {with_:,.0f} | {with_ / without:.1%} | >= 50 % "
+            f"| {name} | {kind} | {without:,.0f} | {with_:,.0f} | {with_ / without:.2%} | >= 50 % "
             f"| {epp:,.2f} |"
         )
     text = "\n".join(lines)
