@@ -41,10 +41,19 @@ streams, one publication 1 ms after the other (window 60 s):
 * *one kind*: every publication on the same kind (``kind/7``): its atom is present for all its
   users after the first, so completions are rare (the first publication only).
 
-No sockets and no decoding of the incoming bytes: the rate is the core's plus the encoding of
-every outgoing PUBLISH; the socket reads and writes would add the same cost per publication
-to both cores, and a cost per composite event delivered to the one with composite
-subscriptions.
+Over loopback (``--wire N``): two brokers in this process on uvloop, one with N composite
+subscriptions held by in-process subscribers (``Broker.subscribe_composite``, queues of one
+message: the events beyond are counted as dropped, so a composite event costs its creation
+and its delivery to a sink, not a socket write), the other with none; a child process
+connects a plain MQTT 3.1.1 subscriber on ``kind/#`` and a publisher to each and sends QoS 0
+publications ``--chunk`` (100) at a time, the next chunk once the subscriber has received
+the previous one; the two brokers alternate per round.  The rate is publications received
+by the subscriber per second.
+
+For ``--broker``, no sockets and no decoding of the incoming bytes: the rate is the core's
+plus the encoding of every outgoing PUBLISH; the socket reads and writes would add the same
+cost per publication to both cores, and a cost per composite event delivered to the one with
+composite subscriptions.
 
 Garbage collection is frozen after each build (``gc.freeze()``), as a long-running broker does.
 
@@ -54,6 +63,8 @@ Usage::
         [--offers 1000] [--out docs/composite.md] [--plot docs/img/composite-fig10.png]
     .venv/bin/python benchmarks/bench_composite.py --broker 50000 [--pubs 2000] [--rounds 3]
         [--out docs/composite.md]
+    .venv/bin/python benchmarks/bench_composite.py --wire 50000 [--pubs 2000] [--rounds 3]
+        [--chunk 100] [--out docs/composite.md]
 """
 
 from __future__ import annotations
@@ -323,6 +334,184 @@ def broker_rates(n: int, pubs: int, rounds: int) -> list[tuple[str, float, float
     return out
 
 
+# ---------------------------------------------------------------- over sockets (--wire)
+
+
+def _frame(ptype: int, body: bytes) -> bytes:
+    n = len(body)
+    rl = bytearray()
+    while True:
+        byte, n = n % 128, n // 128
+        rl.append(byte | (0x80 if n else 0))
+        if not n:
+            break
+    return bytes([ptype]) + bytes(rl) + body
+
+
+def _s(text: str) -> bytes:
+    raw = text.encode()
+    return len(raw).to_bytes(2, "big") + raw
+
+
+class _Reader:
+    """Counts the PUBLISH packets of a blocking socket's stream (MQTT 3.1.1)."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def packets(self) -> list[int]:
+        """The packet types of the complete packets read by one recv."""
+        self.buf += self.sock.recv(1 << 20)
+        out = []
+        buf, i = self.buf, 0
+        while True:
+            j, mult, rl = i + 1, 1, 0
+            while j < len(buf):
+                rl += (buf[j] & 0x7F) * mult
+                mult *= 128
+                j += 1
+                if not buf[j - 1] & 0x80:
+                    break
+            else:
+                break
+            if j + rl > len(buf):
+                break
+            out.append(buf[i] & 0xF0)
+            i = j + rl
+        self.buf = buf[i:]
+        return out
+
+
+def wire_client(ports: list[int], pubs: int, rounds: int, chunk: int) -> None:
+    """The client side of ``--wire`` (a separate process): per broker a subscriber on
+    ``kind/#`` and a publisher (MQTT 3.1.1, QoS 0); publications are sent ``chunk`` at a
+    time, each chunk after the subscriber received the previous one (no loss, no pacing by
+    sleeps); prints JSON {stream: [[seconds per port] per round]}."""
+    import json
+    import socket
+
+    conns = []
+    for k, port in enumerate(ports):
+        pair = []
+        for role in ("sub", "pub"):
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(_frame(0x10, _s("MQTT") + b"\x04\x02\x00\x00" + _s(f"{role}{k}")))
+            r = _Reader(sock)
+            while 0x20 not in r.packets():
+                pass
+            pair.append((sock, r))
+        sub, sr = pair[0]
+        sub.sendall(_frame(0x82, b"\x00\x01" + _s("kind/#") + b"\x00"))
+        while 0x90 not in sr.packets():
+            pass
+        conns.append(pair)
+    rnd = random.Random(5)
+    streams = {
+        "uniform": [f"kind/{rnd.randrange(KINDS)}" for _ in range(pubs)],
+        "one kind": ["kind/7"] * pubs,
+    }
+    out: dict[str, list[list[float]]] = {}
+    for name, topics_ in streams.items():
+        data = [_frame(0x30, _s(t) + b'{"v": 1}') for t in topics_]
+        chunks = [b"".join(data[i : i + chunk]) for i in range(0, len(data), chunk)]
+        sizes = [len(data[i : i + chunk]) for i in range(0, len(data), chunk)]
+        out[name] = []
+        for _ in range(rounds):
+            row = []
+            for (_sub, sr), (pub, _) in conns:
+                t0 = time.perf_counter()
+                for blob, size in zip(chunks, sizes, strict=True):
+                    pub.sendall(blob)
+                    got = 0
+                    while got < size:
+                        got += sr.packets().count(0x30)
+                row.append(time.perf_counter() - t0)
+            out[name].append(row)
+    print(json.dumps(out))
+
+
+async def wire_rates(n: int, pubs: int, rounds: int, chunk: int) -> list[tuple[str, float, float, float]]:
+    """Two brokers in this process (uvloop), one with ``n`` in-process composite
+    subscriptions; the clients in a child process.  Per stream: (stream, rate without, rate
+    with, composite events per publication)."""
+    import asyncio
+    import json
+
+    from broker import Broker
+
+    base = Broker(host="127.0.0.1", port=0, sys_interval=0)
+    full = Broker(host="127.0.0.1", port=0, sys_interval=0)
+    await base.start()
+    await full.start()
+    subs = []
+    for i, e in enumerate(workload(n)):
+        sub = full.subscribe_composite(e, qos=0, name=f"n{i}", maxsize=1)
+        await sub.__aenter__()
+        subs.append(sub)
+    gc.collect()
+    gc.freeze()
+    events0 = full.core.composite.events
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        __file__,
+        "--wire-client",
+        f"{base.port},{full.port}",
+        "--pubs",
+        str(pubs),
+        "--rounds",
+        str(rounds),
+        "--chunk",
+        str(chunk),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    stdout, _ = await proc.communicate()
+    times = json.loads(stdout)
+    events = full.core.composite.events - events0
+    for sub in subs:
+        await sub.__aexit__(None, None, None)
+    await base.stop()
+    await full.stop()
+    gc.unfreeze()
+    total = pubs * rounds
+    out = []
+    for name, rows in times.items():
+        tb = sum(r[0] for r in rows)
+        tw = sum(r[1] for r in rows)
+        out.append((name, total / tb, total / tw, 0.0))
+    # events per publication of the uniform stream (one kind completes almost nothing)
+    name, rb, rw, _ = out[0]
+    out[0] = (name, rb, rw, events / total)
+    return out
+
+
+def wire_main(args: argparse.Namespace) -> None:
+    import uvloop
+
+    n = args.wire
+    rows = uvloop.run(wire_rates(n, args.pubs, args.rounds, args.chunk))
+    lines = [
+        f"#### Broker over loopback: QoS 0 publications matching atoms, {n:,} composite "
+        "subscriptions vs none",
+        "",
+        "| stream | completions | publications/s, no composite subscriptions | "
+        f"publications/s, {n:,} composite subscriptions | with / without | target | "
+        "composite events per publication |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, without, with_, epp in rows:
+        kind = "common" if name == "uniform" else "rare"
+        epp_s = f"{epp:,.2f}" if name == "uniform" else "—"
+        lines.append(
+            f"| {name} | {kind} | {without:,.0f} | {with_:,.0f} | {with_ / without:.2%} | >= 50 % | {epp_s} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        write_block(args.out, "<!-- bench_composite wire table -->", text)
+
+
 def write_block(out: Path, marker: str, text: str) -> None:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -376,12 +565,21 @@ def main() -> None:
     ap.add_argument("--broker", type=int, default=0, help="only the broker part, with N subscriptions")
     ap.add_argument("--pubs", type=int, default=2000, help="publications per stream per round (--broker)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per stream (--broker)")
+    ap.add_argument("--wire", type=int, default=0, help="only the loopback part, with N subscriptions")
+    ap.add_argument("--chunk", type=int, default=100, help="publications in flight (--wire)")
+    ap.add_argument("--wire-client", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default="5000,10000,20000,30000,40000,50000")
     ap.add_argument("--offers", type=int, default=1000, help="offers per uniform stream")
     ap.add_argument("--seconds", type=float, default=20.0, help="time cap per offer measurement")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
+    if args.wire_client is not None:
+        wire_client([int(p) for p in args.wire_client.split(",")], args.pubs, args.rounds, args.chunk)
+        return
+    if args.wire:
+        wire_main(args)
+        return
     if args.broker:
         broker_main(args)
         return
