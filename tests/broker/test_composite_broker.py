@@ -14,8 +14,9 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
-from broker import Broker
+from broker import Broker, Hooks, Message, SubscriptionAction, SubscriptionChange
 from broker.core._composite import ATOM_CLIENT, split_composite
+from broker.hooks import DeliveryEntry
 from tests.broker.test_broker_paho_amqtt import Paho
 from tests.waiting import eventually, next_message
 
@@ -248,3 +249,50 @@ async def test_restart_keeps_composite_of_persisted_session(tmp_path: pathlib.Pa
             m = await next_message(c)
             assert m.topic.value == "$composite/r"
             assert [p for _, _, p in components(event(m.payload))] == ["before", "after"]  # type: ignore[arg-type]
+
+
+class Recorder(Hooks):
+    """Records subscription changes and deliveries (what the bridge plugin receives)."""
+
+    def __init__(self) -> None:
+        self.changes: list[SubscriptionChange] = []
+        self.deliveries: list[tuple[str, bytes, list[DeliveryEntry], int]] = []
+
+    def on_subscription_change(self, change: SubscriptionChange) -> None:
+        self.changes.append(change)
+
+    def on_deliveries(
+        self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
+    ) -> None:
+        self.deliveries.append((message.topic, message.payload, list(deliveries), routes))
+
+
+async def test_hooks_see_composite_subscriptions_and_events() -> None:
+    rec = Recorder()
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[rec]) as b,
+        client(b, "h") as c,
+    ):
+        await c.subscribe("$composite/hk/h/a & h/b", qos=0)
+        await b.publish("h/a", b"1")
+        await b.publish("h/b", b"2")
+        m = await next_message(c)
+        assert m.topic.value == "$composite/hk"
+        await c.unsubscribe("$composite/hk")
+        await eventually(lambda: len(rec.changes) == 2)
+    sub, unsub = rec.changes
+    assert (sub.client_id, sub.action, sub.topic_filter, sub.content_filter) == (
+        "h",
+        SubscriptionAction.SUBSCRIBE,
+        "$composite/hk",
+        "h/a & h/b",
+    )
+    assert (unsub.action, unsub.topic_filter) == (SubscriptionAction.UNSUBSCRIBE, "$composite/hk")
+    # the publications h/a and h/b had no subscriber (their atom routes are not deliveries);
+    # the composite event is reported as a publication of its own with its one delivery
+    events = [d for d in rec.deliveries if d[0] == "$composite/hk"]
+    assert len(events) == 1
+    _, payload, entries, routes = events[0]
+    assert routes == 1 and [e[0] for e in entries] == ["h"]
+    assert event(payload)["expression"] == "h/a & h/b"
+    assert all(r == 0 for t, _, _, r in rec.deliveries if t in ("h/a", "h/b"))
