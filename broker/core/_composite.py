@@ -251,6 +251,34 @@ class Composites:
                 out[name] = sub.expression
         return out
 
+    def sys_values(self) -> dict[str, str]:
+        """``$SYS/broker/composite/...`` counters (O(clients with composite subscriptions))."""
+        return {
+            "$SYS/broker/composite/subscribers": str(sum(len(n) for n in self.clients.values())),
+            "$SYS/broker/composite/offers": str(self.offers),
+            "$SYS/broker/composite/events": str(self.events),
+            "$SYS/broker/composite/refused": str(self.refused),
+        }
+
+    def _check(self) -> None:
+        """Invariants: the subscriber keys here are the engine's, and every atom of the engine
+        is exactly one index entry of its reserved client id, with its id and selector.
+        O(subscribers + atoms)."""
+        eng = self.engine
+        keys = {(cid, name) for cid, names in self.clients.items() for name in names}
+        assert all(names for names in self.clients.values())
+        assert all(eng.subscription(k) is not None for k in keys)
+        assert eng.stats().subscribers == len(keys)
+        index = self.core.router.index
+        for atom in eng.atoms():
+            entries = index.entries(ATOM_CLIENT + str(atom.id))
+            assert len(entries) == 1, atom
+            (entry,) = entries
+            assert entry.topic_filter == atom.topic_filter and entry.options is not None
+            assert entry.options.subscription_id == atom.id
+            assert entry.options.selector == atom.selector
+        eng._check()
+
     # ------------------------------------------------------------ publications
     def offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
         """``msg`` matched the atoms ``atom_ids`` (from ``Router.route``): offer it, deliver

@@ -497,6 +497,7 @@ class Core:
             "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
+            **self.composite.sys_values(),
         }
 
     def refused(self, limit: str, client_id: str) -> None:

@@ -91,6 +91,7 @@ async def test_aiomqtt_or_and_event_once_then_unsubscribe(
         # unsubscribe stops the events and removes the atoms from the index
         await sub.unsubscribe("$composite/ship")
         await eventually(lambda: not broker.core.composite.clients)
+        broker.core.composite._check()
         await pub.publish("ent/2", b"two", qos=1)
         await pub.publish("marker", b"m2")
         m = await next_message(sub)
@@ -105,6 +106,7 @@ async def test_aiomqtt_v5_user_property_and_qos_minimum(broker: Broker) -> None:
             "$composite/w", qos=2, properties=sub_props(composite="a/+[t > 20] & 'b b/#'")
         )
         assert codes_of(codes) == [2]
+        broker.core.composite._check()
         await broker.publish("a/1", b'{"t": 10}', qos=2)  # selector false: not a component
         await broker.publish("a/2", b'{"t": 25}', qos=2)
         await broker.publish("b b/x", b"\xff\x00", qos=1)
@@ -132,6 +134,7 @@ async def test_aiomqtt_bad_expression_refused(broker: Broker, caplog: pytest.Log
         assert codes_of(await c3.subscribe(f"$composite/n/{long_junk}", qos=1)) == [0x80]
         assert codes_of(await c3.subscribe("$composite/n/'$share/g/a' & c", qos=1)) == [0x80]
     assert broker.core.composite.refused == 5
+    assert broker.core.sys_values(0.0)["$SYS/broker/composite/refused"] == "5"
     assert not broker.core.composite.clients
     logged = [r.getMessage() for r in caplog.records if "composite subscription refused" in r.getMessage()]
     assert logged  # logged (rate-limited: at most one line per 10 s)
@@ -206,6 +209,7 @@ async def test_atoms_matched_through_the_index(broker: Broker) -> None:
     stats = comp.engine.stats()
     assert stats.subscribers == n  # 300 keys sharing 20 distinct composite subscriptions
     assert stats.atoms == 20
+    comp._check()
     assert len(broker.core.router.index) == 20  # one index entry per atom, shared by all
     assert broker.core.router.index.entry_count(ATOM_CLIENT + "1") == 1
     for k in range(200):
@@ -246,6 +250,7 @@ async def test_restart_keeps_composite_of_persisted_session(tmp_path: pathlib.Pa
         sub = b.core.composite.engine.subscription(("keep", "r"))
         assert sub is not None
         assert (sub.window, sub.buffered) == (3600.0, 1)
+        b.core.composite._check()
         async with aiomqtt.Client(
             "127.0.0.1", b.port, identifier="keep", protocol=V5, clean_start=False, properties=expiry
         ) as c:
