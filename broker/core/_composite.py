@@ -56,7 +56,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -76,6 +76,8 @@ __all__ = ["ATOM_CLIENT", "COMPOSITE_PREFIX", "SNAPSHOT_VERSION", "Composites", 
 COMPOSITE_PREFIX = "$composite/"
 #: the index client id prefix of atoms (U+0000 is refused in MQTT client ids)
 ATOM_CLIENT = "\x00composite/"
+T = TypeVar("T")
+
 #: format of :meth:`Composites.dump`
 SNAPSHOT_VERSION = 1
 
@@ -130,9 +132,9 @@ class Composites:
                 if key == "composite" and expression is None:
                     expression = value
                 elif key == "composite-window":
-                    window = float(value)
+                    window = _number(float, key, value)
                 elif key == "composite-max-buffer":
-                    cap = int(value)
+                    cap = _number(int, key, value)
             if expression is None:
                 raise ValueError(
                     f"{shown(full)}: no expression (user property 'composite' or "
@@ -187,6 +189,7 @@ class Composites:
         change = self.engine.subscribe(
             (client_id, name), expression, qos=qos, window=window, max_buffer=max_buffer
         )
+        self._changed += 1
         self._apply(change)
         self.clients.setdefault(client_id, {})[name] = sub_ids
         sub = self.engine.subscription((client_id, name))
@@ -367,6 +370,14 @@ class Composites:
                 self.clients.setdefault(cid, {})[name] = tuple(ids)
                 n += 1
         return n
+
+
+def _number(kind: Callable[[str], T], key: str, value: str) -> T:
+    """``kind(value)``, or a ValueError that shows at most 100 characters of ``value``."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"user property {key}: {shown(value)} is not a number") from None
 
 
 def _only(data: dict[str, Any], keep: Callable[[str], bool]) -> dict[str, Any]:

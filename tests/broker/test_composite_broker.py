@@ -133,8 +133,13 @@ async def test_aiomqtt_bad_expression_refused(broker: Broker, caplog: pytest.Log
         assert codes_of(await c5.subscribe("$composite/n/a[x >] & b", qos=1)) == [0x8F]  # selector
         assert codes_of(await c3.subscribe(f"$composite/n/{long_junk}", qos=1)) == [0x80]
         assert codes_of(await c3.subscribe("$composite/n/'$share/g/a' & c", qos=1)) == [0x80]
-    assert broker.core.composite.refused == 5
-    assert broker.core.sys_values(0.0)["$SYS/broker/composite/refused"] == "5"
+    async with client(broker, "badw") as c5:
+        bad_window = sub_props(composite="a & b", composite_window="x" * 5000)
+        assert codes_of(await c5.subscribe("$composite/n", qos=1, properties=bad_window)) == [0x8F]
+        zero = sub_props(composite="a & b", composite_max_buffer="0")
+        assert codes_of(await c5.subscribe("$composite/n", qos=1, properties=zero)) == [0x8F]
+    assert broker.core.composite.refused == 7
+    assert broker.core.sys_values(0.0)["$SYS/broker/composite/refused"] == "7"
     assert not broker.core.composite.clients
     logged = [r.getMessage() for r in caplog.records if "composite subscription refused" in r.getMessage()]
     assert logged  # logged (rate-limited: at most one line per 10 s)
