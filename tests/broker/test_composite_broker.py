@@ -378,3 +378,12 @@ async def test_kill_9_returns_to_the_last_snapshot(tmp_path: pathlib.Path) -> No
     finally:
         proc.send_signal(signal.SIGKILL)
         await proc.wait()
+
+
+async def test_testing_fixture_has_composite(broker_fixture: Broker) -> None:
+    """The ``broker.testing`` fixture's broker serves composite subscriptions (in process and
+    to clients)."""
+    async with broker_fixture.subscribe_composite("f/a | f/b", qos=0) as sub:
+        await broker_fixture.publish("f/b", b"x")
+        m = await sub.get(5)
+        assert components(event(m.payload)) == [("f/b", "f/b", "x")]
