@@ -54,6 +54,7 @@ journal like any message.  docs/composite.md, "In the broker".
 from __future__ import annotations
 
 import base64
+import gc
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -328,7 +329,18 @@ class Composites:
     def dump(self, keep: Callable[[str], bool]) -> bytes:
         """The composite subscriptions of the clients ``keep`` accepts (persisted sessions),
         their buffers and counters, as JSON (``engine.snapshot()`` with payloads in base64).
-        O(state): run on the event loop, written elsewhere."""
+        O(state): run on the event loop, written elsewhere; the cyclic garbage collector is off
+        meanwhile (the million small containers of a large snapshot would otherwise trigger
+        collections over the whole heap: 2.7 s instead of about 1 s at 50,000 subscriptions)."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._dump(keep)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _dump(self, keep: Callable[[str], bool]) -> bytes:
         data = _only(self.engine.snapshot(), keep)
         for a in data["atoms"]:
             a["entries"] = [[t, topic, base64.b64encode(p).decode(), q] for t, topic, p, q in a["entries"]]
@@ -346,7 +358,17 @@ class Composites:
     def load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
         """Replace the state by a :meth:`dump` (only the clients ``keep`` accepts: sessions
         that came back); atoms are indexed again.  Returns the subscribers restored.  Raises
-        ValueError on an unknown format."""
+        ValueError on an unknown format.  The garbage collector is off meanwhile (as in
+        :meth:`dump`)."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._load(raw, keep)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
         doc = orjson.loads(raw)
         if doc.get("version") != SNAPSHOT_VERSION:
             raise ValueError(f"unknown composite snapshot version {doc.get('version')!r}")
