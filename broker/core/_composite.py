@@ -42,10 +42,11 @@ atom created or removed.
 
 Persistence (with a store): the composite subscriptions of persisted sessions, their buffers
 and counters are written as one snapshot file beside the store (``<store>.composite``,
-:meth:`Composites.dump`, JSON of ``CompositeEngine.snapshot()``) at a graceful stop and every
-``COMPOSITE_SNAPSHOT_INTERVAL`` (5 s) when something changed, and restored at start for the
-sessions the store brought back (:meth:`Composites.load`).  A ``kill -9`` returns to the last
-snapshot: composite subscriptions made after it are gone, components offered after it are
+:meth:`Composites.dump`, JSON of ``CompositeEngine.snapshot()``) at a graceful stop and, when
+something changed, every ``COMPOSITE_SNAPSHOT_INTERVAL`` (5 s) or, when a snapshot takes
+longer than 5 % of that, every 20 x its duration (``broker/_broker.py``); restored at start
+for the sessions the store brought back (:meth:`Composites.load`).  A ``kill -9`` returns to
+the last snapshot: composite subscriptions made after it are gone, components offered after it are
 lost, and components consumed after it are buffered again (their event can be produced a
 second time).  The composite event messages queued for a persisted session are stored by the
 journal like any message.  docs/composite.md, "In the broker".
