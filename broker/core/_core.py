@@ -554,8 +554,12 @@ class Core:
             # connections cost 1.6 us per flush (measured: benchmarks/bench_composite.py --broker)
             batch = list(dirty)
             dirty.clear()
-            for conn in batch:
-                conn.flush()
+            for i, conn in enumerate(batch):
+                try:
+                    conn.flush()
+                except BaseException:
+                    dirty.update(batch[i + 1 :])  # as before: the rest stay dirty
+                    raise
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: every connection is closed (v5: DISCONNECT 0x8B) and detached.
