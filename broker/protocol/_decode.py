@@ -264,6 +264,10 @@ _PROTOCOLS: Final = {3: "MQIsdp", 4: "MQTT", 5: "MQTT"}
 def _connect(r: _Reader, dec: Decoder) -> Connect:
     name = r.string("protocol name")
     level = r.u8("protocol level")
+    # 0x83 / 0x84: a mosquitto bridge (the "bridge bit" 0x80 on 3.1 / 3.1.1; not on 5.0)
+    bridge = level in (0x83, 0x84)
+    if bridge:
+        level &= 0x7F
     if _PROTOCOLS.get(level) != name:
         raise r.fail(f"unsupported protocol {name!r} level {level}", ReasonCode.UNSUPPORTED_PROTOCOL_VERSION)
     dec.version = level
@@ -295,7 +299,9 @@ def _connect(r: _Reader, dec: Decoder) -> Connect:
     password = r.binary("password") if flags & 0x40 else None
     if not r.done():
         raise r.fail(f"{r.end - r.pos} unexpected bytes after the payload")
-    return Connect(client_id, level, bool(flags & 0x02), keep_alive, will, username, password, props, name)
+    return Connect(
+        client_id, level, bool(flags & 0x02), keep_alive, will, username, password, props, name, bridge
+    )
 
 
 def _connack(r: _Reader, v5: bool) -> Connack:

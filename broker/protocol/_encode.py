@@ -124,7 +124,8 @@ def _enc_connect(p: Connect, version: int) -> bytes:
         flags |= 0x40
     if p.username is not None:
         flags |= 0x80
-    parts = [_enc_str(p.protocol_name), bytes((level, flags)), pack_u16(p.keep_alive)]
+    wire_level = level | 0x80 if p.bridge and level in (3, 4) else level
+    parts = [_enc_str(p.protocol_name), bytes((wire_level, flags)), pack_u16(p.keep_alive)]
     if v5:
         parts.append(_props(p.properties))
     parts.append(_enc_str(p.client_id))
