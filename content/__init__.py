@@ -3,7 +3,8 @@
 Public surface (CONTRACT.md, "content"): :func:`compile` turns an SQL-92 selector into a
 :class:`Filter` (DNF of :class:`Predicate` atoms); :func:`attributes` flattens a JSON payload
 into the event an engine matches; :data:`ENGINES` maps engine names to classes that all give
-the same answers (seeds 000, 003, 004; brute force is the oracle).
+the same answers (seeds 000, 003, 004 and seed 004's baselines TAMA and H-Tree; brute
+force is the oracle).
 
 This package imports nothing from ``broker`` or ``bridge``.
 """
@@ -16,17 +17,20 @@ from content._engine import BruteForce, Engine, Event, SubId
 from content._filter import Clause, Filter
 from content._hcem import HCEM
 from content._hema import HEMA
+from content._htree import HTree
 from content._iccounting import ICCounting
 from content._predicate import Kind, Op, Predicate, Scalar
 from content._rabased import RABasedMatching
 from content._rein import REIN
 from content._selector import FilterSyntaxError, compile
+from content._tama import TAMA
 
 __all__ = [
     "ENGINES",
     "HCEM",
     "HEMA",
     "REIN",
+    "TAMA",
     "BruteForce",
     "Clause",
     "Counting",
@@ -34,6 +38,7 @@ __all__ = [
     "Event",
     "Filter",
     "FilterSyntaxError",
+    "HTree",
     "ICCounting",
     "Kind",
     "Op",
@@ -46,5 +51,6 @@ __all__ = [
 ]
 
 ENGINES: dict[str, type[Engine]] = {
-    cls.name: cls for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM)
+    cls.name: cls
+    for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM, TAMA, HTree)
 }
