@@ -38,8 +38,8 @@ Deviations (docs/content.md, "H-Tree"), for exact answers over the whole languag
   event until then; deletes are tombstones, compacted when the dead outnumber the live.
 
 Complexity (n units, delta levels, c copies per unit on average): build O(n c) numpy work
-(a radix sort of the bucket keys); per event O(3**delta) bucket lookups, O(candidates)
-to gather and deduplicate, and verification O(candidates) per interval slot while
+(a radix sort of the bucket keys); per event O(3**delta) bucket slices, O(candidates)
+to concatenate and deduplicate, and verification O(candidates) per interval slot while
 candidates survive; memory O(n c) bucket entries.
 """
 
@@ -52,13 +52,12 @@ import numpy.typing as npt
 
 from content._engine import Engine, Event, SubId
 from content._filter import Filter
-from content._units import EventVector, IntArray, UnitStore, leaf_of, ragged
+from content._units import EventVector, IntArray, UnitStore, leaf_of
 
 __all__ = ["HTree"]
 
 _REBUILD_MIN = 8  # new units tolerated before a rebuild, at least (default)
 _REBUILD_SHARE = 16  # ... and at most 1/16 of the built units
-I32Array = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 
 
@@ -84,7 +83,7 @@ class HTree(Engine):
         self._attrs: list[int] = []  # indexed attribute ids, one per level
         self._cuts: list[list[float]] = []  # per level: tau - 1 segment boundaries
         self._start: IntArray = np.zeros(2, dtype=np.int64)  # CSR over bucket keys
-        self._units: I32Array = np.zeros(0, dtype=np.int32)
+        self._units: IntArray = np.zeros(0, dtype=np.int64)
         self._mark: BoolArray = np.zeros(0, dtype=np.bool_)
         self._built = 0  # units [0, built) are in the tree
         self._rebuild_min = _REBUILD_MIN if rebuild_min is None else rebuild_min
@@ -162,7 +161,7 @@ class HTree(Engine):
         nkeys = tau**levels
         sort_key = keys.astype(np.uint16) if nkeys <= 0xFFFF else keys
         order = np.argsort(sort_key, kind="stable")
-        self._units = rows[order].astype(np.int32)
+        self._units = rows[order]
         start = np.zeros(nkeys + 1, dtype=np.int64)
         np.cumsum(np.bincount(keys, minlength=nkeys), out=start[1:])
         self._start = start
@@ -198,9 +197,13 @@ class HTree(Engine):
         parts: list[IntArray] = []
         if built:
             keys = self._keys(ev)
-            start = self._start
-            s = start[keys]
-            found = self._units[ragged(s, start[keys + 1] - s)]
+            start, units = self._start, self._units
+            got = [
+                units[s:e]
+                for s, e in zip(start[keys].tolist(), start[keys + 1].tolist(), strict=True)
+                if s != e
+            ]
+            found = np.concatenate(got) if got else units[:0]
             mark = self._mark
             mark[found] = True
             mark &= store.alive[:built]

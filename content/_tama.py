@@ -57,7 +57,6 @@ _UNREACHABLE = 255  # the need of a unit outside the table (dead, or added since
 _REBUILD_MIN = 8  # new units tolerated before a rebuild, at least (default)
 _REBUILD_SHARE = 16  # ... and at most 1/16 of the built units
 U8Array = npt.NDArray[np.uint8]
-I32Array = npt.NDArray[np.int32]
 
 
 class _Table:
@@ -98,8 +97,8 @@ class _Table:
         left = ll < fa
         right = (lh > fb) & ((lh != ll) | ~left)
         p_leaf = np.concatenate([ll[left], lh[right]])
-        order = np.argsort(p_leaf, kind="stable")
-        self.part_units: I32Array = np.concatenate([units[left], units[right]])[order].astype(np.int32)
+        order = np.argsort(p_leaf.astype(np.uint16) if leaves <= 0xFFFF else p_leaf, kind="stable")
+        self.part_units: IntArray = np.concatenate([units[left], units[right]])[order]
         self.part_lo: FloatArray = np.concatenate([lo[left], lo[right]])[order]
         self.part_hi: FloatArray = np.concatenate([hi[left], hi[right]])[order]
         p_start = np.zeros(leaves + 1, dtype=np.int64)
@@ -128,9 +127,7 @@ class _Table:
         nodes = np.concatenate(nodes_l) if nodes_l else np.empty(0, dtype=np.int64)
         key = nodes.astype(np.uint16) if 2 * leaves <= 0xFFFF else nodes
         order = np.argsort(key, kind="stable")
-        self.full_units: I32Array = (
-            np.concatenate(units_l)[order].astype(np.int32) if units_l else np.empty(0, dtype=np.int32)
-        )
+        self.full_units: IntArray = np.concatenate(units_l)[order] if units_l else np.empty(0, dtype=np.int64)
         f_start = np.zeros(2 * leaves + 1, dtype=np.int64)
         np.cumsum(np.bincount(nodes, minlength=2 * leaves), out=f_start[1:])
         self.full_start: list[int] = f_start.tolist()

@@ -49,7 +49,7 @@ from content._filter import Filter
 from content._predicate import Predicate
 from content._rein import event_number, split_clause
 
-__all__ = ["SLOTS", "EventVector", "UnitStore", "leaf_of", "ragged"]
+__all__ = ["SLOTS", "EventVector", "UnitStore", "leaf_of"]
 
 #: numeric attributes per unit that get an interval slot; further ones are residuals
 SLOTS = 32
@@ -69,16 +69,6 @@ def leaf_of(cuts: list[float], xf: float, x_ge: bool) -> int:
     above ``v`` (and no float lies strictly between ``v`` and ``xf``).
     """
     return bisect_right(cuts, xf) if x_ge else bisect_left(cuts, xf)
-
-
-def ragged(starts: IntArray, lens: IntArray) -> IntArray:
-    """Concatenated ``arange(s, s + n)`` for every ``(s, n)``: O(sum of lens)."""
-    total = int(lens.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    ends = np.cumsum(lens)
-    out: IntArray = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - lens), lens)
-    return out
 
 
 class EventVector:
@@ -284,7 +274,7 @@ class UnitStore:
     # -- reading --------------------------------------------------------------------
 
     def intervals(self, lo_unit: int = 0) -> dict[int, tuple[IntArray, FloatArray, FloatArray]]:
-        """Per attribute id, ``(units, low, high)`` of the live units ``>= lo_unit``.
+        """Per attribute id, ``(units, low, high)`` of the live units ``>= lo_unit``, by unit.
 
         O(rows x n) to scan the slots plus a stable sort of the entries by attribute.
         """
@@ -310,8 +300,7 @@ class UnitStore:
         attrs = np.concatenate(attrs_l)
         lo = np.concatenate(lo_l)
         hi = np.concatenate(hi_l)
-        # stable radix sort by attribute id (ids fit 16 bits in practice); within one
-        # attribute the entries stay in slot order, each slot's run by unit
+        # stable radix sort by attribute id (ids fit 16 bits in practice)
         key = attrs.astype(np.uint16) if len(self.attr_names) <= 0xFFFF else attrs
         order = np.argsort(key, kind="stable")
         attrs = attrs[order]
@@ -320,6 +309,7 @@ class UnitStore:
         out: dict[int, tuple[IntArray, FloatArray, FloatArray]] = {}
         for s, e in itertools.pairwise(bounds):
             sel = order[s:e]
+            sel = sel[np.argsort(units[sel], kind="stable")]  # by unit: runs, one per slot
             out[int(attrs[s])] = (units[sel], lo[sel], hi[sel])
         return out
 
