@@ -30,9 +30,10 @@ Deviations (docs/content.md, "H-Tree"), for exact answers over the whole languag
   ``max_copies`` (default ``3**delta``, never reached at seed 004's width 0.5) has its
   widest levels moved to cell ``tau-1`` until it fits.  The paper's structure runs out of
   memory at widths >= 0.8 (seed 004, Fig. 8); this one stays bounded.
-* **Indexed attributes and segments from the data.**  The delta attributes constrained by
-  most units are indexed (ties: first seen); each one's tau segments are cut at quantiles
-  of its range bounds (equal width for seed 004's uniform bounds), recomputed at rebuilds.
+* **Indexed attributes and domain from the data.**  The delta attributes constrained by
+  most units are indexed (ties: first seen); each one's tau segments have equal widths,
+  as in the paper, over the span ``[min, max]`` of its range bounds (nobody declares a
+  domain), recomputed at rebuilds; the first and last segments are open-ended.
 * **Updates.**  As in :mod:`content._tama`: the tree is rebuilt (vectorised) when units
   added since the last build exceed a sixteenth of it; those units are candidates of every
   event until then; deletes are tombstones, compacted when the dead outnumber the live.
@@ -52,12 +53,13 @@ import numpy.typing as npt
 
 from content._engine import Engine, Event, SubId
 from content._filter import Filter
-from content._units import EventVector, IntArray, UnitStore, leaf_of
+from content._units import EventVector, IntArray, UnitStore, equal_cuts, leaf_of
 
 __all__ = ["HTree"]
 
 _REBUILD_MIN = 8  # new units tolerated before a rebuild, at least (default)
 _REBUILD_SHARE = 16  # ... and at most 1/16 of the built units
+_CHUNK = 1 << 16  # units per chunk of the build
 BoolArray = npt.NDArray[np.bool_]
 
 
@@ -115,55 +117,70 @@ class HTree(Engine):
         wide = (span >= tau - 1) | (lo > hi)
         first[wide] = catch
         copies[wide] = 1
-        return first.astype(np.int64), copies.astype(np.int64)
+        return first, copies
 
     def _build(self) -> None:
-        """(Re)build the tree from the live units' intervals: vectorised, one radix sort."""
+        """(Re)build the tree from the live units' intervals.
+
+        Cells per level are computed for all units at once; the bucket entries are then
+        produced in chunks of units and placed by a counting sort over the bucket keys, so
+        the transient memory is one chunk's, not a second copy of every entry.
+        """
         store = self._store
         store.flush()
         n = store.n
         tau, catch = self._tau, self._tau - 1
         intervals = store.intervals()
-        ranked = sorted(intervals, key=lambda a: (-len(intervals[a][0]), a))
+        size = {a: len(iv[0]) for a, iv in intervals.items()}
+        ranked = sorted(size, key=lambda a: (-size[a], a))
         self._attrs = ranked[: self._delta]
         levels = len(self._attrs)
-        live = np.flatnonzero(store.alive[:n])
-        first = np.full((levels, n), catch, dtype=np.int64)
-        copies = np.ones((levels, n), dtype=np.int64)
+        first = np.full((levels, n), catch, dtype=np.int32)
+        copies = np.ones((levels, n), dtype=np.int32)
         self._cuts = []
         for lvl, a in enumerate(self._attrs):
             units, lo, hi = intervals[a]
-            bounds = np.concatenate([lo[np.isfinite(lo)], hi[np.isfinite(hi)]])
-            bounds.sort()
-            cuts = (
-                bounds[(np.arange(1, tau, dtype=np.int64) * len(bounds)) // tau]
-                if len(bounds)
-                else np.zeros(tau - 1)
-            )
+            cuts = equal_cuts(lo, hi, tau)
             self._cuts.append(cuts.tolist())
             first[lvl, units], copies[lvl, units] = self._cells(lo, hi, self._cuts[lvl])
-        if levels:  # the budget: move a unit's widest level to the catch-all cell until it fits
-            while True:
-                total = copies.prod(axis=0)
-                over = np.flatnonzero(total > self._max_copies)
-                if len(over) == 0:
-                    break
-                widest = copies[:, over].argmax(axis=0)
-                first[widest, over] = catch
-                copies[widest, over] = 1
-        rows = live
-        keys = np.zeros(len(rows), dtype=np.int64)
-        for lvl in range(levels):
-            rep = copies[lvl, rows]
-            off = np.arange(int(rep.sum()), dtype=np.int64) - np.repeat(np.cumsum(rep) - rep, rep)
-            keys = np.repeat(keys * tau + first[lvl, rows], rep) + off
-            rows = np.repeat(rows, rep)
+        del intervals
+        total = copies.prod(axis=0, dtype=np.int64)
+        while levels:  # the budget: move a unit's widest level to the catch-all cell until it fits
+            over = np.flatnonzero(total > self._max_copies)
+            if len(over) == 0:
+                break
+            widest = copies[:, over].argmax(axis=0)
+            first[widest, over] = catch
+            copies[widest, over] = 1
+            total[over] = copies[:, over].prod(axis=0, dtype=np.int64)
+        live = np.flatnonzero(store.alive[:n])
         nkeys = tau**levels
-        sort_key = keys.astype(np.uint16) if nkeys <= 0xFFFF else keys
-        order = np.argsort(sort_key, kind="stable")
-        self._units = rows[order]
+        key_type = np.uint16 if nkeys <= 0xFFFF else np.int64
+        counts = np.zeros(nkeys, dtype=np.int64)
+        chunks: list[tuple[npt.NDArray[np.integer], IntArray]] = []
+        for c in range(0, len(live), _CHUNK):
+            rows = live[c : c + _CHUNK]
+            keys = np.zeros(len(rows), dtype=np.int64)
+            for lvl in range(levels):
+                rep = copies[lvl, rows]
+                ends = np.cumsum(rep, dtype=np.int64)
+                off = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - rep, rep)
+                keys = np.repeat(keys * tau + first[lvl, rows], rep) + off
+                rows = np.repeat(rows, rep)
+            order = np.argsort(keys.astype(key_type), kind="stable")
+            chunks.append((keys[order].astype(key_type), rows[order]))
+            counts += np.bincount(keys, minlength=nkeys)
         start = np.zeros(nkeys + 1, dtype=np.int64)
-        np.cumsum(np.bincount(keys, minlength=nkeys), out=start[1:])
+        np.cumsum(counts, out=start[1:])
+        out = np.empty(int(start[-1]), dtype=np.int64)
+        fill = start[:-1].copy()  # next free slot of every bucket
+        for keys_c, rows_c in chunks:  # chunks come in unit order: buckets stay sorted by unit
+            cnt = np.bincount(keys_c, minlength=nkeys)
+            first_of = np.cumsum(cnt) - cnt  # where each key's run starts inside the chunk
+            k64 = keys_c.astype(np.int64)
+            out[fill[k64] + (np.arange(len(k64)) - first_of[k64])] = rows_c
+            fill += cnt
+        self._units = out
         self._start = start
         self._mark = np.zeros(n, dtype=np.bool_)
         self._built = n

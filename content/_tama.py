@@ -20,10 +20,10 @@ declares:
   *partial* entry with its bounds; it is counted only when the event value really lies in
   the range (two comparisons).  Cells wholly covered are counted without comparison, as in
   the paper, so the answer is exact and the counting work is the paper's.
-* **Cells from the data.**  The 2**(gamma-1) bottom cells are cut at quantiles of the
-  attribute's range bounds (equal width when the bounds are uniform, as in seed 004's
-  workload), recomputed whenever the index is rebuilt; cells cover the whole real line
-  (the first and last are open-ended).
+* **Domain from the data.**  The 2**(gamma-1) bottom cells have equal widths, as in the
+  paper, over the span ``[min, max]`` of the attribute's range bounds (nobody declares a
+  domain), recomputed whenever the index is rebuilt; the first and last cells are
+  open-ended, so the cells cover the whole real line.
 * **The rest of the language.**  Units are DNF conjunctions, so OR is exact; predicates
   that are not numeric ranges (and ranges beyond :data:`content._units.SLOTS` per unit) are
   residuals verified on the counted units; a missing attribute or a non-number is never
@@ -49,7 +49,7 @@ import numpy.typing as npt
 
 from content._engine import Engine, Event, SubId
 from content._filter import Filter
-from content._units import EventVector, FloatArray, IntArray, UnitStore, leaf_of
+from content._units import EventVector, FloatArray, IntArray, UnitStore, equal_cuts, leaf_of
 
 __all__ = ["TAMA"]
 
@@ -80,12 +80,7 @@ class _Table:
 
     def __init__(self, leaves: int, units: IntArray, lo: FloatArray, hi: FloatArray) -> None:
         self.leaves = leaves
-        bounds = np.concatenate([lo[np.isfinite(lo)], hi[np.isfinite(hi)]])
-        bounds.sort()
-        if len(bounds):
-            cuts = bounds[(np.arange(1, leaves, dtype=np.int64) * len(bounds)) // leaves]
-        else:
-            cuts = np.zeros(leaves - 1)
+        cuts = equal_cuts(lo, hi, leaves)
         self.cuts: list[float] = cuts.tolist()
         valid = lo <= hi
         units, lo, hi = units[valid], lo[valid], hi[valid]

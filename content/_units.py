@@ -49,7 +49,7 @@ from content._filter import Filter
 from content._predicate import Predicate
 from content._rein import event_number, split_clause
 
-__all__ = ["SLOTS", "EventVector", "UnitStore", "leaf_of"]
+__all__ = ["SLOTS", "EventVector", "UnitStore", "equal_cuts", "leaf_of"]
 
 #: numeric attributes per unit that get an interval slot; further ones are residuals
 SLOTS = 32
@@ -69,6 +69,22 @@ def leaf_of(cuts: list[float], xf: float, x_ge: bool) -> int:
     above ``v`` (and no float lies strictly between ``v`` and ``xf``).
     """
     return bisect_right(cuts, xf) if x_ge else bisect_left(cuts, xf)
+
+
+def equal_cuts(lo: FloatArray, hi: FloatArray, parts: int) -> FloatArray:
+    """``parts - 1`` cuts dividing ``[min, max]`` of the finite bounds into equal widths.
+
+    The papers divide a declared value domain ``[U, R]`` evenly (seed 004 section 2; TAMA's
+    discretisation levels; H-Tree's cells); nobody declares one here, so the domain is the
+    span of the bounds present.  O(len(lo)).
+    """
+    fl, fh = lo[np.isfinite(lo)], hi[np.isfinite(hi)]
+    if len(fl) == 0 and len(fh) == 0:
+        return np.zeros(parts - 1)
+    u = min(float(fl.min()) if len(fl) else _INF, float(fh.min()) if len(fh) else _INF)
+    r = max(float(fl.max()) if len(fl) else -_INF, float(fh.max()) if len(fh) else -_INF)
+    cuts: FloatArray = u + (r - u) * (np.arange(1, parts, dtype=np.float64) / parts)
+    return np.maximum.accumulate(cuts)  # rounding never makes them decrease
 
 
 class EventVector:
