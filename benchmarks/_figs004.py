@@ -11,8 +11,9 @@ varies it; TAMA with gamma = 13 levels, H-Tree with tau = delta = 6 (the paper's
 * Fig. 7: against k with m = 2k, n = 1M;  Fig. 8: against the predicate width, n = 1M.
 
 Protocol per point: the workload (subscriptions, then events) is generated once; each
-engine is built in turn (insertion plus the build of its index, timed together), matches
-the same events, and is dropped before the next one is built.  rein = ``REIN.match`` per
+engine is built in turn (insertion plus the build of its index, timed together), warmed up
+(hcem: one batch, which builds its per-unit bucket index), matches the same events, and is
+dropped before the next one is built.  rein = ``REIN.match`` per
 event and hcem = ``HCEM.match_batch`` on the same index (HCEM subclasses REIN); tama and
 htree match event by event (their papers have no batch mode; their ``match_batch`` is a
 loop).  hcem's batch is passed in consecutive slices of 64 events -- HCEM's bit-set word,
@@ -124,6 +125,7 @@ def measure(
     if "rein" in engines or "hcem" in engines:
         hcem = HCEM(buckets=BUCKETS)
         dt, grown = build(hcem, subs)
+        hcem.match_batch(events[:CHUNK])  # warm-up: builds HCEM's per-unit bucket index
         for p, b in zip(points, batches, strict=True):
             evs = events[: max(events_n, b, 100)]
             if "rein" in engines:
@@ -175,6 +177,7 @@ def fig4(n: int, buckets: Sequence[int], events_n: int) -> list[Point]:
             for lst in (low, high):
                 lst.max_buckets = b
                 lst.rebucket()
+        hcem.match_batch(events[:CHUNK])  # warm-up: rebuilds the per-unit bucket index
         p = Point(x=b, n=n, load=psutil.getloadavg()[0])
         p.ms["hcem"], got = per_event(hcem.match_batch, events, events_n)
         p.ms["rein"], again = per_event(single(hcem), events, 1)
