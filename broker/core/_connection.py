@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import topics
+from broker.core._connect import connect_refusal, negotiate
 from broker.core._message import SHARE_PREFIX, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, ConnectionState, Session
 from broker.hooks import Delivery, SubscriptionAction
@@ -481,14 +482,14 @@ class Connection:
             self.close("CONNECT with a zero-length will topic")
             return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        refusal = self._connect_refusal(p, client_id)
+        refusal = connect_refusal(self, p, client_id)
         if refusal is not None:
             self._refuse(*refusal)
             return
         self.bridge = p.bridge
         expiry = (p.properties.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
         capped = min(expiry, cfg.max_session_expiry)
-        server_ka = self._negotiate(p)
+        server_ka = negotiate(self, p)
         self.state = ConnectionState.CONNECTED
         present = core.attach(self, client_id, p.clean_start, capped, now)
         session = self.session
@@ -529,61 +530,6 @@ class Connection:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
             self._resend(now)
-
-    def _connect_refusal(self, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
-        """Why a CONNECT is refused (reason code, reason), or None (in the order of the checks
-        of MQTT 5 section 3.1.4: protocol, client id, authentication, will)."""
-        core = self.core
-        cfg = core.config
-        v = p.protocol_level
-        if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
-            self.version = min(v, 4)
-            return ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name[:50]!r}"
-        if not p.client_id and (v == 3 or (v == 4 and not p.clean_start)):
-            # MQTT 3.1 has no assigned identifiers (return code 2); 3.1.1 only with clean session
-            return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id"
-        if v == 5 and p.properties.authentication_method is not None:
-            return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
-        verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
-        if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
-            return ReasonCode.NOT_AUTHORIZED, "not authorized"
-        will = p.will
-        if will is None:
-            return None
-        if will.qos > cfg.maximum_qos:
-            return ReasonCode.QOS_NOT_SUPPORTED, "will not supported"
-        if will.retain and not cfg.retain_available:
-            return ReasonCode.RETAIN_NOT_SUPPORTED, "will not supported"
-        try:
-            topics.validate_topic(will.topic)
-        except topics.InvalidTopic as exc:
-            return ReasonCode.TOPIC_NAME_INVALID, f"will topic: {str(exc)[:200]}"
-        if (
-            core.obs.authorize
-            and core._opinion(core.obs.authorize, "authorize", client_id, p.username, "publish", will.topic)
-            is False
-        ):
-            return ReasonCode.NOT_AUTHORIZED, "will topic not authorized"
-        return None
-
-    def _negotiate(self, p: Connect) -> int | None:
-        """Keep-alive, receive window, packet size and topic aliases of an accepted CONNECT;
-        returns the Server Keep Alive to announce (MQTT 5), if any."""
-        cfg = self.core.config
-        self.keep_alive = float(p.keep_alive)
-        if p.protocol_level != 5:
-            return None
-        props = p.properties
-        server_ka: int | None = None
-        cap = cfg.server_keep_alive
-        if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
-            server_ka = cap
-            self.keep_alive = float(server_ka)
-        self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
-        if props.maximum_packet_size is not None:
-            self.client_max_packet = props.maximum_packet_size
-        self.client_alias_max = props.topic_alias_maximum or 0
-        return server_ka
 
     def _resend(self, now: float) -> None:
         """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""
@@ -811,9 +757,11 @@ class Connection:
         codes: list[ReasonCode] = []
         reasons: list[str] = []
         retained: list[tuple[Message, int, str, str | None]] = []
-        for req in p.subscriptions:
-            if self.bridge:  # a bridge never gets its own publications back, retain flags kept
-                req = dataclasses.replace(req, no_local=True, retain_as_published=True)
+        for asked in p.subscriptions:
+            # a bridge never gets its own publications back, and its retain flags are kept
+            req = (
+                dataclasses.replace(asked, no_local=True, retain_as_published=True) if self.bridge else asked
+            )
             got = router.subscribe(s.client_id, s.selectors, req, packet_selector, sub_id, authorize)
             codes.append(got.code)
             if not got.ok:
