@@ -10,11 +10,18 @@ Experiments (each prints a markdown table; the engines are measured in the same 
   into the buckets), deletion time (10 % of n, at most 10,000), process RSS growth while
   building the index (the Filter objects are built before and excluded), index numpy bytes.
 * ``--reference``: iccounting and hema on the same subscriptions at ``--n``, few events.
+* ``--full`` (or ``--figs 4,5,6,7,8``): seed 004's Figs. 4-8 and Table 4 with its four
+  algorithms side by side -- tama, htree, rein, hcem -- at the paper's sizes (0.5M-2M
+  subscriptions; ``--scale`` shrinks every n for a quick run); plots go to
+  docs/performance-content/seed004_fig*.png, raw points to ``--json``
+  (benchmarks/_figs004.py describes the protocol).
 
 Usage::
 
     .venv/bin/python benchmarks/bench_seed004.py --n 100000 --experiments batch,n,k,width
     .venv/bin/python benchmarks/bench_seed004.py --n 1000000 --experiments batch --batches 1,1000
+    .venv/bin/python -m benchmarks.bench_seed004 --full            # about an hour
+    .venv/bin/python -m benchmarks.bench_seed004 --figs 5,8 --scale 0.05
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from _workload004 import Workload
 from content import ENGINES, HCEM, Engine, Filter
 
 BUCKETS = 1000
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def rss() -> int:
@@ -208,9 +216,23 @@ def main() -> None:
     ap.add_argument("--rein-events", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3, help="alternating repetitions per batch row")
     ap.add_argument("--reference", default="", help="comma-separated engine names, e.g. iccounting,hema")
+    ap.add_argument("--full", action="store_true", help="seed 004 Figs. 4-8 with tama, htree, rein, hcem")
+    ap.add_argument("--figs", default="", help="a subset of --full, e.g. 5,8")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every n of --full / --figs")
+    ap.add_argument("--outdir", type=Path, default=ROOT / "docs" / "performance-content")
+    ap.add_argument("--json", type=Path, default=None, help="write the raw points of --full / --figs here")
     args = ap.parse_args()
     load = psutil.getloadavg()
     print(f"python {platform.python_version()}, {platform.machine()}, {psutil.cpu_count()} cpus, load {load}")
+    if args.full or args.figs:
+        from _figs004 import run
+
+        figs = [4, 5, 6, 7, 8] if args.full else [int(x) for x in args.figs.split(",")]
+        print(f"started {time.strftime('%Y-%m-%d %H:%M:%S')}", flush=True)
+        lines = run(figs, args.scale, args.outdir, args.json)
+        print(f"finished {time.strftime('%Y-%m-%d %H:%M:%S')}, load {psutil.getloadavg()}\n")
+        print("\n".join(lines))
+        return
     exps = args.experiments.split(",")
     if "batch" in exps:
         exp_batch(args.n, [int(x) for x in args.batches.split(",")], args.rein_events, args.repeat)

@@ -28,6 +28,7 @@ HOT_MODULES = (
     "broker.core._observers",
     "broker.core._journal",
     "broker.core._core",
+    "broker.core._connect",
     "broker.core._connection",
     "topics._match",
     "topics._retained",

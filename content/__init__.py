@@ -4,7 +4,8 @@ Public surface (CONTRACT.md, "content"): :func:`compile` turns an SQL-92 selecto
 :class:`Filter` (DNF of :class:`Predicate` atoms) and :func:`format_filter` prints that normal
 form back as selector text; :func:`attributes` flattens a JSON payload
 into the event an engine matches; :data:`ENGINES` maps engine names to classes that all give
-the same answers (seeds 000, 003, 004; brute force is the oracle).
+the same answers (seeds 000, 003, 004 and seed 004's baselines TAMA and H-Tree; brute
+force is the oracle).
 
 This package imports nothing from ``broker`` or ``bridge``.
 """
@@ -17,17 +18,20 @@ from content._engine import BruteForce, Engine, Event, SubId
 from content._filter import Clause, Filter
 from content._hcem import HCEM
 from content._hema import HEMA
+from content._htree import HTree
 from content._iccounting import ICCounting
 from content._predicate import Kind, Op, Predicate, Scalar
 from content._rabased import RABasedMatching
 from content._rein import REIN
 from content._selector import FilterSyntaxError, compile, format_filter
+from content._tama import TAMA
 
 __all__ = [
     "ENGINES",
     "HCEM",
     "HEMA",
     "REIN",
+    "TAMA",
     "BruteForce",
     "Clause",
     "Counting",
@@ -35,6 +39,7 @@ __all__ = [
     "Event",
     "Filter",
     "FilterSyntaxError",
+    "HTree",
     "ICCounting",
     "Kind",
     "Op",
@@ -48,5 +53,6 @@ __all__ = [
 ]
 
 ENGINES: dict[str, type[Engine]] = {
-    cls.name: cls for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM)
+    cls.name: cls
+    for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM, TAMA, HTree)
 }

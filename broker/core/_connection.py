@@ -18,10 +18,11 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import topics
 from broker.core._composite import COMPOSITE_PREFIX
+from broker.core._connect import connect_refusal, negotiate
 from broker.core._message import SHARE_PREFIX, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, ConnectionState, Session
 from broker.hooks import Delivery, SubscriptionAction
@@ -50,6 +51,7 @@ from broker.packets import (
     encode,
     encode_publish,
 )
+from broker.protocol._record import Record
 
 if TYPE_CHECKING:
     from broker.core._core import Core
@@ -107,6 +109,7 @@ class Connection:
         self.congested_since: float | None = None
         self.feeders: set[Connection] = set()
         self.slow = False
+        self.bridge = False  # a mosquitto bridge (CONNECT level 0x83/0x84): no echo, retain as published
         self.blockers = 0
         self.store_wait = False  # paused until the store's writer catches up (Journal.bound)
         self.pending: list[Packet] = []
@@ -145,8 +148,36 @@ class Connection:
     def send(self, packet: Packet) -> None:
         if self.close_requested:
             return
-        self.outbox.append(encode(packet, self.version))
+        data = encode(packet, self.version)
+        if len(data) > self.client_max_packet:
+            fitted = self._fit(packet)
+            if fitted is None:
+                return
+            data = fitted
+        self.outbox.append(data)
         self.core.dirty.add(self)
+
+    def _fit(self, packet: Packet) -> bytes | None:
+        """``packet`` exceeds the client's Maximum Packet Size [MQTT-3.1.2-24]: without its
+        Reason String and User Properties (which MQTT 5 lets the server leave out), or, if
+        even that is too large, the connection is closed."""
+        props = getattr(packet, "properties", None)
+        if isinstance(props, Properties) and (props.reason_string or props.user_properties):
+            bare = dataclasses.replace(props, reason_string=None, user_properties=())
+            loose: Any = packet  # every packet that has properties is a record or a dataclass
+            smaller = (
+                loose.replace(properties=bare)
+                if isinstance(packet, Record)
+                else dataclasses.replace(loose, properties=bare)
+            )
+            data = encode(smaller, self.version)
+            if len(data) <= self.client_max_packet:
+                return data
+        self.core.log_limit(
+            "client_packet_size", self.client_id, "packet above the client's Maximum Packet Size"
+        )
+        self.close(f"{type(packet).__name__} above the client's Maximum Packet Size")
+        return None
 
     def flush(self) -> None:
         if self.outbox and not self.gated:
@@ -446,14 +477,20 @@ class Connection:
         self.version = v = p.protocol_level
         if v == 5:
             self.problem_info = p.properties.request_problem_information != 0
+        if v != 5 and p.will is not None and not p.will.topic:
+            # a will flag with an empty will topic breaks 3.1/3.1.1 [MQTT-3.1.2-9]: close, as
+            # mosquitto does (a refusing CONNACK would point users at their credentials)
+            self.close("CONNECT with a zero-length will topic")
+            return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        refusal = self._connect_refusal(p, client_id)
+        refusal = connect_refusal(self, p, client_id)
         if refusal is not None:
             self._refuse(*refusal)
             return
+        self.bridge = p.bridge
         expiry = (p.properties.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
         capped = min(expiry, cfg.max_session_expiry)
-        server_ka = self._negotiate(p)
+        server_ka = negotiate(self, p)
         self.state = ConnectionState.CONNECTED
         present = core.attach(self, client_id, p.clean_start, capped, now)
         session = self.session
@@ -479,7 +516,8 @@ class Connection:
                     f"$response/{client_id}" if p.properties.request_response_information == 1 else None
                 ),
             )
-        connack = Connack(present, ReasonCode.SUCCESS, ack_props)
+        # MQTT 3.1's CONNACK has no Session Present flag (the byte is reserved, 0)
+        connack = Connack(present and v != 3, ReasonCode.SUCCESS, ack_props)
         if session.persisted:
             # the session row must be durable before the client learns its session exists;
             # nothing may precede the CONNACK [MQTT-3.2.0-1], so the connection's output is
@@ -493,60 +531,6 @@ class Connection:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
             self._resend(now)
-
-    def _connect_refusal(self, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
-        """Why a CONNECT is refused (reason code, reason), or None (in the order of the checks
-        of MQTT 5 section 3.1.4: protocol, client id, authentication, will)."""
-        core = self.core
-        cfg = core.config
-        v = p.protocol_level
-        if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
-            self.version = min(v, 4)
-            return ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name[:50]!r}"
-        if not p.client_id and v != 5 and not p.clean_start:
-            return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id needs clean session"
-        if v == 5 and p.properties.authentication_method is not None:
-            return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
-        verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
-        if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
-            return ReasonCode.NOT_AUTHORIZED, "not authorized"
-        will = p.will
-        if will is None:
-            return None
-        if will.qos > cfg.maximum_qos:
-            return ReasonCode.QOS_NOT_SUPPORTED, "will not supported"
-        if will.retain and not cfg.retain_available:
-            return ReasonCode.RETAIN_NOT_SUPPORTED, "will not supported"
-        try:
-            topics.validate_topic(will.topic)
-        except topics.InvalidTopic as exc:
-            return ReasonCode.TOPIC_NAME_INVALID, f"will topic: {str(exc)[:200]}"
-        if (
-            core.obs.authorize
-            and core._opinion(core.obs.authorize, "authorize", client_id, p.username, "publish", will.topic)
-            is False
-        ):
-            return ReasonCode.NOT_AUTHORIZED, "will topic not authorized"
-        return None
-
-    def _negotiate(self, p: Connect) -> int | None:
-        """Keep-alive, receive window, packet size and topic aliases of an accepted CONNECT;
-        returns the Server Keep Alive to announce (MQTT 5), if any."""
-        cfg = self.core.config
-        self.keep_alive = float(p.keep_alive)
-        if p.protocol_level != 5:
-            return None
-        props = p.properties
-        server_ka: int | None = None
-        cap = cfg.server_keep_alive
-        if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
-            server_ka = cap
-            self.keep_alive = float(server_ka)
-        self.window = min(cfg.max_inflight, props.receive_maximum or 65535)
-        if props.maximum_packet_size is not None:
-            self.client_max_packet = props.maximum_packet_size
-        self.client_alias_max = props.topic_alias_maximum or 0
-        return server_ka
 
     def _resend(self, now: float) -> None:
         """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""
@@ -615,20 +599,38 @@ class Connection:
             return partial(self.send_ordered, Pubrec(pid), False)
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
             return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+        if topic.startswith(("$SYS", "$share/")) and not self._may_publish_reserved(topic):
+            # broker-owned topics: refused (v5 0x87; 3.1.1 acknowledged and dropped), counted
+            core.stats.refused_reserved_publish += 1
+            core.log_limit("reserved_topic", s.client_id, "PUBLISH to a broker-owned topic refused")
+            return self._denied(qos, pid, "broker-owned topic")
         if core.obs.authorize and not core.authorize(s, "publish", topic):
-            denied = ReasonCode.NOT_AUTHORIZED
-            if qos == 1:
-                return partial(
-                    self.send_ordered, Puback(pid or 0, denied, self._reason("not authorized")), False
-                )
-            if qos == 2:
-                return partial(
-                    self.send_ordered, Pubrec(pid or 0, denied, self._reason("not authorized")), False
-                )
-            return _NOTHING
+            return self._denied(qos, pid, "not authorized")
         if props.topic_alias is not None or props.subscription_identifiers:
             props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
         return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
+
+    def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
+        """The answer to a refused PUBLISH: PUBACK / PUBREC 0x87 (3.1.1: a plain
+        acknowledgement: the message is dropped); nothing for QoS 0."""
+        denied = ReasonCode.NOT_AUTHORIZED
+        if qos == 1:
+            return partial(self.send_ordered, Puback(pid or 0, denied, self._reason(why)), False)
+        if qos == 2:
+            return partial(self.send_ordered, Pubrec(pid or 0, denied, self._reason(why)), False)
+        return _NOTHING
+
+    def _may_publish_reserved(self, topic: str) -> bool:
+        """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
+        when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
+        bridges) to ``$SYS/broker/connection/<its client id>/state``."""
+        s = self.session
+        assert s is not None
+        if topic == f"$SYS/broker/connection/{s.client_id}/state":
+            return True
+        core = self.core
+        grant = core._opinion(core.obs.authorize, "authorize", s.client_id, s.username, "publish", topic)
+        return grant is True
 
     def _deliver_accepted(self, p: Publish, msg: Message, routes: list[Route] | None, now: float) -> None:
         """Route (unless ``routes`` is given) and deliver an accepted PUBLISH, then acknowledge it."""
@@ -687,18 +689,31 @@ class Connection:
         self.core.journal.completed(s, pid)
         self.core.drain(s, now)
 
+    def _violation(self, what: str) -> None:
+        """An acknowledgement that does not fit the flow of its packet id [MQTT-4.8.0-1]:
+        v5 DISCONNECT 0x82, then close; logged at most once per interval."""
+        self.core.log_limit("protocol_violation", self.client_id, what)
+        self.disconnect(ReasonCode.PROTOCOL_ERROR, what)
+
     def _on_puback(self, p: Puback, now: float) -> None:
         s = self.session
         assert s is not None
         out = s.inflight.get(p.packet_id)
-        if out is not None and out.qos == 1:
-            self._complete(s, p.packet_id, now)
+        if out is None:
+            return  # an acknowledgement of a flow that is over (e.g. resent before a takeover)
+        if out.qos != 1:
+            self._violation(f"PUBACK for the QoS 2 message {p.packet_id}")
+            return
+        self._complete(s, p.packet_id, now)
 
     def _on_pubrec(self, p: Pubrec, now: float) -> None:
         s = self.session
         assert s is not None
         out = s.inflight.get(p.packet_id)
-        if out is None or out.qos != 2:
+        if out is not None and out.qos != 2:
+            self._violation(f"PUBREC for the QoS 1 message {p.packet_id}")
+            return
+        if out is None:
             self.send(Pubrel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
             return
         if not _ok(p.reason_code):
@@ -713,8 +728,12 @@ class Connection:
         s = self.session
         assert s is not None
         out = s.inflight.get(p.packet_id)
-        if out is not None and out.state == PUBREL_SENT:
-            self._complete(s, p.packet_id, now)
+        if out is None:
+            return
+        if out.state != PUBREL_SENT:
+            self._violation(f"PUBCOMP before PUBREL for message {p.packet_id}")
+            return
+        self._complete(s, p.packet_id, now)
 
     # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
     def _on_subscribe(self, p: Subscribe, now: float) -> None:
@@ -739,7 +758,11 @@ class Connection:
         codes: list[ReasonCode] = []
         reasons: list[str] = []
         retained: list[tuple[Message, int, str, str | None]] = []
-        for req in p.subscriptions:
+        for asked in p.subscriptions:
+            # a bridge never gets its own publications back, and its retain flags are kept
+            req = (
+                dataclasses.replace(asked, no_local=True, retain_as_published=True) if self.bridge else asked
+            )
             if req.topic_filter.startswith(COMPOSITE_PREFIX):  # issue 16: core/_composite.py
                 got = core.composite.subscribe_request(s.client_id, req, props, sub_id, authorize)
             else:
@@ -763,7 +786,8 @@ class Connection:
                 )
         ack_props = NO_PROPERTIES
         if self.version == 5 and reasons and self.problem_info:
-            ack_props = Properties(reason_string="; ".join(reasons))
+            text = "; ".join(reasons)  # each reason is short; their number is not bounded
+            ack_props = Properties(reason_string=text if len(text) <= 1000 else text[:1000] + "...")
         core.journal.entries(s)
         # a persisted subscription is acknowledged once it is durable (retained messages may
         # go first: MQTT 5 section 3.8.4 lets PUBLISHes precede the SUBACK)

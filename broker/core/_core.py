@@ -156,7 +156,17 @@ class Core:
         if old is not None and old.conn is not None:
             old.conn.taken_over(now)
             self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
-        if old is not None and (clean_start or (old.expires_at is not None and old.expires_at <= now)):
+        if old is not None and old.will_due is not None:
+            # a new network connection before the will delay elapsed: no will [MQTT-3.1.2-8]
+            old.will = None
+            old.will_due = None
+            self.pending_wills.discard(old)
+            self.journal.will_cleared(old)
+        if old is not None and (
+            clean_start
+            or old.expiry_interval == 0  # a clean session is never reused [MQTT-3.1.2-6]
+            or (old.expires_at is not None and old.expires_at <= now)
+        ):
             self.end_session(old, now)
             old = None
         if old is None:
@@ -167,10 +177,6 @@ class Core:
             session = old
             session.expiry_interval = expiry
             present = True
-            if session.will_due is not None:  # resumed before the will delay elapsed
-                session.will = None
-                session.will_due = None
-                self.pending_wills.discard(session)
         session.expires_at = None
         self.expiring.discard(session)
         session.conn = conn
@@ -497,6 +503,7 @@ class Core:
             "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
+            "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
             **self.composite.sys_values(),
         }
 

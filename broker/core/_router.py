@@ -47,7 +47,7 @@ def shown(text: str) -> str:
 class SubscribeLimits:
     """What a SUBSCRIBE may ask for (from ``BrokerConfig``)."""
 
-    max_topic_levels: int = 128
+    max_topic_levels: int = 200
     max_subscriptions: int = 10_000
     maximum_qos: int = 2
     refused_filters: tuple[str, ...] = ()

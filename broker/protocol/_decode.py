@@ -1,33 +1,21 @@
 """Sans-IO streaming decoder of MQTT 3.1.1 and 5.0 packets (the encoder is
 :mod:`broker.protocol._encode`).
 
-Specification: OASIS MQTT Version 3.1.1 (2014) and OASIS MQTT Version 5.0 (2019); conformance
-statements are cited as [MQTT-x.x.x-y].  (The broker's seeds describe routing, not the wire
-format; this module has no seed counterpart.)
+Specification: OASIS MQTT 3.1.1 (2014) and 5.0 (2019), conformance statements cited as
+[MQTT-x.x.x-y]; no seed covers the wire format.
 
-Design
-------
-* :class:`Decoder` is a byte-stream state machine: ``feed(data)`` appends to a buffer, cuts
-  complete packets out of it and returns them.  The fixed header is checked as soon as it is
-  complete (reserved flag bits [MQTT-2.2.2-1/2], remaining length of at most four bytes
-  [MQTT-1.5.5-1], maximum packet size -> PACKET_TOO_LARGE), so a huge announced packet is
-  refused before its body is buffered.  A partial packet whose size is known is not re-scanned
-  until enough bytes have arrived (total work is linear in the bytes fed, whatever the chunking).
-* Bodies are parsed from an immutable ``bytes`` object through a ``memoryview`` with
-  ``struct.unpack_from``; strings are decoded strictly (UTF-8 well-formedness, no surrogates,
-  [MQTT-1.5.4-1]) and checked for U+0000 [MQTT-1.5.4-2].  PUBLISH, the hot path, is decoded
-  inline without the generic reader.
-* Every failure is a :class:`~broker.packets.MalformedPacket` with the v5 reason code the
-  standard prescribes (MALFORMED_PACKET, PROTOCOL_ERROR, PACKET_TOO_LARGE, TOPIC_ALIAS_INVALID,
-  UNSUPPORTED_PROTOCOL_VERSION); no other exception leaves :meth:`Decoder.feed`.
-* Encoding concatenates precomputed pieces: fixed-header first bytes come from tables indexed
-  by flags, variable byte integers below 16384 from a table, packet ids from ``struct``.
-  :class:`PublishTemplate` encodes a PUBLISH once for fan-out and renders each subscriber's
-  bytes (QoS, DUP, RETAIN, packet id, subscription identifiers, topic alias) by joining a few
-  ready-made slices: no re-encoding of topic, properties or payload.
-
-Complexity: decoding and encoding are O(packet size); the decoder buffers at most one partial
-packet.
+:class:`Decoder` is a byte-stream state machine: ``feed(data)`` appends to a buffer, cuts
+complete packets out of it and returns them.  The fixed header is checked as soon as it is
+complete (reserved flag bits [MQTT-2.2.2-1/2], remaining length of at most four bytes
+[MQTT-1.5.5-1], maximum packet size -> PACKET_TOO_LARGE), so a huge announced packet is
+refused before its body is buffered; a partial packet whose size is known is not re-scanned
+until enough bytes have arrived.  Bodies are parsed from an immutable ``bytes`` object through
+a ``memoryview`` with ``struct.unpack_from``; strings are decoded strictly (UTF-8, no
+surrogates [MQTT-1.5.4-1], no U+0000 [MQTT-1.5.4-2]).  PUBLISH, the hot path, is decoded
+inline.  Every failure is a :class:`~broker.packets.MalformedPacket` with the reason code the
+standard prescribes; no other exception leaves :meth:`Decoder.feed`.  Protocol level 0x83 /
+0x84 (a mosquitto bridge: the bridge bit on 3.1 / 3.1.1) is read as a CONNECT with
+``bridge=True``.  Complexity: O(bytes fed); at most one partial packet is buffered.
 """
 
 from __future__ import annotations
@@ -264,6 +252,10 @@ _PROTOCOLS: Final = {3: "MQIsdp", 4: "MQTT", 5: "MQTT"}
 def _connect(r: _Reader, dec: Decoder) -> Connect:
     name = r.string("protocol name")
     level = r.u8("protocol level")
+    # 0x83 / 0x84: a mosquitto bridge (the "bridge bit" 0x80 on 3.1 / 3.1.1; not on 5.0)
+    bridge = level in (0x83, 0x84)
+    if bridge:
+        level &= 0x7F
     if _PROTOCOLS.get(level) != name:
         raise r.fail(f"unsupported protocol {name!r} level {level}", ReasonCode.UNSUPPORTED_PROTOCOL_VERSION)
     dec.version = level
@@ -295,7 +287,9 @@ def _connect(r: _Reader, dec: Decoder) -> Connect:
     password = r.binary("password") if flags & 0x40 else None
     if not r.done():
         raise r.fail(f"{r.end - r.pos} unexpected bytes after the payload")
-    return Connect(client_id, level, bool(flags & 0x02), keep_alive, will, username, password, props, name)
+    return Connect(
+        client_id, level, bool(flags & 0x02), keep_alive, will, username, password, props, name, bridge
+    )
 
 
 def _connack(r: _Reader, v5: bool) -> Connack:

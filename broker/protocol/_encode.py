@@ -1,32 +1,14 @@
 """Sans-IO encoder of MQTT 3.1.1 and 5.0 packets (the decoder is :mod:`broker.protocol._decode`).
 
-Specification: OASIS MQTT Version 3.1.1 (2014) and OASIS MQTT Version 5.0 (2019); conformance
-statements are cited as [MQTT-x.x.x-y].  (The broker's seeds describe routing, not the wire
-format; this module has no seed counterpart.)
+Specification: OASIS MQTT 3.1.1 (2014) and 5.0 (2019), conformance statements cited as
+[MQTT-x.x.x-y]; no seed covers the wire format.
 
-Design
-------
-* :class:`Decoder` is a byte-stream state machine: ``feed(data)`` appends to a buffer, cuts
-  complete packets out of it and returns them.  The fixed header is checked as soon as it is
-  complete (reserved flag bits [MQTT-2.2.2-1/2], remaining length of at most four bytes
-  [MQTT-1.5.5-1], maximum packet size -> PACKET_TOO_LARGE), so a huge announced packet is
-  refused before its body is buffered.  A partial packet whose size is known is not re-scanned
-  until enough bytes have arrived (total work is linear in the bytes fed, whatever the chunking).
-* Bodies are parsed from an immutable ``bytes`` object through a ``memoryview`` with
-  ``struct.unpack_from``; strings are decoded strictly (UTF-8 well-formedness, no surrogates,
-  [MQTT-1.5.4-1]) and checked for U+0000 [MQTT-1.5.4-2].  PUBLISH, the hot path, is decoded
-  inline without the generic reader.
-* Every failure is a :class:`~broker.packets.MalformedPacket` with the v5 reason code the
-  standard prescribes (MALFORMED_PACKET, PROTOCOL_ERROR, PACKET_TOO_LARGE, TOPIC_ALIAS_INVALID,
-  UNSUPPORTED_PROTOCOL_VERSION); no other exception leaves :meth:`Decoder.feed`.
-* Encoding concatenates precomputed pieces: fixed-header first bytes come from tables indexed
-  by flags, variable byte integers below 16384 from a table, packet ids from ``struct``.
-  :class:`PublishTemplate` encodes a PUBLISH once for fan-out and renders each subscriber's
-  bytes (QoS, DUP, RETAIN, packet id, subscription identifiers, topic alias) by joining a few
-  ready-made slices: no re-encoding of topic, properties or payload.
-
-Complexity: decoding and encoding are O(packet size); the decoder buffers at most one partial
-packet.
+Encoding concatenates precomputed pieces: fixed-header first bytes come from tables indexed by
+flags, variable byte integers below 16384 from a table (:mod:`broker.protocol._wire`), packet
+ids from ``struct``.  :class:`PublishTemplate` encodes a PUBLISH once for fan-out and renders
+each subscriber's bytes (QoS, DUP, RETAIN, packet id, subscription identifiers, topic alias)
+by joining a few ready-made slices: no re-encoding of topic, properties or payload.
+Complexity: O(packet size).
 """
 
 from __future__ import annotations
@@ -124,7 +106,8 @@ def _enc_connect(p: Connect, version: int) -> bytes:
         flags |= 0x40
     if p.username is not None:
         flags |= 0x80
-    parts = [_enc_str(p.protocol_name), bytes((level, flags)), pack_u16(p.keep_alive)]
+    wire_level = level | 0x80 if p.bridge and level in (3, 4) else level
+    parts = [_enc_str(p.protocol_name), bytes((wire_level, flags)), pack_u16(p.keep_alive)]
     if v5:
         parts.append(_props(p.properties))
     parts.append(_enc_str(p.client_id))

@@ -177,6 +177,9 @@ class Connect:
     password: bytes | None = None
     properties: Properties = NO_PROPERTIES
     protocol_name: str = "MQTT"
+    #: a broker bridging to us (mosquitto's protocol level 0x83 / 0x84): no echo of its own
+    #: publications, retain flags kept as published
+    bridge: bool = False
 
 
 @dataclass(frozen=True, slots=True)

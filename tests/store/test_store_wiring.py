@@ -220,10 +220,11 @@ async def test_session_rows_follow_the_session_lifecycle(db: str) -> None:
         kept, _ = await _raw(b.port, "k", True)
         await kept.subscribe("y")
         assert (store.counts()["sessions"], store.counts()["entries"]) == (1, 1)
-        # a takeover that gives the in-memory session an expiry writes all of it
+        # a takeover of a session with expiry 0 does not reuse it [MQTT-3.1.2-6] (issue 21):
+        # the new session (with an expiry) is written, without the old subscription
         c2, ack = await RawClient.connect(b.port, "c", 5, clean_start=False, properties=EXPIRY)
-        assert ack.session_present
-        await c2.barrier()
+        assert not ack.session_present
+        await c2.subscribe("z")
         assert (store.counts()["sessions"], store.counts()["entries"]) == (2, 2)
         # DISCONNECT setting the expiry to 0 ends the session and deletes its rows
         c2.send(Disconnect(properties=Properties(session_expiry_interval=0)))

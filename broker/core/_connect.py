@@ -1,0 +1,74 @@
+"""CONNECT decisions of the protocol machine (sans-IO): why a CONNECT is refused, and the
+limits an accepted one negotiates (MQTT 5 section 3.1.4, 3.2.2.3; MQTT 3.1 and 3.1.1 rules).
+Functions of a :class:`~broker.core._connection.Connection`, kept apart so the machine's
+module stays one concern: the packets of a connection.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import topics
+from broker.packets import Connect, ReasonCode
+
+if TYPE_CHECKING:
+    from broker.core._connection import Connection
+
+__all__ = ["connect_refusal", "negotiate"]
+
+
+def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
+    """Why a CONNECT is refused (reason code, reason), or None (in the order of the checks
+    of MQTT 5 section 3.1.4: protocol, client id, authentication, will)."""
+    core = conn.core
+    cfg = core.config
+    v = p.protocol_level
+    if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
+        conn.version = min(v, 4)
+        return ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, f"protocol name {p.protocol_name[:50]!r}"
+    if not p.client_id and (v == 3 or (v == 4 and not p.clean_start)):
+        # MQTT 3.1 has no assigned identifiers (return code 2); 3.1.1 only with clean session
+        return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id"
+    if v == 5 and p.properties.authentication_method is not None:
+        return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+    verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
+    if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
+        return ReasonCode.NOT_AUTHORIZED, "not authorized"
+    will = p.will
+    if will is None:
+        return None
+    if will.qos > cfg.maximum_qos:
+        return ReasonCode.QOS_NOT_SUPPORTED, "will not supported"
+    if will.retain and not cfg.retain_available:
+        return ReasonCode.RETAIN_NOT_SUPPORTED, "will not supported"
+    try:
+        topics.validate_topic(will.topic)
+    except topics.InvalidTopic as exc:
+        return ReasonCode.TOPIC_NAME_INVALID, f"will topic: {str(exc)[:200]}"
+    if (
+        core.obs.authorize
+        and core._opinion(core.obs.authorize, "authorize", client_id, p.username, "publish", will.topic)
+        is False
+    ):
+        return ReasonCode.NOT_AUTHORIZED, "will topic not authorized"
+    return None
+
+
+def negotiate(conn: Connection, p: Connect) -> int | None:
+    """Keep-alive, receive window, packet size and topic aliases of an accepted CONNECT;
+    returns the Server Keep Alive to announce (MQTT 5), if any."""
+    cfg = conn.core.config
+    conn.keep_alive = float(p.keep_alive)
+    if p.protocol_level != 5:
+        return None
+    props = p.properties
+    server_ka: int | None = None
+    cap = cfg.server_keep_alive
+    if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
+        server_ka = cap
+        conn.keep_alive = float(server_ka)
+    conn.window = min(cfg.max_inflight, props.receive_maximum or 65535)
+    if props.maximum_packet_size is not None:
+        conn.client_max_packet = props.maximum_packet_size
+    conn.client_alias_max = props.topic_alias_maximum or 0
+    return server_ka

@@ -1,0 +1,99 @@
+"""A real mosquitto on the edge bridged both ways to siftmq (issue 21, item 1).
+
+Debian's mosquitto (installed by the Makefile when missing) runs with a bridge ``topic edge/#
+both 1`` to an embedded siftmq, once with ``bridge_protocol_version mqttv311`` (the CONNECT
+carries protocol level 0x84, the bridge bit) and once with ``mqttv50``. One message published
+on each side must reach each side's local subscriber exactly once (no loop), and the bridge
+must come up on its first attempt (mosquitto retries a refused bridge only after its restart
+timeout, so a refused first attempt shows as a missing bridge within the wait below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker import Broker
+from broker.packets import Publish, SubscriptionRequest
+from tests.rawclient import RawClient
+from tests.waiting import eventually
+
+MOSQUITTO = shutil.which("mosquitto") or (
+    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
+)
+
+pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (make installs it)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _edge(tmp: Path, central: int, version: str) -> Iterator[int]:
+    port = _free_port()
+    conf = tmp / "mosquitto.conf"
+    conf.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n"
+        f"connection central\naddress 127.0.0.1:{central}\ntopic edge/# both 1\n"
+        f"bridge_protocol_version {version}\nremote_clientid edge-bridge\nrestart_timeout 10\n"
+    )
+    assert MOSQUITTO is not None
+    log = open(tmp / "mosquitto.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stderr=log, stdout=log)
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+async def _connect_retrying(port: int, cid: str) -> RawClient:
+    for _ in range(100):
+        with contextlib.suppress(OSError):
+            c, _ = await RawClient.connect(port, cid, 4)
+            return c
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+async def _received(c: RawClient) -> list[tuple[str, bytes]]:
+    """(topic, payload) of every PUBLISH that arrived within half a second, sorted."""
+    await asyncio.sleep(0.5)
+    return sorted((p.topic, p.payload) for p in await c.barrier() if isinstance(p, Publish))
+
+
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv50"])
+async def test_mosquitto_bridge_both_ways_exactly_once(tmp_path: Path, version: str) -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        with _edge(tmp_path, b.port, version) as edge_port:
+            index = b.core.router.index
+            # up on the first attempt: a refused one would be retried only after 10 s
+            await eventually(lambda: index.entry_count("edge-bridge") >= 1, 5.0)
+            assert b.core.stats.malformed == 0
+            central_sub, _ = await RawClient.connect(b.port, "central-sub", 4)
+            await central_sub.subscribe(SubscriptionRequest("edge/#", 1))
+            edge_sub = await _connect_retrying(edge_port, "edge-sub")
+            await edge_sub.subscribe(SubscriptionRequest("edge/#", 1))
+            edge_pub = await _connect_retrying(edge_port, "edge-pub")
+            await edge_pub.publish1("edge/from-edge", b"e")
+            central_pub, _ = await RawClient.connect(b.port, "central-pub", 4)
+            await central_pub.publish1("edge/from-center", b"c")
+            both = [("edge/from-center", b"c"), ("edge/from-edge", b"e")]
+            assert await _received(central_sub) == both
+            assert await _received(edge_sub) == both  # each exactly once: nothing looped back
+            await RawClient.close_all()
