@@ -11,6 +11,7 @@ This package imports nothing from ``broker`` or ``bridge``.
 from __future__ import annotations
 
 from content._attributes import attributes
+from content._betree import BETree
 from content._counting import Counting
 from content._engine import BruteForce, Engine, Event, SubId
 from content._filter import Clause, Filter
@@ -24,6 +25,7 @@ from content._selector import FilterSyntaxError, compile
 
 __all__ = [
     "ENGINES",
+    "BETree",
     "HCEM",
     "HEMA",
     "REIN",
@@ -46,5 +48,6 @@ __all__ = [
 ]
 
 ENGINES: dict[str, type[Engine]] = {
-    cls.name: cls for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM)
+    cls.name: cls
+    for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM, BETree)
 }
