@@ -18,6 +18,7 @@ from content._filter import Clause, Filter
 from content._hcem import HCEM
 from content._hema import HEMA
 from content._iccounting import ICCounting
+from content._poset import Poset
 from content._predicate import Kind, Op, Predicate, Scalar
 from content._rabased import RABasedMatching
 from content._rein import REIN
@@ -39,6 +40,7 @@ __all__ = [
     "ICCounting",
     "Kind",
     "Op",
+    "Poset",
     "Predicate",
     "RABasedMatching",
     "Scalar",
@@ -49,5 +51,5 @@ __all__ = [
 
 ENGINES: dict[str, type[Engine]] = {
     cls.name: cls
-    for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM, BETree)
+    for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM, BETree, Poset)
 }
