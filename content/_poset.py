@@ -59,16 +59,35 @@ from content._predicate import Kind, Op, Predicate, Scalar, kind_of
 __all__ = ["Poset", "covers"]
 
 _ORDER = (Op.LT, Op.LE, Op.GT, Op.GE)
+_ORDER_NE = frozenset({*_ORDER, Op.NE})
 _NUMPY_ROOTS = 64  # evaluate the roots with one numpy box test from this many on
 
-ByAttr = dict[str, tuple[Predicate, ...]]
+Interval = tuple[Any, bool, Any, bool]
+
+
+class _Attr:
+    """What one conjunction says about one attribute, precomputed for covering tests."""
+
+    __slots__ = ("ivs", "pts", "qs")
+
+    def __init__(self, qs: tuple[Predicate, ...]) -> None:
+        self.qs = qs
+        self.pts = _points(qs)
+        self.ivs: dict[Kind, Interval] = {}
+        for k in (Kind.NUM, Kind.STR):
+            iv = _interval(qs, k)
+            if iv is not None:
+                self.ivs[k] = iv
+
+
+ByAttr = dict[str, _Attr]
 
 
 def _by_attr(clause: Clause) -> ByAttr:
     out: dict[str, list[Predicate]] = {}
     for p in clause:
         out.setdefault(p.attr, []).append(p)
-    return {a: tuple(ps) for a, ps in out.items()}
+    return {a: _Attr(tuple(ps)) for a, ps in out.items()}
 
 
 def _points(qs: tuple[Predicate, ...]) -> list[Scalar] | None:
@@ -124,38 +143,37 @@ def _above(iv: tuple[Any, bool, Any, bool], t: Any) -> bool:
     return lo is not None and (lo > t or (lo == t and lo_s))
 
 
-def _implied(qs: tuple[Predicate, ...], p: Predicate) -> bool:
-    """Sound test: every value satisfying all of ``qs`` (one attribute) satisfies ``p``."""
-    if p in qs:
-        return True
-    pts = _points(qs)
+def _implied(info: _Attr, p: Predicate) -> bool:
+    """Sound test: every value satisfying all of ``info.qs`` (one attribute) satisfies ``p``."""
+    pts = info.pts
     if pts is not None:
         return all(p.test(v) for v in pts)
     op, t = p.op, p.value
-    if p.kind is Kind.NUM or p.kind is Kind.STR:
-        if op in _ORDER or op is Op.NE:
-            iv = _interval(qs, p.kind)
-            if iv is None:
-                pass
-            elif op is Op.LT:
-                return _below(iv, t)
-            elif op is Op.LE:
-                return iv[2] is not None and iv[2] <= t
-            elif op is Op.GT:
-                return _above(iv, t)
-            elif op is Op.GE:
-                return iv[0] is not None and iv[0] >= t
-            else:
-                return _below(iv, t) or _above(iv, t)
+    if op in _ORDER_NE and (iv := info.ivs.get(p.kind)) is not None:
+        if op is Op.LT:
+            got = _below(iv, t)
+        elif op is Op.LE:
+            got = iv[2] is not None and iv[2] <= t
+        elif op is Op.GT:
+            got = _above(iv, t)
+        elif op is Op.GE:
+            got = iv[0] is not None and iv[0] >= t
+        else:
+            got = _below(iv, t) or _above(iv, t)
+        if got:
+            return True
+    qs = info.qs
+    if p in qs:
+        return True
     if op is Op.NOT_IN:
         assert isinstance(t, frozenset)
         kinds = {kind_of(m) for m in t}
         if len(kinds) == 1:
             (k,) = kinds
             if k is Kind.NUM or k is Kind.STR:
-                iv = _interval(qs, k)
-                if iv is not None:
-                    return all(_below(iv, m) or _above(iv, m) for m in t)
+                iv2 = info.ivs.get(k)
+                if iv2 is not None:
+                    return all(_below(iv2, m) or _above(iv2, m) for m in t)
         return False
     if not isinstance(t, str):
         return False
@@ -181,8 +199,8 @@ def _implied(qs: tuple[Predicate, ...], p: Predicate) -> bool:
 def _clause_covers(c1: Clause, by2: ByAttr) -> bool:
     """Conjunction ``c1`` covers the conjunction whose predicates by attribute are ``by2``."""
     for p in c1:
-        qs = by2.get(p.attr)
-        if qs is None or not _implied(qs, p):
+        info = by2.get(p.attr)
+        if info is None or not _implied(info, p):
             return False
     return True
 
@@ -239,7 +257,8 @@ class Poset(Engine):
         self._next = 0
         self._boxes = BoundaryBoxes()
         self._by_nid: dict[int, _Node] = {}
-        self._root_slots: dict[int, None] = {}
+        self._root_slots: dict[int, None] = {}  # slots of the boxed roots
+        self._root_other: dict[_Node, None] = {}  # the other roots
         self._root_arr: np.ndarray[Any, np.dtype[np.intp]] | None = None
         self.tests = 0  # covering tests run (for the benchmarks' structure column)
 
@@ -258,8 +277,10 @@ class Poset(Engine):
         return m
 
     def _covers(self, a: _Node, b: _Node) -> bool:
-        if a.mask & ~b.mask:
-            return False
+        return not a.mask & ~b.mask and self._covers_full(a, b)
+
+    def _covers_full(self, a: _Node, b: _Node) -> bool:
+        """The covering test proper (the caller checked the masks)."""
         self.tests += 1
         return all(any(_clause_covers(c1, by2) for c1 in a.filter.clauses) for by2 in b.by)
 
@@ -277,7 +298,9 @@ class Poset(Engine):
         # predecessors: the deepest nodes covering f, walking down from the roots
         preds: list[_Node] = []
         seen: set[_Node] = set()
-        stack = [r for r in self._roots if self._covers(r, new)]
+        m = new.mask
+        full = self._covers_full
+        stack = [r for r in self._roots if not r.mask & ~m and full(r, new)]
         cover_memo: dict[_Node, bool] = {}
         while stack:
             n = stack.pop()
@@ -302,7 +325,6 @@ class Poset(Engine):
         start: Iterable[_Node] = (c for p in preds for c in p.children) if preds else self._roots
         stack = list(start)
         seen = set()
-        m = new.mask
         while stack:
             n = stack.pop()
             if n in seen or n in above:
@@ -310,7 +332,7 @@ class Poset(Engine):
             seen.add(n)
             if m & ~n.union:
                 continue  # nothing below n reads every attribute f needs
-            if self._covers(new, n):
+            if not m & ~n.mask and full(new, n):
                 if self._covers(n, new):
                     return n
                 succs.append(n)
@@ -342,11 +364,16 @@ class Poset(Engine):
         if n.slot >= 0:
             self._root_slots[n.slot] = None
             self._root_arr = None
+        else:
+            self._root_other[n] = None
 
     def _unroot(self, n: _Node) -> None:
-        if self._roots.pop(n, 0) is None and n.slot >= 0:
-            del self._root_slots[n.slot]
-            self._root_arr = None
+        if self._roots.pop(n, 0) is None:
+            if n.slot >= 0:
+                del self._root_slots[n.slot]
+                self._root_arr = None
+            else:
+                del self._root_other[n]
 
     # -- deletion ------------------------------------------------------------------------
 
@@ -388,7 +415,7 @@ class Poset(Engine):
                 seen.add(n)
                 out |= n.subs
                 stack.extend(n.children)
-            stack.extend(n for n in roots if n.slot < 0)
+            stack.extend(self._root_other)
         else:
             stack.extend(roots)
         while stack:
@@ -429,6 +456,7 @@ class Poset(Engine):
         assert set(self._by_nid.values()) == nodes
         assert {n for n in nodes if not n.parents} == set(self._roots)
         assert set(self._root_slots) == {n.slot for n in self._roots if n.slot >= 0}
+        assert set(self._root_other) == {n for n in self._roots if n.slot < 0}
         assert set(self._node_of) == set(self._filters)
         for sid, n in self._node_of.items():
             assert sid in n.subs and n in nodes and self._nodes[n.filter.clauses] is n
