@@ -147,7 +147,7 @@ def _intervals(clause: Clause) -> dict[Dim, Interval]:
 class _Expr:
     """One indexed conjunction: its subscription, predicates, intervals and place."""
 
-    __slots__ = ("cnode", "clause", "iv", "sid", "slot")
+    __slots__ = ("clause", "cnode", "iv", "sid", "slot")
 
     def __init__(self, sid: SubId, clause: Clause) -> None:
         self.sid = sid
@@ -197,7 +197,7 @@ class _Bucket:
 
     __slots__ = ("cnode", "hi", "left", "lo", "mid", "nominal", "parent", "pnode", "right")
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 (private node record)
         self,
         pnode: _PNode,
         parent: _Bucket | None,
@@ -228,6 +228,7 @@ class _Bucket:
         got = self.left if left else self.right
         if got is None:
             mid = self.mid
+            assert mid is not None
             if self.nominal is not None:
                 a, b = self.nominal
                 nominal = (a, float(mid)) if left else (float(mid), b)
@@ -429,7 +430,7 @@ class BETree(Engine):
                     mid = b.mid
                     if mid is None:
                         break
-                    b = b.left if v < mid else b.right  # type: ignore[operator]
+                    b = b.left if v < mid else b.right
         out: set[SubId] = set()
         if slots:
             self._verify_boxes(event, slots, out)
@@ -450,7 +451,9 @@ class BETree(Engine):
                     out.add(e.sid)
             return
         int_parts: list[np.ndarray[Any, np.dtype[np.int64]]] = []
-        boxes.test(np.frombuffer(slots, dtype=np.int64).astype(np.intp, copy=False), ev[0], ev[1], out, int_parts)
+        boxes.test(
+            np.frombuffer(slots, dtype=np.int64).astype(np.intp, copy=False), ev[0], ev[1], out, int_parts
+        )
         for part in int_parts:
             out.update(part.tolist())
 
@@ -473,7 +476,13 @@ class BETree(Engine):
                     bu += 1
                     todo.append((b.cnode, d + 1))
                     bs.extend(x for x in (b.left, b.right) if x is not None)
-        return {"cnodes": cn, "pnodes": pn, "buckets": bu, "root_exprs": len(self._root.exprs), "depth": depth}
+        return {
+            "cnodes": cn,
+            "pnodes": pn,
+            "buckets": bu,
+            "root_exprs": len(self._root.exprs),
+            "depth": depth,
+        }
 
     def _check(self) -> None:
         super()._check()
@@ -493,9 +502,7 @@ class BETree(Engine):
                     assert box_of(e.clause) is None
         assert len(self._slot_expr) == len(self._boxes)
 
-    def _check_cnode(
-        self, c: _CNode, parent: _Bucket | None, used: frozenset[Dim], seen: set[_Expr]
-    ) -> int:
+    def _check_cnode(self, c: _CNode, parent: _Bucket | None, used: frozenset[Dim], seen: set[_Expr]) -> int:
         """Assert the invariants below ``c``; returns the number of expressions there."""
         assert c.parent is parent and c.used == used
         assert len(c.exprs) <= c.cap, (len(c.exprs), c.cap)
@@ -541,11 +548,7 @@ def _check_on_path(e: _Expr, c: _CNode) -> None:
     while b is not None:
         iv = e.iv.get(b.pnode.dim)
         assert iv is not None and b.encloses(iv), (iv, b.lo, b.hi)
-        up = b.parent
-        if up is None:
-            b = b.pnode.parent.parent
-        else:
-            b = up
+        b = b.pnode.parent.parent if b.parent is None else b.parent
 
 
 def _descend(b: _Bucket, iv: Interval) -> _Bucket:
@@ -598,4 +601,3 @@ def _prune(b: _Bucket) -> None:
         else:
             up.right = None
         cur = up
-

@@ -235,9 +235,8 @@ class _Node:
         for a, lo, hi in box:
             v = get(a)
             t = type(v)
-            if t is not float and t is not int:
-                if t is bool or not isinstance(v, int | float):
-                    return False
+            if t is not float and t is not int and (t is bool or not isinstance(v, int | float)):
+                return False
             if not lo <= v <= hi:  # type: ignore[operator]
                 return False
         return True
@@ -531,4 +530,3 @@ def _raise_union(n: _Node) -> None:
         if a.union | u != a.union:
             a.union |= u
             stack.extend(a.parents)
-

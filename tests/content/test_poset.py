@@ -25,7 +25,11 @@ _SETTINGS = settings(
 @given(selector_texts(3), selector_texts(3), st.lists(events(), min_size=1, max_size=20))
 def test_covering_is_sound(a: str, b: str, evs: list[dict[str, object]]) -> None:
     """Whenever ``covers(f1, f2)`` says yes, every event matching f2 matches f1."""
-    for f1, f2 in ((compile(a), compile(b)), (compile(f"({a}) OR ({b})"), compile(b)), (compile(a), compile(f"({a}) AND ({b})"))):
+    for f1, f2 in (
+        (compile(a), compile(b)),
+        (compile(f"({a}) OR ({b})"), compile(b)),
+        (compile(a), compile(f"({a}) AND ({b})")),
+    ):
         if covers(f1, f2):
             for ev in evs:
                 assert not f2.matches(ev) or f1.matches(ev)
@@ -89,7 +93,12 @@ class PosetVsBruteForce(RuleBasedStateMachine):
         self.engine.add(sid, text)
         self.oracle.add(sid, text)
 
-    @rule(sid=st.integers(0, 40), attr=st.sampled_from(["a", "b"]), op=st.sampled_from(["<", ">", "="]), v=st.integers(0, 6))
+    @rule(
+        sid=st.integers(0, 40),
+        attr=st.sampled_from(["a", "b"]),
+        op=st.sampled_from(["<", ">", "="]),
+        v=st.integers(0, 6),
+    )
     def add_range(self, sid: int, attr: str, op: str, v: int) -> None:
         text = f"{attr} {op} {v}" if v % 3 else f"{attr} {op} {v} AND c > {v - 3}"
         self.engine.add(sid, text)
