@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload003 import EXPERIMENTS, Experiment, Workload
 
 from content import ENGINES, Engine, Filter
+from content._betree import BETree
 from content._hema import HEMA
 
 PEERS = ("hema", "iccounting", "counting")
@@ -84,14 +85,25 @@ def _match_for(engine: Engine, events: list[dict[str, object]], budget: float) -
 
 
 def experiment_ab(
-    exp: Experiment, names: list[str], total: int, step: int, n_events: int, budget: float
+    exp: Experiment,
+    names: list[str],
+    total: int,
+    step: int,
+    n_events: int,
+    budget: float,
+    keep: dict[str, Engine] | None = None,
 ) -> list[dict[str, object]]:
-    """Figs. 6/7 (a) and (b): per step, seconds to insert ``step`` subs and to match 200 events."""
+    """Figs. 6/7 (a) and (b): per step, seconds to insert ``step`` subs and to match 200 events.
+
+    ``keep``: when given, the engines built up to ``total`` are left there (``--full`` reuses
+    them for the churn part, whose subscriptions are the same)."""
     rows: list[dict[str, object]] = []
     subs = _subscriptions(exp, total)
     events = _events(exp, n_events)
     for name in names:
         engine = ENGINES[name]()
+        if keep is not None:
+            keep[name] = engine
         gc.collect()
         for start in range(0, total, step):
             chunk = subs[start : start + step]
@@ -161,7 +173,14 @@ def churn_throughput(
 
 
 def experiment_c(
-    exp: Experiment, names: list[str], n_subs: int, rates: list[int], seconds: float, lat_events: int
+    exp: Experiment,
+    names: list[str],
+    n_subs: int,
+    rates: list[int],
+    seconds: float,
+    lat_events: int,
+    prebuilt: dict[str, Engine] | None = None,
+    prebuilt_s: dict[str, float] | None = None,
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Figs. 6/7 (c) at ``n_subs`` subscriptions, plus per-event latency.
 
@@ -170,11 +189,15 @@ def experiment_c(
     throughput in windows of ``WINDOW`` seconds rotating over rates and engines (``seconds``
     per engine and rate in total; ``rates[0]`` must be 0, the churn-free baseline).
     Brute-force takes part in the latency only (it is far too slow for churn)."""
-    subs = _subscriptions(exp, n_subs)
+    subs = _subscriptions(exp, n_subs) if prebuilt is None else []
     events = _events(exp, 1000)
-    built: dict[str, Engine] = {}
-    build_s: dict[str, float] = {}
+    built: dict[str, Engine] = dict(prebuilt or {})
+    build_s: dict[str, float] = dict(prebuilt_s or {})
     for name in names:
+        if name in built:
+            assert len(built[name]) == n_subs
+            print(f"exp{exp.name} {name:12} built by the sweep ({build_s[name]:.1f}s)")
+            continue
         engine = ENGINES[name]()
 
         def build(e: Engine = engine) -> None:
@@ -202,7 +225,8 @@ def experiment_c(
     for name in names:
         engine = built[name]
         sizes = [len(engine.match(ev)) for ev in events[:10]]
-        extra = " ".join(f"{k}={v}" for k, v in engine.stats.items()) if isinstance(engine, HEMA) else ""
+        stats = getattr(engine, "stats", None)
+        extra = " ".join(f"{k}={v}" for k, v in stats.items()) if isinstance(stats, dict) else ""
         med = statistics.median(lat[name]) * 1e3
         lat_rows.append(
             {
@@ -236,11 +260,21 @@ def experiment_c(
             thr = n_events[name, rate] / wall[name, rate]
             kept = thr / (n_events[name, rates[0]] / wall[name, rates[0]])
             done = updates[name, rate]
-            rows.append({"engine": name, "rate": rate, "events_s": thr, "updates": done, "kept": kept})
+            upd_s = done / wall[name, rate]
+            rows.append(
+                {
+                    "engine": name,
+                    "rate": rate,
+                    "events_s": thr,
+                    "updates": done,
+                    "kept": kept,
+                    "updates_s": upd_s,
+                }
+            )
             print(f"exp{exp.name} {name:12} {rate:5}/s  {thr:8.1f} ev/s  kept {kept:6.1%} ({done} updates)")
     for engine in built.values():
-        if isinstance(engine, HEMA):
-            engine._check()
+        if isinstance(engine, HEMA | BETree):
+            engine._check()  # the churned index is still consistent
     built.clear()  # HEMA's structures hold reference cycles: free them before the next experiment
     gc.unfreeze()
     gc.collect()
@@ -262,10 +296,17 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
-def _ab_section(exp: Experiment, names: list[str], total: int, step: int, budget: float) -> list[str]:
+def _ab_section(
+    exp: Experiment,
+    names: list[str],
+    total: int,
+    step: int,
+    budget: float,
+    keep: dict[str, Engine] | None = None,
+) -> tuple[list[str], list[dict[str, object]]]:
     md: list[str] = []
     key = exp.name
-    ab = experiment_ab(exp, names, total, step, 200, budget)
+    ab = experiment_ab(exp, names, total, step, 200, budget, keep)
     steps = sorted({int(str(r["subs"])) for r in ab})
     by = {(r["engine"], r["subs"]): r for r in ab}
     md.append(f"### Experiment {key}: insertion and matching (Figs. {5 + int(key)} (a), (b))\n")
@@ -287,87 +328,175 @@ def _ab_section(exp: Experiment, names: list[str], total: int, step: int, budget
         )
     )
     md.append("")
+    return md, ab
+
+
+def _c_section(
+    exp: Experiment,
+    names: list[str],
+    churn: list[dict[str, object]],
+    lat: list[dict[str, object]],
+    churn_subs: int,
+    rates: list[int],
+    achieved: bool,
+) -> list[str]:
+    key = exp.name
+    md = [f"### Experiment {key}: {churn_subs:,} subscriptions, one event at a time\n"]
+    md.append(
+        _md_table(
+            ["engine", "build (s)", "events", "median match (ms)", "p90 (ms)", "matches/event", "structure"],
+            [
+                [
+                    str(r["engine"]),
+                    f"{r['build_s']:.1f}",
+                    str(r["events"]),
+                    f"{r['median_ms']:.3f}",
+                    f"{r['p90_ms']:.3f}",
+                    f"{r['matches']:.0f}",
+                    str(r["note"]),
+                ]
+                for r in lat
+            ],
+        )
+    )
+    md.append("")
+    md.append(
+        f"### Experiment {key}: throughput under churn (Fig. {5 + int(key)} (c)), {churn_subs:,} subs\n"
+    )
+    cby = {(r["engine"], r["rate"]): r for r in churn}
+    cnames = [n for n in names if n != "brute-force"]
+    md.append(
+        _md_table(
+            [
+                "updates/s",
+                *[f"{n} events/s (kept)" for n in cnames],
+                *([f"{n} updates/s done" for n in cnames] if achieved else []),
+                *[f"hema / {n}" for n in cnames[1:]],
+            ],
+            [
+                [
+                    str(rate),
+                    *[f"{cby[(n, rate)]['events_s']:.0f} ({cby[(n, rate)]['kept']:.0%})" for n in cnames],
+                    *([f"{float(str(cby[(n, rate)]['updates_s'])):.0f}" for n in cnames] if achieved else []),
+                    *[f"{_ratio(cby[('hema', rate)], cby[(n, rate)]):.2f}" for n in cnames[1:]],
+                ]
+                for rate in rates
+            ],
+        )
+    )
+    md.append("")
     return md
+
+
+def plot(
+    exp: Experiment,
+    names: list[str],
+    ab: list[dict[str, object]],
+    churn: list[dict[str, object]],
+    rates: list[int],
+    outdir: Path,
+) -> Path:
+    """Figs. 6/7 (a), (b), (c) side by side: docs/performance-content/seed003-exp<k>.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for n in names:
+        rows = sorted((r for r in ab if r["engine"] == n), key=lambda r: int(str(r["subs"])))
+        xs = [int(str(r["subs"])) for r in rows]
+        axes[0].plot(xs, [float(str(r["insert_s"])) for r in rows], marker="o", label=n)
+        axes[1].plot(xs, [float(str(r["match_s"])) for r in rows], marker="o", label=n)
+        crow = {int(str(r["rate"])): float(str(r["events_s"])) for r in churn if r["engine"] == n}
+        axes[2].plot([max(r, 10) for r in rates], [crow[r] for r in rates], marker="o", label=n)
+    axes[0].set_title(f"seed 003 exp. {exp.name} (a): insert 5,000 subscriptions")
+    axes[0].set_ylabel("seconds")
+    axes[1].set_title("(b): match 200 events")
+    axes[1].set_ylabel("seconds")
+    axes[1].set_yscale("log")
+    for ax in axes[:2]:
+        ax.set_xlabel("subscriptions")
+    axes[2].set_title("(c): throughput under churn (0 plotted at 10)")
+    axes[2].set_xlabel("subscription updates per second")
+    axes[2].set_ylabel("events matched per second")
+    axes[2].set_xscale("log")
+    axes[2].set_yscale("log")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path = outdir / f"seed003-exp{exp.name}.png"
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
+FULL_ENGINES = ("hema", "betree", "poset", "iccounting")
+FULL_RATES = [0, 100, 1000, 10_000]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="the papers' comparison: hema, betree, poset, iccounting; sweep to 50,000, churn at "
+        "50,000 subscriptions and 100 / 1,000 / 10,000 updates/s; plots",
+    )
+    ap.add_argument("--engines", help="comma-separated engine names (default: the run's set)")
     ap.add_argument("--brute-force", action="store_true", help="also measure brute-force (slow)")
     ap.add_argument("--experiments", default="1,2")
-    ap.add_argument("--churn-subs", type=int, default=100_000)
+    ap.add_argument("--churn-subs", type=int, default=None, help="default 100,000 (--full: 50,000)")
+    ap.add_argument("--rates", help="comma-separated updates/s, first 0 (default 0,100,200,500,1000)")
     ap.add_argument("--seconds", type=float, default=3.0, help="per churn rate and engine")
     ap.add_argument("--skip-ab", action="store_true", help="only the 100,000-subscription part (c)")
     ap.add_argument("--no-gc-freeze", action="store_true", help="leave the built index to the GC")
     ap.add_argument("--budget", type=float, default=2.0, help="max seconds matching per step (then scaled)")
+    ap.add_argument(
+        "--plots", type=Path, default=Path("docs/performance-content"), help="(--full) plot directory"
+    )
     ap.add_argument("--out", type=Path, help="write the markdown results here")
     args = ap.parse_args()
     global FREEZE_GC  # noqa: PLW0603 (a run-wide switch)
     FREEZE_GC = not args.no_gc_freeze
-    total, step, churn_subs, seconds = 50_000, 5_000, args.churn_subs, args.seconds
+    total, step, seconds = 50_000, 5_000, args.seconds
+    churn_subs = args.churn_subs or (50_000 if args.full else 100_000)
     if args.quick:
-        total, step, churn_subs, seconds = 5_000, 1_000, 10_000, 0.5
-    names = engines(args.brute_force)
-    rates = [0, 100, 200, 500, 1000]
+        total, step, churn_subs, seconds = 5_000, 1_000, args.churn_subs or 5_000, 0.5
+    if args.engines:
+        names = args.engines.split(",")
+    elif args.full:
+        names = list(FULL_ENGINES)
+    else:
+        names = engines(args.brute_force)
+    if args.rates:
+        rates = [int(r) for r in args.rates.split(",")]
+    else:
+        rates = FULL_RATES if args.full else [0, 100, 200, 500, 1000]
+    assert rates[0] == 0, "the first rate is the churn-free baseline"
     md: list[str] = []
     for key in args.experiments.split(","):
         exp = EXPERIMENTS[key]
+        keep: dict[str, Engine] | None = {} if churn_subs == total else None
+        ab: list[dict[str, object]] = []
         if not args.skip_ab:
-            md.extend(_ab_section(exp, names, total, step, args.budget))
-        churn, lat = experiment_c(exp, names, churn_subs, rates, seconds, 300)
-        md.append(f"### Experiment {key}: {churn_subs:,} subscriptions, one event at a time\n")
-        md.append(
-            _md_table(
-                [
-                    "engine",
-                    "build (s)",
-                    "events",
-                    "median match (ms)",
-                    "p90 (ms)",
-                    "matches/event",
-                    "structure",
-                ],
-                [
-                    [
-                        str(r["engine"]),
-                        f"{r['build_s']:.1f}",
-                        str(r["events"]),
-                        f"{r['median_ms']:.3f}",
-                        f"{r['p90_ms']:.3f}",
-                        f"{r['matches']:.0f}",
-                        str(r["note"]),
-                    ]
-                    for r in lat
-                ],
-            )
-        )
-        md.append("")
-        md.append(
-            f"### Experiment {key}: throughput under churn (Fig. {5 + int(key)} (c)), {churn_subs:,} subs\n"
-        )
-        cby = {(r["engine"], r["rate"]): r for r in churn}
-        cnames = [n for n in names if n != "brute-force"]
-        md.append(
-            _md_table(
-                [
-                    "updates/s",
-                    *[f"{n} events/s (kept)" for n in cnames],
-                    *[f"hema / {n}" for n in cnames[1:]],
-                ],
-                [
-                    [
-                        str(rate),
-                        *[f"{cby[(n, rate)]['events_s']:.0f} ({cby[(n, rate)]['kept']:.0%})" for n in cnames],
-                        *[f"{_ratio(cby[('hema', rate)], cby[(n, rate)]):.2f}" for n in cnames[1:]],
-                    ]
-                    for rate in rates
-                ],
-            )
-        )
-        md.append("")
+            part, ab = _ab_section(exp, names, total, step, args.budget, keep)
+            md.extend(part)
+        built_s = {n: sum(float(str(r["insert_s"])) for r in ab if r["engine"] == n) for n in names}
+        churn, lat = experiment_c(exp, names, churn_subs, rates, seconds, 300, keep or None, built_s)
+        if keep:
+            keep.clear()
+            gc.collect()
+        md.extend(_c_section(exp, names, churn, lat, churn_subs, rates, achieved=args.full))
+        if args.full and ab:
+            path = plot(exp, names, ab, churn, rates, args.plots)
+            md.append(f"![seed 003 experiment {key}]({path.parent.name}/{path.name})\n")
     text = "\n".join(md)
     header = (
-        f"Command: `.venv/bin/python benchmarks/bench_seed003.py {' '.join(sys.argv[1:])}`  \n"
+        f"Command: `.venv/bin/python -m benchmarks.bench_seed003 {' '.join(sys.argv[1:])}`  \n"
         f"Machine: {platform.machine()}, Python {platform.python_version()}, {platform.system()}; "
         "2 cores shared with other work (timings noisy; compare within a table).\n"
     )

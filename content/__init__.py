@@ -13,6 +13,7 @@ This package imports nothing from ``broker`` or ``bridge``.
 from __future__ import annotations
 
 from content._attributes import attributes
+from content._betree import BETree
 from content._counting import Counting
 from content._engine import BruteForce, Engine, Event, SubId
 from content._filter import Clause, Filter
@@ -20,6 +21,7 @@ from content._hcem import HCEM
 from content._hema import HEMA
 from content._htree import HTree
 from content._iccounting import ICCounting
+from content._poset import Poset
 from content._predicate import Kind, Op, Predicate, Scalar
 from content._rabased import RABasedMatching
 from content._rein import REIN
@@ -32,6 +34,7 @@ __all__ = [
     "HEMA",
     "REIN",
     "TAMA",
+    "BETree",
     "BruteForce",
     "Clause",
     "Counting",
@@ -43,6 +46,7 @@ __all__ = [
     "ICCounting",
     "Kind",
     "Op",
+    "Poset",
     "Predicate",
     "RABasedMatching",
     "Scalar",
@@ -54,5 +58,17 @@ __all__ = [
 
 ENGINES: dict[str, type[Engine]] = {
     cls.name: cls
-    for cls in (BruteForce, Counting, ICCounting, RABasedMatching, HEMA, REIN, HCEM, TAMA, HTree)
+    for cls in (
+        BruteForce,
+        Counting,
+        ICCounting,
+        RABasedMatching,
+        HEMA,
+        REIN,
+        HCEM,
+        BETree,
+        Poset,
+        TAMA,
+        HTree,
+    )
 }

@@ -21,7 +21,18 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from content import ENGINES, BruteForce, Engine, compile
 from tests.content.strategies import events, events_sparse, selector_texts
 
-ENGINE_NAMES = ["counting", "iccounting", "rabased", "hema", "rein", "hcem", "tama", "htree"]
+ENGINE_NAMES = [
+    "counting",
+    "iccounting",
+    "rabased",
+    "hema",
+    "rein",
+    "hcem",
+    "betree",
+    "poset",
+    "tama",
+    "htree",
+]
 
 SUB_IDS = st.integers(0, 11)
 
