@@ -8,6 +8,7 @@ STAMP := $(VENV)/.siftmq-installed
 BUILT := $(VENV)/.siftmq-compiled
 HOST ?= 127.0.0.1
 PORT ?= 1883
+METRICS_PORT ?= 9464
 
 .PHONY: run test lint typecheck unit setup build chromium mosquitto
 
@@ -28,7 +29,7 @@ $(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
 	touch $(BUILT)
 
 run: $(BUILT)
-	$(VENV)/bin/siftmq serve --host $(HOST) --port $(PORT)
+	$(VENV)/bin/siftmq serve --host $(HOST) --port $(PORT) --metrics-listen $(HOST):$(METRICS_PORT)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
+from wsgiref.simple_server import WSGIServer
 
 import topics
 from broker._config import BrokerConfig
@@ -190,6 +191,7 @@ class Broker:
         self._listeners: list[OpenListener] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._metrics: WSGIServer | None = None
         self._composite_saver: asyncio.Task[None] | None = None
         self._composite_path: str | None = None
         self._composite_saved = -1
@@ -221,7 +223,24 @@ class Broker:
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
             await self._close_store()
             raise
+        if self.config.metrics_listen is not None:
+            self._start_metrics(self.config.metrics_listen)
         self._schedule()
+
+    def _start_metrics(self, listen: str) -> None:
+        from prometheus_client import start_http_server
+
+        from broker._metrics import parse_listen, registry_for
+
+        host, port = parse_listen(listen)
+        server, _thread = start_http_server(port, host, registry_for(self.core))
+        self._metrics = server
+        log.info("metrics on http://%s:%d/metrics", host, server.server_port)
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound port of the metrics endpoint (None when it is off)."""
+        return None if self._metrics is None else int(self._metrics.server_port)
 
     async def _open_store(self, path: str) -> None:
         """Open the store and restore its state into the core (before any client connects)."""
@@ -340,6 +359,10 @@ class Broker:
         if self._listeners is None:
             return
         await close_listeners(self._listeners)
+        if self._metrics is not None:
+            self._metrics.shutdown()
+            self._metrics.server_close()
+            self._metrics = None
         if self._timer is not None:
             self._timer.cancel()
         self.core.shutdown(self.core.clock.monotonic())

@@ -183,6 +183,9 @@ class BrokerConfig:
     #: store operations queued for the writer thread above which the publishers that write
     #: are paused until the next commit (the store's queue stays bounded; docs/persistence.md)
     store_max_backlog: int = 100_000
+    #: ``HOST:PORT`` of the Prometheus metrics endpoint (``/metrics``), None = off
+    #: (docs/broker.md, "Metrics"; port 0 picks a free one: ``Broker.metrics_port``)
+    metrics_listen: str | None = None
     #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
     listeners: tuple[Listener, ...] = ()
     #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is
