@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._passwd_cli import register as register_passwd
 
     register_passwd(sub)
+    from broker._client_cli import register as register_clients
+
+    register_clients(sub)
     for plugin in plugins:
         plugin.add_commands(sub)
     return parser

@@ -1,0 +1,74 @@
+"""``siftmq pub`` / ``siftmq sub`` against a broker on port 0 (issue 19, item 2), run as the
+user runs them: subprocesses of the installed ``siftmq`` script."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from broker import Broker
+from tests.waiting import eventually
+
+SIFTMQ = str(Path(sys.executable).parent / "siftmq")
+
+
+async def _run(*args: str, timeout: float = 20.0) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        SIFTMQ, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def _sub_then_pub(b: Broker, sub_args: list[str], pubs: list[list[str]]) -> tuple[int, str, str]:
+    port = str(b.port)
+    sub = asyncio.create_task(_run("sub", "-h", "127.0.0.1", "-p", port, "-i", "cli-sub", *sub_args))
+    index = b.core.router.index
+    await eventually(lambda: index.entry_count("cli-sub") >= 1, 10.0)
+    for args in pubs:
+        code, _, err = await _run("pub", "-h", "127.0.0.1", "-p", port, *args)
+        assert code == 0, err
+    return await sub
+
+
+async def test_sub_prints_topic_and_payload_and_exits_after_count() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        code, out, err = await _sub_then_pub(
+            b,
+            ["-t", "cli/#", "-C", "2", "-v", "-q", "1"],
+            [["-t", "cli/a", "-m", "hello", "-q", "1"], ["-t", "cli/b", "-m", "two words", "-V", "mqttv311"]],
+        )
+        assert code == 0, err
+        assert out.splitlines() == ["cli/a hello", "cli/b two words"]
+
+
+async def test_retained_and_content_filter() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        at = ("-h", "127.0.0.1", "-p", str(b.port))
+        code, _, err = await _run("pub", *at, "-t", "r/t", "-m", "kept", "-r")
+        assert code == 0, err
+        code, out, err = await _run("sub", *at, "-t", "r/#", "-C", "1")
+        assert (code, out) == (0, "kept\n"), err
+        for version in ("mqttv5", "mqttv311"):
+            code, out, err = await _sub_then_pub(
+                b,
+                ["-t", "f/t", "-C", "1", "--filter", "temp > 30", "-V", version],
+                [["-t", "f/t", "-m", '{"temp": 20}'], ["-t", "f/t", "-m", '{"temp": 35}']],
+            )
+            assert (code, out) == (0, '{"temp": 35}\n'), err
+            await eventually(lambda: b.core.router.index.entry_count("cli-sub") == 0, 10.0)
+
+
+async def test_refused_connection_and_bad_arguments_exit_non_zero() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        port = b.port
+    code, _, err = await _run("pub", "-h", "127.0.0.1", "-p", str(port), "-t", "x", "-m", "y")
+    assert code == 1 and "Error" in err
+    code, _, err = await _run("sub", "-p", str(port))
+    assert code == 1 and "topic" in err
+    code, out, _ = await _run("pub", "--help")
+    assert code == 0 and all(
+        f in out for f in ("-h HOST", "-t TOPIC", "-m MESSAGE", "-q", "-r", "--cafile", "-D")
+    )
