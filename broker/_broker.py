@@ -24,14 +24,15 @@ from types import TracebackType
 from wsgiref.simple_server import WSGIServer
 
 import topics
-from broker._config import BrokerConfig
+from broker._config import BrokerConfig, Listener
 from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
 from broker.core._session import Session
 from broker.durability._store import Store
 from broker.hooks import Hooks
-from broker.net._listeners import OpenListener, close_listeners, open_listeners, wait_closed
+from broker.net._admission import ConnectionLimits
+from broker.net._listeners import OpenListener, close_listeners, open_listener, open_listeners, wait_closed
 from broker.net._transport import MQTTProtocol
 from broker.packets import NO_PROPERTIES, Properties
 
@@ -189,6 +190,7 @@ class Broker:
         self.hooks: Sequence[Hooks] = list(hooks)
         self.core = Core(cfg, self.hooks, clock)
         self._listeners: list[OpenListener] | None = None
+        self._extra: list[OpenListener] = []  # opened by Broker.listen (plugins)
         self._timer: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._metrics: WSGIServer | None = None
@@ -196,6 +198,8 @@ class Broker:
         self._composite_path: str | None = None
         self._composite_saved = -1
         self._open: set[MQTTProtocol] = set()
+        for h in self.hooks:
+            h.attach(self)
 
     @property
     def port(self) -> int:
@@ -226,6 +230,19 @@ class Broker:
         if self.config.metrics_listen is not None:
             self._start_metrics(self.config.metrics_listen)
         self._schedule()
+        for h in self.hooks:
+            await h.ready()
+
+    async def listen(self, listener: Listener) -> int:
+        """Open one more listener on the serving broker (a plugin's: the cluster's link
+        listener); returns its bound port. It closes with the broker."""
+        if self._listeners is None:
+            raise RuntimeError("broker not started")
+        opened = await open_listener(
+            self.core, self._open, listener, ConnectionLimits(self.config, self.core.stats)
+        )
+        self._extra.append(opened)
+        return opened.port
 
     def _start_metrics(self, listen: str) -> None:
         from prometheus_client import start_http_server
@@ -358,7 +375,7 @@ class Broker:
         """Graceful stop: listener closed, clients disconnected (wills published), hooks stopped."""
         if self._listeners is None:
             return
-        await close_listeners(self._listeners)
+        await close_listeners(self._listeners + self._extra)
         if self._metrics is not None:
             self._metrics.shutdown()
             self._metrics.server_close()
@@ -371,8 +388,9 @@ class Broker:
         for p in list(self._open):
             if p.transport is not None:
                 p.transport.abort()
-        await wait_closed(self._listeners)
+        await wait_closed(self._listeners + self._extra)
         self._listeners = None
+        self._extra = []
         await self._close_store()
         for h in self.hooks:
             try:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
+    from broker._broker import Broker
     from broker.core._message import Message
 
 __all__ = [
@@ -111,6 +112,13 @@ class Hooks:
 
     async def stop(self) -> None:
         """Called once on graceful stop, after the last record was emitted."""
+
+    def attach(self, broker: Broker) -> None:
+        """Called once by the :class:`~broker.Broker` this hook is registered in, when it is
+        built: a hook that acts on the broker (the cluster node) keeps the reference."""
+
+    async def ready(self) -> None:
+        """Called once when the broker serves (store restored, listeners open)."""
 
     def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
         """A client's CONNECT was accepted."""

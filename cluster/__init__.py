@@ -1,9 +1,17 @@
 """siftmq's broker network (seed 001, ``001_6a6247c7b716f50f.txt``, sections 3-5).
 
-A layer above :mod:`broker` (docs/architecture.md): brokers joined on a Kademlia overlay
-(the ``kademlia`` package) form one MQTT cluster, and composite subscription groups are kept
-by the alpha brokers closest to their GroupCode.  The routing logic is sans-IO so the live
-cluster and the discrete-event simulator in ``benchmarks/`` drive the same code.
+A layer above :mod:`broker` (docs/architecture.md, docs/cluster.md): brokers joined on a
+Kademlia overlay (the ``kademlia`` package, :mod:`cluster._overlay`) form one MQTT cluster.
+Each broker keeps one MQTT 5 link to every other (:mod:`cluster._link`), holds there the
+aggregated subscriptions of its own clients (:mod:`cluster._routes`, sans-IO), and routes
+what arrives over a link to its local sessions only (:mod:`cluster._node`).  Composite
+subscription groups are kept by the alpha brokers closest to their GroupCode
+(:mod:`cluster._groups`, sans-IO, driven live and by the simulator in ``benchmarks/``).
 """
 
-__all__: list[str] = []
+from cluster._auth import TokenChecker, make_token
+from cluster._node import ClusterNode
+from cluster._overlay import load_node_id
+from cluster._routes import RouteChange, RouteTable
+
+__all__ = ["ClusterNode", "RouteChange", "RouteTable", "TokenChecker", "load_node_id", "make_token"]

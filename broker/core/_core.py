@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import content
@@ -79,6 +79,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
+        self.sys_sources: list[Callable[[], dict[str, str]]] = []
         # composite subscriptions (issue 16): atoms live in the router's index
         self.composite = Composites(self)
         # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
@@ -505,6 +507,7 @@ class Core:
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
             **self.composite.sys_values(),
+            **{k: v for source in self.sys_sources for k, v in source().items()},
         }
 
     def refused(self, limit: str, client_id: str) -> None:

@@ -19,6 +19,7 @@ from broker.protocol._record import Record
 
 __all__ = [
     "FILTER_PREFIX",
+    "PEER_PREFIX",
     "SHARE_PREFIX",
     "Message",
     "Route",
@@ -29,6 +30,9 @@ __all__ = [
 
 #: MQTT 5 section 4.8.2: ``$share/<group>/<filter>``
 SHARE_PREFIX: Final = "$share/"
+#: the client id prefix of another cluster broker's link (docs/cluster.md): a message that
+#: arrived over a link is never routed to a link (:meth:`Router.route_peer`)
+PEER_PREFIX: Final = "$cluster/"
 #: siftmq's 3.1.1 content filter: ``$filter/<selector>/<filter>`` (CONTRACT.md)
 FILTER_PREFIX: Final = "$filter/"
 

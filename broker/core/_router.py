@@ -29,7 +29,15 @@ from dataclasses import dataclass
 
 import content
 import topics
-from broker.core._message import SHARE_PREFIX, Message, Route, SubOptions, split_filter_prefix, split_share
+from broker.core._message import (
+    PEER_PREFIX,
+    SHARE_PREFIX,
+    Message,
+    Route,
+    SubOptions,
+    split_filter_prefix,
+    split_share,
+)
 from broker.packets import ReasonCode, SubscriptionRequest
 
 __all__ = ["Router", "SubscribeLimits", "Subscribed", "shown"]
@@ -350,6 +358,44 @@ class Router:
             append(
                 Route(client_id, mqos if mqos < o.qos else o.qos, False, ids_t, o.topic_filter, o.selector)
             )
+
+    def route_peer(self, msg: Message, plain: bool, groups: AbstractSet[tuple[str, str]]) -> list[Route]:
+        """The deliveries of a message another broker of a cluster forwarded (docs/cluster.md).
+
+        Only local sessions receive it: a session whose client id starts with
+        :data:`PEER_PREFIX` (another broker's link) never does, so a message crosses at most
+        one link.  ``plain``: the peer forwarded it for this broker's ordinary subscriptions
+        (all matching local non-shared subscribers get it); ``groups``: the ``(group, filter)``
+        shared subscriptions it was forwarded for (one local member of each gets it, round
+        robin).  O(index match) without the plan cache (peer traffic is one copy per node).
+        """
+        self.routed += 1
+        result = self.index.match(msg.topic)
+        routes: list[Route] = []
+        append = routes.append
+        sel_ok: AbstractSet[object] | None = None
+        if plain:
+            for client_id, subs in result.clients.items():
+                if client_id.startswith(PEER_PREFIX):
+                    continue
+                ok: AbstractSet[object] = _EMPTY
+                if any(sub.options.selector is not None for sub in subs):
+                    if sel_ok is None:
+                        sel_ok = self._matching_selectors(msg.payload)
+                    ok = sel_ok
+                r = _client_route(client_id, subs, msg.publisher_id, msg.qos, msg.retain, ok)
+                if r is not None:
+                    append(r)
+        if groups and result.shared:
+            local = {
+                key: [m for m in members if not m[0].startswith(PEER_PREFIX)]
+                for key, members in result.shared.items()
+                if key in groups
+            }
+            if sel_ok is None and any(o.selector is not None for ms in local.values() for _, o in ms):
+                sel_ok = self._matching_selectors(msg.payload)
+            self._route_shared(local, _EMPTY if sel_ok is None else sel_ok, msg.qos, append)
+        return routes
 
     def route(self, msg: Message) -> list[Route]:
         """Decide every delivery of ``msg`` (MQTT 5 section 4.5 and CONTRACT.md rules)."""

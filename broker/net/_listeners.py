@@ -95,34 +95,39 @@ def _lean_tls(
 
 async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenListener]:
     """Open every listener of ``core.config``; on an error close those opened and raise."""
-    loop = asyncio.get_running_loop()
     limits = ConnectionLimits(core.config, core.stats)
     opened: list[OpenListener] = []
     try:
         for listener in core.config.effective_listeners():
-            policy = ListenerPolicy(
-                limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
-            )
-            make: Callable[[], MQTTProtocol]
-            if listener.kind == "ws":
-                make = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
-            else:
-                make = functools.partial(MQTTProtocol, core, policy, registry)
-            factory: Callable[[], asyncio.BaseProtocol] = make
-            ctx = ssl_context(listener) if listener.tls else None
-            if ctx is not None and isinstance(loop, asyncio.BaseEventLoop):
-                factory = functools.partial(_lean_tls, loop, make, ctx)
-                ctx = None  # TLS by _LeanTLS over a plain server
-            server = await loop.create_server(
-                factory, listener.host, listener.port, reuse_address=True, ssl=ctx
-            )
-            port = server.sockets[0].getsockname()[1]
-            opened.append(OpenListener(listener, server, port))
-            log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
+            opened.append(await open_listener(core, registry, listener, limits))  # noqa: PERF401 (closed on error)
     except BaseException:
         await close_listeners(opened)
         raise
     return opened
+
+
+async def open_listener(
+    core: Core, registry: set[MQTTProtocol], listener: Listener, limits: ConnectionLimits
+) -> OpenListener:
+    """Open one listener (the broker's own, or one a plugin adds: ``Broker.listen``)."""
+    loop = asyncio.get_running_loop()
+    policy = ListenerPolicy(
+        limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
+    )
+    make: Callable[[], MQTTProtocol]
+    if listener.kind == "ws":
+        make = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
+    else:
+        make = functools.partial(MQTTProtocol, core, policy, registry)
+    factory: Callable[[], asyncio.BaseProtocol] = make
+    ctx = ssl_context(listener) if listener.tls else None
+    if ctx is not None and isinstance(loop, asyncio.BaseEventLoop):
+        factory = functools.partial(_lean_tls, loop, make, ctx)
+        ctx = None  # TLS by _LeanTLS over a plain server
+    server = await loop.create_server(factory, listener.host, listener.port, reuse_address=True, ssl=ctx)
+    port = server.sockets[0].getsockname()[1]
+    log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
+    return OpenListener(listener, server, port)
 
 
 async def close_listeners(opened: list[OpenListener]) -> None:

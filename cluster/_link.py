@@ -1,0 +1,276 @@
+"""One broker-to-broker link: this broker as an MQTT 5 client of a peer (docs/cluster.md).
+
+A link is how this broker receives what is published at the peer for its own clients: it
+connects to the peer's cluster listener as ``$cluster/<our node id>`` with a persistent
+session (``clean_start`` false, ``session_expiry`` = the cluster's peer expiry), authenticates
+with a token of the shared secret (:mod:`cluster._auth`), and holds at the peer the
+subscriptions of the :class:`~cluster._routes.RouteTable` (QoS 2, retain as published, retained
+messages sent only for new subscriptions).  Everything the peer's broker already does for a
+client then holds for the link: in-flight windows (our ``receive_maximum``), queues, pacing of
+the peer's publishers when we are slow (the cluster listener's slow-consumer policy is
+``pace``), and the peer's store keeps our QoS 1/2 messages while the link is down.
+
+The codec is the broker's own sans-IO one (:mod:`broker.packets`); this module adds the
+client-side state: CONNECT/CONNACK, SUBSCRIBE/UNSUBSCRIBE of route changes, the receive side
+of QoS 1 and 2 with acknowledgements sent in order once the local store made the injected
+message durable (``deliver`` returns the store's future), keep-alive, and reconnection with
+backoff.  The link never publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from broker.packets import (
+    Connack,
+    Connect,
+    Decoder,
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+    Unsuback,
+    Unsubscribe,
+    encode,
+)
+from cluster._auth import make_token
+from cluster._routes import RouteChange, RouteTable
+
+__all__ = ["Deliver", "PeerLink"]
+
+log = logging.getLogger("siftmq.cluster")
+
+#: ``deliver(publish, for_plain, groups)``: inject a forwarded message into the local broker;
+#: returns the store's durable signal to wait for before acknowledging, or None
+Deliver = Callable[[Publish, bool, frozenset[tuple[str, str]]], "concurrent.futures.Future[None] | None"]
+
+KEEP_ALIVE: Final = 10
+RECEIVE_MAXIMUM: Final = 256
+
+
+class PeerLink:
+    """The link from this broker to one peer (``run`` until ``close``)."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        me: str,
+        peer: str,
+        address: tuple[str, int],
+        secret: bytes,
+        table: RouteTable,
+        deliver: Deliver,
+        session_expiry: int,
+    ) -> None:
+        self.client_id = f"$cluster/{me}"
+        self.peer = peer
+        self.address = address
+        self.secret = secret
+        self.table = table
+        self.deliver = deliver
+        self.session_expiry = session_expiry
+        self.connected = False
+        self.received = 0  # PUBLISHes received over this link
+        self.connects = 0
+        self.last_error: str | None = None
+        self._held: dict[str, int] = {}  # what the peer holds for us: filter -> subscription id
+        self._writer: asyncio.StreamWriter | None = None
+        self._pid = 0
+        self._qos2: set[int] = set()
+        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes]] = asyncio.Queue()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.up = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run(), name=f"cluster link to {self.peer[:8]}")
+
+    async def close(self) -> None:
+        self._closing = True
+        w = self._writer
+        if w is not None and not w.is_closing():
+            with contextlib.suppress(Exception):
+                w.write(encode(Disconnect(ReasonCode.SUCCESS), 5))
+            w.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
+    # ------------------------------------------------------------ route changes
+    def apply(self, change: RouteChange) -> None:
+        """Send a route change now if connected (else it is applied on the next connect)."""
+        if not self.connected or self._writer is None:
+            return
+        self._send_changes(
+            [(f, i) for f, i in change.subscribe if self._held.get(f) != i],
+            [f for f in change.unsubscribe if f in self._held],
+        )
+
+    def _send_changes(self, sub: list[tuple[str, int]], unsub: list[str]) -> None:
+        w = self._writer
+        assert w is not None
+        by_id: dict[int, list[str]] = {}
+        for f, i in sub:
+            by_id.setdefault(i, []).append(f)
+            self._held[f] = i
+        for i, fs in by_id.items():
+            reqs = tuple(SubscriptionRequest(f, 2, False, True, 1) for f in fs)
+            w.write(encode(Subscribe(self._next_pid(), reqs, Properties(subscription_identifiers=(i,))), 5))
+        if unsub:
+            for f in unsub:
+                self._held.pop(f, None)
+            w.write(encode(Unsubscribe(self._next_pid(), tuple(unsub)), 5))
+
+    def _next_pid(self) -> int:
+        self._pid = self._pid % 65535 + 1
+        return self._pid
+
+    # ------------------------------------------------------------ connection
+    async def run(self) -> None:
+        delay = 0.05
+        while not self._closing:
+            try:
+                await self._session()
+                delay = 0.05
+            except (OSError, asyncio.IncompleteReadError, ConnectionError, TimeoutError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            except _Refused as exc:
+                self.last_error = str(exc)
+                log.warning("cluster link to %s refused: %s", self.peer[:8], exc)
+            finally:
+                self.connected = False
+                self.up.clear()
+            if self._closing:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _session(self) -> None:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*self.address), 5)
+        self._writer = writer
+        acks = asyncio.create_task(self._ack_writer(writer))
+        try:
+            await self._connected(reader, writer)
+        finally:
+            acks.cancel()
+            self._acks = asyncio.Queue()
+            writer.close()
+            self._writer = None
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        props = Properties(session_expiry_interval=self.session_expiry, receive_maximum=RECEIVE_MAXIMUM)
+        connect = Connect(
+            self.client_id,
+            5,
+            False,
+            KEEP_ALIVE,
+            None,
+            "siftmq-cluster",
+            make_token(self.secret, self.client_id),
+            props,
+        )
+        writer.write(encode(connect, 5))
+        dec = Decoder(5, server=False)
+        ack = await asyncio.wait_for(self._first(reader, dec), 5)
+        if ack.reason_code != ReasonCode.SUCCESS:
+            raise _Refused(f"CONNACK {ack.reason_code.name}")
+        if not ack.session_present:
+            self._held.clear()
+            self._qos2.clear()
+        self.connects += 1
+        self.connected = True
+        self.last_error = None
+        wanted = dict(self.table.wanted())
+        self._send_changes(
+            [(f, i) for f, i in wanted.items() if self._held.get(f) != i],
+            [f for f in self._held if f not in wanted],
+        )
+        self.up.set()
+        log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
+        ping = asyncio.create_task(self._pinger(writer))
+        try:
+            while True:
+                data = await asyncio.wait_for(reader.read(65536), KEEP_ALIVE * 2)
+                if not data:
+                    raise ConnectionError("closed by the peer")
+                for pkt in dec.feed(data):
+                    self._packet(pkt, writer)
+        finally:
+            ping.cancel()
+
+    async def _first(self, reader: asyncio.StreamReader, dec: Decoder) -> Connack:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                raise ConnectionError("closed before CONNACK")
+            pkts = dec.feed(data)
+            if pkts:
+                first = pkts[0]
+                if not isinstance(first, Connack):
+                    raise _Refused(f"{type(first).__name__} before CONNACK")
+                return first
+
+    async def _pinger(self, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await asyncio.sleep(KEEP_ALIVE / 2)
+            writer.write(encode(Pingreq(), 5))
+
+    def _packet(self, pkt: object, writer: asyncio.StreamWriter) -> None:
+        match pkt:
+            case Publish():
+                self._publish(pkt)
+            case Pubrel(packet_id=pid):
+                self._qos2.discard(pid)
+                self._acks.put_nowait((None, encode(Pubcomp(pid), 5)))
+            case Suback(reason_codes=codes):
+                bad = [c for c in codes if c >= 0x80]
+                if bad:
+                    log.warning("cluster link to %s: subscriptions refused (%s)", self.peer[:8], bad)
+            case Unsuback() | Pingresp():
+                pass
+            case Disconnect(reason_code=code):
+                raise ConnectionError(f"DISCONNECT {code.name} from the peer")
+            case _:
+                log.debug("cluster link to %s: unexpected %s", self.peer[:8], type(pkt).__name__)
+
+    def _publish(self, p: Publish) -> None:
+        self.received += 1
+        plain, groups = self.table.groups_of(p.properties.subscription_identifiers)
+        if p.qos == 2 and p.packet_id in self._qos2:  # a resent QoS 2 message we already have
+            self._acks.put_nowait((None, encode(Pubrec(p.packet_id), 5)))
+            return
+        durable = self.deliver(p, plain, groups) if (plain or groups) else None
+        if p.qos == 1:
+            assert p.packet_id is not None
+            self._acks.put_nowait((durable, encode(Puback(p.packet_id), 5)))
+        elif p.qos == 2:
+            assert p.packet_id is not None
+            self._qos2.add(p.packet_id)
+            self._acks.put_nowait((durable, encode(Pubrec(p.packet_id), 5)))
+
+    async def _ack_writer(self, writer: asyncio.StreamWriter) -> None:
+        """Acknowledgements leave in order, each once its message is durable here."""
+        queue = self._acks
+        while True:
+            durable, data = await queue.get()
+            if durable is not None:
+                await asyncio.wrap_future(durable)
+            writer.write(data)
+
+
+class _Refused(Exception):
+    """The peer refused the link (bad secret, ...)."""

@@ -1,0 +1,247 @@
+"""A broker of the cluster: overlay membership, links to every peer, route table, injection.
+
+:class:`ClusterNode` is a :class:`broker.hooks.Hooks` registered in the broker it extends
+(``siftmq serve --cluster-listen HOST:PORT --join HOST:PORT`` builds one, or
+``Broker(hooks=[ClusterNode(...)])``).  When the broker serves it
+
+1. opens the cluster listener (MQTT over TCP, no anonymous clients, slow-consumer policy
+   ``pace``) and the Kademlia node on the same port number over UDP (:mod:`cluster._overlay`);
+2. keeps one :class:`~cluster._link.PeerLink` to every member the overlay knows, and closes
+   the link of a member that left the overlay;
+3. turns its local clients' subscription changes into route changes
+   (:class:`~cluster._routes.RouteTable`) sent on every link;
+4. injects what a link receives into the local broker, for local sessions only
+   (:meth:`broker.core._router.Router.route_peer`): a message crosses at most one link.
+
+Consistency model (docs/cluster.md): a message published at node B reaches a subscriber at A
+once A's subscription is held at B (the route change travelled the link); per publisher and
+topic, order is kept (one link per pair, in-order MQTT); QoS 1/2 are acknowledged to the
+publisher when B stored them for A's link session, and A acknowledges B once its own store
+made them durable, so an acknowledged message is lost only if B's store and A both fail.
+Retained messages are held where they were published; a node that subscribes gets them from
+each peer when its link subscription is new, and keeps the copies it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker._config import Listener
+from broker.core._message import PEER_PREFIX, Message
+from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
+from broker.packets import Publish
+from cluster._auth import TokenChecker
+from cluster._link import PeerLink
+from cluster._overlay import Overlay, load_node_id
+from cluster._routes import RouteChange, RouteTable
+
+if TYPE_CHECKING:
+    from broker._broker import Broker
+
+__all__ = ["ClusterNode"]
+
+log = logging.getLogger("siftmq.cluster")
+
+
+class ClusterNode(Hooks):
+    """This broker's membership of a cluster (see the module docstring)."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        listen: tuple[str, int],
+        join: list[tuple[str, int]],
+        secret: bytes,
+        data_dir: Path | None = None,
+        node_id: bytes | None = None,
+        peer_expiry: int = 60,
+        refresh: float = 2.0,
+    ) -> None:
+        if not secret:
+            raise ValueError("a cluster needs a shared secret (--cluster-secret-file)")
+        self.listen_at = listen
+        self.join = join
+        self.secret = secret
+        self.node_id = node_id if node_id is not None else load_node_id(data_dir)
+        self.name = self.node_id.hex()
+        self.peer_expiry = peer_expiry
+        self.refresh_every = refresh
+        self.table = RouteTable()
+        self.links: dict[bytes, PeerLink] = {}
+        self.checker = TokenChecker(secret)
+        self.overlay = Overlay(self.node_id, secret)
+        self.broker: Broker | None = None
+        self.port: int | None = None
+        self.injected = 0
+        self.refused_links = 0
+        self._task: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------ life cycle
+    def attach(self, broker: Broker) -> None:
+        self.broker = broker
+        broker.core.sys_sources.append(self.sys_values)
+
+    async def ready(self) -> None:
+        broker = self.broker
+        assert broker is not None
+        host, port = self.listen_at
+        self.port = await broker.listen(
+            Listener("tcp", host, port, allow_anonymous=False, slow_consumer_policy="pace")
+        )
+        await self.overlay.start(host, self.port, self.join)
+        for client_id, full_filter in self._local_subscriptions():
+            self.table.add(client_id, full_filter)
+        self._sync_links()
+        self._task = asyncio.create_task(self._maintain(), name="cluster membership")
+        log.info(
+            "cluster node %s on %s:%d (udp+tcp), %d peer(s) known",
+            self.name[:8],
+            host,
+            self.port,
+            len(self.links),
+        )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await asyncio.gather(*(link.close() for link in self.links.values()))
+        self.links.clear()
+        self.overlay.stop()
+
+    async def _maintain(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_every)
+            try:
+                await self.overlay.refresh()
+            except Exception:
+                log.exception("cluster overlay refresh failed")
+            self._sync_links()
+
+    def _sync_links(self) -> None:
+        """One link per member the overlay knows; the link of a member that left closes."""
+        members = self.overlay.members()
+        for node_id, (host, port) in members.items():
+            link = self.links.get(node_id)
+            if link is not None and link.address != (host, port):
+                self._close_later(link)  # the member came back elsewhere
+                link = None
+            if link is None:
+                link = PeerLink(
+                    self.name,
+                    node_id.hex(),
+                    (host, port),
+                    self.secret,
+                    self.table,
+                    self._inject,
+                    self.peer_expiry,
+                )
+                self.links[node_id] = link
+                link.start()
+        for node_id in [n for n in self.links if n not in members]:
+            log.info("cluster member %s left", node_id.hex()[:8])
+            self._close_later(self.links.pop(node_id))
+
+    def _close_later(self, link: PeerLink) -> None:
+        task = asyncio.create_task(link.close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _local_subscriptions(self) -> list[tuple[str, str]]:
+        """(client id, full filter) of every subscription of a local session (at start:
+        sessions restored from the store do not announce themselves)."""
+        assert self.broker is not None
+        core = self.broker.core
+        out: list[tuple[str, str]] = []
+        for client_id in list(core.sessions):
+            if client_id.startswith(PEER_PREFIX):
+                continue
+            # "$share/g/f" entries keep their full filter
+            out.extend(
+                (client_id, e.topic_filter) for e in core.router.index.entries(client_id) if e.positive
+            )
+        return out
+
+    # ------------------------------------------------------------ hooks
+    def on_subscription_change(self, change: SubscriptionChange) -> None:
+        cid = change.client_id
+        if cid.startswith(PEER_PREFIX):
+            return
+        match change.action:
+            case SubscriptionAction.SUBSCRIBE if change.topic_filter is not None:
+                rc = self.table.add(cid, change.topic_filter)
+            case SubscriptionAction.UNSUBSCRIBE if change.topic_filter is not None:
+                rc = self.table.remove(cid, change.topic_filter)
+            case SubscriptionAction.SESSION_END | SubscriptionAction.TAKEOVER:
+                rc = self.table.drop_client(cid)
+            case _:
+                return
+        if rc:
+            self._apply(rc)
+
+    def _apply(self, change: RouteChange) -> None:
+        for link in self.links.values():
+            link.apply(change)
+
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
+        if not client_id.startswith(PEER_PREFIX):
+            return None
+        why = self.checker.check(client_id, password)
+        if why is not None:
+            self.refused_links += 1
+            log.warning("cluster link %s refused: %s", client_id[:30], why)
+            return False
+        return True
+
+    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+        if not client_id.startswith(PEER_PREFIX):
+            return None
+        return action != "publish"  # a link only subscribes and receives
+
+    # ------------------------------------------------------------ injection
+    def _inject(
+        self, p: Publish, plain: bool, groups: frozenset[tuple[str, str]]
+    ) -> concurrent.futures.Future[None] | None:
+        """Route a message a link received to this broker's local sessions."""
+        broker = self.broker
+        assert broker is not None
+        core = broker.core
+        now = core.clock.monotonic()
+        props = p.properties
+        if props.subscription_identifiers or props.topic_alias is not None:
+            props = dataclasses.replace(props, subscription_identifiers=(), topic_alias=None)
+        msg = Message.create(p.topic, p.payload, p.qos, p.retain, props, None, now)
+        journal = core.journal
+        before = journal.submitted
+        routes = core.router.route_peer(msg, plain, groups)
+        core.publish(msg, now, routes)
+        core.flush()
+        self.injected += 1
+        store = journal.store
+        if store is not None and journal.submitted != before:
+            return store.sync()
+        return None
+
+    # ------------------------------------------------------------ observability
+    def sys_values(self) -> dict[str, str]:
+        up = [link for link in self.links.values() if link.connected]
+        out = {
+            "$SYS/cluster/node_id": self.name,
+            "$SYS/cluster/members": str(len(self.links) + 1),
+            "$SYS/cluster/links/up": str(len(up)),
+            "$SYS/cluster/routes": str(len(self.table)),
+            "$SYS/cluster/forwarded/received": str(self.injected),
+            "$SYS/cluster/links/refused": str(self.refused_links),
+        }
+        for link in self.links.values():
+            base = f"$SYS/cluster/links/{link.peer[:16]}"
+            out[f"{base}/state"] = "up" if link.connected else "down"
+            out[f"{base}/received"] = str(link.received)
+        return out

@@ -1,0 +1,174 @@
+"""Membership of the cluster: the Kademlia overlay (the ``kademlia`` package), seed 001 section 3.
+
+Every broker is a Kademlia node with a 160-bit ID kept in its data directory (the seed: "once
+an information service has an ID it must never change", or events could not find their way
+back).  The overlay gives the two operations the seed's P2P layer offers:
+``FIND_NODE(GroupCode)`` -> :meth:`Overlay.closest` (the alpha known live nodes nearest by XOR)
+and the member list the MQTT links are opened to (:meth:`Overlay.members`).
+
+Failure detection is Kademlia's own: a node that does not answer an RPC is dropped from the
+routing table (``KademliaProtocol.handle_call_response``), and :meth:`Overlay.refresh` pings
+every known node each ``refresh`` seconds so a dead one disappears within one refresh plus
+the RPC timeout.  A restarted node bootstraps from ``--join`` again with the same ID; the
+others re-learn its (possibly new) address when it contacts them.
+
+The UDP port is hardened (issue 17: "not an attack surface"): every datagram carries an
+HMAC-SHA256 tag (first 16 bytes) keyed by the cluster secret and is dropped unread when the
+tag is wrong or the datagram is over :data:`MAX_DATAGRAM` bytes; the DHT's ``STORE`` and
+``FIND_VALUE`` RPCs, which siftmq does not use, are refused (no one can make a node hold data),
+and the wire format is msgpack (``umsgpack``), never pickle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import socket
+from pathlib import Path
+from typing import Any, Final
+
+from kademlia.network import Server
+from kademlia.node import Node
+from kademlia.protocol import KademliaProtocol
+
+__all__ = ["MAX_DATAGRAM", "Overlay", "load_node_id"]
+
+log = logging.getLogger("siftmq.cluster")
+
+#: datagrams longer than this are dropped before they are parsed
+MAX_DATAGRAM: Final = 8192
+_TAG = 16
+
+
+def load_node_id(data_dir: Path | None) -> bytes:
+    """This broker's 160-bit node ID: read from ``<data_dir>/cluster-node-id``, created there
+    (hex, once) if missing; a fresh random ID without a data directory."""
+    if data_dir is None:
+        return secrets.token_bytes(20)
+    path = data_dir / "cluster-node-id"
+    try:
+        text = path.read_text().strip()
+        node_id = bytes.fromhex(text)
+        if len(node_id) != 20:
+            raise ValueError(f"{path}: a 160-bit (40 hex digits) node ID expected")
+        return node_id
+    except FileNotFoundError:
+        pass
+    node_id = secrets.token_bytes(20)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(node_id.hex() + "\n")
+    os.replace(tmp, path)
+    return node_id
+
+
+class _SignedTransport:
+    """Wraps the datagram transport: appends the HMAC tag to everything sent."""
+
+    def __init__(self, transport: asyncio.DatagramTransport, key: bytes) -> None:
+        self._t = transport
+        self._key = key
+
+    def sendto(self, data: bytes, addr: Any = None) -> None:
+        tag = hmac.new(self._key, data, hashlib.sha256).digest()[:_TAG]
+        self._t.sendto(tag + data, addr)
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._t, name)
+
+
+class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
+    """Kademlia's protocol with signed datagrams, a size bound and no DHT storage."""
+
+    key: bytes = b""
+    dropped = 0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(_SignedTransport(transport, self.key))
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        if len(data) > MAX_DATAGRAM or len(data) <= _TAG:
+            type(self).dropped += 1
+            return
+        tag, body = data[:_TAG], data[_TAG:]
+        if not hmac.compare_digest(tag, hmac.new(self.key, body, hashlib.sha256).digest()[:_TAG]):
+            type(self).dropped += 1
+            return
+        super().datagram_received(body, addr)
+
+    def rpc_store(self, sender: Any, nodeid: bytes, key: bytes, value: Any) -> bool:
+        return False
+
+    def rpc_find_value(self, sender: Any, nodeid: bytes, key: bytes) -> Any:
+        return self.rpc_find_node(sender, nodeid, key)
+
+
+class Overlay:
+    """This broker's Kademlia node: membership, ``FIND_NODE``, failure detection."""
+
+    def __init__(self, node_id: bytes, secret: bytes, ksize: int = 20) -> None:
+        key = hashlib.sha256(b"siftmq-cluster-udp|" + secret).digest()
+        proto = type("_KeyedProtocol", (_Protocol,), {"key": key})
+        self.server = Server(ksize=ksize, node_id=node_id)
+        self.server.protocol_class = proto
+        self.node_id = node_id
+        self.seeds: list[tuple[str, int]] = []
+
+    async def start(self, host: str, port: int, join: list[tuple[str, int]]) -> None:
+        for name in ("kademlia", "rpcudp"):  # their INFO lines are per RPC
+            if logging.getLogger(name).level == logging.NOTSET:
+                logging.getLogger(name).setLevel(logging.WARNING)
+        await self.server.listen(port, interface=host)
+        self.seeds = [await _resolve(h, p) for h, p in join]
+        if self.seeds:
+            await self.server.bootstrap(self.seeds)
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def members(self) -> dict[bytes, tuple[str, int]]:
+        """The other nodes this node knows alive: id -> (host, port). O(known nodes)."""
+        proto = self.server.protocol
+        if proto is None:
+            return {}
+        return {n.id: (n.ip, n.port) for b in proto.router.buckets for n in b.get_nodes()}
+
+    def closest(self, key: int, count: int) -> list[int]:
+        """``FIND_NODE`` on the local routing table: the ``count`` known nodes (this one
+        included) nearest to ``key`` by XOR, as integers. O(known nodes log known nodes)."""
+        ids = [int.from_bytes(i, "big") for i in self.members()]
+        ids.append(int.from_bytes(self.node_id, "big"))
+        ids.sort(key=lambda i: i ^ key)
+        return ids[:count]
+
+    async def refresh(self) -> None:
+        """Ping every known node (the silent ones leave the table) and look ourselves up
+        through the seeds and the live members (new nodes are learnt)."""
+        proto = self.server.protocol
+        if proto is None:
+            return
+        nodes = [n for b in proto.router.buckets for n in b.get_nodes()]
+        await asyncio.gather(*(proto.call_ping(n) for n in nodes), return_exceptions=True)
+        contacts = list({*self.seeds, *((n.ip, n.port) for n in nodes)})
+        if contacts:
+            try:
+                await self.server.bootstrap(contacts)
+            except Exception as exc:  # a lookup through a vanished seed must not stop the loop
+                log.debug("overlay refresh: %s", exc)
+
+    @staticmethod
+    def node(node_id: bytes, host: str, port: int) -> Node:
+        return Node(node_id, host, port)
+
+
+async def _resolve(host: str, port: int) -> tuple[str, int]:
+    """Kademlia wants IP addresses: resolve a host name once."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    return str(infos[0][4][0]), port
