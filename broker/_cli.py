@@ -236,7 +236,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    hooks: list[Hooks] = [] if auth is None else [auth]
+    hooks: list[Hooks] = []
     ctx = ServeContext(args, serve_opts, data_dir)
     try:
         for plugin in plugins:
@@ -244,6 +244,8 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
+    if auth is not None:  # after the plugins': the cluster authenticates its own links
+        hooks.append(auth)
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)

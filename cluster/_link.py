@@ -48,15 +48,18 @@ from broker.packets import (
     encode,
 )
 from cluster._auth import make_token
-from cluster._routes import RouteChange, RouteTable
+from cluster._routes import FETCH_ID, PLAIN_ID, RouteChange, RouteTable
 
 __all__ = ["Deliver", "PeerLink"]
 
 log = logging.getLogger("siftmq.cluster")
 
-#: ``deliver(publish, for_plain, groups)``: inject a forwarded message into the local broker;
-#: returns the store's durable signal to wait for before acknowledging, or None
-Deliver = Callable[[Publish, bool, frozenset[tuple[str, str]]], "concurrent.futures.Future[None] | None"]
+#: ``deliver(publish, for_plain, groups, replay)``: inject a forwarded message into the local
+#: broker (``replay``: a peer's retained message sent for a new link subscription); returns the
+#: store's durable signal to wait for before acknowledging, or None
+Deliver = Callable[
+    [Publish, bool, frozenset[tuple[str, str]], bool], "concurrent.futures.Future[None] | None"
+]
 
 KEEP_ALIVE: Final = 10
 RECEIVE_MAXIMUM: Final = 256
@@ -124,16 +127,24 @@ class PeerLink:
         w = self._writer
         assert w is not None
         by_id: dict[int, list[str]] = {}
+        fetch: list[str] = []
         for f, i in sub:
+            if i == PLAIN_ID and f not in self._held:
+                fetch.append(f)
             by_id.setdefault(i, []).append(f)
             self._held[f] = i
+        if fetch:  # first with FETCH_ID (retained messages come with it), replaced at once
+            self._subscribe(w, fetch, FETCH_ID, 0)
         for i, fs in by_id.items():
-            reqs = tuple(SubscriptionRequest(f, 2, False, True, 1) for f in fs)
-            w.write(encode(Subscribe(self._next_pid(), reqs, Properties(subscription_identifiers=(i,))), 5))
+            self._subscribe(w, fs, i, 1)
         if unsub:
             for f in unsub:
                 self._held.pop(f, None)
             w.write(encode(Unsubscribe(self._next_pid(), tuple(unsub)), 5))
+
+    def _subscribe(self, w: asyncio.StreamWriter, filters: list[str], sub_id: int, rh: int) -> None:
+        reqs = tuple(SubscriptionRequest(f, 2, False, True, rh) for f in filters)
+        w.write(encode(Subscribe(self._next_pid(), reqs, Properties(subscription_identifiers=(sub_id,))), 5))
 
     def _next_pid(self) -> int:
         self._pid = self._pid % 65535 + 1
@@ -249,11 +260,13 @@ class PeerLink:
 
     def _publish(self, p: Publish) -> None:
         self.received += 1
-        plain, groups = self.table.groups_of(p.properties.subscription_identifiers)
+        ids = p.properties.subscription_identifiers
+        plain, groups = self.table.groups_of(ids)
         if p.qos == 2 and p.packet_id in self._qos2:  # a resent QoS 2 message we already have
             self._acks.put_nowait((None, encode(Pubrec(p.packet_id), 5)))
             return
-        durable = self.deliver(p, plain, groups) if (plain or groups) else None
+        replay = p.retain and FETCH_ID in ids
+        durable = self.deliver(p, plain, groups, replay) if (plain or groups) else None
         if p.qos == 1:
             assert p.packet_id is not None
             self._acks.put_nowait((durable, encode(Puback(p.packet_id), 5)))

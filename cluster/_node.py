@@ -207,7 +207,7 @@ class ClusterNode(Hooks):
 
     # ------------------------------------------------------------ injection
     def _inject(
-        self, p: Publish, plain: bool, groups: frozenset[tuple[str, str]]
+        self, p: Publish, plain: bool, groups: frozenset[tuple[str, str]], replay: bool
     ) -> concurrent.futures.Future[None] | None:
         """Route a message a link received to this broker's local sessions."""
         broker = self.broker
@@ -217,10 +217,14 @@ class ClusterNode(Hooks):
         props = p.properties
         if props.subscription_identifiers or props.topic_alias is not None:
             props = dataclasses.replace(props, subscription_identifiers=(), topic_alias=None)
+        if replay:
+            held = core.router.retained.get(p.topic)
+            if held is not None and held.payload == p.payload:
+                return None  # this node has it already (and delivered it on SUBSCRIBE)
         msg = Message.create(p.topic, p.payload, p.qos, p.retain, props, None, now)
         journal = core.journal
         before = journal.submitted
-        routes = core.router.route_peer(msg, plain, groups)
+        routes = core.router.route_peer(msg, plain, groups, replay)
         core.publish(msg, now, routes)
         core.flush()
         self.injected += 1

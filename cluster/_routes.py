@@ -28,10 +28,13 @@ from dataclasses import dataclass, field
 
 import topics
 
-__all__ = ["PLAIN_ID", "RouteChange", "RouteTable"]
+__all__ = ["FETCH_ID", "PLAIN_ID", "RouteChange", "RouteTable"]
 
 #: subscription identifier of the exported plain filters
 PLAIN_ID = 1
+#: identifier of a plain filter's first subscription at a peer, replaced at once by the same
+#: filter with :data:`PLAIN_ID`: what arrives with it are the peer's retained messages
+FETCH_ID = 2
 _SHARE = "$share/"
 
 
@@ -65,7 +68,7 @@ class RouteTable:
         self._shared: dict[str, int] = {}  # "$share/g/f" -> local subscriptions on it
         self._ids: dict[str, int] = {}  # "$share/g/f" -> its subscription identifier
         self._groups: dict[int, tuple[str, str]] = {}  # identifier -> (group, filter)
-        self._next_id = PLAIN_ID + 1
+        self._next_id = FETCH_ID + 1
 
     # ------------------------------------------------------------ inputs
     def add(self, client_id: str, full_filter: str) -> RouteChange:
@@ -122,7 +125,7 @@ class RouteTable:
 
     def groups_of(self, sub_ids: tuple[int, ...]) -> tuple[bool, frozenset[tuple[str, str]]]:
         """(for the plain subscriptions?, the shared groups) a forwarded copy is for."""
-        plain = PLAIN_ID in sub_ids
+        plain = PLAIN_ID in sub_ids or FETCH_ID in sub_ids
         groups = frozenset(g for i in sub_ids if (g := self._groups.get(i)) is not None)
         return plain, groups
 

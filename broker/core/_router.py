@@ -359,7 +359,9 @@ class Router:
                 Route(client_id, mqos if mqos < o.qos else o.qos, False, ids_t, o.topic_filter, o.selector)
             )
 
-    def route_peer(self, msg: Message, plain: bool, groups: AbstractSet[tuple[str, str]]) -> list[Route]:
+    def route_peer(
+        self, msg: Message, plain: bool, groups: AbstractSet[tuple[str, str]], replay: bool = False
+    ) -> list[Route]:
         """The deliveries of a message another broker of a cluster forwarded (docs/cluster.md).
 
         Only local sessions receive it: a session whose client id starts with
@@ -367,7 +369,9 @@ class Router:
         one link.  ``plain``: the peer forwarded it for this broker's ordinary subscriptions
         (all matching local non-shared subscribers get it); ``groups``: the ``(group, filter)``
         shared subscriptions it was forwarded for (one local member of each gets it, round
-        robin).  O(index match) without the plan cache (peer traffic is one copy per node).
+        robin).  ``replay``: a peer's retained message sent because this broker subscribed anew
+        (delivered with the RETAIN flag, as a retained message on SUBSCRIBE is).  O(index
+        match) without the plan cache (peer traffic is one copy per node).
         """
         self.routed += 1
         result = self.index.match(msg.topic)
@@ -385,6 +389,8 @@ class Router:
                     ok = sel_ok
                 r = _client_route(client_id, subs, msg.publisher_id, msg.qos, msg.retain, ok)
                 if r is not None:
+                    if replay and not r.retain:
+                        r = Route(r.client_id, r.qos, True, r.subscription_ids, r.topic_filter, r.selector)
                     append(r)
         if groups and result.shared:
             local = {

@@ -1,0 +1,118 @@
+"""The cluster as a ``siftmq`` plugin (``broker.plugins``; entry point ``siftmq.plugins``).
+
+``siftmq serve --cluster-listen HOST:PORT [--join HOST:PORT[,HOST:PORT...]]
+--cluster-secret-file PATH`` (``[serve]`` keys ``cluster_listen``, ``join``,
+``cluster_secret_file``, ``cluster_secret``, ``cluster_peer_expiry``) registers a
+:class:`~cluster.ClusterNode` in the served broker; its node ID lives in ``--data-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from broker.hooks import Hooks
+from broker.plugins import ServeContext, Subparsers
+
+__all__ = ["PLUGIN", "ClusterPlugin", "parse_address"]
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port); ValueError with ``what`` otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{what}: HOST:PORT expected, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+class ClusterPlugin:
+    """The ``serve`` options of the broker network (docs/cluster.md)."""
+
+    name = "cluster"
+    serve_keys = frozenset(
+        {"cluster_listen", "join", "cluster_secret_file", "cluster_secret", "cluster_peer_expiry"}
+    )
+
+    def add_commands(self, subparsers: Subparsers) -> None:
+        del subparsers
+
+    def add_serve_options(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--cluster-listen",
+            metavar="HOST:PORT",
+            help="join a broker network: MQTT links (TCP) and the Kademlia overlay (UDP) on this port",
+        )
+        parser.add_argument(
+            "--join",
+            metavar="HOST:PORT[,HOST:PORT...]",
+            help="cluster address(es) of running members to join through",
+        )
+        parser.add_argument(
+            "--cluster-secret-file",
+            metavar="PATH",
+            help="file holding the cluster's shared secret (or env SIFTMQ_CLUSTER_SECRET)",
+        )
+        parser.add_argument(
+            "--cluster-peer-expiry",
+            type=int,
+            default=None,
+            metavar="SECONDS",
+            help="how long a peer keeps this node's link session (and its QoS 1/2 messages) "
+            "while the link is down (default 60)",
+        )
+
+    def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
+        args, opts = ctx.args, ctx.options
+        listen = args.cluster_listen or opts.get("cluster_listen")
+        join = args.join or opts.get("join")
+        if listen is None:
+            if join:
+                raise ValueError("--join needs --cluster-listen")
+            return ()
+        if isinstance(join, str):
+            joined = join.split(",")
+        elif isinstance(join, list):
+            joined = [str(j) for j in join]
+        else:
+            joined = []
+        addresses = [parse_address(j, "--join") for j in joined if j.strip()]
+        secret = _secret(
+            args.cluster_secret_file or opts.get("cluster_secret_file"), opts.get("cluster_secret")
+        )
+        expiry = args.cluster_peer_expiry or opts.get("cluster_peer_expiry") or 60
+        if not isinstance(expiry, int) or expiry <= 0:
+            raise ValueError("--cluster-peer-expiry must be a positive number of seconds")
+        from cluster._node import ClusterNode
+
+        return (
+            ClusterNode(
+                parse_address(str(listen), "--cluster-listen"),
+                addresses,
+                secret,
+                data_dir=ctx.data_dir,
+                peer_expiry=expiry,
+            ),
+        )
+
+
+def _secret(path: object, inline: object) -> bytes:
+    if path is not None:
+        try:
+            secret = Path(str(path)).read_bytes().strip()
+        except OSError as exc:
+            raise ValueError(f"--cluster-secret-file: {exc}") from None
+    elif inline is not None:
+        secret = str(inline).encode()
+    else:
+        secret = os.environ.get("SIFTMQ_CLUSTER_SECRET", "").encode()
+    if len(secret) < 8:
+        raise ValueError(
+            "a cluster needs a shared secret of 8 bytes or more: --cluster-secret-file PATH "
+            "(or SIFTMQ_CLUSTER_SECRET, or cluster_secret in [serve])"
+        )
+    return secret
+
+
+PLUGIN = ClusterPlugin()

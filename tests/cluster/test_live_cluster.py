@@ -1,0 +1,306 @@
+"""A cluster of real brokers in one event loop (issue 17 item 3): aiomqtt and paho clients on
+different nodes, real TCP links and Kademlia over UDP on loopback, ports 0."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+
+import aiomqtt
+import paho.mqtt.client as paho
+import pytest
+
+from broker import Broker
+from cluster import ClusterNode, make_token
+from tests.waiting import eventually
+
+SECRET = b"test-cluster-secret"
+
+
+@contextlib.asynccontextmanager
+async def cluster(n: int, secret: bytes = SECRET, **options: object) -> AsyncIterator[list[Broker]]:
+    """``n`` brokers joined through the first; yields once every link is up."""
+    brokers: list[Broker] = []
+    nodes: list[ClusterNode] = []
+    try:
+        for i in range(n):
+            join = [] if i == 0 else [("127.0.0.1", nodes[0].port or 0)]
+            node = ClusterNode(("127.0.0.1", 0), join, secret, refresh=0.2)
+            b = Broker("127.0.0.1", 0, hooks=[node], **options)
+            await b.start()
+            brokers.append(b)
+            nodes.append(node)
+        await eventually(lambda: all(_links_up(x) == n - 1 for x in nodes), timeout=15)
+        yield brokers
+    finally:
+        for b in brokers:
+            await b.stop()
+
+
+def _node(b: Broker) -> ClusterNode:
+    return next(h for h in b.hooks if isinstance(h, ClusterNode))
+
+
+def _links_up(node: ClusterNode) -> int:
+    return sum(1 for link in node.links.values() if link.connected)
+
+
+async def _routes_at_peers(brokers: list[Broker], count: int) -> None:
+    """Wait until every link of every node holds ``count`` subscriptions at its peer."""
+
+    def held() -> bool:
+        return all(
+            len(link._held) == len(_node(b).table) == count
+            for b in brokers
+            for link in _node(b).links.values()
+        )
+
+    await eventually(held, timeout=5)
+
+
+async def _drain(c: aiomqtt.Client, quiet: float = 0.3) -> list[aiomqtt.Message]:
+    """Every message until ``quiet`` seconds pass without one."""
+    got: list[aiomqtt.Message] = []
+    with contextlib.suppress(TimeoutError):
+        while True:
+            got.append(await asyncio.wait_for(anext(aiter(c.messages)), quiet))
+    return got
+
+
+async def test_publish_anywhere_reaches_subscribers_everywhere_once() -> None:
+    async with cluster(3) as bs, contextlib.AsyncExitStack() as stack:
+        subs = [
+            await stack.enter_async_context(aiomqtt.Client("127.0.0.1", b.port, identifier=f"s{i}"))
+            for i, b in enumerate(bs)
+        ]
+        for s in subs:
+            await s.subscribe("plant/+/temp", qos=2)
+            await s.subscribe("plant/#", qos=2)  # overlapping: still one copy per node
+        await _routes_at_peers(bs, 1)  # plant/# covers plant/+/temp
+        pub = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p"))
+        for q in (0, 1, 2):
+            await pub.publish("plant/7/temp", f"q{q}", qos=q)
+        for s in subs:
+            got = await _drain(s)
+            assert sorted(m.payload for m in got) == [b"q0", b"q1", b"q2"], got
+            assert {m.qos for m in got} == {0, 1, 2}
+
+
+async def test_content_filters_are_evaluated_at_the_subscriber_node() -> None:
+    async with (
+        cluster(2) as bs,
+        aiomqtt.Client("127.0.0.1", bs[0].port, identifier="hot") as hot,
+        aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub,
+    ):
+        await hot.subscribe("$filter/temp > 30/sensors/#", qos=1)
+        await _routes_at_peers(bs[:1], 1)
+        for t in (10, 35, 31, 5):
+            await pub.publish("sensors/a", f'{{"temp": {t}}}', qos=1)
+        got = await _drain(hot)
+        assert [m.payload for m in got] == [b'{"temp": 35}', b'{"temp": 31}']
+
+
+async def test_retained_message_published_anywhere_reaches_a_new_subscriber_anywhere() -> None:
+    async with cluster(3) as bs:
+        async with aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p") as pub:
+            await pub.publish("cfg/a", b"A", qos=1, retain=True)
+            await pub.publish("cfg/b", b"B", qos=1, retain=True)
+        async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="late") as late:
+            await late.subscribe("cfg/+", qos=1)
+            got = await _drain(late, 0.5)
+            assert sorted((m.topic.value, m.payload, m.retain) for m in got) == [
+                ("cfg/a", b"A", True),
+                ("cfg/b", b"B", True),
+            ]
+        # the copies stay at the subscriber's node for the next subscriber there
+        async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="later") as later:
+            await later.subscribe("cfg/a", qos=1)
+            got = await _drain(later)
+            assert [(m.topic.value, m.payload) for m in got] == [("cfg/a", b"A")]
+
+
+async def test_shared_subscription_delivers_once_per_group_across_the_cluster() -> None:
+    async with cluster(3) as bs, contextlib.AsyncExitStack() as stack:
+        members = []
+        for i, b in enumerate(bs[:2]):
+            for j in range(2):
+                c = await stack.enter_async_context(
+                    aiomqtt.Client("127.0.0.1", b.port, identifier=f"m{i}{j}")
+                )
+                await c.subscribe("$share/workers/jobs/#", qos=1)
+                members.append(c)
+        other = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", bs[0].port, identifier="o"))
+        await other.subscribe("$share/audit/jobs/#", qos=1)
+        # node 2 has no member: both nodes 0 and 1 hold their groups at every peer
+        await eventually(lambda: all(len(_node(b).table) >= 1 for b in bs[:2]))
+        await eventually(
+            lambda: all(
+                len(link._held) == len(_node(b).table) for b in bs for link in _node(b).links.values()
+            )
+        )
+        pub = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p"))
+        n = 40
+        for k in range(n):
+            await pub.publish(f"jobs/{k}", str(k), qos=1)
+        counts = [len(await _drain(c)) for c in members]
+        audit = await _drain(other)
+        assert sum(counts) == n, counts  # one delivery per message for the group
+        assert counts[0] + counts[1] > 0 and counts[2] + counts[3] > 0, counts  # both nodes served
+        assert sorted(int(m.payload) for m in audit) == list(range(n))  # the other group too
+
+
+async def test_unsubscribe_and_session_end_withdraw_the_routes() -> None:
+    async with cluster(2) as bs:
+        async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="s") as s:
+            await s.subscribe("a/#", qos=1)
+            await s.subscribe("b/1", qos=1)
+            await _routes_at_peers(bs[:1], 2)
+            await s.unsubscribe("a/#")
+            await _routes_at_peers(bs[:1], 1)
+            peer_index = bs[1].core.router.index
+            link_id = f"$cluster/{_node(bs[0]).name}"
+            assert [e.topic_filter for e in peer_index.entries(link_id)] == ["b/1"]
+        # the clean session ended with the connection: nothing is held for it any more
+        await eventually(lambda: not bs[1].core.router.index.entries(link_id))
+
+
+async def test_partial_unsubscribe_is_applied_where_the_subscriber_is() -> None:
+    async with (
+        cluster(2) as bs,
+        aiomqtt.Client("127.0.0.1", bs[0].port, identifier="s") as s,
+        aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub,
+    ):
+        await s.subscribe("home/#", qos=1)
+        await s.unsubscribe("home/garage/#")  # partial: a negative entry (seed 002)
+        await _routes_at_peers(bs[:1], 1)
+        for t in ("home/kitchen", "home/garage/door", "home/hall"):
+            await pub.publish(t, t, qos=1)
+        got = await _drain(s)
+        assert [m.topic.value for m in got] == ["home/kitchen", "home/hall"]
+
+
+async def test_no_message_loops_with_everyone_subscribed_to_everything() -> None:
+    async with cluster(4) as bs, contextlib.AsyncExitStack() as stack:
+        subs = []
+        for i, b in enumerate(bs):
+            c = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", b.port, identifier=f"s{i}"))
+            await c.subscribe("#", qos=2)
+            subs.append(c)
+        await _routes_at_peers(bs, 1)
+        await subs[3].publish("x/y", b"once", qos=2)
+        for c in subs:
+            assert [m.payload for m in await _drain(c, 0.5)] == [b"once"]
+
+
+async def test_qos1_to_a_slow_remote_node_is_kept_not_dropped() -> None:
+    """The link's in-flight window and the peer's queue hold QoS 1 for a node whose
+    subscriber is slow; nothing acknowledged to the publisher is lost."""
+    async with cluster(2, max_queued_messages=100_000) as bs:
+        got: list[bytes] = []
+        done = asyncio.Event()
+        n = 3000
+
+        def on_message(_c: object, _u: object, m: paho.MQTTMessage) -> None:
+            got.append(m.payload)
+            if len(got) == n:
+                done.set()
+
+        loop = asyncio.get_running_loop()
+        sub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="slow", protocol=paho.MQTTv5)
+        sub.on_message = lambda c, u, m: loop.call_soon_threadsafe(on_message, c, u, m)
+        sub.connect("127.0.0.1", bs[0].port)
+        sub.subscribe("load/#", qos=1)
+        sub.loop_start()
+        try:
+            await _routes_at_peers(bs[:1], 1)
+            pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fast", protocol=paho.MQTTv5)
+            pub.max_inflight_messages_set(64)
+            pub.connect("127.0.0.1", bs[1].port)
+            pub.loop_start()
+            infos = [pub.publish(f"load/{k % 10}", str(k).encode(), qos=1) for k in range(n)]
+            await asyncio.to_thread(lambda: [i.wait_for_publish(30) for i in infos])
+            assert all(i.is_published() for i in infos)
+            await asyncio.wait_for(done.wait(), 30)
+            assert sorted(int(p) for p in got) == list(range(n))
+            pub.loop_stop()
+            pub.disconnect()
+        finally:
+            sub.loop_stop()
+            sub.disconnect()
+
+
+async def test_a_node_with_another_secret_cannot_join() -> None:
+    async with cluster(2) as bs:
+        intruder = ClusterNode(
+            ("127.0.0.1", 0), [("127.0.0.1", _node(bs[0]).port or 0)], b"not-the-secret", refresh=0.2
+        )
+        b = Broker("127.0.0.1", 0, hooks=[intruder])
+        await b.start()
+        try:
+            await asyncio.sleep(1.0)
+            assert not intruder.links  # its signed UDP datagrams are dropped unread
+            assert all(len(_node(x).links) == 1 for x in bs)
+        finally:
+            await b.stop()
+
+
+async def test_link_ids_need_the_secret_and_links_cannot_publish() -> None:
+    async with cluster(2) as bs:
+        port = _node(bs[0]).port
+        assert port is not None
+        fake = "$cluster/" + "ab" * 20
+        with pytest.raises(aiomqtt.MqttCodeError):
+            async with aiomqtt.Client(
+                "127.0.0.1", port, identifier=fake, username="siftmq-cluster", password="1.2.3"
+            ):
+                pass
+        # a valid token is single-use: a replay is refused
+        token = make_token(SECRET, fake).decode()
+        async with aiomqtt.Client(
+            "127.0.0.1", port, identifier=fake, username="siftmq-cluster", password=token
+        ):
+            pass
+        with pytest.raises(aiomqtt.MqttCodeError):
+            async with aiomqtt.Client(
+                "127.0.0.1", port, identifier=fake, username="siftmq-cluster", password=token
+            ):
+                pass
+        assert _node(bs[0]).refused_links == 2
+
+
+async def test_garbage_datagrams_on_the_overlay_port_are_dropped() -> None:
+    async with cluster(2) as bs:
+        port = _node(bs[0]).port
+        assert port is not None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for payload in (b"", b"\x00" * 21, b"\x00" + b"x" * 40, b"A" * 9000, bytes(range(256)) * 4):
+                s.sendto(payload, ("127.0.0.1", port))
+        await asyncio.sleep(0.3)
+        # still a working cluster
+        async with (
+            aiomqtt.Client("127.0.0.1", bs[0].port, identifier="s") as sub,
+            aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub,
+        ):
+            await sub.subscribe("ok", qos=1)
+            await _routes_at_peers(bs[:1], 1)
+            await pub.publish("ok", b"1", qos=1)
+            assert [m.payload for m in await _drain(sub)] == [b"1"]
+
+
+async def test_sys_cluster_topics() -> None:
+    async with (
+        cluster(2, sys_interval=0.2) as bs,
+        aiomqtt.Client("127.0.0.1", bs[0].port, identifier="ops") as c,
+    ):
+        await c.subscribe("$SYS/cluster/#")
+        seen: dict[str, bytes] = {}
+        async with asyncio.timeout(5):
+            async for m in c.messages:
+                seen[m.topic.value] = m.payload
+                if "$SYS/cluster/links/up" in seen and "$SYS/cluster/members" in seen:
+                    break
+        assert seen["$SYS/cluster/members"] == b"2"
+        assert seen["$SYS/cluster/links/up"] == b"1"
+        assert seen["$SYS/cluster/node_id"] == _node(bs[0]).name.encode()
