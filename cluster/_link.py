@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Final
 
 from broker.packets import (
+    NO_PROPERTIES,
     Connack,
     Connect,
     Decoder,
@@ -61,6 +62,7 @@ Deliver = Callable[
     [Publish, bool, frozenset[tuple[str, str]], bool], "concurrent.futures.Future[None] | None"
 ]
 
+_NO_GROUPS: frozenset[tuple[str, str]] = frozenset()
 KEEP_ALIVE: Final = 10
 RECEIVE_MAXIMUM: Final = 256
 
@@ -77,6 +79,7 @@ class PeerLink:
         table: RouteTable,
         deliver: Deliver,
         session_expiry: int,
+        flush: Callable[[], None] = lambda: None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -84,6 +87,7 @@ class PeerLink:
         self.secret = secret
         self.table = table
         self.deliver = deliver
+        self.flush = flush  # after the packets of one read were delivered
         self.session_expiry = session_expiry
         self.connected = False
         self.received = 0  # PUBLISHes received over this link
@@ -144,7 +148,8 @@ class PeerLink:
 
     def _subscribe(self, w: asyncio.StreamWriter, filters: list[str], sub_id: int, rh: int) -> None:
         reqs = tuple(SubscriptionRequest(f, 2, False, True, rh) for f in filters)
-        w.write(encode(Subscribe(self._next_pid(), reqs, Properties(subscription_identifiers=(sub_id,))), 5))
+        props = NO_PROPERTIES if sub_id == PLAIN_ID else Properties(subscription_identifiers=(sub_id,))
+        w.write(encode(Subscribe(self._next_pid(), reqs, props), 5))
 
     def _next_pid(self) -> int:
         self._pid = self._pid % 65535 + 1
@@ -220,6 +225,7 @@ class PeerLink:
                     raise ConnectionError("closed by the peer")
                 for pkt in dec.feed(data):
                     self._packet(pkt, writer)
+                self.flush()
         finally:
             ping.cancel()
 
@@ -261,19 +267,24 @@ class PeerLink:
     def _publish(self, p: Publish) -> None:
         self.received += 1
         ids = p.properties.subscription_identifiers
+        qos = p.qos
+        if not ids and qos == 0:  # the common case: a plain QoS 0 copy
+            self.deliver(p, True, _NO_GROUPS, False)
+            return
         plain, groups = self.table.groups_of(ids)
-        if p.qos == 2 and p.packet_id in self._qos2:  # a resent QoS 2 message we already have
-            self._acks.put_nowait((None, encode(Pubrec(p.packet_id), 5)))
+        pid = p.packet_id
+        if qos == 2 and pid in self._qos2:  # a resent QoS 2 message we already have
+            self._acks.put_nowait((None, encode(Pubrec(pid), 5)))
             return
         replay = p.retain and FETCH_ID in ids
         durable = self.deliver(p, plain, groups, replay) if (plain or groups) else None
-        if p.qos == 1:
-            assert p.packet_id is not None
-            self._acks.put_nowait((durable, encode(Puback(p.packet_id), 5)))
-        elif p.qos == 2:
-            assert p.packet_id is not None
-            self._qos2.add(p.packet_id)
-            self._acks.put_nowait((durable, encode(Pubrec(p.packet_id), 5)))
+        if qos == 1:
+            assert pid is not None
+            self._acks.put_nowait((durable, encode(Puback(pid), 5)))
+        elif qos == 2:
+            assert pid is not None
+            self._qos2.add(pid)
+            self._acks.put_nowait((durable, encode(Pubrec(pid), 5)))
 
     async def _ack_writer(self, writer: asyncio.StreamWriter) -> None:
         """Acknowledgements leave in order, each once its message is durable here."""

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from broker._config import Listener
 from broker.core._message import PEER_PREFIX, Message
 from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
-from broker.packets import Publish
+from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
 from cluster._link import PeerLink
 from cluster._overlay import Overlay, load_node_id
@@ -44,7 +44,7 @@ from cluster._routes import RouteChange, RouteTable
 if TYPE_CHECKING:
     from broker._broker import Broker
 
-__all__ = ["ClusterNode"]
+__all__ = ["AclClusterNode", "ClusterNode"]
 
 log = logging.getLogger("siftmq.cluster")
 
@@ -81,10 +81,12 @@ class ClusterNode(Hooks):
         self.refused_links = 0
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._bare: dict[tuple[int, ...], Properties] = {}
 
     # ------------------------------------------------------------ life cycle
     def attach(self, broker: Broker) -> None:
         self.broker = broker
+        self._core = broker.core
         broker.core.sys_sources.append(self.sys_values)
 
     async def ready(self) -> None:
@@ -142,6 +144,7 @@ class ClusterNode(Hooks):
                     self.table,
                     self._inject,
                     self.peer_expiry,
+                    self._flush,
                 )
                 self.links[node_id] = link
                 link.start()
@@ -200,23 +203,24 @@ class ClusterNode(Hooks):
             return False
         return True
 
-    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
-        if not client_id.startswith(PEER_PREFIX):
-            return None
-        return action != "publish"  # a link only subscribes and receives
-
     # ------------------------------------------------------------ injection
     def _inject(
         self, p: Publish, plain: bool, groups: frozenset[tuple[str, str]], replay: bool
     ) -> concurrent.futures.Future[None] | None:
         """Route a message a link received to this broker's local sessions."""
-        broker = self.broker
-        assert broker is not None
-        core = broker.core
+        core = self._core
         now = core.clock.monotonic()
         props = p.properties
-        if props.subscription_identifiers or props.topic_alias is not None:
-            props = dataclasses.replace(props, subscription_identifiers=(), topic_alias=None)
+        ids = props.subscription_identifiers
+        if ids:  # ours, not the message's: drop them (cheaply when they are all there is)
+            bare = self._bare.get(ids)
+            if bare is None:
+                bare = self._bare[ids] = Properties(subscription_identifiers=ids)
+            props = (
+                NO_PROPERTIES if props == bare else dataclasses.replace(props, subscription_identifiers=())
+            )
+        if props.topic_alias is not None:
+            props = dataclasses.replace(props, topic_alias=None)
         if replay:
             held = core.router.retained.get(p.topic)
             if held is not None and held.payload == p.payload:
@@ -226,12 +230,14 @@ class ClusterNode(Hooks):
         before = journal.submitted
         routes = core.router.route_peer(msg, plain, groups, replay)
         core.publish(msg, now, routes)
-        core.flush()
         self.injected += 1
         store = journal.store
         if store is not None and journal.submitted != before:
             return store.sync()
         return None
+
+    def _flush(self) -> None:
+        self._core.flush()
 
     # ------------------------------------------------------------ observability
     def sys_values(self) -> dict[str, str]:
@@ -249,3 +255,15 @@ class ClusterNode(Hooks):
             out[f"{base}/state"] = "up" if link.connected else "down"
             out[f"{base}/received"] = str(link.received)
         return out
+
+
+class AclClusterNode(ClusterNode):
+    """A :class:`ClusterNode` for a broker with an ACL (``--acl-file``): it lets the links
+    subscribe to anything, ahead of the ACL, and refuses their PUBLISHes (a link only
+    receives).  A separate class because a hook overriding ``authorize`` is asked about every
+    delivery, a cost the cluster does not add to brokers without an ACL."""
+
+    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+        if not client_id.startswith(PEER_PREFIX):
+            return None
+        return action != "publish"

@@ -84,10 +84,11 @@ class ClusterPlugin:
         expiry = args.cluster_peer_expiry or opts.get("cluster_peer_expiry") or 60
         if not isinstance(expiry, int) or expiry <= 0:
             raise ValueError("--cluster-peer-expiry must be a positive number of seconds")
-        from cluster._node import ClusterNode
+        from cluster._node import AclClusterNode, ClusterNode
 
+        acl = args.acl_file or opts.get("acl_file")
         return (
-            ClusterNode(
+            (AclClusterNode if acl else ClusterNode)(
                 parse_address(str(listen), "--cluster-listen"),
                 addresses,
                 secret,

@@ -14,7 +14,8 @@ filters (``$filter/<selector>/``) are exported as their topic filter: the select
 evaluated by the subscriber's broker.  Negative entries (partial unsubscribe) stay local for
 the same reason.  Shared subscriptions are exported one by one as ``$share/<group>/<filter>``,
 each with its own MQTT 5 subscription identifier, so a forwarded copy says which group it is
-for (:meth:`RouteTable.groups_of`); plain filters carry :data:`PLAIN_ID`.  Filters whose first
+for (:meth:`RouteTable.groups_of`); plain filters carry none (:data:`PLAIN_ID` stands for "no
+identifier": the forwarded PUBLISH then has no properties to decode, the common case).  Filters whose first
 level starts with ``$`` (``$SYS``, ``$cluster``) are this broker's own and never exported.
 
 Complexity: with ``F`` distinct local plain filters and ``C`` filters in the cover, ``add`` is
@@ -30,12 +31,13 @@ import topics
 
 __all__ = ["FETCH_ID", "PLAIN_ID", "RouteChange", "RouteTable"]
 
-#: subscription identifier of the exported plain filters
-PLAIN_ID = 1
+#: the exported plain filters' "identifier": none is sent (0 is not a valid identifier)
+PLAIN_ID = 0
 #: identifier of a plain filter's first subscription at a peer, replaced at once by the same
 #: filter with :data:`PLAIN_ID`: what arrives with it are the peer's retained messages
 FETCH_ID = 2
 _SHARE = "$share/"
+_NONE: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(slots=True)
@@ -125,7 +127,9 @@ class RouteTable:
 
     def groups_of(self, sub_ids: tuple[int, ...]) -> tuple[bool, frozenset[tuple[str, str]]]:
         """(for the plain subscriptions?, the shared groups) a forwarded copy is for."""
-        plain = PLAIN_ID in sub_ids or FETCH_ID in sub_ids
+        if not sub_ids:
+            return True, _NONE
+        plain = not sub_ids or FETCH_ID in sub_ids or any(i not in self._groups for i in sub_ids)
         groups = frozenset(g for i in sub_ids if (g := self._groups.get(i)) is not None)
         return plain, groups
 

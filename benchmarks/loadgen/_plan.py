@@ -23,6 +23,8 @@ class ClientSpec:
     setup: tuple[bytes, ...] = ()
     blocks: tuple[Block, ...] = ()
     version: int = 4
+    #: the broker port of this connection (0: the worker's; a cluster benchmark spreads clients)
+    port: int = 0
 
 
 @dataclass(frozen=True, slots=True)

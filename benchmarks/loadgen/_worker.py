@@ -324,10 +324,10 @@ async def _run(plan: WorkerPlan, host: str, port: int, pipe: Connection, ready: 
         g = _Group(gs)
         groups.append(g)
         subs = await _gather_limited(
-            [_open(host, port, s.connect, stats, g, s.version == 5) for s in gs.subscribers], 200
+            [_open(host, s.port or port, s.connect, stats, g, s.version == 5) for s in gs.subscribers], 200
         )
         pubs = await _gather_limited(
-            [_open(host, port, s.connect, stats, None, s.version == 5) for s in gs.publishers], 200
+            [_open(host, s.port or port, s.connect, stats, None, s.version == 5) for s in gs.publishers], 200
         )
         g.pubs = pubs
         conns += subs + pubs

@@ -374,8 +374,21 @@ class Router:
         match) without the plan cache (peer traffic is one copy per node).
         """
         self.routed += 1
+        if plain and not groups:  # the common case: through the plan cache
+            plan = self._plan(msg.topic)
+            if plan is not None and not plan.shared:
+                routes = self._route_plan(msg, plan, None)
+                if replay or any(r.client_id.startswith(PEER_PREFIX) for r in routes):
+                    routes = [
+                        r
+                        if not replay or r.retain
+                        else Route(r.client_id, r.qos, True, r.subscription_ids, r.topic_filter, r.selector)
+                        for r in routes
+                        if not r.client_id.startswith(PEER_PREFIX)
+                    ]
+                return routes
         result = self.index.match(msg.topic)
-        routes: list[Route] = []
+        routes = []
         append = routes.append
         sel_ok: AbstractSet[object] | None = None
         if plain:
