@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build chromium mosquitto
+.PHONY: run test lint typecheck unit setup build chromium mosquitto cluster
 
 setup: $(STAMP)
 
@@ -30,6 +30,10 @@ $(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
 
 run: $(BUILT)
 	$(VENV)/bin/siftmq serve --host $(HOST) --port $(PORT) --metrics-listen $(HOST):$(METRICS_PORT)
+
+# a 3-node cluster on this machine (docs/cluster.md): MQTT on 1883-1885
+cluster: $(BUILT)
+	scripts/cluster.sh
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -99,6 +99,10 @@ class ClusterNode(Hooks):
         await self.overlay.start(host, self.port, self.join)
         for client_id, full_filter in self._local_subscriptions():
             self.table.add(client_id, full_filter)
+        composites = broker.core.composite
+        for atom_id, topic_filter in composites.atom_filters.items():
+            self.table.add(atom_id, topic_filter)
+        composites.atom_listeners.append(self._atom_changed)
         self._sync_links()
         self._task = asyncio.create_task(self._maintain(), name="cluster membership")
         log.info(
@@ -186,6 +190,13 @@ class ClusterNode(Hooks):
                 rc = self.table.drop_client(cid)
             case _:
                 return
+        if rc:
+            self._apply(rc)
+
+    def _atom_changed(self, atom_id: str, topic_filter: str, added: bool) -> None:
+        """A composite subscription's atom came or went: its events must reach this node
+        from every node (the composite is matched and merged here, at its subscriber's node)."""
+        rc = self.table.add(atom_id, topic_filter) if added else self.table.remove(atom_id, topic_filter)
         if rc:
             self._apply(rc)
 

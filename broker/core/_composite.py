@@ -109,6 +109,10 @@ class Composites:
         self.events = 0  # composite events produced
         self.refused = 0  # composite subscriptions refused
         self._changed = 0  # subscribes and unsubscribes
+        #: atom index client id -> its topic filter (what the cluster exports for atoms)
+        self.atom_filters: dict[str, str] = {}
+        #: told ``(atom client id, topic filter, added)`` when atoms come and go (the cluster)
+        self.atom_listeners: list[Callable[[str, str, bool], None]] = []
 
     @property
     def changes(self) -> int:
@@ -236,16 +240,24 @@ class Composites:
         """Enter the new atoms into the router's index (and content engine), remove the old."""
         router = self.core.router
         for atom in change.removed:
-            router.index.unsubscribe(ATOM_CLIENT + str(atom.id), atom.topic_filter)
+            cid = ATOM_CLIENT + str(atom.id)
+            router.index.unsubscribe(cid, atom.topic_filter)
             if atom.selector is not None:
                 router.release_selector(atom.selector)
+            self.atom_filters.pop(cid, None)
+            for listener in self.atom_listeners:
+                listener(cid, atom.topic_filter, False)
         for atom in change.added:
             if atom.selector is not None and atom.filter is not None:
                 router.add_selector(atom.selector, atom.filter)
             options = SubOptions(
                 2, subscription_id=atom.id, selector=atom.selector, topic_filter=atom.topic_filter
             )
-            router.index.subscribe(ATOM_CLIENT + str(atom.id), atom.topic_filter, options)
+            cid = ATOM_CLIENT + str(atom.id)
+            router.index.subscribe(cid, atom.topic_filter, options)
+            self.atom_filters[cid] = atom.topic_filter
+            for listener in self.atom_listeners:
+                listener(cid, atom.topic_filter, True)
 
     def subscriptions_of(self, client_id: str) -> dict[str, str]:
         """name -> canonical expression of ``client_id``'s composite subscriptions."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 from collections.abc import AsyncIterator
 
@@ -304,3 +305,23 @@ async def test_sys_cluster_topics() -> None:
         assert seen["$SYS/cluster/members"] == b"2"
         assert seen["$SYS/cluster/links/up"] == b"1"
         assert seen["$SYS/cluster/node_id"] == _node(bs[0]).name.encode()
+
+
+async def test_composite_subscription_merges_atoms_published_on_other_nodes() -> None:
+    """(A|B)&C with its atoms published on two other nodes: the event is merged at the
+    subscriber's node, whose atoms are held at every peer like any subscription."""
+    async with (
+        cluster(3) as bs,
+        aiomqtt.Client("127.0.0.1", bs[0].port, identifier="ops") as c,
+        aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p1") as p1,
+        aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p2") as p2,
+    ):
+        await c.subscribe("$composite/ship/(dock/a | dock/b) & truck/+", qos=1)
+        await _routes_at_peers(bs[:1], 3)
+        await p1.publish("dock/b", b'{"pallet": 7}', qos=1)
+        await asyncio.sleep(0.2)
+        await p2.publish("truck/9", b'{"plate": "X"}', qos=1)
+        got = await _drain(c)
+        assert [m.topic.value for m in got] == ["$composite/ship"]
+        event = json.loads(got[0].payload)
+        assert sorted(x["topic"] for x in event["components"]) == ["dock/b", "truck/9"]
