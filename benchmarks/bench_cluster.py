@@ -260,10 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for res in results:
         rs = res["rounds"]
-        med = lambda k: float(np.median([x[k]["delivered_per_s"] for x in rs]))  # noqa: E731
+        single = float(np.median([x["single"]["delivered_per_s"] for x in rs]))
+        cross = float(np.median([x["cross"]["delivered_per_s"] for x in rs]))
         ratios = ", ".join(f"{x['ratio']:.2f}" for x in rs)
         print(
-            f"| {res['layout']} | {med('single'):,.0f} | {med('cross'):,.0f} | {ratios} | "
+            f"| {res['layout']} | {single:,.0f} | {cross:,.0f} | {ratios} | "
             f"{res['single_half']['p99_ms']:.2f} / {res['cross_half']['p99_ms']:.2f} ms at "
             f"{res['half_rate']:,.0f}/s |"
         )
