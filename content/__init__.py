@@ -26,10 +26,10 @@ from content._selector import FilterSyntaxError, compile
 
 __all__ = [
     "ENGINES",
-    "BETree",
     "HCEM",
     "HEMA",
     "REIN",
+    "BETree",
     "BruteForce",
     "Clause",
     "Counting",
