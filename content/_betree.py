@@ -459,6 +459,44 @@ class BETree(Engine):
 
     # -- introspection -------------------------------------------------------------------
 
+    def explain(self, event: Event) -> dict[str, int]:
+        """What matching ``event`` visits: c-nodes, bucket steps, candidate expressions."""
+        get = event.get
+        cnodes = steps = cands = 0
+        stack = [self._root]
+        while stack:
+            c = stack.pop()
+            cnodes += 1
+            cands += len(c.exprs)
+            for p in c.pdir.values():
+                v = get(p.attr)
+                k = _TYPE_KIND.get(type(v)) or kind_of(v)
+                if k is not p.kind:
+                    continue
+                if k is Kind.BOOL:
+                    v = 1.0 if v else 0.0
+                b: _Bucket | None = p.root
+                while b is not None:
+                    steps += 1
+                    if not b.cnode.empty():
+                        stack.append(b.cnode)
+                    if b.mid is None:
+                        break
+                    b = b.left if v < b.mid else b.right
+        return {"cnodes": cnodes, "bucket_steps": steps, "candidates": cands}
+
+    def placement(self) -> dict[str, int]:
+        """Where the expressions sit: root l-node, a p-node's root bucket (straddling its first
+        split), or a deeper bucket."""
+        out = {"root_lnode": len(self._root.exprs), "top_bucket": 0, "deeper_bucket": 0}
+        for exprs in self._exprs.values():
+            for e in exprs:
+                c = e.cnode
+                assert c is not None
+                if c.parent is not None:
+                    out["top_bucket" if c.parent.parent is None else "deeper_bucket"] += 1
+        return out
+
     @property
     def stats(self) -> dict[str, int]:
         """Node counts: c-nodes, p-nodes, buckets, expressions in the root l-node, depth."""

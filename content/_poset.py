@@ -319,7 +319,8 @@ class Poset(Engine):
             if not deeper:
                 preds.append(n)
         # successors: the most general nodes f covers, below the predecessors
-        above = _ancestors(preds)
+        strict = _ancestors([q for p in preds for q in p.parents])  # strictly above a predecessor
+        above = strict | set(preds)  # every node known to cover f
         succs: list[_Node] = []
         start: Iterable[_Node] = (c for p in preds for c in p.children) if preds else self._roots
         stack = list(start)
@@ -337,20 +338,23 @@ class Poset(Engine):
                 succs.append(n)
             else:
                 stack.extend(n.children)
+        if len(succs) > 1:  # a successor below another successor is implied by it
+            succ_set = set(succs)
+            succs = [s for s in succs if not _ancestors(list(s.parents)) & succ_set]
         # link
         self._next += 1
         self._nodes[f.clauses] = new
         self._by_nid[new.nid] = new
         if new.box is not None:
             new.slot = self._boxes.add(new.nid, dict((a, (lo, hi)) for a, lo, hi in new.box))
-        pred_set = set(preds)
         for s in succs:
             new.union |= s.union
-            for p in list(s.parents):
-                if p in pred_set:
-                    _unlink(p, s)
+            for q in list(s.parents):
+                if q in above:  # q -> s now runs through the new node: keep the Hasse diagram
+                    _unlink(q, s)
             _link(new, s)
             self._unroot(s)
+        preds = [p for p in preds if p not in strict]  # a predecessor above another is implied
         for p in preds:
             _link(p, new)
         if not preds:
@@ -442,6 +446,38 @@ class Poset(Engine):
         return [nid for part in parts for nid in part.tolist()]
 
     # -- introspection -------------------------------------------------------------------
+
+    def explain(self, event: Event) -> dict[str, int]:
+        """What the walk for ``event`` does: nodes evaluated, edges followed, matching nodes."""
+        get = event.get
+        seen: set[_Node] = set()
+        stack = list(self._roots)
+        evaluated = edges = hits = 0
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            evaluated += 1
+            if n.matches(event, get):
+                hits += 1
+                edges += len(n.children)
+                stack.extend(n.children)
+        return {"evaluated": evaluated, "edges_followed": edges, "matching_nodes": hits}
+
+    def redundant_edges(self) -> int:
+        """Edges p -> c where c is also reachable from p through another child (not Hasse)."""
+        count = 0
+        for p in self._nodes.values():
+            below: set[_Node] = set()
+            stack = [g for c in p.children for g in c.children]
+            while stack:
+                n = stack.pop()
+                if n not in below:
+                    below.add(n)
+                    stack.extend(n.children)
+            count += sum(1 for c in p.children if c in below)
+        return count
 
     @property
     def stats(self) -> dict[str, int]:

@@ -167,3 +167,19 @@ def test_many_roots_use_the_vectorised_root_test() -> None:
     assert p.match(ev | {"a3": 2**60 + 1}) == {i for i in range(100) if i < 50 or i % 10 == 3} | {
         1000 + i for i in range(51, 100)
     }
+
+
+def test_insertion_keeps_the_hasse_diagram() -> None:
+    p = Poset()
+    p.add("a", "x > 1")
+    p.add("b", "y > 1")
+    p.add("c", "x > 5 AND y > 5")  # below a and b
+    p.add("d", "x > 3")  # between a and c: a -> c becomes redundant and is dropped
+    p.add("e", "x > 0")  # above everything on x: becomes the root over a
+    p._check()
+    assert p.redundant_edges() == 0
+    assert p.stats == {"nodes": 5, "roots": 2, "edges": 4}  # e->a->d->c, b->c
+    assert p.explain({"x": 4, "y": 9}) == {"evaluated": 5, "edges_followed": 4, "matching_nodes": 4}
+    p.remove("d")
+    p._check()
+    assert p.redundant_edges() == 0 and p.stats["edges"] == 3  # a -> c reconnected
