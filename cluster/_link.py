@@ -49,7 +49,7 @@ from broker.packets import (
     encode,
 )
 from cluster._auth import make_token
-from cluster._routes import FETCH_ID, PLAIN_ID, RouteChange, RouteTable
+from cluster._routes import CTL_ID, FETCH_ID, PLAIN_ID, RouteChange, RouteTable
 
 __all__ = ["Deliver", "PeerLink"]
 
@@ -80,6 +80,7 @@ class PeerLink:
         deliver: Deliver,
         session_expiry: int,
         flush: Callable[[], None] = lambda: None,
+        control: Callable[[bytes], None] = lambda _b: None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -88,6 +89,7 @@ class PeerLink:
         self.table = table
         self.deliver = deliver
         self.flush = flush  # after the packets of one read were delivered
+        self.control = control  # a control message for this node ($cluster/ctl/<me>)
         self.session_expiry = session_expiry
         self.connected = False
         self.received = 0  # PUBLISHes received over this link
@@ -215,6 +217,7 @@ class PeerLink:
             [(f, i) for f, i in wanted.items() if self._held.get(f) != i],
             [f for f in self._held if f not in wanted],
         )
+        self._subscribe(writer, [f"$cluster/ctl/{self.client_id[9:]}"], CTL_ID, 0)
         self.up.set()
         log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
         ping = asyncio.create_task(self._pinger(writer))
@@ -271,8 +274,13 @@ class PeerLink:
         if not ids and qos == 0:  # the common case: a plain QoS 0 copy
             self.deliver(p, True, _NO_GROUPS, False)
             return
-        plain, groups = self.table.groups_of(ids)
         pid = p.packet_id
+        if CTL_ID in ids:
+            self.control(p.payload)
+            if qos == 1 and pid is not None:
+                self._acks.put_nowait((None, encode(Puback(pid), 5)))
+            return
+        plain, groups = self.table.groups_of(ids)
         if qos == 2 and pid in self._qos2:  # a resent QoS 2 message we already have
             self._acks.put_nowait((None, encode(Pubrec(pid), 5)))
             return

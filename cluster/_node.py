@@ -28,9 +28,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from broker._config import Listener
 from broker.core._message import PEER_PREFIX, Message
@@ -39,6 +40,8 @@ from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
 from cluster._link import PeerLink
 from cluster._overlay import Overlay, load_node_id
+from cluster._placement import CTL_PREFIX, Placement
+from cluster._placement import encode as encode_control
 from cluster._routes import RouteChange, RouteTable
 
 if TYPE_CHECKING:
@@ -61,6 +64,8 @@ class ClusterNode(Hooks):
         node_id: bytes | None = None,
         peer_expiry: int = 60,
         refresh: float = 2.0,
+        alpha: int = 3,
+        rpc_timeout: float = 5.0,
     ) -> None:
         if not secret:
             raise ValueError("a cluster needs a shared secret (--cluster-secret-file)")
@@ -71,10 +76,12 @@ class ClusterNode(Hooks):
         self.name = self.node_id.hex()
         self.peer_expiry = peer_expiry
         self.refresh_every = refresh
+        self.alpha = alpha
+        self.placement: Placement | None = None
         self.table = RouteTable()
         self.links: dict[bytes, PeerLink] = {}
         self.checker = TokenChecker(secret)
-        self.overlay = Overlay(self.node_id, secret)
+        self.overlay = Overlay(self.node_id, secret, rpc_timeout=rpc_timeout)
         self.broker: Broker | None = None
         self.port: int | None = None
         self.injected = 0
@@ -88,6 +95,9 @@ class ClusterNode(Hooks):
         self.broker = broker
         self._core = broker.core
         broker.core.sys_sources.append(self.sys_values)
+        self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
+        broker.core.composite.delegate = self.placement
+        broker.core.sys_sources.append(self.placement.sys_values)
 
     async def ready(self) -> None:
         broker = self.broker
@@ -118,6 +128,8 @@ class ClusterNode(Hooks):
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+        if self.placement is not None:
+            await self.placement.close()
         await asyncio.gather(*(link.close() for link in self.links.values()))
         self.links.clear()
         self.overlay.stop()
@@ -130,6 +142,10 @@ class ClusterNode(Hooks):
             except Exception:
                 log.exception("cluster overlay refresh failed")
             self._sync_links()
+            if self.placement is not None:
+                self.placement.tick()
+                for expression in self.placement.local:  # idempotent: repairs a lost one
+                    self.placement.subscribe_again(expression)
 
     def _sync_links(self) -> None:
         """One link per member the overlay knows; the link of a member that left closes."""
@@ -149,6 +165,7 @@ class ClusterNode(Hooks):
                     self._inject,
                     self.peer_expiry,
                     self._flush,
+                    self._control,
                 )
                 self.links[node_id] = link
                 link.start()
@@ -246,6 +263,30 @@ class ClusterNode(Hooks):
         if store is not None and journal.submitted != before:
             return store.sync()
         return None
+
+    # ------------------------------------------------------------ control messages
+    def _send_control(self, dest: str, msg: dict[str, Any]) -> None:
+        """A control message to node ``dest`` (QoS 1 on ``$cluster/ctl/<dest>``, which that
+        node's link holds here); to this node itself on the next loop turn."""
+        if dest == self.name:
+            asyncio.get_running_loop().call_soon(self._control, encode_control(msg))
+            return
+        core = self._core
+        now = core.clock.monotonic()
+        msg_ = Message.create(CTL_PREFIX + dest, encode_control(msg), 1, False, NO_PROPERTIES, None, now)
+        core.publish(msg_, now)
+        core.flush()
+
+    def _control(self, payload: bytes) -> None:
+        if self.placement is None:
+            return
+        try:
+            msg = json.loads(payload)
+        except ValueError:
+            log.warning("cluster: malformed control message dropped")
+            return
+        if isinstance(msg, dict):
+            self.placement.receive(msg)
 
     def _flush(self) -> None:
         self._core.flush()

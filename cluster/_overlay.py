@@ -103,6 +103,15 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
             return
         super().datagram_received(body, addr)
 
+    def _timeout(self, msg_id: bytes) -> None:
+        # rpcudp sets the result of a future that may be cancelled already (a lookup
+        # abandoned at stop): InvalidStateError in a loop callback. Skip those.
+        entry = self._outstanding.get(msg_id)
+        if entry is None or entry[0].done():
+            self._outstanding.pop(msg_id, None)
+            return
+        super()._timeout(msg_id)
+
     def rpc_store(self, sender: Any, nodeid: bytes, key: bytes, value: Any) -> bool:
         return False
 
@@ -113,19 +122,23 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
 class Overlay:
     """This broker's Kademlia node: membership, ``FIND_NODE``, failure detection."""
 
-    def __init__(self, node_id: bytes, secret: bytes, ksize: int = 20) -> None:
+    def __init__(self, node_id: bytes, secret: bytes, ksize: int = 20, rpc_timeout: float = 5.0) -> None:
         key = hashlib.sha256(b"siftmq-cluster-udp|" + secret).digest()
         proto = type("_KeyedProtocol", (_Protocol,), {"key": key})
         self.server = Server(ksize=ksize, node_id=node_id)
         self.server.protocol_class = proto
         self.node_id = node_id
+        self.rpc_timeout = rpc_timeout  # an unanswered RPC marks the node dead after this
         self.seeds: list[tuple[str, int]] = []
 
     async def start(self, host: str, port: int, join: list[tuple[str, int]]) -> None:
-        for name in ("kademlia", "rpcudp"):  # their INFO lines are per RPC
+        # their INFO lines are per RPC; rpcudp logs a dead peer's silence as an ERROR (Kademlia
+        # says it once, as a WARNING, when it drops the node)
+        for name, level in (("kademlia", logging.WARNING), ("rpcudp", logging.CRITICAL)):
             if logging.getLogger(name).level == logging.NOTSET:
-                logging.getLogger(name).setLevel(logging.WARNING)
+                logging.getLogger(name).setLevel(level)
         await self.server.listen(port, interface=host)
+        self.server.protocol._wait_timeout = self.rpc_timeout
         self.seeds = [await _resolve(h, p) for h, p in join]
         if self.seeds:
             await self.server.bootstrap(self.seeds)

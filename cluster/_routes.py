@@ -29,13 +29,15 @@ from dataclasses import dataclass, field
 
 import topics
 
-__all__ = ["FETCH_ID", "PLAIN_ID", "RouteChange", "RouteTable"]
+__all__ = ["CTL_ID", "FETCH_ID", "PLAIN_ID", "RouteChange", "RouteTable"]
 
 #: the exported plain filters' "identifier": none is sent (0 is not a valid identifier)
 PLAIN_ID = 0
 #: identifier of a plain filter's first subscription at a peer, replaced at once by the same
 #: filter with :data:`PLAIN_ID`: what arrives with it are the peer's retained messages
 FETCH_ID = 2
+#: identifier of the link's subscription to this node's control topic (``$cluster/ctl/<id>``)
+CTL_ID = 3
 _SHARE = "$share/"
 _NONE: frozenset[tuple[str, str]] = frozenset()
 
@@ -70,7 +72,7 @@ class RouteTable:
         self._shared: dict[str, int] = {}  # "$share/g/f" -> local subscriptions on it
         self._ids: dict[str, int] = {}  # "$share/g/f" -> its subscription identifier
         self._groups: dict[int, tuple[str, str]] = {}  # identifier -> (group, filter)
-        self._next_id = FETCH_ID + 1
+        self._next_id = CTL_ID + 1
 
     # ------------------------------------------------------------ inputs
     def add(self, client_id: str, full_filter: str) -> RouteChange:
@@ -129,7 +131,9 @@ class RouteTable:
         """(for the plain subscriptions?, the shared groups) a forwarded copy is for."""
         if not sub_ids:
             return True, _NONE
-        plain = not sub_ids or FETCH_ID in sub_ids or any(i not in self._groups for i in sub_ids)
+        plain = (
+            not sub_ids or FETCH_ID in sub_ids or any(i not in self._groups and i != CTL_ID for i in sub_ids)
+        )
         groups = frozenset(g for i in sub_ids if (g := self._groups.get(i)) is not None)
         return plain, groups
 

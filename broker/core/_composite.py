@@ -58,7 +58,7 @@ import base64
 import gc
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import orjson
 
@@ -72,7 +72,14 @@ if TYPE_CHECKING:
     from broker.core._core import Core
     from broker.core._session import Session
 
-__all__ = ["ATOM_CLIENT", "COMPOSITE_PREFIX", "SNAPSHOT_VERSION", "Composites", "split_composite"]
+__all__ = [
+    "ATOM_CLIENT",
+    "COMPOSITE_PREFIX",
+    "SNAPSHOT_VERSION",
+    "CompositeDelegate",
+    "Composites",
+    "split_composite",
+]
 
 #: the filter prefix of a composite subscription (and the topic of its events)
 COMPOSITE_PREFIX = "$composite/"
@@ -96,6 +103,16 @@ def split_composite(topic_filter: str) -> tuple[str, str | None]:
     return name, (expression if sep else None)
 
 
+class CompositeDelegate(Protocol):
+    """Who matches the composite subscriptions of this broker's clients when this broker does
+    not (the cluster: the core of the subscription's CSSU, seed 001; docs/cluster.md).  The
+    events come back through :meth:`Composites.deliver_remote`."""
+
+    def subscribe(self, client_id: str, name: str, expression: str, qos: int) -> None: ...
+
+    def unsubscribe(self, client_id: str, name: str, expression: str) -> None: ...
+
+
 class Composites:
     """The broker's composite subscriptions: the engine, the atoms' index entries, and the
     subscribers per client (for UNSUBSCRIBE and the end of a session)."""
@@ -113,6 +130,11 @@ class Composites:
         self.atom_filters: dict[str, str] = {}
         #: told ``(atom client id, topic filter, added)`` when atoms come and go (the cluster)
         self.atom_listeners: list[Callable[[str, str, bool], None]] = []
+        #: set by the cluster: clients' subscriptions are matched elsewhere (seed 001's CSSU)
+        self.delegate: CompositeDelegate | None = None
+        #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
+        self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
+        self._by_expression: dict[str, set[tuple[str, str]]] = {}
 
     @property
     def changes(self) -> int:
@@ -166,6 +188,10 @@ class Composites:
                 "subscriptions",
             )
         qos = min(req.qos, limits.maximum_qos)
+        if self.delegate is not None:
+            self._delegate(client_id, name, expr.text, qos, () if sub_id is None else (sub_id,))
+            topic = COMPOSITE_PREFIX + name
+            return Subscribed(ReasonCode(qos), None, None, topic, topic, expr.text, False)
         try:
             self.add(client_id, name, expr, qos, window, cap, () if sub_id is None else (sub_id,))
         except ValueError as exc:  # window / cap out of range
@@ -202,6 +228,37 @@ class Composites:
         assert sub is not None
         return sub.expression
 
+    def _delegate(
+        self, client_id: str, name: str, expression: str, qos: int, sub_ids: tuple[int, ...]
+    ) -> None:
+        """Subscribe through :attr:`delegate` (replacing what ``(client_id, name)`` had)."""
+        assert self.delegate is not None
+        self.remove(client_id, name)
+        key = (client_id, name)
+        self.delegated[key] = (expression, qos)
+        self._by_expression.setdefault(expression, set()).add(key)
+        self.clients.setdefault(client_id, {})[name] = sub_ids
+        self._changed += 1
+        self.delegate.subscribe(client_id, name, expression, qos)
+
+    def deliver_remote(self, expression: str, body: bytes, qos: int, now: float) -> int:
+        """A composite event of ``expression`` matched elsewhere: one PUBLISH per local
+        subscriber of it (``$composite/<name>``); returns the number delivered."""
+        core = self.core
+        n = 0
+        for client_id, name in sorted(self._by_expression.get(expression, ())):
+            s = core.sessions.get(client_id)
+            if s is None:
+                continue
+            topic = COMPOSITE_PREFIX + name
+            sub_qos = self.delegated[(client_id, name)][1]
+            msg = Message.create(topic, body, qos, False, NO_PROPERTIES, None, now)
+            sub_ids = self.clients.get(client_id, {}).get(name, ())
+            core.deliver(s, msg, min(qos, sub_qos), False, sub_ids, topic, None, now)
+            n += 1
+        self.events += n > 0
+        return n
+
     def remove(self, client_id: str, name: str) -> bool:
         """Unsubscribe ``(client_id, name)``; False if there was nothing."""
         names = self.clients.get(client_id)
@@ -209,6 +266,16 @@ class Composites:
             return False
         if not names:
             del self.clients[client_id]
+        gone = self.delegated.pop((client_id, name), None)
+        if gone is not None:
+            keys = self._by_expression[gone[0]]
+            keys.discard((client_id, name))
+            if not keys:
+                del self._by_expression[gone[0]]
+            self._changed += 1
+            if self.delegate is not None:
+                self.delegate.unsubscribe(client_id, name, gone[0])
+            return True
         change = self.engine.unsubscribe((client_id, name))
         self._changed += 1
         if change is not None:
@@ -266,6 +333,8 @@ class Composites:
             sub = self.engine.subscription((client_id, name))
             if sub is not None:
                 out[name] = sub.expression
+            elif (client_id, name) in self.delegated:
+                out[name] = self.delegated[(client_id, name)][0]
         return out
 
     def sys_values(self) -> dict[str, str]:
@@ -282,8 +351,10 @@ class Composites:
         is exactly one index entry of its reserved client id, with its id and selector.
         O(subscribers + atoms)."""
         eng = self.engine
-        keys = {(cid, name) for cid, names in self.clients.items() for name in names}
+        keys = {(cid, name) for cid, names in self.clients.items() for name in names} - set(self.delegated)
         assert all(names for names in self.clients.values())
+        assert set(self.delegated) <= {(cid, name) for cid, names in self.clients.items() for name in names}
+        assert {k for ks in self._by_expression.values() for k in ks} == set(self.delegated)
         assert all(eng.subscription(k) is not None for k in keys)
         assert eng.stats().subscribers == len(keys)
         index = self.core.router.index

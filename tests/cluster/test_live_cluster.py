@@ -13,6 +13,7 @@ import aiomqtt
 import paho.mqtt.client as paho
 import pytest
 
+import composite
 from broker import Broker
 from cluster import ClusterNode, make_token
 from tests.waiting import eventually
@@ -28,7 +29,7 @@ async def cluster(n: int, secret: bytes = SECRET, **options: object) -> AsyncIte
     try:
         for i in range(n):
             join = [] if i == 0 else [("127.0.0.1", nodes[0].port or 0)]
-            node = ClusterNode(("127.0.0.1", 0), join, secret, refresh=0.2)
+            node = ClusterNode(("127.0.0.1", 0), join, secret, refresh=0.2, rpc_timeout=0.5)
             b = Broker("127.0.0.1", 0, hooks=[node], **options)
             await b.start()
             brokers.append(b)
@@ -162,9 +163,10 @@ async def test_unsubscribe_and_session_end_withdraw_the_routes() -> None:
             await _routes_at_peers(bs[:1], 1)
             peer_index = bs[1].core.router.index
             link_id = f"$cluster/{_node(bs[0]).name}"
-            assert [e.topic_filter for e in peer_index.entries(link_id)] == ["b/1"]
+            ctl = f"$cluster/ctl/{_node(bs[0]).name}"  # the link's control topic stays
+            assert sorted(e.topic_filter for e in peer_index.entries(link_id)) == [ctl, "b/1"]
         # the clean session ended with the connection: nothing is held for it any more
-        await eventually(lambda: not bs[1].core.router.index.entries(link_id))
+        await eventually(lambda: [e.topic_filter for e in bs[1].core.router.index.entries(link_id)] == [ctl])
 
 
 async def test_partial_unsubscribe_is_applied_where_the_subscriber_is() -> None:
@@ -307,21 +309,82 @@ async def test_sys_cluster_topics() -> None:
         assert seen["$SYS/cluster/node_id"] == _node(bs[0]).name.encode()
 
 
-async def test_composite_subscription_merges_atoms_published_on_other_nodes() -> None:
-    """(A|B)&C with its atoms published on two other nodes: the event is merged at the
-    subscriber's node, whose atoms are held at every peer like any subscription."""
-    async with (
-        cluster(3) as bs,
-        aiomqtt.Client("127.0.0.1", bs[0].port, identifier="ops") as c,
-        aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p1") as p1,
-        aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p2") as p2,
-    ):
-        await c.subscribe("$composite/ship/(dock/a | dock/b) & truck/+", qos=1)
-        await _routes_at_peers(bs[:1], 3)
-        await p1.publish("dock/b", b'{"pallet": 7}', qos=1)
-        await asyncio.sleep(0.2)
-        await p2.publish("truck/9", b'{"plate": "X"}', qos=1)
-        got = await _drain(c)
-        assert [m.topic.value for m in got] == ["$composite/ship"]
-        event = json.loads(got[0].payload)
-        assert sorted(x["topic"] for x in event["components"]) == ["dock/b", "truck/9"]
+def _tables(b: Broker) -> int:
+    placement = _node(b).placement
+    return 0 if placement is None else len(placement.tables)
+
+
+def _core_of(bs: list[Broker], expression: str) -> Broker | None:
+    """The broker that matches ``expression`` now (the core of its CSSU)."""
+    cores = [b for b in bs if expression in (_node(b).placement.matching if _node(b).placement else {})]
+    assert len(cores) <= 1
+    return cores[0] if cores else None
+
+
+async def test_composite_subscription_is_matched_by_the_core_of_its_cssu() -> None:
+    """(A|B)&C with its atoms published on other nodes: the subscription is kept by the CSSU
+    of its GroupCode (seed 001), matched by the core, the event sent to the access node."""
+    expression = "(dock/a | dock/b) & truck/+"
+    async with cluster(4) as bs:
+        canon = composite.canonical(expression)
+        members = _node(bs[0]).placement.members(_node(bs[0]).placement._code(canon))  # type: ignore[union-attr]
+        assert len(members) == 3
+        access = next(b for b in bs if _node(b).name != members[0])
+        others = [b for b in bs if b is not access]
+        async with (
+            aiomqtt.Client("127.0.0.1", access.port, identifier="ops") as c,
+            aiomqtt.Client("127.0.0.1", others[0].port, identifier="p1") as p1,
+            aiomqtt.Client("127.0.0.1", others[1].port, identifier="p2") as p2,
+        ):
+            await c.subscribe(f"$composite/ship/{expression}", qos=1)
+            await eventually(lambda: _core_of(bs, canon) is not None)
+            core = _core_of(bs, canon)
+            assert core is not None and _node(core).name == members[0]
+            # alpha copies of the CSGT, on the CSSU members
+            await eventually(lambda: sorted(_node(b).name for b in bs if _tables(b)) == members)
+            await _routes_at_peers([core], 3)
+            await p1.publish("dock/b", b'{"pallet": 7}', qos=1)
+            await asyncio.sleep(0.2)
+            await p2.publish("truck/9", b'{"plate": "X"}', qos=1)
+            got = await _drain(c)
+            assert [m.topic.value for m in got] == ["$composite/ship"]
+            event = json.loads(got[0].payload)
+            assert sorted(x["topic"] for x in event["components"]) == ["dock/b", "truck/9"]
+
+
+async def test_composite_delivery_survives_the_death_of_its_core() -> None:
+    """The core of the CSSU stops: the next member takes over (re-election), registers the
+    subscription and atom events published after that are merged and delivered."""
+    expression = "alarm/on & door/+"
+    async with cluster(5) as bs:
+        canon = composite.canonical(expression)
+        placement = _node(bs[0]).placement
+        assert placement is not None
+        members = placement.members(placement._code(canon))
+        access = next(b for b in bs if _node(b).name not in members)
+        pubs = [b for b in bs if b is not access and _node(b).name != members[0]]
+        async with aiomqtt.Client("127.0.0.1", access.port, identifier="guard") as c:
+            await c.subscribe(f"$composite/intrusion/{expression}", qos=1)
+            await eventually(lambda: _core_of(bs, canon) is not None)
+            old = _core_of(bs, canon)
+            assert old is not None and _node(old).name == members[0]
+            await eventually(lambda: sorted(_node(b).name for b in bs if _tables(b)) == members)
+            await old.stop()  # the core dies (its links and UDP port close)
+            alive = [b for b in bs if b is not old]
+            await eventually(lambda: (_core_of(alive, canon) or old) is not old, timeout=15)
+            new = _core_of(alive, canon)
+            survivor = _node(alive[0]).placement
+            assert survivor is not None
+            now_members = survivor.members(survivor._code(canon))  # the CSSU without the dead core
+            assert _node(old).name not in now_members
+            assert new is not None and _node(new).name == now_members[0]  # its smallest ID
+            await _routes_at_peers([new], 2)
+            async with (
+                aiomqtt.Client("127.0.0.1", pubs[0].port, identifier="p1") as p1,
+                aiomqtt.Client("127.0.0.1", pubs[-1].port, identifier="p2") as p2,
+            ):
+                await p1.publish("door/3", b"open", qos=1)
+                await asyncio.sleep(0.2)
+                await p2.publish("alarm/on", b"1", qos=1)
+                got = await _drain(c)
+            assert [m.topic.value for m in got] == ["$composite/intrusion"]
