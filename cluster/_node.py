@@ -43,6 +43,7 @@ from cluster._overlay import Overlay, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
 from cluster._routes import RouteChange, RouteTable
+from cluster._takeover import Takeover
 
 if TYPE_CHECKING:
     from broker._broker import Broker
@@ -78,6 +79,7 @@ class ClusterNode(Hooks):
         self.refresh_every = refresh
         self.alpha = alpha
         self.placement: Placement | None = None
+        self.takeover: Takeover | None = None
         self.table = RouteTable()
         self.links: dict[bytes, PeerLink] = {}
         self.checker = TokenChecker(secret)
@@ -96,6 +98,7 @@ class ClusterNode(Hooks):
         self._core = broker.core
         broker.core.sys_sources.append(self.sys_values)
         self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
+        self.takeover = Takeover(self.name, broker.core, self._send_control)
         broker.core.composite.delegate = self.placement
         broker.core.sys_sources.append(self.placement.sys_values)
 
@@ -194,6 +197,10 @@ class ClusterNode(Hooks):
         return out
 
     # ------------------------------------------------------------ hooks
+    def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
+        if self.takeover is not None:
+            self.takeover.connected(client_id, [link.peer for link in self.links.values() if link.connected])
+
     def on_subscription_change(self, change: SubscriptionChange) -> None:
         cid = change.client_id
         if cid.startswith(PEER_PREFIX):
@@ -285,7 +292,12 @@ class ClusterNode(Hooks):
         except ValueError:
             log.warning("cluster: malformed control message dropped")
             return
-        if isinstance(msg, dict):
+        if not isinstance(msg, dict):
+            return
+        if msg.get("t") in ("takeover", "session"):
+            if self.takeover is not None:
+                self.takeover.receive(msg)
+        else:
             self.placement.receive(msg)
 
     def _flush(self) -> None:
@@ -301,6 +313,8 @@ class ClusterNode(Hooks):
             "$SYS/cluster/routes": str(len(self.table)),
             "$SYS/cluster/forwarded/received": str(self.injected),
             "$SYS/cluster/links/refused": str(self.refused_links),
+            "$SYS/cluster/sessions/moved_in": str(0 if self.takeover is None else self.takeover.moved_in),
+            "$SYS/cluster/sessions/moved_out": str(0 if self.takeover is None else self.takeover.moved_out),
         }
         for link in self.links.values():
             base = f"$SYS/cluster/links/{link.peer[:16]}"

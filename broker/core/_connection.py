@@ -110,6 +110,7 @@ class Connection:
         self.feeders: set[Connection] = set()
         self.slow = False
         self.bridge = False  # a mosquitto bridge (CONNECT level 0x83/0x84): no echo, retain as published
+        self.clean_start = True  # the CONNECT's Clean Start (Clean Session) flag
         self.blockers = 0
         self.store_wait = False  # paused until the store's writer catches up (Journal.bound)
         self.pending: list[Packet] = []
@@ -488,6 +489,7 @@ class Connection:
             self._refuse(*refusal)
             return
         self.bridge = p.bridge
+        self.clean_start = p.clean_start
         expiry = (p.properties.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
         capped = min(expiry, cfg.max_session_expiry)
         server_ka = negotiate(self, p)

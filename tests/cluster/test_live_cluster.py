@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 import aiomqtt
 import paho.mqtt.client as paho
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 import composite
 from broker import Broker
@@ -388,3 +390,59 @@ async def test_composite_delivery_survives_the_death_of_its_core() -> None:
                 await p2.publish("alarm/on", b"1", qos=1)
                 got = await _drain(c)
             assert [m.topic.value for m in got] == ["$composite/intrusion"]
+
+
+async def test_a_persistent_session_moves_to_the_node_the_client_reconnects_to() -> None:
+    async with cluster(2) as bs:
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 300
+        first = aiomqtt.Client(
+            "127.0.0.1",
+            bs[0].port,
+            identifier="mover",
+            protocol=aiomqtt.ProtocolVersion.V5,
+            clean_start=False,
+            properties=props,
+        )
+        async with first:
+            await first.subscribe("jobs/#", qos=1)
+            await first.unsubscribe("jobs/skip/#")  # partial: a negative entry moves too
+        await _routes_at_peers(bs[:1], 1)
+        async with aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub:
+            for k in range(5):
+                await pub.publish(f"jobs/{k}", str(k), qos=1)  # queued at node 0 for "mover"
+        await eventually(lambda: len(bs[0].core.sessions["mover"].queue) == 5)
+        second = aiomqtt.Client(
+            "127.0.0.1",
+            bs[1].port,
+            identifier="mover",
+            protocol=aiomqtt.ProtocolVersion.V5,
+            clean_start=False,
+            properties=props,
+        )
+        async with second:
+            got = [m.payload for m in await _drain(second, 0.5)]
+            assert sorted(got) == [b"0", b"1", b"2", b"3", b"4"]  # the queue came along
+            assert "mover" not in bs[0].core.sessions
+            await _routes_at_peers(bs[1:], 1)
+            async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="p0") as pub0:
+                await pub0.publish("jobs/late", b"L", qos=1)
+                await pub0.publish("jobs/skip/x", b"S", qos=1)
+            assert [m.payload for m in await _drain(second)] == [b"L"]
+
+
+async def test_a_connected_client_is_taken_over_by_its_connection_to_another_node() -> None:
+    async with cluster(2) as bs:
+        disconnected = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="roamer", protocol=paho.MQTTv5)
+        c.on_disconnect = lambda *a: loop.call_soon_threadsafe(disconnected.set)
+        c.connect("127.0.0.1", bs[0].port)
+        c.loop_start()
+        try:
+            await eventually(lambda: "roamer" in bs[0].core.sessions)
+            async with aiomqtt.Client("127.0.0.1", bs[1].port, identifier="roamer"):
+                await asyncio.wait_for(disconnected.wait(), 5)  # 0x8E from node 0
+                await eventually(lambda: "roamer" not in bs[0].core.sessions)
+        finally:
+            c.loop_stop()
