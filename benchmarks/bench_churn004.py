@@ -14,8 +14,10 @@ rein, tama and htree match one event per call; hcem matches ``--batch`` events p
 after each call, so a batch sees the index as it was when the batch started.  Throughput =
 events matched / wall time including the updates.  Windows of ``WINDOW`` seconds rotate over
 rates and engines (as bench_seed003's), so that a rate and the baseline it is divided by are
-measured at the same moments of a shared machine.  The update cost alone (replace time per
-update, no matching) is measured first, interleaved the same way.
+measured at the same moments of a shared machine.  Measured first, interleaved the same way:
+the update cost alone (replace time per update, no matching), and the time of one match call
+with nothing pending against one right after a single replace (an engine that queues its
+inserts, as REIN does, pays for writing them at the next match).
 
 Usage::
 
@@ -113,6 +115,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0, help="per engine and rate, in windows")
     ap.add_argument("--batch", type=int, default=64, help="hcem: events per match_batch call")
     ap.add_argument("--updates", type=int, default=2000, help="replaces timed alone per engine")
+    ap.add_argument("--probes", type=int, default=100, help="match calls timed before / after one replace")
     args = ap.parse_args()
     names = args.engines.split(",")
     rates = [int(r) for r in args.rates.split(",")]
@@ -159,8 +162,23 @@ def main() -> None:
             for sid, f in chunk:
                 e.add(sid, f)
             upd[name].append((time.perf_counter() - t0) / 100)
-    got: dict[tuple[str, int], list[float]] = {(n, r): [0.0, 0.0, 0.0] for n in names for r in rates}
+    # the first match after one replace against a match with nothing pending, per call
+    # (engines that queue inserts pay for writing them at the next match)
     calls = {n: matcher(n, built[n], args.batch) for n in names}
+    clean: dict[str, list[float]] = {n: [] for n in names}
+    after: dict[str, list[float]] = {n: [] for n in names}
+    for c in range(args.probes):
+        for name in names[c % len(names) :] + names[: c % len(names)]:
+            fn, per = calls[name]
+            k = (2 * c * per) % (len(events) - 2 * per)
+            t0 = time.perf_counter()
+            fn(events[k : k + per])
+            clean[name].append(time.perf_counter() - t0)
+            built[name].add(rng.randrange(args.n), pool[rng.randrange(len(pool))])
+            t0 = time.perf_counter()
+            fn(events[k + per : k + 2 * per])
+            after[name].append(time.perf_counter() - t0)
+    got: dict[tuple[str, int], list[float]] = {(n, r): [0.0, 0.0, 0.0] for n in names for r in rates}
     for k in range(max(1, round(args.seconds / WINDOW))):
         for rate in rates[k % len(rates) :] + rates[: k % len(rates)]:
             for name in names[k % len(names) :] + names[: k % len(names)]:
@@ -176,10 +194,17 @@ def main() -> None:
     print()
     print(f"n = {args.n:,}, m = 20, k = 10, width 0.5, hcem batch {args.batch}; load {psutil.getloadavg()}")
     print()
-    print("| engine | build s | replace us (median of 100-update chunks) |")
-    print("|---|---:|---:|")
+    print(
+        "| engine | build s | replace us (median of 100-update chunks) | events per match call "
+        "| match call ms, nothing pending | match call ms, right after one replace |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name in names:
-        print(f"| {name} | {build_s[name]:.1f} | {statistics.median(upd[name]) * 1e6:.1f} |")
+        med_u = statistics.median(upd[name]) * 1e6
+        med_c, med_a = statistics.median(clean[name]) * 1e3, statistics.median(after[name]) * 1e3
+        print(
+            f"| {name} | {build_s[name]:.1f} | {med_u:.1f} | {calls[name][1]} | {med_c:.2f} | {med_a:.2f} |"
+        )
     print()
     head = "| updates/s | " + " | ".join(f"{n} events/s (kept)" for n in names)
     head += " | " + " | ".join(f"{n} updates/s done" for n in names)
