@@ -60,7 +60,8 @@ mosquitto:
 	      || echo "mosquitto could not be installed: the bridge test will be skipped"; \
 	  else echo "mosquitto not installed: the bridge test will be skipped"; fi; }
 
+# one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway)
 unit: $(BUILT) chromium mosquitto
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 test: lint typecheck unit
