@@ -12,6 +12,7 @@ result              computation                                              key
 ==================  =======================================================  ===================
 topic_rate          deliveries per topic per event-time window (watermark)  window_start, topic
 subscriber_rate     deliveries per subscriber per window (watermark)        window_start, subscriber_id
+node_rate           deliveries per cluster node per window ("" alone)       window_start, node
 churn               subscription changes per action per window (watermark) window_start, action
 latency             broker latency p50/p90/p99/max per window (watermark)   window_start
 fanout              publications per fan-out (deliveries per message)       deliveries
@@ -67,6 +68,7 @@ __all__ = [
 RESULT_KEYS: dict[str, tuple[str, ...]] = {
     "topic_rate": ("window_start", "topic"),
     "subscriber_rate": ("window_start", "subscriber_id"),
+    "node_rate": ("window_start", "node"),
     "churn": ("window_start", "action"),
     "latency": ("window_start",),
     "fanout": ("deliveries",),
@@ -183,6 +185,11 @@ def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, A
             d.groupBy(win.alias("window"), "subscriber_id").agg(
                 F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
             )
+        ),
+        "node_rate": flat(
+            d.withColumn("node", F.coalesce(F.col("node"), F.lit("")))
+            .groupBy(win.alias("window"), "node")
+            .agg(F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes"))
         ),
         "churn": flat(
             c.withWatermark("time", watermark)

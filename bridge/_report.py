@@ -150,6 +150,12 @@ def render_report(output: str | Path) -> str:
     active = results(output, "active_filters")
     lat = results(output, "latency")
     sel = selectivity(output)
+    nodes = results(output, "node_rate")
+    per_node = (
+        nodes[nodes["node"] != ""].groupby("node", as_index=False)[["deliveries", "bytes"]].sum()
+        if not nodes.empty and "node" in nodes
+        else pd.DataFrame()
+    )
     deliveries = int(topic["deliveries"].sum()) if not topic.empty else 0
     messages = int(top["messages"].sum()) if not top.empty else 0
     changes = int(churn["changes"].sum()) if not churn.empty else 0
@@ -178,6 +184,9 @@ def render_report(output: str | Path) -> str:
         _figure("Active subscriptions per filter", _active, active),
         _figure("Broker latency", _latency, lat),
         _table("Top topics", ranked, ["topic", "messages", "deliveries", "bytes"]) if not top.empty else "",
+        _table("Deliveries per cluster node", per_node, ["node", "deliveries", "bytes"])
+        if not per_node.empty
+        else "",
         _table(
             "Content-filter selectivity",
             sel,

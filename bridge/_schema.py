@@ -44,6 +44,7 @@ SCHEMAS: dict[Kind, pa.Schema] = {
             pa.field("retained", pa.bool_(), nullable=False),
             pa.field("payload_size", pa.int64(), nullable=False),
             pa.field("latency", pa.float64(), nullable=False),
+            pa.field("node", pa.string()),  # the cluster node that delivered (None: one broker)
         ]
     ),
     Kind.PUBLICATIONS: pa.schema(
@@ -56,6 +57,7 @@ SCHEMAS: dict[Kind, pa.Schema] = {
             pa.field("qos", pa.int32(), nullable=False),
             pa.field("retained", pa.bool_(), nullable=False),
             pa.field("deliveries", pa.int64(), nullable=False),
+            pa.field("node", pa.string()),  # the cluster node that routed it (None: one broker)
         ]
     ),
     Kind.SUBSCRIPTION_CHANGES: pa.schema(

@@ -56,7 +56,8 @@ from bridge._schema import SCHEMAS, Kind
 from broker.hooks import DeliveryEntry, Hooks, SubscriptionChange
 
 if TYPE_CHECKING:
-    from broker import Message
+    from broker import Broker, Message
+    from broker.core._core import Core
 
 __all__ = ["Bridge", "BridgeStats"]
 
@@ -116,7 +117,13 @@ _ENTRY_TYPE = pa.struct(
 )
 
 
-def _fanout_tables(records: list[_Record], entries: list[DeliveryEntry]) -> tuple[pa.Table, pa.Table]:
+def _node_column(node: str | None, n: int) -> pa.Array:
+    return pa.nulls(n, pa.string()) if node is None else pa.repeat(pa.scalar(node, pa.string()), n)
+
+
+def _fanout_tables(
+    records: list[_Record], entries: list[DeliveryEntry], node: str | None = None
+) -> tuple[pa.Table, pa.Table]:
     """(deliveries, publications) tables of buffered ``on_deliveries`` calls and their entries.
 
     The record and entry tuples are converted by pyarrow in one C pass each (as struct arrays,
@@ -135,6 +142,7 @@ def _fanout_tables(records: list[_Record], entries: list[DeliveryEntry]) -> tupl
     if not is_pub.all():
         keep = pa.array(np.flatnonzero(is_pub))
         pub_cols = [c.take(keep) for c in pub_cols]
+    pub_cols.append(_node_column(node, len(pub_cols[0])))
     pubs = pa.Table.from_arrays(pub_cols, schema=SCHEMAS[Kind.PUBLICATIONS])
     if not entries:
         return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
@@ -151,7 +159,20 @@ def _fanout_tables(records: list[_Record], entries: list[DeliveryEntry]) -> tupl
     r_time, r_mid, r_pub, r_topic, r_size = rep
     e_sub, e_filter, e_selector, e_qos, e_retained = pa.array(entries, type=_ENTRY_TYPE).flatten()
     deliveries = pa.Table.from_arrays(
-        [r_time, r_mid, r_pub, e_sub, r_topic, e_filter, e_selector, e_qos, e_retained, r_size, c_latency],
+        [
+            r_time,
+            r_mid,
+            r_pub,
+            e_sub,
+            r_topic,
+            e_filter,
+            e_selector,
+            e_qos,
+            e_retained,
+            r_size,
+            c_latency,
+            _node_column(node, len(e_sub)),
+        ],
         schema=SCHEMAS[Kind.DELIVERIES],
     )
     return deliveries, pubs
@@ -299,6 +320,10 @@ class Bridge(Hooks):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._core: Core | None = None  # the broker's core, for its cluster node id
+
+    def attach(self, broker: Broker) -> None:
+        self._core = broker.core
 
     # ---- hot path (event loop) ----
 
@@ -410,7 +435,8 @@ class Bridge(Hooks):
             entries = self._entries[:m]
             del self._entries[:m]
             try:
-                deliveries, pubs = _fanout_tables(batch, entries)
+                core = self._core
+                deliveries, pubs = _fanout_tables(batch, entries, None if core is None else core.node)
             except Exception:
                 rows = m + sum([r[8] >= 0 for r in batch])
                 self._write_errors += 1

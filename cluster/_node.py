@@ -96,6 +96,7 @@ class ClusterNode(Hooks):
     def attach(self, broker: Broker) -> None:
         self.broker = broker
         self._core = broker.core
+        broker.core.node = self.name
         broker.core.sys_sources.append(self.sys_values)
         self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
         self.takeover = Takeover(self.name, broker.core, self._send_control)

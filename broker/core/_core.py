@@ -79,6 +79,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        #: this broker's node id in a cluster (set by the cluster; the bridge records it)
+        self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
         self.sys_sources: list[Callable[[], dict[str, str]]] = []
         # composite subscriptions (issue 16): atoms live in the router's index

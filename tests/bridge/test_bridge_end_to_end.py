@@ -87,13 +87,19 @@ async def test_broker_to_spark_exact_counts(spark: Any, tmp_path: Path) -> None:
     # Spark over the landing zone.
     out = tmp_path / "out"
     queries = start_queries(
-        spark, landing, out, once=True, only=("subscriber_rate", "top_topics", "filter_selectivity")
+        spark,
+        landing,
+        out,
+        once=True,
+        only=("subscriber_rate", "top_topics", "filter_selectivity", "node_rate"),
     )
     for q in queries:
         q.awaitTermination()
         assert q.exception() is None
     per_sub = results(out, "subscriber_rate").groupby("subscriber_id")["deliveries"].sum().to_dict()
     assert per_sub == {"s0": N, "s1": N, "s2": s2_expected}
+    per_node = results(out, "node_rate").groupby("node")["deliveries"].sum().to_dict()
+    assert per_node == {"": total}  # a broker alone: no cluster node
     top = results(out, "top_topics").set_index("topic")
     assert top["messages"].to_dict() == {"e/a": N // 2, "e/b": N // 2}
     assert int(top["deliveries"].sum()) == total

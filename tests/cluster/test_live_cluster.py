@@ -8,9 +8,11 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import aiomqtt
 import paho.mqtt.client as paho
+import pyarrow.parquet as pq
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -446,3 +448,40 @@ async def test_a_connected_client_is_taken_over_by_its_connection_to_another_nod
                 await eventually(lambda: "roamer" not in bs[0].core.sessions)
         finally:
             c.loop_stop()
+
+
+async def test_the_bridge_records_which_node_delivered(tmp_path: Path) -> None:
+    """Each node's bridge writes its node id with every delivery and publication (issue 17
+    item 8; `siftmq analytics` groups them in `node_rate`)."""
+    from bridge import Bridge
+
+    bridges = [Bridge(tmp_path / f"landing{i}", roll_interval=0.1) for i in range(2)]
+    nodes = []
+    brokers = []
+    try:
+        for i in range(2):
+            join = [] if i == 0 else [("127.0.0.1", nodes[0].port or 0)]
+            node = ClusterNode(("127.0.0.1", 0), join, SECRET, refresh=0.2, rpc_timeout=0.5)
+            b = Broker("127.0.0.1", 0, hooks=[bridges[i], node])
+            await b.start()
+            nodes.append(node)
+            brokers.append(b)
+        await eventually(lambda: all(_links_up(x) == 1 for x in nodes), timeout=15)
+        async with (
+            aiomqtt.Client("127.0.0.1", brokers[0].port, identifier="s") as sub,
+            aiomqtt.Client("127.0.0.1", brokers[1].port, identifier="p") as pub,
+        ):
+            await sub.subscribe("n/#", qos=1)
+            await _routes_at_peers(brokers[:1], 1)
+            for k in range(3):
+                await pub.publish(f"n/{k}", b"x", qos=1)
+            assert len(await _drain(sub)) == 3
+    finally:
+        for b in brokers:
+            await b.stop()
+    table = pq.read_table(tmp_path / "landing0" / "deliveries")
+    mine = [r for r in table.to_pylist() if r["subscriber_id"] == "s"]
+    assert len(mine) == 3 and {r["node"] for r in mine} == {nodes[0].name}
+    sent = pq.read_table(tmp_path / "landing1" / "deliveries").to_pylist()
+    link = [r for r in sent if r["topic"].startswith("n/")]  # node 1 delivered to node 0's link
+    assert len(link) == 3 and {r["node"] for r in link} == {nodes[1].name}
