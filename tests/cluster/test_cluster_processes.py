@@ -228,3 +228,74 @@ def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node]
     finally:
         far.close()
         near.close()
+
+
+def _sys_value(node: Node, topic: str) -> bytes:
+    """The current value of a retained ``$SYS`` topic of ``node``."""
+    got: queue.Queue[bytes] = queue.Queue()
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"sys-{node.port}-{time.monotonic_ns()}")
+    c.on_message = lambda _c, _u, m: got.put(m.payload)
+    c.connect("127.0.0.1", node.port)
+    c.loop_start()
+    try:
+        c.subscribe(topic)
+        return got.get(timeout=5)
+    finally:
+        c.loop_stop()
+        c.disconnect()
+
+
+def test_composite_delivery_continues_after_sigkill_of_its_core(nodes: list[Node]) -> None:
+    """Seed 001 live: the composite subscription is kept by its CSSU (3 nearest nodes by XOR);
+    SIGKILL of the core (smallest ID) -> re-election -> composite events keep coming."""
+    from cluster._groups import group_code
+    from cluster._placement import GROUP_NUM
+    from composite import canonical
+
+    for n in nodes:
+        _wait_links(n, 4)
+    expression = "(dock/a | dock/b) & truck/x"
+    code = group_code(canonical(expression), GROUP_NUM)
+    by_id = {int((n.data / "cluster-node-id").read_text(), 16): n for n in nodes}
+    cssu = sorted(sorted(by_id, key=lambda i: i ^ code)[:3])
+    core = by_id[cssu[0]]
+    others = [n for n in nodes if n is not core]
+    access, pub_node = others[0], others[1]
+    events: queue.Queue[bytes] = queue.Queue()
+    sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "watch", protocol=mqtt.MQTTv311)
+    sub.on_message = lambda _c, _u, m: events.put(m.payload)
+    sub.connect("127.0.0.1", access.port)
+    sub.loop_start()
+    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "dockpub")
+    pub.connect("127.0.0.1", pub_node.port)
+    pub.loop_start()
+    try:
+        sub.subscribe(f"$composite/ship/{expression}", qos=1)
+        _eventually(lambda: _sys_value(core, "$SYS/cluster/cssu/core_of") == b"1", "the core matches")
+
+        def event_arrives(deadline: float) -> bool:
+            """Publish a pair of atoms every second until a composite event arrives."""
+            end = time.monotonic() + deadline
+            while time.monotonic() < end:
+                pub.publish("dock/b", b'{"p": 1}', qos=1).wait_for_publish(5)
+                pub.publish("truck/x", b'{"t": 2}', qos=1).wait_for_publish(5)
+                try:
+                    events.get(timeout=1.0)
+                    return True
+                except queue.Empty:
+                    pass
+            return False
+
+        assert event_arrives(10), "no composite event before the kill"
+        core.proc.send_signal(signal.SIGKILL)
+        core.proc.wait()
+        assert event_arrives(40), "no composite event after the core's SIGKILL"
+        alive = [n for n in nodes if n is not core]
+        _eventually(
+            lambda: sum(int(_sys_value(n, "$SYS/cluster/cssu/core_of")) for n in alive) == 1,
+            "one new core among the survivors",
+        )
+    finally:
+        for c in (sub, pub):
+            c.loop_stop()
+            c.disconnect()
