@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r = sub.add_parser("report", help="render the latest results as a self-contained HTML page")
     _common(r)
     r.add_argument("--html", type=Path, default=None, help="output file (default: OUTPUT/report.html)")
+    r.add_argument("--include-sys", action="store_true", help="keep the broker's $SYS topics in 'Top topics'")
     r.set_defaults(func=_run_report)
 
 
@@ -73,6 +74,6 @@ def _run_report(args: argparse.Namespace) -> int:
     from bridge._report import write_report
 
     html = args.html if args.html is not None else Path(args.output) / "report.html"
-    path = write_report(args.output, html)
+    path = write_report(args.output, html, args.include_sys)
     print(f"report written to {path}")
     return 0

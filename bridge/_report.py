@@ -83,8 +83,12 @@ def _rate(ax: Any, df: pd.DataFrame) -> None:
 
 
 def _fanout(ax: Any, df: pd.DataFrame) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     df = df.sort_values("deliveries")
-    ax.bar(df["deliveries"].astype(int), df["messages"], color="#4c72b0")
+    ax.bar(df["deliveries"].astype(int), df["messages"], width=0.8, color="#4c72b0")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # fan-outs are whole numbers
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("deliveries per message")
     ax.set_ylabel("messages")
 
@@ -108,12 +112,18 @@ def _width(index: Any) -> float:
 
 
 def _active(ax: Any, df: pd.DataFrame) -> None:
+    """Active subscriptions per filter as stacked steps (equal counts never hide each other)."""
     df = df.assign(filter=df["topic_filter"].astype(str)).sort_values("time")
-    top = df.groupby("filter")["delta"].apply(lambda s: s.cumsum().max()).nlargest(8).index
+    top = list(df.groupby("filter")["delta"].apply(lambda s: s.cumsum().max()).nlargest(8).index)
+    times = pd.Series(sorted(df["time"].unique()))
+    lower = pd.Series(0.0, index=range(len(times)))
     for name in top:
-        part = df[df["filter"] == name]
-        ax.step(part["time"], part["delta"].cumsum(), where="post", label=name)
-    ax.set_ylabel("active subscriptions")
+        part = df[df["filter"] == name].groupby("time")["delta"].sum()
+        level = part.reindex(times.values, fill_value=0).cumsum().reset_index(drop=True).astype(float)
+        upper = lower + level
+        ax.fill_between(times, lower, upper, step="post", alpha=0.8, label=name)
+        lower = upper
+    ax.set_ylabel("active subscriptions (stacked)")
     _time_axis(ax, df["time"])
     ax.legend(fontsize="small", loc="upper left")
 
@@ -141,10 +151,13 @@ def _table(title: str, df: pd.DataFrame, columns: list[str]) -> str:
     return f"<h2>{html.escape(title)}</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def render_report(output: str | Path) -> str:
-    """The HTML page (a string) for the results under ``output``."""
+def render_report(output: str | Path, include_sys: bool = False) -> str:
+    """The HTML page (a string) for the results under ``output`` (``include_sys``: keep the
+    broker's own ``$SYS/...`` topics in "Top topics")."""
     topic = results(output, "topic_rate")
     top = results(output, "top_topics")
+    if not include_sys and not top.empty:
+        top = top[~top["topic"].astype(str).str.startswith("$SYS/")]
     churn = results(output, "churn")
     fan = results(output, "fanout")
     active = results(output, "active_filters")
@@ -159,7 +172,8 @@ def render_report(output: str | Path) -> str:
     deliveries = int(topic["deliveries"].sum()) if not topic.empty else 0
     messages = int(top["messages"].sum()) if not top.empty else 0
     changes = int(churn["changes"].sum()) if not churn.empty else 0
-    subscribers = int(results(output, "subscriber_rate")["subscriber_id"].nunique()) if deliveries else 0
+    per_subscriber = results(output, "subscriber_rate")
+    subscribers = int(per_subscriber["subscriber_id"].nunique()) if not per_subscriber.empty else 0
     cards = "".join(
         f'<div class="card"><b id="{key}">{value}</b>{label}</div>'
         for key, value, label in (
@@ -206,11 +220,11 @@ def render_report(output: str | Path) -> str:
     return "\n".join(parts)
 
 
-def write_report(output: str | Path, html_path: str | Path) -> Path:
+def write_report(output: str | Path, html_path: str | Path, include_sys: bool = False) -> Path:
     """Render the report and write it atomically to ``html_path``; returns the path."""
     path = Path(html_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render_report(output), encoding="utf-8")
+    tmp.write_text(render_report(output, include_sys), encoding="utf-8")
     tmp.replace(path)
     return path

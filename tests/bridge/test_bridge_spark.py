@@ -13,7 +13,7 @@ import pytest
 from bridge import Bridge
 from bridge._analytics import console_summary, results, selectivity, start_queries
 from bridge._cli import register
-from bridge._report import write_report
+from bridge._report import render_report, write_report
 from broker.hooks import SubscriptionAction as A
 from tests.bridge.records import change, delivery, feed, publication
 
@@ -186,3 +186,19 @@ def test_analytics_cli_options() -> None:
     assert args.once and args.master == "spark://h:7077" and args.landing == "L" and args.output == "O"
     assert args.func.__name__ == "_run_analytics"
     assert parser.parse_args(["analytics"]).master == "local[2]"
+
+
+def test_report_leaves_sys_topics_out_of_top_topics_unless_asked(spark: Any, tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    with Bridge(landing) as b:
+        for i in range(6):
+            feed(b, publication(i, T0 + i, topic="app/x", fanout=1))
+            feed(b, delivery(i, T0 + i, topic="app/x", subscriber="s0", sf="app/#"))
+        for i in range(6, 10):
+            feed(b, publication(i, T0 + i, topic="$SYS/broker/uptime", fanout=0))
+    _run(spark, landing, tmp_path / "out", ("top_topics", "topic_rate", "fanout"))
+    plain = render_report(tmp_path / "out")
+    assert "<td>app/x</td>" in plain and "$SYS/broker/uptime" not in plain
+    assert 'id="total-messages">6<' in plain
+    with_sys = render_report(tmp_path / "out", include_sys=True)
+    assert "<td>$SYS/broker/uptime</td>" in with_sys
