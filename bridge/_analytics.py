@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -399,6 +400,19 @@ def run_cli(
         return 2
     if "://" not in output:
         Path(output).mkdir(parents=True, exist_ok=True)
+    if "://" not in landing:  # a landing zone the bridge has not written every kind to yet
+        for kind in Kind:
+            (Path(landing) / kind.value).mkdir(exist_ok=True)
+    java = shutil.which("java") or (
+        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
+    )
+    if java is None or not os.path.exists(java):
+        print(
+            "siftmq analytics: Spark needs Java 17 (no `java` on PATH and no JAVA_HOME); the broker "
+            "and its bridge run without it, only the analytics do not",
+            file=sys.stderr,
+        )
+        return 2
     spark = spark_session(master)
     queries = start_queries(
         spark, landing, output, window=window, watermark=watermark, once=once, trigger=trigger

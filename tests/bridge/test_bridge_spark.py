@@ -202,3 +202,32 @@ def test_report_leaves_sys_topics_out_of_top_topics_unless_asked(spark: Any, tmp
     assert 'id="total-messages">6<' in plain
     with_sys = render_report(tmp_path / "out", include_sys=True)
     assert "<td>$SYS/broker/uptime</td>" in with_sys
+
+
+def test_analytics_without_java_says_so(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path / "no-java-here")
+    (tmp_path / "l").mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "broker._cli",
+            "analytics",
+            "--once",
+            "--landing",
+            str(tmp_path / "l"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "needs Java 17" in done.stderr
