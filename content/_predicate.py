@@ -130,19 +130,28 @@ class Predicate:
 
     ``kind`` is part of equality so that ``a = TRUE`` and ``a = 1`` stay distinct (Python's
     ``True == 1``).  For ``IN``/``NOT_IN`` the value is a frozenset; members are compared
-    with the same kind rules as ``=``.  For ``LIKE``/``NOT_LIKE`` the value is the SQL
-    pattern; for prefix/suffix/contains it is the literal part without ``%``.
+    with the same kind rules as ``=``, and ``members`` (the members' kind, set by the
+    constructor) is part of equality too: ``frozenset({True, False}) == frozenset({1, 0})``,
+    yet ``b IN (TRUE, FALSE)`` and ``b IN (1, 0)`` are different predicates.
+    For ``LIKE``/``NOT_LIKE`` the value is the SQL pattern; for
+    prefix/suffix/contains it is the literal part without ``%``.
     """
 
     attr: str
     op: Op
     value: Value
     kind: Kind = field(default=Kind.NUM)
+    members: Kind | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         expected = Kind.SET if self.op in (Op.IN, Op.NOT_IN) else kind_of(self.value)
         if expected is not self.kind or expected is None:
             raise ValueError(f"predicate {self.attr} {self.op.value} {self.value!r}: kind {self.kind}")
+        if expected is Kind.SET:
+            assert isinstance(self.value, frozenset)
+            kinds = {kind_of(m) for m in self.value}
+            if len(kinds) == 1:
+                object.__setattr__(self, "members", kinds.pop())
         if self.kind is Kind.BOOL and self.op not in (Op.EQ, Op.NE):
             raise ValueError("booleans compare only with = and <>")
         if self.op in STRING_OPS and self.kind is not Kind.STR:

@@ -105,3 +105,23 @@ def test_engine_is_registered_and_empty(engine_name: str) -> None:
     assert len(engine) == 0
     assert engine.match({"a": 1}) == set()
     assert engine.match_batch([{"a": 1}, {}]) == [set(), set()]
+
+
+@pytest.mark.parametrize("engine_name", ENGINE_NAMES)
+def test_in_lists_of_booleans_and_of_numbers_stay_apart(engine_name: str) -> None:
+    """Regression (found by the model test): ``frozenset({True, False}) == frozenset({1, 0})``
+    made ``b IN (TRUE, FALSE)`` and ``b IN (0, 1)`` one interned predicate, and replacing
+    both subscriptions then failed to find the numeric index entry."""
+    engine = ENGINES[engine_name]()
+    oracle = BruteForce()
+    for sid, text in ((0, "b IN (FALSE, TRUE)"), (2, "b IN (0, 1)")):
+        engine.add(sid, text)
+        oracle.add(sid, text)
+    for event in ({"b": True}, {"b": 1}, {"b": 0.0}, {"b": False}, {}):
+        assert engine.match(event) == oracle.match(event), event
+    for sid in (0, 2):
+        engine.add(sid, "-1 = a")
+        oracle.add(sid, "-1 = a")
+        engine._check()
+    assert engine.match({"a": -1, "b": True}) == {0, 2}
+    assert engine.match({"b": 1}) == set()
