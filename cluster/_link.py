@@ -203,7 +203,7 @@ class PeerLink:
         )
         writer.write(encode(connect, 5))
         dec = Decoder(5, server=False)
-        ack = await asyncio.wait_for(self._first(reader, dec), 5)
+        ack, early = await asyncio.wait_for(self._first(reader, dec), 5)
         if ack.reason_code != ReasonCode.SUCCESS:
             raise _Refused(f"CONNACK {ack.reason_code.name}")
         if not ack.session_present:
@@ -222,6 +222,10 @@ class PeerLink:
         log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
         ping = asyncio.create_task(self._pinger(writer))
         try:
+            for pkt in early:  # what the peer sent right behind its CONNACK (a resumed queue)
+                self._packet(pkt, writer)
+            if early:
+                self.flush()
             while True:
                 data = await asyncio.wait_for(reader.read(65536), KEEP_ALIVE * 2)
                 if not data:
@@ -232,7 +236,9 @@ class PeerLink:
         finally:
             ping.cancel()
 
-    async def _first(self, reader: asyncio.StreamReader, dec: Decoder) -> Connack:
+    async def _first(self, reader: asyncio.StreamReader, dec: Decoder) -> tuple[Connack, list[object]]:
+        """The CONNACK, and the packets decoded from the same reads after it (a resumed
+        session's queued messages can share its segment)."""
         while True:
             data = await reader.read(65536)
             if not data:
@@ -242,7 +248,7 @@ class PeerLink:
                 first = pkts[0]
                 if not isinstance(first, Connack):
                     raise _Refused(f"{type(first).__name__} before CONNACK")
-                return first
+                return first, list(pkts[1:])
 
     async def _pinger(self, writer: asyncio.StreamWriter) -> None:
         while True:

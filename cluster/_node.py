@@ -118,6 +118,7 @@ class ClusterNode(Hooks):
             self.table.add(atom_id, topic_filter)
         composites.atom_listeners.append(self._atom_changed)
         self._sync_links()
+        self._delegate_restored()
         self._task = asyncio.create_task(self._maintain(), name="cluster membership")
         log.info(
             "cluster node %s on %s:%d (udp+tcp), %d peer(s) known",
@@ -126,6 +127,20 @@ class ClusterNode(Hooks):
             self.port,
             len(self.links),
         )
+
+    def _delegate_restored(self) -> None:
+        """The composite subscriptions of persisted sessions that the store's composite
+        snapshot brought back (``Composites.load``: delegated, not yet sent anywhere) go to
+        their CSSUs again; the refresh loop re-sends them to the CSSU as membership is learnt,
+        and the core, whose CSGT row still lists this node, keeps sending their events here
+        (those sent while this node was down waited in the core's store for this node's link
+        session, up to ``--cluster-peer-expiry``)."""
+        assert self.broker is not None and self.placement is not None
+        restored = sorted(self.broker.core.composite.delegated.items())
+        for (client_id, name), (expression, qos) in restored:
+            self.placement.subscribe(client_id, name, expression, qos)
+        if restored:
+            log.info("cluster: %d restored composite subscription(s) delegated again", len(restored))
 
     async def stop(self) -> None:
         if self._task is not None:

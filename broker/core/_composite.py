@@ -45,7 +45,11 @@ and counters are written as one snapshot file beside the store (``<store>.compos
 :meth:`Composites.dump`, JSON of ``CompositeEngine.snapshot()``) at a graceful stop and, when
 something changed, every ``COMPOSITE_SNAPSHOT_INTERVAL`` (5 s) or, when a snapshot takes
 longer than 5 % of that, every 20 x its duration (``broker/_broker.py``); restored at start
-for the sessions the store brought back (:meth:`Composites.load`).  A ``kill -9`` returns to
+for the sessions the store brought back (:meth:`Composites.load`).  The snapshot also lists
+the subscriptions delegated to the cluster (``delegated``: client, name, canonical expression,
+QoS): they come back as delegated ones, and the delegate's owner sends them to the delegate
+again once it can reach its peers (docs/cluster.md); with no delegate any more they are
+matched here.  A ``kill -9`` returns to
 the last snapshot: composite subscriptions made after it are gone, components offered after it are
 lost, and components consumed after it are buffered again (their event can be produced a
 second time).  The composite event messages queued for a persisted session are stored by the
@@ -437,11 +441,16 @@ class Composites:
             for cid, names in self.clients.items()
             if keep(cid)
         }
-        return orjson.dumps({"version": SNAPSHOT_VERSION, "engine": data, "clients": clients})
+        delegated = [[cid, n, e, q] for (cid, n), (e, q) in sorted(self.delegated.items()) if keep(cid)]
+        return orjson.dumps(
+            {"version": SNAPSHOT_VERSION, "engine": data, "clients": clients, "delegated": delegated}
+        )
 
     def load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
         """Replace the state by a :meth:`dump` (only the clients ``keep`` accepts: sessions
-        that came back); atoms are indexed again.  Returns the subscribers restored.  Raises
+        that came back); atoms are indexed again.  Delegated subscriptions are restored in
+        :attr:`delegated` without telling the delegate (its owner re-sends them when it is up;
+        without a delegate they are added to the engine).  Returns the subscribers restored.  Raises
         ValueError on an unknown format.  The garbage collector is off meanwhile (as in
         :meth:`dump`)."""
         enabled = gc.isenabled()
@@ -469,12 +478,25 @@ class Composites:
         self.engine = composite.CompositeEngine.restore(data)
         self._apply(composite.Change(tuple(self.engine.atoms()), ()))
         self.clients = {}
+        self.delegated = {}
+        self._by_expression = {}
         n = 0
         for sub in data["subscriptions"]:
             for (cid, name), _ in sub["subscribers"]:
                 ids = doc["clients"].get(cid, {}).get(name, [])
                 self.clients.setdefault(cid, {})[name] = tuple(ids)
                 n += 1
+        for cid, name, expression, qos in doc.get("delegated", ()):
+            if not keep(cid):
+                continue
+            ids = tuple(doc["clients"].get(cid, {}).get(name, []))
+            if self.delegate is None:  # no cluster any more: matched here from now on
+                self.add(cid, name, expression, int(qos), sub_ids=ids)
+            else:  # the delegate is told by its owner once it can reach its peers
+                self.delegated[(cid, name)] = (expression, int(qos))
+                self._by_expression.setdefault(expression, set()).add((cid, name))
+                self.clients.setdefault(cid, {})[name] = ids
+            n += 1
         return n
 
 

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiomqtt
@@ -20,59 +19,17 @@ from paho.mqtt.properties import Properties
 import composite
 from broker import Broker
 from cluster import ClusterNode, make_token
+from tests.cluster._support import (
+    SECRET,
+    cluster,
+    core_of,
+    drain,
+    links_up,
+    node_of,
+    routes_at_peers,
+    tables_of,
+)
 from tests.waiting import eventually
-
-SECRET = b"test-cluster-secret"
-
-
-@contextlib.asynccontextmanager
-async def cluster(n: int, secret: bytes = SECRET, **options: object) -> AsyncIterator[list[Broker]]:
-    """``n`` brokers joined through the first; yields once every link is up."""
-    brokers: list[Broker] = []
-    nodes: list[ClusterNode] = []
-    try:
-        for i in range(n):
-            join = [] if i == 0 else [("127.0.0.1", nodes[0].port or 0)]
-            node = ClusterNode(("127.0.0.1", 0), join, secret, refresh=0.2, rpc_timeout=0.5)
-            b = Broker("127.0.0.1", 0, hooks=[node], **options)
-            await b.start()
-            brokers.append(b)
-            nodes.append(node)
-        await eventually(lambda: all(_links_up(x) == n - 1 for x in nodes), timeout=15)
-        yield brokers
-    finally:
-        for b in brokers:
-            await b.stop()
-
-
-def _node(b: Broker) -> ClusterNode:
-    return next(h for h in b.hooks if isinstance(h, ClusterNode))
-
-
-def _links_up(node: ClusterNode) -> int:
-    return sum(1 for link in node.links.values() if link.connected)
-
-
-async def _routes_at_peers(brokers: list[Broker], count: int) -> None:
-    """Wait until every link of every node holds ``count`` subscriptions at its peer."""
-
-    def held() -> bool:
-        return all(
-            len(link._held) == len(_node(b).table) == count
-            for b in brokers
-            for link in _node(b).links.values()
-        )
-
-    await eventually(held, timeout=5)
-
-
-async def _drain(c: aiomqtt.Client, quiet: float = 0.3) -> list[aiomqtt.Message]:
-    """Every message until ``quiet`` seconds pass without one."""
-    got: list[aiomqtt.Message] = []
-    with contextlib.suppress(TimeoutError):
-        while True:
-            got.append(await asyncio.wait_for(anext(aiter(c.messages)), quiet))
-    return got
 
 
 async def test_publish_anywhere_reaches_subscribers_everywhere_once() -> None:
@@ -84,12 +41,12 @@ async def test_publish_anywhere_reaches_subscribers_everywhere_once() -> None:
         for s in subs:
             await s.subscribe("plant/+/temp", qos=2)
             await s.subscribe("plant/#", qos=2)  # overlapping: still one copy per node
-        await _routes_at_peers(bs, 1)  # plant/# covers plant/+/temp
+        await routes_at_peers(bs, 1)  # plant/# covers plant/+/temp
         pub = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p"))
         for q in (0, 1, 2):
             await pub.publish("plant/7/temp", f"q{q}", qos=q)
         for s in subs:
-            got = await _drain(s)
+            got = await drain(s)
             assert sorted(m.payload for m in got) == [b"q0", b"q1", b"q2"], got
             assert {m.qos for m in got} == {0, 1, 2}
 
@@ -101,10 +58,10 @@ async def test_content_filters_are_evaluated_at_the_subscriber_node() -> None:
         aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub,
     ):
         await hot.subscribe("$filter/temp > 30/sensors/#", qos=1)
-        await _routes_at_peers(bs[:1], 1)
+        await routes_at_peers(bs[:1], 1)
         for t in (10, 35, 31, 5):
             await pub.publish("sensors/a", f'{{"temp": {t}}}', qos=1)
-        got = await _drain(hot)
+        got = await drain(hot)
         assert [m.payload for m in got] == [b'{"temp": 35}', b'{"temp": 31}']
 
 
@@ -115,7 +72,7 @@ async def test_retained_message_published_anywhere_reaches_a_new_subscriber_anyw
             await pub.publish("cfg/b", b"B", qos=1, retain=True)
         async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="late") as late:
             await late.subscribe("cfg/+", qos=1)
-            got = await _drain(late, 0.5)
+            got = await drain(late, 0.5)
             assert sorted((m.topic.value, m.payload, m.retain) for m in got) == [
                 ("cfg/a", b"A", True),
                 ("cfg/b", b"B", True),
@@ -123,7 +80,7 @@ async def test_retained_message_published_anywhere_reaches_a_new_subscriber_anyw
         # the copies stay at the subscriber's node for the next subscriber there
         async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="later") as later:
             await later.subscribe("cfg/a", qos=1)
-            got = await _drain(later)
+            got = await drain(later)
             assert [(m.topic.value, m.payload) for m in got] == [("cfg/a", b"A")]
 
 
@@ -140,18 +97,18 @@ async def test_shared_subscription_delivers_once_per_group_across_the_cluster() 
         other = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", bs[0].port, identifier="o"))
         await other.subscribe("$share/audit/jobs/#", qos=1)
         # node 2 has no member: both nodes 0 and 1 hold their groups at every peer
-        await eventually(lambda: all(len(_node(b).table) >= 1 for b in bs[:2]))
+        await eventually(lambda: all(len(node_of(b).table) >= 1 for b in bs[:2]))
         await eventually(
             lambda: all(
-                len(link._held) == len(_node(b).table) for b in bs for link in _node(b).links.values()
+                len(link._held) == len(node_of(b).table) for b in bs for link in node_of(b).links.values()
             )
         )
         pub = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p"))
         n = 40
         for k in range(n):
             await pub.publish(f"jobs/{k}", str(k), qos=1)
-        counts = [len(await _drain(c)) for c in members]
-        audit = await _drain(other)
+        counts = [len(await drain(c)) for c in members]
+        audit = await drain(other)
         assert sum(counts) == n, counts  # one delivery per message for the group
         assert counts[0] + counts[1] > 0 and counts[2] + counts[3] > 0, counts  # both nodes served
         assert sorted(int(m.payload) for m in audit) == list(range(n))  # the other group too
@@ -162,12 +119,12 @@ async def test_unsubscribe_and_session_end_withdraw_the_routes() -> None:
         async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="s") as s:
             await s.subscribe("a/#", qos=1)
             await s.subscribe("b/1", qos=1)
-            await _routes_at_peers(bs[:1], 2)
+            await routes_at_peers(bs[:1], 2)
             await s.unsubscribe("a/#")
-            await _routes_at_peers(bs[:1], 1)
+            await routes_at_peers(bs[:1], 1)
             peer_index = bs[1].core.router.index
-            link_id = f"$cluster/{_node(bs[0]).name}"
-            ctl = f"$cluster/ctl/{_node(bs[0]).name}"  # the link's control topic stays
+            link_id = f"$cluster/{node_of(bs[0]).name}"
+            ctl = f"$cluster/ctl/{node_of(bs[0]).name}"  # the link's control topic stays
             assert sorted(e.topic_filter for e in peer_index.entries(link_id)) == [ctl, "b/1"]
         # the clean session ended with the connection: nothing is held for it any more
         await eventually(lambda: [e.topic_filter for e in bs[1].core.router.index.entries(link_id)] == [ctl])
@@ -181,10 +138,10 @@ async def test_partial_unsubscribe_is_applied_where_the_subscriber_is() -> None:
     ):
         await s.subscribe("home/#", qos=1)
         await s.unsubscribe("home/garage/#")  # partial: a negative entry (seed 002)
-        await _routes_at_peers(bs[:1], 1)
+        await routes_at_peers(bs[:1], 1)
         for t in ("home/kitchen", "home/garage/door", "home/hall"):
             await pub.publish(t, t, qos=1)
-        got = await _drain(s)
+        got = await drain(s)
         assert [m.topic.value for m in got] == ["home/kitchen", "home/hall"]
 
 
@@ -195,10 +152,10 @@ async def test_no_message_loops_with_everyone_subscribed_to_everything() -> None
             c = await stack.enter_async_context(aiomqtt.Client("127.0.0.1", b.port, identifier=f"s{i}"))
             await c.subscribe("#", qos=2)
             subs.append(c)
-        await _routes_at_peers(bs, 1)
+        await routes_at_peers(bs, 1)
         await subs[3].publish("x/y", b"once", qos=2)
         for c in subs:
-            assert [m.payload for m in await _drain(c, 0.5)] == [b"once"]
+            assert [m.payload for m in await drain(c, 0.5)] == [b"once"]
 
 
 async def test_qos1_to_a_slow_remote_node_is_kept_not_dropped() -> None:
@@ -221,7 +178,7 @@ async def test_qos1_to_a_slow_remote_node_is_kept_not_dropped() -> None:
         sub.subscribe("load/#", qos=1)
         sub.loop_start()
         try:
-            await _routes_at_peers(bs[:1], 1)
+            await routes_at_peers(bs[:1], 1)
             pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fast", protocol=paho.MQTTv5)
             pub.max_inflight_messages_set(64)
             pub.connect("127.0.0.1", bs[1].port)
@@ -241,21 +198,21 @@ async def test_qos1_to_a_slow_remote_node_is_kept_not_dropped() -> None:
 async def test_a_node_with_another_secret_cannot_join() -> None:
     async with cluster(2) as bs:
         intruder = ClusterNode(
-            ("127.0.0.1", 0), [("127.0.0.1", _node(bs[0]).port or 0)], b"not-the-secret", refresh=0.2
+            ("127.0.0.1", 0), [("127.0.0.1", node_of(bs[0]).port or 0)], b"not-the-secret", refresh=0.2
         )
         b = Broker("127.0.0.1", 0, hooks=[intruder])
         await b.start()
         try:
             await asyncio.sleep(1.0)
             assert not intruder.links  # its signed UDP datagrams are dropped unread
-            assert all(len(_node(x).links) == 1 for x in bs)
+            assert all(len(node_of(x).links) == 1 for x in bs)
         finally:
             await b.stop()
 
 
 async def test_link_ids_need_the_secret_and_links_cannot_publish() -> None:
     async with cluster(2) as bs:
-        port = _node(bs[0]).port
+        port = node_of(bs[0]).port
         assert port is not None
         fake = "$cluster/" + "ab" * 20
         with pytest.raises(aiomqtt.MqttCodeError):
@@ -274,12 +231,12 @@ async def test_link_ids_need_the_secret_and_links_cannot_publish() -> None:
                 "127.0.0.1", port, identifier=fake, username="siftmq-cluster", password=token
             ):
                 pass
-        assert _node(bs[0]).refused_links == 2
+        assert node_of(bs[0]).refused_links == 2
 
 
 async def test_garbage_datagrams_on_the_overlay_port_are_dropped() -> None:
     async with cluster(2) as bs:
-        port = _node(bs[0]).port
+        port = node_of(bs[0]).port
         assert port is not None
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             for payload in (b"", b"\x00" * 21, b"\x00" + b"x" * 40, b"A" * 9000, bytes(range(256)) * 4):
@@ -291,9 +248,9 @@ async def test_garbage_datagrams_on_the_overlay_port_are_dropped() -> None:
             aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub,
         ):
             await sub.subscribe("ok", qos=1)
-            await _routes_at_peers(bs[:1], 1)
+            await routes_at_peers(bs[:1], 1)
             await pub.publish("ok", b"1", qos=1)
-            assert [m.payload for m in await _drain(sub)] == [b"1"]
+            assert [m.payload for m in await drain(sub)] == [b"1"]
 
 
 async def test_sys_cluster_topics() -> None:
@@ -310,19 +267,7 @@ async def test_sys_cluster_topics() -> None:
                     break
         assert seen["$SYS/cluster/members"] == b"2"
         assert seen["$SYS/cluster/links/up"] == b"1"
-        assert seen["$SYS/cluster/node_id"] == _node(bs[0]).name.encode()
-
-
-def _tables(b: Broker) -> int:
-    placement = _node(b).placement
-    return 0 if placement is None else len(placement.tables)
-
-
-def _core_of(bs: list[Broker], expression: str) -> Broker | None:
-    """The broker that matches ``expression`` now (the core of its CSSU)."""
-    cores = [b for b in bs if expression in (_node(b).placement.matching if _node(b).placement else {})]
-    assert len(cores) <= 1
-    return cores[0] if cores else None
+        assert seen["$SYS/cluster/node_id"] == node_of(bs[0]).name.encode()
 
 
 async def test_composite_subscription_is_matched_by_the_core_of_its_cssu() -> None:
@@ -331,9 +276,9 @@ async def test_composite_subscription_is_matched_by_the_core_of_its_cssu() -> No
     expression = "(dock/a | dock/b) & truck/+"
     async with cluster(4) as bs:
         canon = composite.canonical(expression)
-        members = _node(bs[0]).placement.members(_node(bs[0]).placement._code(canon))  # type: ignore[union-attr]
+        members = node_of(bs[0]).placement.members(node_of(bs[0]).placement._code(canon))  # type: ignore[union-attr]
         assert len(members) == 3
-        access = next(b for b in bs if _node(b).name != members[0])
+        access = next(b for b in bs if node_of(b).name != members[0])
         others = [b for b in bs if b is not access]
         async with (
             aiomqtt.Client("127.0.0.1", access.port, identifier="ops") as c,
@@ -341,16 +286,16 @@ async def test_composite_subscription_is_matched_by_the_core_of_its_cssu() -> No
             aiomqtt.Client("127.0.0.1", others[1].port, identifier="p2") as p2,
         ):
             await c.subscribe(f"$composite/ship/{expression}", qos=1)
-            await eventually(lambda: _core_of(bs, canon) is not None)
-            core = _core_of(bs, canon)
-            assert core is not None and _node(core).name == members[0]
+            await eventually(lambda: core_of(bs, canon) is not None)
+            core = core_of(bs, canon)
+            assert core is not None and node_of(core).name == members[0]
             # alpha copies of the CSGT, on the CSSU members
-            await eventually(lambda: sorted(_node(b).name for b in bs if _tables(b)) == members)
-            await _routes_at_peers([core], 3)
+            await eventually(lambda: sorted(node_of(b).name for b in bs if tables_of(b)) == members)
+            await routes_at_peers([core], 3)
             await p1.publish("dock/b", b'{"pallet": 7}', qos=1)
             await asyncio.sleep(0.2)
             await p2.publish("truck/9", b'{"plate": "X"}', qos=1)
-            got = await _drain(c)
+            got = await drain(c)
             assert [m.topic.value for m in got] == ["$composite/ship"]
             event = json.loads(got[0].payload)
             assert sorted(x["topic"] for x in event["components"]) == ["dock/b", "truck/9"]
@@ -362,27 +307,27 @@ async def test_composite_delivery_survives_the_death_of_its_core() -> None:
     expression = "alarm/on & door/+"
     async with cluster(5) as bs:
         canon = composite.canonical(expression)
-        placement = _node(bs[0]).placement
+        placement = node_of(bs[0]).placement
         assert placement is not None
         members = placement.members(placement._code(canon))
-        access = next(b for b in bs if _node(b).name not in members)
-        pubs = [b for b in bs if b is not access and _node(b).name != members[0]]
+        access = next(b for b in bs if node_of(b).name not in members)
+        pubs = [b for b in bs if b is not access and node_of(b).name != members[0]]
         async with aiomqtt.Client("127.0.0.1", access.port, identifier="guard") as c:
             await c.subscribe(f"$composite/intrusion/{expression}", qos=1)
-            await eventually(lambda: _core_of(bs, canon) is not None)
-            old = _core_of(bs, canon)
-            assert old is not None and _node(old).name == members[0]
-            await eventually(lambda: sorted(_node(b).name for b in bs if _tables(b)) == members)
+            await eventually(lambda: core_of(bs, canon) is not None)
+            old = core_of(bs, canon)
+            assert old is not None and node_of(old).name == members[0]
+            await eventually(lambda: sorted(node_of(b).name for b in bs if tables_of(b)) == members)
             await old.stop()  # the core dies (its links and UDP port close)
             alive = [b for b in bs if b is not old]
-            await eventually(lambda: (_core_of(alive, canon) or old) is not old, timeout=15)
-            new = _core_of(alive, canon)
-            survivor = _node(alive[0]).placement
+            await eventually(lambda: (core_of(alive, canon) or old) is not old, timeout=15)
+            new = core_of(alive, canon)
+            survivor = node_of(alive[0]).placement
             assert survivor is not None
             now_members = survivor.members(survivor._code(canon))  # the CSSU without the dead core
-            assert _node(old).name not in now_members
-            assert new is not None and _node(new).name == now_members[0]  # its smallest ID
-            await _routes_at_peers([new], 2)
+            assert node_of(old).name not in now_members
+            assert new is not None and node_of(new).name == now_members[0]  # its smallest ID
+            await routes_at_peers([new], 2)
             async with (
                 aiomqtt.Client("127.0.0.1", pubs[0].port, identifier="p1") as p1,
                 aiomqtt.Client("127.0.0.1", pubs[-1].port, identifier="p2") as p2,
@@ -390,7 +335,7 @@ async def test_composite_delivery_survives_the_death_of_its_core() -> None:
                 await p1.publish("door/3", b"open", qos=1)
                 await asyncio.sleep(0.2)
                 await p2.publish("alarm/on", b"1", qos=1)
-                got = await _drain(c)
+                got = await drain(c)
             assert [m.topic.value for m in got] == ["$composite/intrusion"]
 
 
@@ -409,7 +354,7 @@ async def test_a_persistent_session_moves_to_the_node_the_client_reconnects_to()
         async with first:
             await first.subscribe("jobs/#", qos=1)
             await first.unsubscribe("jobs/skip/#")  # partial: a negative entry moves too
-        await _routes_at_peers(bs[:1], 1)
+        await routes_at_peers(bs[:1], 1)
         async with aiomqtt.Client("127.0.0.1", bs[1].port, identifier="p") as pub:
             for k in range(5):
                 await pub.publish(f"jobs/{k}", str(k), qos=1)  # queued at node 0 for "mover"
@@ -423,14 +368,14 @@ async def test_a_persistent_session_moves_to_the_node_the_client_reconnects_to()
             properties=props,
         )
         async with second:
-            got = [m.payload for m in await _drain(second, 0.5)]
+            got = [m.payload for m in await drain(second, 0.5)]
             assert sorted(got) == [b"0", b"1", b"2", b"3", b"4"]  # the queue came along
             assert "mover" not in bs[0].core.sessions
-            await _routes_at_peers(bs[1:], 1)
+            await routes_at_peers(bs[1:], 1)
             async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="p0") as pub0:
                 await pub0.publish("jobs/late", b"L", qos=1)
                 await pub0.publish("jobs/skip/x", b"S", qos=1)
-            assert [m.payload for m in await _drain(second)] == [b"L"]
+            assert [m.payload for m in await drain(second)] == [b"L"]
 
 
 async def test_a_connected_client_is_taken_over_by_its_connection_to_another_node() -> None:
@@ -466,16 +411,16 @@ async def test_the_bridge_records_which_node_delivered(tmp_path: Path) -> None:
             await b.start()
             nodes.append(node)
             brokers.append(b)
-        await eventually(lambda: all(_links_up(x) == 1 for x in nodes), timeout=15)
+        await eventually(lambda: all(links_up(x) == 1 for x in nodes), timeout=15)
         async with (
             aiomqtt.Client("127.0.0.1", brokers[0].port, identifier="s") as sub,
             aiomqtt.Client("127.0.0.1", brokers[1].port, identifier="p") as pub,
         ):
             await sub.subscribe("n/#", qos=1)
-            await _routes_at_peers(brokers[:1], 1)
+            await routes_at_peers(brokers[:1], 1)
             for k in range(3):
                 await pub.publish(f"n/{k}", b"x", qos=1)
-            assert len(await _drain(sub)) == 3
+            assert len(await drain(sub)) == 3
     finally:
         for b in brokers:
             await b.stop()
