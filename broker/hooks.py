@@ -20,6 +20,7 @@ only what the registered hooks override.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -122,6 +123,15 @@ class Hooks:
 
     def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
         """A client's CONNECT was accepted."""
+
+    def hold_connack(self, client_id: str, clean_start: bool, release: Callable[[bool], None]) -> bool:
+        """A CONNECT was accepted and its session attached: return True to hold its CONNACK,
+        and everything the connection would send after it, until ``release(present)`` is
+        called, once, on the event loop (``present`` True: the hook brought the session's
+        state in meanwhile, and the CONNACK says "session present").  The hook bounds the
+        wait itself.  A persisted session's CONNACK then also waits for the store's commit.
+        The cluster uses it to fetch a session from another node (docs/cluster.md)."""
+        return False
 
     def on_disconnect(self, client_id: str, reason: str) -> None:
         """A client's network connection ended (``reason`` is human readable)."""

@@ -55,11 +55,11 @@ __all__ = ["Deliver", "PeerLink"]
 
 log = logging.getLogger("siftmq.cluster")
 
-#: ``deliver(publish, for_plain, groups, replay)``: inject a forwarded message into the local
-#: broker (``replay``: a peer's retained message sent for a new link subscription); returns the
-#: store's durable signal to wait for before acknowledging, or None
+#: ``deliver(peer, publish, for_plain, groups, replay)``: inject a message forwarded by
+#: ``peer`` into the local broker (``replay``: a peer's retained message sent for a new link
+#: subscription); returns the store's durable signal to wait for before acknowledging, or None
 Deliver = Callable[
-    [Publish, bool, frozenset[tuple[str, str]], bool], "concurrent.futures.Future[None] | None"
+    [str, Publish, bool, frozenset[tuple[str, str]], bool], "concurrent.futures.Future[None] | None"
 ]
 
 _NO_GROUPS: frozenset[tuple[str, str]] = frozenset()
@@ -103,6 +103,8 @@ class PeerLink:
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.up = asyncio.Event()
+        self._unacked: set[int] = set()  # SUBSCRIBE / UNSUBSCRIBE packet ids not acknowledged
+        self._barriers: list[tuple[set[int], Callable[[], None]]] = []
 
     def start(self) -> None:
         self._task = asyncio.create_task(self.run(), name=f"cluster link to {self.peer[:8]}")
@@ -129,6 +131,32 @@ class PeerLink:
             [f for f in change.unsubscribe if f in self._held],
         )
 
+    def when_held(self, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` once the peer acknowledged every SUBSCRIBE and UNSUBSCRIBE sent
+        so far (it holds the route table as it is now: a session handover's barrier); False,
+        and never called, when the link is down (or goes down before)."""
+        if not self.connected or self._writer is None:
+            return False
+        if self._unacked:
+            self._barriers.append((set(self._unacked), callback))
+        else:
+            asyncio.get_running_loop().call_soon(callback)
+        return True
+
+    def _acked(self, pid: int) -> None:
+        self._unacked.discard(pid)
+        if not self._barriers:
+            return
+        due = []
+        for waiting, callback in self._barriers:
+            waiting.discard(pid)
+            if not waiting:
+                due.append(callback)
+        if due:
+            self._barriers = [b for b in self._barriers if b[0]]
+            for callback in due:
+                callback()
+
     def _send_changes(self, sub: list[tuple[str, int]], unsub: list[str]) -> None:
         w = self._writer
         assert w is not None
@@ -146,12 +174,16 @@ class PeerLink:
         if unsub:
             for f in unsub:
                 self._held.pop(f, None)
-            w.write(encode(Unsubscribe(self._next_pid(), tuple(unsub)), 5))
+            pid = self._next_pid()
+            self._unacked.add(pid)
+            w.write(encode(Unsubscribe(pid, tuple(unsub)), 5))
 
     def _subscribe(self, w: asyncio.StreamWriter, filters: list[str], sub_id: int, rh: int) -> None:
         reqs = tuple(SubscriptionRequest(f, 2, False, True, rh) for f in filters)
         props = NO_PROPERTIES if sub_id == PLAIN_ID else Properties(subscription_identifiers=(sub_id,))
-        w.write(encode(Subscribe(self._next_pid(), reqs, props), 5))
+        pid = self._next_pid()
+        self._unacked.add(pid)
+        w.write(encode(Subscribe(pid, reqs, props), 5))
 
     def _next_pid(self) -> int:
         self._pid = self._pid % 65535 + 1
@@ -186,6 +218,8 @@ class PeerLink:
         finally:
             acks.cancel()
             self._acks = asyncio.Queue()
+            self._unacked.clear()
+            self._barriers.clear()
             writer.close()
             self._writer = None
 
@@ -262,11 +296,14 @@ class PeerLink:
             case Pubrel(packet_id=pid):
                 self._qos2.discard(pid)
                 self._acks.put_nowait((None, encode(Pubcomp(pid), 5)))
-            case Suback(reason_codes=codes):
+            case Suback(packet_id=pid, reason_codes=codes):
+                self._acked(pid)
                 bad = [c for c in codes if c >= 0x80]
                 if bad:
                     log.warning("cluster link to %s: subscriptions refused (%s)", self.peer[:8], bad)
-            case Unsuback() | Pingresp():
+            case Unsuback(packet_id=pid):
+                self._acked(pid)
+            case Pingresp():
                 pass
             case Disconnect(reason_code=code):
                 raise ConnectionError(f"DISCONNECT {code.name} from the peer")
@@ -278,7 +315,7 @@ class PeerLink:
         ids = p.properties.subscription_identifiers
         qos = p.qos
         if not ids and qos == 0:  # the common case: a plain QoS 0 copy
-            self.deliver(p, True, _NO_GROUPS, False)
+            self.deliver(self.peer, p, True, _NO_GROUPS, False)
             return
         pid = p.packet_id
         if CTL_ID in ids:
@@ -291,7 +328,7 @@ class PeerLink:
             self._acks.put_nowait((None, encode(Pubrec(pid), 5)))
             return
         replay = p.retain and FETCH_ID in ids
-        durable = self.deliver(p, plain, groups, replay) if (plain or groups) else None
+        durable = self.deliver(self.peer, p, plain, groups, replay) if (plain or groups) else None
         if qos == 1:
             assert pid is not None
             self._acks.put_nowait((durable, encode(Puback(pid), 5)))

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,9 @@ __all__ = ["AclClusterNode", "ClusterNode"]
 
 log = logging.getLogger("siftmq.cluster")
 
+#: control messages of session handovers (``cluster._takeover``)
+_TAKEOVER = frozenset({"takeover", "none", "session", "fencereq", "fence", "tail"})
+
 
 class ClusterNode(Hooks):
     """This broker's membership of a cluster (see the module docstring)."""
@@ -67,6 +71,7 @@ class ClusterNode(Hooks):
         refresh: float = 2.0,
         alpha: int = 3,
         rpc_timeout: float = 5.0,
+        takeover_timeout: float = 2.0,
     ) -> None:
         if not secret:
             raise ValueError("a cluster needs a shared secret (--cluster-secret-file)")
@@ -78,6 +83,7 @@ class ClusterNode(Hooks):
         self.peer_expiry = peer_expiry
         self.refresh_every = refresh
         self.alpha = alpha
+        self.takeover_timeout = takeover_timeout
         self.placement: Placement | None = None
         self.takeover: Takeover | None = None
         self.table = RouteTable()
@@ -91,6 +97,7 @@ class ClusterNode(Hooks):
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._bare: dict[tuple[int, ...], Properties] = {}
+        self._exclude: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------ life cycle
     def attach(self, broker: Broker) -> None:
@@ -99,7 +106,15 @@ class ClusterNode(Hooks):
         broker.core.node = self.name
         broker.core.sys_sources.append(self.sys_values)
         self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
-        self.takeover = Takeover(self.name, broker.core, self._send_control)
+        self.takeover = Takeover(
+            self.name,
+            broker.core,
+            self._send_control,
+            lambda delay, callback: asyncio.get_running_loop().call_later(delay, callback),
+            self._when_held,
+            self.takeover_timeout,
+        )
+        self._exclude = self.takeover.exclude
         broker.core.composite.delegate = self.placement
         broker.core.sys_sources.append(self.placement.sys_values)
 
@@ -213,9 +228,18 @@ class ClusterNode(Hooks):
         return out
 
     # ------------------------------------------------------------ hooks
-    def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
-        if self.takeover is not None:
-            self.takeover.connected(client_id, [link.peer for link in self.links.values() if link.connected])
+    def hold_connack(self, client_id: str, clean_start: bool, release: Callable[[bool], None]) -> bool:
+        """Every other node gives up the client's session; unless the client asked for a
+        clean start, the CONNACK waits (``takeover_timeout`` at most) for the session to come
+        (``cluster._takeover``)."""
+        if self.takeover is None:
+            return False
+        peers = [link.peer for link in self.links.values() if link.connected]
+        return self.takeover.connecting(client_id, clean_start, release, peers)
+
+    def _when_held(self, peer: str, callback: Callable[[], None]) -> bool:
+        link = self.links.get(bytes.fromhex(peer))
+        return link is not None and link.when_held(callback)
 
     def on_subscription_change(self, change: SubscriptionChange) -> None:
         cid = change.client_id
@@ -256,9 +280,10 @@ class ClusterNode(Hooks):
 
     # ------------------------------------------------------------ injection
     def _inject(
-        self, p: Publish, plain: bool, groups: frozenset[tuple[str, str]], replay: bool
+        self, peer: str, p: Publish, plain: bool, groups: frozenset[tuple[str, str]], replay: bool
     ) -> concurrent.futures.Future[None] | None:
-        """Route a message a link received to this broker's local sessions."""
+        """Route a message the link to ``peer`` received to this broker's local sessions
+        (without the deliveries a session handover leaves to the other node)."""
         core = self._core
         now = core.clock.monotonic()
         props = p.properties
@@ -280,6 +305,8 @@ class ClusterNode(Hooks):
         journal = core.journal
         before = journal.submitted
         routes = core.router.route_peer(msg, plain, groups, replay)
+        if self._exclude and self.takeover is not None:
+            routes = self.takeover.routes_from(peer, routes)
         core.publish(msg, now, routes)
         self.injected += 1
         store = journal.store
@@ -310,7 +337,7 @@ class ClusterNode(Hooks):
             return
         if not isinstance(msg, dict):
             return
-        if msg.get("t") in ("takeover", "session"):
+        if msg.get("t") in _TAKEOVER:
             if self.takeover is not None:
                 self.takeover.receive(msg)
         else:
@@ -331,6 +358,9 @@ class ClusterNode(Hooks):
             "$SYS/cluster/links/refused": str(self.refused_links),
             "$SYS/cluster/sessions/moved_in": str(0 if self.takeover is None else self.takeover.moved_in),
             "$SYS/cluster/sessions/moved_out": str(0 if self.takeover is None else self.takeover.moved_out),
+            "$SYS/cluster/sessions/handover_timeouts": str(
+                0 if self.takeover is None else self.takeover.timeouts
+            ),
         }
         for link in self.links.values():
             base = f"$SYS/cluster/links/{link.peer[:16]}"

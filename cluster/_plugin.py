@@ -2,7 +2,8 @@
 
 ``siftmq serve --cluster-listen HOST:PORT [--join HOST:PORT[,HOST:PORT...]]
 --cluster-secret-file PATH`` (``[serve]`` keys ``cluster_listen``, ``join``,
-``cluster_secret_file``, ``cluster_secret``, ``cluster_peer_expiry``) registers a
+``cluster_secret_file``, ``cluster_secret``, ``cluster_peer_expiry``,
+``cluster_takeover_timeout``) registers a
 :class:`~cluster.ClusterNode` in the served broker; its node ID lives in ``--data-dir``.
 """
 
@@ -32,7 +33,14 @@ class ClusterPlugin:
 
     name = "cluster"
     serve_keys = frozenset(
-        {"cluster_listen", "join", "cluster_secret_file", "cluster_secret", "cluster_peer_expiry"}
+        {
+            "cluster_listen",
+            "join",
+            "cluster_secret_file",
+            "cluster_secret",
+            "cluster_peer_expiry",
+            "cluster_takeover_timeout",
+        }
     )
 
     def add_commands(self, subparsers: Subparsers) -> None:
@@ -62,6 +70,13 @@ class ClusterPlugin:
             help="how long a peer keeps this node's link session (and its QoS 1/2 messages) "
             "while the link is down (default 60)",
         )
+        parser.add_argument(
+            "--cluster-takeover-timeout",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="how long a CONNACK waits for the client's session to come from another node (default 2)",
+        )
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
@@ -84,6 +99,11 @@ class ClusterPlugin:
         expiry = args.cluster_peer_expiry or opts.get("cluster_peer_expiry") or 60
         if not isinstance(expiry, int) or expiry <= 0:
             raise ValueError("--cluster-peer-expiry must be a positive number of seconds")
+        takeover = args.cluster_takeover_timeout
+        if takeover is None:
+            takeover = opts.get("cluster_takeover_timeout", 2.0)
+        if isinstance(takeover, bool) or not isinstance(takeover, int | float) or takeover <= 0:
+            raise ValueError("--cluster-takeover-timeout must be a positive number of seconds")
         from cluster._node import AclClusterNode, ClusterNode
 
         acl = args.acl_file or opts.get("acl_file")
@@ -94,6 +114,7 @@ class ClusterPlugin:
                 secret,
                 data_dir=ctx.data_dir,
                 peer_expiry=expiry,
+                takeover_timeout=float(takeover),
             ),
         )
 

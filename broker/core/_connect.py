@@ -6,15 +6,20 @@ module stays one concern: the packets of a connection.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from typing import TYPE_CHECKING
 
 import topics
-from broker.packets import Connect, ReasonCode
+from broker.core._session import ConnectionState
+from broker.packets import Connack, Connect, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["connect_refusal", "negotiate"]
+__all__ = ["connect_refusal", "hold_connack", "negotiate"]
+
+log = logging.getLogger("broker")
 
 
 def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
@@ -72,3 +77,65 @@ def negotiate(conn: Connection, p: Connect) -> int | None:
         conn.client_max_packet = props.maximum_packet_size
     conn.client_alias_max = props.topic_alias_maximum or 0
     return server_ka
+
+
+def hold_connack(conn: Connection, client_id: str, clean_start: bool, connack: Connack) -> bool:
+    """Ask the hooks that override ``hold_connack`` whether ``connack`` must wait (the
+    cluster fetching the session from another node); True if one holds it: the connection is
+    gated (nothing leaves before the CONNACK [MQTT-3.2.0-1]) until every holder released,
+    then the CONNACK goes out, through the store's commit for a persisted session, as
+    ``Journal.hold`` does without hooks."""
+    hold = _Hold(conn, connack)
+    for h in conn.core.obs.hold_connack:
+        try:
+            held = h.hold_connack(client_id, clean_start, hold.release)
+        except Exception:
+            conn.core.stats.hook_errors += 1
+            log.exception("hook %s.hold_connack failed", type(h).__name__)
+            continue
+        if held:
+            hold.pending += 1
+    hold.asking = False
+    if not hold.pending:
+        return False
+    conn.gated = True
+    if hold.done == hold.pending:  # released while being asked: the caller flushes
+        hold.open(False)
+    return True
+
+
+class _Hold:
+    """A CONNACK held by hooks: sent when every holder called :meth:`release` once."""
+
+    __slots__ = ("asking", "conn", "connack", "done", "pending", "present")
+
+    def __init__(self, conn: Connection, connack: Connack) -> None:
+        self.conn = conn
+        self.connack = connack
+        self.asking = True
+        self.pending = 0
+        self.done = 0
+        self.present = False
+
+    def release(self, present: bool) -> None:
+        self.present = self.present or present
+        self.done += 1
+        if not self.asking and self.done == self.pending:
+            self.open(True)
+
+    def open(self, flush: bool) -> None:
+        conn = self.conn
+        if conn.state is ConnectionState.CLOSED or conn.close_requested:
+            conn.gated = False
+            return
+        connack = self.connack
+        if self.present and not connack.session_present and conn.version != 3:
+            connack = dataclasses.replace(connack, session_present=True)
+        core = conn.core
+        s = conn.session
+        if s is not None and s.persisted and core.journal.store is not None:
+            core.journal.hold(conn, connack)  # Journal._release opens the gate
+        else:
+            conn.open_gate(connack)
+        if flush:
+            core.flush()

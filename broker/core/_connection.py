@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import topics
 from broker.core._composite import COMPOSITE_PREFIX
-from broker.core._connect import connect_refusal, negotiate
+from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._message import SHARE_PREFIX, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, ConnectionState, Session
 from broker.hooks import Delivery, SubscriptionAction
@@ -520,7 +520,9 @@ class Connection:
             )
         # MQTT 3.1's CONNACK has no Session Present flag (the byte is reserved, 0)
         connack = Connack(present and v != 3, ReasonCode.SUCCESS, ack_props)
-        if session.persisted:
+        if core.obs.hold_connack and hold_connack(self, client_id, p.clean_start, connack):
+            pass  # a hook fetches the session first (the cluster); gated until it releases
+        elif session.persisted:
             # the session row must be durable before the client learns its session exists;
             # nothing may precede the CONNACK [MQTT-3.2.0-1], so the connection's output is
             # gated until the commit (Journal._release puts the CONNACK first and opens it)

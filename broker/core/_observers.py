@@ -30,6 +30,7 @@ class Observers:
             return [h for h in self.all if getattr(type(h), name) is not base]
 
         self.connect = over("on_connect")
+        self.hold_connack = over("hold_connack")
         self.disconnect = over("on_disconnect")
         self.subscription = over("on_subscription_change")
         self.publication = over("on_publication")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+from collections.abc import Callable
 
 import pytest
 
@@ -17,8 +18,18 @@ from broker import (
     SubscriptionChange,
     load_toml,
 )
-from broker.packets import Connack, ReasonCode, Subscribe, SubscriptionRequest, Unsubscribe
+from broker.packets import (
+    Connack,
+    Connect,
+    Properties,
+    ReasonCode,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+    Unsubscribe,
+)
 from tests.rawclient import RawClient
+from tests.waiting import eventually
 
 T = 5.0
 
@@ -173,6 +184,54 @@ async def test_takeover_hook_record() -> None:
         await new.close()
     actions = [e.action for e in rec.events if isinstance(e, SubscriptionChange) and e.client_id == "tk"]
     assert actions == [SubscriptionAction.TAKEOVER]
+
+
+class Holder(Hooks):
+    """Holds every CONNACK until the test releases it (what the cluster does while a session
+    comes from another node); ``now``: release while being asked instead."""
+
+    def __init__(self, now: bool = False) -> None:
+        self.now = now
+        self.releases: list[Callable[[bool], None]] = []
+        self.asked: list[tuple[str, bool]] = []
+
+    def hold_connack(self, client_id: str, clean_start: bool, release: Callable[[bool], None]) -> bool:
+        self.asked.append((client_id, clean_start))
+        if self.now:
+            release(False)
+        else:
+            self.releases.append(release)
+        return True
+
+
+@pytest.mark.parametrize("store", [False, True])
+async def test_a_hook_holds_the_connack_and_may_say_session_present(
+    tmp_path: pathlib.Path, store: bool
+) -> None:
+    """Nothing leaves before the held CONNACK (the SUBACK of a pipelined SUBSCRIBE waits behind
+    it); released with ``present``, the CONNACK says "session present"; with a store it also
+    waits for the commit of the persisted session."""
+    holder = Holder()
+    options: dict[str, object] = {"store_path": str(tmp_path / "b.db")} if store else {}
+    async with Broker(port=0, sys_interval=0, hooks=[holder], **options) as b:
+        c = await RawClient.open(b.port, 5)
+        c.send(Connect("held", 5, False, properties=Properties(session_expiry_interval=60)))
+        c.send(Subscribe(1, (SubscriptionRequest("h/#", 1),)))
+        await eventually(lambda: bool(holder.releases) and b.core.router.index.entry_count("held") == 1)
+        conn = b.core.sessions["held"].conn
+        assert conn is not None and conn.gated and conn.outbox  # the SUBACK, withheld
+        assert holder.asked == [("held", False)]
+        holder.releases[0](True)
+        ack = await c.recv()
+        assert isinstance(ack, Connack) and ack.session_present and ack.reason_code == ReasonCode.SUCCESS
+        assert isinstance(await c.recv(), Suback)
+        await c.close()
+
+
+async def test_a_hook_that_releases_at_once_does_not_delay_the_connack() -> None:
+    async with Broker(port=0, sys_interval=0, hooks=[Holder(now=True)]) as b:
+        _c, ack = await RawClient.connect(b.port, "quick", 5)
+        assert ack.reason_code == ReasonCode.SUCCESS and not ack.session_present
 
 
 def test_toml_config(tmp_path: pathlib.Path) -> None:

@@ -5,16 +5,31 @@ node finds its session there before CONNACK.  Brokers in one event loop with the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import queue
+import threading
 from pathlib import Path
+from typing import Any
 
 import aiomqtt
+import paho.mqtt.client as paho
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 import composite
 from broker import Broker
-from tests.cluster._support import all_linked, core_of, drain, node_of, routes_at_peers, start_node
+from tests.cluster._support import (
+    all_linked,
+    cluster,
+    core_of,
+    drain,
+    node_of,
+    routes_at_peers,
+    start_node,
+)
 from tests.waiting import eventually
 
 
@@ -131,3 +146,154 @@ async def test_a_delegated_composite_subscription_is_matched_locally_without_the
         async with persistent(b.port, "watcher") as c:
             await _publish_pair([b], "alone")
             assert _tags(await drain(c)) == [["alone", "alone"]]
+
+
+class Mover:
+    """A paho MQTT 5 client with a persistent session (expiry 300 s) on its network thread:
+    what its CONNACK said and what it received, in order."""
+
+    def __init__(self, port: int, client_id: str, clean_start: bool = False) -> None:
+        self.c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id, protocol=paho.MQTTv5)
+        self.port = port
+        self.clean_start = clean_start
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()  # ("connack", present) / ("msg", ...)
+        self.connected = threading.Event()
+        self.subscribed = threading.Event()
+
+        def on_connect(_c: object, _u: object, flags: paho.ConnectFlags, rc: object, _p: object) -> None:
+            self.events.put(("connack", flags.session_present))
+            self.connected.set()
+
+        self.c.on_connect = on_connect
+        self.c.on_message = lambda _c, _u, m: self.events.put(("msg", (m.topic, m.payload)))
+        self.c.on_subscribe = lambda *_a: self.subscribed.set()
+
+    async def start(self) -> None:
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 300
+        self.c.connect_async("127.0.0.1", self.port, clean_start=self.clean_start, properties=props)
+        self.c.loop_start()
+        assert await asyncio.to_thread(self.connected.wait, 10)
+
+    async def subscribe(self, topic_filter: str) -> None:
+        self.subscribed.clear()
+        self.c.subscribe(topic_filter, qos=1)
+        assert await asyncio.to_thread(self.subscribed.wait, 10)
+
+    async def stop(self) -> None:
+        self.c.disconnect()
+        await asyncio.to_thread(self.c.loop_stop)
+
+    async def until(self, count: int, quiet: float = 0.5) -> list[tuple[str, Any]]:
+        """The events so far and until ``count`` messages came (or ``quiet`` s pass without one)."""
+        got: list[tuple[str, Any]] = []
+        with contextlib.suppress(queue.Empty):
+            while sum(1 for kind, _ in got if kind == "msg") < count or not self.events.empty():
+                got.append(await asyncio.to_thread(self.events.get, True, quiet))
+        return got
+
+
+async def test_connack_says_session_present_when_the_session_comes_from_another_node() -> None:
+    """EMQX's behaviour: the CONNACK of a client that moved waits for its session, says
+    "session present", and comes before the queued messages; a clean start says 0."""
+    async with cluster(3) as bs:
+        first = Mover(bs[0].port, "mover")
+        await first.start()
+        await first.subscribe("jobs/#")
+        await first.subscribe("$composite/pair/gate/open & truck/+")
+        await first.stop()
+        canon = composite.canonical("gate/open & truck/+")
+        await eventually(lambda: core_of(bs, canon) is not None)
+        links0 = node_of(bs[0]).links.values()  # (node 0 may hold the composite's atoms too)
+        await eventually(lambda: all("jobs/#" in link._held for link in links0))
+        async with aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p") as pub:
+            for k in range(5):
+                await pub.publish(f"jobs/{k}", str(k), qos=1)  # queued at node 0 for "mover"
+        await eventually(lambda: len(bs[0].core.sessions["mover"].queue) == 5)
+
+        second = Mover(bs[1].port, "mover")
+        await second.start()
+        got = await second.until(5)
+        assert got[0] == ("connack", True)  # first, and with the session
+        assert sorted(m for kind, m in got[1:] if kind == "msg") == [
+            (f"jobs/{k}", str(k).encode()) for k in range(5)
+        ]
+        assert "mover" not in bs[0].core.sessions
+        assert node_of(bs[1]).takeover is not None and node_of(bs[1]).takeover.timeouts == 0
+        # the composite subscription moved too: its events now come to node 1
+        assert bs[1].core.composite.delegated == {("mover", "pair"): (canon, 1)}
+        core = core_of(bs, canon)
+        assert core is not None and node_of(core).placement is not None
+        rows = node_of(core).placement.tables
+        mover_nodes = {node_of(b).name for b in bs[1:2]}
+        await eventually(
+            lambda: any(r.subscribers == mover_nodes for t in rows.values() for r in t.rows.values())
+        )
+        async with aiomqtt.Client("127.0.0.1", bs[2].port, identifier="p2") as pub:
+            await pub.publish("truck/4", b"{}", qos=1)
+            await pub.publish("gate/open", b"{}", qos=1)
+        assert [m[0] for kind, m in await second.until(1) if kind == "msg"] == ["$composite/pair"]
+        await second.stop()
+
+        fresh = Mover(bs[2].port, "mover", clean_start=True)
+        await fresh.start()
+        assert await fresh.until(0) == [("connack", False)]
+        await fresh.stop()
+        await eventually(lambda: "mover" not in bs[1].core.sessions)
+
+        nobody = Mover(bs[0].port, "newcomer")  # no node has a session: every peer says so
+        await nobody.start()
+        assert await nobody.until(0) == [("connack", False)]
+        await nobody.stop()
+        assert all(node_of(b).takeover.timeouts == 0 for b in bs)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("connected", [False, True], ids=["offline", "taken-over"])
+async def test_no_message_is_lost_or_doubled_while_a_session_moves(connected: bool) -> None:
+    """Publishers on the old node, the new node and a third one publish QoS 1 without pause
+    while the persistent session moves (offline, or still connected to the old node, which
+    then disconnects it with 0x8E): every message reaches the client, the new node delivers
+    none twice, and each publisher's messages in order (the fences of the handover,
+    cluster/_takeover.py).  Taken over while connected, what was in flight at the old node
+    may come again from the new one (QoS 1)."""
+    async with cluster(3) as bs:
+        first = Mover(bs[0].port, "mover")
+        await first.start()
+        await first.subscribe("feed/#")
+        await routes_at_peers(bs[:1], 1)
+        stop = asyncio.Event()
+        sent: dict[int, int] = {}
+
+        async def publish(i: int) -> None:
+            async with aiomqtt.Client("127.0.0.1", bs[i].port, identifier=f"pub{i}") as pub:
+                k = 0
+                while not stop.is_set() or k < 50:
+                    await pub.publish(f"feed/{i}", f"{i}:{k}", qos=1)
+                    k += 1
+                sent[i] = k
+
+        tasks = [asyncio.create_task(publish(i)) for i in range(3)]
+        await eventually(lambda: first.events.qsize() > 60)  # traffic flows
+        if not connected:
+            await first.stop()
+        second = Mover(bs[1].port, "mover")
+        await second.start()
+        await eventually(lambda: second.events.qsize() > 60)  # traffic after the move
+        stop.set()
+        await asyncio.gather(*tasks)
+        total = sum(sent.values())
+        if connected:
+            await first.stop()
+        before = [m for kind, m in await first.until(total, 0.1) if kind == "msg"]
+        after = [m for kind, m in await second.until(total - len(before)) if kind == "msg"]
+        await second.stop()
+        assert after, "nothing after the move"
+        payloads = [p.decode() for _, p in after]
+        assert len(payloads) == len(set(payloads)), "a message delivered twice by the new node"
+        seen = {p.decode() for _, p in before} | set(payloads)
+        missing = [f"{i}:{k}" for i, n in sent.items() for k in range(n) if f"{i}:{k}" not in seen]
+        assert missing == []
+        for i in range(3):
+            ks = [int(p.split(":")[1]) for p in payloads if p.startswith(f"{i}:")]
+            assert ks == sorted(ks), f"publisher {i} out of order"
+        assert all(node_of(b).takeover.timeouts == 0 for b in bs)  # type: ignore[union-attr]
