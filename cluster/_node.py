@@ -53,6 +53,8 @@ __all__ = ["AclClusterNode", "ClusterNode"]
 
 log = logging.getLogger("siftmq.cluster")
 
+_NO_GROUPS: frozenset[tuple[str, str]] = frozenset()
+
 #: control messages of session handovers (``cluster._takeover``)
 _TAKEOVER = frozenset({"takeover", "none", "session", "fencereq", "fence", "tail"})
 
@@ -200,6 +202,7 @@ class ClusterNode(Hooks):
                     self.peer_expiry,
                     self._flush,
                     self._control,
+                    self._inject_plain,
                 )
                 self.links[node_id] = link
                 link.start()
@@ -313,6 +316,27 @@ class ClusterNode(Hooks):
         if store is not None and journal.submitted != before:
             return store.sync()
         return None
+
+    def _inject_plain(self, peer: str, run: list[Publish]) -> None:
+        """:meth:`_inject` for a run of plain QoS 0 copies of one read (no subscription
+        identifier, no acknowledgement, no durable signal): one clock read and one frame for
+        the run (the receiving side of a link is interpreted; this is its bulk)."""
+        core = self._core
+        now = core.clock.monotonic()
+        route_peer = core.router.route_peer
+        publish = core.publish
+        create = Message.create
+        takeover = self.takeover if self._exclude.get(peer) else None
+        for p in run:
+            props = p.properties
+            if props.topic_alias is not None:
+                props = dataclasses.replace(props, topic_alias=None)
+            msg = create(p.topic, p.payload, 0, p.retain, props, None, now)
+            routes = route_peer(msg, True, _NO_GROUPS, False)
+            if takeover is not None:
+                routes = takeover.routes_from(peer, routes)
+            publish(msg, now, routes)
+        self.injected += len(run)
 
     # ------------------------------------------------------------ control messages
     def _send_control(self, dest: str, msg: dict[str, Any]) -> None:
