@@ -4,6 +4,7 @@ Usage (from the repository root):
 
     .venv/bin/python benchmarks/bench_cluster.py                 # both layouts, ~1 min
     .venv/bin/python benchmarks/bench_cluster.py --layout shared --rounds 3
+    .venv/bin/python benchmarks/bench_cluster.py --rounds 3 --half-reps 5    # docs/cluster.md
 
 Two ``siftmq serve`` processes (``--no-bridge --no-persistence``) form a cluster over loopback.
 Scenarios, 10 QoS 0 pairs each, the issue-8 load generator (benchmarks/loadgen) pinned to its
@@ -11,7 +12,14 @@ core:
 
 * ``single``: publishers and subscribers on node A (the single-node rate: no link involved);
 * ``cross``: subscribers on node A, publishers on node B (every message crosses one link);
-* ``single_half`` / ``cross_half``: open loop at half of ``single``'s rate, for p99 latency.
+* ``single_half`` / ``cross_half``: open loop at half of the best ``single`` rate, for p99
+  latency; ``--half-reps N`` repeats the pair N times (interleaved) and reports each difference
+  of p99 and their median, since one pair varies by a few ms on a busy 2-core machine.
+
+For every run the CPU time of each broker process and of the load generator is read from
+``/proc`` over the measured window (Linux): CPU microseconds per delivered message per node and
+each one's share of a core, which says where the time goes (the cross path costs both nodes
+about one broker's pass each) and how busy the machine was.
 
 Layouts (2-core machine): ``shared``: both brokers on core 0, generator on core 1 (the cluster
 does twice the broker work on the same core: the cost of the path); ``split``: A on core 0, B
@@ -162,8 +170,21 @@ def plans(
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run(
-    worker_plans: list[WorkerPlan], load_cpus: list[int], warmup: float, duration: float
+    worker_plans: list[WorkerPlan],
+    load_cpus: list[int],
+    warmup: float,
+    duration: float,
+    nodes: tuple[Node, ...] = (),
 ) -> dict[str, Any]:
     ctx = mp.get_context("fork")
     workers = []
@@ -182,6 +203,11 @@ def run(
         t1 = t0 + int(duration * 1e9)
         for _, a in workers:
             a.send(("go", t0, t1))
+        pids = [n.proc.pid for n in nodes] + [p.pid for p, _ in workers if p.pid is not None]
+        time.sleep(max(0.0, (t0 - time.monotonic_ns()) / 1e9))
+        cpu0 = [cpu_seconds(pid) for pid in pids]
+        time.sleep(max(0.0, (t1 - time.monotonic_ns()) / 1e9))
+        cpu1 = [cpu_seconds(pid) for pid in pids]
         results: list[WorkerResult] = []
         for p, a in workers:
             if not a.poll(warmup + duration + 60):
@@ -199,11 +225,18 @@ def run(
         raise RuntimeError(errors)
     window = max(r.window_s for r in results) or duration
     lat = np.array([x for r in results for x in r.latencies_ns], dtype=np.int64)
+    rate = sum(r.delivered for r in results) / window
+    used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
+    node_cpu = used[: len(nodes)]
     return {
-        "delivered_per_s": sum(r.delivered for r in results) / window,
+        "delivered_per_s": rate,
         "lost": sum(r.lost for r in results),
         "p50_ms": float(np.percentile(lat, 50)) / 1e6 if lat.size else None,
         "p99_ms": float(np.percentile(lat, 99)) / 1e6 if lat.size else None,
+        # per node (A, B): CPU microseconds per delivered message, share of one core
+        "cpu_us_per_msg": [c / (rate * duration) * 1e6 if rate else None for c in node_cpu],
+        "cpu_share": [c / duration for c in node_cpu],
+        "generator_cpu_share": sum(used[len(nodes) :]) / duration,
     }
 
 
@@ -216,9 +249,14 @@ def layout_run(layout: str, args: argparse.Namespace) -> dict[str, Any]:
         b = start_node(cpus[1], a.cluster_port)
         wait_linked(a.port, b.port)
         rounds: list[dict[str, Any]] = []
+        both = (a, b)
         for r in range(args.rounds):
-            single = run(plans(f"s{r}", a.port, a.port, 0.0, args.procs), load, args.warmup, args.duration)
-            cross = run(plans(f"c{r}", a.port, b.port, 0.0, args.procs), load, args.warmup, args.duration)
+            single = run(
+                plans(f"s{r}", a.port, a.port, 0.0, args.procs), load, args.warmup, args.duration, both
+            )
+            cross = run(
+                plans(f"c{r}", a.port, b.port, 0.0, args.procs), load, args.warmup, args.duration, both
+            )
             ratio = cross["delivered_per_s"] / single["delivered_per_s"]
             rounds.append({"single": single, "cross": cross, "ratio": ratio})
             print(
@@ -228,14 +266,24 @@ def layout_run(layout: str, args: argparse.Namespace) -> dict[str, Any]:
             )
         best_single = max(x["single"]["delivered_per_s"] for x in rounds)
         half = best_single / 2
-        sh = run(plans("sh", a.port, a.port, half, args.procs), load, args.warmup, args.duration)
-        ch = run(plans("ch", a.port, b.port, half, args.procs), load, args.warmup, args.duration)
-        print(
-            f"{layout} at {half:,.0f}/s: single p99 {sh['p99_ms']:.2f} ms ({sh['delivered_per_s']:,.0f}/s), "
-            f"cross p99 {ch['p99_ms']:.2f} ms ({ch['delivered_per_s']:,.0f}/s)",
-            flush=True,
-        )
-        return {"layout": layout, "rounds": rounds, "half_rate": half, "single_half": sh, "cross_half": ch}
+        halves: list[dict[str, Any]] = []
+        for r in range(args.half_reps):
+            sh = run(
+                plans(f"sh{r}", a.port, a.port, half, args.procs), load, args.warmup, args.duration, both
+            )
+            ch = run(
+                plans(f"ch{r}", a.port, b.port, half, args.procs), load, args.warmup, args.duration, both
+            )
+            halves.append({"single": sh, "cross": ch, "p99_diff_ms": ch["p99_ms"] - sh["p99_ms"]})
+            print(
+                f"{layout} at {half:,.0f}/s: single p99 {sh['p99_ms']:.2f} ms "
+                f"({sh['delivered_per_s']:,.0f}/s, A {_cpu(sh, 0)}), "
+                f"cross p99 {ch['p99_ms']:.2f} ms ({ch['delivered_per_s']:,.0f}/s, "
+                f"A {_cpu(ch, 0)}, B {_cpu(ch, 1)}); generator "
+                f"{sh['generator_cpu_share']:.0%} / {ch['generator_cpu_share']:.0%} of a core",
+                flush=True,
+            )
+        return {"layout": layout, "rounds": rounds, "half_rate": half, "halves": halves}
     finally:
         if b is not None:
             b.stop()
@@ -249,26 +297,50 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=4.0)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--procs", type=int, default=1)
+    ap.add_argument("--half-reps", type=int, default=1, help="single/cross pairs at half load")
     ap.add_argument("--out", default="/tmp/bench-cluster.json")
     args = ap.parse_args(argv)
     results = [layout_run(lay, args) for lay in args.layout.split(",")]
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(
         "\n| layout | single msg/s (median) | cross msg/s (median) | cross/single per round | "
-        "p99 single / cross at half load |"
+        "p99 single / cross at half load, each pair | cross - single p99 (median) |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for res in results:
         rs = res["rounds"]
         single = float(np.median([x["single"]["delivered_per_s"] for x in rs]))
         cross = float(np.median([x["cross"]["delivered_per_s"] for x in rs]))
         ratios = ", ".join(f"{x['ratio']:.2f}" for x in rs)
+        pairs = ", ".join(f"{h['single']['p99_ms']:.2f} / {h['cross']['p99_ms']:.2f}" for h in res["halves"])
+        diff = float(np.median([h["p99_diff_ms"] for h in res["halves"]]))
         print(
             f"| {res['layout']} | {single:,.0f} | {cross:,.0f} | {ratios} | "
-            f"{res['single_half']['p99_ms']:.2f} / {res['cross_half']['p99_ms']:.2f} ms at "
-            f"{res['half_rate']:,.0f}/s |"
+            f"{pairs} ms at {res['half_rate']:,.0f}/s | {diff:+.2f} ms |"
+        )
+    print("\nCPU per delivered message at half load (medians; A receives, B forwards):")
+    for res in results:
+        hs = res["halves"]
+        print(
+            f"  {res['layout']}: single A {_med(hs, 'single', 'cpu_us_per_msg', 0):.2f} us "
+            f"({_med(hs, 'single', 'cpu_share', 0):.0%} core); "
+            f"cross A {_med(hs, 'cross', 'cpu_us_per_msg', 0):.2f} us "
+            f"({_med(hs, 'cross', 'cpu_share', 0):.0%}), "
+            f"B {_med(hs, 'cross', 'cpu_us_per_msg', 1):.2f} us ({_med(hs, 'cross', 'cpu_share', 1):.0%}); "
+            f"generator {_med(hs, 'single', 'generator_cpu_share'):.0%} / "
+            f"{_med(hs, 'cross', 'generator_cpu_share'):.0%} of a core"
         )
     return 0
+
+
+def _med(halves: list[dict[str, Any]], kind: str, key: str, i: int | None = None) -> float:
+    """Median over the half-load pairs of ``pair[kind][key]`` (its ``i``-th item for lists)."""
+    return float(np.median([h[kind][key] if i is None else h[kind][key][i] for h in halves]))
+
+
+def _cpu(res: dict[str, Any], i: int) -> str:
+    us = res["cpu_us_per_msg"][i]
+    return "?" if us is None else f"{us:.2f} us/msg, {res['cpu_share'][i]:.0%} core"
 
 
 if __name__ == "__main__":
