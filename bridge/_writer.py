@@ -1,22 +1,25 @@
 """The bridge: broker hook records -> in-memory buffers -> Parquet files in a landing zone.
 
-Hot path (event loop).  The bridge uses the broker's batched hook ``on_deliveries``: one call per
-routed publication carrying the message object and the list of its fan-out's delivery entries
-(plain tuples the broker built), and the bridge appends ONE tuple ``(time, message, entries,
-routes)`` to a list -- no per-delivery work, no encoding, no I/O, no lock.
-``on_subscription_change`` appends the broker's record to a second list.  The writer thread takes
-a prefix of a list with ``batch = buf[:n]; del buf[:n]`` -- each of these is one atomic list
-operation, so records appended concurrently by the event loop stay for the next round.
+Hot path (event loop).  The bridge hands the broker a columnar
+:class:`~broker.core._deliverylog.DeliveryLog` (``Hooks.delivery_log``): for each routed
+publication the compiled core appends the message's fields and its fan-out's delivery entries
+to per-field lists -- no call into the bridge, no encoding, no I/O, nothing the cyclic GC
+tracks.  (Profiled in issue 19: the previous form, one interpreted ``on_deliveries`` call per
+publication keeping a tuple per call and per delivery, cost 11 % of the event loop in the call
+and tripled its GC time, docs/performance-bridge.md.)  ``on_deliveries`` still works for
+callers outside a broker and records into the same log.  ``on_subscription_change`` appends the
+broker's record to a list; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]``
+(atomic list operations).
 
-Writer (one daemon thread).  Every ``roll_interval`` seconds (default 0.5 s), or as soon as
-``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it expands the buffered calls into
-Arrow columns (:func:`_fanout_tables`: the message's fields once per publication, repeated per
-delivery with ``take``; the entry tuples transposed with ``zip`` and converted by pyarrow in C)
-and commits one Parquet file per kind: written under a temporary name starting with ``.``
-(Spark's and pyarrow's dataset readers ignore dot files), ``fsync``-ed, renamed to its final
-name, and the directory ``fsync``-ed.  A reader therefore sees whole files or nothing.  Tables
-larger than ``roll_rows`` rows are split.  Cost: O(publications + deliveries) per round, a few
-hundred nanoseconds of GIL time per delivery (measured in docs/performance-bridge.md).
+Writer (one daemon thread). Every ``roll_interval`` seconds (default 0.5 s), or as soon as
+``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it takes the log's columns and
+turns them into Arrow arrays (:func:`_fanout_tables`: one C conversion per column, the message's
+fields repeated per delivery with ``take``) and commits one Parquet file per kind: written under
+a temporary name starting with ``.`` (Spark's and pyarrow's dataset readers ignore dot files),
+``fsync``-ed, renamed to its final name, and the directory ``fsync``-ed. A reader therefore sees
+whole files or nothing. Tables larger than ``roll_rows`` rows are split. Cost: O(publications +
+deliveries) per round, about a hundred nanoseconds of GIL time per delivery (measured in
+docs/performance-bridge.md).
 
 Back-pressure policy (documented in docs/bridge.md): the rows buffered and not yet committed are
 bounded by ``max_pending`` (deliveries and publications together; subscription changes apart).
@@ -46,13 +49,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bridge._schema import SCHEMAS, Kind
+from broker.core._deliverylog import DeliveryLog, LogColumns
 from broker.hooks import DeliveryEntry, Hooks, SubscriptionChange
 
 if TYPE_CHECKING:
@@ -66,13 +70,6 @@ _log = logging.getLogger("siftmq.bridge")
 _TS = pa.timestamp("us", tz="UTC")
 # Approximate Arrow bytes per record, used to turn roll_bytes into a row count.
 _ROW_BYTES = 96
-
-# One on_deliveries call as buffered on the hot path: (time, message_id, publisher_id, topic,
-# payload_size, qos, retain, received, routes, number of entries).  Only scalars: CPython's
-# cyclic GC untracks such a tuple at its first collection, so a buffered record is never
-# promoted to an older generation (retaining the Message or the entry list would make every
-# buffered publication a long-lived tracked object and trigger full collections).
-_Record: TypeAlias = tuple[float, int, "str | None", str, int, int, bool, float, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,86 +89,66 @@ def _ts(times: np.ndarray[Any, np.dtype[np.float64]]) -> pa.Array:
     return pa.array(micros, type=pa.int64()).cast(_TS)
 
 
-_RECORD_TYPE = pa.struct(
-    [
-        ("time", pa.float64()),
-        ("message_id", pa.int64()),
-        ("publisher_id", pa.string()),
-        ("topic", pa.string()),
-        ("payload_size", pa.int64()),
-        ("qos", pa.int32()),
-        ("retained", pa.bool_()),
-        ("received", pa.float64()),
-        ("routes", pa.int64()),
-        ("entries", pa.int64()),
-    ]
-)
-_ENTRY_TYPE = pa.struct(
-    [
-        ("subscriber_id", pa.string()),
-        ("subscription_filter", pa.string()),
-        ("content_filter", pa.string()),
-        ("qos", pa.int32()),
-        ("retained", pa.bool_()),
-    ]
-)
-
-
 def _node_column(node: str | None, n: int) -> pa.Array:
     return pa.nulls(n, pa.string()) if node is None else pa.repeat(pa.scalar(node, pa.string()), n)
 
 
-def _fanout_tables(
-    records: list[_Record], entries: list[DeliveryEntry], node: str | None = None
-) -> tuple[pa.Table, pa.Table]:
-    """(deliveries, publications) tables of buffered ``on_deliveries`` calls and their entries.
+def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa.Table]:
+    """(deliveries, publications) tables of a batch of the log's columns.
 
-    The record and entry tuples are converted by pyarrow in one C pass each (as struct arrays,
-    then split into columns); the message's columns are repeated per delivery with ``take``.
-    No Python-level loop per row, and no container allocated per row (transposing with
-    ``zip(*rows)`` allocates huge argument tuples that the cyclic GC traverses again and again:
-    measured 3x slower).  O(calls + deliveries)."""
-    (c_t, c_mid, c_pub, c_topic, c_size, c_qos, c_retain, c_received, c_routes, c_count) = pa.array(
-        records, type=_RECORD_TYPE
-    ).flatten()
-    times = c_t.to_numpy()
-    routes = c_routes.to_numpy()
+    One pyarrow conversion per column (lists of floats, ints, strings: C loops, no Python work
+    per row); the message's columns are repeated per delivery with ``take``.
+    O(calls + deliveries)."""
+    times = np.array(c.time, dtype=np.float64)
+    routes = np.array(c.routes, dtype=np.int64)
     c_time = _ts(times)
+    c_mid = pa.array(c.message_id, pa.int64())
+    c_pub = pa.array(c.publisher_id, pa.string())
+    c_topic = pa.array(c.topic, pa.string())
+    c_size = pa.array(c.payload_size, pa.int64())
     is_pub = routes >= 0
-    pub_cols = [c_time, c_mid, c_pub, c_topic, c_size, c_qos, c_retain, c_routes]
+    pub_cols = [
+        c_time,
+        c_mid,
+        c_pub,
+        c_topic,
+        c_size,
+        pa.array(c.qos, pa.int32()),
+        pa.array(c.retain, pa.bool_()),
+        pa.array(routes, pa.int64()),
+    ]
     if not is_pub.all():
         keep = pa.array(np.flatnonzero(is_pub))
-        pub_cols = [c.take(keep) for c in pub_cols]
+        pub_cols = [col.take(keep) for col in pub_cols]
     pub_cols.append(_node_column(node, len(pub_cols[0])))
     pubs = pa.Table.from_arrays(pub_cols, schema=SCHEMAS[Kind.PUBLICATIONS])
-    if not entries:
+    if not c.subscriber:
         return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
-    counts = c_count.to_numpy()
-    latency = np.maximum(times - c_received.to_numpy(), 0.0)
-    if len(entries) == len(records) and bool((counts == 1).all()):  # no repetition needed
+    counts = np.array(c.count, dtype=np.int64)
+    latency = np.maximum(times - np.array(c.received, dtype=np.float64), 0.0)
+    if len(c.subscriber) == len(times) and bool((counts == 1).all()):  # no repetition needed
         rep = [c_time, c_mid, c_pub, c_topic, c_size]
         c_latency = pa.array(latency, pa.float64())
     else:
-        idx_np = np.repeat(np.arange(len(records), dtype=np.int64), counts)
+        idx_np = np.repeat(np.arange(len(times), dtype=np.int64), counts)
         idx = pa.array(idx_np)
-        rep = [c.take(idx) for c in (c_time, c_mid, c_pub, c_topic, c_size)]
+        rep = [col.take(idx) for col in (c_time, c_mid, c_pub, c_topic, c_size)]
         c_latency = pa.array(latency[idx_np], pa.float64())
     r_time, r_mid, r_pub, r_topic, r_size = rep
-    e_sub, e_filter, e_selector, e_qos, e_retained = pa.array(entries, type=_ENTRY_TYPE).flatten()
     deliveries = pa.Table.from_arrays(
         [
             r_time,
             r_mid,
             r_pub,
-            e_sub,
+            pa.array(c.subscriber, pa.string()),
             r_topic,
-            e_filter,
-            e_selector,
-            e_qos,
-            e_retained,
+            pa.array(c.topic_filter, pa.string()),
+            pa.array(c.selector, pa.string()),
+            pa.array(c.d_qos, pa.int32()),
+            pa.array(c.d_retained, pa.bool_()),
             r_size,
             c_latency,
-            _node_column(node, len(e_sub)),
+            _node_column(node, len(c.subscriber)),
         ],
         schema=SCHEMAS[Kind.DELIVERIES],
     )
@@ -294,21 +271,14 @@ class Bridge(Hooks):
         self.roll_rows = max(1, roll_bytes // _ROW_BYTES)
         self.max_pending = max_pending
         self._sink = _Sink(landing_dir)
-        # The calls' records, and all their entries back to back (a call's entries are added
-        # before its record, so a prefix of the records always has its entries present).
-        self._records: list[_Record] = []
-        self._entries: list[DeliveryEntry] = []
+        self._wake = threading.Event()
+        # Deliveries and publications: appended by the broker's core (or on_deliveries), taken
+        # by the writer, released once committed (its pending rows are bounded by max_pending).
+        self._log = DeliveryLog(max_pending, self.roll_rows, self._wake.set)
         self._changes: list[SubscriptionChange] = []
-        # Rows (deliveries + publications) accepted by the hot path and committed by the writer;
-        # each counter has a single writer thread (event loop / writer under _write_lock), so
-        # their difference bounds the buffered rows without a lock.
-        self._rows_in = 0
-        self._rows_out = 0
-        # Tables built from the buffers but not committed yet (a failed write is retried):
-        # (kind, table, rows to credit to _rows_out once committed).
+        # Tables built from the log but not committed yet (a failed write is retried):
+        # (kind, table, rows to release from the log once committed).
         self._unwritten: list[tuple[Kind, pa.Table, int]] = []
-        self._dropped_deliveries = 0
-        self._dropped_publications = 0
         self._dropped_changes = 0
         self._reported_drops = 0
         self._written = dict.fromkeys(Kind, 0)
@@ -317,7 +287,6 @@ class Bridge(Hooks):
         self._write_errors = 0
         self._write_lock = threading.Lock()
         self._committed = threading.Condition()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._core: Core | None = None  # the broker's core, for its cluster node id
@@ -327,37 +296,14 @@ class Bridge(Hooks):
 
     # ---- hot path (event loop) ----
 
+    def delivery_log(self) -> DeliveryLog:
+        return self._log
+
     def on_deliveries(
         self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
     ) -> None:
-        rows = self._rows_in
-        n = rows - self._rows_out
-        if n < self.max_pending:
-            m = message
-            k = len(deliveries)
-            if k:
-                self._entries.extend(deliveries)
-            self._records.append(
-                (
-                    time,
-                    m.message_id,
-                    m.publisher_id,
-                    m.topic,
-                    len(m.payload),
-                    m.qos,
-                    m.retain,
-                    m.received,
-                    routes,
-                    k,
-                )
-            )
-            k += routes >= 0
-            self._rows_in = rows + k
-            if n < self.roll_rows <= n + k:
-                self._wake.set()
-        else:
-            self._dropped_deliveries += len(deliveries)
-            self._dropped_publications += routes >= 0
+        """The hook form, for callers outside a broker (a broker appends to the log itself)."""
+        self._log.record(time, message, deliveries, routes)
 
     def on_subscription_change(self, change: SubscriptionChange) -> None:
         buf = self._changes
@@ -408,7 +354,7 @@ class Bridge(Hooks):
     # ---- writer ----
 
     def _backlog(self) -> bool:
-        return self._rows_in - self._rows_out >= self.roll_rows or len(self._changes) >= self.roll_rows
+        return self._log.pending >= self.roll_rows or len(self._changes) >= self.roll_rows
 
     def _run(self) -> None:
         # Fixed-rate rounds: a round starts roll_interval after the previous one *started*, so
@@ -426,21 +372,15 @@ class Bridge(Hooks):
 
     def _take(self) -> None:
         """Turn the buffers into tables queued in ``_unwritten`` (files of at most roll_rows)."""
-        buf = self._records
-        n = len(buf)
-        if n:
-            batch = buf[:n]
-            del buf[:n]  # appends made meanwhile by the event loop stay for the next round
-            m = sum([r[9] for r in batch])
-            entries = self._entries[:m]
-            del self._entries[:m]
+        cols = self._log.take()
+        if cols.calls():
+            rows = cols.deliveries() + cols.publications()
             try:
                 core = self._core
-                deliveries, pubs = _fanout_tables(batch, entries, None if core is None else core.node)
+                deliveries, pubs = _fanout_tables(cols, None if core is None else core.node)
             except Exception:
-                rows = m + sum([r[8] >= 0 for r in batch])
                 self._write_errors += 1
-                self._rows_out += rows
+                self._log.release(rows)
                 _log.exception("bridge: %d malformed hook records discarded", rows)
             else:
                 self._queue(Kind.DELIVERIES, deliveries, credit=True)
@@ -477,7 +417,7 @@ class Bridge(Hooks):
                     break
                 del queue[0]
                 self._written[kind] += table.num_rows
-                self._rows_out += credit
+                self._log.release(credit)
                 self._files += 1
                 self._bytes += size
             self._report_drops()
@@ -490,24 +430,25 @@ class Bridge(Hooks):
             return self._committed.wait_for(lambda: self._written[kind] >= count, timeout)
 
     def _report_drops(self) -> None:
-        total = self._dropped_deliveries + self._dropped_publications + self._dropped_changes
+        dlog = self._log
+        total = dlog.dropped_deliveries + dlog.dropped_publications + self._dropped_changes
         if total != self._reported_drops:
             _log.warning(
                 "bridge: writer behind, buffers full (max_pending=%d); dropped so far: "
                 "deliveries=%d publications=%d subscription_changes=%d",
                 self.max_pending,
-                self._dropped_deliveries,
-                self._dropped_publications,
+                dlog.dropped_deliveries,
+                dlog.dropped_publications,
                 self._dropped_changes,
             )
             self._reported_drops = total
 
     def stats(self) -> BridgeStats:
         """A snapshot of the counters (``pending``: buffered or built, not yet committed)."""
-        records = list(self._records)
+        deliveries, publications = self._log.peek_counts()
         pending = {
-            Kind.DELIVERIES: sum(r[9] for r in records),
-            Kind.PUBLICATIONS: sum(r[8] >= 0 for r in records),
+            Kind.DELIVERIES: deliveries,
+            Kind.PUBLICATIONS: publications,
             Kind.SUBSCRIPTION_CHANGES: len(self._changes),
         }
         for kind, table, _ in list(self._unwritten):
@@ -515,8 +456,8 @@ class Bridge(Hooks):
         return BridgeStats(
             written={k.value: v for k, v in self._written.items()},
             dropped={
-                Kind.DELIVERIES.value: self._dropped_deliveries,
-                Kind.PUBLICATIONS.value: self._dropped_publications,
+                Kind.DELIVERIES.value: self._log.dropped_deliveries,
+                Kind.PUBLICATIONS.value: self._log.dropped_publications,
                 Kind.SUBSCRIPTION_CHANGES.value: self._dropped_changes,
             },
             pending={k.value: v for k, v in pending.items()},
@@ -529,11 +470,11 @@ class Bridge(Hooks):
         """Invariants: the hot path refuses rows at the bound (one call may overshoot it by its
         own rows), committed rows never exceed accepted ones, counters are non-negative."""
         with self._write_lock:
-            assert sum(r[9] for r in self._records) == len(self._entries)
-            buffered = sum(r[9] + (r[8] >= 0) for r in self._records)
+            dlog = self._log
+            deliveries, publications = dlog.peek_counts()
             unwritten = sum(c for _, _, c in self._unwritten)
-            assert self._rows_in - self._rows_out == buffered + unwritten
-            assert 0 <= self._rows_out <= self._rows_in
+            assert dlog.pending == deliveries + publications + unwritten
+            assert 0 <= dlog.rows_out <= dlog.rows_in
             assert len(self._changes) <= self.max_pending
         assert min(self._written.values()) >= 0
-        assert min(self._dropped_deliveries, self._dropped_publications, self._dropped_changes) >= 0
+        assert min(self._log.dropped_deliveries, self._log.dropped_publications, self._dropped_changes) >= 0

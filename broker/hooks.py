@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from broker._broker import Broker
+    from broker.core._deliverylog import DeliveryLog
     from broker.core._message import Message
 
 __all__ = [
@@ -150,6 +151,14 @@ class Hooks:
         every entry of the call and exact for the last.  The list is not reused by the broker
         and must not be modified (several hooks may receive it).
         """
+
+    def delivery_log(self) -> DeliveryLog | None:
+        """A columnar log the core appends this hook's delivery records to, instead of calling
+        :meth:`on_deliveries` (same records; see ``broker.core._deliverylog``).  Called once
+        when the broker is built; the default None means "call on_deliveries".  For recorders
+        that hand records to another thread: no interpreted call per publication and nothing
+        kept that CPython's cyclic GC tracks."""
+        return None
 
     def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
         """Allow or deny a CONNECT."""

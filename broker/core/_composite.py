@@ -399,7 +399,7 @@ class Composites:
                 if out is None:
                     out = by_name[name] = Message.create(topic, body, ev.qos, False, NO_PROPERTIES, None, now)
                 sub_ids = clients.get(client_id, {}).get(name, ())
-                if not obs.deliveries:
+                if not obs.recording:
                     core.deliver(s, out, qos, False, sub_ids, topic, None, now)
                     continue
                 outer = obs.fan_msg, obs.fan

@@ -303,7 +303,7 @@ class Connection:
         core.stats.messages_sent += 1
         obs = core.obs
         if obs.writes and self.session is not None:
-            if obs.deliveries:
+            if obs.recording:
                 entry = (self.session.client_id, topic_filter, selector, qos, retain)
                 if obs.fan_msg is msg:
                     obs.fan.append(entry)

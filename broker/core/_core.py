@@ -280,7 +280,7 @@ class Core:
         if routes is None:
             routes = router.route(msg)
         obs = self.obs
-        if obs.deliveries:  # record this fan-out's writes (restored after: a sink may publish)
+        if obs.recording:  # record this fan-out's writes (restored after: a sink may publish)
             outer = obs.fan_msg, obs.fan
             obs.fan_msg = msg
             fan: list[DeliveryEntry] = []
@@ -300,7 +300,7 @@ class Core:
                 atoms.extend(r.subscription_ids)
         self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
-        if obs.deliveries:
+        if obs.recording:
             obs.fan_msg, obs.fan = outer
             obs.deliveries_written(self.clock.wall(), msg, fan, n, self.stats)
         if atoms is not None:
