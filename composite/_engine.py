@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -74,8 +74,14 @@ __all__ = [
     "Change",
     "CompositeEngine",
     "EngineStats",
+    "LossObserver",
     "SubscriptionStats",
 ]
+
+LossObserver = Callable[[str, float, int, str, int, int], None]
+"""``on_loss(expression, window, max_buffer, element, dropped, expired)``: the engine has just
+counted ``dropped`` + ``expired`` (> 0) instances of atom ``element`` as gone for the composite
+subscription (expression, window, max_buffer); its counters already include them."""
 
 DEFAULT_WINDOW = 60.0
 DEFAULT_MAX_BUFFER = 64
@@ -222,6 +228,11 @@ class CompositeEngine:
         self._events = 0
         self._gone_dropped = 0
         self._gone_expired = 0
+        #: told about every instance the engine counts as dropped or expired (None: nobody);
+        #: see :data:`LossObserver`.  Counting is lazy (the module docstring), so the calls
+        #: come when a cursor moves: at a consumption, a rebase, or a settle (``stats``,
+        #: ``subscription(s)``, ``snapshot``, ``unsubscribe``).
+        self.on_loss: LossObserver | None = None
         # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
         self._trim_slack = _TRIM_SLACK
         self._dcum_slack = _DCUM_SLACK
@@ -415,6 +426,13 @@ class CompositeEngine:
             out.extend(self.offer(atom_id, component, now))
         return out
 
+    def advance(self, now: float) -> None:
+        """Move the clock to ``now`` (if later) without trimming anything: O(1).  The broker
+        calls it before an unsubscribe or a settle, so that instances older than the window
+        by the wall clock are counted as expired, not as discarded with the subscription."""
+        if now > self._clock:
+            self._clock = now
+
     def tick(self, now: float) -> None:
         """Advance the clock and free the log entries no subscription can use any more
         (expired for every window, or beyond every cap).  Expiry itself needs no tick (it is
@@ -453,7 +471,9 @@ class CompositeEngine:
                 deliveries = ((deliveries[0][0], qmin),)
             else:
                 deliveries = tuple((key, q if q < qmin else qmin) for key, q in deliveries)
-        return CompositeEvent(sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival)
+        return CompositeEvent(
+            sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival, sub
+        )
 
     def _skip(self, sub: _Sub, i: int, lim: float) -> int:
         """Move atom i's cursor past the instances gone (dropped by the cap or expired),
@@ -467,14 +487,16 @@ class CompositeEngine:
             sub.cur[i] = j
         return j
 
-    @staticmethod
-    def _count(sub: _Sub, g: _Group, c: int, j: int) -> None:
-        """Count entries c..j-1, all gone for ``sub``: dropped per ``dcum``, the rest expired."""
+    def _count(self, sub: _Sub, g: _Group, c: int, j: int) -> None:
+        """Count entries c..j-1, all gone for ``sub``: dropped per ``dcum``, the rest expired
+        (and tell :attr:`on_loss`)."""
         dcum, base = g.dcum, g.dbase
         top = base + len(dcum) - 1
         d = dcum[min(j, top) - base] - dcum[min(c, top) - base]
         sub.dropped += d
         sub.expired += j - c - d
+        if self.on_loss is not None:
+            self.on_loss(sub.expr.text, sub.window, sub.cap, g.atom.expr.text, d, j - c - d)
 
     def _settle(self, sub: _Sub) -> None:
         """Bring every cursor of ``sub`` past its gone instances (for counts and snapshots)."""
@@ -528,6 +550,18 @@ class CompositeEngine:
         """Every composite subscription (for analytics: events, buffer occupancy, drops,
         expiries).  O(total atoms of all subscriptions)."""
         return [self._stats(s) for s in self._subs.values()]
+
+    def stats_of(self, event: CompositeEvent) -> SubscriptionStats | None:
+        """The composite subscription that produced ``event``, settled at the clock (its
+        buffer occupancy and counters now); None for an event from elsewhere.  O(atoms of
+        the subscription)."""
+        sub = event.source
+        return self._stats(sub) if isinstance(sub, _Sub) else None
+
+    def qos_of(self, key: Hashable) -> int | None:
+        """The QoS ``key`` subscribed with (None: no composite subscription)."""
+        sub = self._by_key.get(key)
+        return None if sub is None else sub.subscribers[key]
 
     def _stats(self, sub: _Sub) -> SubscriptionStats:
         self._settle(sub)

@@ -6,7 +6,10 @@ subscribe / re-subscribe / unsubscribe (of shared elements too), offers to one a
 several (a publication matching several atoms), time advancing past windows (integer times:
 arrivals exactly on the window's edge happen), tick, snapshot + restore.  The engine's batch
 sizes are shrunk so that log trimming and prefix-count rebasing happen within a few steps.
-``_check()`` runs after every step.
+``_check()`` runs after every step.  The engine's ``on_loss`` observer (what the broker turns
+into hook records) must report every dropped and expired instance exactly once: its running
+totals equal the engine's counters after every step, and ``stats_of(event)`` gives the firing
+subscription's buffer occupancy after the offer, equal to the reference's.
 """
 
 from __future__ import annotations
@@ -56,10 +59,29 @@ def tune(engine: CompositeEngine) -> CompositeEngine:
 class EngineVsReference(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.engine = tune(CompositeEngine(window=WINDOW, max_buffer=CAP))
+        self.engine = self.observed(CompositeEngine(window=WINDOW, max_buffer=CAP))
         self.ref = Reference(WINDOW, CAP)
         self.now = 0.0
         self.serial = 0
+        self.lost = [0, 0]  # dropped, expired reported through on_loss
+
+    def observed(self, engine: CompositeEngine) -> CompositeEngine:
+        def on_loss(expression: str, window: float, cap: int, element: str, dropped: int, expired: int) -> None:
+            assert dropped >= 0 and expired >= 0 and dropped + expired > 0
+            assert element in {a.text for a in self.ref.subs[(expression, window, cap)].expr.atoms()}
+            self.lost[0] += dropped
+            self.lost[1] += expired
+
+        engine.on_loss = on_loss
+        return tune(engine)
+
+    def occupancy(self, events: list[CompositeEvent]) -> None:
+        """``stats_of`` each event: its subscription's buffered instances now, as the reference."""
+        for ev in events:
+            s = self.engine.stats_of(ev)
+            assert s is not None and s.expression == ev.expression
+            ref = self.ref.subs[(s.expression, s.window, s.max_buffer)]
+            assert s.buffered == sum(len(b) for b in ref.buffers.values())
 
     def ids(self) -> dict[str, int]:
         return {a.element: a.id for a in self.engine.atoms()}
@@ -101,6 +123,7 @@ class EngineVsReference(RuleBasedStateMachine):
         got = self.engine.offer(ids.get(atom, 10_000), comp, self.now)
         want = self.ref.offer(atom, comp, self.now)
         assert sorted(map(event_key, got)) == sorted(want)
+        self.occupancy(got)
 
     @rule(
         atoms=st.sets(st.sampled_from(POOL), min_size=1), qos=st.integers(0, 2), dt=st.sampled_from([0, 1, 4])
@@ -118,6 +141,7 @@ class EngineVsReference(RuleBasedStateMachine):
             self.ref.advance(self.now)
             self.engine.tick(self.now)
         assert sorted(map(event_key, got)) == sorted(want)
+        self.occupancy(got)
 
     @rule(dt=st.sampled_from([0, 1, 5, 7]), back=st.booleans())
     def tick(self, dt: int, back: bool) -> None:
@@ -132,7 +156,8 @@ class EngineVsReference(RuleBasedStateMachine):
     def snapshot_restore(self) -> None:
         before = self.engine.stats()
         data = self.engine.snapshot()
-        self.engine = tune(CompositeEngine.restore(data))
+        self.engine = self.observed(CompositeEngine.restore(data))
+        self.lost = [before.dropped, before.expired]  # the restored counters, all reported
         after = self.engine.stats()
         assert (after.events, after.dropped, after.expired, after.buffered) == (
             before.events,
@@ -163,6 +188,7 @@ class EngineVsReference(RuleBasedStateMachine):
         assert st_.events == ref.events
         assert st_.dropped == ref.gone_dropped + sum(s.dropped for s in ref.subs.values())
         assert st_.expired == ref.gone_expired + sum(s.expired for s in ref.subs.values())
+        assert (st_.dropped, st_.expired) == tuple(self.lost)  # each loss reported once
         assert st_.subscriptions == len(ref.subs)
         assert st_.subscribers == len(ref.by_key)
 
