@@ -7,9 +7,11 @@ to per-field lists -- no call into the bridge, no encoding, no I/O, nothing the 
 tracks.  (Profiled in issue 19: the previous form, one interpreted ``on_deliveries`` call per
 publication keeping a tuple per call and per delivery, cost 11 % of the event loop in the call
 and tripled its GC time, docs/performance-bridge.md.)  ``on_deliveries`` still works for
-callers outside a broker and records into the same log.  ``on_subscription_change`` appends the
-broker's record to a list; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]``
-(atomic list operations).
+callers outside a broker and records into the same log.  ``on_subscription_change`` and the
+composite hooks (``on_composite_change``/``_event``/``_loss``, issue 16) append the broker's
+record to a list per kind; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]``
+(atomic list operations).  Those kinds are rare next to deliveries (a composite event is one
+record whatever its fan-out; its deliveries go through the log like any other).
 
 Writer (one daemon thread). Every ``roll_interval`` seconds (default 0.5 s), or as soon as
 ``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it takes the log's columns and
@@ -22,7 +24,7 @@ deliveries) per round, about a hundred nanoseconds of GIL time per delivery (mea
 docs/performance-bridge.md).
 
 Back-pressure policy (documented in docs/bridge.md): the rows buffered and not yet committed are
-bounded by ``max_pending`` (deliveries and publications together; subscription changes apart).
+bounded by ``max_pending`` (deliveries and publications together; each record list apart).
 When the writer falls behind (slow disk, failed writes) and the bound is reached, new records are
 *dropped and counted* per kind (``stats().dropped``), and the writer logs a warning with the
 counts at its next round; the broker is never slowed or blocked.  A failed write keeps its
@@ -57,7 +59,14 @@ import pyarrow.parquet as pq
 
 from bridge._schema import SCHEMAS, Kind
 from broker.core._deliverylog import DeliveryLog, LogColumns
-from broker.hooks import DeliveryEntry, Hooks, SubscriptionChange
+from broker.hooks import (
+    CompositeChange,
+    CompositeEventRecord,
+    CompositeLoss,
+    DeliveryEntry,
+    Hooks,
+    SubscriptionChange,
+)
 
 if TYPE_CHECKING:
     from broker import Broker, Message
@@ -170,6 +179,81 @@ def _changes_table(batch: list[SubscriptionChange]) -> pa.Table:
     )
 
 
+def _composite_changes_table(batch: list[CompositeChange], node: str | None) -> pa.Table:
+    return pa.Table.from_arrays(
+        [
+            _ts(np.array([r.time for r in batch], dtype=np.float64)),
+            pa.array([r.client_id for r in batch], pa.string()),
+            pa.array([r.name for r in batch], pa.string()),
+            pa.array([r.action.value for r in batch], pa.string()),
+            pa.array([r.expression for r in batch], pa.string()),
+            pa.array([r.window for r in batch], pa.float64()),
+            pa.array([r.max_buffer for r in batch], pa.int64()),
+            pa.array([r.qos for r in batch], pa.int32()),
+            pa.array([r.subscriptions for r in batch], pa.int64()),
+            _node_column(node, len(batch)),
+        ],
+        schema=SCHEMAS[Kind.COMPOSITE_CHANGES],
+    )
+
+
+def _composite_events_table(batch: list[CompositeEventRecord], node: str | None) -> pa.Table:
+    strings = pa.list_(pa.string())
+    return pa.Table.from_arrays(
+        [
+            _ts(np.array([r.time for r in batch], dtype=np.float64)),
+            pa.array([r.expression for r in batch], pa.string()),
+            pa.array([r.window for r in batch], pa.float64()),
+            pa.array([r.max_buffer for r in batch], pa.int64()),
+            pa.array([[c for c, _ in r.subscribers] for r in batch], strings),
+            pa.array([[n for _, n in r.subscribers] for r in batch], strings),
+            _ts(np.array([r.begin for r in batch], dtype=np.float64)),
+            _ts(np.array([r.end for r in batch], dtype=np.float64)),
+            pa.array([r.components for r in batch], pa.int32()),
+            pa.array([r.completion for r in batch], pa.float64()),
+            pa.array([r.buffered for r in batch], pa.int64()),
+            _node_column(node, len(batch)),
+        ],
+        schema=SCHEMAS[Kind.COMPOSITE_EVENTS],
+    )
+
+
+def _composite_losses_table(batch: list[CompositeLoss], node: str | None) -> pa.Table:
+    return pa.Table.from_arrays(
+        [
+            _ts(np.array([r.time for r in batch], dtype=np.float64)),
+            pa.array([r.expression for r in batch], pa.string()),
+            pa.array([r.window for r in batch], pa.float64()),
+            pa.array([r.max_buffer for r in batch], pa.int64()),
+            pa.array([r.element for r in batch], pa.string()),
+            pa.array([r.expired for r in batch], pa.int64()),
+            pa.array([r.dropped for r in batch], pa.int64()),
+            _node_column(node, len(batch)),
+        ],
+        schema=SCHEMAS[Kind.COMPOSITE_LOSSES],
+    )
+
+
+def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
+    """The table of a batch of one record list's kind."""
+    if kind is Kind.SUBSCRIPTION_CHANGES:
+        return _changes_table(batch)
+    if kind is Kind.COMPOSITE_CHANGES:
+        return _composite_changes_table(batch, node)
+    if kind is Kind.COMPOSITE_EVENTS:
+        return _composite_events_table(batch, node)
+    return _composite_losses_table(batch, node)
+
+
+#: the kinds buffered as lists of the broker's records (not through the delivery log)
+_RECORD_KINDS = (
+    Kind.SUBSCRIPTION_CHANGES,
+    Kind.COMPOSITE_CHANGES,
+    Kind.COMPOSITE_EVENTS,
+    Kind.COMPOSITE_LOSSES,
+)
+
+
 # Parquet dictionary encoding only where values repeat (ids, topics, filters, small ints): on
 # unique values (times, message ids, latencies) it is wasted work.  Measured on a deliveries
 # batch: 117 -> 79 ns of CPU per row and a 25% smaller file than dictionary-encoding every column.
@@ -240,16 +324,17 @@ class _Sink:
 
 
 class Bridge(Hooks):
-    """A broker hook that streams deliveries, publications and subscription changes to Parquet.
+    """A broker hook that streams deliveries, publications, subscription changes and composite
+    subscription records to Parquet.
 
-    ``Bridge(landing_dir)`` creates ``landing_dir/{deliveries,publications,subscription_changes}``.
+    ``Bridge(landing_dir)`` creates one directory per :class:`Kind` under ``landing_dir``.
     Register it with ``Broker(hooks=[bridge])``: the broker's ``start``/``stop`` start the writer
     thread and flush everything on a graceful stop.  Outside a broker use ``start_writer()`` and
     ``close()`` (or ``with Bridge(...) as b:``) and call the hook methods yourself.
 
     ``roll_interval``: seconds between commits (the hard-kill loss window); ``roll_bytes``:
     approximate size at which a file is rolled early; ``max_pending``: bound on the rows
-    buffered and not yet committed (deliveries + publications together; subscription changes
+    buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
     Hot path cost: O(1) per publication (one tuple appended, whatever its fan-out).
     """
@@ -275,11 +360,12 @@ class Bridge(Hooks):
         # Deliveries and publications: appended by the broker's core (or on_deliveries), taken
         # by the writer, released once committed (its pending rows are bounded by max_pending).
         self._log = DeliveryLog(max_pending, self.roll_rows, self._wake.set)
-        self._changes: list[SubscriptionChange] = []
+        # The other kinds: the broker's records, one list per kind (appended on the event loop).
+        self._records: dict[Kind, list[Any]] = {kind: [] for kind in _RECORD_KINDS}
+        self._dropped_records = dict.fromkeys(_RECORD_KINDS, 0)
         # Tables built from the log but not committed yet (a failed write is retried):
         # (kind, table, rows to release from the log once committed).
         self._unwritten: list[tuple[Kind, pa.Table, int]] = []
-        self._dropped_changes = 0
         self._reported_drops = 0
         self._written = dict.fromkeys(Kind, 0)
         self._files = 0
@@ -305,15 +391,27 @@ class Bridge(Hooks):
         """The hook form, for callers outside a broker (a broker appends to the log itself)."""
         self._log.record(time, message, deliveries, routes)
 
-    def on_subscription_change(self, change: SubscriptionChange) -> None:
-        buf = self._changes
+    def _append(self, kind: Kind, record: object) -> None:
+        buf = self._records[kind]
         n = len(buf)
         if n < self.max_pending:
-            buf.append(change)
+            buf.append(record)
             if n == self.roll_rows:
                 self._wake.set()
         else:
-            self._dropped_changes += 1
+            self._dropped_records[kind] += 1
+
+    def on_subscription_change(self, change: SubscriptionChange) -> None:
+        self._append(Kind.SUBSCRIPTION_CHANGES, change)
+
+    def on_composite_change(self, change: CompositeChange) -> None:
+        self._append(Kind.COMPOSITE_CHANGES, change)
+
+    def on_composite_event(self, event: CompositeEventRecord) -> None:
+        self._append(Kind.COMPOSITE_EVENTS, event)
+
+    def on_composite_loss(self, loss: CompositeLoss) -> None:
+        self._append(Kind.COMPOSITE_LOSSES, loss)
 
     # ---- lifecycle ----
 
@@ -354,7 +452,9 @@ class Bridge(Hooks):
     # ---- writer ----
 
     def _backlog(self) -> bool:
-        return self._log.pending >= self.roll_rows or len(self._changes) >= self.roll_rows
+        return self._log.pending >= self.roll_rows or any(
+            len(buf) >= self.roll_rows for buf in self._records.values()
+        )
 
     def _run(self) -> None:
         # Fixed-rate rounds: a round starts roll_interval after the previous one *started*, so
@@ -385,12 +485,19 @@ class Bridge(Hooks):
             else:
                 self._queue(Kind.DELIVERIES, deliveries, credit=True)
                 self._queue(Kind.PUBLICATIONS, pubs, credit=True)
-        changes = self._changes
-        n = len(changes)
-        if n:
-            part = changes[:n]
-            del changes[:n]
-            self._queue(Kind.SUBSCRIPTION_CHANGES, _changes_table(part), credit=False)
+        node = None if self._core is None else self._core.node
+        for kind, buf in self._records.items():
+            n = len(buf)
+            if n:
+                part = buf[:n]
+                del buf[:n]
+                try:
+                    table = _records_table(kind, part, node)
+                except Exception:
+                    self._write_errors += 1
+                    _log.exception("bridge: %d malformed %s records discarded", n, kind.value)
+                else:
+                    self._queue(kind, table, credit=False)
 
     def _queue(self, kind: Kind, table: pa.Table, credit: bool) -> None:
         rows = self.roll_rows
@@ -431,15 +538,15 @@ class Bridge(Hooks):
 
     def _report_drops(self) -> None:
         dlog = self._log
-        total = dlog.dropped_deliveries + dlog.dropped_publications + self._dropped_changes
+        total = dlog.dropped_deliveries + dlog.dropped_publications + sum(self._dropped_records.values())
         if total != self._reported_drops:
             _log.warning(
                 "bridge: writer behind, buffers full (max_pending=%d); dropped so far: "
-                "deliveries=%d publications=%d subscription_changes=%d",
+                "deliveries=%d publications=%d %s",
                 self.max_pending,
                 dlog.dropped_deliveries,
                 dlog.dropped_publications,
-                self._dropped_changes,
+                " ".join(f"{k.value}={v}" for k, v in self._dropped_records.items()),
             )
             self._reported_drops = total
 
@@ -449,7 +556,7 @@ class Bridge(Hooks):
         pending = {
             Kind.DELIVERIES: deliveries,
             Kind.PUBLICATIONS: publications,
-            Kind.SUBSCRIPTION_CHANGES: len(self._changes),
+            **{kind: len(buf) for kind, buf in self._records.items()},
         }
         for kind, table, _ in list(self._unwritten):
             pending[kind] += table.num_rows
@@ -458,7 +565,7 @@ class Bridge(Hooks):
             dropped={
                 Kind.DELIVERIES.value: self._log.dropped_deliveries,
                 Kind.PUBLICATIONS.value: self._log.dropped_publications,
-                Kind.SUBSCRIPTION_CHANGES.value: self._dropped_changes,
+                **{kind.value: n for kind, n in self._dropped_records.items()},
             },
             pending={k.value: v for k, v in pending.items()},
             files=self._files,
@@ -475,6 +582,7 @@ class Bridge(Hooks):
             unwritten = sum(c for _, _, c in self._unwritten)
             assert dlog.pending == deliveries + publications + unwritten
             assert 0 <= dlog.rows_out <= dlog.rows_in
-            assert len(self._changes) <= self.max_pending
+            assert all(len(buf) <= self.max_pending for buf in self._records.values())
         assert min(self._written.values()) >= 0
-        assert min(self._log.dropped_deliveries, self._log.dropped_publications, self._dropped_changes) >= 0
+        assert min(self._log.dropped_deliveries, self._log.dropped_publications) >= 0
+        assert min(self._dropped_records.values()) >= 0

@@ -233,6 +233,7 @@ class CompositeEngine:
         #: come when a cursor moves: at a consumption, a rebase, or a settle (``stats``,
         #: ``subscription(s)``, ``snapshot``, ``unsubscribe``).
         self.on_loss: LossObserver | None = None
+        self._sweep: list[_Sub] = []  # what settle_some has still to visit in this round
         # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
         self._trim_slack = _TRIM_SLACK
         self._dcum_slack = _DCUM_SLACK
@@ -432,6 +433,24 @@ class CompositeEngine:
         by the wall clock are counted as expired, not as discarded with the subscription."""
         if now > self._clock:
             self._clock = now
+
+    def settle_some(self, now: float, budget: int) -> int:
+        """Advance the clock to ``now`` and settle up to ``budget`` composite subscriptions,
+        round robin: every subscription is settled once per ``len(subscriptions) / budget``
+        calls, so instances that expire in an idle subscription are counted (and told to
+        :attr:`on_loss`) within a bounded time.  Returns how many were settled.
+        O(budget x atoms per subscription), plus O(subscriptions) to start a round."""
+        self.advance(now)
+        if not self._sweep:
+            self._sweep = list(self._subs.values())
+        todo = self._sweep
+        n = 0
+        while todo and n < budget:
+            sub = todo.pop()
+            if sub.subscribers:  # not removed meanwhile (a removed one has none)
+                self._settle(sub)
+                n += 1
+        return n
 
     def tick(self, now: float) -> None:
         """Advance the clock and free the log entries no subscription can use any more

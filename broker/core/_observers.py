@@ -1,7 +1,7 @@
 """The registered hooks, split by the methods they override (unused ones cost nothing).
 
 ``broker.hooks.Hooks`` subclasses observe the broker (connections, subscription changes,
-publications, deliveries) and give opinions (authenticate, authorize).  The core asks this
+publications, deliveries, composite subscriptions, events and losses) and give opinions (authenticate, authorize).  The core asks this
 object which hooks override what, so a broker without hooks pays one boolean test per event.
 """
 
@@ -35,6 +35,9 @@ class Observers:
         self.subscription = over("on_subscription_change")
         self.publication = over("on_publication")
         self.delivery = over("on_delivery")
+        self.composite_change = over("on_composite_change")
+        self.composite_event = over("on_composite_event")
+        self.composite_loss = over("on_composite_loss")
         # Recorders with a columnar log get their records appended by the core (compiled, no
         # call into the hook); they are not called through on_deliveries as well.
         self.logs: list[DeliveryLog] = []

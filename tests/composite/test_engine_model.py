@@ -66,7 +66,9 @@ class EngineVsReference(RuleBasedStateMachine):
         self.lost = [0, 0]  # dropped, expired reported through on_loss
 
     def observed(self, engine: CompositeEngine) -> CompositeEngine:
-        def on_loss(expression: str, window: float, cap: int, element: str, dropped: int, expired: int) -> None:
+        def on_loss(
+            expression: str, window: float, cap: int, element: str, dropped: int, expired: int
+        ) -> None:
             assert dropped >= 0 and expired >= 0 and dropped + expired > 0
             assert element in {a.text for a in self.ref.subs[(expression, window, cap)].expr.atoms()}
             self.lost[0] += dropped
@@ -150,6 +152,14 @@ class EngineVsReference(RuleBasedStateMachine):
         t = self.now - 10 if back else self.now
         self.engine.tick(t)
         self.ref.advance(t)
+
+    @rule(dt=st.sampled_from([0, 1, 6]), budget=st.integers(1, 3))
+    def settle_some(self, dt: int, budget: int) -> None:
+        # the broker's sweep: counts (and reports) what expired in idle subscriptions
+        self.now += dt
+        n = self.engine.settle_some(self.now, budget)
+        assert 0 <= n <= min(budget, len(self.ref.subs))
+        self.ref.advance(self.now)
 
     @precondition(lambda self: self.ref.by_key)
     @rule()
