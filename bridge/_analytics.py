@@ -20,6 +20,8 @@ top_topics          messages, deliveries and bytes per topic                 top
 filter_selectivity  deliveries through each content-filtered subscription   subscriber, filters
 active_filters      +1/-1 events per (topic filter, content filter), from a  (events, summed)
                     stateful per-client operator (applyInPandasWithState)
+composite_*         composite subscriptions: events, time to completion,      see
+                    occupancy, expiries, drops, changes (issue 16)            ``bridge/_composite.py``
 ==================  =======================================================  ===================
 
 Sinks: results are written in *update* mode through ``foreachBatch`` to
@@ -34,7 +36,11 @@ Content-filter selectivity is ``deliveries through the filtered subscription / m
 published on topics its topic filter matches`` (:func:`selectivity`), from ``filter_selectivity``
 and ``top_topics``; it ignores negative entries and the subscription's lifetime.
 
-This part has no seed document: it follows issue 6, item 3.
+A landing zone from before a record kind existed (the composite kinds) is read as empty: a local
+landing zone gets the missing directories created at start.
+
+This part has no seed document: it follows issue 6, item 3 (and issue 16 item 5 for the
+composite view).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 import pyarrow.dataset as ds
 
+from bridge._composite import COMPOSITE_KEYS, build_composite, composite_summary, composite_view
 from bridge._schema import Kind, spark_schema
 
 __all__ = [
@@ -76,6 +83,7 @@ RESULT_KEYS: dict[str, tuple[str, ...]] = {
     "top_topics": ("topic",),
     "filter_selectivity": ("subscriber_id", "subscription_filter", "content_filter"),
     "active_filters": (),  # delta events: every row counts
+    **COMPOSITE_KEYS,
 }
 
 
@@ -177,6 +185,7 @@ def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, A
         )
 
     return {
+        **build_composite(streams),
         "topic_rate": flat(
             d.groupBy(win.alias("window"), "topic").agg(
                 F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
@@ -230,6 +239,15 @@ def _sink(output: str, name: str) -> Callable[[Any, int], None]:
     return write
 
 
+def _complete(landing: str | Path) -> None:
+    """Create the directories a local landing zone lacks (one written before a record kind
+    existed, or by a bridge that never wrote one): Spark's file source needs them."""
+    if "://" in str(landing):
+        return
+    for kind in Kind:
+        (Path(landing) / kind.value).mkdir(parents=True, exist_ok=True)
+
+
 def start_queries(
     spark: Any,
     landing: str | Path,
@@ -243,6 +261,7 @@ def start_queries(
 ) -> list[Any]:
     """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""
     out = _spark_path(output).rstrip("/")
+    _complete(landing)
     frames = _build(landing_streams(spark, landing), window, watermark)
     queries = []
     for name, df in frames.items():
@@ -380,6 +399,7 @@ def console_summary(output: str | Path, top_n: int = 5) -> str:
         known = sel["selectivity"].dropna()
         median = f"{float(known.median()):.3f}" if len(known) else "n/a"
         lines.append(f"content filters: {len(sel)} subscriptions, median selectivity {median}")
+    lines.extend(composite_summary(composite_view(output), top_n))
     return "\n".join(lines)
 
 
@@ -400,9 +420,6 @@ def run_cli(
         return 2
     if "://" not in output:
         Path(output).mkdir(parents=True, exist_ok=True)
-    if "://" not in landing:  # a landing zone the bridge has not written every kind to yet
-        for kind in Kind:
-            (Path(landing) / kind.value).mkdir(exist_ok=True)
     java = shutil.which("java") or (
         os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
     )

@@ -431,8 +431,7 @@ class CompositeEngine:
         """Move the clock to ``now`` (if later) without trimming anything: O(1).  The broker
         calls it before an unsubscribe or a settle, so that instances older than the window
         by the wall clock are counted as expired, not as discarded with the subscription."""
-        if now > self._clock:
-            self._clock = now
+        self._clock = max(self._clock, now)
 
     def settle_some(self, now: float, budget: int) -> int:
         """Advance the clock to ``now`` and settle up to ``budget`` composite subscriptions,
@@ -491,7 +490,7 @@ class CompositeEngine:
             else:
                 deliveries = tuple((key, q if q < qmin else qmin) for key, q in deliveries)
         return CompositeEvent(
-            sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival, sub
+            sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival, source=sub
         )
 
     def _skip(self, sub: _Sub, i: int, lim: float) -> int:

@@ -118,6 +118,7 @@ class CompositeEvent:
         components: tuple[Part, ...],
         begin: float,
         end: float,
+        *,
         source: object = None,
     ) -> None:
         self.expression = expression

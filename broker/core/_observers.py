@@ -1,8 +1,9 @@
 """The registered hooks, split by the methods they override (unused ones cost nothing).
 
 ``broker.hooks.Hooks`` subclasses observe the broker (connections, subscription changes,
-publications, deliveries, composite subscriptions, events and losses) and give opinions (authenticate, authorize).  The core asks this
-object which hooks override what, so a broker without hooks pays one boolean test per event.
+publications, deliveries, composite subscriptions, events and losses) and give opinions
+(authenticate, authorize).  The core asks this object which hooks override what, so a broker
+without hooks pays one boolean test per event.
 """
 
 from __future__ import annotations
