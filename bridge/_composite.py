@@ -50,6 +50,9 @@ COMPOSITE_KEYS: dict[str, tuple[str, ...]] = {
     "composite_churn": (*_SUB, "action"),
 }
 
+#: the integer columns of the event statistics (the others are floats)
+_INTS: dict[str, type[int]] = {"events": int, "components": int, "buffered_max": int}
+
 #: change actions in the order the view lists them
 ACTIONS = ("subscribe", "unsubscribe", "session_end", "expired")
 
@@ -88,21 +91,19 @@ def build_composite(streams: dict[Kind, Any]) -> dict[str, Any]:
     }
 
 
-def _num(value: Any) -> float | int | None:
-    """A JSON-able number (None for NaN / missing)."""
+def _num(value: Any, kind: type[int] | type[float] = float) -> float | int | None:
+    """A JSON-able number of type ``kind`` (None for null / NaN)."""
     if value is None:
         return None
-    if isinstance(value, int):
-        return value
     x = float(value)
     if math.isnan(x):
         return None
-    return int(x) if x.is_integer() and abs(x) < 2**53 else x
+    return int(x) if kind is int else x
 
 
 def _key(row: Any) -> tuple[str, float | None, int | None]:
     w = _num(row["window"])
-    c = _num(row["max_buffer"])
+    c = _num(row["max_buffer"], int)
     return str(row["expression"]), None if w is None else float(w), None if c is None else int(c)
 
 
@@ -152,7 +153,7 @@ def composite_view(output: str | Path) -> dict[str, Any]:
     )
     for _, r in subs.iterrows():
         e = entry(_key(r))
-        e.update({c: _num(r[c]) for c in stat_cols})
+        e.update({c: _num(r[c], _INTS.get(c, float)) for c in stat_cols})
     for _, r in losses.iterrows():
         e = entry(_key(r))
         e["expired"] += int(r["expired"])
@@ -164,7 +165,7 @@ def composite_view(output: str | Path) -> dict[str, Any]:
     ordered = sorted(rows.values(), key=lambda e: (-e["events"], e["expression"], str(e["window"])))
     total: dict[str, Any] = {c: None for c in stat_cols} | {"events": 0, "components": 0}
     if not overall.empty:
-        total.update({c: _num(overall.iloc[0][c]) for c in stat_cols})
+        total.update({c: _num(overall.iloc[0][c], _INTS.get(c, float)) for c in stat_cols})
     changes = dict.fromkeys(ACTIONS, 0)
     for e in ordered:
         for action, n in e["changes"].items():
@@ -196,7 +197,8 @@ def composite_summary(view: dict[str, Any], top_n: int = 5) -> list[str]:
     ]
     lines.extend(
         f"  {e['expression']}: {e['events']} events, p50 {_seconds(e['completion_p50'])}, "
-        f"p99 {_seconds(e['completion_p99'])}, buffered max {e['buffered_max']}, "
+        f"p99 {_seconds(e['completion_p99'])}, "
+        f"buffered max {'n/a' if e['buffered_max'] is None else e['buffered_max']}, "
         f"expired {e['expired']}, dropped {e['dropped']}"
         for e in view["subscriptions"][:top_n]
     )

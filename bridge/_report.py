@@ -165,7 +165,8 @@ def _composite(ax: Any, df: pd.DataFrame) -> None:
             x, values, linestyle="none", marker=marker, color=color, label=col.replace("completion_", "")
         )
     right.set_ylabel("time to completion (s)")
-    right.set_ylim(bottom=0)
+    top = pd.to_numeric(df["completion_p99"], errors="coerce").max()
+    right.set_ylim(0, float(top) * 1.15 if pd.notna(top) and top > 0 else 1.0)
     handles, labels = ax.get_legend_handles_labels()
     more, more_labels = right.get_legend_handles_labels()
     ax.legend(handles + more, labels + more_labels, fontsize="small", loc="upper right")
@@ -185,7 +186,9 @@ def _composite_section(view: dict[str, Any]) -> str:
             return "—"
         if seconds:
             return f"{float(v):.3f}"
-        return f"{v:.1f}" if isinstance(v, float) and not float(v).is_integer() else str(v)
+        if isinstance(v, float):
+            return str(int(v)) if v.is_integer() else f"{v:.3g}"
+        return str(v)
 
     table = pd.DataFrame(
         {
