@@ -43,7 +43,7 @@ How a broker drives it (the interface; every call is synchronous and cheap)::
 
     eng.tick(now)                   # now and then: frees log entries nobody can use any more
     eng.on_loss = callback          # optional: told whenever instances are counted dropped/expired
-    eng.stats_of(event)             # the subscription that fired: occupancy and counters now
+    eng.occupancy(event)            # (window, max_buffer, buffered now) of the subscription that fired
     data = eng.snapshot()           # plain data; CompositeEngine.restore(data) rebuilds it
     eng.subscriptions(); eng.stats()   # counters for $SYS, analytics and Fig. 10
 

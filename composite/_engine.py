@@ -569,12 +569,29 @@ class CompositeEngine:
         expiries).  O(total atoms of all subscriptions)."""
         return [self._stats(s) for s in self._subs.values()]
 
-    def stats_of(self, event: CompositeEvent) -> SubscriptionStats | None:
-        """The composite subscription that produced ``event``, settled at the clock (its
-        buffer occupancy and counters now); None for an event from elsewhere.  O(atoms of
-        the subscription)."""
+    def occupancy(self, event: CompositeEvent) -> tuple[float, int, int] | None:
+        """(window, max_buffer, instances buffered now) of the composite subscription that
+        produced ``event``, its buffers settled at the clock; None for an event from elsewhere.
+        Called right after the offer, the occupancy after the event.  O(atoms of the
+        subscription), a bisection only for an atom whose oldest buffered instance is gone."""
         sub = event.source
-        return self._stats(sub) if isinstance(sub, _Sub) else None
+        if not isinstance(sub, _Sub):
+            return None
+        lim = self._clock - sub.window
+        cap = sub.cap
+        cur = sub.cur
+        n = 0
+        for i, atom in enumerate(sub.atoms):
+            c = cur[i]
+            end = atom.end
+            if c < end:
+                start = atom.start
+                if c < start or c < end - cap or atom.arr[c - start] < lim:  # gone ones first
+                    c = self._skip(sub, i, lim)
+                    if c == end:
+                        sub.groups[i].waiting.add(sub)
+                n += end - c
+        return sub.window, cap, n
 
     def qos_of(self, key: Hashable) -> int | None:
         """The QoS ``key`` subscribed with (None: no composite subscription)."""

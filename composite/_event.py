@@ -127,7 +127,7 @@ class CompositeEvent:
         self.begin = begin
         self.end = end
         #: the engine's handle of the composite subscription that fired (opaque; for
-        #: :meth:`CompositeEngine.stats_of`), None when built elsewhere
+        #: :meth:`CompositeEngine.occupancy`), None when built elsewhere
         self.source = source
         self._payload: bytes | None = None
 

@@ -38,7 +38,7 @@ merging) is sans-IO; this module is its broker side:
 * **Observation** (hooks, ``broker.hooks``; the bridge records them).  ``on_composite_change``
   per subscribe / unsubscribe / session end / session expiry of a ``(client id, name)``;
   ``on_composite_event`` once per composite event the engine produces (with the firing
-  subscription's buffer occupancy after the offer, ``CompositeEngine.stats_of``);
+  subscription's buffer occupancy after the offer, ``CompositeEngine.occupancy``);
   ``on_composite_loss`` whenever the engine counts buffered instances as expired or dropped
   (its ``on_loss`` observer, installed only when a hook overrides the method).  The engine
   counts those lazily, so :meth:`Composites.tick` (from ``Core.tick``) settles
@@ -503,24 +503,26 @@ class Composites:
         """One ``on_composite_event`` per event, with its subscription's occupancy now."""
         core = self.core
         t = core.clock.wall()
-        eng = self.engine
+        occupancy = self.engine.occupancy
+        hooks = core.obs.composite_event
         for ev in events:
-            s = eng.stats_of(ev)
-            if s is None:
+            got = occupancy(ev)
+            if got is None:
                 continue
+            window, cap, buffered = got
             rec = CompositeEventRecord(
                 t,
                 ev.expression,
-                s.window,
-                s.max_buffer,
-                tuple((str(key[0]), str(key[1])) for key, _ in ev.deliveries),  # type: ignore[index]
+                window,
+                cap,
+                tuple(key for key, _ in ev.deliveries),  # type: ignore[misc]  # (client id, name)
                 ev.begin,
                 ev.end,
                 len(ev.components),
                 ev.end - ev.begin,
-                s.buffered,
+                buffered,
             )
-            core._call(core.obs.composite_event, "on_composite_event", rec)
+            core._call(hooks, "on_composite_event", rec)
 
     # ------------------------------------------------------------ persistence
     def dump(self, keep: Callable[[str], bool]) -> bytes:

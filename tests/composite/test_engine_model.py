@@ -8,7 +8,7 @@ arrivals exactly on the window's edge happen), tick, snapshot + restore.  The en
 sizes are shrunk so that log trimming and prefix-count rebasing happen within a few steps.
 ``_check()`` runs after every step.  The engine's ``on_loss`` observer (what the broker turns
 into hook records) must report every dropped and expired instance exactly once: its running
-totals equal the engine's counters after every step, and ``stats_of(event)`` gives the firing
+totals equal the engine's counters after every step, and ``occupancy(event)`` gives the firing
 subscription's buffer occupancy after the offer, equal to the reference's.
 """
 
@@ -78,12 +78,17 @@ class EngineVsReference(RuleBasedStateMachine):
         return tune(engine)
 
     def occupancy(self, events: list[CompositeEvent]) -> None:
-        """``stats_of`` each event: its subscription's buffered instances now, as the reference."""
+        """``occupancy`` of each event: its subscription's buffered instances now, as the
+        reference (and as ``subscription()`` says, which settles on its own)."""
         for ev in events:
-            s = self.engine.stats_of(ev)
-            assert s is not None and s.expression == ev.expression
-            ref = self.ref.subs[(s.expression, s.window, s.max_buffer)]
-            assert s.buffered == sum(len(b) for b in ref.buffers.values())
+            got = self.engine.occupancy(ev)
+            assert got is not None
+            window, cap, buffered = got
+            ref = self.ref.subs[(ev.expression, window, cap)]
+            assert buffered == sum(len(b) for b in ref.buffers.values())
+            key = next(iter(ref.subscribers))
+            s = self.engine.subscription(key)
+            assert s is not None and s.buffered == buffered
 
     def ids(self) -> dict[str, int]:
         return {a.element: a.id for a in self.engine.atoms()}
