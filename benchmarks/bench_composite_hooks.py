@@ -140,9 +140,8 @@ def main() -> None:
     for b in bridges:
         b.close()
     written = bridges[1].stats().written
-    print(
-        f"bridge rows: composite_events={written['composite_events']} composite_losses={written['composite_losses']}"
-    )
+    rows = {k: written[k] for k in ("composite_events", "composite_losses")}
+    print("bridge rows:", " ".join(f"{k}={v}" for k, v in rows.items()))
 
 
 if __name__ == "__main__":
