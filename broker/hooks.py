@@ -20,12 +20,14 @@ Composite subscriptions (issue 16, docs/composite.md) have records of their own:
 ``on_composite_change`` (a client's composite subscription added or removed), one
 ``on_composite_event`` per composite event the engine produces (however many subscribers it
 is delivered to; its deliveries also appear as ``$composite/<name>`` publications in
-``on_deliveries``), and ``on_composite_loss`` when the engine counts buffered components as
-expired (window) or dropped (cap).  The engine counts those lazily (docs/composite.md, "How it
-works"): when a subscription consumes past them, when it is unsubscribed or snapshotted, and at
-the latest when the broker's sweep visits it (every subscription within about
-``subscriptions / 2000`` seconds, while a hook overrides ``on_composite_loss``), so a loss record
-carries a count for one subscription and one atom, and the sum of all of them is exact.
+``on_deliveries``), and ``on_composite_loss`` with the buffered components the engine counted
+as expired (window) or dropped (cap).  The engine counts those lazily (docs/composite.md, "How
+it works"): when a subscription consumes past them, when it is unsubscribed or snapshotted, and
+at the latest when the broker's sweep visits it (every subscription within about
+``subscriptions / 2000`` seconds, while a hook overrides ``on_composite_loss``); the broker sums
+them per subscription and atom and reports the sums at its next tick (0.25 s), after an
+unsubscribe and at its stop.  A loss record therefore carries the counts of one subscription
+and one atom over a period, and the sum of all of them is exact.
 """
 
 from __future__ import annotations
@@ -106,11 +108,11 @@ class CompositeEventRecord:
 
 @dataclass(frozen=True, slots=True)
 class CompositeLoss:
-    """Buffered components of one composite subscription and one atom that the engine has
-    just counted as gone: ``expired`` (older than the window) or ``dropped`` (pushed out by
-    the cap while live).  Every loss is in exactly one record."""
+    """Buffered components of one composite subscription and one atom that the engine counted
+    as gone since the previous record: ``expired`` (older than the window) or ``dropped``
+    (pushed out by the cap while live).  Every loss is in exactly one record."""
 
-    time: float
+    time: float  # when reported (the broker's tick, an unsubscribe, its stop)
     expression: str
     window: float
     max_buffer: int
