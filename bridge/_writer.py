@@ -7,11 +7,13 @@ to per-field lists -- no call into the bridge, no encoding, no I/O, nothing the 
 tracks.  (Profiled in issue 19: the previous form, one interpreted ``on_deliveries`` call per
 publication keeping a tuple per call and per delivery, cost 11 % of the event loop in the call
 and tripled its GC time, docs/performance-bridge.md.)  ``on_deliveries`` still works for
-callers outside a broker and records into the same log.  ``on_subscription_change`` and the
-composite hooks (``on_composite_change``/``_event``/``_loss``, issue 16) append the broker's
-record to a list per kind; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]``
-(atomic list operations).  Those kinds are rare next to deliveries (a composite event is one
-record whatever its fan-out; its deliveries go through the log like any other).
+callers outside a broker and records into the same log.  ``on_subscription_change``,
+``on_composite_change`` and ``on_composite_loss`` (issue 16) append the broker's record to a
+list per kind; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]`` (atomic list
+operations).  Those are rare.  Composite events can be hundreds per publication, so
+``on_composite_event`` appends the event's fields to columns (``bridge/_eventlog.py``, the
+delivery log's design: no record kept for the GC to scan); its deliveries go through the
+delivery log like any other.
 
 Writer (one daemon thread). Every ``roll_interval`` seconds (default 0.5 s), or as soon as
 ``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it takes the log's columns and
@@ -57,6 +59,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bridge._eventlog import EventLog, events_table
 from bridge._schema import SCHEMAS, Kind
 from broker.core._deliverylog import DeliveryLog, LogColumns
 from broker.hooks import (
@@ -197,40 +200,6 @@ def _composite_changes_table(batch: list[CompositeChange], node: str | None) -> 
     )
 
 
-def _composite_events_table(batch: list[CompositeEventRecord], node: str | None) -> pa.Table:
-    """One pass over the records (a tuple each, transposed by ``zip``); the subscriber lists as
-    Arrow list arrays from offsets.  About 1.1 us per row (1.6 with a comprehension per column)."""
-    n = len(batch)
-    rows = [
-        (r.time, r.expression, r.window, r.max_buffer, r.subscribers, r.begin, r.end, r.components)
-        for r in batch
-    ]
-    t, expr, window, cap, subs, begin, end, parts = zip(*rows, strict=True)
-    completion = [r.completion for r in batch]
-    buffered = [r.buffered for r in batch]
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.fromiter(map(len, subs), dtype=np.int32, count=n), out=offsets[1:])
-    keys = [key for s in subs for key in s]
-    starts = pa.array(offsets)
-    return pa.Table.from_arrays(
-        [
-            _ts(np.array(t, dtype=np.float64)),
-            pa.array(expr, pa.string()),
-            pa.array(window, pa.float64()),
-            pa.array(cap, pa.int64()),
-            pa.ListArray.from_arrays(starts, pa.array([k[0] for k in keys], pa.string())),
-            pa.ListArray.from_arrays(starts, pa.array([k[1] for k in keys], pa.string())),
-            _ts(np.array(begin, dtype=np.float64)),
-            _ts(np.array(end, dtype=np.float64)),
-            pa.array(parts, pa.int32()),
-            pa.array(completion, pa.float64()),
-            pa.array(buffered, pa.int64()),
-            _node_column(node, n),
-        ],
-        schema=SCHEMAS[Kind.COMPOSITE_EVENTS],
-    )
-
-
 def _composite_losses_table(batch: list[CompositeLoss], node: str | None) -> pa.Table:
     return pa.Table.from_arrays(
         [
@@ -253,18 +222,12 @@ def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
         return _changes_table(batch)
     if kind is Kind.COMPOSITE_CHANGES:
         return _composite_changes_table(batch, node)
-    if kind is Kind.COMPOSITE_EVENTS:
-        return _composite_events_table(batch, node)
     return _composite_losses_table(batch, node)
 
 
-#: the kinds buffered as lists of the broker's records (not through the delivery log)
-_RECORD_KINDS = (
-    Kind.SUBSCRIPTION_CHANGES,
-    Kind.COMPOSITE_CHANGES,
-    Kind.COMPOSITE_EVENTS,
-    Kind.COMPOSITE_LOSSES,
-)
+#: the kinds buffered as lists of the broker's records (deliveries and publications go through
+#: the delivery log, composite events through the event log: both are columns of scalars)
+_RECORD_KINDS = (Kind.SUBSCRIPTION_CHANGES, Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_LOSSES)
 
 
 # Parquet dictionary encoding only where values repeat (ids, topics, filters, small ints): on
@@ -375,7 +338,8 @@ class Bridge(Hooks):
         self._log = DeliveryLog(max_pending, self.roll_rows, self._wake.set)
         # The other kinds: the broker's records, one list per kind (appended on the event loop).
         self._records: dict[Kind, list[Any]] = {kind: [] for kind in _RECORD_KINDS}
-        self._dropped_records = dict.fromkeys(_RECORD_KINDS, 0)
+        self._events = EventLog(max_pending)  # composite events, as columns (bridge/_eventlog.py)
+        self._dropped_records = dict.fromkeys((*_RECORD_KINDS, Kind.COMPOSITE_EVENTS), 0)
         # Tables built from the log but not committed yet (a failed write is retried):
         # (kind, table, rows to release from the log once committed).
         self._unwritten: list[tuple[Kind, pa.Table, int]] = []
@@ -421,7 +385,11 @@ class Bridge(Hooks):
         self._append(Kind.COMPOSITE_CHANGES, change)
 
     def on_composite_event(self, event: CompositeEventRecord) -> None:
-        self._append(Kind.COMPOSITE_EVENTS, event)
+        n = self._events.record(event)
+        if n < 0:
+            self._dropped_records[Kind.COMPOSITE_EVENTS] += 1
+        elif n == self.roll_rows:
+            self._wake.set()
 
     def on_composite_loss(self, loss: CompositeLoss) -> None:
         self._append(Kind.COMPOSITE_LOSSES, loss)
@@ -465,8 +433,10 @@ class Bridge(Hooks):
     # ---- writer ----
 
     def _backlog(self) -> bool:
-        return self._log.pending >= self.roll_rows or any(
-            len(buf) >= self.roll_rows for buf in self._records.values()
+        return (
+            self._log.pending >= self.roll_rows
+            or len(self._events) >= self.roll_rows
+            or any(len(buf) >= self.roll_rows for buf in self._records.values())
         )
 
     def _run(self) -> None:
@@ -499,6 +469,15 @@ class Bridge(Hooks):
                 self._queue(Kind.DELIVERIES, deliveries, credit=True)
                 self._queue(Kind.PUBLICATIONS, pubs, credit=True)
         node = None if self._core is None else self._core.node
+        events = self._events.take()
+        if len(events):
+            try:
+                table = events_table(events, node)
+            except Exception:
+                self._write_errors += 1
+                _log.exception("bridge: %d malformed composite events discarded", len(events))
+            else:
+                self._queue(Kind.COMPOSITE_EVENTS, table, credit=False)
         for kind, buf in self._records.items():
             n = len(buf)
             if n:
@@ -570,6 +549,7 @@ class Bridge(Hooks):
             Kind.DELIVERIES: deliveries,
             Kind.PUBLICATIONS: publications,
             **{kind: len(buf) for kind, buf in self._records.items()},
+            Kind.COMPOSITE_EVENTS: len(self._events),
         }
         for kind, table, _ in list(self._unwritten):
             pending[kind] += table.num_rows
@@ -596,6 +576,8 @@ class Bridge(Hooks):
             assert dlog.pending == deliveries + publications + unwritten
             assert 0 <= dlog.rows_out <= dlog.rows_in
             assert all(len(buf) <= self.max_pending for buf in self._records.values())
+            assert len(self._events) <= self.max_pending
+            self._events._cols._check()
         assert min(self._written.values()) >= 0
         assert min(self._log.dropped_deliveries, self._log.dropped_publications) >= 0
         assert min(self._dropped_records.values()) >= 0
