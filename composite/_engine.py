@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -74,14 +74,14 @@ __all__ = [
     "Change",
     "CompositeEngine",
     "EngineStats",
-    "LossObserver",
+    "Loss",
     "SubscriptionStats",
 ]
 
-LossObserver = Callable[[str, float, int, str, int, int], None]
-"""``on_loss(expression, window, max_buffer, element, dropped, expired)``: the engine has just
-counted ``dropped`` + ``expired`` (> 0) instances of atom ``element`` as gone for the composite
-subscription (expression, window, max_buffer); its counters already include them."""
+Loss = tuple[str, float, int, str, int, int]
+"""``(expression, window, max_buffer, element, expired, dropped)``: instances of atom
+``element`` that the engine counted as gone for the composite subscription (expression, window,
+max_buffer) since the previous :meth:`CompositeEngine.drain_losses`."""
 
 DEFAULT_WINDOW = 60.0
 DEFAULT_MAX_BUFFER = 64
@@ -228,11 +228,9 @@ class CompositeEngine:
         self._events = 0
         self._gone_dropped = 0
         self._gone_expired = 0
-        #: told about every instance the engine counts as dropped or expired (None: nobody);
-        #: see :data:`LossObserver`.  Counting is lazy (the module docstring), so the calls
-        #: come when a cursor moves: at a consumption, a rebase, or a settle (``stats``,
-        #: ``subscription(s)``, ``snapshot``, ``unsubscribe``).
-        self.on_loss: LossObserver | None = None
+        # losses counted since the last drain_losses, per subscription: [expired per atom...,
+        # dropped per atom...]; None while nobody tracks them (see track_losses)
+        self._lost: dict[_Sub, list[int]] | None = None
         self._sweep: list[_Sub] = []  # what settle_some has still to visit in this round
         # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
         self._trim_slack = _TRIM_SLACK
@@ -436,8 +434,8 @@ class CompositeEngine:
     def settle_some(self, now: float, budget: int) -> int:
         """Advance the clock to ``now`` and settle up to ``budget`` composite subscriptions,
         round robin: every subscription is settled once per ``len(subscriptions) / budget``
-        calls, so instances that expire in an idle subscription are counted (and told to
-        :attr:`on_loss`) within a bounded time.  Returns how many were settled.
+        calls, so instances that expire in an idle subscription are counted (and reach
+        :meth:`drain_losses`) within a bounded time.  Returns how many were settled.
         O(budget x atoms per subscription), plus O(subscriptions) to start a round."""
         self.advance(now)
         if not self._sweep:
@@ -501,20 +499,50 @@ class CompositeEngine:
         lo = max(c, atom.end - sub.cap, atom.start)
         j = bisect_left(atom.arr, lim, lo - atom.start) + atom.start
         if j > c:
-            self._count(sub, sub.groups[i], c, j)
+            self._count(sub, i, c, j)
             sub.cur[i] = j
         return j
 
-    def _count(self, sub: _Sub, g: _Group, c: int, j: int) -> None:
-        """Count entries c..j-1, all gone for ``sub``: dropped per ``dcum``, the rest expired
-        (and tell :attr:`on_loss`)."""
+    def _count(self, sub: _Sub, i: int, c: int, j: int) -> None:
+        """Count entries c..j-1 of atom i, all gone for ``sub``: dropped per the group's
+        ``dcum``, the rest expired (and keep them for :meth:`drain_losses` when tracked)."""
+        g = sub.groups[i]
         dcum, base = g.dcum, g.dbase
         top = base + len(dcum) - 1
         d = dcum[min(j, top) - base] - dcum[min(c, top) - base]
         sub.dropped += d
         sub.expired += j - c - d
-        if self.on_loss is not None:
-            self.on_loss(sub.expr.text, sub.window, sub.cap, g.atom.expr.text, d, j - c - d)
+        lost = self._lost
+        if lost is not None:
+            row = lost.get(sub)
+            if row is None:
+                row = lost[sub] = [0] * (2 * len(sub.atoms))
+            row[i] += j - c - d
+            row[len(sub.atoms) + i] += d
+
+    def track_losses(self, on: bool) -> None:
+        """Keep (``on``) or stop keeping what :meth:`drain_losses` returns.  Counting is lazy
+        (module docstring): instances are counted gone when a cursor moves past them, at a
+        consumption, a prefix-count rebase, or a settle (``stats``, ``subscription(s)``,
+        ``snapshot``, ``unsubscribe``, :meth:`settle_some`)."""
+        self._lost = ({} if self._lost is None else self._lost) if on else None
+
+    def drain_losses(self) -> list[Loss]:
+        """The losses counted since the previous call (while tracked), summed per composite
+        subscription and atom; every dropped and expired instance is in exactly one call's
+        answer.  O(subscriptions with losses x their atoms)."""
+        lost = self._lost
+        if not lost:
+            return []
+        self._lost = {}
+        out: list[Loss] = []
+        for sub, row in lost.items():
+            n = len(sub.atoms)
+            text, w, k = sub.expr.text, sub.window, sub.cap
+            for i, atom in enumerate(sub.atoms):
+                if row[i] or row[n + i]:
+                    out.append((text, w, k, atom.expr.text, row[i], row[n + i]))
+        return out
 
     def _settle(self, sub: _Sub) -> None:
         """Bring every cursor of ``sub`` past its gone instances (for counts and snapshots)."""
@@ -546,7 +574,7 @@ class CompositeEngine:
         for sub, i in g.users.items():
             c = sub.cur[i]
             if c < start:
-                self._count(sub, g, c, start)
+                self._count(sub, i, c, start)
                 sub.cur[i] = start
                 if start == atom.end:
                     g.waiting.add(sub)

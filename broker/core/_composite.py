@@ -40,9 +40,9 @@ merging) is sans-IO; this module is its broker side:
   ``on_composite_event`` once per composite event the engine produces (with the firing
   subscription's buffer occupancy after the offer, ``CompositeEngine.occupancy``);
   ``on_composite_loss`` with the buffered instances the engine counted as expired or dropped
-  (its ``on_loss`` observer, installed only when a hook overrides the method), summed per
-  (subscription, atom) and told at every tick, after an unsubscribe and at the broker's stop
-  (:meth:`Composites.flush_losses`).  The engine counts those lazily, so
+  (``CompositeEngine.track_losses`` only when a hook overrides the method), summed per
+  (subscription, atom) in the engine and told at every tick, after an unsubscribe and at the
+  broker's stop (:meth:`Composites.flush_losses`).  The engine counts those lazily, so
   :meth:`Composites.tick` (from ``Core.tick``) settles ``SWEEP_BUDGET`` subscriptions per
   call, round robin, while a loss hook is registered: an idle subscription's expiries are
   reported within about ``subscriptions / SWEEP_BUDGET`` ticks.  Nothing is built for a hook
@@ -160,38 +160,26 @@ class Composites:
         #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
         self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
         self._by_expression: dict[str, set[tuple[str, str]]] = {}
-        #: (expression, window, cap, element) -> [expired, dropped] not told to hooks yet
-        self._losses: dict[tuple[str, float, int, str], list[int]] = {}
         self._observe()
 
     def _observe(self) -> None:
-        """Install the engine's loss observer when a hook wants losses (after a restore too)."""
-        self.engine.on_loss = self._lost if self.core.obs.composite_loss else None
-
-    def _lost(  # noqa: PLR0917
-        self, expression: str, window: float, cap: int, element: str, dropped: int, expired: int
-    ) -> None:
-        """The engine's ``on_loss``: summed per (subscription, atom) until the next
-        :meth:`flush_losses` (a dict update here; a record per count would cost a frozen record
-        and a hook call each, 0.2 per publication when a hot atom's log is rebased)."""
-        key = (expression, window, cap, element)
-        got = self._losses.get(key)
-        if got is None:
-            self._losses[key] = [expired, dropped]
-        else:
-            got[0] += expired
-            got[1] += dropped
+        """Have the engine keep its losses when a hook wants them (after a restore too)."""
+        self.engine.track_losses(bool(self.core.obs.composite_loss))
 
     def flush_losses(self) -> None:
         """One ``on_composite_loss`` per (subscription, atom) with losses counted since the
-        last flush (from :meth:`tick`, after an unsubscribe, and at the broker's stop)."""
-        if not self._losses:
-            return
+        last flush (``CompositeEngine.drain_losses``: summed in the engine, a list increment
+        per count); from :meth:`tick`, after an unsubscribe, before a restore and at the
+        broker's stop."""
         core = self.core
-        t = core.clock.wall()
-        pending, self._losses = self._losses, {}
         hooks = core.obs.composite_loss
-        for (expression, window, cap, element), (expired, dropped) in pending.items():
+        if not hooks:
+            return
+        lost = self.engine.drain_losses()
+        if not lost:
+            return
+        t = core.clock.wall()
+        for expression, window, cap, element, expired, dropped in lost:
             loss = CompositeLoss(t, expression, window, cap, element, expired, dropped)
             core._call(hooks, "on_composite_loss", loss)
 
@@ -224,9 +212,9 @@ class Composites:
         subscriptions at the wall clock, so that losses in idle ones reach the loss hooks, and
         tell the hooks the losses counted since the last tick.  Nothing without such a hook.
         O(SWEEP_BUDGET x atoms per subscription + (subscription, atom) pairs with losses)."""
-        if self.engine.on_loss is not None and self.clients:
+        if self.core.obs.composite_loss and self.clients:
             self.engine.settle_some(self.core.clock.wall(), SWEEP_BUDGET)
-        self.flush_losses()
+            self.flush_losses()
 
     @property
     def changes(self) -> int:
@@ -608,6 +596,7 @@ class Composites:
         data = _only(data, keep)
         old = self.engine.atoms()
         self._apply(composite.Change((), tuple(old)))
+        self.flush_losses()  # what the replaced engine counted
         self.engine = composite.CompositeEngine.restore(data)
         self._observe()
         self._apply(composite.Change(tuple(self.engine.atoms()), ()))

@@ -147,8 +147,8 @@ async def test_expired_session_is_reported_as_expired() -> None:
 
 
 async def test_nothing_is_built_without_a_composite_hook() -> None:
-    """A hook that overrides none of the composite methods gets no loss observer installed and
-    no composite record built (the broker asks ``Observers`` which methods are overridden)."""
+    """A hook that overrides none of the composite methods: the engine keeps no losses and no
+    composite record is built (the broker asks ``Observers`` which methods are overridden)."""
 
     class Other(Hooks):
         def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
@@ -160,7 +160,7 @@ async def test_nothing_is_built_without_a_composite_hook() -> None:
     ):
         obs = b.core.obs
         assert not (obs.composite_change or obs.composite_event or obs.composite_loss)
-        assert b.core.composite.engine.on_loss is None
+        assert b.core.composite.engine._lost is None
         await b.publish("n/a", b"1")
         await b.publish("n/b", b"2")
         assert (await sub.get(timeout=5)).topic == "$composite/n"

@@ -6,9 +6,9 @@ subscribe / re-subscribe / unsubscribe (of shared elements too), offers to one a
 several (a publication matching several atoms), time advancing past windows (integer times:
 arrivals exactly on the window's edge happen), tick, snapshot + restore.  The engine's batch
 sizes are shrunk so that log trimming and prefix-count rebasing happen within a few steps.
-``_check()`` runs after every step.  The engine's ``on_loss`` observer (what the broker turns
-into hook records) must report every dropped and expired instance exactly once: its running
-totals equal the engine's counters after every step, and ``occupancy(event)`` gives the firing
+``_check()`` runs after every step.  The engine's ``drain_losses`` (what the broker turns into
+hook records) must report every dropped and expired instance exactly once: the running totals
+of what it returned equal the engine's counters after every step, and ``occupancy(event)`` gives the firing
 subscription's buffer occupancy after the offer, equal to the reference's.
 """
 
@@ -63,19 +63,20 @@ class EngineVsReference(RuleBasedStateMachine):
         self.ref = Reference(WINDOW, CAP)
         self.now = 0.0
         self.serial = 0
-        self.lost = [0, 0]  # dropped, expired reported through on_loss
+        self.lost = [0, 0]  # dropped, expired reported through drain_losses
 
     def observed(self, engine: CompositeEngine) -> CompositeEngine:
-        def on_loss(
-            expression: str, window: float, cap: int, element: str, dropped: int, expired: int
-        ) -> None:
-            assert dropped >= 0 and expired >= 0 and dropped + expired > 0
-            assert element in {a.text for a in self.ref.subs[(expression, window, cap)].expr.atoms()}
+        engine.track_losses(True)
+        return tune(engine)
+
+    def drain(self) -> None:
+        """What the broker's loss hook gets: every loss once, per subscription and atom."""
+        for expression, window, cap, element, expired, dropped in self.engine.drain_losses():
+            assert expired >= 0 and dropped >= 0 and expired + dropped > 0
+            sub = self.ref.subs.get((expression, window, cap))
+            assert sub is None or element in {a.text for a in sub.expr.atoms()}
             self.lost[0] += dropped
             self.lost[1] += expired
-
-        engine.on_loss = on_loss
-        return tune(engine)
 
     def occupancy(self, events: list[CompositeEvent]) -> None:
         """``occupancy`` of each event: its subscription's buffered instances now, as the
@@ -171,6 +172,7 @@ class EngineVsReference(RuleBasedStateMachine):
     def snapshot_restore(self) -> None:
         before = self.engine.stats()
         data = self.engine.snapshot()
+        self.drain()
         self.engine = self.observed(CompositeEngine.restore(data))
         self.lost = [before.dropped, before.expired]  # the restored counters, all reported
         after = self.engine.stats()
@@ -203,6 +205,7 @@ class EngineVsReference(RuleBasedStateMachine):
         assert st_.events == ref.events
         assert st_.dropped == ref.gone_dropped + sum(s.dropped for s in ref.subs.values())
         assert st_.expired == ref.gone_expired + sum(s.expired for s in ref.subs.values())
+        self.drain()
         assert (st_.dropped, st_.expired) == tuple(self.lost)  # each loss reported once
         assert st_.subscriptions == len(ref.subs)
         assert st_.subscribers == len(ref.by_key)
