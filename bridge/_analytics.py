@@ -57,9 +57,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
-import pyarrow.dataset as ds
 
-from bridge._composite import COMPOSITE_KEYS, build_composite, composite_summary, composite_view
+from bridge._composite import build_composite, composite_summary, composite_view
+from bridge._results import RESULT_KEYS, results
 from bridge._schema import Kind, spark_schema
 
 __all__ = [
@@ -72,19 +72,6 @@ __all__ = [
     "spark_session",
     "start_queries",
 ]
-
-RESULT_KEYS: dict[str, tuple[str, ...]] = {
-    "topic_rate": ("window_start", "topic"),
-    "subscriber_rate": ("window_start", "subscriber_id"),
-    "node_rate": ("window_start", "node"),
-    "churn": ("window_start", "action"),
-    "latency": ("window_start",),
-    "fanout": ("deliveries",),
-    "top_topics": ("topic",),
-    "filter_selectivity": ("subscriber_id", "subscription_filter", "content_filter"),
-    "active_filters": (),  # delta events: every row counts
-    **COMPOSITE_KEYS,
-}
 
 
 def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
@@ -278,54 +265,6 @@ def start_queries(
         )
         queries.append(writer.start())
     return queries
-
-
-def results(output: str | Path, name: str) -> pd.DataFrame:
-    """The latest result ``name`` as pandas: per key, the row of the latest micro-batch."""
-    path = Path(output) / name
-    for attempt in range(5):
-        try:
-            files = _committed_files(path)
-            if not files:
-                return pd.DataFrame()
-            table = ds.dataset(
-                files,
-                format="parquet",
-                partitioning=ds.partitioning(flavor="hive"),
-                partition_base_dir=str(path),
-            ).to_table()
-            break
-        except FileNotFoundError:  # a batch was being re-written (overwrite) while we read
-            if attempt == 4:
-                raise
-    pdf: pd.DataFrame = table.to_pandas()
-    if pdf.empty:
-        return pdf
-    keys = list(RESULT_KEYS[name])
-    if keys:
-        pdf = pdf.sort_values("batch", kind="stable").drop_duplicates(keys, keep="last")
-    return pdf.drop(columns=["batch"]).reset_index(drop=True)
-
-
-def _committed_files(path: Path) -> list[str]:
-    """Data files of committed batches: ``batch=<id>/part-*.parquet``, skipping Spark's
-    ``_temporary`` directories and hidden or ``_`` files of a batch still being written."""
-    if not path.is_dir():
-        return []
-    files: list[str] = []
-    for batch in os.scandir(path):
-        if not batch.name.startswith("batch=") or not batch.is_dir():
-            continue
-        try:
-            names = os.listdir(batch.path)
-        except FileNotFoundError:
-            continue
-        if "_SUCCESS" not in names:  # the batch's write job has not committed yet
-            continue
-        files.extend(
-            os.path.join(batch.path, n) for n in names if n.endswith(".parquet") and n[0] not in "._"
-        )
-    return sorted(files)
 
 
 def _filter_regex(topic_filter: str) -> re.Pattern[str]:

@@ -37,18 +37,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bridge._results import COMPOSITE_KEYS, results
 from bridge._schema import Kind
 
 __all__ = ["COMPOSITE_KEYS", "build_composite", "composite_summary", "composite_view"]
 
 _SUB = ("expression", "window", "max_buffer")
-
-COMPOSITE_KEYS: dict[str, tuple[str, ...]] = {
-    "composite_subscriptions": _SUB,
-    "composite_overall": ("scope",),
-    "composite_losses": (*_SUB, "element"),
-    "composite_churn": (*_SUB, "action"),
-}
 
 #: the integer columns of the event statistics (the others are floats)
 _INTS: dict[str, type[int]] = {"events": int, "components": int, "buffered_max": int}
@@ -113,8 +107,6 @@ def composite_view(output: str | Path) -> dict[str, Any]:
     components, completion_p50/p99/mean/max (seconds), buffered_max/mean, expired, dropped,
     changes per action.  ``overall``: the same over all (percentiles over every event), and
     ``subscriptions`` (how many).  Empty (no subscriptions, zero totals) without composite data."""
-    from bridge._analytics import results
-
     subs = results(output, "composite_subscriptions")
     overall = results(output, "composite_overall")
     losses = results(output, "composite_losses")
