@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -158,6 +159,7 @@ def main() -> None:
     )
     for b in bridges:
         b.close()
+    shutil.rmtree(tmp, ignore_errors=True)
     written = bridges[1].stats().written
     rows = {k: written[k] for k in ("composite_events", "composite_losses")}
     print("bridge rows:", " ".join(f"{k}={v}" for k, v in rows.items()))
