@@ -375,10 +375,19 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
     return res
 
 
+# `siftmq serve` variants beside plain `siftmq` (= `--no-bridge`, no store): the defaults
+# (store and bridge on) and each half of them, to tell the store's cost from the bridge's.
+VARIANTS: dict[str, list[str]] = {
+    "siftmq-defaults": [],
+    "siftmq-store": ["--no-bridge"],
+    "siftmq-bridge": ["--no-persistence"],
+}
+
+
 def _start(name: str, cpu: int) -> RunningBroker:
-    if name != "siftmq-defaults":
+    if name not in VARIANTS:
         return start_broker(name, cpu, "hema")
-    tmp = Path(tempfile.mkdtemp(prefix="bench-siftmq-defaults-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     port = free_port()
     log = open(tmp / "broker.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
@@ -389,6 +398,7 @@ def _start(name: str, cpu: int) -> RunningBroker:
             str(port),
             "--data-dir",
             str(tmp / "data"),
+            *VARIANTS[name],
         ],
         cwd=tmp,
         stdout=log,
@@ -405,7 +415,7 @@ def _start(name: str, cpu: int) -> RunningBroker:
             return RunningBroker(name, proc, port, tmp)
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("siftmq (defaults) did not listen")
+    raise RuntimeError(f"{name} did not listen")
 
 
 def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
@@ -423,9 +433,31 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
             res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
+        b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            b.proc.wait(30)
+        res.update(_bridge_rows(b))
         return res
     finally:
         b.stop()
+
+
+def _bridge_rows(b: RunningBroker) -> dict[str, object]:
+    """Rows the bridge committed (deliveries, and drops it logged) for the variants with it on:
+    the recorder must stay exact under the load, not only cheap."""
+    if b.name not in VARIANTS or "--no-bridge" in VARIANTS[b.name]:
+        return {}
+    import pyarrow.parquet as pq
+
+    landing = b.tmp / "data" / "landing" / "deliveries"
+    files = [f for f in landing.glob("*.parquet")] if landing.exists() else []
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    log = (b.tmp / "broker.log").read_text(errors="replace")
+    return {
+        "bridge_deliveries": rows,
+        "bridge_drop_warnings": log.count("dropped so far"),
+        "log_lines": log.count("\n"),
+    }
 
 
 def markdown(results: list[dict[str, object]]) -> str:
@@ -516,7 +548,7 @@ def main() -> int:
     )
     for name in a.brokers.split(","):  # one broker's scenarios back to back: same conditions
         for scenario in a.scenarios.split(","):
-            why = available("siftmq" if name == "siftmq-defaults" else name)
+            why = available("siftmq" if name in VARIANTS else name)
             if why:
                 results.append({"broker": name, "scenario": scenario, "skipped": why})
                 print(f"{name:16} {scenario:6} skipped: {why}", flush=True)

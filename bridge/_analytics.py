@@ -20,6 +20,8 @@ top_topics          messages, deliveries and bytes per topic                 top
 filter_selectivity  deliveries through each content-filtered subscription   subscriber, filters
 active_filters      +1/-1 events per (topic filter, content filter), from a  (events, summed)
                     stateful per-client operator (applyInPandasWithState)
+composite_*         composite subscriptions: events, time to completion,      see
+                    occupancy, expiries, drops, changes (issue 16)            ``bridge/_composite.py``
 ==================  =======================================================  ===================
 
 Sinks: results are written in *update* mode through ``foreachBatch`` to
@@ -34,7 +36,11 @@ Content-filter selectivity is ``deliveries through the filtered subscription / m
 published on topics its topic filter matches`` (:func:`selectivity`), from ``filter_selectivity``
 and ``top_topics``; it ignores negative entries and the subscription's lifetime.
 
-This part has no seed document: it follows issue 6, item 3.
+A landing zone from before a record kind existed (the composite kinds) is read as empty: a local
+landing zone gets the missing directories created at start.
+
+This part has no seed document: it follows issue 6, item 3 (and issue 16 item 5 for the
+composite view).
 """
 
 from __future__ import annotations
@@ -51,8 +57,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
-import pyarrow.dataset as ds
 
+from bridge._composite import build_composite, composite_summary, composite_view
+from bridge._results import RESULT_KEYS, results
 from bridge._schema import Kind, spark_schema
 
 __all__ = [
@@ -65,18 +72,6 @@ __all__ = [
     "spark_session",
     "start_queries",
 ]
-
-RESULT_KEYS: dict[str, tuple[str, ...]] = {
-    "topic_rate": ("window_start", "topic"),
-    "subscriber_rate": ("window_start", "subscriber_id"),
-    "node_rate": ("window_start", "node"),
-    "churn": ("window_start", "action"),
-    "latency": ("window_start",),
-    "fanout": ("deliveries",),
-    "top_topics": ("topic",),
-    "filter_selectivity": ("subscriber_id", "subscription_filter", "content_filter"),
-    "active_filters": (),  # delta events: every row counts
-}
 
 
 def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
@@ -177,6 +172,7 @@ def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, A
         )
 
     return {
+        **build_composite(streams),
         "topic_rate": flat(
             d.groupBy(win.alias("window"), "topic").agg(
                 F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
@@ -230,6 +226,15 @@ def _sink(output: str, name: str) -> Callable[[Any, int], None]:
     return write
 
 
+def _complete(landing: str | Path) -> None:
+    """Create the directories a local landing zone lacks (one written before a record kind
+    existed, or by a bridge that never wrote one): Spark's file source needs them."""
+    if "://" in str(landing):
+        return
+    for kind in Kind:
+        (Path(landing) / kind.value).mkdir(parents=True, exist_ok=True)
+
+
 def start_queries(
     spark: Any,
     landing: str | Path,
@@ -243,6 +248,7 @@ def start_queries(
 ) -> list[Any]:
     """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""
     out = _spark_path(output).rstrip("/")
+    _complete(landing)
     frames = _build(landing_streams(spark, landing), window, watermark)
     queries = []
     for name, df in frames.items():
@@ -259,54 +265,6 @@ def start_queries(
         )
         queries.append(writer.start())
     return queries
-
-
-def results(output: str | Path, name: str) -> pd.DataFrame:
-    """The latest result ``name`` as pandas: per key, the row of the latest micro-batch."""
-    path = Path(output) / name
-    for attempt in range(5):
-        try:
-            files = _committed_files(path)
-            if not files:
-                return pd.DataFrame()
-            table = ds.dataset(
-                files,
-                format="parquet",
-                partitioning=ds.partitioning(flavor="hive"),
-                partition_base_dir=str(path),
-            ).to_table()
-            break
-        except FileNotFoundError:  # a batch was being re-written (overwrite) while we read
-            if attempt == 4:
-                raise
-    pdf: pd.DataFrame = table.to_pandas()
-    if pdf.empty:
-        return pdf
-    keys = list(RESULT_KEYS[name])
-    if keys:
-        pdf = pdf.sort_values("batch", kind="stable").drop_duplicates(keys, keep="last")
-    return pdf.drop(columns=["batch"]).reset_index(drop=True)
-
-
-def _committed_files(path: Path) -> list[str]:
-    """Data files of committed batches: ``batch=<id>/part-*.parquet``, skipping Spark's
-    ``_temporary`` directories and hidden or ``_`` files of a batch still being written."""
-    if not path.is_dir():
-        return []
-    files: list[str] = []
-    for batch in os.scandir(path):
-        if not batch.name.startswith("batch=") or not batch.is_dir():
-            continue
-        try:
-            names = os.listdir(batch.path)
-        except FileNotFoundError:
-            continue
-        if "_SUCCESS" not in names:  # the batch's write job has not committed yet
-            continue
-        files.extend(
-            os.path.join(batch.path, n) for n in names if n.endswith(".parquet") and n[0] not in "._"
-        )
-    return sorted(files)
 
 
 def _filter_regex(topic_filter: str) -> re.Pattern[str]:
@@ -380,6 +338,7 @@ def console_summary(output: str | Path, top_n: int = 5) -> str:
         known = sel["selectivity"].dropna()
         median = f"{float(known.median()):.3f}" if len(known) else "n/a"
         lines.append(f"content filters: {len(sel)} subscriptions, median selectivity {median}")
+    lines.extend(composite_summary(composite_view(output), top_n))
     return "\n".join(lines)
 
 
@@ -400,9 +359,6 @@ def run_cli(
         return 2
     if "://" not in output:
         Path(output).mkdir(parents=True, exist_ok=True)
-    if "://" not in landing:  # a landing zone the bridge has not written every kind to yet
-        for kind in Kind:
-            (Path(landing) / kind.value).mkdir(exist_ok=True)
     java = shutil.which("java") or (
         os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
     )

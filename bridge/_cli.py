@@ -1,9 +1,10 @@
 """``siftmq analytics``: the bridge's sub-command, registered by the broker's CLI.
 
 ``register(subparsers)`` adds ``analytics`` (run the Spark jobs over the landing zone;
-``--once`` processes what is there and exits) and ``analytics report`` (render the latest
-results as one self-contained HTML page).  Spark and matplotlib are imported only when the
-command runs, so ``siftmq --help`` stays fast.
+``--once`` processes what is there and exits), ``analytics report`` (render the latest
+results as one self-contained HTML page) and ``analytics composite`` (the composite
+subscriptions' view of the latest results, as text or ``--json``).  Spark and matplotlib are
+imported only when the command runs, so ``siftmq --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r.add_argument("--html", type=Path, default=None, help="output file (default: OUTPUT/report.html)")
     r.add_argument("--include-sys", action="store_true", help="keep the broker's $SYS topics in 'Top topics'")
     r.set_defaults(func=_run_report)
+    c = sub.add_parser(
+        "composite",
+        help="composite subscriptions in the latest results: events, time to completion, "
+        "buffer occupancy, expiries, drops, changes",
+    )
+    _common(c)
+    c.add_argument("--json", action="store_true", help="print the view as one JSON document")
+    c.set_defaults(func=_run_composite)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -76,4 +85,17 @@ def _run_report(args: argparse.Namespace) -> int:
     html = args.html if args.html is not None else Path(args.output) / "report.html"
     path = write_report(args.output, html, args.include_sys)
     print(f"report written to {path}")
+    return 0
+
+
+def _run_composite(args: argparse.Namespace) -> int:
+    import json
+
+    from bridge._composite import composite_summary, composite_view
+
+    view = composite_view(args.output)
+    if args.json:
+        print(json.dumps(view, indent=2, sort_keys=True))
+    else:
+        print("\n".join(composite_summary(view, top_n=len(view["subscriptions"]))))
     return 0

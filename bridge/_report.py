@@ -5,7 +5,10 @@ Spark needed) and draws them with matplotlib (Agg backend) as PNG images inlined
 ``data:`` URIs, so the page has no external reference and can be mailed or archived.
 Sections: totals, message rate per topic over time, fan-out histogram, subscription churn per
 window, active subscriptions per filter over time, broker latency percentiles, top topics and
-content-filter selectivity tables.  Empty results render as a short "no data yet" note.
+content-filter selectivity tables, and composite subscriptions (events and time to completion
+per subscription as a plot, then a table with occupancy, expiries, drops and changes;
+``bridge/_composite.py``).  Empty results render as a short "no data yet" note ("no composite
+data" for the composite section, e.g. over results from before issue 16).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 
 from bridge._analytics import results, selectivity
+from bridge._composite import composite_view
 
 __all__ = ["render_report", "write_report"]
 
@@ -138,6 +142,82 @@ def _latency(ax: Any, df: pd.DataFrame) -> None:
     ax.legend(fontsize="small")
 
 
+def _short(text: str, n: int = 36) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _composite(ax: Any, df: pd.DataFrame) -> None:
+    """Events per composite subscription (bars, left) and their time to completion p50/p99
+    (markers, right axis), the 8 subscriptions with the most events."""
+    from matplotlib.ticker import MaxNLocator
+
+    df = df.sort_values(["events", "expression"], ascending=[False, True]).head(8).reset_index(drop=True)
+    x = list(range(len(df)))
+    ax.bar(x, df["events"], width=0.6, color="#4c72b0", label="events")
+    ax.set_ylabel("composite events")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xticks(x)
+    ax.set_xticklabels([_short(str(e)) for e in df["expression"]], fontsize="small", rotation=15, ha="right")
+    right = ax.twinx()
+    for col, marker, color in (("completion_p50", "o", "#dd8452"), ("completion_p99", "^", "#c44e52")):
+        values = pd.to_numeric(df[col], errors="coerce")
+        right.plot(
+            x, values, linestyle="none", marker=marker, color=color, label=col.replace("completion_", "")
+        )
+    right.set_ylabel("time to completion (s)")
+    top = pd.to_numeric(df["completion_p99"], errors="coerce").max()
+    right.set_ylim(0, float(top) * 1.15 if pd.notna(top) and top > 0 else 1.0)
+    handles, labels = ax.get_legend_handles_labels()
+    more, more_labels = right.get_legend_handles_labels()
+    ax.legend(handles + more, labels + more_labels, fontsize="small", loc="upper right")
+
+
+def _composite_section(view: dict[str, Any]) -> str:
+    """Plot + table of :func:`bridge._composite.composite_view`, or "no composite data"."""
+    subs = view["subscriptions"]
+    title = "Composite subscriptions"
+    if not subs:
+        return f'<h2>{title}</h2><p class="empty">no composite data</p>'
+    df = pd.DataFrame(subs)
+    plot = _figure(f"{title}: events and time to completion", _composite, df[df["events"] > 0])
+
+    def cell(v: Any, seconds: bool = False) -> str:
+        if v is None or (isinstance(v, float) and pd.isna(v)):
+            return "—"
+        if seconds:
+            return f"{float(v):.3f}"
+        if isinstance(v, float):
+            return str(int(v)) if v.is_integer() else f"{v:.3g}"
+        return str(v)
+
+    table = pd.DataFrame(
+        {
+            "expression": df["expression"],
+            "window (s)": [cell(v) for v in df["window"]],
+            "max buffer": [cell(v) for v in df["max_buffer"]],
+            "events": df["events"],
+            "p50 (s)": [cell(v, True) for v in df["completion_p50"]],
+            "p99 (s)": [cell(v, True) for v in df["completion_p99"]],
+            "buffered max": [cell(v) for v in df["buffered_max"]],
+            "buffered mean": [cell(v) for v in df["buffered_mean"]],
+            "expired": df["expired"],
+            "dropped": df["dropped"],
+            **{f"{a}s": [c.get(a, 0) for c in df["changes"]] for a in ("subscribe", "unsubscribe")},
+            "ended": [c.get("session_end", 0) + c.get("expired", 0) for c in df["changes"]],
+        }
+    )
+    o = view["overall"]
+    note = (
+        f'<p id="composite-overall">{o["events"]} composite events over {o["subscriptions"]} composite '
+        f"subscriptions; time to completion p50 {cell(o['completion_p50'], True)} s, p99 "
+        f"{cell(o['completion_p99'], True)} s; buffered after an event: max {cell(o['buffered_max'])}, "
+        f"mean {cell(o['buffered_mean'])}; components expired {o['expired']}, dropped {o['dropped']}.</p>"
+    )
+    return "\n".join(
+        (plot, note, _table("Composite subscriptions (per subscription)", table, list(table.columns)))
+    )
+
+
 def _table(title: str, df: pd.DataFrame, columns: list[str]) -> str:
     if df.empty:
         return f'<h2>{html.escape(title)}</h2><p class="empty">no data yet</p>'
@@ -172,6 +252,7 @@ def render_report(output: str | Path, include_sys: bool = False) -> str:
     deliveries = int(topic["deliveries"].sum()) if not topic.empty else 0
     messages = int(top["messages"].sum()) if not top.empty else 0
     changes = int(churn["changes"].sum()) if not churn.empty else 0
+    composite = composite_view(output)
     per_subscriber = results(output, "subscriber_rate")
     subscribers = int(per_subscriber["subscriber_id"].nunique()) if not per_subscriber.empty else 0
     cards = "".join(
@@ -181,6 +262,11 @@ def render_report(output: str | Path, include_sys: bool = False) -> str:
             ("total-messages", messages, "messages"),
             ("total-subscribers", subscribers, "subscribers"),
             ("total-changes", changes, "subscription changes"),
+            *(
+                (("composite-events", composite["overall"]["events"], "composite events"),)
+                if composite["subscriptions"]
+                else ()
+            ),
         )
     )
     ranked = (
@@ -215,6 +301,7 @@ def render_report(output: str | Path, include_sys: bool = False) -> str:
         )
         if not sel.empty
         else "",
+        _composite_section(composite),
         "</body></html>",
     ]
     return "\n".join(parts)

@@ -1,8 +1,11 @@
 """Landing-zone schemas: one Arrow schema per record kind, and the matching Spark schemas.
 
-The three record kinds are the broker's hook records (:mod:`broker.hooks`): ``Delivery``,
-``Publication`` and ``SubscriptionChange``.  Each kind lands in its own directory of the landing
-zone (``deliveries/``, ``publications/``, ``subscription_changes/``) with the columns below.
+The record kinds are the broker's hook records (:mod:`broker.hooks`): ``Delivery``,
+``Publication`` and ``SubscriptionChange``, and for composite subscriptions (issue 16)
+``CompositeChange``, ``CompositeEventRecord`` and ``CompositeLoss``.  Each kind lands in its own
+directory of the landing zone (``deliveries/``, ``publications/``, ``subscription_changes/``,
+``composite_changes/``, ``composite_events/``, ``composite_losses/``) with the columns below.
+A landing zone written before the composite kinds existed simply lacks their directories.
 Times are stored as ``timestamp[us, UTC]`` so Spark reads them as ``TimestampType`` and can use
 them as event time; the broker latency is stored in seconds (``double``).
 
@@ -17,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["SCHEMAS", "Kind", "spark_schema"]
+__all__ = ["COMPOSITE_KINDS", "SCHEMAS", "Kind", "spark_schema"]
 
 
 class Kind(enum.Enum):
@@ -26,9 +29,13 @@ class Kind(enum.Enum):
     DELIVERIES = "deliveries"
     PUBLICATIONS = "publications"
     SUBSCRIPTION_CHANGES = "subscription_changes"
+    COMPOSITE_CHANGES = "composite_changes"
+    COMPOSITE_EVENTS = "composite_events"
+    COMPOSITE_LOSSES = "composite_losses"
 
 
 _TS = pa.timestamp("us", tz="UTC")
+_STRINGS = pa.list_(pa.string())
 
 SCHEMAS: dict[Kind, pa.Schema] = {
     Kind.DELIVERIES: pa.schema(
@@ -71,7 +78,52 @@ SCHEMAS: dict[Kind, pa.Schema] = {
             pa.field("entries", pa.int64(), nullable=False),
         ]
     ),
+    Kind.COMPOSITE_CHANGES: pa.schema(
+        [
+            pa.field("time", _TS, nullable=False),
+            pa.field("client_id", pa.string(), nullable=False),
+            pa.field("name", pa.string(), nullable=False),  # $composite/<name>
+            pa.field("action", pa.string(), nullable=False),  # subscribe unsubscribe session_end expired
+            pa.field("expression", pa.string(), nullable=False),  # canonical
+            pa.field("window", pa.float64()),  # seconds (None: matched on another cluster node)
+            pa.field("max_buffer", pa.int64()),
+            pa.field("qos", pa.int32(), nullable=False),
+            pa.field("subscriptions", pa.int64(), nullable=False),  # the client's, after the change
+            pa.field("node", pa.string()),
+        ]
+    ),
+    Kind.COMPOSITE_EVENTS: pa.schema(
+        [
+            pa.field("time", _TS, nullable=False),
+            pa.field("expression", pa.string(), nullable=False),
+            pa.field("window", pa.float64(), nullable=False),
+            pa.field("max_buffer", pa.int64(), nullable=False),
+            pa.field("client_ids", _STRINGS, nullable=False),  # one per delivery of the event
+            pa.field("names", _STRINGS, nullable=False),  # the subscription names, same order
+            pa.field("begin", _TS, nullable=False),
+            pa.field("end", _TS, nullable=False),
+            pa.field("components", pa.int32(), nullable=False),
+            pa.field("completion", pa.float64(), nullable=False),  # end - begin, seconds
+            pa.field("buffered", pa.int64(), nullable=False),  # the subscription's, after the event
+            pa.field("node", pa.string()),
+        ]
+    ),
+    Kind.COMPOSITE_LOSSES: pa.schema(
+        [
+            pa.field("time", _TS, nullable=False),
+            pa.field("expression", pa.string(), nullable=False),
+            pa.field("window", pa.float64(), nullable=False),
+            pa.field("max_buffer", pa.int64(), nullable=False),
+            pa.field("element", pa.string(), nullable=False),  # the atom
+            pa.field("expired", pa.int64(), nullable=False),
+            pa.field("dropped", pa.int64(), nullable=False),
+            pa.field("node", pa.string()),
+        ]
+    ),
 }
+
+#: the composite record kinds (absent from landing zones written before issue 16)
+COMPOSITE_KINDS = (Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_EVENTS, Kind.COMPOSITE_LOSSES)
 
 
 def spark_schema(kind: Kind) -> Any:
@@ -86,5 +138,6 @@ def spark_schema(kind: Kind) -> Any:
         pa.string(): T.StringType(),
         pa.bool_(): T.BooleanType(),
         pa.float64(): T.DoubleType(),
+        _STRINGS: T.ArrayType(T.StringType(), True),
     }
     return T.StructType([T.StructField(f.name, mapping[f.type], True) for f in SCHEMAS[kind]])

@@ -1,25 +1,32 @@
 """The bridge: broker hook records -> in-memory buffers -> Parquet files in a landing zone.
 
-Hot path (event loop).  The bridge uses the broker's batched hook ``on_deliveries``: one call per
-routed publication carrying the message object and the list of its fan-out's delivery entries
-(plain tuples the broker built), and the bridge appends ONE tuple ``(time, message, entries,
-routes)`` to a list -- no per-delivery work, no encoding, no I/O, no lock.
-``on_subscription_change`` appends the broker's record to a second list.  The writer thread takes
-a prefix of a list with ``batch = buf[:n]; del buf[:n]`` -- each of these is one atomic list
-operation, so records appended concurrently by the event loop stay for the next round.
+Hot path (event loop).  The bridge hands the broker a columnar
+:class:`~broker.core._deliverylog.DeliveryLog` (``Hooks.delivery_log``): for each routed
+publication the compiled core appends the message's fields and its fan-out's delivery entries
+to per-field lists -- no call into the bridge, no encoding, no I/O, nothing the cyclic GC
+tracks.  (Profiled in issue 19: the previous form, one interpreted ``on_deliveries`` call per
+publication keeping a tuple per call and per delivery, cost 11 % of the event loop in the call
+and tripled its GC time, docs/performance-bridge.md.)  ``on_deliveries`` still works for
+callers outside a broker and records into the same log.  ``on_subscription_change``,
+``on_composite_change`` and ``on_composite_loss`` (issue 16) append the broker's record to a
+list per kind; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]`` (atomic list
+operations).  Those are rare.  Composite events can be hundreds per publication, so
+``on_composite_event`` appends the event's fields to columns (``bridge/_eventlog.py``, the
+delivery log's design: no record kept for the GC to scan); its deliveries go through the
+delivery log like any other.
 
-Writer (one daemon thread).  Every ``roll_interval`` seconds (default 0.5 s), or as soon as
-``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it expands the buffered calls into
-Arrow columns (:func:`_fanout_tables`: the message's fields once per publication, repeated per
-delivery with ``take``; the entry tuples transposed with ``zip`` and converted by pyarrow in C)
-and commits one Parquet file per kind: written under a temporary name starting with ``.``
-(Spark's and pyarrow's dataset readers ignore dot files), ``fsync``-ed, renamed to its final
-name, and the directory ``fsync``-ed.  A reader therefore sees whole files or nothing.  Tables
-larger than ``roll_rows`` rows are split.  Cost: O(publications + deliveries) per round, a few
-hundred nanoseconds of GIL time per delivery (measured in docs/performance-bridge.md).
+Writer (one daemon thread). Every ``roll_interval`` seconds (default 0.5 s), or as soon as
+``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it takes the log's columns and
+turns them into Arrow arrays (:func:`_fanout_tables`: one C conversion per column, the message's
+fields repeated per delivery with ``take``) and commits one Parquet file per kind: written under
+a temporary name starting with ``.`` (Spark's and pyarrow's dataset readers ignore dot files),
+``fsync``-ed, renamed to its final name, and the directory ``fsync``-ed. A reader therefore sees
+whole files or nothing. Tables larger than ``roll_rows`` rows are split. Cost: O(publications +
+deliveries) per round, about a hundred nanoseconds of GIL time per delivery (measured in
+docs/performance-bridge.md).
 
 Back-pressure policy (documented in docs/bridge.md): the rows buffered and not yet committed are
-bounded by ``max_pending`` (deliveries and publications together; subscription changes apart).
+bounded by ``max_pending`` (deliveries and publications together; each record list apart).
 When the writer falls behind (slow disk, failed writes) and the bound is reached, new records are
 *dropped and counted* per kind (``stats().dropped``), and the writer logs a warning with the
 counts at its next round; the broker is never slowed or blocked.  A failed write keeps its
@@ -46,14 +53,23 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bridge._eventlog import EventLog, events_table
 from bridge._schema import SCHEMAS, Kind
-from broker.hooks import DeliveryEntry, Hooks, SubscriptionChange
+from broker.core._deliverylog import DeliveryLog, LogColumns
+from broker.hooks import (
+    CompositeChange,
+    CompositeEventRecord,
+    CompositeLoss,
+    DeliveryEntry,
+    Hooks,
+    SubscriptionChange,
+)
 
 if TYPE_CHECKING:
     from broker import Broker, Message
@@ -66,13 +82,6 @@ _log = logging.getLogger("siftmq.bridge")
 _TS = pa.timestamp("us", tz="UTC")
 # Approximate Arrow bytes per record, used to turn roll_bytes into a row count.
 _ROW_BYTES = 96
-
-# One on_deliveries call as buffered on the hot path: (time, message_id, publisher_id, topic,
-# payload_size, qos, retain, received, routes, number of entries).  Only scalars: CPython's
-# cyclic GC untracks such a tuple at its first collection, so a buffered record is never
-# promoted to an older generation (retaining the Message or the entry list would make every
-# buffered publication a long-lived tracked object and trigger full collections).
-_Record: TypeAlias = tuple[float, int, "str | None", str, int, int, bool, float, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,86 +101,66 @@ def _ts(times: np.ndarray[Any, np.dtype[np.float64]]) -> pa.Array:
     return pa.array(micros, type=pa.int64()).cast(_TS)
 
 
-_RECORD_TYPE = pa.struct(
-    [
-        ("time", pa.float64()),
-        ("message_id", pa.int64()),
-        ("publisher_id", pa.string()),
-        ("topic", pa.string()),
-        ("payload_size", pa.int64()),
-        ("qos", pa.int32()),
-        ("retained", pa.bool_()),
-        ("received", pa.float64()),
-        ("routes", pa.int64()),
-        ("entries", pa.int64()),
-    ]
-)
-_ENTRY_TYPE = pa.struct(
-    [
-        ("subscriber_id", pa.string()),
-        ("subscription_filter", pa.string()),
-        ("content_filter", pa.string()),
-        ("qos", pa.int32()),
-        ("retained", pa.bool_()),
-    ]
-)
-
-
 def _node_column(node: str | None, n: int) -> pa.Array:
     return pa.nulls(n, pa.string()) if node is None else pa.repeat(pa.scalar(node, pa.string()), n)
 
 
-def _fanout_tables(
-    records: list[_Record], entries: list[DeliveryEntry], node: str | None = None
-) -> tuple[pa.Table, pa.Table]:
-    """(deliveries, publications) tables of buffered ``on_deliveries`` calls and their entries.
+def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa.Table]:
+    """(deliveries, publications) tables of a batch of the log's columns.
 
-    The record and entry tuples are converted by pyarrow in one C pass each (as struct arrays,
-    then split into columns); the message's columns are repeated per delivery with ``take``.
-    No Python-level loop per row, and no container allocated per row (transposing with
-    ``zip(*rows)`` allocates huge argument tuples that the cyclic GC traverses again and again:
-    measured 3x slower).  O(calls + deliveries)."""
-    (c_t, c_mid, c_pub, c_topic, c_size, c_qos, c_retain, c_received, c_routes, c_count) = pa.array(
-        records, type=_RECORD_TYPE
-    ).flatten()
-    times = c_t.to_numpy()
-    routes = c_routes.to_numpy()
+    One pyarrow conversion per column (lists of floats, ints, strings: C loops, no Python work
+    per row); the message's columns are repeated per delivery with ``take``.
+    O(calls + deliveries)."""
+    times = np.array(c.time, dtype=np.float64)
+    routes = np.array(c.routes, dtype=np.int64)
     c_time = _ts(times)
+    c_mid = pa.array(c.message_id, pa.int64())
+    c_pub = pa.array(c.publisher_id, pa.string())
+    c_topic = pa.array(c.topic, pa.string())
+    c_size = pa.array(c.payload_size, pa.int64())
     is_pub = routes >= 0
-    pub_cols = [c_time, c_mid, c_pub, c_topic, c_size, c_qos, c_retain, c_routes]
+    pub_cols = [
+        c_time,
+        c_mid,
+        c_pub,
+        c_topic,
+        c_size,
+        pa.array(c.qos, pa.int32()),
+        pa.array(c.retain, pa.bool_()),
+        pa.array(routes, pa.int64()),
+    ]
     if not is_pub.all():
         keep = pa.array(np.flatnonzero(is_pub))
-        pub_cols = [c.take(keep) for c in pub_cols]
+        pub_cols = [col.take(keep) for col in pub_cols]
     pub_cols.append(_node_column(node, len(pub_cols[0])))
     pubs = pa.Table.from_arrays(pub_cols, schema=SCHEMAS[Kind.PUBLICATIONS])
-    if not entries:
+    if not c.subscriber:
         return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
-    counts = c_count.to_numpy()
-    latency = np.maximum(times - c_received.to_numpy(), 0.0)
-    if len(entries) == len(records) and bool((counts == 1).all()):  # no repetition needed
+    counts = np.array(c.count, dtype=np.int64)
+    latency = np.maximum(times - np.array(c.received, dtype=np.float64), 0.0)
+    if len(c.subscriber) == len(times) and bool((counts == 1).all()):  # no repetition needed
         rep = [c_time, c_mid, c_pub, c_topic, c_size]
         c_latency = pa.array(latency, pa.float64())
     else:
-        idx_np = np.repeat(np.arange(len(records), dtype=np.int64), counts)
+        idx_np = np.repeat(np.arange(len(times), dtype=np.int64), counts)
         idx = pa.array(idx_np)
-        rep = [c.take(idx) for c in (c_time, c_mid, c_pub, c_topic, c_size)]
+        rep = [col.take(idx) for col in (c_time, c_mid, c_pub, c_topic, c_size)]
         c_latency = pa.array(latency[idx_np], pa.float64())
     r_time, r_mid, r_pub, r_topic, r_size = rep
-    e_sub, e_filter, e_selector, e_qos, e_retained = pa.array(entries, type=_ENTRY_TYPE).flatten()
     deliveries = pa.Table.from_arrays(
         [
             r_time,
             r_mid,
             r_pub,
-            e_sub,
+            pa.array(c.subscriber, pa.string()),
             r_topic,
-            e_filter,
-            e_selector,
-            e_qos,
-            e_retained,
+            pa.array(c.topic_filter, pa.string()),
+            pa.array(c.selector, pa.string()),
+            pa.array(c.d_qos, pa.int32()),
+            pa.array(c.d_retained, pa.bool_()),
             r_size,
             c_latency,
-            _node_column(node, len(e_sub)),
+            _node_column(node, len(c.subscriber)),
         ],
         schema=SCHEMAS[Kind.DELIVERIES],
     )
@@ -191,6 +180,54 @@ def _changes_table(batch: list[SubscriptionChange]) -> pa.Table:
         ],
         schema=SCHEMAS[Kind.SUBSCRIPTION_CHANGES],
     )
+
+
+def _composite_changes_table(batch: list[CompositeChange], node: str | None) -> pa.Table:
+    return pa.Table.from_arrays(
+        [
+            _ts(np.array([r.time for r in batch], dtype=np.float64)),
+            pa.array([r.client_id for r in batch], pa.string()),
+            pa.array([r.name for r in batch], pa.string()),
+            pa.array([r.action.value for r in batch], pa.string()),
+            pa.array([r.expression for r in batch], pa.string()),
+            pa.array([r.window for r in batch], pa.float64()),
+            pa.array([r.max_buffer for r in batch], pa.int64()),
+            pa.array([r.qos for r in batch], pa.int32()),
+            pa.array([r.subscriptions for r in batch], pa.int64()),
+            _node_column(node, len(batch)),
+        ],
+        schema=SCHEMAS[Kind.COMPOSITE_CHANGES],
+    )
+
+
+def _composite_losses_table(batch: list[CompositeLoss], node: str | None) -> pa.Table:
+    return pa.Table.from_arrays(
+        [
+            _ts(np.array([r.time for r in batch], dtype=np.float64)),
+            pa.array([r.expression for r in batch], pa.string()),
+            pa.array([r.window for r in batch], pa.float64()),
+            pa.array([r.max_buffer for r in batch], pa.int64()),
+            pa.array([r.element for r in batch], pa.string()),
+            pa.array([r.expired for r in batch], pa.int64()),
+            pa.array([r.dropped for r in batch], pa.int64()),
+            _node_column(node, len(batch)),
+        ],
+        schema=SCHEMAS[Kind.COMPOSITE_LOSSES],
+    )
+
+
+def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
+    """The table of a batch of one record list's kind."""
+    if kind is Kind.SUBSCRIPTION_CHANGES:
+        return _changes_table(batch)
+    if kind is Kind.COMPOSITE_CHANGES:
+        return _composite_changes_table(batch, node)
+    return _composite_losses_table(batch, node)
+
+
+#: the kinds buffered as lists of the broker's records (deliveries and publications go through
+#: the delivery log, composite events through the event log: both are columns of scalars)
+_RECORD_KINDS = (Kind.SUBSCRIPTION_CHANGES, Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_LOSSES)
 
 
 # Parquet dictionary encoding only where values repeat (ids, topics, filters, small ints): on
@@ -263,16 +300,17 @@ class _Sink:
 
 
 class Bridge(Hooks):
-    """A broker hook that streams deliveries, publications and subscription changes to Parquet.
+    """A broker hook that streams deliveries, publications, subscription changes and composite
+    subscription records to Parquet.
 
-    ``Bridge(landing_dir)`` creates ``landing_dir/{deliveries,publications,subscription_changes}``.
+    ``Bridge(landing_dir)`` creates one directory per :class:`Kind` under ``landing_dir``.
     Register it with ``Broker(hooks=[bridge])``: the broker's ``start``/``stop`` start the writer
     thread and flush everything on a graceful stop.  Outside a broker use ``start_writer()`` and
     ``close()`` (or ``with Bridge(...) as b:``) and call the hook methods yourself.
 
     ``roll_interval``: seconds between commits (the hard-kill loss window); ``roll_bytes``:
     approximate size at which a file is rolled early; ``max_pending``: bound on the rows
-    buffered and not yet committed (deliveries + publications together; subscription changes
+    buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
     Hot path cost: O(1) per publication (one tuple appended, whatever its fan-out).
     """
@@ -294,22 +332,17 @@ class Bridge(Hooks):
         self.roll_rows = max(1, roll_bytes // _ROW_BYTES)
         self.max_pending = max_pending
         self._sink = _Sink(landing_dir)
-        # The calls' records, and all their entries back to back (a call's entries are added
-        # before its record, so a prefix of the records always has its entries present).
-        self._records: list[_Record] = []
-        self._entries: list[DeliveryEntry] = []
-        self._changes: list[SubscriptionChange] = []
-        # Rows (deliveries + publications) accepted by the hot path and committed by the writer;
-        # each counter has a single writer thread (event loop / writer under _write_lock), so
-        # their difference bounds the buffered rows without a lock.
-        self._rows_in = 0
-        self._rows_out = 0
-        # Tables built from the buffers but not committed yet (a failed write is retried):
-        # (kind, table, rows to credit to _rows_out once committed).
+        self._wake = threading.Event()
+        # Deliveries and publications: appended by the broker's core (or on_deliveries), taken
+        # by the writer, released once committed (its pending rows are bounded by max_pending).
+        self._log = DeliveryLog(max_pending, self.roll_rows, self._wake.set)
+        # The other kinds: the broker's records, one list per kind (appended on the event loop).
+        self._records: dict[Kind, list[Any]] = {kind: [] for kind in _RECORD_KINDS}
+        self._events = EventLog(max_pending)  # composite events, as columns (bridge/_eventlog.py)
+        self._dropped_records = dict.fromkeys((*_RECORD_KINDS, Kind.COMPOSITE_EVENTS), 0)
+        # Tables built from the log but not committed yet (a failed write is retried):
+        # (kind, table, rows to release from the log once committed).
         self._unwritten: list[tuple[Kind, pa.Table, int]] = []
-        self._dropped_deliveries = 0
-        self._dropped_publications = 0
-        self._dropped_changes = 0
         self._reported_drops = 0
         self._written = dict.fromkeys(Kind, 0)
         self._files = 0
@@ -317,7 +350,6 @@ class Bridge(Hooks):
         self._write_errors = 0
         self._write_lock = threading.Lock()
         self._committed = threading.Condition()
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._core: Core | None = None  # the broker's core, for its cluster node id
@@ -327,47 +359,40 @@ class Bridge(Hooks):
 
     # ---- hot path (event loop) ----
 
+    def delivery_log(self) -> DeliveryLog:
+        return self._log
+
     def on_deliveries(
         self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
     ) -> None:
-        rows = self._rows_in
-        n = rows - self._rows_out
-        if n < self.max_pending:
-            m = message
-            k = len(deliveries)
-            if k:
-                self._entries.extend(deliveries)
-            self._records.append(
-                (
-                    time,
-                    m.message_id,
-                    m.publisher_id,
-                    m.topic,
-                    len(m.payload),
-                    m.qos,
-                    m.retain,
-                    m.received,
-                    routes,
-                    k,
-                )
-            )
-            k += routes >= 0
-            self._rows_in = rows + k
-            if n < self.roll_rows <= n + k:
-                self._wake.set()
-        else:
-            self._dropped_deliveries += len(deliveries)
-            self._dropped_publications += routes >= 0
+        """The hook form, for callers outside a broker (a broker appends to the log itself)."""
+        self._log.record(time, message, deliveries, routes)
 
-    def on_subscription_change(self, change: SubscriptionChange) -> None:
-        buf = self._changes
+    def _append(self, kind: Kind, record: object) -> None:
+        buf = self._records[kind]
         n = len(buf)
         if n < self.max_pending:
-            buf.append(change)
+            buf.append(record)
             if n == self.roll_rows:
                 self._wake.set()
         else:
-            self._dropped_changes += 1
+            self._dropped_records[kind] += 1
+
+    def on_subscription_change(self, change: SubscriptionChange) -> None:
+        self._append(Kind.SUBSCRIPTION_CHANGES, change)
+
+    def on_composite_change(self, change: CompositeChange) -> None:
+        self._append(Kind.COMPOSITE_CHANGES, change)
+
+    def on_composite_event(self, event: CompositeEventRecord) -> None:
+        n = self._events.record(event)
+        if n < 0:
+            self._dropped_records[Kind.COMPOSITE_EVENTS] += 1
+        elif n == self.roll_rows:
+            self._wake.set()
+
+    def on_composite_loss(self, loss: CompositeLoss) -> None:
+        self._append(Kind.COMPOSITE_LOSSES, loss)
 
     # ---- lifecycle ----
 
@@ -408,7 +433,11 @@ class Bridge(Hooks):
     # ---- writer ----
 
     def _backlog(self) -> bool:
-        return self._rows_in - self._rows_out >= self.roll_rows or len(self._changes) >= self.roll_rows
+        return (
+            self._log.pending >= self.roll_rows
+            or len(self._events) >= self.roll_rows
+            or any(len(buf) >= self.roll_rows for buf in self._records.values())
+        )
 
     def _run(self) -> None:
         # Fixed-rate rounds: a round starts roll_interval after the previous one *started*, so
@@ -426,31 +455,41 @@ class Bridge(Hooks):
 
     def _take(self) -> None:
         """Turn the buffers into tables queued in ``_unwritten`` (files of at most roll_rows)."""
-        buf = self._records
-        n = len(buf)
-        if n:
-            batch = buf[:n]
-            del buf[:n]  # appends made meanwhile by the event loop stay for the next round
-            m = sum([r[9] for r in batch])
-            entries = self._entries[:m]
-            del self._entries[:m]
+        cols = self._log.take()
+        if cols.calls():
+            rows = cols.deliveries() + cols.publications()
             try:
                 core = self._core
-                deliveries, pubs = _fanout_tables(batch, entries, None if core is None else core.node)
+                deliveries, pubs = _fanout_tables(cols, None if core is None else core.node)
             except Exception:
-                rows = m + sum([r[8] >= 0 for r in batch])
                 self._write_errors += 1
-                self._rows_out += rows
+                self._log.release(rows)
                 _log.exception("bridge: %d malformed hook records discarded", rows)
             else:
                 self._queue(Kind.DELIVERIES, deliveries, credit=True)
                 self._queue(Kind.PUBLICATIONS, pubs, credit=True)
-        changes = self._changes
-        n = len(changes)
-        if n:
-            part = changes[:n]
-            del changes[:n]
-            self._queue(Kind.SUBSCRIPTION_CHANGES, _changes_table(part), credit=False)
+        node = None if self._core is None else self._core.node
+        events = self._events.take()
+        if len(events):
+            try:
+                table = events_table(events, node)
+            except Exception:
+                self._write_errors += 1
+                _log.exception("bridge: %d malformed composite events discarded", len(events))
+            else:
+                self._queue(Kind.COMPOSITE_EVENTS, table, credit=False)
+        for kind, buf in self._records.items():
+            n = len(buf)
+            if n:
+                part = buf[:n]
+                del buf[:n]
+                try:
+                    table = _records_table(kind, part, node)
+                except Exception:
+                    self._write_errors += 1
+                    _log.exception("bridge: %d malformed %s records discarded", n, kind.value)
+                else:
+                    self._queue(kind, table, credit=False)
 
     def _queue(self, kind: Kind, table: pa.Table, credit: bool) -> None:
         rows = self.roll_rows
@@ -477,7 +516,7 @@ class Bridge(Hooks):
                     break
                 del queue[0]
                 self._written[kind] += table.num_rows
-                self._rows_out += credit
+                self._log.release(credit)
                 self._files += 1
                 self._bytes += size
             self._report_drops()
@@ -490,34 +529,36 @@ class Bridge(Hooks):
             return self._committed.wait_for(lambda: self._written[kind] >= count, timeout)
 
     def _report_drops(self) -> None:
-        total = self._dropped_deliveries + self._dropped_publications + self._dropped_changes
+        dlog = self._log
+        total = dlog.dropped_deliveries + dlog.dropped_publications + sum(self._dropped_records.values())
         if total != self._reported_drops:
             _log.warning(
                 "bridge: writer behind, buffers full (max_pending=%d); dropped so far: "
-                "deliveries=%d publications=%d subscription_changes=%d",
+                "deliveries=%d publications=%d %s",
                 self.max_pending,
-                self._dropped_deliveries,
-                self._dropped_publications,
-                self._dropped_changes,
+                dlog.dropped_deliveries,
+                dlog.dropped_publications,
+                " ".join(f"{k.value}={v}" for k, v in self._dropped_records.items()),
             )
             self._reported_drops = total
 
     def stats(self) -> BridgeStats:
         """A snapshot of the counters (``pending``: buffered or built, not yet committed)."""
-        records = list(self._records)
+        deliveries, publications = self._log.peek_counts()
         pending = {
-            Kind.DELIVERIES: sum(r[9] for r in records),
-            Kind.PUBLICATIONS: sum(r[8] >= 0 for r in records),
-            Kind.SUBSCRIPTION_CHANGES: len(self._changes),
+            Kind.DELIVERIES: deliveries,
+            Kind.PUBLICATIONS: publications,
+            **{kind: len(buf) for kind, buf in self._records.items()},
+            Kind.COMPOSITE_EVENTS: len(self._events),
         }
         for kind, table, _ in list(self._unwritten):
             pending[kind] += table.num_rows
         return BridgeStats(
             written={k.value: v for k, v in self._written.items()},
             dropped={
-                Kind.DELIVERIES.value: self._dropped_deliveries,
-                Kind.PUBLICATIONS.value: self._dropped_publications,
-                Kind.SUBSCRIPTION_CHANGES.value: self._dropped_changes,
+                Kind.DELIVERIES.value: self._log.dropped_deliveries,
+                Kind.PUBLICATIONS.value: self._log.dropped_publications,
+                **{kind.value: n for kind, n in self._dropped_records.items()},
             },
             pending={k.value: v for k, v in pending.items()},
             files=self._files,
@@ -529,11 +570,14 @@ class Bridge(Hooks):
         """Invariants: the hot path refuses rows at the bound (one call may overshoot it by its
         own rows), committed rows never exceed accepted ones, counters are non-negative."""
         with self._write_lock:
-            assert sum(r[9] for r in self._records) == len(self._entries)
-            buffered = sum(r[9] + (r[8] >= 0) for r in self._records)
+            dlog = self._log
+            deliveries, publications = dlog.peek_counts()
             unwritten = sum(c for _, _, c in self._unwritten)
-            assert self._rows_in - self._rows_out == buffered + unwritten
-            assert 0 <= self._rows_out <= self._rows_in
-            assert len(self._changes) <= self.max_pending
+            assert dlog.pending == deliveries + publications + unwritten
+            assert 0 <= dlog.rows_out <= dlog.rows_in
+            assert all(len(buf) <= self.max_pending for buf in self._records.values())
+            assert len(self._events) <= self.max_pending
+            self._events._cols._check()
         assert min(self._written.values()) >= 0
-        assert min(self._dropped_deliveries, self._dropped_publications, self._dropped_changes) >= 0
+        assert min(self._log.dropped_deliveries, self._log.dropped_publications) >= 0
+        assert min(self._dropped_records.values()) >= 0

@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.hooks import (
+    CompositeAction,
+    CompositeChange,
+    CompositeEventRecord,
+    CompositeLoss,
+    Delivery,
+    Hooks,
+    Publication,
+    SubscriptionAction,
+    SubscriptionChange,
+)
 
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
@@ -22,6 +32,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Broker",
     "BrokerConfig",
+    "CompositeAction",
+    "CompositeChange",
+    "CompositeEventRecord",
+    "CompositeLoss",
     "Delivery",
     "Hooks",
     "Listener",

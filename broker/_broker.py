@@ -392,6 +392,7 @@ class Broker:
         self._listeners = None
         self._extra = []
         await self._close_store()
+        self.core.composite.flush_losses()  # composite losses counted since the last tick
         for h in self.hooks:
             try:
                 await h.stop()

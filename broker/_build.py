@@ -25,6 +25,7 @@ HOT_MODULES = (
     "broker.core._message",
     "broker.core._session",
     "broker.core._router",
+    "broker.core._deliverylog",
     "broker.core._observers",
     "broker.core._journal",
     "broker.core._core",

@@ -15,6 +15,19 @@ which hold only scalars) rather than the message: objects kept for a while becom
 CPython's cyclic GC and make it run full collections on the event loop (the bridge measured
 0.13-0.16 s of them per 1.8 s at 100k deliveries/s; see docs/bridge.md).  The broker builds
 only what the registered hooks override.
+
+Composite subscriptions (issue 16, docs/composite.md) have records of their own:
+``on_composite_change`` (a client's composite subscription added or removed), one
+``on_composite_event`` per composite event the engine produces (however many subscribers it
+is delivered to; its deliveries also appear as ``$composite/<name>`` publications in
+``on_deliveries``), and ``on_composite_loss`` with the buffered components the engine counted
+as expired (window) or dropped (cap).  The engine counts those lazily (docs/composite.md, "How
+it works"): when a subscription consumes past them, when it is unsubscribed or snapshotted, and
+at the latest when the broker's sweep visits it (every subscription within about
+``subscriptions / 2000`` seconds, while a hook overrides ``on_composite_loss``); the broker sums
+them per subscription and atom and reports the sums at its next tick (0.25 s), after an
+unsubscribe and at its stop.  A loss record therefore carries the counts of one subscription
+and one atom over a period, and the sum of all of them is exact.
 """
 
 from __future__ import annotations
@@ -26,9 +39,14 @@ from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from broker._broker import Broker
+    from broker.core._deliverylog import DeliveryLog
     from broker.core._message import Message
 
 __all__ = [
+    "CompositeAction",
+    "CompositeChange",
+    "CompositeEventRecord",
+    "CompositeLoss",
     "Delivery",
     "DeliveryEntry",
     "Hooks",
@@ -48,6 +66,60 @@ class SubscriptionAction(enum.Enum):
     PARTIAL_UNSUBSCRIBE = "partial_unsubscribe"
     SESSION_END = "session_end"
     TAKEOVER = "takeover"
+
+
+class CompositeAction(enum.Enum):
+    SUBSCRIBE = "subscribe"  # also a re-subscription of the same name (it replaces the old one)
+    UNSUBSCRIBE = "unsubscribe"
+    SESSION_END = "session_end"  # the client's session ended (clean session, clean start)
+    EXPIRED = "expired"  # the client's session expired (its expiry interval elapsed)
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeChange:
+    """A client's composite subscription ``$composite/<name>`` added or removed."""
+
+    time: float
+    client_id: str
+    name: str
+    action: CompositeAction
+    expression: str  # canonical (for a removal: the expression it had)
+    window: float | None  # seconds; None when the subscription is matched elsewhere (cluster)
+    max_buffer: int | None  # the cap per atom; None as for window
+    qos: int  # granted (for a removal: the QoS it had)
+    subscriptions: int  # the client's resulting number of composite subscriptions
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeEventRecord:
+    """One composite event: a composite subscription (expression, window, max_buffer) was
+    satisfied and its consumed components went to every subscriber of it."""
+
+    time: float
+    expression: str  # canonical
+    window: float
+    max_buffer: int
+    subscribers: tuple[tuple[str, str], ...]  # (client id, name) of each delivery
+    begin: float  # earliest component's arrival (engine time = the broker's wall clock)
+    end: float  # latest component's arrival (the publication that completed it)
+    components: int
+    completion: float  # end - begin, seconds
+    buffered: int  # instances the subscription still buffers after the event (all atoms)
+
+
+@dataclass(frozen=True, slots=True)
+class CompositeLoss:
+    """Buffered components of one composite subscription and one atom that the engine counted
+    as gone since the previous record: ``expired`` (older than the window) or ``dropped``
+    (pushed out by the cap while live).  Every loss is in exactly one record."""
+
+    time: float  # when reported (the broker's tick, an unsubscribe, its stop)
+    expression: str
+    window: float
+    max_buffer: int
+    element: str  # the atom (canonical text)
+    expired: int
+    dropped: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +232,26 @@ class Hooks:
         every entry of the call and exact for the last.  The list is not reused by the broker
         and must not be modified (several hooks may receive it).
         """
+
+    def on_composite_change(self, change: CompositeChange) -> None:
+        """A composite subscription was added or removed (``on_subscription_change`` also
+        reports it, as the filter ``$composite/<name>`` with the expression as selector)."""
+
+    def on_composite_event(self, event: CompositeEventRecord) -> None:
+        """The engine produced one composite event (called once per event, before its
+        deliveries are written)."""
+
+    def on_composite_loss(self, loss: CompositeLoss) -> None:
+        """Buffered components were counted as expired or dropped (see the module docstring
+        for when)."""
+
+    def delivery_log(self) -> DeliveryLog | None:
+        """A columnar log the core appends this hook's delivery records to, instead of calling
+        :meth:`on_deliveries` (same records; see ``broker.core._deliverylog``).  Called once
+        when the broker is built; the default None means "call on_deliveries".  For recorders
+        that hand records to another thread: no interpreted call per publication and nothing
+        kept that CPython's cyclic GC tracks."""
+        return None
 
     def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
         """Allow or deny a CONNECT."""

@@ -42,6 +42,8 @@ How a broker drives it (the interface; every call is synchronous and cheap)::
             deliver(key, body, qos)
 
     eng.tick(now)                   # now and then: frees log entries nobody can use any more
+    eng.track_losses(True); eng.drain_losses()   # instances counted dropped/expired since the last drain
+    eng.occupancy(event)            # (window, max_buffer, buffered now) of the subscription that fired
     data = eng.snapshot()           # plain data; CompositeEngine.restore(data) rebuilds it
     eng.subscriptions(); eng.stats()   # counters for $SYS, analytics and Fig. 10
 
@@ -62,6 +64,7 @@ from composite._engine import (
     Change,
     CompositeEngine,
     EngineStats,
+    Loss,
     SubscriptionStats,
 )
 from composite._event import Component, CompositeEvent, Delivery, Part
@@ -93,6 +96,7 @@ __all__ = [
     "Delivery",
     "EngineStats",
     "Expr",
+    "Loss",
     "Op",
     "Part",
     "SubscriptionStats",

@@ -74,8 +74,14 @@ __all__ = [
     "Change",
     "CompositeEngine",
     "EngineStats",
+    "Loss",
     "SubscriptionStats",
 ]
+
+Loss = tuple[str, float, int, str, int, int]
+"""``(expression, window, max_buffer, element, expired, dropped)``: instances of atom
+``element`` that the engine counted as gone for the composite subscription (expression, window,
+max_buffer) since the previous :meth:`CompositeEngine.drain_losses`."""
 
 DEFAULT_WINDOW = 60.0
 DEFAULT_MAX_BUFFER = 64
@@ -222,6 +228,10 @@ class CompositeEngine:
         self._events = 0
         self._gone_dropped = 0
         self._gone_expired = 0
+        # losses counted since the last drain_losses, per subscription: [expired per atom...,
+        # dropped per atom...]; None while nobody tracks them (see track_losses)
+        self._lost: dict[_Sub, list[int]] | None = None
+        self._sweep: list[_Sub] = []  # what settle_some has still to visit in this round
         # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
         self._trim_slack = _TRIM_SLACK
         self._dcum_slack = _DCUM_SLACK
@@ -415,6 +425,30 @@ class CompositeEngine:
             out.extend(self.offer(atom_id, component, now))
         return out
 
+    def advance(self, now: float) -> None:
+        """Move the clock to ``now`` (if later) without trimming anything: O(1).  The broker
+        calls it before an unsubscribe or a settle, so that instances older than the window
+        by the wall clock are counted as expired, not as discarded with the subscription."""
+        self._clock = max(self._clock, now)
+
+    def settle_some(self, now: float, budget: int) -> int:
+        """Advance the clock to ``now`` and settle up to ``budget`` composite subscriptions,
+        round robin: every subscription is settled once per ``len(subscriptions) / budget``
+        calls, so instances that expire in an idle subscription are counted (and reach
+        :meth:`drain_losses`) within a bounded time.  Returns how many were settled.
+        O(budget x atoms per subscription), plus O(subscriptions) to start a round."""
+        self.advance(now)
+        if not self._sweep:
+            self._sweep = list(self._subs.values())
+        todo = self._sweep
+        n = 0
+        while todo and n < budget:
+            sub = todo.pop()
+            if sub.subscribers:  # not removed meanwhile (a removed one has none)
+                self._settle(sub)
+                n += 1
+        return n
+
     def tick(self, now: float) -> None:
         """Advance the clock and free the log entries no subscription can use any more
         (expired for every window, or beyond every cap).  Expiry itself needs no tick (it is
@@ -453,7 +487,9 @@ class CompositeEngine:
                 deliveries = ((deliveries[0][0], qmin),)
             else:
                 deliveries = tuple((key, q if q < qmin else qmin) for key, q in deliveries)
-        return CompositeEvent(sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival)
+        return CompositeEvent(
+            sub.expr.text, deliveries, tuple(parts), parts[0].arrival, parts[-1].arrival, source=sub
+        )
 
     def _skip(self, sub: _Sub, i: int, lim: float) -> int:
         """Move atom i's cursor past the instances gone (dropped by the cap or expired),
@@ -463,18 +499,50 @@ class CompositeEngine:
         lo = max(c, atom.end - sub.cap, atom.start)
         j = bisect_left(atom.arr, lim, lo - atom.start) + atom.start
         if j > c:
-            self._count(sub, sub.groups[i], c, j)
+            self._count(sub, i, c, j)
             sub.cur[i] = j
         return j
 
-    @staticmethod
-    def _count(sub: _Sub, g: _Group, c: int, j: int) -> None:
-        """Count entries c..j-1, all gone for ``sub``: dropped per ``dcum``, the rest expired."""
+    def _count(self, sub: _Sub, i: int, c: int, j: int) -> None:
+        """Count entries c..j-1 of atom i, all gone for ``sub``: dropped per the group's
+        ``dcum``, the rest expired (and keep them for :meth:`drain_losses` when tracked)."""
+        g = sub.groups[i]
         dcum, base = g.dcum, g.dbase
         top = base + len(dcum) - 1
         d = dcum[min(j, top) - base] - dcum[min(c, top) - base]
         sub.dropped += d
         sub.expired += j - c - d
+        lost = self._lost
+        if lost is not None:
+            row = lost.get(sub)
+            if row is None:
+                row = lost[sub] = [0] * (2 * len(sub.atoms))
+            row[i] += j - c - d
+            row[len(sub.atoms) + i] += d
+
+    def track_losses(self, on: bool) -> None:
+        """Keep (``on``) or stop keeping what :meth:`drain_losses` returns.  Counting is lazy
+        (module docstring): instances are counted gone when a cursor moves past them, at a
+        consumption, a prefix-count rebase, or a settle (``stats``, ``subscription(s)``,
+        ``snapshot``, ``unsubscribe``, :meth:`settle_some`)."""
+        self._lost = ({} if self._lost is None else self._lost) if on else None
+
+    def drain_losses(self) -> list[Loss]:
+        """The losses counted since the previous call (while tracked), summed per composite
+        subscription and atom; every dropped and expired instance is in exactly one call's
+        answer.  O(subscriptions with losses x their atoms)."""
+        lost = self._lost
+        if not lost:
+            return []
+        self._lost = {}
+        out: list[Loss] = []
+        for sub, row in lost.items():
+            n = len(sub.atoms)
+            text, w, k = sub.expr.text, sub.window, sub.cap
+            for i, atom in enumerate(sub.atoms):
+                if row[i] or row[n + i]:
+                    out.append((text, w, k, atom.expr.text, row[i], row[n + i]))
+        return out
 
     def _settle(self, sub: _Sub) -> None:
         """Bring every cursor of ``sub`` past its gone instances (for counts and snapshots)."""
@@ -506,7 +574,7 @@ class CompositeEngine:
         for sub, i in g.users.items():
             c = sub.cur[i]
             if c < start:
-                self._count(sub, g, c, start)
+                self._count(sub, i, c, start)
                 sub.cur[i] = start
                 if start == atom.end:
                     g.waiting.add(sub)
@@ -528,6 +596,35 @@ class CompositeEngine:
         """Every composite subscription (for analytics: events, buffer occupancy, drops,
         expiries).  O(total atoms of all subscriptions)."""
         return [self._stats(s) for s in self._subs.values()]
+
+    def occupancy(self, event: CompositeEvent) -> tuple[float, int, int] | None:
+        """(window, max_buffer, instances buffered now) of the composite subscription that
+        produced ``event``, its buffers settled at the clock; None for an event from elsewhere.
+        Called right after the offer, the occupancy after the event.  O(atoms of the
+        subscription), a bisection only for an atom whose oldest buffered instance is gone."""
+        sub = event.source
+        if not isinstance(sub, _Sub):
+            return None
+        lim = self._clock - sub.window
+        cap = sub.cap
+        cur = sub.cur
+        n = 0
+        for i, atom in enumerate(sub.atoms):
+            c = cur[i]
+            end = atom.end
+            if c < end:
+                start = atom.start
+                if c < start or c < end - cap or atom.arr[c - start] < lim:  # gone ones first
+                    c = self._skip(sub, i, lim)
+                    if c == end:
+                        sub.groups[i].waiting.add(sub)
+                n += end - c
+        return sub.window, cap, n
+
+    def qos_of(self, key: Hashable) -> int | None:
+        """The QoS ``key`` subscribed with (None: no composite subscription)."""
+        sub = self._by_key.get(key)
+        return None if sub is None else sub.subscribers[key]
 
     def _stats(self, sub: _Sub) -> SubscriptionStats:
         self._settle(sub)

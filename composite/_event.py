@@ -103,7 +103,7 @@ class Part:
 class CompositeEvent:
     """A satisfied composite subscription: see the module docstring."""
 
-    __slots__ = ("_payload", "begin", "components", "deliveries", "end", "expression")
+    __slots__ = ("_payload", "begin", "components", "deliveries", "end", "expression", "source")
 
     expression: str
     deliveries: tuple[Delivery, ...]
@@ -118,12 +118,17 @@ class CompositeEvent:
         components: tuple[Part, ...],
         begin: float,
         end: float,
+        *,
+        source: object = None,
     ) -> None:
         self.expression = expression
         self.deliveries = deliveries
         self.components = components
         self.begin = begin
         self.end = end
+        #: the engine's handle of the composite subscription that fired (opaque; for
+        #: :meth:`CompositeEngine.occupancy`), None when built elsewhere
+        self.source = source
         self._payload: bytes | None = None
 
     @property

@@ -35,6 +35,21 @@ merging) is sans-IO; this module is its broker side:
   own (one call per composite event message), so the bridge sees them as deliveries on
   ``$composite/<name>``.
 
+* **Observation** (hooks, ``broker.hooks``; the bridge records them).  ``on_composite_change``
+  per subscribe / unsubscribe / session end / session expiry of a ``(client id, name)``;
+  ``on_composite_event`` once per composite event the engine produces (with the firing
+  subscription's buffer occupancy after the offer, ``CompositeEngine.occupancy``);
+  ``on_composite_loss`` with the buffered instances the engine counted as expired or dropped
+  (``CompositeEngine.track_losses`` only when a hook overrides the method), summed per
+  (subscription, atom) in the engine and told at every tick, after an unsubscribe and at the
+  broker's stop (:meth:`Composites.flush_losses`).  The engine counts those lazily, so
+  :meth:`Composites.tick` (from ``Core.tick``) settles ``SWEEP_BUDGET`` subscriptions per
+  call, round robin, while a loss hook is registered: an idle subscription's expiries are
+  reported within about ``subscriptions / SWEEP_BUDGET`` ticks.  Nothing is built for a hook
+  method no hook overrides; with none, a publication pays nothing here.  Before an unsubscribe
+  the engine's clock is moved to the wall clock (``advance``), so components older than the
+  window by then count as expired.
+
 Costs: a publication matching no atom pays nothing here (no atom route); one matching k atoms
 pays one ``offer_many`` (O(k + users for which an atom was absent), see the engine) plus the
 deliveries.  Subscribe and unsubscribe cost the engine's operation plus one index entry per
@@ -69,7 +84,13 @@ import orjson
 import composite
 from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, shown
-from broker.hooks import DeliveryEntry
+from broker.hooks import (
+    CompositeAction,
+    CompositeChange,
+    CompositeEventRecord,
+    CompositeLoss,
+    DeliveryEntry,
+)
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
 
 if TYPE_CHECKING:
@@ -80,6 +101,7 @@ __all__ = [
     "ATOM_CLIENT",
     "COMPOSITE_PREFIX",
     "SNAPSHOT_VERSION",
+    "SWEEP_BUDGET",
     "CompositeDelegate",
     "Composites",
     "split_composite",
@@ -93,6 +115,9 @@ T = TypeVar("T")
 
 #: format of :meth:`Composites.dump`
 SNAPSHOT_VERSION = 1
+#: composite subscriptions settled per :meth:`Composites.tick` while a hook observes losses
+#: (about 1.5 ms per tick at 3 us each; with the default tick of 0.25 s, 2,000 per second)
+SWEEP_BUDGET = 500
 
 
 def split_composite(topic_filter: str) -> tuple[str, str | None]:
@@ -139,6 +164,61 @@ class Composites:
         #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
         self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
         self._by_expression: dict[str, set[tuple[str, str]]] = {}
+        self._observe()
+
+    def _observe(self) -> None:
+        """Have the engine keep its losses when a hook wants them (after a restore too)."""
+        self.engine.track_losses(bool(self.core.obs.composite_loss))
+
+    def flush_losses(self) -> None:
+        """One ``on_composite_loss`` per (subscription, atom) with losses counted since the
+        last flush (``CompositeEngine.drain_losses``: summed in the engine, a list increment
+        per count); from :meth:`tick`, after an unsubscribe, before a restore and at the
+        broker's stop."""
+        core = self.core
+        hooks = core.obs.composite_loss
+        if not hooks:
+            return
+        lost = self.engine.drain_losses()
+        if not lost:
+            return
+        t = core.clock.wall()
+        for expression, window, cap, element, expired, dropped in lost:
+            loss = CompositeLoss(t, expression, window, cap, element, expired, dropped)
+            core._call(hooks, "on_composite_loss", loss)
+
+    def _tell(  # noqa: PLR0917
+        self,
+        client_id: str,
+        name: str,
+        action: CompositeAction,
+        expression: str,
+        window: float | None,
+        cap: int | None,
+        qos: int,
+    ) -> None:
+        core = self.core
+        change = CompositeChange(
+            core.clock.wall(),
+            client_id,
+            name,
+            action,
+            expression,
+            window,
+            cap,
+            qos,
+            len(self.clients.get(client_id, ())),
+        )
+        core._call(core.obs.composite_change, "on_composite_change", change)
+
+    def tick(self) -> None:
+        """Periodically (``Core.tick``): settle the next ``SWEEP_BUDGET`` composite
+        subscriptions at the wall clock, so that losses in idle ones reach the loss hooks, and
+        tell the hooks the losses counted since the last tick.  Nothing without such a hook.
+        O(SWEEP_BUDGET x atoms per subscription + (subscription, atom) pairs with losses)."""
+        if self.core.obs.composite_loss and self.clients:
+            self.engine.settle_some(self.core.clock.wall(), SWEEP_BUDGET)
+            self.flush_losses()
 
     @property
     def changes(self) -> int:
@@ -222,6 +302,7 @@ class Composites:
         expression.  Raises ``CompositeSyntaxError`` / ValueError (nothing changed then)."""
         if not name or "/" in name or "+" in name or "#" in name:
             raise ValueError(f"composite subscription name {shown(name)}: no '/', '+' or '#' allowed")
+        self.engine.advance(self.core.clock.wall())  # a replaced subscription's losses by now
         change = self.engine.subscribe(
             (client_id, name), expression, qos=qos, window=window, max_buffer=max_buffer
         )
@@ -230,6 +311,10 @@ class Composites:
         self.clients.setdefault(client_id, {})[name] = sub_ids
         sub = self.engine.subscription((client_id, name))
         assert sub is not None
+        if self.core.obs.composite_change:
+            self._tell(
+                client_id, name, CompositeAction.SUBSCRIBE, sub.expression, sub.window, sub.max_buffer, qos
+            )
         return sub.expression
 
     def _delegate(
@@ -244,6 +329,8 @@ class Composites:
         self.clients.setdefault(client_id, {})[name] = sub_ids
         self._changed += 1
         self.delegate.subscribe(client_id, name, expression, qos)
+        if self.core.obs.composite_change:
+            self._tell(client_id, name, CompositeAction.SUBSCRIBE, expression, None, None, qos)
 
     def deliver_remote(self, expression: str, body: bytes, qos: int, now: float) -> int:
         """A composite event of ``expression`` matched elsewhere: one PUBLISH per local
@@ -263,13 +350,17 @@ class Composites:
         self.events += n > 0
         return n
 
-    def remove(self, client_id: str, name: str) -> bool:
-        """Unsubscribe ``(client_id, name)``; False if there was nothing."""
+    def remove(
+        self, client_id: str, name: str, action: CompositeAction = CompositeAction.UNSUBSCRIBE
+    ) -> bool:
+        """Unsubscribe ``(client_id, name)``; False if there was nothing.  ``action``: what
+        the change hooks are told (UNSUBSCRIBE, SESSION_END, EXPIRED)."""
         names = self.clients.get(client_id)
         if names is None or names.pop(name, None) is None:
             return False
         if not names:
             del self.clients[client_id]
+        tell = bool(self.core.obs.composite_change)
         gone = self.delegated.pop((client_id, name), None)
         if gone is not None:
             keys = self._by_expression[gone[0]]
@@ -279,11 +370,21 @@ class Composites:
             self._changed += 1
             if self.delegate is not None:
                 self.delegate.unsubscribe(client_id, name, gone[0])
+            if tell:
+                self._tell(client_id, name, action, gone[0], None, None, gone[1])
             return True
-        change = self.engine.unsubscribe((client_id, name))
+        key = (client_id, name)
+        eng = self.engine
+        eng.advance(self.core.clock.wall())  # components past the window by now: expired
+        had = eng.subscription(key) if tell else None  # settles: losses are told first
+        qos = eng.qos_of(key)
+        change = eng.unsubscribe(key)
         self._changed += 1
         if change is not None:
             self._apply(change)
+        self.flush_losses()  # its last losses before its removal
+        if had is not None and qos is not None:
+            self._tell(client_id, name, action, had.expression, had.window, had.max_buffer, qos)
         return True
 
     def unsubscribe_request(self, client_id: str, raw: str) -> Subscribed:
@@ -297,14 +398,16 @@ class Composites:
             return Subscribed(ReasonCode.SUCCESS, None, "removed", topic, topic)
         return Subscribed(ReasonCode.NO_SUBSCRIPTION_EXISTED)
 
-    def drop_client(self, client_id: str) -> int:
-        """The session of ``client_id`` ended: every composite subscription of it goes."""
+    def drop_client(self, client_id: str, expired: bool = False) -> int:
+        """The session of ``client_id`` ended (``expired``: its expiry interval elapsed):
+        every composite subscription of it goes."""
         names = self.clients.get(client_id)
         if not names:
             return 0
         n = len(names)
+        action = CompositeAction.EXPIRED if expired else CompositeAction.SESSION_END
         for name in list(names):
-            self.remove(client_id, name)
+            self.remove(client_id, name, action)
         return n
 
     def _apply(self, change: composite.Change) -> None:
@@ -386,6 +489,8 @@ class Composites:
         if not events:
             return
         self.events += len(events)
+        if core.obs.composite_event:
+            self._record(events)
         sessions = core.sessions
         clients = self.clients
         obs = core.obs
@@ -403,7 +508,7 @@ class Composites:
                 if out is None:
                     out = by_name[name] = Message.create(topic, body, ev.qos, False, NO_PROPERTIES, None, now)
                 sub_ids = clients.get(client_id, {}).get(name, ())
-                if not obs.deliveries:
+                if not obs.recording:
                     core.deliver(s, out, qos, False, sub_ids, topic, None, now)
                     continue
                 outer = obs.fan_msg, obs.fan
@@ -412,6 +517,31 @@ class Composites:
                 core.deliver(s, out, qos, False, sub_ids, topic, None, now)
                 obs.fan_msg, obs.fan = outer
                 obs.deliveries_written(core.clock.wall(), out, fan, 1, core.stats)
+
+    def _record(self, events: list[composite.CompositeEvent]) -> None:
+        """One ``on_composite_event`` per event, with its subscription's occupancy now."""
+        core = self.core
+        t = core.clock.wall()
+        occupancy = self.engine.occupancy
+        hooks = core.obs.composite_event
+        for ev in events:
+            got = occupancy(ev)
+            if got is None:
+                continue
+            window, cap, buffered = got
+            rec = CompositeEventRecord(
+                t,
+                ev.expression,
+                window,
+                cap,
+                tuple([key for key, _ in ev.deliveries]),  # type: ignore[misc]  # (client id, name)
+                ev.begin,
+                ev.end,
+                len(ev.components),
+                ev.end - ev.begin,
+                buffered,
+            )
+            core._call(hooks, "on_composite_event", rec)
 
     # ------------------------------------------------------------ persistence
     def dump(self, keep: Callable[[str], bool]) -> bytes:
@@ -475,7 +605,9 @@ class Composites:
         data = _only(data, keep)
         old = self.engine.atoms()
         self._apply(composite.Change((), tuple(old)))
+        self.flush_losses()  # what the replaced engine counted
         self.engine = composite.CompositeEngine.restore(data)
+        self._observe()
         self._apply(composite.Change(tuple(self.engine.atoms()), ()))
         self.clients = {}
         self.delegated = {}

@@ -24,7 +24,7 @@ import topics
 from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._message import SHARE_PREFIX, Message, Route
-from broker.core._session import NEVER, PUBREL_SENT, ConnectionState, Session
+from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session
 from broker.hooks import Delivery, SubscriptionAction
 from broker.packets import (
     NO_PROPERTIES,
@@ -221,14 +221,15 @@ class Connection:
             self.send(Disconnect(code, props))
         self.close(f"{reason} ({code.name})")
 
-    def send_ordered(self, packet: Packet, wrote: bool) -> None:
-        """Send an acknowledgement after the store writes it depends on (``wrote``) are durable.
+    def send_ordered(self, packet: Packet, wrote: bool, waiter: AckWaiter | None = None) -> None:
+        """Send an acknowledgement after the store writes it depends on (``wrote``) are durable
+        (or ``waiter``'s deliveries are acknowledged, see ``Journal.hold``).
 
         It also waits behind this connection's held packets, so acknowledgements keep the
         order of the packets they answer; without a store it is ``send``.
         """
         if wrote or self.held:
-            self.core.journal.hold(self, packet)
+            self.core.journal.hold(self, packet, waiter if wrote else None)
         else:
             self.send(packet)
 
@@ -303,7 +304,7 @@ class Connection:
         core.stats.messages_sent += 1
         obs = core.obs
         if obs.writes and self.session is not None:
-            if obs.deliveries:
+            if obs.recording:
                 entry = (self.session.client_id, topic_filter, selector, qos, retain)
                 if obs.fan_msg is msg:
                     obs.fan.append(entry)
@@ -646,11 +647,15 @@ class Connection:
         journal = core.journal
         store = journal.store
         before = 0 if store is None else store.submitted
+        waiter: AckWaiter | None = None
+        if qos == 1 and store is not None:
+            waiter = journal.tracking = AckWaiter()
         core.current = self  # the connection flow control pauses for a congested receiver
         try:
             n = core.publish(msg, now, routes)
         finally:
             core.current = None
+            journal.tracking = None
         if store is not None and qos != 0:
             # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2:
@@ -664,7 +669,9 @@ class Connection:
                 s.qos2_received.add(pid)
                 self.send_ordered(Pubrec(pid, code), wrote)
             else:
-                self.send_ordered(Puback(pid or 0, code), wrote)
+                # early PUBACK only when the publication wrote nothing but its deliveries
+                early = waiter is not None and waiter.writes == store.submitted - before
+                self.send_ordered(Puback(pid or 0, code), wrote, waiter if early else None)
             return None
         if qos == 1:
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
@@ -689,8 +696,8 @@ class Connection:
     def _complete(self, s: Session, pid: int, now: float) -> None:
         """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, or a PUBREC refusal): free the
         packet id, delete its stored row, and refill the in-flight window."""
-        del s.inflight[pid]
-        self.core.journal.completed(s, pid)
+        out = s.inflight.pop(pid)
+        self.core.journal.completed(s, pid, out)
         self.core.drain(s, now)
 
     def _violation(self, what: str) -> None:

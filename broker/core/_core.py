@@ -229,7 +229,9 @@ class Core:
         session.queue.clear()
         session.qos2_received.clear()
         self.journal.ended(session)
-        had += self.composite.drop_client(session.client_id)
+        had += self.composite.drop_client(
+            session.client_id, session.expires_at is not None and session.expires_at <= now
+        )
         if had:
             self.subscription_changed(session.client_id, SubscriptionAction.SESSION_END, None, None, None)
 
@@ -280,7 +282,7 @@ class Core:
         if routes is None:
             routes = router.route(msg)
         obs = self.obs
-        if obs.deliveries:  # record this fan-out's writes (restored after: a sink may publish)
+        if obs.recording:  # record this fan-out's writes (restored after: a sink may publish)
             outer = obs.fan_msg, obs.fan
             obs.fan_msg = msg
             fan: list[DeliveryEntry] = []
@@ -300,7 +302,7 @@ class Core:
                 atoms.extend(r.subscription_ids)
         self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
-        if obs.deliveries:
+        if obs.recording:
             obs.fan_msg, obs.fan = outer
             obs.deliveries_written(self.clock.wall(), msg, fan, n, self.stats)
         if atoms is not None:
@@ -471,6 +473,7 @@ class Core:
                 self.end_session(s, now)
         if self.congested:
             self._check_slow(now)
+        self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
             self.publish_sys(now)

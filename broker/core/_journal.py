@@ -10,7 +10,13 @@ so the state machine carries no ``if store is not None`` branches.
 Acknowledgements that reveal stored state (PUBACK, PUBREC, PUBREL to persisted subscribers,
 PUBCOMP to persisted publishers; CONNACK, SUBACK and UNSUBACK of persisted sessions) are
 parked with :meth:`Journal.hold` until the store's durable signal: one shared wake-up per
-group commit, in submission order, so each connection keeps its packet order.
+group commit, in submission order, so each connection keeps its packet order (one FIFO per
+connection: a packet leaves only when every packet held before it on its connection left).
+A publisher's QoS 1 PUBACK whose only store writes were the deliveries of its message to
+persisted sessions may leave earlier: when every one of those deliveries is acknowledged
+(:class:`~broker.core._session.AckWaiter`), nothing of the message needs the store any more
+(a crash before the commit loses rows that would have been deleted anyway; one after it
+redelivers a message that was acknowledged, as QoS 1 allows).
 :meth:`Journal.restore` rebuilds the core's state at start.
 """
 
@@ -18,12 +24,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import content
 from broker.core._message import Message
-from broker.core._session import PUBLISH_SENT, PUBREL_SENT, ConnectionState, Outgoing, Session
+from broker.core._session import PUBLISH_SENT, PUBREL_SENT, AckWaiter, ConnectionState, Outgoing, Session
 from broker.durability._records import (
     EntryRecord,
     LoadedState,
@@ -44,7 +51,21 @@ __all__ = ["Journal"]
 
 log = logging.getLogger("broker")
 
-_Held = list[tuple["Connection", Packet]]
+
+class Held:
+    """A packet parked until the store's commit (``ready``), or its message's deliveries
+    were all acknowledged; ``done`` once sent or given up."""
+
+    __slots__ = ("conn", "done", "packet", "ready")
+
+    def __init__(self, conn: Connection, packet: Packet) -> None:
+        self.conn = conn
+        self.packet = packet
+        self.ready = False
+        self.done = False
+
+
+_Held = list[Held]
 
 
 def _call_now(fn: Callable[..., object], *args: object) -> None:
@@ -62,6 +83,9 @@ class Journal:
         self.call_threadsafe: Callable[..., object] = _call_now
         self.failed = False
         self._held: tuple[concurrent.futures.Future[None], _Held] | None = None
+        self._queues: dict[Connection, deque[Held]] = {}  # per connection, in send order
+        #: the waiter of the QoS 1 publication being routed (set by the connection)
+        self.tracking: AckWaiter | None = None
 
     @property
     def submitted(self) -> int:
@@ -146,6 +170,11 @@ class Journal:
         ``s.persisted``, which implies a store)."""
         store = self.store
         assert store is not None
+        w = self.tracking
+        if w is not None:
+            out.waiter = w
+            w.remaining += 1
+            w.writes += 1
         out.seq = seq = store.next_seq()
         store.add_outgoing(
             OutgoingRecord(
@@ -172,10 +201,20 @@ class Journal:
         if s.persisted and self.store is not None:
             self.store.drop_outgoing(s.client_id, out.seq)
 
-    def completed(self, s: Session, pid: int) -> None:
-        """The outgoing flow of ``pid`` ended (PUBACK, PUBCOMP, a refusing PUBREC, discarded)."""
+    def completed(self, s: Session, pid: int, out: Outgoing | None = None) -> None:
+        """The outgoing flow of ``pid`` ended (PUBACK, PUBCOMP, a refusing PUBREC, discarded);
+        ``out``: its message, when acknowledged by the client."""
         if s.persisted and self.store is not None:
             self.store.complete(s.client_id, pid)
+        if out is not None:
+            w = out.waiter
+            if w is not None:
+                out.waiter = None
+                w.remaining -= 1
+                entry = w.entry
+                if w.remaining == 0 and isinstance(entry, Held) and not entry.done:
+                    entry.ready = True
+                    self._send_ready(entry.conn)
 
     def pubrec(self, s: Session, pid: int) -> bool:
         """PUBREC received for ``pid``; True if that was written (PUBREL must wait for it)."""
@@ -229,26 +268,71 @@ class Journal:
             self.core.flush()
 
     # ------------------------------------------------------------ acknowledgements
-    def hold(self, conn: Connection, packet: Packet) -> None:
-        """Send ``packet`` on ``conn`` once everything written to the store so far is durable.
+    def hold(self, conn: Connection, packet: Packet, waiter: AckWaiter | None = None) -> None:
+        """Send ``packet`` on ``conn`` once everything written to the store so far is durable
+        (or, with ``waiter``, once its message's persisted deliveries are all acknowledged),
+        and after every packet held before it on ``conn``.
 
         All packets held between two commits share the store's durable signal and one
-        thread-safe wake-up; signals fire in submission order, so a connection's packets
-        keep their order (``Connection.held`` makes later ones wait behind held ones).
+        thread-safe wake-up.  O(1).
         """
         store = self.store
         assert store is not None
         fut = store.sync()
+        entry = Held(conn, packet)
         conn.held += 1
+        q = self._queues.get(conn)
+        if q is None:
+            q = self._queues[conn] = deque()
+        q.append(entry)
+        if waiter is not None:
+            waiter.entry = entry
         batch = self._held
         if batch is not None and batch[0] is fut:
-            batch[1].append((conn, packet))
+            batch[1].append(entry)
             return
-        held: _Held = [(conn, packet)]
+        held: _Held = [entry]
         self._held = (fut, held)
         call = self.call_threadsafe
         release = self._release
         fut.add_done_callback(lambda f: call(release, f, held))
+
+    def _send_ready(self, conn: Connection) -> None:
+        """Send ``conn``'s held packets from the head of its FIFO while they are ready."""
+        q = self._queues.get(conn)
+        if q is None:
+            return
+        while q and q[0].ready:
+            entry = q.popleft()
+            entry.done = True
+            conn.held -= 1
+            if conn.state is ConnectionState.CLOSED:
+                continue
+            packet = entry.packet
+            if conn.gated and isinstance(packet, Connack):
+                conn.open_gate(packet)
+            else:
+                conn.send(packet)
+        if not q:
+            del self._queues[conn]
+
+    def _fail(self, conn: Connection) -> None:
+        """A commit failed: ``conn``'s held packets will never be sent; refuse or disconnect."""
+        q = self._queues.pop(conn, None)
+        if q is None:
+            return
+        gated_connack = False
+        for entry in q:
+            if not entry.done:
+                entry.done = True
+                conn.held -= 1
+                gated_connack = gated_connack or (conn.gated and isinstance(entry.packet, Connack))
+        if conn.state is ConnectionState.CLOSED:
+            return
+        if gated_connack:
+            conn.open_gate(None)
+        else:
+            conn.disconnect(ReasonCode.UNSPECIFIED_ERROR, "persistent store failed: not acknowledged")
 
     def _release(self, fut: concurrent.futures.Future[None], held: _Held) -> None:
         """The durable signal fired: send the held packets (or, if the commit failed, refuse)."""
@@ -263,16 +347,16 @@ class Journal:
                 "acknowledged; their publishers are disconnected (0x80)",
                 exc,
             )
-        for conn, packet in held:
-            conn.held -= 1
-            if conn.state is ConnectionState.CLOSED:
-                continue
-            if conn.gated and isinstance(packet, Connack):
-                conn.open_gate(packet if exc is None else None)
-            elif exc is None:
-                conn.send(packet)
+        conns: dict[Connection, None] = {}
+        for entry in held:
+            if not entry.done:
+                entry.ready = True
+                conns[entry.conn] = None
+        for conn in conns:
+            if exc is None:
+                self._send_ready(conn)
             else:
-                conn.disconnect(ReasonCode.UNSPECIFIED_ERROR, "persistent store failed: not acknowledged")
+                self._fail(conn)
         self.core.flush()
 
     # ------------------------------------------------------------ start

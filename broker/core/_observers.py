@@ -1,8 +1,9 @@
 """The registered hooks, split by the methods they override (unused ones cost nothing).
 
 ``broker.hooks.Hooks`` subclasses observe the broker (connections, subscription changes,
-publications, deliveries) and give opinions (authenticate, authorize).  The core asks this
-object which hooks override what, so a broker without hooks pays one boolean test per event.
+publications, deliveries, composite subscriptions, events and losses) and give opinions
+(authenticate, authorize).  The core asks this object which hooks override what, so a broker
+without hooks pays one boolean test per event.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from broker.core._deliverylog import DeliveryLog
 from broker.core._message import Message
 from broker.core._session import Stats
 from broker.hooks import DeliveryEntry, Hooks
@@ -35,10 +37,22 @@ class Observers:
         self.subscription = over("on_subscription_change")
         self.publication = over("on_publication")
         self.delivery = over("on_delivery")
-        self.deliveries = over("on_deliveries")
+        self.composite_change = over("on_composite_change")
+        self.composite_event = over("on_composite_event")
+        self.composite_loss = over("on_composite_loss")
+        # Recorders with a columnar log get their records appended by the core (compiled, no
+        # call into the hook); they are not called through on_deliveries as well.
+        self.logs: list[DeliveryLog] = []
+        for h in self.all:
+            dlog = h.delivery_log()
+            if dlog is not None:
+                self.logs.append(dlog)
+        self.deliveries = [h for h in over("on_deliveries") if h.delivery_log() is None]
+        # whether the core records each fan-out's writes (for on_deliveries hooks or logs)
+        self.recording = bool(self.deliveries or self.logs)
         self.authenticate = over("authenticate")
         self.authorize = over("authorize")
-        self.writes = bool(self.delivery or self.deliveries)  # write_publish reports deliveries
+        self.writes = bool(self.delivery or self.recording)  # write_publish reports deliveries
         # The publication whose fan-out is being recorded for on_deliveries, and its entries.
         self.fan_msg: Message | None = None
         self.fan: list[DeliveryEntry] = []
@@ -46,7 +60,10 @@ class Observers:
     def deliveries_written(
         self, t: float, msg: Message, entries: list[DeliveryEntry], routes: int, stats: Stats
     ) -> None:
-        """One ``on_deliveries`` call per hook at wall time ``t`` (read once for all ``entries``)."""
+        """One record per log and one ``on_deliveries`` call per hook at wall time ``t`` (read
+        once for all ``entries``)."""
+        for dlog in self.logs:
+            dlog.record(t, msg, entries, routes)
         for h in self.deliveries:
             try:
                 h.on_deliveries(t, msg, entries, routes)

@@ -21,7 +21,17 @@ from broker.packets import Will
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["NEVER", "PUBLISH_SENT", "PUBREL_SENT", "ConnectionState", "Outgoing", "Session", "Sink", "Stats"]
+__all__ = [
+    "NEVER",
+    "PUBLISH_SENT",
+    "PUBREL_SENT",
+    "AckWaiter",
+    "ConnectionState",
+    "Outgoing",
+    "Session",
+    "Sink",
+    "Stats",
+]
 
 #: Session Expiry Interval meaning "never expires" (MQTT 5 section 3.1.2.11.2)
 NEVER = 0xFFFFFFFF
@@ -45,7 +55,7 @@ class Outgoing:
     ``state``: :data:`PUBLISH_SENT` or :data:`PUBREL_SENT` (ints: the compiled core compares ints).
     """
 
-    __slots__ = ("msg", "qos", "retain", "selector", "seq", "state", "sub_ids", "topic_filter")
+    __slots__ = ("msg", "qos", "retain", "selector", "seq", "state", "sub_ids", "topic_filter", "waiter")
 
     def __init__(  # noqa: PLR0917 (hot path: positional arguments)
         self,
@@ -64,6 +74,23 @@ class Outgoing:
         self.selector = selector
         self.state = PUBLISH_SENT
         self.seq = 0  # OutgoingRecord.seq of its stored row (persisted sessions)
+        # the publisher's PUBACK that may leave once this delivery is acknowledged (Journal)
+        self.waiter: AckWaiter | None = None
+
+
+class AckWaiter:
+    """A publisher's QoS 1 acknowledgement that needs the store only for the deliveries of its
+    message to persisted sessions (``remaining`` of them not yet acknowledged): when the last
+    is acknowledged, nothing of the message is left to make durable, and the PUBACK may leave
+    before the commit (``Journal.hold``; docs/persistence.md, "Acknowledgements").
+    ``writes``: store operations its publication made, all of them such deliveries."""
+
+    __slots__ = ("entry", "remaining", "writes")
+
+    def __init__(self) -> None:
+        self.remaining = 0
+        self.writes = 0
+        self.entry: object = None  # the Journal's held entry of the PUBACK
 
 
 Sink = Callable[[Message, Route], None]

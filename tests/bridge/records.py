@@ -1,6 +1,7 @@
 """Record factories for bridge tests, and feeding them through the broker's batched hook.
 
-``delivery``/``publication``/``change`` build the broker's public hook records with chosen
+``delivery``/``publication``/``change`` (and ``composite_change``/``composite_event``/
+``composite_loss``) build the broker's public hook records with chosen
 values; ``feed`` hands a ``Delivery`` or ``Publication`` to :meth:`Bridge.on_deliveries` the way
 the broker does (a message object with the receipt time ``time - latency``, one delivery entry;
 a publication is a call with its route count and no entry).
@@ -9,7 +10,17 @@ a publication is a call with its route count and no entry).
 from __future__ import annotations
 
 from broker import Message
-from broker.hooks import Delivery, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.hooks import (
+    CompositeAction,
+    CompositeChange,
+    CompositeEventRecord,
+    CompositeLoss,
+    Delivery,
+    Hooks,
+    Publication,
+    SubscriptionAction,
+    SubscriptionChange,
+)
 from broker.packets import NO_PROPERTIES
 
 
@@ -62,6 +73,37 @@ def change(
         qos=None if topic_filter is None else 1,
         entries=entries,
     )
+
+
+#: the composite kinds of ``BridgeStats`` when no composite record was seen
+NO_COMPOSITE = {"composite_changes": 0, "composite_events": 0, "composite_losses": 0}
+
+
+def composite_change(
+    t: float,
+    client: str,
+    name: str,
+    action: CompositeAction,
+    expression: str = "a & b",
+    *,
+    window: float | None = 60.0,
+    subscriptions: int = 1,
+) -> CompositeChange:
+    return CompositeChange(t, client, name, action, expression, window, 64, 1, subscriptions)
+
+
+def composite_event(
+    t: float, expression: str = "a & b", *, completion: float = 1.0, buffered: int = 0, window: float = 60.0
+) -> CompositeEventRecord:
+    return CompositeEventRecord(
+        t, expression, window, 64, (("c1", "n"), ("c2", "m")), t - completion, t, 2, completion, buffered
+    )
+
+
+def composite_loss(
+    t: float, expression: str = "a & b", element: str = "a", *, expired: int = 1, dropped: int = 0
+) -> CompositeLoss:
+    return CompositeLoss(t, expression, 60.0, 64, element, expired, dropped)
 
 
 def feed(hook: Hooks, record: Delivery | Publication) -> None:

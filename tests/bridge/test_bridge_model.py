@@ -22,6 +22,7 @@ from bridge import Bridge, Kind
 from broker import Message
 from broker.hooks import DeliveryEntry
 from broker.packets import NO_PROPERTIES
+from tests.bridge.records import NO_COMPOSITE
 
 T0 = 1_800_000_000.0
 MAX_PENDING = 12
@@ -98,6 +99,7 @@ class BridgeMachine(RuleBasedStateMachine):
             "deliveries": self.deliveries.total(),
             "publications": self.publications.total(),
             "subscription_changes": 0,
+            **NO_COMPOSITE,
         }
 
     @precondition(lambda self: hasattr(self, "bridge"))

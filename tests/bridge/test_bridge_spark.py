@@ -146,6 +146,7 @@ def test_report_renders_every_section(analysed: Path, tmp_path: Path) -> None:
     assert page.count("data:image/png;base64,") == 5
     assert "http://" not in page and "https://" not in page  # self-contained
     assert "x &gt; 1" in page  # the selectivity table, escaped
+    assert '<h2>Composite subscriptions</h2><p class="empty">no composite data</p>' in page
 
 
 def test_report_opens_in_headless_chromium(analysed: Path, tmp_path: Path) -> None:

@@ -11,8 +11,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from bridge import SCHEMAS, Bridge, Kind
-from broker.hooks import SubscriptionAction
-from tests.bridge.records import change, delivery, feed, publication
+from broker.hooks import CompositeAction, SubscriptionAction
+from tests.bridge.records import (
+    NO_COMPOSITE,
+    change,
+    composite_change,
+    composite_event,
+    composite_loss,
+    delivery,
+    feed,
+    publication,
+)
 
 T0 = 1_800_000_000.0
 
@@ -50,7 +59,7 @@ def test_close_commits_every_record_with_exact_values(tmp_path: Path) -> None:
         ("session_end", None, None),
     ]
     s = b.stats()
-    assert s.written == {"deliveries": 1000, "publications": 1000, "subscription_changes": 2}
+    assert s.written == {"deliveries": 1000, "publications": 1000, "subscription_changes": 2, **NO_COMPOSITE}
     assert sum(s.dropped.values()) == 0 and sum(s.pending.values()) == 0
     b._check()
 
@@ -104,13 +113,27 @@ def test_back_pressure_drops_with_counters_and_a_warning(
         feed(b, delivery(i, T0))  # all dropped
     for i in range(120):
         b.on_subscription_change(change(T0, f"c{i}", SubscriptionAction.SUBSCRIBE, "t", 1))
+    for i in range(105):  # each composite kind has its own bound too
+        b.on_composite_event(composite_event(T0 + i))
+    b.on_composite_loss(composite_loss(T0))
     b._check()
     s = b.stats()
-    assert s.dropped == {"deliveries": 20, "publications": 10, "subscription_changes": 20}
-    assert s.pending == {"deliveries": 80, "publications": 20, "subscription_changes": 100}
+    assert s.dropped == {"deliveries": 20, "publications": 10, "subscription_changes": 20, **NO_COMPOSITE} | {
+        "composite_events": 5
+    }
+    assert s.pending == {
+        "deliveries": 80,
+        "publications": 20,
+        "subscription_changes": 100,
+        "composite_changes": 0,
+        "composite_events": 100,
+        "composite_losses": 1,
+    }
     with caplog.at_level(logging.WARNING, logger="siftmq.bridge"):
         b.close()
     assert "deliveries=20" in caplog.text and "subscription_changes=20" in caplog.text
+    assert "composite_events=5" in caplog.text
+    assert len(_read(tmp_path, Kind.COMPOSITE_EVENTS)) == 100
     # The kept records are the oldest ones, all committed.
     assert sorted(r["message_id"] for r in _read(tmp_path, Kind.DELIVERIES)) == list(range(80))
     assert sorted(r["message_id"] for r in _read(tmp_path, Kind.PUBLICATIONS)) == list(range(20))
@@ -174,3 +197,44 @@ def test_invalid_arguments(tmp_path: Path) -> None:
         Bridge(tmp_path, roll_interval=0)
     with pytest.raises(ValueError):
         Bridge(tmp_path, max_pending=0)
+
+
+def test_composite_records_land_with_exact_values(tmp_path: Path) -> None:
+    """The three composite kinds (issue 16): one row per record, the declared schemas."""
+    with Bridge(tmp_path) as b:
+        b.on_composite_change(composite_change(T0, "c1", "n", CompositeAction.SUBSCRIBE, "(a | b) & c"))
+        b.on_composite_change(
+            composite_change(
+                T0 + 1, "c1", "n", CompositeAction.EXPIRED, "(a | b) & c", window=None, subscriptions=0
+            )
+        )
+        b.on_composite_event(composite_event(T0 + 2, "(a | b) & c", completion=0.25, buffered=3))
+        b.on_composite_loss(composite_loss(T0 + 3, "(a | b) & c", "b", expired=2, dropped=1))
+    assert b.stats().written == {
+        "deliveries": 0,
+        "publications": 0,
+        "subscription_changes": 0,
+        "composite_changes": 2,
+        "composite_events": 1,
+        "composite_losses": 1,
+    }
+    for kind in (Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_EVENTS, Kind.COMPOSITE_LOSSES):
+        (name,) = _files(tmp_path, kind)
+        assert pq.read_schema(tmp_path / kind.value / name).equals(SCHEMAS[kind])
+    changes = sorted(_read(tmp_path, Kind.COMPOSITE_CHANGES), key=lambda r: r["time"])  # type: ignore[arg-type, return-value]
+    assert [(r["client_id"], r["name"], r["action"], r["window"], r["subscriptions"]) for r in changes] == [
+        ("c1", "n", "subscribe", 60.0, 1),
+        ("c1", "n", "expired", None, 0),
+    ]
+    (ev,) = _read(tmp_path, Kind.COMPOSITE_EVENTS)
+    assert (ev["expression"], ev["client_ids"], ev["names"], ev["components"], ev["buffered"]) == (
+        "(a | b) & c",
+        ["c1", "c2"],
+        ["n", "m"],
+        2,
+        3,
+    )
+    assert ev["completion"] == 0.25
+    assert ev["end"].timestamp() - ev["begin"].timestamp() == 0.25  # type: ignore[attr-defined]
+    (loss,) = _read(tmp_path, Kind.COMPOSITE_LOSSES)
+    assert (loss["element"], loss["expired"], loss["dropped"], loss["node"]) == ("b", 2, 1, None)

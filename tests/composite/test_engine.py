@@ -263,3 +263,33 @@ def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="format"):
         CompositeEngine.restore({"format": 99})
     assert eng.stats().subscriptions == 0
+
+
+def test_losses_are_drained_once_and_idle_expiry_waits_for_a_settle() -> None:
+    """``track_losses``/``drain_losses`` (what the broker's loss hook reports): counting is lazy,
+    so an idle subscription's expiries appear once something settles it (``settle_some``, the
+    broker's sweep), and each loss is drained once."""
+    eng = CompositeEngine(window=5, max_buffer=2)
+    eng.track_losses(True)
+    eng.subscribe("k", "a & b")
+    a = eng.atom_id("a")
+    assert a is not None
+    for i in range(4):
+        eng.offer(a, Component("a", b"%d" % i), 0.0)
+    assert eng.drain_losses() == []  # nothing counted yet
+    assert eng.settle_some(10.0, 1) == 1
+    assert eng.drain_losses() == [("a & b", 5.0, 2, "a", 2, 2)]  # 2 expired, 2 dropped by the cap
+    assert eng.drain_losses() == []
+    sub = eng.subscription("k")
+    assert sub is not None and (sub.expired, sub.dropped) == (2, 2)
+
+
+def test_occupancy_is_the_firing_subscriptions_buffer_after_the_offer() -> None:
+    eng = CompositeEngine()
+    eng.subscribe("k", "(a | b) & c", window=30)
+    ids = {x.element: x.id for x in eng.atoms()}
+    eng.offer(ids["a"], Component("a", b"1"), 1.0)
+    eng.offer(ids["a"], Component("a", b"2"), 2.0)
+    (ev,) = eng.offer(ids["c"], Component("c", b"3"), 3.0)
+    assert eng.occupancy(ev) == (30.0, 64, 1)  # the second a is still buffered
+    assert eng.occupancy(CompositeEvent("x", (), (), 0.0, 0.0)) is None  # not from this engine

@@ -6,7 +6,10 @@ subscribe / re-subscribe / unsubscribe (of shared elements too), offers to one a
 several (a publication matching several atoms), time advancing past windows (integer times:
 arrivals exactly on the window's edge happen), tick, snapshot + restore.  The engine's batch
 sizes are shrunk so that log trimming and prefix-count rebasing happen within a few steps.
-``_check()`` runs after every step.
+``_check()`` runs after every step.  The engine's ``drain_losses`` (what the broker turns into
+hook records) must report every dropped and expired instance exactly once: the running totals
+of what it returned equal the engine's counters after every step, and ``occupancy(event)`` gives the firing
+subscription's buffer occupancy after the offer, equal to the reference's.
 """
 
 from __future__ import annotations
@@ -56,10 +59,37 @@ def tune(engine: CompositeEngine) -> CompositeEngine:
 class EngineVsReference(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.engine = tune(CompositeEngine(window=WINDOW, max_buffer=CAP))
+        self.engine = self.observed(CompositeEngine(window=WINDOW, max_buffer=CAP))
         self.ref = Reference(WINDOW, CAP)
         self.now = 0.0
         self.serial = 0
+        self.lost = [0, 0]  # dropped, expired reported through drain_losses
+
+    def observed(self, engine: CompositeEngine) -> CompositeEngine:
+        engine.track_losses(True)
+        return tune(engine)
+
+    def drain(self) -> None:
+        """What the broker's loss hook gets: every loss once, per subscription and atom."""
+        for expression, window, cap, element, expired, dropped in self.engine.drain_losses():
+            assert expired >= 0 and dropped >= 0 and expired + dropped > 0
+            sub = self.ref.subs.get((expression, window, cap))
+            assert sub is None or element in {a.text for a in sub.expr.atoms()}
+            self.lost[0] += dropped
+            self.lost[1] += expired
+
+    def occupancy(self, events: list[CompositeEvent]) -> None:
+        """``occupancy`` of each event: its subscription's buffered instances now, as the
+        reference (and as ``subscription()`` says, which settles on its own)."""
+        for ev in events:
+            got = self.engine.occupancy(ev)
+            assert got is not None
+            window, cap, buffered = got
+            ref = self.ref.subs[(ev.expression, window, cap)]
+            assert buffered == sum(len(b) for b in ref.buffers.values())
+            key = next(iter(ref.subscribers))
+            s = self.engine.subscription(key)
+            assert s is not None and s.buffered == buffered
 
     def ids(self) -> dict[str, int]:
         return {a.element: a.id for a in self.engine.atoms()}
@@ -101,6 +131,7 @@ class EngineVsReference(RuleBasedStateMachine):
         got = self.engine.offer(ids.get(atom, 10_000), comp, self.now)
         want = self.ref.offer(atom, comp, self.now)
         assert sorted(map(event_key, got)) == sorted(want)
+        self.occupancy(got)
 
     @rule(
         atoms=st.sets(st.sampled_from(POOL), min_size=1), qos=st.integers(0, 2), dt=st.sampled_from([0, 1, 4])
@@ -118,6 +149,7 @@ class EngineVsReference(RuleBasedStateMachine):
             self.ref.advance(self.now)
             self.engine.tick(self.now)
         assert sorted(map(event_key, got)) == sorted(want)
+        self.occupancy(got)
 
     @rule(dt=st.sampled_from([0, 1, 5, 7]), back=st.booleans())
     def tick(self, dt: int, back: bool) -> None:
@@ -127,12 +159,22 @@ class EngineVsReference(RuleBasedStateMachine):
         self.engine.tick(t)
         self.ref.advance(t)
 
+    @rule(dt=st.sampled_from([0, 1, 6]), budget=st.integers(1, 3))
+    def settle_some(self, dt: int, budget: int) -> None:
+        # the broker's sweep: counts (and reports) what expired in idle subscriptions
+        self.now += dt
+        n = self.engine.settle_some(self.now, budget)
+        assert 0 <= n <= min(budget, len(self.ref.subs))
+        self.ref.advance(self.now)
+
     @precondition(lambda self: self.ref.by_key)
     @rule()
     def snapshot_restore(self) -> None:
         before = self.engine.stats()
         data = self.engine.snapshot()
-        self.engine = tune(CompositeEngine.restore(data))
+        self.drain()
+        self.engine = self.observed(CompositeEngine.restore(data))
+        self.lost = [before.dropped, before.expired]  # the restored counters, all reported
         after = self.engine.stats()
         assert (after.events, after.dropped, after.expired, after.buffered) == (
             before.events,
@@ -163,6 +205,8 @@ class EngineVsReference(RuleBasedStateMachine):
         assert st_.events == ref.events
         assert st_.dropped == ref.gone_dropped + sum(s.dropped for s in ref.subs.values())
         assert st_.expired == ref.gone_expired + sum(s.expired for s in ref.subs.values())
+        self.drain()
+        assert (st_.dropped, st_.expired) == tuple(self.lost)  # each loss reported once
         assert st_.subscriptions == len(ref.subs)
         assert st_.subscribers == len(ref.by_key)
 

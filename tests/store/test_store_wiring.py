@@ -30,6 +30,7 @@ from broker.packets import (
 )
 from broker.store import SessionRecord, Store
 from tests.rawclient import RawClient
+from tests.waiting import eventually
 
 T = 5.0
 EXPIRY = Properties(session_expiry_interval=3600)
@@ -268,3 +269,38 @@ async def test_store_backlog_bound_pauses_the_writing_publisher(db: str) -> None
             b.core._check()
         finally:
             await _close_all()
+
+
+async def test_puback_leaves_before_the_commit_once_persisted_deliveries_are_acknowledged(db: str) -> None:
+    """A QoS 1 publication whose only store writes are its deliveries to persisted sessions is
+    acknowledged when those deliveries are (nothing of it is left to make durable), even while
+    the store cannot commit; one whose delivery is not acknowledged waits for the commit, and
+    the publisher's PUBACKs keep the order of its PUBLISHes."""
+    async with _broker(db) as b:
+        store = b.core.journal.store
+        assert store is not None
+        sub, _ = await _raw(b.port, "sub", False)
+        await sub.subscribe(SubscriptionRequest("t/#", 1))
+        pub, _ = await RawClient.connect(b.port, "pub", 5)
+        store._lock.acquire()  # the writer cannot commit until released
+        try:
+            pub.send(Publish("t/a", b"1", 1, packet_id=1))
+            (p1,) = await _publishes(sub, 1)
+            sub.send(Puback(p1.packet_id or 0))
+            ack = await pub.recv()  # arrives although nothing was committed
+            assert isinstance(ack, Puback) and ack.packet_id == 1
+            committed = store.commits
+            # not acknowledged by the subscriber: the PUBACK waits for the commit, and a
+            # later PUBLISH that writes nothing waits behind it (acknowledgement order)
+            pub.send(Publish("t/b", b"2", 1, packet_id=2))
+            (p2,) = await _publishes(sub, 1)
+            pub.send(Publish("other", b"3", 1, packet_id=3))
+            conn = b.core.sessions["pub"].conn
+            assert conn is not None
+            await eventually(lambda: conn.held == 2)
+            assert store.commits == committed
+        finally:
+            store._lock.release()
+        acks = [await pub.recv(), await pub.recv()]
+        assert [a.packet_id for a in acks if isinstance(a, Puback)] == [2, 3]
+        sub.send(Puback(p2.packet_id or 0))
