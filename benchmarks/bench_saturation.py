@@ -453,11 +453,7 @@ def _bridge_rows(b: RunningBroker) -> dict[str, object]:
     files = [f for f in landing.glob("*.parquet")] if landing.exists() else []
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     log = (b.tmp / "broker.log").read_text(errors="replace")
-    return {
-        "bridge_deliveries": rows,
-        "bridge_drop_warnings": log.count("dropped so far"),
-        "log_lines": log.count("\n"),
-    }
+    return {"bridge_deliveries": rows, "bridge_drop_warnings": log.count("dropped so far")}
 
 
 def markdown(results: list[dict[str, object]]) -> str:

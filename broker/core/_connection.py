@@ -647,15 +647,15 @@ class Connection:
         journal = core.journal
         store = journal.store
         before = 0 if store is None else store.submitted
-        waiter: AckWaiter | None = None
-        if qos == 1 and store is not None:
-            waiter = journal.tracking = AckWaiter()
+        track = qos == 1 and store is not None
+        if track:
+            journal.track()
         core.current = self  # the connection flow control pauses for a congested receiver
         try:
             n = core.publish(msg, now, routes)
         finally:
             core.current = None
-            journal.tracking = None
+            waiter = journal.tracked() if track else None
         if store is not None and qos != 0:
             # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2:

@@ -84,8 +84,10 @@ class Journal:
         self.failed = False
         self._held: tuple[concurrent.futures.Future[None], _Held] | None = None
         self._queues: dict[Connection, deque[Held]] = {}  # per connection, in send order
-        #: the waiter of the QoS 1 publication being routed (set by the connection)
-        self.tracking: AckWaiter | None = None
+        #: while a QoS 1 publication is routed (``track``/``tracked``): its waiter, made by
+        #: its first delivery to a persisted session (none for the common clean-session case)
+        self._tracking = False
+        self._waiter: AckWaiter | None = None
 
     @property
     def submitted(self) -> int:
@@ -170,8 +172,10 @@ class Journal:
         ``s.persisted``, which implies a store)."""
         store = self.store
         assert store is not None
-        w = self.tracking
-        if w is not None:
+        if self._tracking:
+            w = self._waiter
+            if w is None:
+                w = self._waiter = AckWaiter()
             out.waiter = w
             w.remaining += 1
             w.writes += 1
@@ -201,6 +205,18 @@ class Journal:
         if s.persisted and self.store is not None:
             self.store.drop_outgoing(s.client_id, out.seq)
 
+    def track(self) -> None:
+        """A QoS 1 publication is about to be routed: note its deliveries to persisted sessions."""
+        self._tracking = True
+        self._waiter = None
+
+    def tracked(self) -> AckWaiter | None:
+        """End :meth:`track`: the publication's waiter, if it had persisted deliveries."""
+        self._tracking = False
+        w = self._waiter
+        self._waiter = None
+        return w
+
     def completed(self, s: Session, pid: int, out: Outgoing | None = None) -> None:
         """The outgoing flow of ``pid`` ended (PUBACK, PUBCOMP, a refusing PUBREC, discarded);
         ``out``: its message, when acknowledged by the client."""
@@ -212,7 +228,7 @@ class Journal:
                 out.waiter = None
                 w.remaining -= 1
                 entry = w.entry
-                if w.remaining == 0 and isinstance(entry, Held) and not entry.done:
+                if w.remaining == 0 and entry is not None and not entry.done:
                     entry.ready = True
                     self._send_ready(entry.conn)
 

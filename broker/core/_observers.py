@@ -42,12 +42,9 @@ class Observers:
         self.composite_loss = over("on_composite_loss")
         # Recorders with a columnar log get their records appended by the core (compiled, no
         # call into the hook); they are not called through on_deliveries as well.
-        self.logs: list[DeliveryLog] = []
-        for h in self.all:
-            dlog = h.delivery_log()
-            if dlog is not None:
-                self.logs.append(dlog)
-        self.deliveries = [h for h in over("on_deliveries") if h.delivery_log() is None]
+        logs = {id(h): h.delivery_log() for h in self.all}
+        self.logs: list[DeliveryLog] = [dlog for dlog in logs.values() if dlog is not None]
+        self.deliveries = [h for h in over("on_deliveries") if logs[id(h)] is None]
         # whether the core records each fan-out's writes (for on_deliveries hooks or logs)
         self.recording = bool(self.deliveries or self.logs)
         self.authenticate = over("authenticate")

@@ -20,6 +20,7 @@ from broker.packets import Will
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
+    from broker.core._journal import Held
 
 __all__ = [
     "NEVER",
@@ -90,7 +91,7 @@ class AckWaiter:
     def __init__(self) -> None:
         self.remaining = 0
         self.writes = 0
-        self.entry: object = None  # the Journal's held entry of the PUBACK
+        self.entry: Held | None = None  # the Journal's held entry of the PUBACK
 
 
 Sink = Callable[[Message, Route], None]
