@@ -174,6 +174,19 @@ def _eventually(cond: object, what: str) -> None:
     raise AssertionError(what)
 
 
+def _routes_reach(port: int, subs: list[Sub], topic: str) -> None:
+    """Publish probes on ``topic`` at ``port`` until every subscriber got one: their
+    subscriptions' routes have travelled the links (the probes stay in their payload sets)."""
+    deadline = time.monotonic() + T
+    k = 0
+    while time.monotonic() < deadline:
+        k += 1
+        _publish(port, f"probe-{k}", topic, [f"probe-{k}".encode()])
+        if all(any(p.startswith(b"probe-") for p in s.payloads()) for s in subs):
+            return
+    raise AssertionError("routes did not reach the publishing node")
+
+
 def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node], tmp_path: Path) -> None:
     n0, n1, n2, n3, n4 = nodes
     for n in nodes:
@@ -181,7 +194,7 @@ def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node]
     far = Sub(n0.port, "far", "orders/#")
     near = Sub(n1.port, "near", "orders/+/paid")
     try:
-        time.sleep(0.5)  # the route changes travel the links
+        _routes_reach(n2.port, [far, near], "orders/0/paid")
         first = [f"a{i}".encode() for i in range(300)]
         acked = _publish(n2.port, "pub-a", "orders/1/paid", first)
         assert acked == set(first)
