@@ -261,7 +261,10 @@ class Broker:
 
     async def _open_store(self, path: str) -> None:
         """Open the store and restore its state into the core (before any client connects)."""
-        store = await asyncio.to_thread(Store, path, max_backlog=self.config.store_max_backlog)
+        cfg = self.config
+        store = await asyncio.to_thread(
+            Store, path, max_backlog=cfg.store_max_backlog, commit_delay=cfg.store_commit_delay
+        )
         try:
             wall = self.core.clock.wall()
             state = await asyncio.to_thread(store.load, wall)

@@ -25,6 +25,7 @@ HOT_MODULES = (
     "broker.core._message",
     "broker.core._session",
     "broker.core._router",
+    "broker.durability._store",
     "broker.core._deliverylog",
     "broker.core._observers",
     "broker.core._journal",

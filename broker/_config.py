@@ -183,6 +183,9 @@ class BrokerConfig:
     #: store operations queued for the writer thread above which the publishers that write
     #: are paused until the next commit (the store's queue stays bounded; docs/persistence.md)
     store_max_backlog: int = 100_000
+    #: seconds the store's writer waits before a commit while deliveries to persisted
+    #: sessions are pending, so that their PUBACKs cancel them first (docs/persistence.md)
+    store_commit_delay: float = 0.002
     #: ``HOST:PORT`` of the Prometheus metrics endpoint (``/metrics``), None = off
     #: (docs/broker.md, "Metrics"; port 0 picks a free one: ``Broker.metrics_port``)
     metrics_listen: str | None = None
@@ -208,6 +211,8 @@ class BrokerConfig:
             raise ValueError("queue_high_water and queue_low_water must be >= 0")
         if self.slow_consumer_grace < 0:
             raise ValueError("slow_consumer_grace must be >= 0")
+        if not 0 <= self.store_commit_delay <= 1:
+            raise ValueError("store_commit_delay must be between 0 and 1 second")
 
     @property
     def high_water(self) -> int:

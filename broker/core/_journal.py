@@ -35,7 +35,6 @@ from broker.durability._records import (
     EntryRecord,
     LoadedState,
     MessageState,
-    OutgoingRecord,
     SessionRecord,
     message_record,
     replay_entries,
@@ -180,20 +179,7 @@ class Journal:
             w.remaining += 1
             w.writes += 1
         out.seq = seq = store.next_seq()
-        store.add_outgoing(
-            OutgoingRecord(
-                s.client_id,
-                seq,
-                state,
-                pid,
-                message_record(out.msg, now, wall),
-                out.qos,
-                out.retain,
-                out.sub_ids,
-                out.topic_filter,
-                out.selector,
-            )
-        )
+        store.add_delivery(s.client_id, seq, int(state), pid, out, now, wall)
 
     def sent(self, s: Session, out: Outgoing, pid: int) -> None:
         """A queued message left the queue with packet id ``pid``."""

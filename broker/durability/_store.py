@@ -37,6 +37,24 @@ after ``await Store.durable()``.  Under load, many publishes share one commit (o
 throughput grows with concurrency while each acknowledgement still waits for its own data
 (docs/performance-store.md).
 
+Operations wait in a list (``Store._ops``) that the writer swaps out whole under a lock, one
+round at a time.  While a message's ``outgoing`` insert is still in that list, the later
+operations on the same row are applied to it in place: sent (packet id) and PUBREC change
+its state; PUBACK/PUBCOMP and discarding it cancel it.  A QoS 1 message to a persisted
+subscriber that is acknowledged before the writer's next round (the usual case: a round
+lasts one commit, an fsync) never reaches SQLite, and its row is never even built.  Two
+dictionaries, (client, seq) and (client, packet id) -> index in the list, find the insert in
+O(1); both are replaced at the swap, so they only ever point into the current list.  The
+core reuses a packet id only after its completion was written or cancelled, and a sequence
+number never, so neither key can name an older row while its insert is pending.
+
+``commit_delay`` (the broker's ``store_commit_delay``, 2 ms) is the same trade as PostgreSQL's
+``commit_delay`` and MySQL's ``binlog_group_commit_sync_delay``, narrowed to the case it pays
+for: when the writer wakes while deliveries to persisted sessions are pending, it waits that
+long before taking the round, so that subscribers that keep up acknowledge (and cancel) them
+first.  An acknowledgement that waits for this commit waits that much longer; a round with
+no such delivery pending starts at once.
+
 A dedicated thread was chosen over ``asyncio.to_thread`` per batch: the SQLite connection
 stays on one thread, batches form naturally while the previous commit is in its fsync (no
 timer, no added latency when idle), and the store also works without an event loop (unit
@@ -66,9 +84,9 @@ from collections.abc import Callable, Sequence
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from broker.core._message import SubOptions
+from broker.core._message import Message, SubOptions
 from broker.durability._records import (
     DB_NAME,
     EntryRecord,
@@ -195,8 +213,9 @@ def migrate(db: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS) -> i
 
 
 # ---------------------------------------------------------------------------- operations
-_Op = tuple[str, tuple[Any, ...]]
-_WAKE = ("wake", ())  # queued by sync() so an idle writer runs a round
+_Op = tuple[str, Any]  # (name in _SQL, its parameters; a _Row for "outgoing")
+_WAKE = 1  # the writer's token: a round is due (at most one outstanding: Store._wake_sent)
+_STOP = 0  # the writer's token from close(): a last round, then stop
 
 _SQL: dict[str, str] = {
     "session": "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -223,36 +242,75 @@ _SQL: dict[str, str] = {
 }
 
 
-def _cancel_pairs(ops: list[_Op]) -> list[_Op]:
-    """Drop the outgoing rows inserted and completed within one batch, with their updates.
+class Delivery(Protocol):
+    """What :meth:`Store.add_delivery` reads of a broker ``Outgoing`` (none of it may change
+    after the call: the writer thread reads it later)."""
 
-    A message sent (packet id known at insert) and acknowledged between two commits never
-    needs to reach the file: its INSERT, a PUBREC update and the DELETE go, and the database
-    ends in the same state (the core reuses a packet id only after its DELETE was queued).
-    Queued rows (no packet id at insert) are not tracked.  O(len(ops)).
-    """
-    live: dict[tuple[Any, Any], list[int]] = {}  # (client id, packet id) -> ops on that row
-    drop: list[int] = []
-    for i, (name, args) in enumerate(ops):
-        if name == "outgoing":
-            if args[3] is not None:
-                live[args[0], args[3]] = [i]
-        elif name == "pubrec":
-            idx = live.get((args[0], args[1]))
-            if idx is not None:
-                idx.append(i)
-        elif name == "acked":
-            idx = live.pop((args[0], args[1]), None)
-            if idx is not None:
-                drop.extend(idx)
-                drop.append(i)
-        elif name == "del_outgoing":  # the client's rows go anyway: stop tracking them
-            for key in [k for k in live if k[0] == args[0]]:
-                del live[key]
-    if not drop:
-        return ops
-    gone = set(drop)
-    return [op for i, op in enumerate(ops) if i not in gone]
+    @property
+    def msg(self) -> Message: ...
+    @property
+    def qos(self) -> int: ...
+    @property
+    def retain(self) -> bool: ...
+    @property
+    def sub_ids(self) -> tuple[int, ...]: ...
+    @property
+    def topic_filter(self) -> str: ...
+    @property
+    def selector(self) -> str | None: ...
+
+
+class _Row:
+    """An ``outgoing`` insert the writer has not taken yet: the event loop may still move it
+    to a later state (:meth:`Store.mark_sent`, :meth:`Store.mark_pubrec`) or cancel it
+    (:meth:`Store.complete`, :meth:`Store.drop_outgoing`) in place; the writer builds its
+    row only if it survives until taken (from ``record``, or from the delivery ``out``)."""
+
+    __slots__ = ("client_id", "expires_at", "out", "pid", "record", "seq", "state")
+
+    def __init__(  # noqa: PLR0917
+        self,
+        record: OutgoingRecord | None,
+        client_id: str,
+        seq: int,
+        state: int,
+        pid: int | None,
+        out: Delivery | None = None,
+        expires_at: float | None = None,
+    ) -> None:
+        self.record = record
+        self.client_id = client_id
+        self.seq = seq
+        self.state = state
+        self.pid = pid
+        self.out = out
+        self.expires_at = expires_at  # wall clock, computed at the call
+
+    def row(self) -> tuple[Any, ...]:
+        """The ``outgoing`` row (on the writer thread)."""
+        if self.record is not None:
+            return _outgoing_row(self.record, self.state, self.pid)
+        out = self.out
+        assert out is not None
+        m = out.msg
+        return (
+            self.client_id,
+            self.seq,
+            self.state,
+            self.pid,
+            m.topic,
+            m.payload,
+            m.qos,
+            int(m.retain),
+            encode_properties(m.properties),
+            m.publisher_id,
+            self.expires_at,
+            out.qos,
+            int(out.retain),
+            ",".join(map(str, out.sub_ids)) if out.sub_ids else None,
+            out.topic_filter,
+            out.selector,
+        )
 
 
 def _will_row(will: Will | None, due: float | None) -> tuple[Any, ...]:
@@ -280,13 +338,16 @@ def _entry_row(client_id: str, seq: int, e: EntryRecord) -> tuple[Any, ...]:
     )
 
 
-def _outgoing_row(r: OutgoingRecord) -> tuple[Any, ...]:
+def _outgoing_row(r: OutgoingRecord, state: int | None = None, pid: int | None = None) -> tuple[Any, ...]:
+    """The ``outgoing`` row of ``r`` (with ``state`` and ``pid`` instead of its own when given)."""
     m = r.message
+    if state is None:
+        state, pid = int(r.state), r.packet_id
     return (
         r.client_id,
         r.seq,
-        int(r.state),
-        r.packet_id,
+        state,
+        pid,
         m.topic,
         m.payload,
         m.qos,
@@ -320,6 +381,7 @@ class Store:
         synchronous: str = "FULL",
         max_batch: int = 10_000,
         max_backlog: int = 100_000,
+        commit_delay: float = 0.0,
         migrations: Sequence[str] = MIGRATIONS,
     ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
@@ -342,11 +404,17 @@ class Store:
             raise
         self._db = db
         self._lock = threading.Lock()  # the connection: writer thread vs load/sweep callers
-        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        # the writer's tokens: one _WAKE when a round is due (the list went non-empty, or a
+        # sync() needs one), _STOP at close
+        self._tokens: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._closed = False
-        # sync() hands out the future of the writer's next round: every waiter between two
-        # commits shares it (one future and one wake-up per commit, not per waiter).
+        # guards _ops, _by_seq, _by_pid, _next, _wake_sent: the event loop's writes vs the
+        # writer's swap. sync() hands out the future of the writer's next round: every waiter
+        # between two commits shares it (one future and one wake-up per commit, not per waiter).
         self._sync_lock = threading.Lock()
+        self._ops: list[_Op | None] = []  # not yet taken; None = cancelled in place
+        self._by_seq: dict[tuple[str, int], int] = {}  # queued insert -> index in _ops
+        self._by_pid: dict[tuple[str, int], int] = {}  # insert with a packet id -> index
         self._next: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._wake_sent = False
         self._async_waiter: (
@@ -358,8 +426,12 @@ class Store:
         self.next_seq: Callable[[], int] = itertools.count(self._max_seq() + 1).__next__
         self.commits = 0  # transactions committed by the writer
         self.operations = 0  # operations written
-        self.submitted = 0  # operations queued (the broker compares it to see if it wrote)
-        self.taken = 0  # operations the writer took from the queue
+        self.submitted = 0  # mutating calls (the broker compares it to see if it wrote)
+        self.taken = 0  # operations the writer took (cancelled ones included)
+        self.cancelled = 0  # inserts cancelled before the writer took them
+        #: seconds the writer waits before taking a round while deliveries to persisted
+        #: sessions are pending (their acknowledgements may still cancel them); 0 = never
+        self.commit_delay = commit_delay
         #: operations queued and not yet taken above which the broker stops reading the
         #: publishers that write (``backlog``; the queue itself never refuses a write)
         self.max_backlog = max_backlog
@@ -376,42 +448,63 @@ class Store:
         return int(row[0] or 0)
 
     # ------------------------------------------------------------------ writer
-    def _put(self, name: str, args: tuple[Any, ...]) -> None:
+    def _put(self, name: str, args: Any) -> int:
+        """Append one operation (caller holds ``_sync_lock``); its index in ``_ops``."""
         if self._closed:
             raise StoreClosed("store is closed")
         self.submitted += 1
-        self._queue.put((name, args))
+        ops = self._ops
+        ops.append((name, args))
+        if not self._wake_sent:  # the list was empty and the writer has no token
+            self._wake_sent = True
+            self._tokens.put(_WAKE)
+        return len(ops) - 1
+
+    def _op(self, name: str, args: tuple[Any, ...]) -> None:
+        with self._sync_lock:
+            self._put(name, args)
+
+    def _take(self) -> tuple[concurrent.futures.Future[None], list[_Op]]:
+        """Writer: swap out the pending operations and the signal their commit resolves."""
+        with self._sync_lock:
+            current = self._next
+            self._next = concurrent.futures.Future()
+            self._wake_sent = False
+            taken = self._ops
+            self._ops = []
+            self._by_seq = {}
+            self._by_pid = {}
+        self.taken += len(taken)
+        ops: list[_Op] = []
+        for op in taken:
+            if op is None:
+                continue
+            if op[0] == "outgoing":
+                row: _Row = op[1]
+                ops.append(("outgoing", row.row()))
+            else:
+                ops.append(op)
+        return current, ops
 
     def _run(self) -> None:
-        """Writer thread: wait for work, swap the signal, commit what was queued, signal.
+        """Writer thread: wait for a token, take the operations and the signal, commit, signal.
 
-        The swap and the queue length are read under ``_sync_lock``; every operation put
-        before a :meth:`sync` call that returned the swapped-out future is in the queue at
-        the swap, so it is among the ``n`` items taken now (committed in transactions of at
-        most ``max_batch`` operations) before that future is resolved.
+        The swap happens under ``_sync_lock``; every operation put before a :meth:`sync`
+        call that returned the swapped-out future is in the list at the swap, so it is
+        committed now (in transactions of at most ``max_batch`` operations) before that
+        future is resolved.
         """
-        q = self._queue
+        tokens = self._tokens
         db = self._db
         sql = _SQL
         max_batch = self.max_batch
+        delay = self.commit_delay
         stop = False
         while not stop:
-            first = q.get()
-            with self._sync_lock:
-                current = self._next
-                self._next = concurrent.futures.Future()
-                self._wake_sent = False
-                n = q.qsize()
-            items = [first]
-            items.extend(q.get_nowait() for _ in range(n))
-            ops: list[_Op] = []
-            for item in items:
-                if item is None:
-                    stop = True
-                elif item is not _WAKE:
-                    ops.append(item)
-            self.taken += len(ops)
-            ops = _cancel_pairs(ops)
+            stop = tokens.get() == _STOP
+            if delay and not stop and (self._by_pid or self._by_seq):
+                time.sleep(delay)  # let acknowledgements cancel the young inserts (module doc)
+            current, ops = self._take()
             error = self._failure
             for lo in range(0, len(ops), max_batch):
                 if error is not None:
@@ -440,8 +533,8 @@ class Store:
 
     @property
     def backlog(self) -> int:
-        """Operations queued and not yet taken by the writer (approximate across threads)."""
-        return self.submitted - self.taken
+        """Operations waiting for the writer's next round (cancelled ones included)."""
+        return len(self._ops)
 
     def sync(self) -> concurrent.futures.Future[None]:
         """A future done when every operation submitted so far is committed (durable).
@@ -457,7 +550,7 @@ class Store:
         with self._sync_lock:
             if not self._wake_sent:  # the writer may be idle: make sure a round follows
                 self._wake_sent = True
-                self._queue.put(_WAKE)
+                self._tokens.put(_WAKE)
             return self._next
 
     def when_durable(self, callback: Callable[[], None]) -> None:
@@ -487,8 +580,9 @@ class Store:
         """Commit everything queued, stop the writer and close the database (idempotent)."""
         if self._closed:
             return
-        self._closed = True
-        self._queue.put(None)
+        with self._sync_lock:
+            self._closed = True
+        self._tokens.put(_STOP)
         self._writer.join()
         with self._lock:
             if self.path != ":memory:" and self._failure is None:
@@ -504,7 +598,7 @@ class Store:
     # ------------------------------------------------------------------ sessions
     def put_session(self, s: SessionRecord) -> None:
         """Create or replace the session row (CONNECT; entries and messages are untouched)."""
-        self._put(
+        self._op(
             "session",
             (
                 s.client_id,
@@ -521,20 +615,20 @@ class Store:
         self, client_id: str, at: float, next_pid: int = 1, will_due: float | None = None
     ) -> None:
         """The network connection ended at wall-clock ``at`` (expiry starts; will delay due)."""
-        self._put("disconnected", (at, will_due, next_pid, client_id))
+        self._op("disconnected", (at, will_due, next_pid, client_id))
 
     def set_will(self, client_id: str, will: Will | None, due: float | None = None) -> None:
         """Replace the will (None: published or cancelled)."""
-        self._put("will", (*_will_row(will, due), client_id))
+        self._op("will", (*_will_row(will, due), client_id))
 
     def set_expiry(self, client_id: str, expiry_interval: int) -> None:
         """A DISCONNECT changed the Session Expiry Interval."""
-        self._put("expiry", (expiry_interval, client_id))
+        self._op("expiry", (expiry_interval, client_id))
 
     def delete_session(self, client_id: str) -> None:
         """The session ended: its row, entries, messages and QoS 2 ids go."""
         for op in ("del_session", "del_entries", "del_outgoing", "del_qos2"):
-            self._put(op, (client_id,))
+            self._op(op, (client_id,))
 
     # ------------------------------------------------------------------ entries
     def put_entries(self, client_id: str, entries: Sequence[EntryRecord]) -> None:
@@ -545,52 +639,108 @@ class Store:
         is the list :meth:`topics.SubscriptionIndex.entries` returns after the packet:
         O(entries of that client) per SUBSCRIBE/UNSUBSCRIBE packet.
         """
-        self._put("del_entries", (client_id,))
+        self._op("del_entries", (client_id,))
         for i, e in enumerate(entries):
-            self._put("entry", _entry_row(client_id, i, e))
+            self._op("entry", _entry_row(client_id, i, e))
 
     # ------------------------------------------------------------------ messages
     def add_outgoing(self, r: OutgoingRecord) -> None:
-        """A QoS 1/2 delivery was queued or sent (``r.state`` says which)."""
-        self._put("outgoing", _outgoing_row(r))
+        """A QoS 1/2 delivery was queued or sent (``r.state`` says which). O(1)."""
+        self._add(_Row(r, r.client_id, r.seq, int(r.state), r.packet_id))
+
+    def add_delivery(  # noqa: PLR0917
+        self,
+        client_id: str,
+        seq: int,
+        state: int,
+        pid: int | None,
+        out: Delivery,
+        now: float,
+        wall: float | None = None,
+    ) -> None:
+        """:meth:`add_outgoing` of the broker's delivery ``out`` (``now`` monotonic, ``wall``
+        the wall clock at the same moment): the row is built on the writer thread, and only
+        if the insert is not cancelled before the writer takes it.  O(1)."""
+        exp = out.msg.expires_at
+        if exp is not None:
+            exp = (time.time() if wall is None else wall) + (exp - now)
+        self._add(_Row(None, client_id, seq, state, pid, out, exp))
+
+    def _add(self, row: _Row) -> None:
+        with self._sync_lock:
+            i = self._put("outgoing", row)
+            if row.pid is None:
+                self._by_seq[row.client_id, row.seq] = i
+            else:
+                self._by_pid[row.client_id, row.pid] = i
 
     def mark_sent(self, client_id: str, seq: int, packet_id: int) -> None:
-        """A queued message left the queue as PUBLISH with ``packet_id``."""
-        self._put("sent", (packet_id, client_id, seq))
+        """A queued message left the queue as PUBLISH with ``packet_id``. O(1)."""
+        with self._sync_lock:
+            i = self._by_seq.pop((client_id, seq), None)
+            if i is None:
+                self._put("sent", (packet_id, client_id, seq))
+                return
+            self.submitted += 1
+            row: _Row = self._ops[i][1]  # type: ignore[index]
+            row.state = int(MessageState.PUBLISH_SENT)
+            row.pid = packet_id
+            self._by_pid[client_id, packet_id] = i
 
     def mark_pubrec(self, client_id: str, packet_id: int) -> None:
-        """PUBREC received for an outgoing QoS 2 message (PUBREL sent)."""
-        self._put("pubrec", (client_id, packet_id))
+        """PUBREC received for an outgoing QoS 2 message (PUBREL sent). O(1)."""
+        with self._sync_lock:
+            i = self._by_pid.get((client_id, packet_id))
+            if i is None:
+                self._put("pubrec", (client_id, packet_id))
+                return
+            self.submitted += 1
+            row: _Row = self._ops[i][1]  # type: ignore[index]
+            row.state = int(MessageState.PUBREC_RECEIVED)
 
     def complete(self, client_id: str, packet_id: int) -> None:
-        """PUBACK / PUBCOMP (or a failing PUBREC) ended the flow of ``packet_id``."""
-        self._put("acked", (client_id, packet_id))
+        """PUBACK / PUBCOMP (or a failing PUBREC) ended the flow of ``packet_id``. O(1)."""
+        with self._sync_lock:
+            i = self._by_pid.pop((client_id, packet_id), None)
+            if i is None:
+                self._put("acked", (client_id, packet_id))
+                return
+            self.submitted += 1
+            self.cancelled += 1
+            self._ops[i] = None
 
     def drop_outgoing(self, client_id: str, seq: int) -> None:
-        """A queued message was discarded (expired, queue overflow)."""
-        self._put("dropped", (client_id, seq))
+        """A queued message was discarded (expired, queue overflow). O(1)."""
+        with self._sync_lock:
+            i = self._by_seq.pop((client_id, seq), None)
+            if i is None:
+                self._put("dropped", (client_id, seq))
+                return
+            self.submitted += 1
+            self.cancelled += 1
+            self._ops[i] = None
 
     def qos2_received(self, client_id: str, packet_id: int) -> None:
         """An incoming QoS 2 PUBLISH was accepted; its id awaits PUBREL."""
-        self._put("qos2_add", (client_id, packet_id))
+        self._op("qos2_add", (client_id, packet_id))
 
     def qos2_released(self, client_id: str, packet_id: int) -> None:
         """PUBREL for an incoming QoS 2 id."""
-        self._put("qos2_del", (client_id, packet_id))
+        self._op("qos2_del", (client_id, packet_id))
 
     # ------------------------------------------------------------------ retained
     def set_retained(self, m: MessageRecord) -> None:
         """Retain ``m`` at its topic (an empty payload deletes, as MQTT says)."""
         if not m.payload:
-            self._put("unretain", (m.topic,))
+            self._op("unretain", (m.topic,))
             return
-        self._put(
+        self._op(
             "retain",
             (m.topic, m.payload, m.qos, encode_properties(m.properties), m.publisher_id, m.expires_at),
         )
 
     def delete_retained(self, topic: str) -> None:
-        self._put("unretain", (topic,))
+        self._op("unretain", (topic,))
 
     # ------------------------------------------------------------------ reading
     def load(self, wall: float | None = None) -> LoadedState:
