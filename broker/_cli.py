@@ -53,6 +53,8 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("slow_consumer_grace", float, "seconds over the high-water mark before a client is a slow consumer"),
     ("slow_consumer_policy", str, "slow consumers: pace, drop (default) or disconnect"),
     ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
+    ("ingress_shed_bytes", int, "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),
+    ("ingress_shed_grace", float, "seconds a publisher stays that far ahead before its QoS 0 is shed"),
     ("max_inflight", int, "unacknowledged QoS 1/2 messages per client"),
     ("receive_maximum", int, "QoS 2 messages a client may have unacknowledged towards the broker"),
     ("max_packet_size", int, "largest accepted packet in bytes"),

@@ -142,6 +142,13 @@ class BrokerConfig:
     #: is dropped and counted, QoS 1/2 queued); reading resumes at a quarter of it. Bounds the
     #: QoS 0 delivery latency to a reader that cannot keep up.
     write_buffer_high: int = 64 * 1024
+    #: ingress load shedding (docs/broker.md, "Flow control"): when a read of a publisher's
+    #: socket finds more than this many bytes still waiting in the kernel behind it, for
+    #: ``ingress_shed_grace`` seconds in a row, the QoS 0 PUBLISHes (not retained) of its
+    #: reads are dropped unread and counted until the backlog is below it; 0 = never.
+    #: Bounds the latency of QoS 0 when publishers send faster than the broker can route.
+    ingress_shed_bytes: int = 64 * 1024
+    ingress_shed_grace: float = 0.1
     #: QoS 1/2 messages sent and not yet acknowledged per client (also capped by the
     #: client's Receive Maximum).
     max_inflight: int = 20
@@ -211,6 +218,8 @@ class BrokerConfig:
             raise ValueError("queue_high_water and queue_low_water must be >= 0")
         if self.slow_consumer_grace < 0:
             raise ValueError("slow_consumer_grace must be >= 0")
+        if self.ingress_shed_bytes < 0 or self.ingress_shed_grace < 0:
+            raise ValueError("ingress_shed_bytes and ingress_shed_grace must be >= 0")
         if not 0 <= self.store_commit_delay <= 1:
             raise ValueError("store_commit_delay must be between 0 and 1 second")
 

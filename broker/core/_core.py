@@ -508,6 +508,7 @@ class Core:
             "$SYS/broker/flow/slow_consumers/total": str(st.slow_consumer_events),
             "$SYS/broker/flow/slow_consumers/disconnected": str(st.slow_disconnected),
             "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
+            "$SYS/broker/flow/dropped/qos0_ingress": str(st.dropped_qos0_ingress),
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),

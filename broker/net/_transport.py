@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fcntl
 import logging
+import struct
+import termios
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -43,6 +46,12 @@ from broker.packets import (
 
 __all__ = ["LINGER", "MQTTProtocol", "common_name"]
 
+
+#: reads at least this large probe the kernel backlog behind them (ingress load shedding)
+PROBE_BYTES = 16 * 1024
+#: seconds after its last shedding read during which a connection found behind again sheds
+#: at once (no new grace): an overload that lasts must not buy a grace period per cycle
+SHED_MEMORY = 1.0
 log = logging.getLogger("broker")
 
 
@@ -69,10 +78,13 @@ class MQTTProtocol(asyncio.Protocol):
     """
 
     __slots__ = (
+        "behind_since",
         "conn",
         "core",
         "decoder",
         "done",
+        "fd",
+        "hot_until",
         "linger",
         "policy",
         "refusal",
@@ -98,6 +110,9 @@ class MQTTProtocol(asyncio.Protocol):
         self.refusal: Refusal | None = None
         self.screening = False
         self.registry = registry
+        self.fd = -1  # the socket, for the ingress backlog probe (-1: none, e.g. WebSocket)
+        self.behind_since: float | None = None  # the kernel backlog above the mark since
+        self.hot_until = 0.0  # shedding without a new grace until then (SHED_MEMORY)
         self.throttled = False  # flow control paused this publisher (Connection.reader)
         self.write_paused = False  # the peer does not read what we write
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -106,6 +121,9 @@ class MQTTProtocol(asyncio.Protocol):
         t = cast(asyncio.Transport, transport)
         self.transport = t
         t.set_write_buffer_limits(high=self.core.config.write_buffer_high)
+        sock = t.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
         self._start(t.write, t.get_extra_info("peername"))
 
     def _start(self, writer: Callable[[bytes], None], peer: Any) -> None:
@@ -163,10 +181,20 @@ class MQTTProtocol(asyncio.Protocol):
         if conn is None or conn.close_requested:
             return
         core = self.core
+        decoder = self.decoder
         try:
             core.stats.bytes_received += len(data)
+            if len(data) >= PROBE_BYTES and self.fd >= 0 and core.config.ingress_shed_bytes:
+                self._probe(conn, len(data))
+            elif self.behind_since is not None:
+                self.behind_since = None
+                decoder.shed = False
             try:
-                packets = self.decoder.feed(data)
+                packets = decoder.feed(data)
+                if decoder.shed_count:
+                    core.stats.dropped_qos0_ingress += decoder.shed_count
+                    core.stats.publish_dropped += decoder.shed_count
+                    decoder.shed_count = 0
             except MalformedPacket as exc:
                 conn.version = self.decoder.version or conn.version
                 conn.malformed(exc)
@@ -180,6 +208,41 @@ class MQTTProtocol(asyncio.Protocol):
             log.exception("connection %s: unexpected error", conn.peer)
             if self.transport is not None:
                 self.transport.abort()
+
+    def _probe(self, conn: Connection, read: int) -> None:
+        """A large read: is the peer more than ``ingress_shed_bytes`` ahead of the broker?
+
+        *Behind*: that much is still waiting in the kernel after the read (a burst the read
+        took whole is not a backlog). Behind for ``ingress_shed_grace`` seconds in a row, the
+        connection is *overloaded* until SHED_MEMORY seconds after it was last found behind;
+        while overloaded, a read that with what waits behind it exceeds the mark has its QoS
+        0 shed (the oldest data first: the read in hand). docs/broker.md, "Flow control".
+        One ioctl per read of at least PROBE_BYTES, none for small reads."""
+        try:
+            behind = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        except OSError:
+            return
+        core = self.core
+        cfg = core.config
+        mark = cfg.ingress_shed_bytes
+        decoder = self.decoder
+        now = core.clock.monotonic()
+        if behind > mark:
+            since = self.behind_since
+            if since is None:
+                self.behind_since = since = now
+            if now - since >= cfg.ingress_shed_grace or now < self.hot_until:
+                self.hot_until = now + SHED_MEMORY
+        else:
+            self.behind_since = None
+        shed = now < self.hot_until and read + behind > mark
+        if shed and not decoder.shed:
+            core.log_limit(
+                "ingress",
+                conn.client_id,
+                f"publisher {read + behind} bytes ahead of the broker: its QoS 0 shed while above {mark}",
+            )
+        decoder.shed = shed
 
     def _screen(self, conn: Connection, packets: list[Packet]) -> bool:
         """The listener's admission decision on the first packet; True if it refused it.

@@ -421,9 +421,24 @@ class Decoder:
     body is buffered.  After a :class:`MalformedPacket` the stream is unusable (the
     connection must be closed); further ``feed`` calls raise the same error.
     Complexity: O(bytes fed) overall; memory: one partial packet.
+
+    ``shed`` (set by the transport while its peer is far ahead of the broker: ingress load
+    shedding, docs/broker.md "Flow control"): QoS 0 PUBLISHes without the RETAIN flag (and,
+    in MQTT 5, without properties, so no topic alias is missed) are framed and skipped
+    without being decoded; ``shed_count`` counts them.
     """
 
-    __slots__ = ("_buf", "_error", "_need", "_seen_connect", "max_packet_size", "server", "version")
+    __slots__ = (
+        "_buf",
+        "_error",
+        "_need",
+        "_seen_connect",
+        "max_packet_size",
+        "server",
+        "shed",
+        "shed_count",
+        "version",
+    )
 
     def __init__(
         self, version: int | None = None, max_packet_size: int = 268_435_455, server: bool = True
@@ -435,6 +450,8 @@ class Decoder:
         self._need = 0
         self._seen_connect = False
         self._error: MalformedPacket | None = None
+        self.shed = False
+        self.shed_count = 0
 
     def _check(self) -> None:
         """Invariants: a buffered partial packet is shorter than what it needs."""
@@ -526,6 +543,10 @@ class Decoder:
                 q = p + 2 + tl
                 if q > end:
                     raise _bad(MALFORMED, 3, "topic name exceeds the packet")
+                if qos == 0 and self.shed and not flags & 1 and (v != 5 or (q < end and data[q] == 0)):
+                    self.shed_count += 1
+                    pos = end
+                    continue
                 topic = _utf8(mv[p + 2 : q], 3, "topic name", p + 2)
                 pid: int | None = None
                 if qos:
