@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -43,7 +44,9 @@ import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,6 +111,7 @@ class Tally:
     disconnects: int = 0
     latencies: list[int] = field(default_factory=list)
     recording: bool = False
+    unread: list[int] = field(default_factory=list)  # bytes left in a subscriber's socket
 
 
 class Client(asyncio.Protocol):
@@ -240,19 +244,27 @@ def _bind_publish_handler(c: Client) -> None:
     c.data_received = data_received  # type: ignore[method-assign]
 
 
-def _bind_counter(c: Client) -> None:
-    """Make the subscriber ``c`` (after its SUBACK) count QoS 0 deliveries of its fixed-size
-    frames (:meth:`Client.send0`) by bytes, and sample the latency of up to 4 frames per read
-    at frame boundaries, checking each sampled frame's header and topic: O(1) Python work per
-    read, not per message (``open0`` and the capacity flood)."""
+def _bind_counter(c: Client) -> Callable[[], None]:
+    """Make the subscriber ``c``, once the returned function is called (after its SUBACK),
+    count QoS 0 deliveries of its fixed-size frames (:meth:`Client.send0`) by bytes, and
+    sample the latency of up to 4 frames per read at frame boundaries, checking each sampled
+    frame's header and topic: O(1) Python work per read, not per message (``open0`` and the
+    capacity flood). Bound before the connection is made: uvloop keeps the protocol's
+    ``data_received`` from then on."""
     tally = c.tally
+    parse = c.data_received
+    counting = [False]
     frame = _publish_frame(c.topic, _payload(0, 0), 0, 0)
     size = len(frame)
     head = frame[: size - len(_payload(0, 0))]
     ts_at = len(head) + _TS_AT
     state = [0]  # bytes of the current frame already received
+    fd = [-1]
 
     def data_received(data: bytes) -> None:
+        if not counting[0]:
+            parse(data)
+            return
         partial = state[0]
         n = len(data)
         k, state[0] = divmod(partial + n, size)
@@ -261,6 +273,10 @@ def _bind_counter(c: Client) -> None:
             return
         tally.in_window += k
         now = time.monotonic_ns()
+        if fd[0] < 0 and c.transport is not None:
+            fd[0] = c.transport.get_extra_info("socket").fileno()
+        if len(tally.unread) < 200_000:  # the generator's own lag: what it has not read yet
+            tally.unread.append(struct.unpack("i", fcntl.ioctl(fd[0], termios.FIONREAD, b"\0\0\0\0"))[0])
         first = (size - partial) % size
         step = size * max(1, k // 4)
         for off in range(first, n - size + 1, step):
@@ -269,7 +285,12 @@ def _bind_counter(c: Client) -> None:
             if len(tally.latencies) < 200_000:
                 tally.latencies.append(now - (int(data[off + ts_at : off + ts_at + 19]) - TS_BIAS))
 
+    def start() -> None:
+        assert not c.rest, "bytes after the SUBACK"
+        counting[0] = True
+
     c.data_received = data_received  # type: ignore[method-assign]
+    return start
 
 
 async def _open(port: int, c: Client, cid: str) -> Client:
@@ -291,12 +312,13 @@ async def _pairs(
     for i in range(pairs):
         s = Client(stally, i, None if qos0 else bytearray(8_000_000))
         _bind_publish_handler(s)
+        start = _bind_counter(s) if qos0 else None
         await _open(port, s, f"{tag}-s{i}")
         assert s.transport is not None
         s.transport.write(subscribe(1, [(f"sat/{i}", 1)]))
         await s.expect(9)
-        if qos0:
-            _bind_counter(s)
+        if start is not None:
+            start()
         subs.append(s)
         pubs.append(await _open(port, Client(ptally, i), f"{tag}-p{i}"))
     return pubs, subs, ptally, stally
@@ -388,7 +410,7 @@ async def run_flood(port: int, a: argparse.Namespace) -> float:
 
 async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[str, object]:
     pubs, subs, pt, st = await _pairs(port, a.pairs, "open", qos0=True)
-    rate = a.overload * capacity
+    rate = a.open_rate or a.overload * capacity
     per_pub = rate / len(pubs)
     t0 = time.monotonic()
     end = t0 + a.warmup + a.duration
@@ -419,6 +441,13 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
         "p50_ms": _pct(st.latencies, 0.5),
         "p99_ms": _pct(st.latencies, 0.99),
         "generator_buffered_mb": sum(p.transport.get_write_buffer_size() for p in pubs if p.transport) / 1e6,
+        # bytes the generator's subscribers had not read yet, as time at their delivery rate:
+        # latency that is the generator's, not the broker's
+        "generator_unread_p99_ms": _pct(st.unread, 0.99)
+        * 1e6
+        / len(_publish_frame(b"sat/0", _payload(0, 0), 0, 0))
+        / max(1.0, st.in_window / dt / len(subs))
+        * 1e3,
     }
     for c in pubs + subs:
         if c.transport is not None:
@@ -432,6 +461,8 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-defaults": [],
     "siftmq-store": ["--no-bridge"],
     "siftmq-bridge": ["--no-persistence"],
+    # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
+    "siftmq-noshed": ["--no-bridge", "--no-persistence", "--ingress-shed-bytes", "0"],
 }
 
 
@@ -558,6 +589,7 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "delivered_pct_of_sent",
                 "p50_ms",
                 "p99_ms",
+                "generator_unread_p99_ms",
                 "peak_rss_mb",
             ],
         ),
@@ -590,6 +622,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--drain", type=float, default=3.0, help="seconds without a delivery that end the drain")
     ap.add_argument("--overload", type=float, default=2.0, help="open-loop rate as a multiple of capacity")
+    ap.add_argument(
+        "--open-rate", type=float, default=0.0, help="open-loop rate in msg/s for every broker (0: --overload)"
+    )
     ap.add_argument("--slow-rate", type=float, default=200.0, help="msgs/s the slow subscriber reads")
     ap.add_argument("--broker-cpu", type=int, default=0)
     ap.add_argument("--load-cpu", type=int, default=1)

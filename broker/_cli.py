@@ -55,6 +55,7 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
     ("ingress_shed_bytes", int, "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),
     ("ingress_shed_grace", float, "seconds a publisher stays that far ahead before its QoS 0 is shed"),
+    ("socket_send_buffer", int, "SO_SNDBUF of client sockets in bytes (0: the kernel's autotuning)"),
     ("max_inflight", int, "unacknowledged QoS 1/2 messages per client"),
     ("receive_maximum", int, "QoS 2 messages a client may have unacknowledged towards the broker"),
     ("max_packet_size", int, "largest accepted packet in bytes"),

@@ -148,6 +148,12 @@ class BrokerConfig:
     #: reads are dropped unread and counted until the backlog is below it; 0 = never.
     #: Bounds the latency of QoS 0 when publishers send faster than the broker can route.
     ingress_shed_bytes: int = 64 * 1024
+    #: SO_SNDBUF of client sockets (bytes; Linux doubles it; 0 = the kernel's autotuning, up
+    #: to several MB): bounds what waits in the kernel for a client that reads slower than we
+    #: write, so that such a client counts as not reading (``write_buffer_high``) before
+    #: seconds of QoS 0 pile up where the broker cannot drop them. Per connection throughput
+    #: is at most about twice this per round trip (EMQX: ``tcp_options.sndbuf``).
+    socket_send_buffer: int = 0
     ingress_shed_grace: float = 0.1
     #: QoS 1/2 messages sent and not yet acknowledged per client (also capped by the
     #: client's Receive Maximum).
@@ -218,6 +224,8 @@ class BrokerConfig:
             raise ValueError("queue_high_water and queue_low_water must be >= 0")
         if self.slow_consumer_grace < 0:
             raise ValueError("slow_consumer_grace must be >= 0")
+        if self.socket_send_buffer < 0:
+            raise ValueError("socket_send_buffer must be >= 0")
         if self.ingress_shed_bytes < 0 or self.ingress_shed_grace < 0:
             raise ValueError("ingress_shed_bytes and ingress_shed_grace must be >= 0")
         if not 0 <= self.store_commit_delay <= 1:

@@ -700,21 +700,19 @@ class Store:
 
     def complete(self, client_id: str, packet_id: int) -> None:
         """PUBACK / PUBCOMP (or a failing PUBREC) ended the flow of ``packet_id``. O(1)."""
-        with self._sync_lock:
-            i = self._by_pid.pop((client_id, packet_id), None)
-            if i is None:
-                self._put("acked", (client_id, packet_id))
-                return
-            self.submitted += 1
-            self.cancelled += 1
-            self._ops[i] = None
+        self._end(False, client_id, packet_id, "acked")
 
     def drop_outgoing(self, client_id: str, seq: int) -> None:
         """A queued message was discarded (expired, queue overflow). O(1)."""
+        self._end(True, client_id, seq, "dropped")
+
+    def _end(self, queued: bool, client_id: str, key: int, name: str) -> None:
+        """Delete a row: cancel its insert if still pending (found by seq if ``queued``, else
+        by packet id), else queue the DELETE ``name``. O(1)."""
         with self._sync_lock:
-            i = self._by_seq.pop((client_id, seq), None)
+            i = (self._by_seq if queued else self._by_pid).pop((client_id, key), None)
             if i is None:
-                self._put("dropped", (client_id, seq))
+                self._put(name, (client_id, key))
                 return
             self.submitted += 1
             self.cancelled += 1

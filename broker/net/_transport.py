@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import fcntl
 import logging
+import socket
 import struct
 import termios
 from collections.abc import Callable
@@ -124,6 +125,12 @@ class MQTTProtocol(asyncio.Protocol):
         sock = t.get_extra_info("socket")
         if sock is not None:
             self.fd = sock.fileno()
+            sndbuf = self.core.config.socket_send_buffer
+            if sndbuf:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+                except OSError as exc:  # not a stream socket we can tune: keep the kernel's
+                    log.debug("SO_SNDBUF %d not set: %s", sndbuf, exc)
         self._start(t.write, t.get_extra_info("peername"))
 
     def _start(self, writer: Callable[[bytes], None], peer: Any) -> None:
@@ -186,9 +193,9 @@ class MQTTProtocol(asyncio.Protocol):
             core.stats.bytes_received += len(data)
             if len(data) >= PROBE_BYTES and self.fd >= 0 and core.config.ingress_shed_bytes:
                 self._probe(conn, len(data))
-            elif self.behind_since is not None:
+            elif self.behind_since is not None or decoder.shed_keep >= 0:
                 self.behind_since = None
-                decoder.shed = False
+                decoder.shed_keep = -1
             try:
                 packets = decoder.feed(data)
                 if decoder.shed_count:
@@ -215,8 +222,9 @@ class MQTTProtocol(asyncio.Protocol):
         *Behind*: that much is still waiting in the kernel after the read (a burst the read
         took whole is not a backlog). Behind for ``ingress_shed_grace`` seconds in a row, the
         connection is *overloaded* until SHED_MEMORY seconds after it was last found behind;
-        while overloaded, a read that with what waits behind it exceeds the mark has its QoS
-        0 shed (the oldest data first: the read in hand). docs/broker.md, "Flow control".
+        while overloaded, a read that with what waits behind it exceeds the mark has the QoS 0
+        of all but its newest ``ingress_shed_bytes`` shed (the oldest data goes, the broker
+        keeps routing at its own pace). docs/broker.md, "Flow control".
         One ioctl per read of at least PROBE_BYTES, none for small reads."""
         try:
             behind = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
@@ -236,13 +244,14 @@ class MQTTProtocol(asyncio.Protocol):
         else:
             self.behind_since = None
         shed = now < self.hot_until and read + behind > mark
-        if shed and not decoder.shed:
+        if shed and decoder.shed_keep < 0:
             core.log_limit(
                 "ingress",
                 conn.client_id,
                 f"publisher {read + behind} bytes ahead of the broker: its QoS 0 shed while above {mark}",
             )
-        decoder.shed = shed
+        # route the newest ``mark`` bytes of the read, shed the QoS 0 before them
+        decoder.shed_keep = mark if shed else -1
 
     def _screen(self, conn: Connection, packets: list[Packet]) -> bool:
         """The listener's admission decision on the first packet; True if it refused it.

@@ -422,10 +422,11 @@ class Decoder:
     connection must be closed); further ``feed`` calls raise the same error.
     Complexity: O(bytes fed) overall; memory: one partial packet.
 
-    ``shed`` (set by the transport while its peer is far ahead of the broker: ingress load
-    shedding, docs/broker.md "Flow control"): QoS 0 PUBLISHes without the RETAIN flag (and,
-    in MQTT 5, without properties, so no topic alias is missed) are framed and skipped
-    without being decoded; ``shed_count`` counts them.
+    ``shed_keep`` (set by the transport while its peer is far ahead of the broker: ingress
+    load shedding, docs/broker.md "Flow control"; -1 = off): of the bytes a ``feed`` call
+    decodes, QoS 0 PUBLISHes without the RETAIN flag (and, in MQTT 5, without properties, so
+    no topic alias is missed) that start before the last ``shed_keep`` bytes (the older
+    part) are framed and skipped without being decoded; ``shed_count`` counts them.
     """
 
     __slots__ = (
@@ -435,8 +436,8 @@ class Decoder:
         "_seen_connect",
         "max_packet_size",
         "server",
-        "shed",
         "shed_count",
+        "shed_keep",
         "version",
     )
 
@@ -450,7 +451,7 @@ class Decoder:
         self._need = 0
         self._seen_connect = False
         self._error: MalformedPacket | None = None
-        self.shed = False
+        self.shed_keep = -1
         self.shed_count = 0
 
     def _check(self) -> None:
@@ -495,6 +496,8 @@ class Decoder:
         legal = _SERVER_TYPES if server else _CLIENT_TYPES
         limit = self.max_packet_size
         append = out.append
+        keep = self.shed_keep
+        shed_before = n - keep if keep >= 0 else 0
         while pos < n:
             first = data[pos]
             ptype = first >> 4
@@ -543,7 +546,7 @@ class Decoder:
                 q = p + 2 + tl
                 if q > end:
                     raise _bad(MALFORMED, 3, "topic name exceeds the packet")
-                if qos == 0 and self.shed and not flags & 1 and (v != 5 or (q < end and data[q] == 0)):
+                if pos < shed_before and qos == 0 and not flags & 1 and (v != 5 or (q < end and data[q] == 0)):
                     self.shed_count += 1
                     pos = end
                     continue

@@ -38,7 +38,7 @@ def _frames(version: int = 4) -> tuple[bytes, int]:
 
 def test_decoder_sheds_only_plain_qos0() -> None:
     dec = Decoder(5)
-    dec.shed = True
+    dec.shed_keep = 0  # shed every eligible frame
     alias = Publish("a/b", b"1", 0, properties=Properties(topic_alias=3))
     packets = [
         Publish("t", b"0", 0),
@@ -54,9 +54,21 @@ def test_decoder_sheds_only_plain_qos0() -> None:
         (b"1", 0, False),
     ]
     assert dec.shed_count == 2
-    dec.shed = False
+    dec.shed_keep = -1
     assert dec.feed(encode(Publish("t", b"0", 0), 5)) == [Publish("t", b"0", 0)]
     assert dec.shed_count == 2
+
+
+def test_decoder_keeps_the_newest_bytes_of_a_read() -> None:
+    """``shed_keep`` = k: frames starting in the last k bytes of what is fed are decoded."""
+    frames = [encode(Publish("t", b"%d" % i, 0), 4) for i in range(10)]
+    size = len(frames[0])
+    dec = Decoder(4)
+    dec.feed(encode(Connect("c", 4), 4))
+    dec.shed_keep = 3 * size
+    out = dec.feed(b"".join(frames))
+    assert [p.payload for p in out if isinstance(p, Publish)] == [b"7", b"8", b"9"]
+    assert dec.shed_count == 7
 
 
 def _push(port: int, data: bytes, done: threading.Event) -> None:
