@@ -546,7 +546,8 @@ class Decoder:
                 q = p + 2 + tl
                 if q > end:
                     raise _bad(MALFORMED, 3, "topic name exceeds the packet")
-                if pos < shed_before and qos == 0 and not flags & 1 and (v != 5 or (q < end and data[q] == 0)):
+                shed = pos < shed_before and qos == 0 and not flags & 1
+                if shed and (v != 5 or (q < end and not data[q])):
                     self.shed_count += 1
                     pos = end
                     continue
