@@ -292,25 +292,7 @@ class _Row:
             return _outgoing_row(self.record, self.state, self.pid)
         out = self.out
         assert out is not None
-        m = out.msg
-        return (
-            self.client_id,
-            self.seq,
-            self.state,
-            self.pid,
-            m.topic,
-            m.payload,
-            m.qos,
-            int(m.retain),
-            encode_properties(m.properties),
-            m.publisher_id,
-            self.expires_at,
-            out.qos,
-            int(out.retain),
-            ",".join(map(str, out.sub_ids)) if out.sub_ids else None,
-            out.topic_filter,
-            out.selector,
-        )
+        return _message_row(self.client_id, self.seq, self.state, self.pid, out.msg, self.expires_at, out)
 
 
 def _will_row(will: Will | None, due: float | None) -> tuple[Any, ...]:
@@ -340,12 +322,25 @@ def _entry_row(client_id: str, seq: int, e: EntryRecord) -> tuple[Any, ...]:
 
 def _outgoing_row(r: OutgoingRecord, state: int | None = None, pid: int | None = None) -> tuple[Any, ...]:
     """The ``outgoing`` row of ``r`` (with ``state`` and ``pid`` instead of its own when given)."""
-    m = r.message
     if state is None:
         state, pid = int(r.state), r.packet_id
+    return _message_row(r.client_id, r.seq, state, pid, r.message, r.message.expires_at, r)
+
+
+def _message_row(  # noqa: PLR0917
+    client_id: str,
+    seq: int,
+    state: int,
+    pid: int | None,
+    m: MessageRecord | Message,
+    expires_at: float | None,
+    d: OutgoingRecord | Delivery,
+) -> tuple[Any, ...]:
+    """An ``outgoing`` row: message ``m`` (stored or the broker's; ``expires_at`` wall clock)
+    delivered as ``d`` says (QoS, RETAIN flag, subscription ids, filter, selector)."""
     return (
-        r.client_id,
-        r.seq,
+        client_id,
+        seq,
         state,
         pid,
         m.topic,
@@ -354,12 +349,12 @@ def _outgoing_row(r: OutgoingRecord, state: int | None = None, pid: int | None =
         int(m.retain),
         encode_properties(m.properties),
         m.publisher_id,
-        m.expires_at,
-        r.qos,
-        int(r.retain),
-        ",".join(map(str, r.sub_ids)) if r.sub_ids else None,
-        r.topic_filter,
-        r.selector,
+        expires_at,
+        d.qos,
+        int(d.retain),
+        ",".join(map(str, d.sub_ids)) if d.sub_ids else None,
+        d.topic_filter,
+        d.selector,
     )
 
 
