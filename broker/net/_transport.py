@@ -221,8 +221,8 @@ class MQTTProtocol(asyncio.Protocol):
 
         *Behind*: that much is still waiting in the kernel after the read (a burst the read
         took whole is not a backlog). Behind for ``ingress_shed_grace`` seconds in a row, the
-        connection is *overloaded* until SHED_MEMORY seconds after it was last found behind;
-        while overloaded, a read that with what waits behind it exceeds the mark has the QoS 0
+        connection is *overloaded* until SHED_MEMORY seconds after it was last found behind
+        or had to shed; while overloaded, a read that with what waits behind it exceeds the mark has the QoS 0
         of all but its newest ``ingress_shed_bytes`` shed (the oldest data goes, the broker
         keeps routing at its own pace). docs/broker.md, "Flow control".
         One ioctl per read of at least PROBE_BYTES, none for small reads."""
@@ -244,6 +244,8 @@ class MQTTProtocol(asyncio.Protocol):
         else:
             self.behind_since = None
         shed = now < self.hot_until and read + behind > mark
+        if shed:  # still more than the mark per read: the overload lasts
+            self.hot_until = now + SHED_MEMORY
         if shed and decoder.shed_keep < 0:
             core.log_limit(
                 "ingress",
