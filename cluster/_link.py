@@ -86,6 +86,7 @@ class PeerLink:
         flush: Callable[[], None] = lambda: None,
         control: Callable[[bytes], None] = lambda _b: None,
         deliver_plain: DeliverPlain | None = None,
+        on_up: Callable[[str], None] = lambda _peer: None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -96,6 +97,7 @@ class PeerLink:
         self.deliver_plain = deliver_plain or self._plain_one_by_one
         self.flush = flush  # after the packets of one read were delivered
         self.control = control  # a control message for this node ($cluster/ctl/<me>)
+        self.on_up = on_up  # the link is up (its route subscriptions sent): on_up(peer)
         self.session_expiry = session_expiry
         self.connected = False
         self.received = 0  # PUBLISHes received over this link
@@ -260,6 +262,7 @@ class PeerLink:
         self._subscribe(writer, [f"$cluster/ctl/{self.client_id[9:]}"], CTL_ID, 0)
         self.up.set()
         log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
+        self.on_up(self.peer)
         ping = asyncio.create_task(self._pinger(writer))
         try:
             for pkt in early:  # what the peer sent right behind its CONNACK (a resumed queue)
