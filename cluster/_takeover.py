@@ -164,8 +164,8 @@ class Takeover:
         self.incoming: dict[str, _Incoming] = {}
         self.outgoing: dict[str, _Outgoing] = {}
         self.diversions = Diversions(core)
-        #: fence requests for peers whose link was down: (when, message), asked when it is up
-        self.asks: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+        #: fence requests not sent yet, per peer and handover: (when asked, message)
+        self.asks: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
 
     # ------------------------------------------------------------ B: a client connects here
     def connecting(
@@ -255,30 +255,45 @@ class Takeover:
     def _holder(inc: _Incoming, peer: str) -> Handler:
         return lambda m, r: inc.held.append((peer, m, r))
 
-    def _sender(self, peer: str, msg: dict[str, Any]) -> Callable[[], None]:
-        return lambda: self.send(peer, msg)
-
     def _ask(self, peer: str, msg: dict[str, Any]) -> None:
-        """Ask ``peer`` for its fence once it holds our subscriptions; if the link is down,
-        when it is up again (:meth:`link_up`)."""
+        """Ask ``peer`` for its fence once it holds our subscriptions.  The request stays
+        pending until it is sent: if the link is down, or goes down before the peer held
+        them (its barrier is lost with the connection), it is asked again when the link is
+        up (:meth:`link_up`), for ``linger`` seconds."""
         if peer == self.me:
             return
-        if not self.when_held(peer, self._sender(peer, msg)):
-            log.info(
-                "session handover %s: link to %s down, its fence asked when it is back", msg["rid"], peer[:8]
-            )
-            self.asks.setdefault(peer, []).append((self.core.clock.monotonic(), msg))
+        self.asks.setdefault(peer, {})[str(msg["rid"])] = (self.core.clock.monotonic(), msg)
+        self._try_ask(peer, msg)
+
+    def _try_ask(self, peer: str, msg: dict[str, Any]) -> None:
+        rid = str(msg["rid"])
+
+        def fire() -> None:
+            pending = self.asks.get(peer)
+            if pending is None or rid not in pending:
+                return  # sent already (an older barrier of the same request)
+            del pending[rid]
+            if not pending:
+                del self.asks[peer]
+            self.send(peer, msg)
+
+        if not self.when_held(peer, fire):
+            log.info("session handover %s: link to %s down, its fence asked when it is back", rid, peer[:8])
 
     def link_up(self, peer: str) -> None:
-        """The link to ``peer`` is up: the fence requests that waited for it are sent (once it
-        holds our subscriptions), those older than ``linger`` forgotten."""
-        waiting = self.asks.pop(peer, None)
-        if not waiting:
+        """The link to ``peer`` is up: the fence requests pending for it are asked again
+        (sent once it holds our subscriptions); those older than ``linger`` are forgotten."""
+        pending = self.asks.get(peer)
+        if not pending:
             return
         now = self.core.clock.monotonic()
-        for at, msg in waiting:
-            if now - at < self.linger and not self.when_held(peer, self._sender(peer, msg)):
-                self.asks.setdefault(peer, []).append((at, msg))
+        for rid, (at, msg) in list(pending.items()):
+            if now - at >= self.linger:
+                del pending[rid]
+            else:
+                self._try_ask(peer, msg)
+        if not pending:
+            self.asks.pop(peer, None)
 
     def _install(self, s: Session, msg: dict[str, Any]) -> None:
         core = self.core
