@@ -38,7 +38,8 @@ and delivers it flagged DUP instead (a QoS 1 duplicate, never a loss):
 * **A peer that leaves the membership** (it died, or is cut off) counts as fenced: neither
   side waits for it.  Its copies that B held are delivered flagged DUP (A cannot prove it got
   them all).
-* **A peer that does not fence in time** (``timeout``): A sends the tail anyway, and then stays
+* **A peer that does not fence in time** (3/4 of ``timeout``, so that the tail normally reaches
+  B within its own ``timeout``): A sends the tail anyway, and then stays
   a *forwarder*: the session lives on at A in memory (its store rows are gone), and every copy
   that still comes from a peer whose fence A did not get is sent on to B (``more``, delivered
   flagged DUP), until that fence comes (B asks again whenever its link to the peer comes
@@ -528,7 +529,9 @@ class Takeover:
         asked = ({str(p) for p in peers} | {dest}) - {self.me}
         self.send(dest, self._subscriptions(s, rid, sorted(asked - {dest})))
         out = _Outgoing(rid, client_id, s, dest, asked, set(asked))
-        out.timer = self.later(self.timeout, lambda: self._expire_out(rid))
+        # A gives up first (3/4 of the timeout), so that B, waiting the whole timeout from an
+        # earlier start, normally has the tail before it gives up (no duplicates)
+        out.timer = self.later(0.75 * self.timeout, lambda: self._expire_out(rid))
         self.outgoing[rid] = out
         core.flush()
 
@@ -580,7 +583,7 @@ class Takeover:
             "session %s: handover to %s incomplete after %.1f s (%s); sending what is queued",
             out.client_id[:40],
             out.dest[:8],
-            self.timeout,
+            0.75 * self.timeout,
             "no fence from " + ", ".join(p[:8] for p in sorted(out.waiting))
             if out.waiting
             else "its subscriptions not confirmed",

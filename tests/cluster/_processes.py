@@ -33,12 +33,13 @@ class Node:
 _ALL: list[Node] = []
 
 
-def start(data: Path, join: int | None, cluster_port: int = 0, serve: str = "") -> Node:
+def start(data: Path, join: int | None, cluster_port: int = 0, serve: str = "", broker: str = "") -> Node:
     """A ``siftmq serve`` process with its store and node ID in ``data``, joining through the
-    cluster port ``join``; ``serve``: more ``[serve]`` lines of its TOML configuration."""
+    cluster port ``join``; ``serve`` and ``broker``: more ``[serve]`` and ``[broker]`` lines of
+    its TOML configuration."""
     data.mkdir(parents=True, exist_ok=True)
     cfg = data.parent / f"{data.name}.toml"
-    cfg.write_text(f"[broker]\nsys_interval = 0.3\n[serve]\n{serve}\n")
+    cfg.write_text(f"[broker]\nsys_interval = 0.3\n{broker}\n[serve]\n{serve}\n")
     cmd = [
         sys.executable,
         "-m",
@@ -175,6 +176,30 @@ def publish(port: int, cid: str, topic: str, payloads: list[bytes]) -> set[bytes
             if info.is_published():
                 acked.add(p)
         return acked
+    finally:
+        c.loop_stop()
+        c.disconnect()
+
+
+def sys_values(node: Node, topic_filter: str, count: int) -> dict[str, bytes]:
+    """The ``count`` retained ``$SYS`` values under ``topic_filter`` of ``node`` (one
+    publication of them: they are sent together on SUBSCRIBE)."""
+    got: dict[str, bytes] = {}
+    full = threading.Event()
+
+    def on_message(_c: object, _u: object, m: mqtt.MQTTMessage) -> None:
+        got[m.topic] = m.payload
+        if len(got) >= count:
+            full.set()
+
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"sys-{node.port}-{time.monotonic_ns()}")
+    c.on_message = on_message
+    c.connect("127.0.0.1", node.port)
+    c.loop_start()
+    try:
+        c.subscribe(topic_filter)
+        assert full.wait(5), f"{topic_filter}: {sorted(got)}"
+        return dict(got)
     finally:
         c.loop_stop()
         c.disconnect()
