@@ -305,7 +305,7 @@ async def test_no_message_is_lost_or_doubled_while_a_session_moves(connected: bo
 async def test_qos2_state_moves_with_the_session() -> None:
     """The session moves with its packet identifiers: a QoS 2 message whose PUBREC the old node
     had is continued with PUBREL (not sent again), one whose PUBREC had not come is sent again
-    with DUP under the same identifier, a QoS 1 one likewise; and the client's own QoS 2
+    with DUP under the same identifier, a QoS 1 one likewise (with its user property); and the client's own QoS 2
     PUBLISH that the old node acknowledged with PUBREC is not routed again when the client,
     now at the new node, sends it again with DUP (its identifier moved too)."""
     async with cluster(3) as bs:
@@ -318,10 +318,13 @@ async def test_qos2_state_moves_with_the_session() -> None:
         async with aiomqtt.Client("127.0.0.1", third.port, identifier="watch") as watch:
             await watch.subscribe("up/#", qos=2)
             await eventually(lambda: all("up/#" in link._held for link in node_of(third).links.values()))
-            async with aiomqtt.Client("127.0.0.1", third.port, identifier="qpub") as pub:
+            v5 = aiomqtt.ProtocolVersion.V5
+            async with aiomqtt.Client("127.0.0.1", third.port, identifier="qpub", protocol=v5) as pub:
                 await pub.publish("q/1", b"one", qos=2)
                 await pub.publish("q/2", b"two", qos=2)
-                await pub.publish("q/3", b"three", qos=1)
+                user = Properties(PacketTypes.PUBLISH)
+                user.UserProperty = [("origin", "third")]
+                await pub.publish("q/3", b"three", qos=1, properties=user)
             got = [await c.recv_where(lambda p: isinstance(p, Publish)) for _ in range(3)]
             assert [(p.topic, p.qos) for p in got] == [("q/1", 2), ("q/2", 2), ("q/3", 1)]
             p1, p2, p3 = (p.packet_id for p in got)
@@ -340,6 +343,7 @@ async def test_qos2_state_moves_with_the_session() -> None:
                 ("q/2", p2, True),
                 ("q/3", p3, True),
             ]
+            assert resent[2].properties.user_properties == (("origin", "third"),)  # type: ignore[union-attr]
             c2.send(Pubcomp(p1))
             c2.send(Pubrec(p2))
             assert await c2.recv_where(lambda p: isinstance(p, Pubrel)) == Pubrel(p2)
