@@ -305,9 +305,10 @@ async def test_no_message_is_lost_or_doubled_while_a_session_moves(connected: bo
 async def test_qos2_state_moves_with_the_session() -> None:
     """The session moves with its packet identifiers: a QoS 2 message whose PUBREC the old node
     had is continued with PUBREL (not sent again), one whose PUBREC had not come is sent again
-    with DUP under the same identifier, a QoS 1 one likewise (with its user property); and the client's own QoS 2
-    PUBLISH that the old node acknowledged with PUBREC is not routed again when the client,
-    now at the new node, sends it again with DUP (its identifier moved too)."""
+    with DUP under the same identifier, a QoS 1 one likewise (with its user property); and
+    the client's own QoS 2 PUBLISH that the old node acknowledged with PUBREC is not routed
+    again when the client, now at the new node, sends it again with DUP (its identifier
+    moved too)."""
     async with cluster(3) as bs:
         old, new, third = bs
         props = Properties_(session_expiry_interval=300)
