@@ -116,6 +116,7 @@ class ClusterNode(Hooks):
             self._when_held,
             self.takeover_timeout,
             linger=float(self.peer_expiry),
+            peers=lambda: [link.peer for link in self.links.values() if link.connected],
         )
         self._diverted = self.takeover.diversions.by_peer
         broker.core.composite.delegate = self.placement

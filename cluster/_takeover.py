@@ -115,6 +115,7 @@ class _Incoming:
     held: list[tuple[str, Message, Route]] = field(default_factory=list)  # (origin, ...) before its fence
     buffer: list[tuple[Message, Route]] = field(default_factory=list)
     tail: bool = False
+    gone: set[str] = field(default_factory=set)  # peers that left the membership meanwhile
 
 
 @dataclass(slots=True)
@@ -147,8 +148,10 @@ class Takeover:
         when_held: WhenHeld,
         timeout: float = 2.0,
         linger: float = 60.0,
+        peers: Callable[[], list[str]] = list,
     ) -> None:
         self.me = me
+        self.peers = peers  # the peers this node's links reach now
         self.core = core
         self.send = send
         self.later = later
@@ -236,16 +239,16 @@ class Takeover:
             return
         self._install(s, msg)
         self.moved_in += 1
-        targets = set(msg.get("peers") or ()) if inc is None else set(inc.peers)
+        targets = set(msg.get("peers") or ()) | set(() if inc is None else inc.peers)
         if inc is None:  # too late: delivered as it comes; A still needs the fences to finish
             log.info("session %s: subscriptions from %s after the takeover timeout", client_id[:40], src[:8])
         else:
             inc.asked.discard(src)
             inc.holder = src
-            inc.unfenced = set(inc.peers)
+            inc.unfenced = (targets | {src}) - inc.gone - {self.me}
             buffer = inc.buffer
             s.sink = lambda m, r: buffer.append((m, r))
-            for peer in inc.peers:  # QoS 1/2 from a peer before its fence: A has them
+            for peer in inc.unfenced:  # QoS 1/2 from a peer before its fence: A has them
                 self.diversions.set(peer, client_id, self._holder(inc, peer))
         self.send(src, {"t": "fence", "rid": rid, "src": self.me})
         for peer in sorted(targets | {src}):  # src too: A learns that its peers hold ours
@@ -476,6 +479,7 @@ class Takeover:
         moving away, the handover is cancelled and the session stays here."""
         for inc in list(self.incoming.values()):
             inc.asked.discard(peer)
+            inc.gone.add(peer)
             if inc.holder is None:
                 if not inc.asked:
                     self._finish_in(inc)
@@ -526,7 +530,8 @@ class Takeover:
             if rid:
                 self.send(dest, {"t": "none", "cid": client_id, "rid": rid, "src": self.me})
             return
-        asked = ({str(p) for p in peers} | {dest}) - {self.me}
+        # the peers B reached and those this node reaches: each one's stream is cut by a fence
+        asked = ({str(p) for p in peers} | set(self.peers()) | {dest}) - {self.me}
         self.send(dest, self._subscriptions(s, rid, sorted(asked - {dest})))
         out = _Outgoing(rid, client_id, s, dest, asked, set(asked))
         # A gives up first (3/4 of the timeout), so that B, waiting the whole timeout from an
