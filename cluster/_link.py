@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -307,6 +308,13 @@ class PeerLink:
         transport = self._writer
         if transport is None or self._lost.done():
             return
+        # no garbage collection while a read's packets are alive: a busy link's read holds
+        # thousands of them at once, which would start collections that promote them all to
+        # older generations, and the full collections those cause stall for milliseconds
+        # (docs/cluster.md, "Where the time went"); they are freed when the read is done
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
         try:
             pkts = self._dec.feed(data)
             if not self._established:
@@ -324,6 +332,9 @@ class PeerLink:
             self.flush()
         except Exception as exc:  # ends this connection (a DISCONNECT, a malformed packet ...)
             self._end(exc)
+        finally:
+            if collecting:
+                gc.enable()
 
     def _end(self, exc: BaseException) -> None:
         self._failed(exc)
