@@ -15,6 +15,12 @@ client-side state: CONNECT/CONNACK, SUBSCRIBE/UNSUBSCRIBE of route changes, the 
 of QoS 1 and 2 with acknowledgements sent in order once the local store made the injected
 message durable (``deliver`` returns the store's future), keep-alive, and reconnection with
 backoff.  The link never publishes.
+
+The receive side is an :class:`asyncio.Protocol`: each read is decoded, injected into the
+local broker and flushed to the local subscribers inside ``data_received``, with the garbage
+collector held off while the read's packets are alive, and acknowledgements are written at
+once unless one waits for the store before them (latency at moderate load, docs/cluster.md
+"Where the time went").
 """
 
 from __future__ import annotations
