@@ -266,7 +266,13 @@ class Takeover:
         up (:meth:`link_up`), for ``linger`` seconds."""
         if peer == self.me:
             return
-        self.asks.setdefault(peer, {})[str(msg["rid"])] = (self.core.clock.monotonic(), msg)
+        now = self.core.clock.monotonic()
+        for p, pending in list(self.asks.items()):  # forget those of peers that never came back
+            for rid in [r for r, (at, _m) in pending.items() if now - at >= self.linger]:
+                del pending[rid]
+            if not pending:
+                del self.asks[p]
+        self.asks.setdefault(peer, {})[str(msg["rid"])] = (now, msg)
         self._try_ask(peer, msg)
 
     def _try_ask(self, peer: str, msg: dict[str, Any]) -> None:
