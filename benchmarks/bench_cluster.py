@@ -19,7 +19,9 @@ core:
 For every run the CPU time of each broker process and of the load generator is read from
 ``/proc`` over the measured window (Linux): CPU microseconds per delivered message per node and
 each one's share of a core, which says where the time goes (the cross path costs both nodes
-about one broker's pass each) and how busy the machine was.
+about one broker's pass each) and how busy the machine was; and the time each of them was
+runnable but waiting for a core (``/proc/<pid>/task/*/schedstat``), which says how much of the
+latency is contention for the cores rather than work.
 
 Layouts (2-core machine): ``shared``: both brokers on core 0, generator on core 1 (the cluster
 does twice the broker work on the same core: the cost of the path); ``split``: A on core 0, B
@@ -179,6 +181,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def run_delay(pid: int) -> float:
+    """Seconds process ``pid``'s threads spent runnable but waiting for a CPU so far (Linux
+    ``/proc/<pid>/task/*/schedstat``, second field; 0 elsewhere): the contention for cores."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(stat.read_text().split()[1])
+    return total / 1e9
+
+
 def run(
     worker_plans: list[WorkerPlan],
     load_cpus: list[int],
@@ -206,8 +218,10 @@ def run(
         pids = [n.proc.pid for n in nodes] + [p.pid for p, _ in workers if p.pid is not None]
         time.sleep(max(0.0, (t0 - time.monotonic_ns()) / 1e9))
         cpu0 = [cpu_seconds(pid) for pid in pids]
+        wait0 = [run_delay(pid) for pid in pids]
         time.sleep(max(0.0, (t1 - time.monotonic_ns()) / 1e9))
         cpu1 = [cpu_seconds(pid) for pid in pids]
+        wait1 = [run_delay(pid) for pid in pids]
         results: list[WorkerResult] = []
         for p, a in workers:
             if not a.poll(warmup + duration + 60):
@@ -237,6 +251,9 @@ def run(
         "cpu_us_per_msg": [c / (rate * duration) * 1e6 if rate else None for c in node_cpu],
         "cpu_share": [c / duration for c in node_cpu],
         "generator_cpu_share": sum(used[len(nodes) :]) / duration,
+        # per node, then the generator: share of the window spent runnable, waiting for a core
+        "run_delay_share": [(b - a) / duration for a, b in zip(wait0[: len(nodes)], wait1, strict=False)]
+        + [sum(wait1[len(nodes) :]) / duration - sum(wait0[len(nodes) :]) / duration],
     }
 
 
@@ -280,7 +297,8 @@ def layout_run(layout: str, args: argparse.Namespace) -> dict[str, Any]:
                 f"({sh['delivered_per_s']:,.0f}/s, A {_cpu(sh, 0)}), "
                 f"cross p99 {ch['p99_ms']:.2f} ms ({ch['delivered_per_s']:,.0f}/s, "
                 f"A {_cpu(ch, 0)}, B {_cpu(ch, 1)}); generator "
-                f"{sh['generator_cpu_share']:.0%} / {ch['generator_cpu_share']:.0%} of a core",
+                f"{sh['generator_cpu_share']:.0%} / {ch['generator_cpu_share']:.0%} of a core; "
+                f"waiting for a core, single / cross: {_waits(sh)} / {_waits(ch)}",
                 flush=True,
             )
         return {"layout": layout, "rounds": rounds, "half_rate": half, "halves": halves}
@@ -330,7 +348,18 @@ def main(argv: list[str] | None = None) -> int:
             f"generator {_med(hs, 'single', 'generator_cpu_share'):.0%} / "
             f"{_med(hs, 'cross', 'generator_cpu_share'):.0%} of a core"
         )
+    print("\nShare of the window runnable but waiting for a core at half load (medians: A, B, generator):")
+    for res in results:
+        hs = res["halves"]
+        for kind in ("single", "cross"):
+            waits = ", ".join(f"{_med(hs, kind, 'run_delay_share', i):.1%}" for i in range(3))
+            print(f"  {res['layout']} {kind}: {waits}")
     return 0
+
+
+def _waits(res: dict[str, Any]) -> str:
+    """A, B and the generator's share of the window spent waiting for a core."""
+    return "A {:.1%}, B {:.1%}, generator {:.1%}".format(*res["run_delay_share"])
 
 
 def _med(halves: list[dict[str, Any]], kind: str, key: str, i: int | None = None) -> float:

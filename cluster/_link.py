@@ -15,6 +15,12 @@ client-side state: CONNECT/CONNACK, SUBSCRIBE/UNSUBSCRIBE of route changes, the 
 of QoS 1 and 2 with acknowledgements sent in order once the local store made the injected
 message durable (``deliver`` returns the store's future), keep-alive, and reconnection with
 backoff.  The link never publishes.
+
+The receive side is an :class:`asyncio.Protocol`: each read is decoded, injected into the
+local broker and flushed to the local subscribers inside ``data_received``, with the garbage
+collector held off while the read's packets are alive, and acknowledgements are written at
+once unless one waits for the store before them (latency at moderate load, docs/cluster.md
+"Where the time went").
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import gc
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -86,6 +93,7 @@ class PeerLink:
         flush: Callable[[], None] = lambda: None,
         control: Callable[[bytes], None] = lambda _b: None,
         deliver_plain: DeliverPlain | None = None,
+        on_up: Callable[[str], None] = lambda _peer: None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -96,16 +104,25 @@ class PeerLink:
         self.deliver_plain = deliver_plain or self._plain_one_by_one
         self.flush = flush  # after the packets of one read were delivered
         self.control = control  # a control message for this node ($cluster/ctl/<me>)
+        self.on_up = on_up  # the link is up (its route subscriptions sent): on_up(peer)
         self.session_expiry = session_expiry
         self.connected = False
         self.received = 0  # PUBLISHes received over this link
         self.connects = 0
         self.last_error: str | None = None
         self._held: dict[str, int] = {}  # what the peer holds for us: filter -> subscription id
-        self._writer: asyncio.StreamWriter | None = None
+        self._writer: asyncio.WriteTransport | None = None
+        self._loop = loop = asyncio.get_running_loop()
+        self._lost: asyncio.Future[None] = loop.create_future()
+        self._connack: asyncio.Future[tuple[Connack, list[Packet]]] = loop.create_future()
+        self._dec = Decoder(5, server=False)
+        self._established = False
+        self._early: list[Packet] = []
+        self._last_rx = 0.0
         self._pid = 0
         self._qos2: set[int] = set()
         self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes]] = asyncio.Queue()
+        self._acks_queued = 0  # acknowledgements in _acks (a later one must wait behind them)
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.up = asyncio.Event()
@@ -184,7 +201,7 @@ class PeerLink:
             self._unacked.add(pid)
             w.write(encode(Unsubscribe(pid, tuple(unsub)), 5))
 
-    def _subscribe(self, w: asyncio.StreamWriter, filters: list[str], sub_id: int, rh: int) -> None:
+    def _subscribe(self, w: asyncio.WriteTransport, filters: list[str], sub_id: int, rh: int) -> None:
         reqs = tuple(SubscriptionRequest(f, 2, False, True, rh) for f in filters)
         props = NO_PROPERTIES if sub_id == PLAIN_ID else Properties(subscription_identifiers=(sub_id,))
         pid = self._next_pid()
@@ -216,20 +233,38 @@ class PeerLink:
             delay = min(delay * 2, 2.0)
 
     async def _session(self) -> None:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(*self.address), 5)
-        self._writer = writer
-        acks = asyncio.create_task(self._ack_writer(writer))
+        """One connection: the MQTT session over a protocol whose ``data_received`` decodes,
+        injects and flushes in the same callback (no stream reader, no task per read: that
+        cost a wake-up of the reading task, and with ``wait_for`` a new task, per read; see
+        docs/cluster.md, "Where the time went")."""
+        self._loop = loop = asyncio.get_running_loop()
+        self._lost = loop.create_future()
+        self._connack = loop.create_future()
+        self._dec = Decoder(5, server=False)
+        self._established = False
+        self._early = []
+        transport, _ = await asyncio.wait_for(
+            loop.create_connection(lambda: _LinkProtocol(self), *self.address), 5
+        )
+        self._writer = transport
+        self._last_rx = loop.time()
+        acks = asyncio.create_task(self._ack_writer(transport))
         try:
-            await self._connected(reader, writer)
+            await self._connected(transport)
         finally:
+            for fut in (self._connack, self._lost):  # retrieved: no "never retrieved" warning
+                if fut.done() and not fut.cancelled():
+                    fut.exception()
             acks.cancel()
             self._acks = asyncio.Queue()
+            self._acks_queued = 0
             self._unacked.clear()
             self._barriers.clear()
-            writer.close()
+            self._established = False
+            transport.close()
             self._writer = None
 
-    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connected(self, transport: asyncio.WriteTransport) -> None:
         props = Properties(session_expiry_interval=self.session_expiry, receive_maximum=RECEIVE_MAXIMUM)
         connect = Connect(
             self.client_id,
@@ -241,9 +276,8 @@ class PeerLink:
             make_token(self.secret, self.client_id),
             props,
         )
-        writer.write(encode(connect, 5))
-        dec = Decoder(5, server=False)
-        ack, early = await asyncio.wait_for(self._first(reader, dec), 5)
+        transport.write(encode(connect, 5))
+        ack, early = await asyncio.wait_for(self._connack, 5)  # fails if the connection ends
         if ack.reason_code != ReasonCode.SUCCESS:
             raise _Refused(f"CONNACK {ack.reason_code.name}")
         if not ack.session_present:
@@ -257,44 +291,81 @@ class PeerLink:
             [(f, i) for f, i in wanted.items() if self._held.get(f) != i],
             [f for f in self._held if f not in wanted],
         )
-        self._subscribe(writer, [f"$cluster/ctl/{self.client_id[9:]}"], CTL_ID, 0)
+        self._subscribe(transport, [f"$cluster/ctl/{self.client_id[9:]}"], CTL_ID, 0)
         self.up.set()
         log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
-        ping = asyncio.create_task(self._pinger(writer))
+        self.on_up(self.peer)
+        ping = asyncio.create_task(self._pinger(transport))
         try:
-            for pkt in early:  # what the peer sent right behind its CONNACK (a resumed queue)
-                self._packet(pkt, writer)
+            self._established = True
+            early.extend(self._early)  # what the peer sent right behind its CONNACK (a resumed queue)
+            self._early = []
             if early:
+                self._packets(early, transport)
                 self.flush()
-            while True:
-                data = await asyncio.wait_for(reader.read(65536), KEEP_ALIVE * 2)
-                if not data:
-                    raise ConnectionError("closed by the peer")
-                self._packets(dec.feed(data), writer)
-                self.flush()
+            await self._lost
         finally:
             ping.cancel()
 
-    async def _first(self, reader: asyncio.StreamReader, dec: Decoder) -> tuple[Connack, list[object]]:
-        """The CONNACK, and the packets decoded from the same reads after it (a resumed
-        session's queued messages can share its segment)."""
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError("closed before CONNACK")
-            pkts = dec.feed(data)
-            if pkts:
-                first = pkts[0]
-                if not isinstance(first, Connack):
-                    raise _Refused(f"{type(first).__name__} before CONNACK")
-                return first, list(pkts[1:])
+    def _data(self, data: bytes) -> None:
+        """Bytes from the peer (``_LinkProtocol.data_received``): decoded and, once the
+        session is up, delivered and flushed at once."""
+        self._last_rx = self._loop.time()
+        transport = self._writer
+        if transport is None or self._lost.done():
+            return
+        # no garbage collection while a read's packets are alive: a busy link's read holds
+        # thousands of them at once, which would start collections that promote them all to
+        # older generations, and the full collections those cause stall for milliseconds
+        # (docs/cluster.md, "Where the time went"); they are freed when the read is done
+        collecting = gc.isenabled()
+        if collecting:
+            gc.disable()
+        try:
+            pkts = self._dec.feed(data)
+            if not self._established:
+                if not self._connack.done():
+                    if not pkts:
+                        return
+                    first = pkts[0]
+                    if not isinstance(first, Connack):
+                        raise _Refused(f"{type(first).__name__} before CONNACK")
+                    self._connack.set_result((first, list(pkts[1:])))
+                else:
+                    self._early.extend(pkts)
+                return
+            self._packets(pkts, transport)
+            self.flush()
+        except Exception as exc:  # ends this connection (a DISCONNECT, a malformed packet ...)
+            self._end(exc)
+        finally:
+            if collecting:
+                gc.enable()
 
-    async def _pinger(self, writer: asyncio.StreamWriter) -> None:
+    def _end(self, exc: BaseException) -> None:
+        self._failed(exc)
+        if self._writer is not None:
+            self._writer.abort()
+
+    def _connection_lost(self, exc: Exception | None) -> None:
+        self._failed(exc or ConnectionError("closed by the peer"))
+
+    def _failed(self, exc: BaseException) -> None:
+        """The connection ends with ``exc`` (raised where :meth:`_connected` waits)."""
+        for fut in (self._connack, self._lost):
+            if not fut.done():
+                fut.set_exception(exc)
+
+    async def _pinger(self, transport: asyncio.WriteTransport) -> None:
+        """PINGREQ every half keep-alive; a peer silent for two keep-alives is dead."""
         while True:
             await asyncio.sleep(KEEP_ALIVE / 2)
-            writer.write(encode(Pingreq(), 5))
+            if self._loop.time() - self._last_rx > 2 * KEEP_ALIVE:
+                self._end(TimeoutError(f"nothing from the peer for {2 * KEEP_ALIVE} s"))
+                return
+            transport.write(encode(Pingreq(), 5))
 
-    def _packets(self, pkts: list[Packet], writer: asyncio.StreamWriter) -> None:
+    def _packets(self, pkts: list[Packet], writer: asyncio.WriteTransport) -> None:
         """The packets of one read, in order; consecutive plain QoS 0 copies (the bulk of a
         busy link) go to ``deliver_plain`` as one run: one call per run, not three per
         message (docs/cluster.md, "Measured")."""
@@ -316,13 +387,13 @@ class PeerLink:
         for p in run:
             self.deliver(peer, p, True, _NO_GROUPS, False)
 
-    def _packet(self, pkt: object, writer: asyncio.StreamWriter) -> None:
+    def _packet(self, pkt: object, writer: asyncio.WriteTransport) -> None:
         match pkt:
             case Publish():
                 self._publish(pkt)
             case Pubrel(packet_id=pid):
                 self._qos2.discard(pid)
-                self._acks.put_nowait((None, encode(Pubcomp(pid), 5)))
+                self._ack(None, encode(Pubcomp(pid), 5))
             case Suback(packet_id=pid, reason_codes=codes):
                 self._acked(pid)
                 bad = [c for c in codes if c >= 0x80]
@@ -348,23 +419,37 @@ class PeerLink:
         if CTL_ID in ids:
             self.control(p.payload)
             if qos == 1 and pid is not None:
-                self._acks.put_nowait((None, encode(Puback(pid), 5)))
+                self._ack(None, encode(Puback(pid), 5))
             return
         plain, groups = self.table.groups_of(ids)
         if qos == 2 and pid in self._qos2:  # a resent QoS 2 message we already have
-            self._acks.put_nowait((None, encode(Pubrec(pid), 5)))
+            self._ack(None, encode(Pubrec(pid), 5))
             return
         replay = p.retain and FETCH_ID in ids
         durable = self.deliver(self.peer, p, plain, groups, replay) if (plain or groups) else None
         if qos == 1:
             assert pid is not None
-            self._acks.put_nowait((durable, encode(Puback(pid), 5)))
+            self._ack(durable, encode(Puback(pid), 5))
         elif qos == 2:
             assert pid is not None
             self._qos2.add(pid)
-            self._acks.put_nowait((durable, encode(Pubrec(pid), 5)))
+            self._ack(durable, encode(Pubrec(pid), 5))
 
-    async def _ack_writer(self, writer: asyncio.StreamWriter) -> None:
+    def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes) -> None:
+        """An acknowledgement: written at once when its message is durable (or needs not be)
+        and none waits before it, else queued for :meth:`_ack_writer` (order is kept)."""
+        w = self._writer
+        if (
+            not self._acks_queued
+            and w is not None
+            and (durable is None or (durable.done() and not durable.exception()))
+        ):
+            w.write(data)
+            return
+        self._acks_queued += 1
+        self._acks.put_nowait((durable, data))
+
+    async def _ack_writer(self, writer: asyncio.WriteTransport) -> None:
         """Acknowledgements leave in order, each once its message is durable here."""
         queue = self._acks
         while True:
@@ -372,7 +457,21 @@ class PeerLink:
             if durable is not None:
                 await asyncio.wrap_future(durable)
             writer.write(data)
+            self._acks_queued -= 1
 
 
 class _Refused(Exception):
     """The peer refused the link (bad secret, ...)."""
+
+
+class _LinkProtocol(asyncio.Protocol):
+    """The link's transport callbacks, handed to its :class:`PeerLink`."""
+
+    def __init__(self, link: PeerLink) -> None:
+        self.link = link
+
+    def data_received(self, data: bytes) -> None:
+        self.link._data(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.link._connection_lost(exc)

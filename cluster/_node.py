@@ -56,7 +56,7 @@ log = logging.getLogger("siftmq.cluster")
 _NO_GROUPS: frozenset[tuple[str, str]] = frozenset()
 
 #: control messages of session handovers (``cluster._takeover``)
-_TAKEOVER = frozenset({"takeover", "none", "session", "fencereq", "fence", "tail"})
+_TAKEOVER = frozenset({"takeover", "none", "session", "fencereq", "fence", "tail", "more"})
 
 
 class ClusterNode(Hooks):
@@ -99,7 +99,7 @@ class ClusterNode(Hooks):
         self._task: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._bare: dict[tuple[int, ...], Properties] = {}
-        self._exclude: dict[str, set[str]] = {}
+        self._diverted: dict[str, Any] = {}
 
     # ------------------------------------------------------------ life cycle
     def attach(self, broker: Broker) -> None:
@@ -115,8 +115,10 @@ class ClusterNode(Hooks):
             lambda delay, callback: asyncio.get_running_loop().call_later(delay, callback),
             self._when_held,
             self.takeover_timeout,
+            linger=float(self.peer_expiry),
+            peers=lambda: [link.peer for link in self.links.values() if link.connected],
         )
-        self._exclude = self.takeover.exclude
+        self._diverted = self.takeover.diversions.by_peer
         broker.core.composite.delegate = self.placement
         broker.core.sys_sources.append(self.placement.sys_values)
 
@@ -203,12 +205,19 @@ class ClusterNode(Hooks):
                     self._flush,
                     self._control,
                     self._inject_plain,
+                    self._link_up,
                 )
                 self.links[node_id] = link
                 link.start()
         for node_id in [n for n in self.links if n not in members]:
             log.info("cluster member %s left", node_id.hex()[:8])
             self._close_later(self.links.pop(node_id))
+            if self.takeover is not None:  # it counts as fenced in the handovers under way
+                self.takeover.peer_gone(node_id.hex())
+
+    def _link_up(self, peer: str) -> None:
+        if self.takeover is not None:
+            self.takeover.link_up(peer)
 
     def _close_later(self, link: PeerLink) -> None:
         task = asyncio.create_task(link.close())
@@ -308,8 +317,8 @@ class ClusterNode(Hooks):
         journal = core.journal
         before = journal.submitted
         routes = core.router.route_peer(msg, plain, groups, replay)
-        if self._exclude and self.takeover is not None:
-            routes = self.takeover.routes_from(peer, routes)
+        if self._diverted and self.takeover is not None:  # a session is moving
+            routes = self.takeover.diversions.routes_from(peer, msg, routes)
         core.publish(msg, now, routes)
         self.injected += 1
         store = journal.store
@@ -320,22 +329,19 @@ class ClusterNode(Hooks):
     def _inject_plain(self, peer: str, run: list[Publish]) -> None:
         """:meth:`_inject` for a run of plain QoS 0 copies of one read (no subscription
         identifier, no acknowledgement, no durable signal): one clock read and one frame for
-        the run (the receiving side of a link is interpreted; this is its bulk)."""
+        the run (the receiving side of a link is interpreted; this is its bulk).  QoS 0 is
+        never diverted by a session handover (``cluster._moving.Diversions``)."""
         core = self._core
         now = core.clock.monotonic()
         route_peer = core.router.route_peer
         publish = core.publish
         create = Message.create
-        takeover = self.takeover if self._exclude.get(peer) else None
         for p in run:
             props = p.properties
             if props.topic_alias is not None:
                 props = dataclasses.replace(props, topic_alias=None)
             msg = create(p.topic, p.payload, 0, p.retain, props, None, now)
-            routes = route_peer(msg, True, _NO_GROUPS, False)
-            if takeover is not None:
-                routes = takeover.routes_from(peer, routes)
-            publish(msg, now, routes)
+            publish(msg, now, route_peer(msg, True, _NO_GROUPS, False))
         self.injected += len(run)
 
     # ------------------------------------------------------------ control messages
@@ -380,12 +386,9 @@ class ClusterNode(Hooks):
             "$SYS/cluster/routes": str(len(self.table)),
             "$SYS/cluster/forwarded/received": str(self.injected),
             "$SYS/cluster/links/refused": str(self.refused_links),
-            "$SYS/cluster/sessions/moved_in": str(0 if self.takeover is None else self.takeover.moved_in),
-            "$SYS/cluster/sessions/moved_out": str(0 if self.takeover is None else self.takeover.moved_out),
-            "$SYS/cluster/sessions/handover_timeouts": str(
-                0 if self.takeover is None else self.takeover.timeouts
-            ),
         }
+        if self.takeover is not None:
+            out.update(self.takeover.sys_values())
         for link in self.links.values():
             base = f"$SYS/cluster/links/{link.peer[:16]}"
             out[f"{base}/state"] = "up" if link.connected else "down"

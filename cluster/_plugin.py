@@ -3,7 +3,8 @@
 ``siftmq serve --cluster-listen HOST:PORT [--join HOST:PORT[,HOST:PORT...]]
 --cluster-secret-file PATH`` (``[serve]`` keys ``cluster_listen``, ``join``,
 ``cluster_secret_file``, ``cluster_secret``, ``cluster_peer_expiry``,
-``cluster_takeover_timeout``) registers a
+``cluster_takeover_timeout``, and ``cluster_refresh`` / ``cluster_failure_timeout``: how
+often the membership is refreshed and how long an unanswered peer is kept) registers a
 :class:`~cluster.ClusterNode` in the served broker; its node ID lives in ``--data-dir``.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from broker.hooks import Hooks
@@ -40,6 +41,8 @@ class ClusterPlugin:
             "cluster_secret",
             "cluster_peer_expiry",
             "cluster_takeover_timeout",
+            "cluster_refresh",
+            "cluster_failure_timeout",
         }
     )
 
@@ -104,6 +107,8 @@ class ClusterPlugin:
             takeover = opts.get("cluster_takeover_timeout", 2.0)
         if isinstance(takeover, bool) or not isinstance(takeover, int | float) or takeover <= 0:
             raise ValueError("--cluster-takeover-timeout must be a positive number of seconds")
+        refresh = _seconds(opts, "cluster_refresh", 2.0)
+        failure = _seconds(opts, "cluster_failure_timeout", 5.0)
         from cluster._node import AclClusterNode, ClusterNode
 
         acl = args.acl_file or opts.get("acl_file")
@@ -115,8 +120,17 @@ class ClusterPlugin:
                 data_dir=ctx.data_dir,
                 peer_expiry=expiry,
                 takeover_timeout=float(takeover),
+                refresh=refresh,
+                rpc_timeout=failure,
             ),
         )
+
+
+def _seconds(opts: Mapping[str, object], key: str, default: float) -> float:
+    value = opts.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"{key} must be a positive number of seconds")
+    return float(value)
 
 
 def _secret(path: object, inline: object) -> bytes:

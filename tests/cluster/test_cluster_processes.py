@@ -5,98 +5,22 @@ asks for the port it had)."""
 
 from __future__ import annotations
 
-import os
 import queue
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import pytest
 
-T = 20.0
-
-
-@dataclass
-class Node:
-    proc: subprocess.Popen[str]
-    data: Path
-    port: int = 0
-    cluster_port: int = 0
-    node_id: str = ""
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-
-
-_ALL: list[Node] = []
-
-
-def _start(data: Path, join: int | None, cluster_port: int = 0) -> Node:
-    data.mkdir(parents=True, exist_ok=True)
-    cfg = data.parent / "siftmq.toml"
-    cfg.write_text("[broker]\nsys_interval = 0.3\n")
-    cmd = [
-        sys.executable,
-        "-m",
-        "broker._cli",
-        "serve",
-        "--port",
-        "0",
-        "--data-dir",
-        str(data),
-        "--config",
-        str(cfg),
-        "--no-bridge",
-        "--log-level",
-        "INFO",
-        "--cluster-listen",
-        f"127.0.0.1:{cluster_port}",
-    ]
-    if join is not None:
-        cmd += ["--join", f"127.0.0.1:{join}"]
-    env = {**os.environ, "SIFTMQ_CLUSTER_SECRET": "process-test-secret"}
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    node = Node(proc, data)
-    _ALL.append(node)
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    threading.Thread(target=lambda: [node.lines.put(x) for x in stderr], daemon=True).start()
-    deadline = time.monotonic() + T
-    while not node.cluster_port:
-        line = node.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-        if not node.port and (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", line)):
-            node.port = int(m.group(1))
-        if m := re.search(r"cluster node ([0-9a-f]+) on 127\.0\.0\.1:(\d+)", line):
-            node.node_id, node.cluster_port = m.group(1), int(m.group(2))
-    return node
-
-
-def _wait_links(node: Node, count: int) -> None:
-    """Until ``node`` says ``count`` of its links are up (its $SYS/cluster/links/up)."""
-    got: queue.Queue[bytes] = queue.Queue()
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"probe-{node.port}", protocol=mqtt.MQTTv5)
-    c.on_message = lambda _c, _u, m: got.put(m.payload)
-    c.connect("127.0.0.1", node.port)
-    c.loop_start()
-    try:
-        deadline = time.monotonic() + T
-        while time.monotonic() < deadline:
-            c.subscribe("$SYS/cluster/links/up")
-            try:
-                if int(got.get(timeout=0.5)) == count:
-                    return
-            except queue.Empty:
-                pass
-            c.unsubscribe("$SYS/cluster/links/up")
-        raise AssertionError(f"node {node.port}: {count} links never up")
-    finally:
-        c.loop_stop()
-        c.disconnect()
+from tests.cluster._processes import Node, Sub, T, kill_all
+from tests.cluster._processes import eventually as _eventually
+from tests.cluster._processes import publish as _publish
+from tests.cluster._processes import start as _start
+from tests.cluster._processes import sys_value as _sys_value
+from tests.cluster._processes import wait_links as _wait_links
 
 
 @pytest.fixture
@@ -109,69 +33,7 @@ def nodes(tmp_path: Path) -> Iterator[list[Node]]:
             started.append(_start(tmp_path / f"n{i}", first.cluster_port))
         yield started
     finally:
-        for n in _ALL:
-            if n.proc.poll() is None:
-                n.proc.kill()
-            n.proc.wait()
-            if n.proc.stderr is not None:
-                n.proc.stderr.close()
-        _ALL.clear()
-
-
-class Sub:
-    """A paho subscriber collecting payloads (persistent session, QoS 1)."""
-
-    def __init__(self, port: int, cid: str, topic: str) -> None:
-        self.got: list[bytes] = []
-        self.lock = threading.Lock()
-        self.ready = threading.Event()
-        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, cid, protocol=mqtt.MQTTv5)
-        self.c.on_message = self._on
-        self.c.on_subscribe = lambda *a: self.ready.set()
-        self.c.connect("127.0.0.1", port)
-        self.c.loop_start()
-        self.c.subscribe(topic, qos=1)
-        assert self.ready.wait(T)
-
-    def _on(self, _c: object, _u: object, m: mqtt.MQTTMessage) -> None:
-        with self.lock:
-            self.got.append(m.payload)
-
-    def payloads(self) -> set[bytes]:
-        with self.lock:
-            return set(self.got)
-
-    def close(self) -> None:
-        self.c.loop_stop()
-        self.c.disconnect()
-
-
-def _publish(port: int, cid: str, topic: str, payloads: list[bytes]) -> set[bytes]:
-    """QoS 1 publish; the payloads the broker acknowledged."""
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, cid, protocol=mqtt.MQTTv5)
-    c.max_inflight_messages_set(32)
-    c.connect("127.0.0.1", port)
-    c.loop_start()
-    try:
-        infos = [(p, c.publish(topic, p, qos=1)) for p in payloads]
-        acked = set()
-        for p, info in infos:
-            info.wait_for_publish(T)
-            if info.is_published():
-                acked.add(p)
-        return acked
-    finally:
-        c.loop_stop()
-        c.disconnect()
-
-
-def _eventually(cond: object, what: str) -> None:
-    deadline = time.monotonic() + T
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(what)
+        kill_all()
 
 
 def _routes_reach(port: int, subs: list[Sub], topic: str) -> None:
@@ -241,21 +103,6 @@ def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node]
     finally:
         far.close()
         near.close()
-
-
-def _sys_value(node: Node, topic: str) -> bytes:
-    """The current value of a retained ``$SYS`` topic of ``node``."""
-    got: queue.Queue[bytes] = queue.Queue()
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"sys-{node.port}-{time.monotonic_ns()}")
-    c.on_message = lambda _c, _u, m: got.put(m.payload)
-    c.connect("127.0.0.1", node.port)
-    c.loop_start()
-    try:
-        c.subscribe(topic)
-        return got.get(timeout=5)
-    finally:
-        c.loop_stop()
-        c.disconnect()
 
 
 def test_composite_delivery_continues_after_sigkill_of_its_core(nodes: list[Node]) -> None:

@@ -21,6 +21,8 @@ from paho.mqtt.properties import Properties
 
 import composite
 from broker import Broker
+from broker.packets import Properties as Properties_
+from broker.packets import Puback, Pubcomp, Publish, Pubrec, Pubrel, SubscriptionRequest
 from tests.cluster._support import (
     all_linked,
     cluster,
@@ -30,6 +32,7 @@ from tests.cluster._support import (
     routes_at_peers,
     start_node,
 )
+from tests.rawclient import RawClient
 from tests.waiting import eventually
 
 
@@ -297,3 +300,65 @@ async def test_no_message_is_lost_or_doubled_while_a_session_moves(connected: bo
             ks = [int(p.split(":")[1]) for p in payloads if p.startswith(f"{i}:")]
             assert ks == sorted(ks), f"publisher {i} out of order"
         assert all(node_of(b).takeover.timeouts == 0 for b in bs)  # type: ignore[union-attr]
+
+
+async def test_qos2_state_moves_with_the_session() -> None:
+    """The session moves with its packet identifiers: a QoS 2 message whose PUBREC the old node
+    had is continued with PUBREL (not sent again), one whose PUBREC had not come is sent again
+    with DUP under the same identifier, a QoS 1 one likewise (with its user property); and
+    the client's own QoS 2 PUBLISH that the old node acknowledged with PUBREC is not routed
+    again when the client, now at the new node, sends it again with DUP (its identifier
+    moved too)."""
+    async with cluster(3) as bs:
+        old, new, third = bs
+        props = Properties_(session_expiry_interval=300)
+        c, ack = await RawClient.connect(old.port, "q2", clean_start=False, properties=props)
+        assert not ack.session_present
+        await c.subscribe(SubscriptionRequest("q/#", 2))
+        await routes_at_peers(bs[:1], 1)
+        async with aiomqtt.Client("127.0.0.1", third.port, identifier="watch") as watch:
+            await watch.subscribe("up/#", qos=2)
+            await eventually(lambda: all("up/#" in link._held for link in node_of(third).links.values()))
+            v5 = aiomqtt.ProtocolVersion.V5
+            async with aiomqtt.Client("127.0.0.1", third.port, identifier="qpub", protocol=v5) as pub:
+                await pub.publish("q/1", b"one", qos=2)
+                await pub.publish("q/2", b"two", qos=2)
+                user = Properties(PacketTypes.PUBLISH)
+                user.UserProperty = [("origin", "third")]
+                await pub.publish("q/3", b"three", qos=1, properties=user)
+            got = [await c.recv_where(lambda p: isinstance(p, Publish)) for _ in range(3)]
+            assert [(p.topic, p.qos) for p in got] == [("q/1", 2), ("q/2", 2), ("q/3", 1)]
+            p1, p2, p3 = (p.packet_id for p in got)
+            c.send(Pubrec(p1))  # q/1: PUBREC, the broker's PUBREL, and no PUBCOMP
+            assert await c.recv_where(lambda p: isinstance(p, Pubrel)) == Pubrel(p1)
+            c.send(Publish("up/x", b"mine", 2, packet_id=77))  # its PUBREC, and no PUBREL
+            assert await c.recv_where(lambda p: isinstance(p, Pubrec)) == Pubrec(77)
+            await c.close()
+            await eventually(lambda: old.core.sessions["q2"].conn is None)
+
+            c2, ack2 = await RawClient.connect(new.port, "q2", clean_start=False, properties=props)
+            assert ack2.session_present
+            resent = [await c2.recv() for _ in range(3)]
+            assert resent[0] == Pubrel(p1)  # continued, not delivered again
+            assert [(p.topic, p.packet_id, p.dup) for p in resent[1:] if isinstance(p, Publish)] == [
+                ("q/2", p2, True),
+                ("q/3", p3, True),
+            ]
+            assert resent[2].properties.user_properties == (("origin", "third"),)  # type: ignore[union-attr]
+            c2.send(Pubcomp(p1))
+            c2.send(Pubrec(p2))
+            assert await c2.recv_where(lambda p: isinstance(p, Pubrel)) == Pubrel(p2)
+            c2.send(Pubcomp(p2))
+            c2.send(Puback(p3))
+            # the client's QoS 2 PUBLISH again, with DUP: PUBREC, not routed a second time
+            c2.send(Publish("up/x", b"mine", 2, dup=True, packet_id=77))
+            assert await c2.recv_where(lambda p: isinstance(p, Pubrec)) == Pubrec(77)
+            c2.send(Pubrel(77))
+            assert await c2.recv_where(lambda p: isinstance(p, Pubcomp)) == Pubcomp(77)
+            assert [m.payload for m in await drain(watch)] == [b"mine"]
+            assert await c2.barrier() == []
+            s = new.core.sessions["q2"]
+            assert s.inflight == {} and s.qos2_received == set()
+            await c2.close()
+        assert "q2" not in old.core.sessions
+        assert node_of(new).takeover.timeouts == 0  # type: ignore[union-attr]

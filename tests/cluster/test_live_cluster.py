@@ -269,11 +269,13 @@ async def test_sys_cluster_topics() -> None:
         async with asyncio.timeout(5):
             async for m in c.messages:
                 seen[m.topic.value] = m.payload
-                if "$SYS/cluster/links/up" in seen and "$SYS/cluster/members" in seen:
+                wanted = ("links/up", "members", "node_id", "sessions/handover_holder_lost")
+                if all(f"$SYS/cluster/{k}" in seen for k in wanted):
                     break
         assert seen["$SYS/cluster/members"] == b"2"
         assert seen["$SYS/cluster/links/up"] == b"1"
         assert seen["$SYS/cluster/node_id"] == node_of(bs[0]).name.encode()
+        assert seen["$SYS/cluster/sessions/handover_holder_lost"] == b"0"
 
 
 async def test_composite_subscription_is_matched_by_the_core_of_its_cssu() -> None:
