@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -162,9 +162,11 @@ class _Sub:
         "expired",
         "expr",
         "groups",
+        "partition",
         "qmax",
         "root",
         "sat",
+        "skey",
         "subscribers",
         "window",
         "witness",
@@ -186,6 +188,8 @@ class _Sub:
         self.witness: WitFn = _none
         self.deliveries: tuple[tuple[Hashable, int], ...] = ()
         self.qmax = 0
+        self.partition = 0
+        self.skey: object = None  # its key in CompositeEngine._subs
 
     def refresh(self) -> None:
         """Recompute the cached deliveries after a change of subscribers."""
@@ -247,11 +251,19 @@ class CompositeEngine:
         qos: int = 2,
         window: float | None = None,
         max_buffer: int | None = None,
+        partition: int = 0,
     ) -> Change:
         """Subscribe ``key`` (any hashable: the broker's identity of one subscription, e.g.
         (client id, filter)) to ``expression``; replaces what ``key`` had (a new expression,
-        window or cap is a new composite subscription with empty buffers; the same one only
-        updates the QoS).  Raises :class:`~composite.CompositeSyntaxError` or ValueError.
+        window, cap or partition is a new composite subscription with empty buffers; the same
+        one only updates the QoS).  Raises :class:`~composite.CompositeSyntaxError` or
+        ValueError.
+
+        ``partition``: keys share a composite subscription (and its buffers) only with keys
+        of the same partition.  A broker that journals some subscriptions (those of persisted
+        sessions, :mod:`composite._journal`) puts them in a partition of their own, so that
+        their buffers never hold instances offered before any of them existed (such offers
+        are not in the journal).
 
         O(parse + elements created + atoms of the expression).
         """
@@ -261,13 +273,17 @@ class CompositeEngine:
         )
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
-        skey = self._skey(expr.text, w, k)
+        if not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"partition must be an int >= 0, not {partition!r}")
+        skey = self._skey(expr.text, w, k, partition)
         sub = self._subs.get(skey)
         old = self._by_key.get(key)
         added: list[AtomInfo] = []
         removed: list[AtomInfo] = []
         if sub is None:
             sub = self._create(expr, w, k, added)
+            sub.partition = partition
+            sub.skey = skey
             self._subs[skey] = sub
         sub.subscribers[key] = qos
         sub.refresh()
@@ -287,8 +303,10 @@ class CompositeEngine:
         self._leave(sub, key, removed)
         return Change((), tuple(removed))
 
-    def _skey(self, text: str, w: float, k: int) -> object:
+    def _skey(self, text: str, w: float, k: int, partition: int = 0) -> object:
         """The key of a composite subscription: its text when the policy is the default."""
+        if partition:
+            return (text, w, k, partition)
         return text if w == self.window and k == self.max_buffer else (text, w, k)
 
     def _create(self, expr: Expr, w: float, k: int, added: list[AtomInfo]) -> _Sub:
@@ -333,7 +351,7 @@ class CompositeEngine:
         self._settle(sub)
         self._gone_dropped += sub.dropped
         self._gone_expired += sub.expired
-        del self._subs[self._skey(sub.expr.text, sub.window, sub.cap)]
+        del self._subs[sub.skey]
         for atom, g in zip(sub.atoms, sub.groups, strict=True):
             del g.users[sub]
             g.waiting.discard(sub)
@@ -362,6 +380,12 @@ class CompositeEngine:
         of offers recorded by element text after :meth:`restore`), ``None`` if absent."""
         el = self._table.elements.get(element)
         return el.info.id if isinstance(el, AtomElement) else None
+
+    def elements_of(self, atom_ids: Iterable[int]) -> list[str]:
+        """The canonical texts of the atoms ``atom_ids`` (in that order; unknown ids are left
+        out): what a journal records of an offer (:mod:`composite._journal`).  O(ids)."""
+        atoms = self._table.atoms
+        return [a.expr.text for i in atom_ids if (a := atoms.get(i)) is not None]
 
     def elements(self) -> dict[str, int]:
         """Every stored element (canonical text) with its reference count: the number of
@@ -621,6 +645,14 @@ class CompositeEngine:
                 n += end - c
         return sub.window, cap, n
 
+    def subscription_of(self, key: Hashable) -> tuple[str, float, int, int, int] | None:
+        """(canonical expression, window, max_buffer, QoS, partition) of ``key``'s
+        subscription, without settling anything (O(1)); None if it has none."""
+        sub = self._by_key.get(key)
+        if sub is None:
+            return None
+        return sub.expr.text, sub.window, sub.cap, sub.subscribers[key], sub.partition
+
     def qos_of(self, key: Hashable) -> int | None:
         """The QoS ``key`` subscribed with (None: no composite subscription)."""
         sub = self._by_key.get(key)
@@ -674,17 +706,22 @@ class CompositeEngine:
 
     # ------------------------------------------------------------ persistence
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, keep: Callable[[Hashable], bool] | None = None) -> dict[str, Any]:
         """The whole state as plain data (dict, list, str, int, float, bytes, None and the
         subscriber keys as given): defaults, clock, counters, every composite subscription
         with its subscribers, counters and buffer lengths, and every atom's live log entries
         ``[arrival, topic, payload, qos]``.  A buffer of n instances is the atom's last n
-        entries.  O(state)."""
-        for sub in self._subs.values():
-            self._settle(sub)
+        entries.  ``keep``: only the subscriber keys it accepts (and the subscriptions and
+        atom entries they use; the engine-wide counters stay whole).  O(state)."""
         need: dict[AtomElement, int] = {}
         subs = []
         for sub in self._subs.values():
+            subscribers = [
+                [key, q] for key, q in sub.subscribers.items() if keep is None or keep(key)
+            ]
+            if not subscribers:
+                continue
+            self._settle(sub)
             buffered = {}
             for atom, c in zip(sub.atoms, sub.cur, strict=True):
                 buffered[atom.expr.text] = atom.end - c
@@ -694,7 +731,8 @@ class CompositeEngine:
                     "expression": sub.expr.text,
                     "window": sub.window,
                     "max_buffer": sub.cap,
-                    "subscribers": [[key, q] for key, q in sub.subscribers.items()],
+                    "partition": sub.partition,
+                    "subscribers": subscribers,
                     "events": sub.events,
                     "dropped": sub.dropped,
                     "expired": sub.expired,
@@ -733,9 +771,14 @@ class CompositeEngine:
         eng._events = int(data["events"])
         eng._gone_dropped = int(data["dropped"])
         eng._gone_expired = int(data["expired"])
+        subs: list[_Sub] = []
         for s in data["subscriptions"]:
+            part = int(s.get("partition", 0))
             for key, q in s["subscribers"]:
-                eng.subscribe(key, s["expression"], qos=q, window=s["window"], max_buffer=s["max_buffer"])
+                eng.subscribe(
+                    key, s["expression"], qos=q, window=s["window"], max_buffer=s["max_buffer"], partition=part
+                )
+            subs.append(eng._by_key[s["subscribers"][0][0]])
         for a in data["atoms"]:
             atom = eng._table.atom(a["element"])
             entries = a["entries"]
@@ -747,8 +790,7 @@ class CompositeEngine:
                 eng._active[atom.info.id] = atom
             for g in atom.groups:
                 g.dbase = max(0, atom.end - g.cap)
-        for s in data["subscriptions"]:
-            sub = eng._subs[eng._skey(parse(s["expression"]).text, float(s["window"]), int(s["max_buffer"]))]
+        for s, sub in zip(data["subscriptions"], subs, strict=True):
             sub.events, sub.dropped, sub.expired = int(s["events"]), int(s["dropped"]), int(s["expired"])
             for i, atom in enumerate(sub.atoms):
                 sub.cur[i] = atom.end - int(s["buffered"].get(atom.expr.text, 0))
@@ -768,7 +810,9 @@ class CompositeEngine:
         t._check([s.root for s in self._subs.values()])
         for key, sub in self._by_key.items():
             assert (
-                key in sub.subscribers and self._subs[self._skey(sub.expr.text, sub.window, sub.cap)] is sub
+                key in sub.subscribers
+                and self._subs[self._skey(sub.expr.text, sub.window, sub.cap, sub.partition)] is sub
+                and sub.skey == self._skey(sub.expr.text, sub.window, sub.cap, sub.partition)
             )
         assert sum(len(s.subscribers) for s in self._subs.values()) == len(self._by_key)
         users: dict[int, dict[_Sub, int]] = {}
