@@ -716,9 +716,7 @@ class CompositeEngine:
         need: dict[AtomElement, int] = {}
         subs = []
         for sub in self._subs.values():
-            subscribers = [
-                [key, q] for key, q in sub.subscribers.items() if keep is None or keep(key)
-            ]
+            subscribers = [[key, q] for key, q in sub.subscribers.items() if keep is None or keep(key)]
             if not subscribers:
                 continue
             self._settle(sub)
@@ -776,7 +774,12 @@ class CompositeEngine:
             part = int(s.get("partition", 0))
             for key, q in s["subscribers"]:
                 eng.subscribe(
-                    key, s["expression"], qos=q, window=s["window"], max_buffer=s["max_buffer"], partition=part
+                    key,
+                    s["expression"],
+                    qos=q,
+                    window=s["window"],
+                    max_buffer=s["max_buffer"],
+                    partition=part,
                 )
             subs.append(eng._by_key[s["subscribers"][0][0]])
         for a in data["atoms"]:

@@ -56,32 +56,21 @@ deliveries.  Subscribe and unsubscribe cost the engine's operation plus one inde
 atom created or removed.
 
 Persistence (with a store): the composite subscriptions of persisted sessions, their buffers
-and counters are written as one snapshot file beside the store (``<store>.composite``,
-:meth:`Composites.dump`, JSON of ``CompositeEngine.snapshot()``) at a graceful stop and, when
-something changed, every ``COMPOSITE_SNAPSHOT_INTERVAL`` (5 s) or, when a snapshot takes
-longer than 5 % of that, every 20 x its duration (``broker/_broker.py``); restored at start
-for the sessions the store brought back (:meth:`Composites.load`).  The snapshot also lists
-the subscriptions delegated to the cluster (``delegated``: client, name, canonical expression,
-QoS): they come back as delegated ones, and the delegate's owner sends them to the delegate
-again once it can reach its peers (docs/cluster.md); with no delegate any more they are
-matched here.  A ``kill -9`` returns to
-the last snapshot: composite subscriptions made after it are gone, components offered after it are
-lost, and components consumed after it are buffered again (their event can be produced a
-second time).  The composite event messages queued for a persisted session are stored by the
-journal like any message.  docs/composite.md, "In the broker".
+and counters are journalled in the store (one row per subscribe, unsubscribe and offer to
+their atoms, committed with the store's group commits: a SUBACK, UNSUBACK or PUBACK that
+waits for the store waits for them) and snapshotted now and then beside the store
+(``<store>.composite``, compaction of the journal): :mod:`broker.core._composite_log`; a
+``kill -9`` loses nothing acknowledged, and an event stored for a persisted session is
+never produced again.  docs/composite.md, "What persists".
 """
 
 from __future__ import annotations
 
-import base64
-import gc
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import orjson
-
 import composite
+from broker.core._composite_log import DURABLE, CompositeLog
 from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, shown
 from broker.hooks import (
@@ -100,7 +89,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ATOM_CLIENT",
     "COMPOSITE_PREFIX",
-    "SNAPSHOT_VERSION",
     "SWEEP_BUDGET",
     "CompositeDelegate",
     "Composites",
@@ -113,8 +101,6 @@ COMPOSITE_PREFIX = "$composite/"
 ATOM_CLIENT = "\x00composite/"
 T = TypeVar("T")
 
-#: format of :meth:`Composites.dump`
-SNAPSHOT_VERSION = 1
 #: composite subscriptions settled per :meth:`Composites.tick` while a hook observes losses
 #: (about 1.5 ms per tick at 3 us each; with the default tick of 0.25 s, 2,000 per second)
 SWEEP_BUDGET = 500
@@ -164,6 +150,8 @@ class Composites:
         #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
         self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
         self._by_expression: dict[str, set[tuple[str, str]]] = {}
+        #: the journal of the durable (persisted sessions') composite subscriptions
+        self.log = CompositeLog(self)
         self._observe()
 
     def _observe(self) -> None:
@@ -303,12 +291,19 @@ class Composites:
         if not name or "/" in name or "+" in name or "#" in name:
             raise ValueError(f"composite subscription name {shown(name)}: no '/', '+' or '#' allowed")
         self.engine.advance(self.core.clock.wall())  # a replaced subscription's losses by now
+        log = self.log
         change = self.engine.subscribe(
-            (client_id, name), expression, qos=qos, window=window, max_buffer=max_buffer
+            (client_id, name),
+            expression,
+            qos=qos,
+            window=window,
+            max_buffer=max_buffer,
+            partition=DURABLE if log.durable(client_id) else 0,
         )
         self._changed += 1
         self._apply(change)
         self.clients.setdefault(client_id, {})[name] = sub_ids
+        log.subscribed((client_id, name), sub_ids)
         sub = self.engine.subscription((client_id, name))
         assert sub is not None
         if self.core.obs.composite_change:
@@ -328,6 +323,7 @@ class Composites:
         self._by_expression.setdefault(expression, set()).add(key)
         self.clients.setdefault(client_id, {})[name] = sub_ids
         self._changed += 1
+        self.log.delegated(key, expression, qos, sub_ids)
         self.delegate.subscribe(client_id, name, expression, qos)
         if self.core.obs.composite_change:
             self._tell(client_id, name, CompositeAction.SUBSCRIBE, expression, None, None, qos)
@@ -363,6 +359,7 @@ class Composites:
         tell = bool(self.core.obs.composite_change)
         gone = self.delegated.pop((client_id, name), None)
         if gone is not None:
+            self.log.removed((client_id, name))
             keys = self._by_expression[gone[0]]
             keys.discard((client_id, name))
             if not keys:
@@ -379,6 +376,7 @@ class Composites:
         had = eng.subscription(key) if tell else None  # settles: losses are told first
         qos = eng.qos_of(key)
         change = eng.unsubscribe(key)
+        self.log.removed(key)
         self._changed += 1
         if change is not None:
             self._apply(change)
@@ -473,15 +471,40 @@ class Composites:
             assert entry.options.subscription_id == atom.id
             assert entry.options.selector == atom.selector
         eng._check()
+        self.log._check()
 
     # ------------------------------------------------------------ publications
     def offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
         """``msg`` matched the atoms ``atom_ids`` (from ``Router.route``): offer it, deliver
         every composite event as one PUBLISH per subscriber (``now``: the core's monotonic time
         for delivery; the engine gets the wall clock)."""
-        core = self.core
         self.offers += 1
         comp = composite.Component(msg.topic, msg.payload, msg.qos)
+        durable = self.log.atoms
+        if durable:
+            for i in atom_ids:
+                if i in durable:  # journalled, after the messages of its events (one commit)
+                    self._offer_journalled(msg, atom_ids, comp, now)
+                    return
+        self._offer(msg, atom_ids, comp, now)
+
+    def _offer_journalled(
+        self, msg: Message, atom_ids: list[int], comp: composite.Component, now: float
+    ) -> None:
+        """:meth:`_offer`, then its journal row (``writes``: the store operations the events
+        queued, committed with it); the publisher is paused while the store is too far behind
+        (``Journal.bound``, as for its QoS 1/2 writes)."""
+        core = self.core
+        store = core.journal.store
+        before = 0 if store is None else store.submitted
+        self._offer(msg, atom_ids, comp, now)
+        self.log.offered(atom_ids, comp, 0 if store is None else store.submitted - before)
+        conn = core.current
+        if conn is not None:
+            core.journal.bound(conn)
+
+    def _offer(self, msg: Message, atom_ids: list[int], comp: composite.Component, now: float) -> None:
+        core = self.core
         if len(atom_ids) == 1:
             events = self.engine.offer(atom_ids[0], comp, core.clock.wall())
         else:
@@ -544,92 +567,44 @@ class Composites:
             core._call(hooks, "on_composite_event", rec)
 
     # ------------------------------------------------------------ persistence
-    def dump(self, keep: Callable[[str], bool]) -> bytes:
-        """The composite subscriptions of the clients ``keep`` accepts (persisted sessions),
-        their buffers and counters, as JSON (``engine.snapshot()`` with payloads in base64).
-        O(state): run on the event loop, written elsewhere; the cyclic garbage collector is off
-        meanwhile (the million small containers of a large snapshot would otherwise trigger
-        collections over the whole heap: 2.7 s instead of about 1 s at 50,000 subscriptions)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._dump(keep)
-        finally:
-            if enabled:
-                gc.enable()
+    def dump(self, keep: Callable[[Hashable], bool] | None = None) -> bytes:
+        """The snapshot of the durable composite subscriptions (``keep``: of the subscriber
+        keys it accepts instead): :meth:`CompositeLog.dump`.  O(state)."""
+        return self.log.dump(keep)
 
-    def _dump(self, keep: Callable[[str], bool]) -> bytes:
-        data = _only(self.engine.snapshot(), keep)
-        for a in data["atoms"]:
-            a["entries"] = [[t, topic, base64.b64encode(p).decode(), q] for t, topic, p, q in a["entries"]]
-        for sub in data["subscriptions"]:
-            sub["subscribers"] = [[list(key), q] for key, q in sub["subscribers"]]
-        if not math.isfinite(data["clock"]):
-            data["clock"] = None
-        clients = {
-            cid: {n: list(ids) for n, ids in names.items()}
-            for cid, names in self.clients.items()
-            if keep(cid)
-        }
-        delegated = [[cid, n, e, q] for (cid, n), (e, q) in sorted(self.delegated.items()) if keep(cid)]
-        return orjson.dumps(
-            {"version": SNAPSHOT_VERSION, "engine": data, "clients": clients, "delegated": delegated}
-        )
+    def load(self, raw: bytes | None, rows: list[tuple[Any, ...]], keep: Callable[[str], bool]) -> int:
+        """Restore a snapshot plus the journal rows above it (:meth:`CompositeLog.load`)."""
+        return self.log.load(raw, rows, keep)
 
-    def load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
-        """Replace the state by a :meth:`dump` (only the clients ``keep`` accepts: sessions
-        that came back); atoms are indexed again.  Delegated subscriptions are restored in
-        :attr:`delegated` without telling the delegate (its owner re-sends them when it is up;
-        without a delegate they are added to the engine).  Returns the subscribers restored.  Raises
-        ValueError on an unknown format.  The garbage collector is off meanwhile (as in
-        :meth:`dump`)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._load(raw, keep)
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
-        doc = orjson.loads(raw)
-        if doc.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unknown composite snapshot version {doc.get('version')!r}")
-        data = doc["engine"]
-        if data["clock"] is None:
-            data["clock"] = float("-inf")
-        for sub in data["subscriptions"]:
-            sub["subscribers"] = [[tuple(key), q] for key, q in sub["subscribers"]]
-        for a in data["atoms"]:
-            a["entries"] = [[t, topic, base64.b64decode(p), q] for t, topic, p, q in a["entries"]]
-        data = _only(data, keep)
-        old = self.engine.atoms()
-        self._apply(composite.Change((), tuple(old)))
-        self.flush_losses()  # what the replaced engine counted
-        self.engine = composite.CompositeEngine.restore(data)
-        self._observe()
-        self._apply(composite.Change(tuple(self.engine.atoms()), ()))
-        self.clients = {}
-        self.delegated = {}
-        self._by_expression = {}
-        n = 0
-        for sub in data["subscriptions"]:
-            for (cid, name), _ in sub["subscribers"]:
-                ids = doc["clients"].get(cid, {}).get(name, [])
-                self.clients.setdefault(cid, {})[name] = tuple(ids)
-                n += 1
-        for cid, name, expression, qos in doc.get("delegated", ()):
-            if not keep(cid):
+    def persistence(self, client_id: str, persisted: bool) -> None:
+        """``client_id``'s session became persisted (``True``: its composite subscriptions
+        are journalled from now on) or stopped being (``False``: a resumption with expiry 0);
+        from ``Journal.connected``.  Each of its composite subscriptions moves to the other
+        partition of the engine, with fresh buffers (a journal cannot hold what it missed).
+        Rare: O(its composite subscriptions)."""
+        names = self.clients.get(client_id)
+        if not names:
+            return
+        eng = self.engine
+        log = self.log
+        for name, sub_ids in list(names.items()):
+            key = (client_id, name)
+            got = self.delegated.get(key)
+            if got is not None:
+                if persisted:
+                    log.delegated(key, got[0], got[1], sub_ids)
+                else:
+                    log.removed(key)
                 continue
-            ids = tuple(doc["clients"].get(cid, {}).get(name, []))
-            if self.delegate is None:  # no cluster any more: matched here from now on
-                self.add(cid, name, expression, int(qos), sub_ids=ids)
-            else:  # the delegate is told by its owner once it can reach its peers
-                self.delegated[(cid, name)] = (expression, int(qos))
-                self._by_expression.setdefault(expression, set()).add((cid, name))
-                self.clients.setdefault(cid, {})[name] = ids
-            n += 1
-        return n
+            sub = eng.subscription_of(key)
+            if sub is None or (sub[4] == DURABLE) == persisted:
+                continue
+            expression, window, cap, qos, _ = sub
+            change = eng.subscribe(
+                key, expression, qos=qos, window=window, max_buffer=cap, partition=DURABLE if persisted else 0
+            )
+            self._apply(change)
+            log.subscribed(key, sub_ids)
 
 
 def _number(kind: Callable[[str], T], key: str, value: str) -> T:
@@ -638,16 +613,3 @@ def _number(kind: Callable[[str], T], key: str, value: str) -> T:
         return kind(value)
     except ValueError:
         raise ValueError(f"user property {key}: {shown(value)} is not a number") from None
-
-
-def _only(data: dict[str, Any], keep: Callable[[str], bool]) -> dict[str, Any]:
-    """A snapshot restricted to the subscriber keys of the clients ``keep`` accepts (and to
-    the atoms their subscriptions use)."""
-    subs = []
-    used: set[str] = set()
-    for sub in data["subscriptions"]:
-        subscribers = [[key, q] for key, q in sub["subscribers"] if keep(key[0])]
-        if subscribers:
-            subs.append(dict(sub, subscribers=subscribers))
-            used.update(sub["buffered"])
-    return dict(data, subscriptions=subs, atoms=[a for a in data["atoms"] if a["element"] in used])

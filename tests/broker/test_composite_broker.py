@@ -4,12 +4,9 @@ matching through the router's index (engine offers counted, never timed)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import pathlib
-import signal
-import sys
 
 import aiomqtt
 import paho.mqtt.client as mqtt
@@ -310,74 +307,6 @@ async def test_hooks_see_composite_subscriptions_and_events() -> None:
     assert routes == 1 and [e[0] for e in entries] == ["h"]
     assert event(payload)["expression"] == "h/a & h/b"
     assert all(r == 0 for t, _, _, r in rec.deliveries if t in ("h/a", "h/b"))
-
-
-BROKER_SCRIPT = """
-import asyncio, sys
-import broker._broker
-from broker import Broker
-
-broker._broker.COMPOSITE_SNAPSHOT_INTERVAL = 0.1  # the test waits for one snapshot, not 5 s
-
-async def main() -> None:
-    b = Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1])
-    await b.start()
-    print("PORT", b.port, flush=True)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
-
-
-async def _broker_process(db: str) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", BROKER_SCRIPT, db, cwd=ROOT, stdout=asyncio.subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 20)
-    assert line.startswith(b"PORT "), line
-    return proc, int(line.split()[1])
-
-
-def _snapshot_buffers(path: pathlib.Path) -> int:
-    """Entries buffered in the snapshot file (0 while there is none)."""
-    try:
-        doc = json.loads(path.read_bytes())
-    except (FileNotFoundError, ValueError):
-        return 0
-    return sum(len(a["entries"]) for a in doc["engine"]["atoms"])
-
-
-async def test_kill_9_returns_to_the_last_snapshot(tmp_path: pathlib.Path) -> None:
-    """kill -9 after a snapshot: the composite subscription of the persisted session and its
-    buffered component come back, and pair with a component published after the restart."""
-    db = str(tmp_path / "broker.db")
-    expiry = PahoProperties(PacketTypes.CONNECT)
-    expiry.SessionExpiryInterval = 3600
-    proc, port = await _broker_process(db)
-    try:
-        async with aiomqtt.Client(
-            "127.0.0.1", port, identifier="k9", protocol=V5, clean_start=False, properties=expiry
-        ) as c:
-            await c.subscribe("$composite/r/d/a & d/b", qos=1)
-            await c.publish("d/a", b"before", qos=1)
-        snap = tmp_path / "broker.db.composite"
-        await eventually(lambda: _snapshot_buffers(snap) == 1)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    proc, port = await _broker_process(db)
-    try:
-        async with aiomqtt.Client(
-            "127.0.0.1", port, identifier="k9", protocol=V5, clean_start=False, properties=expiry
-        ) as c:
-            await c.publish("d/b", b"after", qos=1)
-            m = await next_message(c, 10)
-            assert m.topic.value == "$composite/r"
-            assert [p for _, _, p in components(event(m.payload))] == ["before", "after"]  # type: ignore[arg-type]
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
 
 
 async def test_testing_fixture_has_composite(broker_fixture: Broker) -> None:

@@ -60,7 +60,7 @@ class Reference:
         self.gone_dropped = 0
         self.gone_expired = 0
 
-    def subscribe(  # noqa: PLR0917
+    def subscribe(
         self, key: Hashable, text: str, qos: int, window: float | None, cap: int | None, partition: int = 0
     ) -> None:
         """Keys share a composite subscription iff expression, window, cap and partition

@@ -269,7 +269,11 @@ class EngineVsReference(RuleBasedStateMachine):
             assert (got is None) == (live is None)
             if got is None or live is None:
                 continue
-            assert (got.expression, got.window, got.max_buffer) == (live.expression, live.window, live.max_buffer)
+            assert (got.expression, got.window, got.max_buffer) == (
+                live.expression,
+                live.window,
+                live.max_buffer,
+            )
             assert (got.events, got.dropped, got.expired, got.buffered) == (
                 live.events,
                 live.dropped,
