@@ -316,3 +316,54 @@ async def test_testing_fixture_has_composite(broker_fixture: Broker) -> None:
         await broker_fixture.publish("f/b", b"x")
         m = await sub.get(5)
         assert components(event(m.payload)) == [("f/b", "f/b", "x")]
+
+
+async def test_persistence_changes_move_composite_subscriptions_in_and_out_of_the_journal(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A resumption with expiry 0 stops journalling the session's composite subscription (it
+    would end with the connection); a session that becomes persisted later (what a cluster
+    takeover does: ``Journal.connected`` of a session kept in memory until then) journals it
+    again, with fresh buffers, and it survives a restart.  ``Composites._check`` holds
+    throughout."""
+    from broker.core._composite_log import DURABLE
+    from broker.packets import Properties
+    from tests.rawclient import RawClient
+
+    db = str(tmp_path / "broker.db")
+    keep = Properties(session_expiry_interval=3600)
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        comp = b.core.composite
+        c, _ = await RawClient.connect(b.port, "t", clean_start=True, properties=keep)
+        await c.subscribe("$composite/r/d/a & d/b")
+        assert set(comp.log.keys) == {("t", "r")}
+        sub = comp.engine.subscription_of(("t", "r"))
+        assert sub is not None and sub[4] == DURABLE
+        await c.close()
+        c, ack = await RawClient.connect(b.port, "t", clean_start=False)  # expiry 0 now
+        assert ack.session_present
+        await eventually(lambda: not comp.log.keys)
+        sub = comp.engine.subscription_of(("t", "r"))
+        assert sub is not None and sub[4] == 0
+        comp._check()
+        await b.publish("d/a", b"lost with the partition change", qos=1)
+        s = b.core.sessions["t"]
+        s.expiry_interval = 3600
+        b.core.journal.connected(s, b.core.clock.monotonic())
+        assert s.persisted and set(comp.log.keys) == {("t", "r")}
+        sub = comp.engine.subscription_of(("t", "r"))
+        assert sub is not None and sub[4] == DURABLE
+        comp._check()
+        await b.publish("d/a", b"a1", qos=1)
+        await c.close()
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        comp = b.core.composite
+        comp._check()
+        assert set(comp.log.keys) == {("t", "r")}
+        c, ack = await RawClient.connect(b.port, "t", clean_start=False, properties=keep)
+        assert ack.session_present
+        await b.publish("d/b", b"b1", qos=1)
+        m = await c.recv()
+        assert m.topic == "$composite/r"  # type: ignore[attr-defined]
+        doc = event(m.payload)  # type: ignore[attr-defined]
+        assert [p for _, _, p in components(doc)] == ["a1", "b1"]
