@@ -78,7 +78,7 @@ from composite._engine import (
     Loss,
     SubscriptionStats,
 )
-from composite._event import Component, CompositeEvent, Delivery, Part
+from composite._event import Component, ComponentLike, CompositeEvent, Delivery, Part
 from composite._journal import Call, Offered, Subscribed, Unsubscribed, offered, replay, subscribed
 from composite._syntax import (
     MAX_ATOMS,
@@ -103,6 +103,7 @@ __all__ = [
     "Call",
     "Change",
     "Component",
+    "ComponentLike",
     "CompositeEngine",
     "CompositeEvent",
     "CompositeSyntaxError",

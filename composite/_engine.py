@@ -37,9 +37,9 @@ Each group keeps ``dcum``, the running count of such entries, so a subscription'
 the range of entries it skips is a difference of two prefix counts, computed when its cursor
 moves (:meth:`CompositeEngine._skip`).  A log keeps what some user may still consume —
 entries among the last ``kmax`` (the largest cap) and live for ``wmax`` (the largest window)
-— trimmed in batches (at most 2 x kmax + 16 entries); prefix counts are rebased when they
-outgrow the log by max(1024, 4 x users), which moves stale cursors (amortised well under one
-visit per offer).
+— trimmed in batches (at most 2 x kmax + 16 entries); prefix counts (4-byte entries, rebased
+to 0) are rebased when they outgrow the log by max(1024, 16 x users), which moves stale
+cursors (amortised 1/16 of a visit per offer; at most 64 bytes per user and atom).
 
 No clock is read here: every operation takes ``now`` (seconds, non-decreasing; a smaller
 value is treated as the current clock).  The broker should pass wall-clock time so arrival,
@@ -65,7 +65,7 @@ from composite._elements import (
     shape_of,
     tree_size,
 )
-from composite._event import Component, CompositeEvent, Part
+from composite._event import Component, ComponentLike, CompositeEvent, Part
 from composite._syntax import Expr, parse
 
 __all__ = [
@@ -86,6 +86,8 @@ max_buffer) since the previous :meth:`CompositeEngine.drain_losses`."""
 DEFAULT_WINDOW = 60.0
 DEFAULT_MAX_BUFFER = 64
 _DCUM_SLACK = 1024
+#: prefix counts are rebased when they outgrow the log by max(_DCUM_SLACK, this x users)
+_DCUM_FACTOR = 16
 _TRIM_SLACK = 16
 SNAPSHOT_FORMAT = 1
 
@@ -146,7 +148,7 @@ class _Group:
         self.users: dict[_Sub, int] = {}
         self.waiting: set[_Sub] = set()
         self.dbase = atom.end
-        self.dcum = array("q", [0])
+        self.dcum = array("i", [0])
 
 
 class _Sub:
@@ -239,7 +241,7 @@ class CompositeEngine:
         # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
         self._trim_slack = _TRIM_SLACK
         self._dcum_slack = _DCUM_SLACK
-        self._dcum_factor = 4
+        self._dcum_factor = _DCUM_FACTOR
 
     # ------------------------------------------------------------ subscriptions
 
@@ -397,7 +399,7 @@ class CompositeEngine:
         """The engine's time: the largest ``now`` seen (-inf before the first)."""
         return self._clock
 
-    def offer(self, atom_id: int, component: Component, now: float) -> list[CompositeEvent]:
+    def offer(self, atom_id: int, component: ComponentLike, now: float) -> list[CompositeEvent]:
         """A publication matched atom ``atom_id`` at time ``now``; the composite events it
         completes (at most one per composite subscription, in no particular order).
 
@@ -441,7 +443,9 @@ class CompositeEngine:
             self._trim(atom, T)
         return out
 
-    def offer_many(self, atom_ids: Iterable[int], component: Component, now: float) -> list[CompositeEvent]:
+    def offer_many(
+        self, atom_ids: Iterable[int], component: ComponentLike, now: float
+    ) -> list[CompositeEvent]:
         """:meth:`offer` to each distinct id in ascending order (a publication matching
         several atoms; it may then complete an expression on its own, e.g. ``a/# & a/b``)."""
         out: list[CompositeEvent] = []
@@ -595,18 +599,35 @@ class CompositeEngine:
         """Move the prefix counts' base up to the log start; stale cursors move there first."""
         atom = g.atom
         start = atom.start
-        for sub, i in g.users.items():
-            c = sub.cur[i]
+        dcum, base = g.dcum, g.dbase
+        top = base + len(dcum) - 1
+        at_start = dcum[min(start, top) - base]
+        at_end = start == atom.end
+        lost = self._lost
+        for sub, i in g.users.items():  # _count inlined: every user may be stale (hot atoms)
+            cur = sub.cur
+            c = cur[i]
             if c < start:
-                self._count(sub, i, c, start)
-                sub.cur[i] = start
-                if start == atom.end:
+                d = at_start - dcum[min(c, top) - base]
+                sub.dropped += d
+                sub.expired += start - c - d
+                if lost is not None:
+                    row = lost.get(sub)
+                    if row is None:
+                        row = lost[sub] = [0] * (2 * len(sub.atoms))
+                    row[i] += start - c - d
+                    row[len(sub.atoms) + i] += d
+                cur[i] = start
+                if at_end:
                     g.waiting.add(sub)
-        top = g.dbase + len(g.dcum) - 1
+        # only differences of prefix counts are ever used: the kept ones (at most the log's
+        # length) restart from 0, so they stay small (4-byte entries)
         if start <= top:
-            g.dcum = g.dcum[start - g.dbase :]
+            kept = dcum[start - base :]
+            first = kept[0]
+            g.dcum = array("i", [x - first for x in kept]) if first else kept
         else:
-            g.dcum = array("q", [g.dcum[-1]])
+            g.dcum = array("i", [0])
         g.dbase = start
 
     # ------------------------------------------------------------ observation

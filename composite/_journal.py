@@ -45,7 +45,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from composite._engine import CompositeEngine
-from composite._event import Component
+from composite._event import ComponentLike
 
 __all__ = ["Call", "Offered", "Subscribed", "Unsubscribed", "offered", "replay", "subscribed"]
 
@@ -77,7 +77,7 @@ class Offered:
 
     clock: float
     elements: tuple[str, ...]
-    component: Component
+    component: ComponentLike
 
 
 Call = Subscribed | Unsubscribed | Offered
@@ -93,7 +93,7 @@ def subscribed(engine: CompositeEngine, key: Hashable) -> Subscribed | None:
     return Subscribed(engine.clock, key, expression, qos, window, cap, partition)
 
 
-def offered(engine: CompositeEngine, atom_ids: Sequence[int], component: Component) -> Offered:
+def offered(engine: CompositeEngine, atom_ids: Sequence[int], component: ComponentLike) -> Offered:
     """The record of the offer just made to ``atom_ids`` (``offer`` for one id, ``offer_many``
     otherwise: the same distinct ids in ascending order).  O(k log k) for k ids."""
     ids = atom_ids if len(atom_ids) == 1 else sorted(set(atom_ids))

@@ -479,36 +479,35 @@ class Composites:
         every composite event as one PUBLISH per subscriber (``now``: the core's monotonic time
         for delivery; the engine gets the wall clock)."""
         self.offers += 1
-        comp = composite.Component(msg.topic, msg.payload, msg.qos)
         durable = self.log.atoms
         if durable:
             for i in atom_ids:
                 if i in durable:  # journalled, after the messages of its events (one commit)
-                    self._offer_journalled(msg, atom_ids, comp, now)
+                    self._offer_journalled(msg, atom_ids, now)
                     return
-        self._offer(msg, atom_ids, comp, now)
+        self._offer(msg, atom_ids, now)
 
-    def _offer_journalled(
-        self, msg: Message, atom_ids: list[int], comp: composite.Component, now: float
-    ) -> None:
+    def _offer_journalled(self, msg: Message, atom_ids: list[int], now: float) -> None:
         """:meth:`_offer`, then its journal row (``writes``: the store operations the events
         queued, committed with it); the publisher is paused while the store is too far behind
         (``Journal.bound``, as for its QoS 1/2 writes)."""
         core = self.core
         store = core.journal.store
         before = 0 if store is None else store.submitted
-        self._offer(msg, atom_ids, comp, now)
-        self.log.offered(atom_ids, comp, 0 if store is None else store.submitted - before)
+        self._offer(msg, atom_ids, now)
+        self.log.offered(atom_ids, msg, 0 if store is None else store.submitted - before)
         conn = core.current
         if conn is not None:
             core.journal.bound(conn)
 
-    def _offer(self, msg: Message, atom_ids: list[int], comp: composite.Component, now: float) -> None:
+    def _offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
+        """Offer ``msg`` itself (``composite.ComponentLike``: no copy) to the engine; deliver
+        the events."""
         core = self.core
         if len(atom_ids) == 1:
-            events = self.engine.offer(atom_ids[0], comp, core.clock.wall())
+            events = self.engine.offer(atom_ids[0], msg, core.clock.wall())
         else:
-            events = self.engine.offer_many(atom_ids, comp, core.clock.wall())
+            events = self.engine.offer_many(atom_ids, msg, core.clock.wall())
         if not events:
             return
         self.events += len(events)

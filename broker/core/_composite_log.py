@@ -180,7 +180,7 @@ class CompositeLog:
             else:
                 del atoms[i]
 
-    def offered(self, atom_ids: list[int], comp: composite.Component, writes: int) -> None:
+    def offered(self, atom_ids: list[int], comp: composite.ComponentLike, writes: int) -> None:
         """The offer of ``comp`` to ``atom_ids`` (some used by a durable key) just happened;
         ``writes``: store operations its composite events queued (their messages)."""
         eng = self.comps.engine
