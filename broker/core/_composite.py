@@ -477,39 +477,42 @@ class Composites:
     def offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
         """``msg`` matched the atoms ``atom_ids`` (from ``Router.route``): offer it, deliver
         every composite event as one PUBLISH per subscriber (``now``: the core's monotonic time
-        for delivery; the engine gets the wall clock)."""
+        for delivery; the engine gets the wall clock).  ``msg`` itself is the component
+        (``composite.ComponentLike``: no copy).  One Python frame besides the engine's when
+        the offer completes nothing and is not journalled (the common case)."""
         self.offers += 1
         durable = self.log.atoms
-        if durable:
-            for i in atom_ids:
-                if i in durable:  # journalled, after the messages of its events (one commit)
-                    self._offer_journalled(msg, atom_ids, now)
-                    return
-        self._offer(msg, atom_ids, now)
+        if durable and not durable.keys().isdisjoint(atom_ids):
+            self._offer_journalled(msg, atom_ids, now)  # after its events' messages: one commit
+            return
+        if len(atom_ids) == 1:
+            events = self.engine.offer(atom_ids[0], msg, self.core.clock.wall())
+        else:
+            events = self.engine.offer_many(atom_ids, msg, self.core.clock.wall())
+        if events:
+            self._deliver(events, now)
 
     def _offer_journalled(self, msg: Message, atom_ids: list[int], now: float) -> None:
-        """:meth:`_offer`, then its journal row (``writes``: the store operations the events
+        """The offer, then its journal row (``writes``: the store operations the events
         queued, committed with it); the publisher is paused while the store is too far behind
         (``Journal.bound``, as for its QoS 1/2 writes)."""
         core = self.core
         store = core.journal.store
         before = 0 if store is None else store.submitted
-        self._offer(msg, atom_ids, now)
+        if len(atom_ids) == 1:
+            events = self.engine.offer(atom_ids[0], msg, core.clock.wall())
+        else:
+            events = self.engine.offer_many(atom_ids, msg, core.clock.wall())
+        if events:
+            self._deliver(events, now)
         self.log.offered(atom_ids, msg, 0 if store is None else store.submitted - before)
         conn = core.current
         if conn is not None:
             core.journal.bound(conn)
 
-    def _offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
-        """Offer ``msg`` itself (``composite.ComponentLike``: no copy) to the engine; deliver
-        the events."""
+    def _deliver(self, events: list[composite.CompositeEvent], now: float) -> None:
+        """Each composite event as one PUBLISH per subscriber (``Core.deliver``)."""
         core = self.core
-        if len(atom_ids) == 1:
-            events = self.engine.offer(atom_ids[0], msg, core.clock.wall())
-        else:
-            events = self.engine.offer_many(atom_ids, msg, core.clock.wall())
-        if not events:
-            return
         self.events += len(events)
         if core.obs.composite_event:
             self._record(events)
