@@ -455,7 +455,7 @@ class _Reader:
         return out
 
 
-def wire_client(ports: list[int], pubs: int, rounds: int, chunk: int) -> None:
+def wire_client(ports: list[int], pubs: int, rounds: int, chunk: int, uniform_pubs: int) -> None:
     """The client side of ``--wire`` (a separate process): per broker a subscriber on
     ``kind/#`` and a publisher (MQTT 3.1.1, QoS 0); publications are sent ``chunk`` at a
     time, each chunk after the subscriber received the previous one (no loss, no pacing by
@@ -480,7 +480,7 @@ def wire_client(ports: list[int], pubs: int, rounds: int, chunk: int) -> None:
             pass
         conns.append(pair)
     rnd = random.Random(5)
-    uniform = [f"kind/{rnd.randrange(KINDS)}" for _ in range(pubs)]
+    uniform = [f"kind/{rnd.randrange(KINDS)}" for _ in range(uniform_pubs)]
     # "one kind" first: on empty buffers (the wall clock is the engine's here, and components
     # the uniform stream leaves buffered would pair with kind/7 for the next 60 s)
     streams = {"one kind": ["kind/7"] * pubs, "uniform": uniform}
@@ -507,7 +507,7 @@ def wire_client(ports: list[int], pubs: int, rounds: int, chunk: int) -> None:
 
 
 async def wire_rates(
-    n: int, pubs: int, rounds: int, chunk: int, store: bool
+    n: int, pubs: int, rounds: int, chunk: int, store: bool, uniform_pubs: int
 ) -> list[tuple[str, str, float, float, float]]:
     """Two brokers in this process (uvloop), one with ``n`` in-process composite
     subscriptions; the clients in a child process.  With ``store`` two more, with a store on
@@ -562,6 +562,8 @@ async def wire_rates(
         ports,
         "--pubs",
         str(pubs),
+        "--uniform-pubs",
+        str(uniform_pubs),
         "--rounds",
         str(rounds),
         "--chunk",
@@ -585,9 +587,9 @@ async def wire_rates(
         await b.stop()
         await f.stop()
     gc.unfreeze()
-    total = pubs * rounds
     out = []
     for name, rows in times.items():
+        total = (uniform_pubs if name == "uniform" else pubs) * rounds
         for k, v in enumerate(pairs):
             tb = sum(r[2 * k] for r in rows)
             tw = sum(r[2 * k + 1] for r in rows)
@@ -599,7 +601,9 @@ def wire_main(args: argparse.Namespace) -> None:
     import uvloop
 
     n = args.wire
-    rows = uvloop.run(wire_rates(n, args.pubs, args.rounds, args.chunk, args.store))
+    rows = uvloop.run(
+        wire_rates(n, args.pubs, args.rounds, args.chunk, args.store, args.uniform_pubs or args.pubs)
+    )
     lines = [
         f"#### Broker over loopback: QoS 0 publications matching atoms, {n:,} composite "
         "subscriptions vs none",
@@ -683,7 +687,13 @@ def broker_main(args: argparse.Namespace) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--broker", type=int, default=0, help="only the broker part, with N subscriptions")
-    ap.add_argument("--pubs", type=int, default=2000, help="publications per stream per round (--broker)")
+    ap.add_argument("--pubs", type=int, default=2000, help="publications per stream per round")
+    ap.add_argument(
+        "--uniform-pubs",
+        type=int,
+        default=0,
+        help="publications per round of the uniform stream (--wire; default --pubs)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per stream (--broker)")
     ap.add_argument("--wire", type=int, default=0, help="only the loopback part, with N subscriptions")
     ap.add_argument("--chunk", type=int, default=100, help="publications in flight (--wire)")
@@ -698,7 +708,8 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None)
     args = ap.parse_args()
     if args.wire_client is not None:
-        wire_client([int(p) for p in args.wire_client.split(",")], args.pubs, args.rounds, args.chunk)
+        ports = [int(p) for p in args.wire_client.split(",")]
+        wire_client(ports, args.pubs, args.rounds, args.chunk, args.uniform_pubs or args.pubs)
         return
     if args.wire:
         wire_main(args)
