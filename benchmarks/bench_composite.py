@@ -50,10 +50,23 @@ publications ``--chunk`` (100) at a time, the next chunk once the subscriber has
 the previous one; the two brokers alternate per round.  The rate is publications received
 by the subscriber per second.  The engine's clock is the wall clock here, so *one kind* runs
 first, on empty buffers (run after *uniform*, it would pair with the components *uniform*
-left buffered for the next 60 s).
+left buffered for the next 60 s).  ``--uniform-pubs`` sets the uniform stream's publications
+per round apart (it is thousands of times slower); *one kind* needs rounds long enough for a
+steady state: its first publication makes every user of ``kind/7`` evaluate its expression
+(about 2,000 at 50,000 subscriptions, a fixed cost of a millisecond or two), and the prefix
+counts of its atom are rebased every 32,000 offers.
 
-``--broker`` also times one snapshot of the composite state as the broker writes it
-(``Composites.dump``: the engine's snapshot as JSON, on the event loop) and its restore.
+``--store`` adds, in the same run, the same two brokers (two cores with ``--broker``) with a
+store (SQLite files in a temporary directory) whose sessions are persisted: every composite
+subscription is journalled and so is every offer to its atoms (broker/core/_composite_log.py).
+With ``--broker`` a round of a store variant ends when the store has committed everything, so
+the writer thread's time counts; with ``--wire`` the store's back-pressure applies as in
+service (``Journal.bound``), and the composite subscriptions belong to persisted in-process
+sessions (a sink: deliveries are not stored) instead of ``subscribe_composite``.
+
+``--broker`` also times one snapshot of the composite state as the broker writes it, on the
+event loop (``Composites.dump``, as at start and at a graceful stop) and in a forked child
+(``broker/_composite_saver.py``: the event loop pays the ``fork``), and its restore.
 
 For ``--broker``, no sockets and no decoding of the incoming bytes: the rate is the core's
 plus the encoding of every outgoing PUBLISH; the socket reads and writes would add the same
@@ -67,9 +80,9 @@ Usage::
     .venv/bin/python benchmarks/bench_composite.py [--sizes 5000,10000,20000,30000,40000,50000]
         [--offers 1000] [--out docs/composite.md] [--plot docs/img/composite-fig10.png]
     .venv/bin/python benchmarks/bench_composite.py --broker 50000 [--pubs 2000] [--rounds 3]
-        [--out docs/composite.md]
-    .venv/bin/python benchmarks/bench_composite.py --wire 50000 [--pubs 2000] [--rounds 3]
-        [--chunk 100] [--out docs/composite.md]
+        [--store] [--out docs/composite.md]
+    .venv/bin/python benchmarks/bench_composite.py --wire 50000 [--pubs 2000] [--uniform-pubs N]
+        [--rounds 3] [--chunk 100] [--store] [--out docs/composite.md]
 """
 
 from __future__ import annotations
