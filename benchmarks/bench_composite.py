@@ -254,13 +254,17 @@ def offers(
     return rate, events / done, per_event, eager_rate
 
 
-def broker_core(exprs: list[str], per_client: int = 100, store: Any = None) -> tuple[Any, Any, list[int]]:
+def broker_core(
+    exprs: list[str], per_client: int = 100, store: Any = None, wall: Any = None
+) -> tuple[Any, Any, list[int]]:
     """A sans-IO core with real ``Connection`` objects on counting transports: a publisher, a
     plain subscriber on ``kind/#``, and the composite subscriptions (``per_client`` names per
     connection, half MQTT 3.1.1 with the expression in the filter, half MQTT 5 with the user
     property); returns (core, publisher, [writes to the plain subscriber, writes to the others]).
     With ``store`` (a ``Store``) every session is persisted (expiry 3600 s): the composite
-    subscriptions are journalled, and so is every offer to their atoms."""
+    subscriptions are journalled, and so is every offer to their atoms.  ``wall``: the core's
+    wall clock from the start (the engine's time is the largest it has seen, so a clock
+    installed after the subscriptions would stay behind the real time they were made at)."""
     from broker.core._connection import Connection
     from broker.core._core import Core
     from broker.packets import Connect, Properties, Subscribe, SubscriptionRequest
@@ -280,6 +284,8 @@ def broker_core(exprs: list[str], per_client: int = 100, store: Any = None) -> t
         pass
 
     core = Core(BrokerConfig(sys_interval=0, max_subscriptions_per_client=per_client))
+    if wall is not None:
+        core.clock.wall = wall
     if store is not None:
         core.journal.store = store
         core.journal.call_threadsafe = lambda fn, *a: held.append((fn, a))
@@ -327,12 +333,18 @@ def broker_rates(
     from broker.packets import Publish
 
     tmp = tempfile.mkdtemp(prefix="bench-composite-")
+    clock = [1.0]
+
+    def wall() -> float:
+        return clock[0]
+
     variants: dict[str, tuple[Any, Any, Any]] = {}  # variant -> (store, base, full)
     for variant in ["none", "store"] if store else ["none"]:
         st_b = st_f = None
         if variant == "store":
             st_b, st_f = Store(f"{tmp}/base.db"), Store(f"{tmp}/full.db")
-        variants[variant] = (st_f, broker_core([], store=st_b), broker_core(workload(n), store=st_f))
+        base = broker_core([], store=st_b, wall=wall)
+        variants[variant] = (st_f, base, broker_core(workload(n), store=st_f, wall=wall))
     gc.collect()
     gc.freeze()
     rnd = random.Random(5)
@@ -340,14 +352,7 @@ def broker_rates(
         "uniform": [f"kind/{rnd.randrange(KINDS)}" for _ in range(pubs)],
         "one kind": ["kind/7"] * pubs,
     }
-    clock = [1.0]
-
-    def wall() -> float:
-        return clock[0]
-
-    for _, (b, _, _), (f, _, _) in variants.values():
-        b.clock.wall = wall  # the engine's clock: one publication every 1 ms
-        f.clock.wall = wall
+    # the engine's clock: one publication every 1 ms
 
     def run(c: Any, p: Any, topics_: list[str]) -> float:
         packets = [Publish(t, b'{"v": 1}', 0) for t in topics_]

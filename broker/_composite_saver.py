@@ -168,6 +168,7 @@ class CompositeSaver:
         journal rows it includes are committed, and trim those rows.  False on failure
         (logged; the journal stays whole)."""
         log_ = self.comps.log
+        log_.flush()  # the pending QoS 0 offers are in the state the snapshot takes
         seq, rows = log_.seq, log_.rows
         tmp = self.path + ".tmp"
         t0 = time.perf_counter()

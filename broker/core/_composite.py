@@ -140,7 +140,6 @@ class Composites:
         self.offers = 0  # publications offered to the engine (matched at least one atom)
         self.events = 0  # composite events produced
         self.refused = 0  # composite subscriptions refused
-        self._changed = 0  # subscribes and unsubscribes
         #: atom index client id -> its topic filter (what the cluster exports for atoms)
         self.atom_filters: dict[str, str] = {}
         #: told ``(atom client id, topic filter, added)`` when atoms come and go (the cluster)
@@ -200,18 +199,16 @@ class Composites:
         core._call(core.obs.composite_change, "on_composite_change", change)
 
     def tick(self) -> None:
-        """Periodically (``Core.tick``): settle the next ``SWEEP_BUDGET`` composite
-        subscriptions at the wall clock, so that losses in idle ones reach the loss hooks, and
-        tell the hooks the losses counted since the last tick.  Nothing without such a hook.
-        O(SWEEP_BUDGET x atoms per subscription + (subscription, atom) pairs with losses)."""
+        """Periodically (``Core.tick``): write the pending QoS 0 offers of the journal; settle
+        the next ``SWEEP_BUDGET`` composite subscriptions at the wall clock, so that losses in
+        idle ones reach the loss hooks, and tell the hooks the losses counted since the last
+        tick (nothing of that without such a hook).  O(pending offers + SWEEP_BUDGET x atoms
+        per subscription + (subscription, atom) pairs with losses)."""
+        if self.log.pending:  # QoS 0 offers journalled at least once per tick
+            self.log.flush()
         if self.core.obs.composite_loss and self.clients:
             self.engine.settle_some(self.core.clock.wall(), SWEEP_BUDGET)
             self.flush_losses()
-
-    @property
-    def changes(self) -> int:
-        """Changes of state so far (subscriptions and offers): a snapshot is due when it moved."""
-        return self._changed + self.offers
 
     # ------------------------------------------------------------ subscriptions
     def subscribe_request(
@@ -300,7 +297,6 @@ class Composites:
             max_buffer=max_buffer,
             partition=DURABLE if log.durable(client_id) else 0,
         )
-        self._changed += 1
         self._apply(change)
         self.clients.setdefault(client_id, {})[name] = sub_ids
         log.subscribed((client_id, name), sub_ids)
@@ -322,7 +318,6 @@ class Composites:
         self.delegated[key] = (expression, qos)
         self._by_expression.setdefault(expression, set()).add(key)
         self.clients.setdefault(client_id, {})[name] = sub_ids
-        self._changed += 1
         self.log.delegated(key, expression, qos, sub_ids)
         self.delegate.subscribe(client_id, name, expression, qos)
         if self.core.obs.composite_change:
@@ -364,7 +359,6 @@ class Composites:
             keys.discard((client_id, name))
             if not keys:
                 del self._by_expression[gone[0]]
-            self._changed += 1
             if self.delegate is not None:
                 self.delegate.unsubscribe(client_id, name, gone[0])
             if tell:
@@ -377,7 +371,6 @@ class Composites:
         qos = eng.qos_of(key)
         change = eng.unsubscribe(key)
         self.log.removed(key)
-        self._changed += 1
         if change is not None:
             self._apply(change)
         self.flush_losses()  # its last losses before its removal

@@ -21,6 +21,8 @@ buffers and counters survive a restart and a ``kill -9`` (issue 16, item 5; docs
                        subscription identifiers]
   4 ``UNSUBSCRIBE``    clock; ``data``: JSON [client id, name]
   5 ``DELEGATE``       qos; ``data``: JSON [client id, name, expression, subscription ids]
+  6 ``OFFERS``         QoS 0 offers: ``data``: JSON [[clock, [element texts], topic, payload
+                       length], ...]; ``payload``: the payloads, concatenated
   ===================  ======================================================================
 
 What is journalled, and when it is durable:
@@ -33,8 +35,12 @@ What is journalled, and when it is durable:
   buffers with subscriptions that are not journalled, so every instance they buffer came
   from a journalled offer.
 * A publication that matches an atom used by at least one durable subscription writes one
-  ``OFFER`` row after the composite events it completed were delivered, whatever its QoS (QoS 0
-  ones are not waited for).  Its ``writes`` field counts the store operations its events
+  ``OFFER`` row after the composite events it completed were delivered.  QoS 0 ones are
+  written in batches (``OFFERS`` rows of up to :data:`PENDING_MAX` offers: before any other
+  row, at every broker tick, before a snapshot, or when the batch is full), nobody waiting for
+  them: a ``kill -9`` loses those of the last tick at most (QoS 0).  A composite event completed
+  by a QoS 0 offer contains that component, so its QoS is 0 and it is never stored: a batched
+  offer has no event messages to commit with.  Its ``writes`` field counts the store operations its events
   queued (their messages for persisted sessions); the store never commits the row apart from
   them (``_store._batches``), so the components an event consumed and the event's stored
   messages are durable together: after a crash, either both or neither.  A QoS 1/2
@@ -71,7 +77,9 @@ __all__ = [
     "DELEGATE",
     "DURABLE",
     "OFFER",
+    "OFFERS",
     "OFFER_MANY",
+    "PENDING_MAX",
     "SNAPSHOT_VERSION",
     "SUBSCRIBE",
     "UNSUBSCRIBE",
@@ -81,7 +89,9 @@ __all__ = [
 #: the engine partition of the journalled (durable) composite subscriptions
 DURABLE = 1
 #: journal row kinds
-OFFER, OFFER_MANY, SUBSCRIBE, UNSUBSCRIBE, DELEGATE = 1, 2, 3, 4, 5
+OFFER, OFFER_MANY, SUBSCRIBE, UNSUBSCRIBE, DELEGATE, OFFERS = 1, 2, 3, 4, 5, 6
+#: QoS 0 offers kept for one ``OFFERS`` row at most
+PENDING_MAX = 256
 #: format of :meth:`CompositeLog.dump` (1: snapshots without journal, every subscription in
 #: partition 0)
 SNAPSHOT_VERSION = 2
@@ -99,7 +109,9 @@ class CompositeLog:
         self.keys: dict[Key, tuple[int, ...]] = {}
         self.atoms: dict[int, int] = {}
         self.seq = 0  # the last journal row written
-        self.rows = 0  # rows written since the last snapshot
+        self.rows = 0  # rows (offers, for batches) written since the last snapshot
+        #: QoS 0 offers not written yet: (clock, element texts, topic, payload)
+        self.pending: list[tuple[float, list[str], str, bytes]] = []
         self.replayed = 0  # rows replayed by the last load
 
     @property
@@ -125,9 +137,26 @@ class CompositeLog:
         store = self.store
         if store is None:
             return
+        if self.pending:  # rows stay in call order
+            self.flush()
         self.seq += 1
         self.rows += 1
         store.composite_record((self.seq, kind, _finite(clock), topic, payload, qos, data, writes))
+
+    def flush(self) -> None:
+        """Write the pending QoS 0 offers as one ``OFFERS`` row.  O(pending)."""
+        pending = self.pending
+        if not pending:
+            return
+        self.pending = []
+        store = self.store
+        if store is None:
+            return
+        data = _json([[_finite(t), elements, topic, len(p)] for t, elements, topic, p in pending])
+        self.seq += 1
+        self.rows += len(pending)
+        payloads = b"".join([p for _, _, _, p in pending])
+        store.composite_record((self.seq, OFFERS, _finite(pending[-1][0]), None, payloads, 0, data, 0))
 
     # ------------------------------------------------------------ records
     def subscribed(self, key: Key, sub_ids: tuple[int, ...]) -> None:
@@ -184,6 +213,13 @@ class CompositeLog:
         """The offer of ``comp`` to ``atom_ids`` (some used by a durable key) just happened;
         ``writes``: store operations its composite events queued (their messages)."""
         eng = self.comps.engine
+        if comp.qos == 0 and not writes:  # batched: nobody waits for it, no event to commit with
+            ids = atom_ids if len(atom_ids) == 1 else sorted(set(atom_ids))
+            pending = self.pending
+            pending.append((eng.clock, eng.elements_of(ids), comp.topic, comp.payload))
+            if len(pending) >= PENDING_MAX:
+                self.flush()
+            return
         if len(atom_ids) == 1:
             elements = eng.elements_of(atom_ids)
             kind, data = OFFER, elements[0] if elements else ""
@@ -373,6 +409,15 @@ def _apply_row(
     """Replay one journal row on ``eng`` and the clients' maps (no event delivered)."""
     _seq, kind, clock, topic, payload, qos, data, _writes = row
     clock = float("-inf") if clock is None else float(clock)
+    if kind == OFFERS:
+        at = 0
+        calls = []
+        for t, elements, topic_, n in orjson.loads(data):
+            comp = composite.Component(topic_, bytes(payload[at : at + n]), 0)
+            at += n
+            calls.append(composite.Offered(float("-inf") if t is None else float(t), tuple(elements), comp))
+        composite.replay(eng, calls)
+        return
     if kind in (OFFER, OFFER_MANY):
         elements = (data,) if kind == OFFER else tuple(orjson.loads(data))
         comp = composite.Component(topic, bytes(payload), int(qos))

@@ -241,3 +241,33 @@ async def test_delegated_subscription_acknowledged_right_before_kill(
     await pub.publish1("d/a", b"a1")
     await pub.publish1("d/b", b"b1")
     assert await _event(sub) == ["a1", "b1"]
+
+
+def _journalled_qos0(db: Path) -> int:
+    """QoS 0 offers in the committed journal (``OFFERS`` rows)."""
+    try:
+        with sqlite3.connect(db) as c:
+            rows = c.execute("SELECT data FROM composite_journal WHERE kind = 6").fetchall()
+    except sqlite3.Error:
+        return 0
+    return sum(len(json.loads(r[0])) for r in rows)
+
+
+async def test_qos0_components_are_journalled_within_a_tick(tmp_path: Path, procs: list[Serve]) -> None:
+    """QoS 0 offers are written in batches, at the latest at the next broker tick (0.25 s);
+    once committed they survive the kill like the others."""
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=True)
+    await sub.subscribe(COMPOSITE, properties=WINDOW)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    for n in range(1, 4):
+        pub.send(Publish("d/a", b"a%d" % n, 0))
+    await pub.barrier()
+    await eventually(lambda: _journalled_qos0(tmp_path / "broker.db") == 3)
+    await s.kill()
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=False)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    for n in range(1, 4):
+        await pub.publish1("d/b", b"b%d" % n)
+        assert await _event(sub) == [f"a{n}", f"b{n}"]
