@@ -70,7 +70,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import composite
-from broker.core._composite_log import DURABLE, CompositeLog
+from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
 from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, shown
 from broker.hooks import (
@@ -287,8 +287,9 @@ class Composites:
         expression.  Raises ``CompositeSyntaxError`` / ValueError (nothing changed then)."""
         if not name or "/" in name or "+" in name or "#" in name:
             raise ValueError(f"composite subscription name {shown(name)}: no '/', '+' or '#' allowed")
-        self.engine.advance(self.core.clock.wall())  # a replaced subscription's losses by now
         log = self.log
+        log.flush()  # pending offers name atoms by id: written before any atom can go
+        self.engine.advance(self.core.clock.wall())  # a replaced subscription's losses by now
         change = self.engine.subscribe(
             (client_id, name),
             expression,
@@ -349,6 +350,7 @@ class Composites:
         names = self.clients.get(client_id)
         if names is None or names.pop(name, None) is None:
             return False
+        self.log.flush()  # pending offers name atoms by id: written before any atom can go
         if not names:
             del self.clients[client_id]
         tell = bool(self.core.obs.composite_change)
@@ -474,16 +476,23 @@ class Composites:
         (``composite.ComponentLike``: no copy).  One Python frame besides the engine's when
         the offer completes nothing and is not journalled (the common case)."""
         self.offers += 1
-        durable = self.log.atoms
-        if durable and not durable.keys().isdisjoint(atom_ids):
+        log = self.log
+        durable = log.atoms
+        if durable and not durable.keys().isdisjoint(atom_ids) and msg.qos:
             self._offer_journalled(msg, atom_ids, now)  # after its events' messages: one commit
             return
+        eng = self.engine
         if len(atom_ids) == 1:
-            events = self.engine.offer(atom_ids[0], msg, self.core.clock.wall())
+            events = eng.offer(atom_ids[0], msg, self.core.clock.wall())
         else:
-            events = self.engine.offer_many(atom_ids, msg, self.core.clock.wall())
+            events = eng.offer_many(atom_ids, msg, self.core.clock.wall())
+        if durable and not durable.keys().isdisjoint(atom_ids):  # a QoS 0 offer to journal
+            pending = log.pending
+            pending.append((eng.clock, atom_ids[0] if len(atom_ids) == 1 else sorted(set(atom_ids)), msg))
+            if len(pending) >= PENDING_MAX:
+                log.flush()
         if events:
-            self._deliver(events, now)
+            self._deliver(events, now)  # QoS 0 offer: QoS 0 events, never stored
 
     def _offer_journalled(self, msg: Message, atom_ids: list[int], now: float) -> None:
         """The offer, then its journal row (``writes``: the store operations the events
@@ -582,6 +591,7 @@ class Composites:
             return
         eng = self.engine
         log = self.log
+        log.flush()
         for name, sub_ids in list(names.items()):
             key = (client_id, name)
             got = self.delegated.get(key)

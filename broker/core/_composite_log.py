@@ -110,8 +110,10 @@ class CompositeLog:
         self.atoms: dict[int, int] = {}
         self.seq = 0  # the last journal row written
         self.rows = 0  # rows (offers, for batches) written since the last snapshot
-        #: QoS 0 offers not written yet: (clock, element texts, topic, payload)
-        self.pending: list[tuple[float, list[str], str, bytes]] = []
+        #: QoS 0 offers not written yet: (clock, atom id or the sorted distinct ids, message),
+        #: appended by ``Composites.offer``; the ids are turned into element texts by
+        #: :meth:`flush` (``Composites`` flushes before any change that can remove an atom)
+        self.pending: list[tuple[float, int | list[int], composite.ComponentLike]] = []
         self.replayed = 0  # rows replayed by the last load
 
     @property
@@ -152,10 +154,16 @@ class CompositeLog:
         store = self.store
         if store is None:
             return
-        data = _json([[_finite(t), elements, topic, len(p)] for t, elements, topic, p in pending])
+        elements_of = self.comps.engine.elements_of
+        data = _json(
+            [
+                [_finite(t), elements_of([ids] if isinstance(ids, int) else ids), c.topic, len(c.payload)]
+                for t, ids, c in pending
+            ]
+        )
         self.seq += 1
         self.rows += len(pending)
-        payloads = b"".join([p for _, _, _, p in pending])
+        payloads = b"".join([c.payload for _, _, c in pending])
         store.composite_record((self.seq, OFFERS, _finite(pending[-1][0]), None, payloads, 0, data, 0))
 
     # ------------------------------------------------------------ records
@@ -213,11 +221,11 @@ class CompositeLog:
         """The offer of ``comp`` to ``atom_ids`` (some used by a durable key) just happened;
         ``writes``: store operations its composite events queued (their messages)."""
         eng = self.comps.engine
-        if comp.qos == 0 and not writes:  # batched: nobody waits for it, no event to commit with
-            ids = atom_ids if len(atom_ids) == 1 else sorted(set(atom_ids))
-            pending = self.pending
-            pending.append((eng.clock, eng.elements_of(ids), comp.topic, comp.payload))
-            if len(pending) >= PENDING_MAX:
+        if comp.qos == 0 and not writes:  # batched (Composites.offer appends them itself)
+            self.pending.append(
+                (eng.clock, atom_ids[0] if len(atom_ids) == 1 else sorted(set(atom_ids)), comp)
+            )
+            if len(self.pending) >= PENDING_MAX:
                 self.flush()
             return
         if len(atom_ids) == 1:
@@ -282,7 +290,7 @@ class CompositeLog:
                 gc.enable()
 
     def _load(self, raw: bytes | None, rows: list[tuple[Any, ...]], keep: Callable[[str], bool]) -> int:
-        eng, clients, delegated, after = _read(raw)
+        eng, clients, delegated, after = _read(raw, self.comps.engine)
         seq = after
         replayed = 0
         for row in rows:
@@ -309,6 +317,7 @@ class CompositeLog:
         """Make ``eng`` the broker's engine (atoms indexed) with these clients and delegated
         subscriptions, all durable; returns the number of subscribers."""
         comps = self.comps
+        self.pending = []  # (none at start) offers to the replaced engine's atoms
         comps._apply(composite.Change((), tuple(comps.engine.atoms())))
         comps.flush_losses()  # what the replaced engine counted
         comps.engine = eng
@@ -363,15 +372,16 @@ class CompositeLog:
 
 
 def _read(
-    raw: bytes | None,
+    raw: bytes | None, current: composite.CompositeEngine
 ) -> tuple[composite.CompositeEngine, dict[str, dict[str, tuple[int, ...]]], dict[Key, tuple[str, int]], int]:
     """A snapshot (:meth:`CompositeLog.dump`; None: none) as (engine, client id -> name ->
     subscription identifiers, delegated key -> (expression, QoS), last journal row in it).
-    Every subscription it restores is in the durable partition."""
+    Every subscription it restores is in the durable partition.  Without a snapshot, an empty
+    engine with ``current``'s defaults."""
     clients: dict[str, dict[str, tuple[int, ...]]] = {}
     delegated: dict[Key, tuple[str, int]] = {}
     if raw is None:
-        return composite.CompositeEngine(), clients, delegated, 0
+        return composite.CompositeEngine(current.window, current.max_buffer), clients, delegated, 0
     doc = orjson.loads(raw)
     version = doc.get("version")
     if version not in (1, SNAPSHOT_VERSION):
