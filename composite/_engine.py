@@ -384,6 +384,11 @@ class CompositeEngine:
         el = self._table.elements.get(element)
         return el.info.id if isinstance(el, AtomElement) else None
 
+    def element_of(self, atom_id: int) -> str | None:
+        """The canonical text of atom ``atom_id`` (None: no such atom).  O(1)."""
+        a = self._atoms.get(atom_id)
+        return None if a is None else a.expr.text
+
     def elements_of(self, atom_ids: Iterable[int]) -> list[str]:
         """The canonical texts of the atoms ``atom_ids`` (in that order; unknown ids are left
         out): what a journal records of an offer (:mod:`composite._journal`).  O(ids)."""

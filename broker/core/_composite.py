@@ -478,7 +478,8 @@ class Composites:
         self.offers += 1
         log = self.log
         durable = log.atoms
-        if durable and not durable.keys().isdisjoint(atom_ids) and msg.qos:
+        journal = bool(durable) and not durable.keys().isdisjoint(atom_ids)
+        if journal and msg.qos:
             self._offer_journalled(msg, atom_ids, now)  # after its events' messages: one commit
             return
         eng = self.engine
@@ -486,9 +487,11 @@ class Composites:
             events = eng.offer(atom_ids[0], msg, self.core.clock.wall())
         else:
             events = eng.offer_many(atom_ids, msg, self.core.clock.wall())
-        if durable and not durable.keys().isdisjoint(atom_ids):  # a QoS 0 offer to journal
+        if journal:  # a QoS 0 offer: kept for the next OFFERS row
             pending = log.pending
-            pending.append((eng.clock, atom_ids[0] if len(atom_ids) == 1 else sorted(set(atom_ids)), msg))
+            pending.append(msg)
+            log.pending_clock.append(eng.clock)
+            log.pending_atoms.append(atom_ids[0] if len(atom_ids) == 1 else sorted(set(atom_ids)))
             if len(pending) >= PENDING_MAX:
                 log.flush()
         if events:

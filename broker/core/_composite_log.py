@@ -21,8 +21,9 @@ buffers and counters survive a restart and a ``kill -9`` (issue 16, item 5; docs
                        subscription identifiers]
   4 ``UNSUBSCRIBE``    clock; ``data``: JSON [client id, name]
   5 ``DELEGATE``       qos; ``data``: JSON [client id, name, expression, subscription ids]
-  6 ``OFFERS``         QoS 0 offers: ``data``: JSON [[clock, [element texts], topic, payload
-                       length], ...]; ``payload``: the payloads, concatenated
+  6 ``OFFERS``         QoS 0 offers, ``data``: JSON {"clock": [...], "atoms": [atom id or ids,
+                       ...], "elements": {atom id: element text}, "topics": [...], "sizes":
+                       [payload length, ...]}; ``payload``: the payloads, concatenated
   ===================  ======================================================================
 
 What is journalled, and when it is durable:
@@ -110,10 +111,13 @@ class CompositeLog:
         self.atoms: dict[int, int] = {}
         self.seq = 0  # the last journal row written
         self.rows = 0  # rows (offers, for batches) written since the last snapshot
-        #: QoS 0 offers not written yet: (clock, atom id or the sorted distinct ids, message),
-        #: appended by ``Composites.offer``; the ids are turned into element texts by
-        #: :meth:`flush` (``Composites`` flushes before any change that can remove an atom)
-        self.pending: list[tuple[float, int | list[int], composite.ComponentLike]] = []
+        #: QoS 0 offers not written yet, in three columns appended by ``Composites.offer``:
+        #: the messages, the engine's clock after each offer, and the atom id (or the sorted
+        #: distinct ids) offered to; :meth:`flush` names the atoms by element text
+        #: (``Composites`` flushes before any change that can remove an atom)
+        self.pending: list[composite.ComponentLike] = []
+        self.pending_clock: list[float] = []
+        self.pending_atoms: list[int | list[int]] = []
         self.replayed = 0  # rows replayed by the last load
 
     @property
@@ -146,25 +150,32 @@ class CompositeLog:
         store.composite_record((self.seq, kind, _finite(clock), topic, payload, qos, data, writes))
 
     def flush(self) -> None:
-        """Write the pending QoS 0 offers as one ``OFFERS`` row.  O(pending)."""
-        pending = self.pending
-        if not pending:
+        """Write the pending QoS 0 offers as one ``OFFERS`` row (columns: a few C-level passes
+        over them).  O(pending)."""
+        msgs = self.pending
+        if not msgs:
             return
-        self.pending = []
+        clocks, atoms = self.pending_clock, self.pending_atoms
+        self.pending, self.pending_clock, self.pending_atoms = [], [], []
         store = self.store
         if store is None:
             return
-        elements_of = self.comps.engine.elements_of
+        ids = _flat(atoms)
+        eng = self.comps.engine
+        elements = {str(i): t for i in ids if (t := eng.element_of(i)) is not None}
         data = _json(
-            [
-                [_finite(t), elements_of([ids] if isinstance(ids, int) else ids), c.topic, len(c.payload)]
-                for t, ids, c in pending
-            ]
+            {
+                "clock": clocks,
+                "atoms": atoms,
+                "elements": elements,
+                "topics": [m.topic for m in msgs],
+                "sizes": [len(m.payload) for m in msgs],
+            }
         )
         self.seq += 1
-        self.rows += len(pending)
-        payloads = b"".join([c.payload for _, _, c in pending])
-        store.composite_record((self.seq, OFFERS, _finite(pending[-1][0]), None, payloads, 0, data, 0))
+        self.rows += len(msgs)
+        payloads = b"".join([m.payload for m in msgs])
+        store.composite_record((self.seq, OFFERS, clocks[-1], None, payloads, 0, data, 0))
 
     # ------------------------------------------------------------ records
     def subscribed(self, key: Key, sub_ids: tuple[int, ...]) -> None:
@@ -221,13 +232,6 @@ class CompositeLog:
         """The offer of ``comp`` to ``atom_ids`` (some used by a durable key) just happened;
         ``writes``: store operations its composite events queued (their messages)."""
         eng = self.comps.engine
-        if comp.qos == 0 and not writes:  # batched (Composites.offer appends them itself)
-            self.pending.append(
-                (eng.clock, atom_ids[0] if len(atom_ids) == 1 else sorted(set(atom_ids)), comp)
-            )
-            if len(self.pending) >= PENDING_MAX:
-                self.flush()
-            return
         if len(atom_ids) == 1:
             elements = eng.elements_of(atom_ids)
             kind, data = OFFER, elements[0] if elements else ""
@@ -317,7 +321,7 @@ class CompositeLog:
         """Make ``eng`` the broker's engine (atoms indexed) with these clients and delegated
         subscriptions, all durable; returns the number of subscribers."""
         comps = self.comps
-        self.pending = []  # (none at start) offers to the replaced engine's atoms
+        self.pending, self.pending_clock, self.pending_atoms = [], [], []  # (none at start)
         comps._apply(composite.Change((), tuple(comps.engine.atoms())))
         comps.flush_losses()  # what the replaced engine counted
         comps.engine = eng
@@ -420,12 +424,15 @@ def _apply_row(
     _seq, kind, clock, topic, payload, qos, data, _writes = row
     clock = float("-inf") if clock is None else float(clock)
     if kind == OFFERS:
+        doc = orjson.loads(data)
+        names = doc["elements"]
         at = 0
         calls = []
-        for t, elements, topic_, n in orjson.loads(data):
+        for t, ids, topic_, n in zip(doc["clock"], doc["atoms"], doc["topics"], doc["sizes"], strict=True):
+            texts = tuple(names[str(i)] for i in ([ids] if isinstance(ids, int) else ids) if str(i) in names)
             comp = composite.Component(topic_, bytes(payload[at : at + n]), 0)
             at += n
-            calls.append(composite.Offered(float("-inf") if t is None else float(t), tuple(elements), comp))
+            calls.append(composite.Offered(float(t), texts, comp))
         composite.replay(eng, calls)
         return
     if kind in (OFFER, OFFER_MANY):
@@ -456,6 +463,20 @@ def _apply_row(
         clients.setdefault(key[0], {})[key[1]] = tuple(ids)
     else:
         raise ValueError(f"unknown composite journal row kind {kind!r}")
+
+
+def _flat(atoms: list[int | list[int]]) -> set[int]:
+    """The atom ids of pending offers, some to several atoms."""
+    singles = [x for x in atoms if isinstance(x, int)]
+    if len(singles) == len(atoms):  # the usual case: one C-level pass more
+        return set(singles)
+    out: set[int] = set()
+    for x in atoms:
+        if isinstance(x, int):
+            out.add(x)
+        else:
+            out.update(x)
+    return out
 
 
 def _json(value: object) -> str:
