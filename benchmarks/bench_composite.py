@@ -50,11 +50,14 @@ publications ``--chunk`` (100) at a time, the next chunk once the subscriber has
 the previous one; the two brokers alternate per round.  The rate is publications received
 by the subscriber per second.  The engine's clock is the wall clock here, so *one kind* runs
 first, on empty buffers (run after *uniform*, it would pair with the components *uniform*
-left buffered for the next 60 s).  ``--uniform-pubs`` sets the uniform stream's publications
-per round apart (it is thousands of times slower); *one kind* needs rounds long enough for a
-steady state: its first publication makes every user of ``kind/7`` evaluate its expression
-(about 2,000 at 50,000 subscriptions, a fixed cost of a millisecond or two), and the prefix
-counts of its atom are rebased every 32,000 offers.
+left buffered for the next 60 s).
+
+``--uniform-pubs`` sets the uniform stream's publications per round apart (it is thousands of
+times slower); *one kind* needs rounds long enough for a steady state: its first publication
+makes every user of ``kind/7`` evaluate its expression (about 2,000 at 50,000 subscriptions,
+a fixed cost of a millisecond or two), the prefix counts of its atom are rebased every
+32,000 offers, and with ``--store`` a ``--broker`` round ends with a commit (an fsync:
+milliseconds) that a short round charges to a few publications.
 
 ``--store`` adds, in the same run, the same two brokers (two cores with ``--broker``) with a
 store (SQLite files in a temporary directory) whose sessions are persisted: every composite
@@ -320,7 +323,7 @@ def broker_core(
 
 
 def broker_rates(
-    n: int, pubs: int, rounds: int, store: bool
+    n: int, pubs: int, rounds: int, store: bool, uniform_pubs: int
 ) -> list[tuple[str, str, float, float, float, float]]:
     """Per stream and store variant: (stream, variant, rate without, rate with, composite events
     per publication (one PUBLISH each: one subscriber per composite subscription), plain
@@ -349,7 +352,7 @@ def broker_rates(
     gc.freeze()
     rnd = random.Random(5)
     streams = {
-        "uniform": [f"kind/{rnd.randrange(KINDS)}" for _ in range(pubs)],
+        "uniform": [f"kind/{rnd.randrange(KINDS)}" for _ in range(uniform_pubs)],
         "one kind": ["kind/7"] * pubs,
     }
     # the engine's clock: one publication every 1 ms
@@ -377,7 +380,7 @@ def broker_rates(
             for v, (_, (base, base_pub, _), (core, pub, _)) in variants.items():
                 times[v][0] += run(base, base_pub, stream)
                 times[v][1] += run(core, pub, stream)
-        total = pubs * rounds
+        total = len(stream) * rounds
         for v, (_, (_, _, bc), (core, _, counts)) in variants.items():
             tb, tw = times[v]
             before, plain_before = marks[v]
@@ -671,7 +674,7 @@ def write_block(out: Path, marker: str, text: str) -> None:
 
 def broker_main(args: argparse.Namespace) -> None:
     n = args.broker
-    rows = broker_rates(n, args.pubs, args.rounds, args.store)
+    rows = broker_rates(n, args.pubs, args.rounds, args.store, args.uniform_pubs or args.pubs)
     lines = [
         f"#### Broker: QoS 0 publications matching atoms, {n:,} composite subscriptions vs none",
         "",
@@ -710,7 +713,7 @@ def main() -> None:
         "--uniform-pubs",
         type=int,
         default=0,
-        help="publications per round of the uniform stream (--wire; default --pubs)",
+        help="publications per round of the uniform stream (default --pubs)",
     )
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per stream (--broker)")
     ap.add_argument("--wire", type=int, default=0, help="only the loopback part, with N subscriptions")
