@@ -7,7 +7,7 @@ one when the journal has grown past ``max(COMPOSITE_COMPACT_ROWS, durable subscr
 rows since the last one (checked every ``COMPOSITE_SNAPSHOT_INTERVAL``), at start when
 rows were replayed, and at a graceful stop.
 
-**Off the event loop.**  Serialising the engine is O(state) (0.40 s at 50,000 composite
+**Off the event loop.**  Serialising the engine is O(state) (0.34-0.44 s at 50,000 composite
 subscriptions, docs/composite.md) and needs a consistent state, so the broker forks: the
 child process has a copy-on-write image of the engine as of the fork, writes
 ``<store>.composite.tmp`` (JSON, fsync) and exits; the event loop pays only the ``fork``
