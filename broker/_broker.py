@@ -17,13 +17,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
-import time
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from wsgiref.simple_server import WSGIServer
 
 import topics
+from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
 from broker.core._clock import Clock
 from broker.core._core import Core
@@ -48,31 +47,6 @@ STOP_GRACE = 1.0
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
-#: least seconds between two snapshots of the composite subscriptions of persisted sessions
-#: (taken only when something changed; and at a graceful stop): what a ``kill -9`` can lose
-COMPOSITE_SNAPSHOT_INTERVAL = 5.0
-#: largest share of the event loop's time spent taking snapshots: the interval grows to
-#: (last snapshot's duration / this) when that is longer (about 1 s at 50,000 subscriptions:
-#: one snapshot every 20 s)
-COMPOSITE_SNAPSHOT_SHARE = 0.05
-
-
-def _read_file(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file, fsync and rename (all or nothing)."""
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class LocalSubscription:
@@ -194,9 +168,8 @@ class Broker:
         self._timer: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._metrics: WSGIServer | None = None
-        self._composite_saver: asyncio.Task[None] | None = None
-        self._composite_path: str | None = None
-        self._composite_saved = -1
+        #: snapshots of the durable composite subscriptions (with a store on disk)
+        self.composite_saver: CompositeSaver | None = None
         self._open: set[MQTTProtocol] = set()
         for h in self.hooks:
             h.attach(self)
@@ -285,48 +258,12 @@ class Broker:
         )
         self._sweeper = asyncio.create_task(self._sweep(store))
         if path != ":memory:":
-            await self._load_composites(path + ".composite")
+            self.composite_saver = CompositeSaver(core.composite, store, path + ".composite")
+            await self.composite_saver.load(self._persisted)
 
     def _persisted(self, client_id: str) -> bool:
         s = self.core.sessions.get(client_id)
         return s is not None and s.persisted
-
-    async def _load_composites(self, path: str) -> None:
-        """Composite subscriptions of the persisted sessions restored (docs/composite.md, "In
-        the broker": a snapshot file beside the store, every COMPOSITE_SNAPSHOT_INTERVAL)."""
-        self._composite_path = path
-        raw = await asyncio.to_thread(_read_file, path)
-        if raw is not None:
-            try:
-                n = self.core.composite.load(raw, self._persisted)
-            except (ValueError, KeyError, TypeError, IndexError):
-                log.exception("composite snapshot %s not restored", path)
-            else:
-                log.info("composite snapshot %s: %d composite subscriptions restored", path, n)
-        self._composite_saved = self.core.composite.changes
-        self._composite_saver = asyncio.create_task(self._save_composites_every())
-
-    async def _save_composites(self) -> float:
-        """Write a snapshot if something changed; the seconds it took on the event loop."""
-        comp = self.core.composite
-        if self._composite_path is None or comp.changes == self._composite_saved:
-            return 0.0
-        self._composite_saved = comp.changes
-        t0 = time.perf_counter()
-        data = comp.dump(self._persisted)
-        took = time.perf_counter() - t0
-        try:
-            await asyncio.to_thread(_write_atomic, self._composite_path, data)
-        except OSError:
-            log.exception("composite snapshot %s not written", self._composite_path)
-        return took
-
-    async def _save_composites_every(self) -> None:
-        delay = COMPOSITE_SNAPSHOT_INTERVAL
-        while True:
-            await asyncio.sleep(delay)
-            took = await self._save_composites()
-            delay = max(COMPOSITE_SNAPSHOT_INTERVAL, took / COMPOSITE_SNAPSHOT_SHARE)
 
     async def _sweep(self, store: Store) -> None:
         """Every SWEEP_INTERVAL: delete what expired in the store while nothing ended it."""
@@ -353,10 +290,9 @@ class Broker:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        if self._composite_saver is not None:
-            self._composite_saver.cancel()
-            self._composite_saver = None
-            await self._save_composites()
+        if self.composite_saver is not None:
+            await self.composite_saver.close()
+            self.composite_saver = None
         self.core.journal.store = None
         for s in self.core.sessions.values():
             s.persisted = False

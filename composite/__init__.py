@@ -16,6 +16,9 @@ Modules:
   per-subscription cursors, merging (Fig. 8), expiry, caps, counters, snapshot/restore.
 * ``_event`` — :class:`Component` (offered), :class:`CompositeEvent` and :class:`Part`
   (produced) and the event's JSON payload.
+* ``_journal`` — records of the engine's calls (:class:`Subscribed`, :class:`Unsubscribed`,
+  :class:`Offered`; :func:`subscribed`, :func:`offered` make them) and :func:`replay`, which
+  applies them to a restored engine (persistence: snapshot + journal).
 
 How a broker drives it (the interface; every call is synchronous and cheap)::
 
@@ -52,7 +55,15 @@ end appear in payloads and must survive restarts); a smaller value than seen bef
 the current time.  The engine is a deterministic function of its sequence of calls (only the
 order of the events returned by one offer is unspecified), so persistence can be a snapshot
 plus a journal of the calls since, replayed after :meth:`CompositeEngine.restore` (offers
-recorded by atom element text; :meth:`CompositeEngine.atom_id` maps them to the new ids).
+recorded by atom element text, in the order they were offered; :func:`replay` maps them to
+the new ids)::
+
+    data = eng.snapshot(keep=lambda key: ...)      # now and then (compaction)
+    journal.append(subscribed(eng, key))            # after each subscribe of a kept key
+    journal.append(Unsubscribed(eng.clock, key))    # after each unsubscribe
+    journal.append(offered(eng, atom_ids, comp))    # after each offer to their atoms
+    # after a crash:
+    eng = CompositeEngine.restore(data); replay(eng, journal)   # no event delivered again
 """
 
 from __future__ import annotations
@@ -67,7 +78,8 @@ from composite._engine import (
     Loss,
     SubscriptionStats,
 )
-from composite._event import Component, CompositeEvent, Delivery, Part
+from composite._event import Component, ComponentLike, CompositeEvent, Delivery, Part
+from composite._journal import Call, Offered, Subscribed, Unsubscribed, offered, replay, subscribed
 from composite._syntax import (
     MAX_ATOMS,
     MAX_DEPTH,
@@ -88,8 +100,10 @@ __all__ = [
     "MAX_EXPRESSION_LENGTH",
     "Atom",
     "AtomInfo",
+    "Call",
     "Change",
     "Component",
+    "ComponentLike",
     "CompositeEngine",
     "CompositeEvent",
     "CompositeSyntaxError",
@@ -97,9 +111,15 @@ __all__ = [
     "EngineStats",
     "Expr",
     "Loss",
+    "Offered",
     "Op",
     "Part",
+    "Subscribed",
     "SubscriptionStats",
+    "Unsubscribed",
     "canonical",
+    "offered",
     "parse",
+    "replay",
+    "subscribed",
 ]

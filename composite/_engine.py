@@ -37,9 +37,9 @@ Each group keeps ``dcum``, the running count of such entries, so a subscription'
 the range of entries it skips is a difference of two prefix counts, computed when its cursor
 moves (:meth:`CompositeEngine._skip`).  A log keeps what some user may still consume —
 entries among the last ``kmax`` (the largest cap) and live for ``wmax`` (the largest window)
-— trimmed in batches (at most 2 x kmax + 16 entries); prefix counts are rebased when they
-outgrow the log by max(1024, 4 x users), which moves stale cursors (amortised well under one
-visit per offer).
+— trimmed in batches (at most 2 x kmax + 16 entries); prefix counts (4-byte entries, rebased
+to 0) are rebased when they outgrow the log by max(1024, 16 x users), which moves stale
+cursors (amortised 1/16 of a visit per offer; at most 64 bytes per user and atom).
 
 No clock is read here: every operation takes ``now`` (seconds, non-decreasing; a smaller
 value is treated as the current clock).  The broker should pass wall-clock time so arrival,
@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -65,7 +65,7 @@ from composite._elements import (
     shape_of,
     tree_size,
 )
-from composite._event import Component, CompositeEvent, Part
+from composite._event import Component, ComponentLike, CompositeEvent, Part
 from composite._syntax import Expr, parse
 
 __all__ = [
@@ -86,6 +86,8 @@ max_buffer) since the previous :meth:`CompositeEngine.drain_losses`."""
 DEFAULT_WINDOW = 60.0
 DEFAULT_MAX_BUFFER = 64
 _DCUM_SLACK = 1024
+#: prefix counts are rebased when they outgrow the log by max(_DCUM_SLACK, this x users)
+_DCUM_FACTOR = 16
 _TRIM_SLACK = 16
 SNAPSHOT_FORMAT = 1
 
@@ -146,7 +148,7 @@ class _Group:
         self.users: dict[_Sub, int] = {}
         self.waiting: set[_Sub] = set()
         self.dbase = atom.end
-        self.dcum = array("q", [0])
+        self.dcum = array("i", [0])
 
 
 class _Sub:
@@ -162,9 +164,11 @@ class _Sub:
         "expired",
         "expr",
         "groups",
+        "partition",
         "qmax",
         "root",
         "sat",
+        "skey",
         "subscribers",
         "window",
         "witness",
@@ -186,6 +190,8 @@ class _Sub:
         self.witness: WitFn = _none
         self.deliveries: tuple[tuple[Hashable, int], ...] = ()
         self.qmax = 0
+        self.partition = 0
+        self.skey: object = None  # its key in CompositeEngine._subs
 
     def refresh(self) -> None:
         """Recompute the cached deliveries after a change of subscribers."""
@@ -221,6 +227,7 @@ class CompositeEngine:
     def __init__(self, window: float = DEFAULT_WINDOW, max_buffer: int = DEFAULT_MAX_BUFFER) -> None:
         self.window, self.max_buffer = _policy(window, max_buffer)
         self._table = ElementTable()
+        self._atoms = self._table.atoms  # id -> atom (the same dict, one lookup less per offer)
         self._subs: dict[object, _Sub] = {}
         self._by_key: dict[Hashable, _Sub] = {}
         self._active: dict[int, AtomElement] = {}
@@ -235,7 +242,7 @@ class CompositeEngine:
         # batch sizes of the log trimming and prefix-count rebasing (tests make them tiny)
         self._trim_slack = _TRIM_SLACK
         self._dcum_slack = _DCUM_SLACK
-        self._dcum_factor = 4
+        self._dcum_factor = _DCUM_FACTOR
 
     # ------------------------------------------------------------ subscriptions
 
@@ -247,11 +254,19 @@ class CompositeEngine:
         qos: int = 2,
         window: float | None = None,
         max_buffer: int | None = None,
+        partition: int = 0,
     ) -> Change:
         """Subscribe ``key`` (any hashable: the broker's identity of one subscription, e.g.
         (client id, filter)) to ``expression``; replaces what ``key`` had (a new expression,
-        window or cap is a new composite subscription with empty buffers; the same one only
-        updates the QoS).  Raises :class:`~composite.CompositeSyntaxError` or ValueError.
+        window, cap or partition is a new composite subscription with empty buffers; the same
+        one only updates the QoS).  Raises :class:`~composite.CompositeSyntaxError` or
+        ValueError.
+
+        ``partition``: keys share a composite subscription (and its buffers) only with keys
+        of the same partition.  A broker that journals some subscriptions (those of persisted
+        sessions, :mod:`composite._journal`) puts them in a partition of their own, so that
+        their buffers never hold instances offered before any of them existed (such offers
+        are not in the journal).
 
         O(parse + elements created + atoms of the expression).
         """
@@ -261,13 +276,17 @@ class CompositeEngine:
         )
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
-        skey = self._skey(expr.text, w, k)
+        if not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"partition must be an int >= 0, not {partition!r}")
+        skey = self._skey(expr.text, w, k, partition)
         sub = self._subs.get(skey)
         old = self._by_key.get(key)
         added: list[AtomInfo] = []
         removed: list[AtomInfo] = []
         if sub is None:
             sub = self._create(expr, w, k, added)
+            sub.partition = partition
+            sub.skey = skey
             self._subs[skey] = sub
         sub.subscribers[key] = qos
         sub.refresh()
@@ -287,8 +306,10 @@ class CompositeEngine:
         self._leave(sub, key, removed)
         return Change((), tuple(removed))
 
-    def _skey(self, text: str, w: float, k: int) -> object:
+    def _skey(self, text: str, w: float, k: int, partition: int = 0) -> object:
         """The key of a composite subscription: its text when the policy is the default."""
+        if partition:
+            return (text, w, k, partition)
         return text if w == self.window and k == self.max_buffer else (text, w, k)
 
     def _create(self, expr: Expr, w: float, k: int, added: list[AtomInfo]) -> _Sub:
@@ -333,7 +354,7 @@ class CompositeEngine:
         self._settle(sub)
         self._gone_dropped += sub.dropped
         self._gone_expired += sub.expired
-        del self._subs[self._skey(sub.expr.text, sub.window, sub.cap)]
+        del self._subs[sub.skey]
         for atom, g in zip(sub.atoms, sub.groups, strict=True):
             del g.users[sub]
             g.waiting.discard(sub)
@@ -363,6 +384,17 @@ class CompositeEngine:
         el = self._table.elements.get(element)
         return el.info.id if isinstance(el, AtomElement) else None
 
+    def element_of(self, atom_id: int) -> str | None:
+        """The canonical text of atom ``atom_id`` (None: no such atom).  O(1)."""
+        a = self._atoms.get(atom_id)
+        return None if a is None else a.expr.text
+
+    def elements_of(self, atom_ids: Iterable[int]) -> list[str]:
+        """The canonical texts of the atoms ``atom_ids`` (in that order; unknown ids are left
+        out): what a journal records of an offer (:mod:`composite._journal`).  O(ids)."""
+        atoms = self._table.atoms
+        return [a.expr.text for i in atom_ids if (a := atoms.get(i)) is not None]
+
     def elements(self) -> dict[str, int]:
         """Every stored element (canonical text) with its reference count: the number of
         composite elements and composite subscriptions that use it (seed 001 Fig. 5/7)."""
@@ -373,7 +405,7 @@ class CompositeEngine:
         """The engine's time: the largest ``now`` seen (-inf before the first)."""
         return self._clock
 
-    def offer(self, atom_id: int, component: Component, now: float) -> list[CompositeEvent]:
+    def offer(self, atom_id: int, component: ComponentLike, now: float) -> list[CompositeEvent]:
         """A publication matched atom ``atom_id`` at time ``now``; the composite events it
         completes (at most one per composite subscription, in no particular order).
 
@@ -383,26 +415,27 @@ class CompositeEngine:
         T = self._clock
         if now > T:
             self._clock = T = now
-        atom = self._table.atoms.get(atom_id)
+        atom = self._atoms.get(atom_id)
         if atom is None:
             return []
         e = atom.end
+        start = atom.start
         prev = atom.last
         arr = atom.arr
         arr.append(T)
         atom.comps.append(component)
         atom.end = e + 1
         atom.last = T
-        if e == atom.start:
+        if e == start:
             self._active[atom_id] = atom
         out: list[CompositeEvent] = []
         for g in atom.groups:
             lim = T - g.window
             s = e - g.cap
             if s >= g.dbase:  # entry s is decided: dropped iff still live now
-                i = s - atom.start
                 dcum = g.dcum
-                dcum.append(dcum[-1] + 1 if i >= 0 and arr[i] >= lim else dcum[-1])
+                last = dcum[-1]
+                dcum.append(last + 1 if s >= start and arr[s - start] >= lim else last)
             if prev < lim:  # the atom's newest instance had expired: absent for every user
                 cands: Iterable[_Sub] = list(g.users)
             elif g.waiting:
@@ -413,11 +446,13 @@ class CompositeEngine:
             for sub in cands:
                 if sub.sat(sub.cur, sub.atoms, lim):
                     out.append(self._fire(sub, T, lim))  # noqa: PERF401 (side effects)
-        if atom.end - atom.start > 2 * atom.kmax + self._trim_slack:
+        if e + 1 - start > 2 * atom.kmax + self._trim_slack:
             self._trim(atom, T)
         return out
 
-    def offer_many(self, atom_ids: Iterable[int], component: Component, now: float) -> list[CompositeEvent]:
+    def offer_many(
+        self, atom_ids: Iterable[int], component: ComponentLike, now: float
+    ) -> list[CompositeEvent]:
         """:meth:`offer` to each distinct id in ascending order (a publication matching
         several atoms; it may then complete an expression on its own, e.g. ``a/# & a/b``)."""
         out: list[CompositeEvent] = []
@@ -571,18 +606,35 @@ class CompositeEngine:
         """Move the prefix counts' base up to the log start; stale cursors move there first."""
         atom = g.atom
         start = atom.start
-        for sub, i in g.users.items():
-            c = sub.cur[i]
+        dcum, base = g.dcum, g.dbase
+        top = base + len(dcum) - 1
+        at_start = dcum[min(start, top) - base]
+        at_end = start == atom.end
+        lost = self._lost
+        for sub, i in g.users.items():  # _count inlined: every user may be stale (hot atoms)
+            cur = sub.cur
+            c = cur[i]
             if c < start:
-                self._count(sub, i, c, start)
-                sub.cur[i] = start
-                if start == atom.end:
+                d = at_start - dcum[min(c, top) - base]
+                sub.dropped += d
+                sub.expired += start - c - d
+                if lost is not None:
+                    row = lost.get(sub)
+                    if row is None:
+                        row = lost[sub] = [0] * (2 * len(sub.atoms))
+                    row[i] += start - c - d
+                    row[len(sub.atoms) + i] += d
+                cur[i] = start
+                if at_end:
                     g.waiting.add(sub)
-        top = g.dbase + len(g.dcum) - 1
+        # only differences of prefix counts are ever used: the kept ones (at most the log's
+        # length) restart from 0, so they stay small (4-byte entries)
         if start <= top:
-            g.dcum = g.dcum[start - g.dbase :]
+            kept = dcum[start - base :]
+            first = kept[0]
+            g.dcum = array("i", [x - first for x in kept]) if first else kept
         else:
-            g.dcum = array("q", [g.dcum[-1]])
+            g.dcum = array("i", [0])
         g.dbase = start
 
     # ------------------------------------------------------------ observation
@@ -620,6 +672,14 @@ class CompositeEngine:
                         sub.groups[i].waiting.add(sub)
                 n += end - c
         return sub.window, cap, n
+
+    def subscription_of(self, key: Hashable) -> tuple[str, float, int, int, int] | None:
+        """(canonical expression, window, max_buffer, QoS, partition) of ``key``'s
+        subscription, without settling anything (O(1)); None if it has none."""
+        sub = self._by_key.get(key)
+        if sub is None:
+            return None
+        return sub.expr.text, sub.window, sub.cap, sub.subscribers[key], sub.partition
 
     def qos_of(self, key: Hashable) -> int | None:
         """The QoS ``key`` subscribed with (None: no composite subscription)."""
@@ -674,17 +734,20 @@ class CompositeEngine:
 
     # ------------------------------------------------------------ persistence
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, keep: Callable[[Hashable], bool] | None = None) -> dict[str, Any]:
         """The whole state as plain data (dict, list, str, int, float, bytes, None and the
         subscriber keys as given): defaults, clock, counters, every composite subscription
         with its subscribers, counters and buffer lengths, and every atom's live log entries
         ``[arrival, topic, payload, qos]``.  A buffer of n instances is the atom's last n
-        entries.  O(state)."""
-        for sub in self._subs.values():
-            self._settle(sub)
+        entries.  ``keep``: only the subscriber keys it accepts (and the subscriptions and
+        atom entries they use; the engine-wide counters stay whole).  O(state)."""
         need: dict[AtomElement, int] = {}
         subs = []
         for sub in self._subs.values():
+            subscribers = [[key, q] for key, q in sub.subscribers.items() if keep is None or keep(key)]
+            if not subscribers:
+                continue
+            self._settle(sub)
             buffered = {}
             for atom, c in zip(sub.atoms, sub.cur, strict=True):
                 buffered[atom.expr.text] = atom.end - c
@@ -694,7 +757,8 @@ class CompositeEngine:
                     "expression": sub.expr.text,
                     "window": sub.window,
                     "max_buffer": sub.cap,
-                    "subscribers": [[key, q] for key, q in sub.subscribers.items()],
+                    "partition": sub.partition,
+                    "subscribers": subscribers,
                     "events": sub.events,
                     "dropped": sub.dropped,
                     "expired": sub.expired,
@@ -733,9 +797,19 @@ class CompositeEngine:
         eng._events = int(data["events"])
         eng._gone_dropped = int(data["dropped"])
         eng._gone_expired = int(data["expired"])
+        subs: list[_Sub] = []
         for s in data["subscriptions"]:
+            part = int(s.get("partition", 0))
             for key, q in s["subscribers"]:
-                eng.subscribe(key, s["expression"], qos=q, window=s["window"], max_buffer=s["max_buffer"])
+                eng.subscribe(
+                    key,
+                    s["expression"],
+                    qos=q,
+                    window=s["window"],
+                    max_buffer=s["max_buffer"],
+                    partition=part,
+                )
+            subs.append(eng._by_key[s["subscribers"][0][0]])
         for a in data["atoms"]:
             atom = eng._table.atom(a["element"])
             entries = a["entries"]
@@ -747,8 +821,7 @@ class CompositeEngine:
                 eng._active[atom.info.id] = atom
             for g in atom.groups:
                 g.dbase = max(0, atom.end - g.cap)
-        for s in data["subscriptions"]:
-            sub = eng._subs[eng._skey(parse(s["expression"]).text, float(s["window"]), int(s["max_buffer"]))]
+        for s, sub in zip(data["subscriptions"], subs, strict=True):
             sub.events, sub.dropped, sub.expired = int(s["events"]), int(s["dropped"]), int(s["expired"])
             for i, atom in enumerate(sub.atoms):
                 sub.cur[i] = atom.end - int(s["buffered"].get(atom.expr.text, 0))
@@ -768,7 +841,9 @@ class CompositeEngine:
         t._check([s.root for s in self._subs.values()])
         for key, sub in self._by_key.items():
             assert (
-                key in sub.subscribers and self._subs[self._skey(sub.expr.text, sub.window, sub.cap)] is sub
+                key in sub.subscribers
+                and self._subs[self._skey(sub.expr.text, sub.window, sub.cap, sub.partition)] is sub
+                and sub.skey == self._skey(sub.expr.text, sub.window, sub.cap, sub.partition)
             )
         assert sum(len(s.subscribers) for s in self._subs.values()) == len(self._by_key)
         users: dict[int, dict[_Sub, int]] = {}

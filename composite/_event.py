@@ -14,13 +14,29 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Hashable
+from typing import Protocol
 
 import orjson
 
-__all__ = ["Component", "CompositeEvent", "Delivery", "Part"]
+__all__ = ["Component", "ComponentLike", "CompositeEvent", "Delivery", "Part"]
 
 Delivery = tuple[Hashable, int]
 """(subscriber key, QoS to deliver with)."""
+
+
+class ComponentLike(Protocol):
+    """What the engine reads of an offered publication: its topic name, payload and QoS.
+    A :class:`Component`, or any record with those attributes that nobody mutates (a broker
+    can offer its own message record as it is: no copy per offer)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def payload(self) -> bytes: ...
+
+    @property
+    def qos(self) -> int: ...
 
 
 class Component:
@@ -62,10 +78,10 @@ class Part:
     __slots__ = ("arrival", "component", "element")
 
     element: str
-    component: Component
+    component: ComponentLike
     arrival: float
 
-    def __init__(self, element: str, component: Component, arrival: float) -> None:
+    def __init__(self, element: str, component: ComponentLike, arrival: float) -> None:
         self.element = element
         self.component = component
         self.arrival = arrival

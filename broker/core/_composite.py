@@ -56,32 +56,21 @@ deliveries.  Subscribe and unsubscribe cost the engine's operation plus one inde
 atom created or removed.
 
 Persistence (with a store): the composite subscriptions of persisted sessions, their buffers
-and counters are written as one snapshot file beside the store (``<store>.composite``,
-:meth:`Composites.dump`, JSON of ``CompositeEngine.snapshot()``) at a graceful stop and, when
-something changed, every ``COMPOSITE_SNAPSHOT_INTERVAL`` (5 s) or, when a snapshot takes
-longer than 5 % of that, every 20 x its duration (``broker/_broker.py``); restored at start
-for the sessions the store brought back (:meth:`Composites.load`).  The snapshot also lists
-the subscriptions delegated to the cluster (``delegated``: client, name, canonical expression,
-QoS): they come back as delegated ones, and the delegate's owner sends them to the delegate
-again once it can reach its peers (docs/cluster.md); with no delegate any more they are
-matched here.  A ``kill -9`` returns to
-the last snapshot: composite subscriptions made after it are gone, components offered after it are
-lost, and components consumed after it are buffered again (their event can be produced a
-second time).  The composite event messages queued for a persisted session are stored by the
-journal like any message.  docs/composite.md, "In the broker".
+and counters are journalled in the store (one row per subscribe, unsubscribe and offer to
+their atoms, committed with the store's group commits: a SUBACK, UNSUBACK or PUBACK that
+waits for the store waits for them) and snapshotted now and then beside the store
+(``<store>.composite``, compaction of the journal): :mod:`broker.core._composite_log`; a
+``kill -9`` loses nothing acknowledged, and an event stored for a persisted session is
+never produced again.  docs/composite.md, "What persists".
 """
 
 from __future__ import annotations
 
-import base64
-import gc
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import orjson
-
 import composite
+from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
 from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, shown
 from broker.hooks import (
@@ -100,7 +89,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ATOM_CLIENT",
     "COMPOSITE_PREFIX",
-    "SNAPSHOT_VERSION",
     "SWEEP_BUDGET",
     "CompositeDelegate",
     "Composites",
@@ -113,8 +101,6 @@ COMPOSITE_PREFIX = "$composite/"
 ATOM_CLIENT = "\x00composite/"
 T = TypeVar("T")
 
-#: format of :meth:`Composites.dump`
-SNAPSHOT_VERSION = 1
 #: composite subscriptions settled per :meth:`Composites.tick` while a hook observes losses
 #: (about 1.5 ms per tick at 3 us each; with the default tick of 0.25 s, 2,000 per second)
 SWEEP_BUDGET = 500
@@ -154,7 +140,6 @@ class Composites:
         self.offers = 0  # publications offered to the engine (matched at least one atom)
         self.events = 0  # composite events produced
         self.refused = 0  # composite subscriptions refused
-        self._changed = 0  # subscribes and unsubscribes
         #: atom index client id -> its topic filter (what the cluster exports for atoms)
         self.atom_filters: dict[str, str] = {}
         #: told ``(atom client id, topic filter, added)`` when atoms come and go (the cluster)
@@ -164,6 +149,8 @@ class Composites:
         #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
         self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
         self._by_expression: dict[str, set[tuple[str, str]]] = {}
+        #: the journal of the durable (persisted sessions') composite subscriptions
+        self.log = CompositeLog(self)
         self._observe()
 
     def _observe(self) -> None:
@@ -212,18 +199,16 @@ class Composites:
         core._call(core.obs.composite_change, "on_composite_change", change)
 
     def tick(self) -> None:
-        """Periodically (``Core.tick``): settle the next ``SWEEP_BUDGET`` composite
-        subscriptions at the wall clock, so that losses in idle ones reach the loss hooks, and
-        tell the hooks the losses counted since the last tick.  Nothing without such a hook.
-        O(SWEEP_BUDGET x atoms per subscription + (subscription, atom) pairs with losses)."""
+        """Periodically (``Core.tick``): write the pending QoS 0 offers of the journal; settle
+        the next ``SWEEP_BUDGET`` composite subscriptions at the wall clock, so that losses in
+        idle ones reach the loss hooks, and tell the hooks the losses counted since the last
+        tick (nothing of that without such a hook).  O(pending offers + SWEEP_BUDGET x atoms
+        per subscription + (subscription, atom) pairs with losses)."""
+        if self.log.pending:  # QoS 0 offers journalled at least once per tick
+            self.log.flush()
         if self.core.obs.composite_loss and self.clients:
             self.engine.settle_some(self.core.clock.wall(), SWEEP_BUDGET)
             self.flush_losses()
-
-    @property
-    def changes(self) -> int:
-        """Changes of state so far (subscriptions and offers): a snapshot is due when it moved."""
-        return self._changed + self.offers
 
     # ------------------------------------------------------------ subscriptions
     def subscribe_request(
@@ -302,13 +287,20 @@ class Composites:
         expression.  Raises ``CompositeSyntaxError`` / ValueError (nothing changed then)."""
         if not name or "/" in name or "+" in name or "#" in name:
             raise ValueError(f"composite subscription name {shown(name)}: no '/', '+' or '#' allowed")
+        log = self.log
+        log.flush()  # pending offers name atoms by id: written before any atom can go
         self.engine.advance(self.core.clock.wall())  # a replaced subscription's losses by now
         change = self.engine.subscribe(
-            (client_id, name), expression, qos=qos, window=window, max_buffer=max_buffer
+            (client_id, name),
+            expression,
+            qos=qos,
+            window=window,
+            max_buffer=max_buffer,
+            partition=DURABLE if log.durable(client_id) else 0,
         )
-        self._changed += 1
         self._apply(change)
         self.clients.setdefault(client_id, {})[name] = sub_ids
+        log.subscribed((client_id, name), sub_ids)
         sub = self.engine.subscription((client_id, name))
         assert sub is not None
         if self.core.obs.composite_change:
@@ -327,7 +319,7 @@ class Composites:
         self.delegated[key] = (expression, qos)
         self._by_expression.setdefault(expression, set()).add(key)
         self.clients.setdefault(client_id, {})[name] = sub_ids
-        self._changed += 1
+        self.log.delegated(key, expression, qos, sub_ids)
         self.delegate.subscribe(client_id, name, expression, qos)
         if self.core.obs.composite_change:
             self._tell(client_id, name, CompositeAction.SUBSCRIBE, expression, None, None, qos)
@@ -358,16 +350,17 @@ class Composites:
         names = self.clients.get(client_id)
         if names is None or names.pop(name, None) is None:
             return False
+        self.log.flush()  # pending offers name atoms by id: written before any atom can go
         if not names:
             del self.clients[client_id]
         tell = bool(self.core.obs.composite_change)
         gone = self.delegated.pop((client_id, name), None)
         if gone is not None:
+            self.log.removed((client_id, name))
             keys = self._by_expression[gone[0]]
             keys.discard((client_id, name))
             if not keys:
                 del self._by_expression[gone[0]]
-            self._changed += 1
             if self.delegate is not None:
                 self.delegate.unsubscribe(client_id, name, gone[0])
             if tell:
@@ -379,7 +372,7 @@ class Composites:
         had = eng.subscription(key) if tell else None  # settles: losses are told first
         qos = eng.qos_of(key)
         change = eng.unsubscribe(key)
-        self._changed += 1
+        self.log.removed(key)
         if change is not None:
             self._apply(change)
         self.flush_losses()  # its last losses before its removal
@@ -473,21 +466,58 @@ class Composites:
             assert entry.options.subscription_id == atom.id
             assert entry.options.selector == atom.selector
         eng._check()
+        self.log._check()
 
     # ------------------------------------------------------------ publications
     def offer(self, msg: Message, atom_ids: list[int], now: float) -> None:
         """``msg`` matched the atoms ``atom_ids`` (from ``Router.route``): offer it, deliver
         every composite event as one PUBLISH per subscriber (``now``: the core's monotonic time
-        for delivery; the engine gets the wall clock)."""
-        core = self.core
+        for delivery; the engine gets the wall clock).  ``msg`` itself is the component
+        (``composite.ComponentLike``: no copy).  One Python frame besides the engine's when
+        the offer completes nothing and is not journalled (the common case)."""
         self.offers += 1
-        comp = composite.Component(msg.topic, msg.payload, msg.qos)
-        if len(atom_ids) == 1:
-            events = self.engine.offer(atom_ids[0], comp, core.clock.wall())
-        else:
-            events = self.engine.offer_many(atom_ids, comp, core.clock.wall())
-        if not events:
+        log = self.log
+        durable = log.atoms
+        journal = bool(durable) and not durable.keys().isdisjoint(atom_ids)
+        if journal and msg.qos:
+            self._offer_journalled(msg, atom_ids, now)  # after its events' messages: one commit
             return
+        eng = self.engine
+        if len(atom_ids) == 1:
+            events = eng.offer(atom_ids[0], msg, self.core.clock.wall())
+        else:
+            events = eng.offer_many(atom_ids, msg, self.core.clock.wall())
+        if journal:  # a QoS 0 offer: kept for the next OFFERS row
+            pending = log.pending
+            pending.append(msg)
+            log.pending_clock.append(eng.clock)
+            log.pending_atoms.append(atom_ids[0] if len(atom_ids) == 1 else sorted(set(atom_ids)))
+            if len(pending) >= PENDING_MAX:
+                log.flush()
+        if events:
+            self._deliver(events, now)  # QoS 0 offer: QoS 0 events, never stored
+
+    def _offer_journalled(self, msg: Message, atom_ids: list[int], now: float) -> None:
+        """The offer, then its journal row (``writes``: the store operations the events
+        queued, committed with it); the publisher is paused while the store is too far behind
+        (``Journal.bound``, as for its QoS 1/2 writes)."""
+        core = self.core
+        store = core.journal.store
+        before = 0 if store is None else store.submitted
+        if len(atom_ids) == 1:
+            events = self.engine.offer(atom_ids[0], msg, core.clock.wall())
+        else:
+            events = self.engine.offer_many(atom_ids, msg, core.clock.wall())
+        if events:
+            self._deliver(events, now)
+        self.log.offered(atom_ids, msg, 0 if store is None else store.submitted - before)
+        conn = core.current
+        if conn is not None:
+            core.journal.bound(conn)
+
+    def _deliver(self, events: list[composite.CompositeEvent], now: float) -> None:
+        """Each composite event as one PUBLISH per subscriber (``Core.deliver``)."""
+        core = self.core
         self.events += len(events)
         if core.obs.composite_event:
             self._record(events)
@@ -544,92 +574,45 @@ class Composites:
             core._call(hooks, "on_composite_event", rec)
 
     # ------------------------------------------------------------ persistence
-    def dump(self, keep: Callable[[str], bool]) -> bytes:
-        """The composite subscriptions of the clients ``keep`` accepts (persisted sessions),
-        their buffers and counters, as JSON (``engine.snapshot()`` with payloads in base64).
-        O(state): run on the event loop, written elsewhere; the cyclic garbage collector is off
-        meanwhile (the million small containers of a large snapshot would otherwise trigger
-        collections over the whole heap: 2.7 s instead of about 1 s at 50,000 subscriptions)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._dump(keep)
-        finally:
-            if enabled:
-                gc.enable()
+    def dump(self, keep: Callable[[Hashable], bool] | None = None) -> bytes:
+        """The snapshot of the durable composite subscriptions (``keep``: of the subscriber
+        keys it accepts instead): :meth:`CompositeLog.dump`.  O(state)."""
+        return self.log.dump(keep)
 
-    def _dump(self, keep: Callable[[str], bool]) -> bytes:
-        data = _only(self.engine.snapshot(), keep)
-        for a in data["atoms"]:
-            a["entries"] = [[t, topic, base64.b64encode(p).decode(), q] for t, topic, p, q in a["entries"]]
-        for sub in data["subscriptions"]:
-            sub["subscribers"] = [[list(key), q] for key, q in sub["subscribers"]]
-        if not math.isfinite(data["clock"]):
-            data["clock"] = None
-        clients = {
-            cid: {n: list(ids) for n, ids in names.items()}
-            for cid, names in self.clients.items()
-            if keep(cid)
-        }
-        delegated = [[cid, n, e, q] for (cid, n), (e, q) in sorted(self.delegated.items()) if keep(cid)]
-        return orjson.dumps(
-            {"version": SNAPSHOT_VERSION, "engine": data, "clients": clients, "delegated": delegated}
-        )
+    def load(self, raw: bytes | None, rows: list[tuple[Any, ...]], keep: Callable[[str], bool]) -> int:
+        """Restore a snapshot plus the journal rows above it (:meth:`CompositeLog.load`)."""
+        return self.log.load(raw, rows, keep)
 
-    def load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
-        """Replace the state by a :meth:`dump` (only the clients ``keep`` accepts: sessions
-        that came back); atoms are indexed again.  Delegated subscriptions are restored in
-        :attr:`delegated` without telling the delegate (its owner re-sends them when it is up;
-        without a delegate they are added to the engine).  Returns the subscribers restored.  Raises
-        ValueError on an unknown format.  The garbage collector is off meanwhile (as in
-        :meth:`dump`)."""
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            return self._load(raw, keep)
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _load(self, raw: bytes, keep: Callable[[str], bool]) -> int:
-        doc = orjson.loads(raw)
-        if doc.get("version") != SNAPSHOT_VERSION:
-            raise ValueError(f"unknown composite snapshot version {doc.get('version')!r}")
-        data = doc["engine"]
-        if data["clock"] is None:
-            data["clock"] = float("-inf")
-        for sub in data["subscriptions"]:
-            sub["subscribers"] = [[tuple(key), q] for key, q in sub["subscribers"]]
-        for a in data["atoms"]:
-            a["entries"] = [[t, topic, base64.b64decode(p), q] for t, topic, p, q in a["entries"]]
-        data = _only(data, keep)
-        old = self.engine.atoms()
-        self._apply(composite.Change((), tuple(old)))
-        self.flush_losses()  # what the replaced engine counted
-        self.engine = composite.CompositeEngine.restore(data)
-        self._observe()
-        self._apply(composite.Change(tuple(self.engine.atoms()), ()))
-        self.clients = {}
-        self.delegated = {}
-        self._by_expression = {}
-        n = 0
-        for sub in data["subscriptions"]:
-            for (cid, name), _ in sub["subscribers"]:
-                ids = doc["clients"].get(cid, {}).get(name, [])
-                self.clients.setdefault(cid, {})[name] = tuple(ids)
-                n += 1
-        for cid, name, expression, qos in doc.get("delegated", ()):
-            if not keep(cid):
+    def persistence(self, client_id: str, persisted: bool) -> None:
+        """``client_id``'s session became persisted (``True``: its composite subscriptions
+        are journalled from now on) or stopped being (``False``: a resumption with expiry 0);
+        from ``Journal.connected``.  Each of its composite subscriptions moves to the other
+        partition of the engine, with fresh buffers (a journal cannot hold what it missed).
+        Rare: O(its composite subscriptions)."""
+        names = self.clients.get(client_id)
+        if not names:
+            return
+        eng = self.engine
+        log = self.log
+        log.flush()
+        for name, sub_ids in list(names.items()):
+            key = (client_id, name)
+            got = self.delegated.get(key)
+            if got is not None:
+                if persisted:
+                    log.delegated(key, got[0], got[1], sub_ids)
+                else:
+                    log.removed(key)
                 continue
-            ids = tuple(doc["clients"].get(cid, {}).get(name, []))
-            if self.delegate is None:  # no cluster any more: matched here from now on
-                self.add(cid, name, expression, int(qos), sub_ids=ids)
-            else:  # the delegate is told by its owner once it can reach its peers
-                self.delegated[(cid, name)] = (expression, int(qos))
-                self._by_expression.setdefault(expression, set()).add((cid, name))
-                self.clients.setdefault(cid, {})[name] = ids
-            n += 1
-        return n
+            sub = eng.subscription_of(key)
+            if sub is None or (sub[4] == DURABLE) == persisted:
+                continue
+            expression, window, cap, qos, _ = sub
+            change = eng.subscribe(
+                key, expression, qos=qos, window=window, max_buffer=cap, partition=DURABLE if persisted else 0
+            )
+            self._apply(change)
+            log.subscribed(key, sub_ids)
 
 
 def _number(kind: Callable[[str], T], key: str, value: str) -> T:
@@ -638,16 +621,3 @@ def _number(kind: Callable[[str], T], key: str, value: str) -> T:
         return kind(value)
     except ValueError:
         raise ValueError(f"user property {key}: {shown(value)} is not a number") from None
-
-
-def _only(data: dict[str, Any], keep: Callable[[str], bool]) -> dict[str, Any]:
-    """A snapshot restricted to the subscriber keys of the clients ``keep`` accepts (and to
-    the atoms their subscriptions use)."""
-    subs = []
-    used: set[str] = set()
-    for sub in data["subscriptions"]:
-        subscribers = [[key, q] for key, q in sub["subscribers"] if keep(key[0])]
-        if subscribers:
-            subs.append(dict(sub, subscribers=subscribers))
-            used.update(sub["buffered"])
-    return dict(data, subscriptions=subs, atoms=[a for a in data["atoms"] if a["element"] in used])

@@ -115,6 +115,7 @@ class Journal:
             if s.persisted:
                 s.persisted = False
                 store.delete_session(cid)
+                self.core.composite.persistence(cid, False)  # no longer journalled
             return
         wall = self.core.clock.wall()
         store.put_session(self._record(s, now, wall))
@@ -129,6 +130,7 @@ class Journal:
             self.outgoing(s, out, MessageState.QUEUED, None, now, wall)
         for pid in s.qos2_received:
             store.qos2_received(cid, pid)
+        self.core.composite.persistence(cid, True)  # journalled from now on
 
     def detached(self, s: Session, now: float) -> None:
         """The session's connection ended: its row records when (and its pending will)."""

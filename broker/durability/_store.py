@@ -171,8 +171,23 @@ CREATE TABLE retained (
 ) WITHOUT ROWID;
 """
 
+# the journal of the composite subscriptions of persisted sessions since their last snapshot
+# (broker/core/_composite_log.py; docs/composite.md, "What persists"): one row per engine call
+_V2 = """
+CREATE TABLE composite_journal (
+    seq INTEGER PRIMARY KEY,
+    kind INTEGER NOT NULL,
+    clock REAL,
+    topic TEXT,
+    payload BLOB,
+    qos INTEGER,
+    data TEXT,
+    writes INTEGER NOT NULL DEFAULT 0
+);
+"""
+
 #: ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1`` (version 0 = empty file).
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -239,7 +254,37 @@ _SQL: dict[str, str] = {
     "qos2_del": "DELETE FROM qos2_in WHERE client_id = ? AND packet_id = ?",
     "retain": "INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?)",
     "unretain": "DELETE FROM retained WHERE topic = ?",
+    "composite": "INSERT OR REPLACE INTO composite_journal VALUES (?,?,?,?,?,?,?,?)",
+    "composite_trim": "DELETE FROM composite_journal WHERE seq <= ?",
 }
+
+
+def _batches(ops: list[_Op], max_batch: int) -> list[list[_Op]]:
+    """``ops`` cut into transactions of about ``max_batch`` operations, never between a
+    ``composite`` row and the ``writes`` operations queued just before it (the messages of the
+    composite events its offer produced, docs/composite.md "What persists": the consumption
+    and the events it delivered commit together).  ``writes`` counts mutating calls, so when
+    some were applied in place or cancelled (``Store.complete``) the span reaches further back
+    than needed, which only makes a transaction longer.  O(len(ops))."""
+    if len(ops) <= max_batch:
+        return [ops] if ops else []
+    n = len(ops)
+    # reach[i]: the earliest operation a composite row at or after i must commit with
+    reach = list(range(n + 1))
+    for i, (name, args) in enumerate(ops):
+        if name == "composite" and args[7]:
+            reach[i] = min(reach[i], i - args[7])
+    for i in range(n - 1, -1, -1):
+        reach[i] = min(reach[i], reach[i + 1])
+    out: list[list[_Op]] = []
+    lo = 0
+    while lo < n:
+        hi = min(lo + max_batch, n)
+        while reach[hi] < hi:  # a cut before hi would split a composite row from its writes
+            hi += 1
+        out.append(ops[lo:hi])
+        lo = hi
+    return out
 
 
 class Delivery(Protocol):
@@ -501,10 +546,9 @@ class Store:
                 time.sleep(delay)  # let acknowledgements cancel the young inserts (module doc)
             current, ops = self._take()
             error = self._failure
-            for lo in range(0, len(ops), max_batch):
+            for batch in _batches(ops, max_batch):
                 if error is not None:
                     break
-                batch = ops[lo : lo + max_batch]
                 try:
                     with self._lock:
                         db.execute("BEGIN")
@@ -734,6 +778,34 @@ class Store:
 
     def delete_retained(self, topic: str) -> None:
         self._op("unretain", (topic,))
+
+    # ------------------------------------------------------------------ composite journal
+    def composite_record(self, row: tuple[Any, ...]) -> None:
+        """Append a row to the composite journal: ``(seq, kind, clock, topic, payload, qos,
+        data, writes)``; ``writes``: the operations queued just before it that must commit
+        in the same transaction (``_batches``).  The meaning of the other fields is the
+        broker's (broker/core/_composite_log.py)."""
+        self._put("composite", row)
+
+    def composite_trim(self, seq: int) -> None:
+        """Delete the composite journal rows up to ``seq`` (a snapshot holds them now)."""
+        self._put("composite_trim", (seq,))
+
+    def composite_journal(self, after: int = 0) -> list[tuple[Any, ...]]:
+        """The composite journal rows above ``after``, in order (committed data: waits for
+        queued operations).  Synchronous; O(rows)."""
+        self.sync().result()
+        with self._lock:
+            return self._db.execute(
+                "SELECT * FROM composite_journal WHERE seq > ? ORDER BY seq", (after,)
+            ).fetchall()
+
+    def composite_seq(self) -> int:
+        """The largest sequence number in the composite journal (0 when empty)."""
+        self.sync().result()
+        with self._lock:
+            row = self._db.execute("SELECT MAX(seq) FROM composite_journal").fetchone()
+        return int(row[0] or 0)
 
     # ------------------------------------------------------------------ reading
     def load(self, wall: float | None = None) -> LoadedState:

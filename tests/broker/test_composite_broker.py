@@ -4,12 +4,9 @@ matching through the router's index (engine offers counted, never timed)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import pathlib
-import signal
-import sys
 
 import aiomqtt
 import paho.mqtt.client as mqtt
@@ -312,74 +309,6 @@ async def test_hooks_see_composite_subscriptions_and_events() -> None:
     assert all(r == 0 for t, _, _, r in rec.deliveries if t in ("h/a", "h/b"))
 
 
-BROKER_SCRIPT = """
-import asyncio, sys
-import broker._broker
-from broker import Broker
-
-broker._broker.COMPOSITE_SNAPSHOT_INTERVAL = 0.1  # the test waits for one snapshot, not 5 s
-
-async def main() -> None:
-    b = Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1])
-    await b.start()
-    print("PORT", b.port, flush=True)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
-
-
-async def _broker_process(db: str) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", BROKER_SCRIPT, db, cwd=ROOT, stdout=asyncio.subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), 20)
-    assert line.startswith(b"PORT "), line
-    return proc, int(line.split()[1])
-
-
-def _snapshot_buffers(path: pathlib.Path) -> int:
-    """Entries buffered in the snapshot file (0 while there is none)."""
-    try:
-        doc = json.loads(path.read_bytes())
-    except (FileNotFoundError, ValueError):
-        return 0
-    return sum(len(a["entries"]) for a in doc["engine"]["atoms"])
-
-
-async def test_kill_9_returns_to_the_last_snapshot(tmp_path: pathlib.Path) -> None:
-    """kill -9 after a snapshot: the composite subscription of the persisted session and its
-    buffered component come back, and pair with a component published after the restart."""
-    db = str(tmp_path / "broker.db")
-    expiry = PahoProperties(PacketTypes.CONNECT)
-    expiry.SessionExpiryInterval = 3600
-    proc, port = await _broker_process(db)
-    try:
-        async with aiomqtt.Client(
-            "127.0.0.1", port, identifier="k9", protocol=V5, clean_start=False, properties=expiry
-        ) as c:
-            await c.subscribe("$composite/r/d/a & d/b", qos=1)
-            await c.publish("d/a", b"before", qos=1)
-        snap = tmp_path / "broker.db.composite"
-        await eventually(lambda: _snapshot_buffers(snap) == 1)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-    proc, port = await _broker_process(db)
-    try:
-        async with aiomqtt.Client(
-            "127.0.0.1", port, identifier="k9", protocol=V5, clean_start=False, properties=expiry
-        ) as c:
-            await c.publish("d/b", b"after", qos=1)
-            m = await next_message(c, 10)
-            assert m.topic.value == "$composite/r"
-            assert [p for _, _, p in components(event(m.payload))] == ["before", "after"]  # type: ignore[arg-type]
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        await proc.wait()
-
-
 async def test_testing_fixture_has_composite(broker_fixture: Broker) -> None:
     """The ``broker.testing`` fixture's broker serves composite subscriptions (in process and
     to clients)."""
@@ -387,3 +316,54 @@ async def test_testing_fixture_has_composite(broker_fixture: Broker) -> None:
         await broker_fixture.publish("f/b", b"x")
         m = await sub.get(5)
         assert components(event(m.payload)) == [("f/b", "f/b", "x")]
+
+
+async def test_persistence_changes_move_composite_subscriptions_in_and_out_of_the_journal(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A resumption with expiry 0 stops journalling the session's composite subscription (it
+    would end with the connection); a session that becomes persisted later (what a cluster
+    takeover does: ``Journal.connected`` of a session kept in memory until then) journals it
+    again, with fresh buffers, and it survives a restart.  ``Composites._check`` holds
+    throughout."""
+    from broker.core._composite_log import DURABLE
+    from broker.packets import Properties
+    from tests.rawclient import RawClient
+
+    db = str(tmp_path / "broker.db")
+    keep = Properties(session_expiry_interval=3600)
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        comp = b.core.composite
+        c, _ = await RawClient.connect(b.port, "t", clean_start=True, properties=keep)
+        await c.subscribe("$composite/r/d/a & d/b")
+        assert set(comp.log.keys) == {("t", "r")}
+        sub = comp.engine.subscription_of(("t", "r"))
+        assert sub is not None and sub[4] == DURABLE
+        await c.close()
+        c, ack = await RawClient.connect(b.port, "t", clean_start=False)  # expiry 0 now
+        assert ack.session_present
+        await eventually(lambda: not comp.log.keys)
+        sub = comp.engine.subscription_of(("t", "r"))
+        assert sub is not None and sub[4] == 0
+        comp._check()
+        await b.publish("d/a", b"lost with the partition change", qos=1)
+        s = b.core.sessions["t"]
+        s.expiry_interval = 3600
+        b.core.journal.connected(s, b.core.clock.monotonic())
+        assert s.persisted and set(comp.log.keys) == {("t", "r")}
+        sub = comp.engine.subscription_of(("t", "r"))
+        assert sub is not None and sub[4] == DURABLE
+        comp._check()
+        await b.publish("d/a", b"a1", qos=1)
+        await c.close()
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        comp = b.core.composite
+        comp._check()
+        assert set(comp.log.keys) == {("t", "r")}
+        c, ack = await RawClient.connect(b.port, "t", clean_start=False, properties=keep)
+        assert ack.session_present
+        await b.publish("d/b", b"b1", qos=1)
+        m = await c.recv()
+        assert m.topic == "$composite/r"  # type: ignore[attr-defined]
+        doc = event(m.payload)  # type: ignore[attr-defined]
+        assert [p for _, _, p in components(doc)] == ["a1", "b1"]

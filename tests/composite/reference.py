@@ -37,10 +37,11 @@ def maximal_witness(expr: Expr, present: set[str]) -> set[str]:
 
 
 class RefSub:
-    def __init__(self, expr: Expr, window: float, cap: int) -> None:
+    def __init__(self, expr: Expr, window: float, cap: int, partition: int = 0) -> None:
         self.expr = expr
         self.window = window
         self.cap = cap
+        self.partition = partition
         self.subscribers: dict[Hashable, int] = {}
         self.buffers: dict[str, deque[Instance]] = {a.text: deque() for a in expr.atoms()}
         self.events = 0
@@ -53,17 +54,21 @@ class Reference:
         self.window = window
         self.cap = cap
         self.clock = float("-inf")
-        self.subs: dict[tuple[str, float, int], RefSub] = {}
+        self.subs: dict[tuple[str, float, int, int], RefSub] = {}
         self.by_key: dict[Hashable, RefSub] = {}
         self.events = 0
         self.gone_dropped = 0
         self.gone_expired = 0
 
-    def subscribe(self, key: Hashable, text: str, qos: int, window: float | None, cap: int | None) -> None:
+    def subscribe(
+        self, key: Hashable, text: str, qos: int, window: float | None, cap: int | None, partition: int = 0
+    ) -> None:
+        """Keys share a composite subscription iff expression, window, cap and partition
+        are equal."""
         expr = parse(text)
         w = float(self.window if window is None else window)
         k = self.cap if cap is None else cap
-        skey = (expr.text, w, k)
+        skey = (expr.text, w, k, partition)
         old = self.by_key.pop(key, None)
         if old is not None:
             del old.subscribers[key]
@@ -71,12 +76,12 @@ class Reference:
                 self._gone(old)
         sub = self.subs.get(skey)  # the same subscription keeps its buffers
         if sub is None:
-            sub = self.subs[skey] = RefSub(expr, w, k)
+            sub = self.subs[skey] = RefSub(expr, w, k, partition)
         sub.subscribers[key] = qos
         self.by_key[key] = sub
 
     def _gone(self, sub: RefSub) -> None:
-        del self.subs[(sub.expr.text, sub.window, sub.cap)]
+        del self.subs[(sub.expr.text, sub.window, sub.cap, sub.partition)]
         self.gone_dropped += sub.dropped
         self.gone_expired += sub.expired
 

@@ -6,7 +6,17 @@ subscribe / re-subscribe / unsubscribe (of shared elements too), offers to one a
 several (a publication matching several atoms), time advancing past windows (integer times:
 arrivals exactly on the window's edge happen), tick, snapshot + restore.  The engine's batch
 sizes are shrunk so that log trimming and prefix-count rebasing happen within a few steps.
-``_check()`` runs after every step.  The engine's ``drain_losses`` (what the broker turns into
+``_check()`` runs after every step.
+
+Persistence by journal (composite/_journal.py): some keys are *durable* (all of them, or
+keys 0-3 in partition 1 while the others are in partition 0, drawn per example); after every
+call concerning a durable key (its subscribe and unsubscribe, an offer to an atom a durable
+key uses) the test records what a broker would journal, and now and then a checkpoint takes
+``snapshot(keep=durable)`` and empties the journal.  ``recover`` rebuilds an engine from the
+last checkpoint plus ``replay`` of the journal, as a broker does after ``kill -9``: each durable
+key's subscription, counters and buffers must equal the live engine's; when every key is
+durable the recovered engine replaces the live one and the run continues against the
+reference.  The engine's ``drain_losses`` (what the broker turns into
 hook records) must report every dropped and expired instance exactly once: the running totals
 of what it returned equal the engine's counters after every step, and ``occupancy(event)`` gives the firing
 subscription's buffer occupancy after the offer, equal to the reference's.
@@ -16,9 +26,19 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from composite import Component, CompositeEngine, CompositeEvent
+from composite import (
+    Call,
+    Component,
+    CompositeEngine,
+    CompositeEvent,
+    Unsubscribed,
+    offered,
+    parse,
+    replay,
+    subscribed,
+)
 from tests.composite.reference import EventKey, Reference
 
 POOL = ["a", "b", "c", "d", "e/+"]
@@ -64,6 +84,24 @@ class EngineVsReference(RuleBasedStateMachine):
         self.now = 0.0
         self.serial = 0
         self.lost = [0, 0]  # dropped, expired reported through drain_losses
+        self.durable: set[int] = set()
+        self.saved = self.engine.snapshot()  # the last checkpoint ...
+        self.journal: list[Call] = []  # ... and the calls since
+
+    @initialize(full=st.booleans())
+    def durability(self, full: bool) -> None:
+        self.durable = set(range(7)) if full else {0, 1, 2, 3}
+
+    def partition(self, key: int) -> int:
+        return 1 if key in self.durable and len(self.durable) < 7 else 0
+
+    def durable_atoms(self) -> set[str]:
+        out: set[str] = set()
+        for key in self.durable:
+            sub = self.engine.subscription_of(key)
+            if sub is not None:
+                out.update(a.text for a in parse(sub[0]).atoms())
+        return out
 
     def observed(self, engine: CompositeEngine) -> CompositeEngine:
         engine.track_losses(True)
@@ -73,8 +111,8 @@ class EngineVsReference(RuleBasedStateMachine):
         """What the broker's loss hook gets: every loss once, per subscription and atom."""
         for expression, window, cap, element, expired, dropped in self.engine.drain_losses():
             assert expired >= 0 and dropped >= 0 and expired + dropped > 0
-            sub = self.ref.subs.get((expression, window, cap))
-            assert sub is None or element in {a.text for a in sub.expr.atoms()}
+            subs = [self.ref.subs.get((expression, window, cap, p)) for p in (0, 1)]
+            assert any(sub is None or element in {a.text for a in sub.expr.atoms()} for sub in subs)
             self.lost[0] += dropped
             self.lost[1] += expired
 
@@ -85,7 +123,8 @@ class EngineVsReference(RuleBasedStateMachine):
             got = self.engine.occupancy(ev)
             assert got is not None
             window, cap, buffered = got
-            ref = self.ref.subs[(ev.expression, window, cap)]
+            ref = self.ref.by_key[ev.deliveries[0][0]]
+            assert (ref.expr.text, ref.window, ref.cap) == (ev.expression, window, cap)
             assert buffered == sum(len(b) for b in ref.buffers.values())
             key = next(iter(ref.subscribers))
             s = self.engine.subscription(key)
@@ -103,17 +142,38 @@ class EngineVsReference(RuleBasedStateMachine):
     )
     def subscribe(self, key: int, text: str, qos: int, window: float | None, cap: int | None) -> None:
         before = set(self.ids())
-        change = self.engine.subscribe(key, text, qos=qos, window=window, max_buffer=cap)
-        self.ref.subscribe(key, text, qos, window, cap)
+        part = self.partition(key)
+        change = self.engine.subscribe(key, text, qos=qos, window=window, max_buffer=cap, partition=part)
+        self.ref.subscribe(key, text, qos, window, cap, part)
+        if key in self.durable:
+            rec = subscribed(self.engine, key)
+            assert rec is not None
+            self.journal.append(rec)
         after = set(self.ids())
         assert {a.element for a in change.added} == after - before
         assert {a.element for a in change.removed} == before - after
 
-    @rule(key=KEYS)
-    def unsubscribe(self, key: int) -> None:
+    @precondition(lambda self: self.ref.by_key)
+    @rule(key=KEYS, other=KEYS, qos=st.integers(0, 2))
+    def subscribe_same(self, key: int, other: int, qos: int) -> None:
+        """``key`` joins the composite subscription ``other`` is subscribed to (same
+        expression, window and cap: shared buffers, within a partition)."""
+        sub = self.ref.by_key.get(other)
+        if sub is not None:
+            self.subscribe(key, sub.expr.text, qos, sub.window, sub.cap)
+
+    @rule(key=KEYS, dt=st.sampled_from([0, 0, 6]))
+    def unsubscribe(self, key: int, dt: int) -> None:
+        # the broker first moves the clock to the wall clock (what expired by then is counted
+        # as expired, not discarded with the subscription)
+        self.now += dt
+        self.engine.advance(self.now)
+        self.ref.advance(self.now)
         before = set(self.ids())
         change = self.engine.unsubscribe(key)
         had = self.ref.unsubscribe(key)
+        if key in self.durable and had:
+            self.journal.append(Unsubscribed(self.engine.clock, key))
         assert (change is not None) == had
         if change is not None:
             assert not change.added
@@ -129,6 +189,8 @@ class EngineVsReference(RuleBasedStateMachine):
         comp = Component(atom + "/t", self.payload(), qos)
         ids = self.ids()
         got = self.engine.offer(ids.get(atom, 10_000), comp, self.now)
+        if atom in self.durable_atoms():
+            self.journal.append(offered(self.engine, [ids[atom]], comp))
         want = self.ref.offer(atom, comp, self.now)
         assert sorted(map(event_key, got)) == sorted(want)
         self.occupancy(got)
@@ -142,6 +204,8 @@ class EngineVsReference(RuleBasedStateMachine):
         ids = self.ids()
         known = sorted((ids[a], a) for a in atoms if a in ids)
         got = self.engine.offer_many([i for i, _ in known], comp, self.now)
+        if self.durable_atoms() & {a for _, a in known}:
+            self.journal.append(offered(self.engine, [i for i, _ in known], comp))
         want: list[EventKey] = []
         for _, a in known:
             want.extend(self.ref.offer(a, comp, self.now))
@@ -182,6 +246,55 @@ class EngineVsReference(RuleBasedStateMachine):
             before.expired,
             before.buffered,
         )
+
+    @rule()
+    def checkpoint(self) -> None:
+        """Compaction: a snapshot of the durable keys; the journal starts again."""
+        self.saved = self.engine.snapshot(keep=self.durable.__contains__)
+        self.journal = []
+
+    @rule()
+    def recover(self) -> None:
+        """kill -9: the last checkpoint plus the journal equal the live engine's durable keys."""
+        eng = self.observed(CompositeEngine.restore(self.saved))
+        replay(eng, self.journal)
+        eng.advance(self.engine.clock)  # the time after the restart (the wall clock in a broker)
+        eng._check()
+        for key in range(7):
+            got = eng.subscription(key)
+            live = self.engine.subscription(key)
+            if key not in self.durable:
+                assert got is None
+                continue
+            assert (got is None) == (live is None)
+            if got is None or live is None:
+                continue
+            assert (got.expression, got.window, got.max_buffer) == (
+                live.expression,
+                live.window,
+                live.max_buffer,
+            )
+            assert (got.events, got.dropped, got.expired, got.buffered) == (
+                live.events,
+                live.dropped,
+                live.expired,
+                live.buffered,
+            )
+            assert eng.buffers(key) == self.engine.buffers(key)
+            assert eng.subscription_of(key) == self.engine.subscription_of(key)
+        if len(self.durable) == 7:  # the recovered engine carries on
+            before = self.engine.stats()
+            self.drain()
+            eng.drain_losses()  # what the replay counted was counted (and drained) live
+            self.engine = eng
+            self.lost = [before.dropped, before.expired]
+            after = eng.stats()
+            assert (after.events, after.dropped, after.expired, after.buffered) == (
+                before.events,
+                before.dropped,
+                before.expired,
+                before.buffered,
+            )
 
     @invariant()
     def consistent(self) -> None:

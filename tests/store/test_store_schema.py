@@ -53,15 +53,15 @@ def test_wal_mode_and_synchronous(data_dir: Path) -> None:
 
 
 def test_upgrade_path_keeps_data(data_dir: Path) -> None:
-    """A v1 file with data is upgraded by a (test) v2 migration; the data survives."""
+    """A current file with data is upgraded by a (test) next migration; the data survives."""
     path = data_dir / DB_NAME
     with Store(path) as s:
         s.qos2_received("c", 7)
     v2 = "CREATE TABLE extra (k TEXT PRIMARY KEY); ALTER TABLE sessions ADD COLUMN note TEXT"
     with Store(path, migrations=(*MIGRATIONS, v2)) as s:
-        assert s.migrated_from == 1
+        assert s.migrated_from == SCHEMA_VERSION
         assert s.counts()["qos2_in"] == 1
-    assert _version(path) == 2
+    assert _version(path) == SCHEMA_VERSION + 1
     assert "extra" in _tables(path)
 
 
@@ -70,7 +70,7 @@ def test_failed_migration_rolls_back(data_dir: Path) -> None:
     Store(path).close()
     with pytest.raises(sqlite3.OperationalError):
         Store(path, migrations=(*MIGRATIONS, "CREATE TABLE t2 (a); SELECT * FROM no_such_table"))
-    assert _version(path) == 1
+    assert _version(path) == SCHEMA_VERSION
     assert "t2" not in _tables(path)
 
 
@@ -79,8 +79,25 @@ def test_newer_database_is_refused(data_dir: Path) -> None:
     Store(path).close()
     with sqlite3.connect(path) as db:
         db.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
-    with pytest.raises(StoreVersionError, match=r"schema version 2 is newer than this siftmq supports \(1\)"):
+    want = rf"schema version {SCHEMA_VERSION + 1} is newer than this siftmq supports \({SCHEMA_VERSION}\)"
+    with pytest.raises(StoreVersionError, match=want):
         Store(path)
+
+
+def test_version_1_file_gains_the_composite_journal(data_dir: Path) -> None:
+    """A file of schema version 1 (before the composite journal) is upgraded in place."""
+    path = data_dir / DB_NAME
+    with Store(path, migrations=MIGRATIONS[:1]) as s:
+        s.qos2_received("c", 7)
+    with Store(path) as s:
+        assert s.migrated_from == 1
+        assert s.counts()["qos2_in"] == 1
+        assert s.composite_seq() == 0
+        s.composite_record((5, 1, 1.5, "t", b"p", 1, "t", 0))
+        assert s.composite_journal(4) == [(5, 1, 1.5, "t", b"p", 1, "t", 0)]
+        s.composite_trim(5)
+        assert s.composite_journal() == []
+    assert _version(path) == SCHEMA_VERSION == 2
 
 
 def test_memory_mode() -> None:

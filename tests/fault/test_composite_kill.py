@@ -1,0 +1,273 @@
+"""``kill -9`` of ``siftmq serve`` with composite subscriptions (issue 16, item 5): what was
+acknowledged survives, and no composite event is produced twice (docs/composite.md, "What
+persists"; broker/core/_composite_log.py).
+
+Each test runs a real ``siftmq serve`` subprocess (``broker._cli``, uvloop, a data directory,
+port 0) and SIGKILLs it the moment the last acknowledgement is read (no waiting for a
+snapshot), then restarts it on the same data directory:
+
+* a composite SUBSCRIBE acknowledged right before the kill is there after it;
+* components from QoS 1 publications acknowledged (PUBACK) right before the kill are still
+  buffered and pair after it;
+* an event that consumed components and was queued (stored) for the persisted session, or
+  delivered and acknowledged, is not produced again: the next publications pair with each
+  other, not with the consumed components;
+* with snapshots forced often (a forked child writes them), the state is the last snapshot
+  plus the journal after it;
+* a composite subscription delegated to the cluster (a one-node cluster: the node is its own
+  CSSU) right before the kill is delegated again after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from broker.packets import Properties, Puback, Publish, Suback, SubscriptionRequest
+from tests.fault.test_crash_loop import EXPIRY, ROOT, TIMEOUT
+from tests.rawclient import RawClient
+from tests.waiting import eventually
+
+SERVE = """
+import sys
+import broker._composite_saver as saver
+saver.COMPOSITE_SNAPSHOT_INTERVAL = float(sys.argv[1])
+saver.COMPOSITE_COMPACT_ROWS = int(sys.argv[2])
+from broker._cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@dataclass
+class Serve:
+    """One ``siftmq serve`` process; ``log`` collects its stderr."""
+
+    proc: asyncio.subprocess.Process
+    port: int = 0
+    log: list[str] = field(default_factory=list)
+    reader: asyncio.Task[None] | None = None
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGKILL)
+        await self.proc.wait()
+        if self.reader is not None:
+            await self.reader
+
+
+async def _serve(data: Path, interval: float = 5.0, rows: int = 10_000, *extra: str) -> Serve:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        SERVE,
+        str(interval),
+        str(rows),
+        "serve",
+        "--port",
+        "0",
+        "--data-dir",
+        str(data),
+        "--no-bridge",
+        "--log-level",
+        "DEBUG",
+        *extra,
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "SIFTMQ_CLUSTER_SECRET": "kill-test-secret"},
+    )
+    s = Serve(proc)
+    assert proc.stderr is not None
+    stderr = proc.stderr
+
+    async def drain() -> None:
+        while line := await stderr.readline():
+            s.log.append(line.decode(errors="replace"))
+
+    async with asyncio.timeout(TIMEOUT):
+        while not s.port:
+            line = (await stderr.readline()).decode(errors="replace")
+            assert line, "".join(s.log)
+            s.log.append(line)
+            if m := re.search(r"listening on 127\.0\.0\.1:(\d+)", line):
+                s.port = int(m.group(1))
+    s.reader = asyncio.create_task(drain())
+    return s
+
+
+@pytest.fixture
+async def procs() -> AsyncIterator[list[Serve]]:
+    started: list[Serve] = []
+    yield started
+    for s in started:
+        await s.kill()
+
+
+async def _subscriber(port: int, clean: bool) -> RawClient:
+    c, ack = await RawClient.connect(port, "sub", clean_start=clean, properties=EXPIRY)
+    assert ack.session_present == (not clean)
+    return c
+
+
+async def _event(c: RawClient) -> list[str]:
+    """The next composite event's component payloads (the PUBLISH is acknowledged)."""
+    p = await c.recv_where(lambda p: isinstance(p, Publish), TIMEOUT)
+    assert isinstance(p, Publish) and p.topic == "$composite/r", p
+    if p.qos:
+        c.send(Puback(p.packet_id or 0))
+    return [part["payload"] for part in json.loads(p.payload)["components"]]
+
+
+COMPOSITE = SubscriptionRequest("$composite/r/d/a & d/b", 1)
+WINDOW = Properties(user_properties=(("composite-window", "3600"),))
+
+
+async def test_subscription_acknowledged_right_before_kill(tmp_path: Path, procs: list[Serve]) -> None:
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=True)
+    ack = await sub.subscribe(COMPOSITE, properties=WINDOW)
+    assert isinstance(ack, Suback) and [int(c) for c in ack.reason_codes] == [1]
+    await s.kill()  # at once: the SUBACK came after the commit of its journal row
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=False)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    await pub.publish1("d/a", b"a1")
+    await pub.publish1("d/b", b"b1")
+    assert await _event(sub) == ["a1", "b1"]
+
+
+async def test_components_acknowledged_right_before_kill_stay_buffered(
+    tmp_path: Path, procs: list[Serve]
+) -> None:
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=True)
+    await sub.subscribe(COMPOSITE, properties=WINDOW)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    for n in range(1, 4):
+        await pub.publish1("d/a", b"a%d" % n)
+    await s.kill()  # right after the third PUBACK
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=False)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    for n in range(1, 4):
+        await pub.publish1("d/b", b"b%d" % n)
+        assert await _event(sub) == [f"a{n}", f"b{n}"]  # oldest first, all three kept
+
+
+async def test_event_queued_or_delivered_before_kill_is_not_produced_again(
+    tmp_path: Path, procs: list[Serve]
+) -> None:
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=True)
+    await sub.subscribe(COMPOSITE, properties=WINDOW)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    # delivered and acknowledged while connected
+    await pub.publish1("d/a", b"a1")
+    await pub.publish1("d/b", b"b1")
+    assert await _event(sub) == ["a1", "b1"]
+    await sub.close()
+    # queued for the disconnected persisted session (a stored message), a3 left buffered
+    await pub.publish1("d/a", b"a2")
+    await pub.publish1("d/a", b"a3")
+    await pub.publish1("d/b", b"b2")
+    await s.kill()
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=False)
+    assert await _event(sub) == ["a2", "b2"]  # the stored event, once
+    pub, _ = await RawClient.connect(s.port, "pub")
+    # a1 and a2 were consumed, a3 was not: b3 pairs with a3
+    await pub.publish1("d/b", b"b3")
+    assert await _event(sub) == ["a3", "b3"]
+    await pub.publish1("d/b", b"b4")
+    await pub.publish1("d/a", b"a4")
+    assert await _event(sub) == ["b4", "a4"]
+
+
+def _snapshot_journal(path: Path) -> int:
+    """The last journal row the snapshot file includes (0 while there is none)."""
+    try:
+        return int(json.loads(path.read_bytes())["journal"])
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+async def test_forked_snapshots_plus_journal(tmp_path: Path, procs: list[Serve]) -> None:
+    """Snapshots every 50 ms once a row was written (a forked child writes each): the state
+    after the kill is the last snapshot plus the journal rows after it, which were trimmed
+    behind it."""
+    procs.append(s := await _serve(tmp_path, interval=0.05, rows=1))
+    sub = await _subscriber(s.port, clean=True)
+    await sub.subscribe(COMPOSITE, properties=WINDOW)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    await pub.publish1("d/a", b"a1")
+    snap = tmp_path / "broker.db.composite"
+    await eventually(lambda: _snapshot_journal(snap) >= 2)  # the subscription and a1
+    await pub.publish1("d/a", b"a2")  # in the journal only (unless a snapshot is quicker)
+    await s.kill()
+    with sqlite3.connect(tmp_path / "broker.db") as db:
+        seqs = [r[0] for r in db.execute("SELECT seq FROM composite_journal")]
+    assert all(seq > 1 for seq in seqs)  # the rows a snapshot holds were deleted
+    assert any("composite snapshot" in line and "paused" in line for line in s.log), "".join(s.log)
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=False)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    await pub.publish1("d/b", b"b1")
+    assert await _event(sub) == ["a1", "b1"]
+    await pub.publish1("d/b", b"b2")
+    assert await _event(sub) == ["a2", "b2"]
+
+
+async def test_delegated_subscription_acknowledged_right_before_kill(
+    tmp_path: Path, procs: list[Serve]
+) -> None:
+    cluster = ("--cluster-listen", "127.0.0.1:0")
+    procs.append(s := await _serve(tmp_path, 5.0, 10_000, *cluster))
+    sub = await _subscriber(s.port, clean=True)
+    await sub.subscribe(COMPOSITE)
+    await s.kill()
+    procs.append(s := await _serve(tmp_path, 5.0, 10_000, *cluster))
+    await eventually(lambda: any("delegated again" in line for line in s.log), timeout=TIMEOUT)
+    sub = await _subscriber(s.port, clean=False)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    await pub.publish1("d/a", b"a1")
+    await pub.publish1("d/b", b"b1")
+    assert await _event(sub) == ["a1", "b1"]
+
+
+def _journalled_qos0(db: Path) -> int:
+    """QoS 0 offers in the committed journal (``OFFERS`` rows)."""
+    try:
+        with sqlite3.connect(db) as c:
+            rows = c.execute("SELECT data FROM composite_journal WHERE kind = 6").fetchall()
+    except sqlite3.Error:
+        return 0
+    return sum(len(json.loads(r[0])["clock"]) for r in rows)
+
+
+async def test_qos0_components_are_journalled_within_a_tick(tmp_path: Path, procs: list[Serve]) -> None:
+    """QoS 0 offers are written in batches, at the latest at the next broker tick (0.25 s);
+    once committed they survive the kill like the others."""
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=True)
+    await sub.subscribe(COMPOSITE, properties=WINDOW)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    for n in range(1, 4):
+        pub.send(Publish("d/a", b"a%d" % n, 0))
+    await pub.barrier()
+    await eventually(lambda: _journalled_qos0(tmp_path / "broker.db") == 3)
+    await s.kill()
+    procs.append(s := await _serve(tmp_path))
+    sub = await _subscriber(s.port, clean=False)
+    pub, _ = await RawClient.connect(s.port, "pub")
+    for n in range(1, 4):
+        await pub.publish1("d/b", b"b%d" % n)
+        assert await _event(sub) == [f"a{n}", f"b{n}"]
