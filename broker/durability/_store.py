@@ -97,166 +97,19 @@ from broker.durability._records import (
     SessionRecord,
     StoreClosed,
     StoreError,
-    StoreVersionError,
     decode_properties,
     encode_properties,
 )
+from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate
 from broker.packets import Will
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
 
-# ---------------------------------------------------------------------------- schema
-_V1 = """
-CREATE TABLE sessions (
-    client_id TEXT PRIMARY KEY,
-    protocol_level INTEGER NOT NULL,
-    expiry_interval INTEGER NOT NULL,
-    disconnected_at REAL,
-    username TEXT,
-    next_pid INTEGER NOT NULL DEFAULT 1,
-    will_topic TEXT,
-    will_payload BLOB,
-    will_qos INTEGER,
-    will_retain INTEGER,
-    will_properties BLOB,
-    will_due REAL
-) WITHOUT ROWID;
-CREATE TABLE entries (
-    client_id TEXT NOT NULL,
-    topic_filter TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    positive INTEGER NOT NULL,
-    qos INTEGER,
-    no_local INTEGER,
-    retain_as_published INTEGER,
-    retain_handling INTEGER,
-    subscription_id INTEGER,
-    selector TEXT,
-    plain_filter TEXT,
-    PRIMARY KEY (client_id, topic_filter)
-) WITHOUT ROWID;
-CREATE TABLE outgoing (
-    client_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    direction INTEGER NOT NULL DEFAULT 0,
-    state INTEGER NOT NULL,
-    packet_id INTEGER,
-    topic TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    msg_qos INTEGER NOT NULL,
-    msg_retain INTEGER NOT NULL,
-    properties BLOB,
-    publisher_id TEXT,
-    expires_at REAL,
-    qos INTEGER NOT NULL,
-    retain INTEGER NOT NULL,
-    sub_ids TEXT,
-    topic_filter TEXT NOT NULL,
-    selector TEXT,
-    PRIMARY KEY (client_id, seq)
-) WITHOUT ROWID;
-CREATE UNIQUE INDEX outgoing_pid ON outgoing (client_id, packet_id) WHERE packet_id IS NOT NULL;
-CREATE TABLE qos2_in (
-    client_id TEXT NOT NULL,
-    packet_id INTEGER NOT NULL,
-    PRIMARY KEY (client_id, packet_id)
-) WITHOUT ROWID;
-CREATE TABLE retained (
-    topic TEXT PRIMARY KEY,
-    payload BLOB NOT NULL,
-    qos INTEGER NOT NULL,
-    properties BLOB,
-    publisher_id TEXT,
-    expires_at REAL
-) WITHOUT ROWID;
-"""
-
-# the journal of the composite subscriptions of persisted sessions since their last snapshot
-# (broker/core/_composite_log.py; docs/composite.md, "What persists"): one row per engine call
-_V2 = """
-CREATE TABLE composite_journal (
-    seq INTEGER PRIMARY KEY,
-    kind INTEGER NOT NULL,
-    clock REAL,
-    topic TEXT,
-    payload BLOB,
-    qos INTEGER,
-    data TEXT,
-    writes INTEGER NOT NULL DEFAULT 0
-);
-"""
-
-#: ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1`` (version 0 = empty file).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def _schema_version(db: sqlite3.Connection) -> int:
-    db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    row = db.execute("SELECT version FROM schema_version").fetchone()
-    if row is None:
-        db.execute("INSERT INTO schema_version VALUES (0)")
-        return 0
-    return int(row[0])
-
-
-def migrate(db: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS) -> int:
-    """Bring ``db`` to ``len(migrations)``, one transaction per step; returns the old version.
-
-    Raises :class:`StoreVersionError` for a database newer than ``migrations`` know.
-    """
-    with db:
-        version = _schema_version(db)
-    target = len(migrations)
-    if version > target:
-        raise StoreVersionError(
-            f"database schema version {version} is newer than this siftmq supports ({target}); "
-            "upgrade siftmq or point --data-dir elsewhere"
-        )
-    for v in range(version, target):
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in migrations[v].split(";"):
-                if stmt.strip():
-                    db.execute(stmt)
-            db.execute("UPDATE schema_version SET version = ?", (v + 1,))
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-    return version
-
-
 # ---------------------------------------------------------------------------- operations
+_SQL = SQL  # the statements by operation name (tests replay operations with it)
 _Op = tuple[str, Any]  # (name in _SQL, its parameters; a _Row for "outgoing")
 _WAKE = 1  # the writer's token: a round is due (at most one outstanding: Store._wake_sent)
 _STOP = 0  # the writer's token from close(): a last round, then stop
-
-_SQL: dict[str, str] = {
-    "session": "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-    "disconnected": "UPDATE sessions SET disconnected_at = ?, will_due = ?, next_pid = ? WHERE client_id = ?",
-    "will": (
-        "UPDATE sessions SET will_topic = ?, will_payload = ?, will_qos = ?, will_retain = ?, "
-        "will_properties = ?, will_due = ? WHERE client_id = ?"
-    ),
-    "expiry": "UPDATE sessions SET expiry_interval = ? WHERE client_id = ?",
-    "del_session": "DELETE FROM sessions WHERE client_id = ?",
-    "del_entries": "DELETE FROM entries WHERE client_id = ?",
-    "del_outgoing": "DELETE FROM outgoing WHERE client_id = ?",
-    "del_qos2": "DELETE FROM qos2_in WHERE client_id = ?",
-    "entry": "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-    "outgoing": "INSERT INTO outgoing VALUES (?,?,0,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-    "sent": "UPDATE outgoing SET state = 1, packet_id = ? WHERE client_id = ? AND seq = ?",
-    "pubrec": "UPDATE outgoing SET state = 2 WHERE client_id = ? AND packet_id = ?",
-    "acked": "DELETE FROM outgoing WHERE client_id = ? AND packet_id = ?",
-    "dropped": "DELETE FROM outgoing WHERE client_id = ? AND seq = ?",
-    "qos2_add": "INSERT OR IGNORE INTO qos2_in VALUES (?,?)",
-    "qos2_del": "DELETE FROM qos2_in WHERE client_id = ? AND packet_id = ?",
-    "retain": "INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?)",
-    "unretain": "DELETE FROM retained WHERE topic = ?",
-    "composite": "INSERT OR REPLACE INTO composite_journal VALUES (?,?,?,?,?,?,?,?)",
-    "composite_trim": "DELETE FROM composite_journal WHERE seq <= ?",
-}
 
 
 def _batches(ops: list[_Op], max_batch: int) -> list[list[_Op]]:
@@ -536,7 +389,7 @@ class Store:
         """
         tokens = self._tokens
         db = self._db
-        sql = _SQL
+        sql = SQL
         max_batch = self.max_batch
         delay = self.commit_delay
         stop = False
