@@ -46,7 +46,11 @@ lasts one commit, an fsync) never reaches SQLite, and its row is never even buil
 dictionaries, (client, seq) and (client, packet id) -> index in the list, find the insert in
 O(1); both are replaced at the swap, so they only ever point into the current list.  The
 core reuses a packet id only after its completion was written or cancelled, and a sequence
-number never, so neither key can name an older row while its insert is pending.
+number never, so neither key can name an older row while its insert is pending.  One case
+cannot be applied in place: a queued insert that is sent with a packet id whose previous row's
+DELETE was queued after the insert (the id was freed meanwhile) — moving the id to the insert's
+place would put it before that DELETE; such a "sent" is queued as an update instead (the set
+``_freed``, replaced at the swap like the dictionaries).
 
 ``commit_delay`` (the broker's ``store_commit_delay``, 2 ms) is the same trade as PostgreSQL's
 ``commit_delay`` and MySQL's ``binlog_group_commit_sync_delay``, narrowed to the case it pays
@@ -308,6 +312,8 @@ class Store:
         self._ops: list[_Op | None] = []  # not yet taken; None = cancelled in place
         self._by_seq: dict[tuple[str, int], int] = {}  # queued insert -> index in _ops
         self._by_pid: dict[tuple[str, int], int] = {}  # insert with a packet id -> index
+        # packet ids whose DELETE ("acked") is in _ops: an insert before it must not take one
+        self._freed: set[tuple[str, int]] = set()
         self._next: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._wake_sent = False
         self._async_waiter: (
@@ -367,6 +373,7 @@ class Store:
             self._ops = []
             self._by_seq = {}
             self._by_pid = {}
+            self._freed = set()
         self.taken += len(taken)
         ops: list[_Op] = []
         for op in taken:
@@ -567,9 +574,15 @@ class Store:
                 self._by_pid[row.client_id, row.pid] = i
 
     def mark_sent(self, client_id: str, seq: int, packet_id: int) -> None:
-        """A queued message left the queue as PUBLISH with ``packet_id``. O(1)."""
+        """A queued message left the queue as PUBLISH with ``packet_id``. O(1).
+
+        Applied in place unless the DELETE of an older row with the same packet id was queued
+        after the insert (the insert would then come first, with that id: the DELETE would
+        hit the new row, and the unique index would refuse the insert).
+        """
         with self._sync_lock:
-            i = self._by_seq.pop((client_id, seq), None)
+            key = (client_id, packet_id)
+            i = None if key in self._freed else self._by_seq.pop((client_id, seq), None)
             if i is None:
                 self._put("sent", (packet_id, client_id, seq))
                 return
@@ -577,7 +590,7 @@ class Store:
             row: _Row = self._ops[i][1]  # type: ignore[index]
             row.state = int(MessageState.PUBLISH_SENT)
             row.pid = packet_id
-            self._by_pid[client_id, packet_id] = i
+            self._by_pid[key] = i
 
     def mark_pubrec(self, client_id: str, packet_id: int) -> None:
         """PUBREC received for an outgoing QoS 2 message (PUBREL sent). O(1)."""
@@ -605,6 +618,8 @@ class Store:
             i = (self._by_seq if queued else self._by_pid).pop((client_id, key), None)
             if i is None:
                 self._put(name, (client_id, key))
+                if not queued:
+                    self._freed.add((client_id, key))
                 return
             self.submitted += 1
             self.cancelled += 1

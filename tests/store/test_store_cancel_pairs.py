@@ -130,3 +130,24 @@ def test_sent_and_acknowledged_before_the_writer_takes_them_writes_nothing(tmp_p
         store.sync().result()
         assert store.counts()["outgoing"] == 1
         assert store.operations == 2  # the session update and the second insert
+
+
+def test_a_packet_id_freed_after_a_pending_insert_is_not_moved_before_its_delete(tmp_path: Path) -> None:
+    """Found by the model test above: a queued insert is pending, the older row with packet
+    id 3 is completed (its DELETE queued after the insert), then the queued message is sent
+    with id 3. Applied in place, the insert would carry id 3 before that DELETE (the unique
+    index refuses it, or the DELETE removes the new row); it must stay an update after it."""
+    with Store(tmp_path / "broker.db") as store:
+        store.add_outgoing(OutgoingRecord("a", 1, MessageState.PUBLISH_SENT, 3, MSG, 1, False))
+        store.sync().result()
+        with store._lock:
+            store.set_expiry("x", 10)
+            while store.taken <= 1:  # the writer took it and now waits for the lock
+                pass
+            store.add_outgoing(OutgoingRecord("a", 2, MessageState.QUEUED, None, MSG, 1, False))
+            store.complete("a", 3)
+            store.mark_sent("a", 2, 3)
+        store.sync().result()
+        with store._lock:
+            rows = store._db.execute("SELECT seq, state, packet_id FROM outgoing").fetchall()
+        assert rows == [(2, 1, 3)]
