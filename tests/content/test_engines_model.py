@@ -85,12 +85,19 @@ def machine_for(engine_name: str) -> type[RuleBasedStateMachine]:
     return EngineVsBruteForce
 
 
+#: tama rebuilds its numpy tables at the first match after a change, so one of its examples
+#: costs about 5x another engine's (12.7 s for 60 in the suite's slowest-tests list, the
+#: others 2-3 s); fewer examples keep the suite within its time budget (tests/content/
+#: test_baselines004.py checks it against brute force besides)
+EXAMPLES = {"tama": 25}
+
+
 @pytest.mark.parametrize("engine_name", ENGINE_NAMES)
 def test_engine_agrees_with_brute_force(engine_name: str) -> None:
     run_state_machine_as_test(
         machine_for(engine_name),
         settings=settings(
-            max_examples=60,
+            max_examples=EXAMPLES.get(engine_name, 60),
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
