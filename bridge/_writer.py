@@ -46,6 +46,7 @@ This part of the project has no seed document: it follows issue 6 (items 1 and 2
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import os
 import threading
@@ -167,62 +168,24 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
     return deliveries, pubs
 
 
-def _changes_table(batch: list[SubscriptionChange]) -> pa.Table:
-    return pa.Table.from_arrays(
-        [
-            _ts(np.array([r.time for r in batch], dtype=np.float64)),
-            pa.array([r.client_id for r in batch], pa.string()),
-            pa.array([r.action.value for r in batch], pa.string()),
-            pa.array([r.topic_filter for r in batch], pa.string()),
-            pa.array([r.content_filter for r in batch], pa.string()),
-            pa.array([r.qos for r in batch], pa.int32()),
-            pa.array([r.entries for r in batch], pa.int64()),
-        ],
-        schema=SCHEMAS[Kind.SUBSCRIPTION_CHANGES],
-    )
-
-
-def _composite_changes_table(batch: list[CompositeChange], node: str | None) -> pa.Table:
-    return pa.Table.from_arrays(
-        [
-            _ts(np.array([r.time for r in batch], dtype=np.float64)),
-            pa.array([r.client_id for r in batch], pa.string()),
-            pa.array([r.name for r in batch], pa.string()),
-            pa.array([r.action.value for r in batch], pa.string()),
-            pa.array([r.expression for r in batch], pa.string()),
-            pa.array([r.window for r in batch], pa.float64()),
-            pa.array([r.max_buffer for r in batch], pa.int64()),
-            pa.array([r.qos for r in batch], pa.int32()),
-            pa.array([r.subscriptions for r in batch], pa.int64()),
-            _node_column(node, len(batch)),
-        ],
-        schema=SCHEMAS[Kind.COMPOSITE_CHANGES],
-    )
-
-
-def _composite_losses_table(batch: list[CompositeLoss], node: str | None) -> pa.Table:
-    return pa.Table.from_arrays(
-        [
-            _ts(np.array([r.time for r in batch], dtype=np.float64)),
-            pa.array([r.expression for r in batch], pa.string()),
-            pa.array([r.window for r in batch], pa.float64()),
-            pa.array([r.max_buffer for r in batch], pa.int64()),
-            pa.array([r.element for r in batch], pa.string()),
-            pa.array([r.expired for r in batch], pa.int64()),
-            pa.array([r.dropped for r in batch], pa.int64()),
-            _node_column(node, len(batch)),
-        ],
-        schema=SCHEMAS[Kind.COMPOSITE_LOSSES],
-    )
-
-
 def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
-    """The table of a batch of one record list's kind."""
-    if kind is Kind.SUBSCRIPTION_CHANGES:
-        return _changes_table(batch)
-    if kind is Kind.COMPOSITE_CHANGES:
-        return _composite_changes_table(batch, node)
-    return _composite_losses_table(batch, node)
+    """The table of a batch of the broker's records of one kind (``SubscriptionChange``,
+    ``CompositeChange``, ``CompositeLoss``): each column of the kind's schema is the record
+    attribute of that name (an enum as its value), ``time`` a timestamp, ``node`` ``node``.
+    O(rows x columns)."""
+    schema = SCHEMAS[kind]
+    arrays = []
+    for f in schema:
+        if f.name == "time":
+            arrays.append(_ts(np.array([r.time for r in batch], dtype=np.float64)))
+        elif f.name == "node":
+            arrays.append(_node_column(node, len(batch)))
+        else:
+            values = [getattr(r, f.name) for r in batch]
+            if values and isinstance(values[0], enum.Enum):
+                values = [v.value for v in values]
+            arrays.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 #: the kinds buffered as lists of the broker's records (deliveries and publications go through

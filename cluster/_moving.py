@@ -85,6 +85,13 @@ def decode_entry(entry: list[Any], now: float) -> tuple[Message, Route, int | No
     return msg, route, (None if pid is None else int(pid)), int(state)
 
 
+def deliver_route(core: Core, s: Session, msg: Message, route: Route, now: float) -> None:
+    """``Core.deliver`` of ``msg`` to ``s`` as ``route`` says (QoS, RETAIN, ids, filter)."""
+    core.deliver(
+        s, msg, route.qos, route.retain, route.subscription_ids, route.topic_filter, route.selector, now
+    )
+
+
 def deliver_dup(core: Core, s: Session, msg: Message, route: Route, now: float) -> None:
     """Deliver ``msg`` to ``s`` as a possible duplicate: with DUP if it is sent at once (the
     same steps as ``Core.deliver``'s direct path), the usual way otherwise."""
@@ -98,9 +105,7 @@ def deliver_dup(core: Core, s: Session, msg: Message, route: Route, now: float) 
         or s.queue
         or len(s.inflight) >= conn.window
     ):
-        core.deliver(
-            s, msg, qos, route.retain, route.subscription_ids, route.topic_filter, route.selector, now
-        )
+        deliver_route(core, s, msg, route, now)
         return
     out = Outgoing(msg, qos, route.retain, route.subscription_ids, route.topic_filter, route.selector)
     pid = s.allocate_pid()

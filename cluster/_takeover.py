@@ -72,6 +72,7 @@ from cluster._moving import (
     Diversions,
     Handler,
     deliver_dup,
+    deliver_route,
     install,
     install_qos2_ids,
     outgoing_entry,
@@ -427,15 +428,19 @@ class Takeover:
         check = core.may_receive if core.obs.authorize else None
         for m, r in buffered:
             if check is None or check(s, m.topic):
-                core.deliver(s, m, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+                deliver_route(core, s, m, r, now)
+
+    def _forget(self, h: _Incoming | _Outgoing) -> None:
+        """A handover ends on this node: no longer listed, its timer off, its diversions gone."""
+        (self.incoming if isinstance(h, _Incoming) else self.outgoing).pop(h.rid, None)
+        if h.timer is not None:
+            h.timer.cancel()
+        self.diversions.clear_client(h.client_id)
 
     def _finish_in(self, inc: _Incoming) -> None:
         """B's handover ends (done, given up, or the client left): what was held is delivered
         flagged DUP (the old node may have it too), then what was buffered."""
-        self.incoming.pop(inc.rid, None)
-        if inc.timer is not None:
-            inc.timer.cancel()
-        self.diversions.clear_client(inc.client_id)
+        self._forget(inc)
         core = self.core
         s = inc.session
         now = core.clock.monotonic()
@@ -610,8 +615,7 @@ class Takeover:
         s = out.session
         cid = out.client_id
         if core.sessions.get(cid) is not s:  # ended meanwhile (expired)
-            self.outgoing.pop(out.rid, None)
-            self.diversions.clear_client(cid)
+            self._forget(out)
             return
         now = core.clock.monotonic()
         self.send(
@@ -629,8 +633,7 @@ class Takeover:
         out.aside = []
         self.moved_out += 1
         if out.ready and out.fenced >= out.peers:
-            self.outgoing.pop(out.rid, None)
-            self.diversions.clear_client(cid)
+            self._forget(out)
             core.end_session(s, now)
             core.flush()
             log.info("session %s moved to node %s", cid[:40], out.dest[:8])
@@ -664,10 +667,7 @@ class Takeover:
         )
 
     def _end_forwarding(self, out: _Outgoing, why: str) -> None:
-        self.outgoing.pop(out.rid, None)
-        if out.timer is not None:
-            out.timer.cancel()
-        self.diversions.clear_client(out.client_id)
+        self._forget(out)
         core = self.core
         s = out.session
         if core.sessions.get(out.client_id) is s:
@@ -678,10 +678,7 @@ class Takeover:
     def _cancel_out(self, out: _Outgoing, why: str) -> None:
         """The session stays here (the new node left, or the client came back): before the
         tail, what was set aside is queued again; a forwarder becomes the session again."""
-        self.outgoing.pop(out.rid, None)
-        if out.timer is not None:
-            out.timer.cancel()
-        self.diversions.clear_client(out.client_id)
+        self._forget(out)
         core = self.core
         s = out.session
         now = core.clock.monotonic()
@@ -692,7 +689,7 @@ class Takeover:
                     core.journal.connected(s, now)  # stored again (its rows went with the tail)
             else:
                 for m, r in out.aside:
-                    core.deliver(s, m, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+                    deliver_route(core, s, m, r, now)
         out.aside = []
         core.flush()
         log.warning("session %s: handover to %s cancelled, %s", out.client_id[:40], out.dest[:8], why)

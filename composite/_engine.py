@@ -207,6 +207,15 @@ def _none(c: list[int], a: tuple[AtomElement, ...], lim: float) -> list[int]:
     return []
 
 
+def _keep_loss(lost: dict[_Sub, list[int]], sub: _Sub, i: int, expired: int, dropped: int) -> None:
+    """Add to ``sub``'s row of losses kept for ``drain_losses``: per atom, expired then dropped."""
+    row = lost.get(sub)
+    if row is None:
+        row = lost[sub] = [0] * (2 * len(sub.atoms))
+    row[i] += expired
+    row[len(sub.atoms) + i] += dropped
+
+
 def _policy(window: float, cap: int) -> tuple[float, int]:
     w = float(window)
     if not (w > 0 and math.isfinite(w)):
@@ -549,11 +558,7 @@ class CompositeEngine:
         sub.expired += j - c - d
         lost = self._lost
         if lost is not None:
-            row = lost.get(sub)
-            if row is None:
-                row = lost[sub] = [0] * (2 * len(sub.atoms))
-            row[i] += j - c - d
-            row[len(sub.atoms) + i] += d
+            _keep_loss(lost, sub, i, j - c - d, d)
 
     def track_losses(self, on: bool) -> None:
         """Keep (``on``) or stop keeping what :meth:`drain_losses` returns.  Counting is lazy
@@ -619,11 +624,7 @@ class CompositeEngine:
                 sub.dropped += d
                 sub.expired += start - c - d
                 if lost is not None:
-                    row = lost.get(sub)
-                    if row is None:
-                        row = lost[sub] = [0] * (2 * len(sub.atoms))
-                    row[i] += start - c - d
-                    row[len(sub.atoms) + i] += d
+                    _keep_loss(lost, sub, i, start - c - d, d)
                 cur[i] = start
                 if at_end:
                     g.waiting.add(sub)

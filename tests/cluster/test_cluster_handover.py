@@ -123,6 +123,15 @@ def _counter(node: Node, name: str) -> int:
     return int(sys_values(node, "$SYS/cluster/sessions/+", 7)[f"$SYS/cluster/sessions/{name}"])
 
 
+def _subscribe_everywhere(mover: Mover, feeders: list[Feeder]) -> None:
+    """A new session (no session present) subscribes to every feeder's topic, QoS 1, and
+    waits until its routes reached every feeder's node."""
+    assert mover.present.get(timeout=T) is False
+    mover.c.subscribe("feed/#", qos=1)
+    assert mover.subscribed.wait(T)
+    _subscribed_everywhere(mover, feeders)
+
+
 def _subscribed_everywhere(mover: Mover, feeders: list[Feeder]) -> None:
     """Until the mover received a message of every feeder that the feeder's node has
     acknowledged (its routes reached every node)."""
@@ -169,10 +178,7 @@ def test_peers_stopped_and_killed_mid_handover_lose_no_acknowledged_message(
     first = Mover(a.port)
     second: Mover | None = None
     try:
-        assert first.present.get(timeout=T) is False
-        first.c.subscribe("feed/#", qos=1)
-        assert first.subscribed.wait(T)
-        _subscribed_everywhere(first, feeders)
+        _subscribe_everywhere(first, feeders)
         firsts = _firsts(first)
         first.close()  # offline at A: what comes is queued there
         x.proc.send_signal(signal.SIGSTOP)
@@ -235,10 +241,7 @@ def test_the_old_node_killed_mid_handover(four: list[Node]) -> None:
     first = Mover(a.port)
     second: Mover | None = None
     try:
-        assert first.present.get(timeout=T) is False
-        first.c.subscribe("feed/#", qos=1)
-        assert first.subscribed.wait(T)
-        _subscribed_everywhere(first, feeders)
+        _subscribe_everywhere(first, feeders)
         first.close()
         x.proc.send_signal(signal.SIGSTOP)
         second = Mover(b.port)

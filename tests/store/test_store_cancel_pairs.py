@@ -12,6 +12,7 @@ be equal.
 from __future__ import annotations
 
 import sqlite3
+import time
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
@@ -54,6 +55,14 @@ def _through_store(path: Path, calls: list[_Call]) -> list[tuple[Any, ...]]:
             else:
                 getattr(store, c[0])(*c[1])
     return _rows(sqlite3.connect(path))
+
+
+def _writer_took(store: Store, n: int) -> None:
+    """Until the writer thread has taken ``n`` operations (no sleep: it needs only the GIL)."""
+    deadline = time.monotonic() + 10
+    while store.taken < n:
+        assert time.monotonic() < deadline, "the writer never took its round"
+        time.sleep(0)
 
 
 @st.composite
@@ -117,8 +126,7 @@ def test_sent_and_acknowledged_before_the_writer_takes_them_writes_nothing(tmp_p
     with Store(tmp_path / "broker.db") as store:
         with store._lock:  # the writer takes the first operation, then waits for the lock
             store.set_expiry("x", 10)
-            while store.taken == 0:  # the writer took it and now waits for the lock
-                pass
+            _writer_took(store, 1)  # and now waits for the lock
             r = OutgoingRecord("a", 1, MessageState.PUBLISH_SENT, 7, MSG, 2, False)
             store.add_outgoing(r)
             store.mark_pubrec("a", 7)
@@ -142,8 +150,7 @@ def test_a_packet_id_freed_after_a_pending_insert_is_not_moved_before_its_delete
         store.sync().result()
         with store._lock:
             store.set_expiry("x", 10)
-            while store.taken <= 1:  # the writer took it and now waits for the lock
-                pass
+            _writer_took(store, 2)  # and now waits for the lock
             store.add_outgoing(OutgoingRecord("a", 2, MessageState.QUEUED, None, MSG, 1, False))
             store.complete("a", 3)
             store.mark_sent("a", 2, 3)
