@@ -60,7 +60,8 @@ mosquitto:
 	      || echo "mosquitto could not be installed: the bridge test will be skipped"; \
 	  else echo "mosquitto not installed: the bridge test will be skipped"; fi; }
 
-# one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway)
+# one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway), the
+# files using the Spark session on one worker (tests/conftest.py)
 unit: $(BUILT) chromium mosquitto
 	$(PY) -m pytest -n auto --dist loadfile
 
