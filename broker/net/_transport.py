@@ -53,6 +53,8 @@ PROBE_BYTES = 16 * 1024
 #: seconds after its last shedding read during which a connection found behind again sheds
 #: at once (no new grace): an overload that lasts must not buy a grace period per cycle
 SHED_MEMORY = 1.0
+#: while shedding, a read's newest ``ingress_shed_bytes // SHED_KEEP_FRACTION`` bytes are routed
+SHED_KEEP_FRACTION = 8
 log = logging.getLogger("broker")
 
 
@@ -252,8 +254,8 @@ class MQTTProtocol(asyncio.Protocol):
                 conn.client_id,
                 f"publisher {read + behind} bytes ahead of the broker: its QoS 0 shed while above {mark}",
             )
-        # route the newest ``mark`` bytes of the read, shed the QoS 0 before them
-        decoder.shed_keep = mark if shed else -1
+        # route the newest SHED_KEEP_FRACTION of ``mark`` bytes of the read, shed the QoS 0 before them
+        decoder.shed_keep = max(mark // SHED_KEEP_FRACTION, 1) if shed else -1
 
     def _screen(self, conn: Connection, packets: list[Packet]) -> bool:
         """The listener's admission decision on the first packet; True if it refused it.
