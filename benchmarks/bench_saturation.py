@@ -39,6 +39,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import signal
 import struct
 import subprocess
@@ -55,6 +56,8 @@ from bench_brokers import ROOT, RunningBroker, available, free_port, start_broke
 from loadgen._codec import connect, puback, subscribe
 
 TS_BIAS = 10**18
+#: latency and backlog samples kept per scenario (a uniform sample of the window)
+SAMPLES = 200_000
 PAYLOAD_PAD = 20
 
 
@@ -112,6 +115,31 @@ class Tally:
     latencies: list[int] = field(default_factory=list)
     recording: bool = False
     unread: list[int] = field(default_factory=list)  # bytes left in a subscriber's socket
+    # a uniform sample of the whole window (reservoir, Algorithm R): a list that stopped at
+    # SAMPLES would hold only the window's first second or so, at the overload's onset
+    seen_latencies: int = 0
+    seen_unread: int = 0
+    # (second of the window, latency) for a per-second p99 profile, sampled the same way
+    timeline: list[tuple[int, int]] = field(default_factory=list)
+    window_start_ns: int = 0
+
+    def latency(self, now: int, ns: int) -> None:
+        self.seen_latencies += 1
+        n = self.seen_latencies
+        if n <= SAMPLES:
+            self.latencies.append(ns)
+            self.timeline.append(((now - self.window_start_ns) // 1_000_000_000, ns))
+        elif (j := random.randrange(n)) < SAMPLES:
+            self.latencies[j] = ns
+            self.timeline[j] = ((now - self.window_start_ns) // 1_000_000_000, ns)
+
+    def backlog(self, nbytes: int) -> None:
+        self.seen_unread += 1
+        n = self.seen_unread
+        if n <= SAMPLES:
+            self.unread.append(nbytes)
+        elif (j := random.randrange(n)) < SAMPLES:
+            self.unread[j] = nbytes
 
 
 class Client(asyncio.Protocol):
@@ -230,8 +258,7 @@ def _bind_publish_handler(c: Client) -> None:
             tally.delivered += 1
             if tally.recording:
                 tally.in_window += 1
-                if len(tally.latencies) < 200_000:
-                    tally.latencies.append(now - ts)
+                tally.latency(now, now - ts)
         if out and c.transport is not None:
             c.transport.write(b"".join(out))
         if c.budget is not None and c.transport is not None and n:
@@ -275,15 +302,14 @@ def _bind_counter(c: Client) -> Callable[[], None]:
         now = time.monotonic_ns()
         if fd[0] < 0 and c.transport is not None:
             fd[0] = c.transport.get_extra_info("socket").fileno()
-        if len(tally.unread) < 200_000:  # the generator's own lag: what it has not read yet
-            tally.unread.append(struct.unpack("i", fcntl.ioctl(fd[0], termios.FIONREAD, b"\0\0\0\0"))[0])
+        # the generator's own lag: what it has not read yet
+        tally.backlog(struct.unpack("i", fcntl.ioctl(fd[0], termios.FIONREAD, b"\0\0\0\0"))[0])
         first = (size - partial) % size
         step = size * max(1, k // 4)
         for off in range(first, n - size + 1, step):
             if data[off : off + len(head)] != head:
                 raise RuntimeError(f"{c.topic!r}: unexpected bytes at a frame boundary")
-            if len(tally.latencies) < 200_000:
-                tally.latencies.append(now - (int(data[off + ts_at : off + ts_at + 19]) - TS_BIAS))
+            tally.latency(now, now - (int(data[off + ts_at : off + ts_at + 19]) - TS_BIAS))
 
     def start() -> None:
         assert not c.rest, "bytes after the SUBACK"
@@ -333,6 +359,14 @@ def _pct(xs: list[int], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] / 1e6
 
 
+def _p99_by_second(st: Tally) -> list[float]:
+    """The p99 latency of each second of the window (where in the window the tail is)."""
+    by: dict[int, list[int]] = {}
+    for second, ns in st.timeline:
+        by.setdefault(second, []).append(ns)
+    return [round(_pct(by[k], 0.99), 1) for k in sorted(by)]
+
+
 async def _drain(stally: Tally, drain: float, cap: float = 20.0) -> None:
     """Wait until ``drain`` s pass without a delivery, or ``cap`` s in all."""
     last, since = stally.delivered, time.monotonic()
@@ -353,6 +387,7 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, o
         p.send(a.window)
     await asyncio.sleep(a.warmup)
     st.recording = True
+    st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
     slow_seen0 = _unique(subs[0].seen) if slow else 0
     await asyncio.sleep(a.duration)
@@ -398,6 +433,7 @@ async def run_flood(port: int, a: argparse.Namespace) -> float:
     while time.monotonic() < stop:
         if not st.recording and time.monotonic() >= t_rec:
             st.recording = True
+            st.window_start_ns = time.monotonic_ns()
             n0, t0 = st.in_window, time.monotonic()
         for p in pubs:
             if p.transport is not None and p.transport.get_write_buffer_size() < 1 << 20:
@@ -421,6 +457,7 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
     while (now := time.monotonic()) < end:
         if not st.recording and now - t0 >= a.warmup:
             st.recording = True
+            st.window_start_ns = time.monotonic_ns()
             rec_t0 = now
         due = (now - t0) * per_pub
         for i, p in enumerate(pubs):
@@ -442,6 +479,7 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
         "delivered_pct_of_sent": 100.0 * st.delivered / pt.sent if pt.sent else float("nan"),
         "p50_ms": _pct(st.latencies, 0.5),
         "p99_ms": _pct(st.latencies, 0.99),
+        "p99_by_second_ms": _p99_by_second(st),
         "generator_buffered_mb": sum(p.transport.get_write_buffer_size() for p in pubs if p.transport) / 1e6,
         # bytes the generator's subscribers had not read yet, as time at their delivery rate:
         # latency that is the generator's, not the broker's
@@ -593,6 +631,7 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "p99_ms",
                 "generator_unread_p99_ms",
                 "peak_rss_mb",
+                "p99_by_second_ms",
             ],
         ),
     ):

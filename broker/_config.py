@@ -145,7 +145,8 @@ class BrokerConfig:
     #: ingress load shedding (docs/broker.md, "Flow control"): when a read of a publisher's
     #: socket finds more than this many bytes still waiting in the kernel behind it, for
     #: ``ingress_shed_grace`` seconds in a row, the QoS 0 PUBLISHes (not retained) of its
-    #: reads are dropped unread and counted until the backlog is below it; 0 = never.
+    #: reads but their newest eighth of this many bytes are dropped unread and counted until
+    #: the backlog is below it; 0 = never.
     #: Bounds the latency of QoS 0 when publishers send faster than the broker can route.
     ingress_shed_bytes: int = 64 * 1024
     #: SO_SNDBUF of client sockets (bytes; Linux doubles it; 0 = the kernel's autotuning, up
