@@ -45,6 +45,7 @@ SPARK_SESSION_FILES = frozenset(
 )
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist: unknown to a run without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``loadfile``, except that the Spark-session files are one unit of work."""
     from xdist.scheduler import LoadFileScheduling
