@@ -64,3 +64,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     } - SPARK_SESSION_FILES
     if stale:
         raise pytest.UsageError(f"tests/conftest.py: add {sorted(stale)} to SPARK_SESSION_FILES")
+
+
+def pytest_configure(config: object) -> None:
+    """Refuse to test stale compiled modules: a mypyc extension shadows its edited source."""
+    from broker._build import stale_modules
+
+    stale = stale_modules()
+    if stale:
+        pytest.exit(f"compiled modules older than their source: {', '.join(stale)}; run `make build`", 2)
