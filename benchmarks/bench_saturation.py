@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Generic, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_brokers import ROOT, RunningBroker, available, free_port, start_broker
@@ -59,6 +60,7 @@ TS_BIAS = 10**18
 #: latency and backlog samples kept per scenario (a uniform sample of the window)
 SAMPLES = 200_000
 PAYLOAD_PAD = 20
+T = TypeVar("T")
 
 
 def _payload(seq: int, ts: int) -> bytes:
@@ -104,6 +106,22 @@ def _frames(buf: bytes) -> tuple[list[tuple[int, int, int]], bytes]:
     return out, buf[i:]
 
 
+class Reservoir(Generic[T]):
+    """A uniform sample of at most SAMPLES items of a stream (Algorithm R): a list that stopped
+    at SAMPLES would hold only the window's first second or so, at the overload's onset."""
+
+    def __init__(self) -> None:
+        self.items: list[T] = []
+        self.seen = 0
+
+    def add(self, item: T) -> None:
+        self.seen += 1
+        if self.seen <= SAMPLES:
+            self.items.append(item)
+        elif (j := random.randrange(self.seen)) < SAMPLES:
+            self.items[j] = item
+
+
 @dataclass
 class Tally:
     acked: int = 0
@@ -112,34 +130,19 @@ class Tally:
     in_window: int = 0
     duplicates: int = 0
     disconnects: int = 0
-    latencies: list[int] = field(default_factory=list)
     recording: bool = False
-    unread: list[int] = field(default_factory=list)  # bytes left in a subscriber's socket
-    # a uniform sample of the whole window (reservoir, Algorithm R): a list that stopped at
-    # SAMPLES would hold only the window's first second or so, at the overload's onset
-    seen_latencies: int = 0
-    seen_unread: int = 0
-    # (second of the window, latency) for a per-second p99 profile, sampled the same way
-    timeline: list[tuple[int, int]] = field(default_factory=list)
-    window_start_ns: int = 0
+    window_start_ns: int = 0  # when recording began
+    # (second of the window, latency ns) of sampled deliveries, and bytes left in a
+    # subscriber's socket at its reads: uniform samples of the whole window
+    timed: Reservoir[tuple[int, int]] = field(default_factory=Reservoir)
+    unread: Reservoir[int] = field(default_factory=Reservoir)
 
     def latency(self, now: int, ns: int) -> None:
-        self.seen_latencies += 1
-        n = self.seen_latencies
-        if n <= SAMPLES:
-            self.latencies.append(ns)
-            self.timeline.append(((now - self.window_start_ns) // 1_000_000_000, ns))
-        elif (j := random.randrange(n)) < SAMPLES:
-            self.latencies[j] = ns
-            self.timeline[j] = ((now - self.window_start_ns) // 1_000_000_000, ns)
+        self.timed.add(((now - self.window_start_ns) // 1_000_000_000, ns))
 
-    def backlog(self, nbytes: int) -> None:
-        self.seen_unread += 1
-        n = self.seen_unread
-        if n <= SAMPLES:
-            self.unread.append(nbytes)
-        elif (j := random.randrange(n)) < SAMPLES:
-            self.unread[j] = nbytes
+    @property
+    def latencies(self) -> list[int]:
+        return [ns for _, ns in self.timed.items]
 
 
 class Client(asyncio.Protocol):
@@ -303,7 +306,7 @@ def _bind_counter(c: Client) -> Callable[[], None]:
         if fd[0] < 0 and c.transport is not None:
             fd[0] = c.transport.get_extra_info("socket").fileno()
         # the generator's own lag: what it has not read yet
-        tally.backlog(struct.unpack("i", fcntl.ioctl(fd[0], termios.FIONREAD, b"\0\0\0\0"))[0])
+        tally.unread.add(struct.unpack("i", fcntl.ioctl(fd[0], termios.FIONREAD, b"\0\0\0\0"))[0])
         first = (size - partial) % size
         step = size * max(1, k // 4)
         for off in range(first, n - size + 1, step):
@@ -362,7 +365,7 @@ def _pct(xs: list[int], q: float) -> float:
 def _p99_by_second(st: Tally) -> list[float]:
     """The p99 latency of each second of the window (where in the window the tail is)."""
     by: dict[int, list[int]] = {}
-    for second, ns in st.timeline:
+    for second, ns in st.timed.items:
         by.setdefault(second, []).append(ns)
     return [round(_pct(by[k], 0.99), 1) for k in sorted(by)]
 
@@ -483,7 +486,7 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
         "generator_buffered_mb": sum(p.transport.get_write_buffer_size() for p in pubs if p.transport) / 1e6,
         # bytes the generator's subscribers had not read yet, as time at their delivery rate:
         # latency that is the generator's, not the broker's
-        "generator_unread_p99_ms": _pct(st.unread, 0.99)
+        "generator_unread_p99_ms": _pct(st.unread.items, 0.99)
         * 1e6
         / len(_publish_frame(b"sat/0", _payload(0, 0), 0, 0))
         / max(1.0, st.in_window / dt / len(subs))

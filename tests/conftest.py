@@ -45,6 +45,10 @@ SPARK_SESSION_FILES = frozenset(
 )
 
 
+def _file(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(optionalhook=True)  # a hook of xdist: unknown to a run without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """``loadfile``, except that the Spark-session files are one unit of work."""
@@ -52,7 +56,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     class _Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
+            file = _file(nodeid)
             return "spark-session" if file in SPARK_SESSION_FILES else file
 
     return _Scheduling(config, log)
@@ -60,7 +64,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     stale = {
-        item.nodeid.split("::", 1)[0] for item in items if "spark" in getattr(item, "fixturenames", ())
+        _file(item.nodeid) for item in items if "spark" in getattr(item, "fixturenames", ())
     } - SPARK_SESSION_FILES
     if stale:
         raise pytest.UsageError(f"tests/conftest.py: add {sorted(stale)} to SPARK_SESSION_FILES")

@@ -254,7 +254,7 @@ class MQTTProtocol(asyncio.Protocol):
                 conn.client_id,
                 f"publisher {read + behind} bytes ahead of the broker: its QoS 0 shed while above {mark}",
             )
-        # route the newest SHED_KEEP_FRACTION of ``mark`` bytes of the read, shed the QoS 0 before them
+        # route the read's newest ``mark // SHED_KEEP_FRACTION`` bytes, shed the QoS 0 before them
         decoder.shed_keep = max(mark // SHED_KEEP_FRACTION, 1) if shed else -1
 
     def _screen(self, conn: Connection, packets: list[Packet]) -> bool:
