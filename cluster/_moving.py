@@ -125,6 +125,7 @@ def install(core: Core, s: Session, entries: list[list[Any]], exact: bool, now: 
     is not sent again: the client has it).  Returns the number of possible duplicates. O(n)."""
     dups = 0
     conn = s.conn
+    s.materialize()  # a lean restored session shares empty containers (Session.lean)
     for entry in entries:
         msg, route, pid, state = decode_entry(entry, now)
         if not exact:
@@ -169,6 +170,7 @@ def install(core: Core, s: Session, entries: list[list[Any]], exact: bool, now: 
 
 def install_qos2_ids(core: Core, s: Session, ids: list[int]) -> None:
     """The client's QoS 2 packet ids that the old node received and not yet released."""
+    s.materialize()
     for pid in ids:
         if pid not in s.qos2_received:
             s.qos2_received.add(int(pid))

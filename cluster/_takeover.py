@@ -310,6 +310,7 @@ class Takeover:
         core = self.core
         client_id = s.client_id
         router = core.router
+        s.materialize()  # a lean restored session shares empty containers (Session.lean)
         for full, qos, no_local, rap, rh, sub_id, selector in msg["subs"]:
             req = SubscriptionRequest(full, int(qos), bool(no_local), bool(rap), int(rh))
             got = router.subscribe(client_id, s.selectors, req, selector, sub_id)

@@ -31,6 +31,7 @@ import topics
 from broker._config import BrokerConfig
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
+from broker.core._deadlines import Deadlines
 from broker.core._journal import Journal
 from broker.core._message import Message, Route, SubOptions
 from broker.core._observers import Observers
@@ -48,6 +49,14 @@ __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+
+
+def _will_due(s: Session) -> float | None:
+    return s.will_due
+
+
+def _expires_at(s: Session) -> float | None:
+    return s.expires_at
 
 
 class Core:
@@ -70,8 +79,9 @@ class Core:
         self.dirty: set[Connection] = set()
         self.stats = Stats()
         self.obs = Observers(hooks)
-        self.pending_wills: set[Session] = set()
-        self.expiring: set[Session] = set()
+        # sessions waiting for their will delay / their expiry, due ones found in O(k log n)
+        self.pending_wills = Deadlines(_will_due)
+        self.expiring = Deadlines(_expires_at)
         self.started = self.clock.monotonic()
         # PUBLISH templates of the message being fanned out ([3.1/3.1.1, 5])
         self.tmpl_msg: Message | None = None
@@ -183,6 +193,7 @@ class Core:
             present = True
         session.expires_at = None
         self.expiring.discard(session)
+        session.materialize()  # a lean restored session gets its own containers
         session.conn = conn
         conn.session = session
         return present
@@ -361,6 +372,8 @@ class Core:
         if len(queue) >= self.config.max_queued_messages:
             self._queue_full(s, conn)
             return
+        if not queue:  # a lean restored session shares an empty queue until now
+            queue = s.own_queue()
         queue.append(out)
         if s.persisted:
             self.journal.outgoing(s, out, MessageState.QUEUED, None, now)
@@ -466,10 +479,10 @@ class Core:
         for conn in list(self.connections):
             conn.check_keep_alive(now)
         if self.pending_wills:
-            for s in [s for s in self.pending_wills if s.will_due is not None and s.will_due <= now]:
+            for s in self.pending_wills.due(now):
                 self.publish_will(s, now)
         if self.expiring:
-            for s in [s for s in self.expiring if s.expires_at is not None and s.expires_at <= now]:
+            for s in self.expiring.due(now):
                 self.end_session(s, now)
         if self.congested:
             self._check_slow(now)

@@ -34,6 +34,7 @@ from broker.core._session import PUBLISH_SENT, PUBREL_SENT, AckWaiter, Connectio
 from broker.durability._records import (
     EntryRecord,
     LoadedState,
+    MessageRecord,
     MessageState,
     SessionRecord,
     message_record,
@@ -379,37 +380,11 @@ class Journal:
         router = core.router
         for rec in st.retained.values():
             router.store_retained(rec.to_message(now, wall))
+        # one Message per stored message, however many sessions it was queued for (the file
+        # holds a copy per delivery; live routing shares one object, and so does the restore)
+        messages: dict[MessageRecord, Message] = {}
         for cid, r in st.sessions.items():
-            s = Session(cid, r.expiry_interval)
-            s.persisted = True
-            s.version = r.protocol_level
-            s.next_pid, s.username, s.will = r.next_pid, r.username, r.will
-            exp = r.expires_at()
-            if exp is not None:
-                s.expires_at = now + (exp - wall)
-                core.expiring.add(s)
-            if r.will_due is not None and r.will is not None:
-                s.will_due = now + (r.will_due - wall)
-                core.pending_wills.add(s)
-            core.sessions[cid] = s
-            entries = st.entries.get(cid, [])
-            for e in entries:
-                opts = e.options
-                if opts is not None and opts.selector is not None:
-                    router.add_selector(opts.selector, content.compile(opts.selector))
-                    s.selectors[e.topic_filter] = opts.selector
-            replay_entries(router.index, cid, entries)
-            for o in st.outgoing.get(cid, ()):
-                out = Outgoing(
-                    o.message.to_message(now, wall), o.qos, o.retain, o.sub_ids, o.topic_filter, o.selector
-                )
-                out.seq = o.seq
-                if o.packet_id is None:
-                    s.queue.append(out)
-                else:
-                    out.state = PUBLISH_SENT if o.state is MessageState.PUBLISH_SENT else PUBREL_SENT
-                    s.inflight[o.packet_id] = out
-            s.qos2_received = set(st.qos2_in.get(cid, ()))
+            self._restore_session(cid, r, st, messages, now, wall)
         for cid in sorted(st.crashed):
             c = core.sessions.get(cid)
             if c is None or c.will is None or c.will_due is not None:
@@ -426,3 +401,54 @@ class Journal:
                 gone = Session(r.client_id)
                 gone.will = r.will
                 core.publish_will(gone, now)
+
+    def _restore_session(  # noqa: PLR0917
+        self,
+        cid: str,
+        r: SessionRecord,
+        st: LoadedState,
+        messages: dict[MessageRecord, Message],
+        now: float,
+        wall: float,
+    ) -> None:
+        """One stored session back in the core: lean (shared empty containers) unless it has
+        content filters, messages or QoS 2 ids (``Session.materialize``)."""
+        core = self.core
+        router = core.router
+        qos2_in = st.qos2_in
+        s = Session(cid, r.expiry_interval, True)  # lean: shared empty containers
+        s.persisted = True
+        s.version = r.protocol_level
+        s.next_pid, s.username, s.will = r.next_pid, r.username, r.will
+        exp = r.expires_at()
+        if exp is not None:
+            s.expires_at = now + (exp - wall)
+            core.expiring.add(s)
+        if r.will_due is not None and r.will is not None:
+            s.will_due = now + (r.will_due - wall)
+            core.pending_wills.add(s)
+        core.sessions[cid] = s
+        entries = st.entries.get(cid, [])
+        for e in entries:
+            opts = e.options
+            if opts is not None and opts.selector is not None:
+                router.add_selector(opts.selector, content.compile(opts.selector))
+                s.materialize()
+                s.selectors[e.topic_filter] = opts.selector
+        replay_entries(router.index, cid, entries)
+        outgoing = st.outgoing.get(cid)
+        if outgoing or cid in qos2_in:
+            s.materialize()
+        for o in outgoing or ():
+            msg = messages.get(o.message)
+            if msg is None:
+                msg = messages[o.message] = o.message.to_message(now, wall)
+            out = Outgoing(msg, o.qos, o.retain, o.sub_ids, o.topic_filter, o.selector)
+            out.seq = o.seq
+            if o.packet_id is None:
+                s.queue.append(out)
+            else:
+                out.state = PUBLISH_SENT if o.state is MessageState.PUBLISH_SENT else PUBREL_SENT
+                s.inflight[o.packet_id] = out
+        if cid in qos2_in:
+            s.qos2_received = set(qos2_in[cid])

@@ -102,6 +102,13 @@ class Session:
 
     ``inflight`` is ordered by send time (dict insertion order); lookups by packet id are
     O(1).  ``queue`` is bounded by ``BrokerConfig.max_queued_messages``.
+
+    A session restored from the store (``Session(cid, expiry, lean=True)``) shares the empty
+    containers below until it is attached (:meth:`materialize`, called by ``Core.attach``) or
+    a message is queued for it (``Core.deliver``): 100,000 disconnected sessions do not each
+    hold an empty ``deque`` (624 bytes), ``set`` (216) and two ``dict`` (64 each) (issue 27).  Nothing writes
+    to a detached session's ``inflight``, ``qos2_received`` or ``selectors`` (only its
+    connection does), so only the queue needs the guard on that path.
     """
 
     __slots__ = (
@@ -122,22 +129,41 @@ class Session:
         "will_due",
     )
 
-    def __init__(self, client_id: str, expiry_interval: int = 0) -> None:
+    def __init__(self, client_id: str, expiry_interval: int = 0, lean: bool = False) -> None:
         self.client_id = client_id
         self.expiry_interval = expiry_interval
         self.conn: Connection | None = None
-        self.inflight: dict[int, Outgoing] = {}
-        self.queue: deque[Outgoing] = deque()
-        self.qos2_received: set[int] = set()
+        self.inflight: dict[int, Outgoing] = _NO_INFLIGHT if lean else {}
+        self.queue: deque[Outgoing] = _NO_QUEUE if lean else deque()
+        self.qos2_received: set[int] = _NO_IDS if lean else set()
         self.next_pid = 1
         self.will: Will | None = None
         self.will_due: float | None = None
         self.expires_at: float | None = None
         self.username: str | None = None
-        self.selectors: dict[str, str] = {}  # topic filter -> selector of that subscription
+        # topic filter -> selector of that subscription
+        self.selectors: dict[str, str] = _NO_SELECTORS if lean else {}
         self.sink: Sink | None = None
         self.persisted = False  # its rows are in the store (docs/persistence.md)
         self.version = 4  # protocol level of the latest CONNECT
+
+    def materialize(self) -> None:
+        """Own containers instead of the shared empty ones (before anything writes to them). O(1)."""
+        if self.inflight is _NO_INFLIGHT:
+            self.inflight = {}
+        if self.queue is _NO_QUEUE:
+            self.queue = deque()
+        if self.qos2_received is _NO_IDS:
+            self.qos2_received = set()
+        if self.selectors is _NO_SELECTORS:
+            self.selectors = {}
+
+    def own_queue(self) -> deque[Outgoing]:
+        """The session's queue, its own (a message is about to be queued). O(1)."""
+        q = self.queue
+        if q is _NO_QUEUE:
+            q = self.queue = deque()
+        return q
 
     def allocate_pid(self) -> int:
         """A packet id not in flight (O(1) amortised; the window is far below 65535)."""
@@ -153,6 +179,19 @@ class Session:
         assert all(1 <= pid <= 65535 for pid in self.inflight)
         assert self.conn is None or self.conn.session is self
         assert all(o.qos > 0 for o in self.queue)
+        assert not (_NO_INFLIGHT or _NO_QUEUE or _NO_IDS or _NO_SELECTORS), "a shared container was written"
+        assert self.conn is None or self.queue is not _NO_QUEUE
+
+    def __lt__(self, other: Session) -> bool:
+        """Order of equal deadlines in the core's timer heaps (``broker.core._deadlines``)."""
+        return self.client_id < other.client_id
+
+
+#: the shared empty containers of lean sessions (never written: ``Session._check``)
+_NO_INFLIGHT: Final[dict[int, Outgoing]] = {}
+_NO_QUEUE: Final[deque[Outgoing]] = deque()
+_NO_IDS: Final[set[int]] = set()
+_NO_SELECTORS: Final[dict[str, str]] = {}
 
 
 @dataclass(slots=True)

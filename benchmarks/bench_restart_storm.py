@@ -1,0 +1,330 @@
+"""Restart storm (issue 27 item 4): N persisted sessions come back after a restart and a kill -9.
+
+For each broker (siftmq with its SQLite store; mosquitto with ``persistence true``) and each
+fleet size N, in one run on the same generator (benchmarks/_storm_client.py):
+
+1. a fresh broker; its RSS with no session (the baseline);
+2. *setup*: N devices connect with clean start and Session Expiry Interval 3600, subscribe to
+   ``fleet/<i>/cmd`` and ``fleet/<i>/cfg/#`` at QoS 1, and disconnect (sessions kept);
+3. *queue*: one publisher sends ``--queued`` QoS 1 messages to every ``--every``-th device
+   (acknowledged, so they sit in the disconnected sessions' queues);
+4. *graceful* restart (SIGTERM, wait for the exit, start again on the same data) then the
+   *storm*: every device reconnects with clean start off, expects session present and exactly
+   its queued messages (acknowledged), disconnects; then steps 3-4 again with a ``kill -9``
+   instead of SIGTERM (mosquitto: after its autosave interval, since it only saves then).
+
+Reported: restore time (process start to the first accepted TCP connection; siftmq also
+reports ``Broker.start``'s own time), broker RSS restored and per session (above the
+baseline), storm completion (broker ready -> last device done), CONNACK p50/p99 in the storm,
+sessions present, messages missing / duplicated, broker CPU and the generator's CPU over
+the storm; siftmq also measures its housekeeping tick (``Core.tick``) with all sessions
+restored, and the bytes of its restored session objects (``Session`` and its containers,
+without subscriptions and messages).
+
+    .venv/bin/python benchmarks/bench_restart_storm.py --sessions 10000 50000 100000 --doc
+
+``--doc`` writes the plots to docs/img/ and prints the Markdown section for
+docs/performance-connections.md ("Restart storm"); raw results go to the JSON file named by
+``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _storm_client import Slice, free_port, queue_phase, run_slice
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+SIFTMQ_CHILD = r"""
+import asyncio, gc, signal, statistics, sys, time
+t0 = time.monotonic()
+from broker import Broker
+from broker.core._session import Session
+
+def deep(s):
+    n = sys.getsizeof(s)
+    for name in Session.__slots__:
+        v = getattr(s, name, None)
+        if isinstance(v, (dict, set, list)) or type(v).__name__ == "deque":
+            n += sys.getsizeof(v)
+    return n
+
+async def main():
+    b = Broker(host="127.0.0.1", port=int(sys.argv[2]), sys_interval=0, store_path=sys.argv[1])
+    t1 = time.monotonic()
+    await b.start()
+    t2 = time.monotonic()
+    core = b.core
+    n = len(core.sessions)
+    gc.collect()
+    per = statistics.mean(deep(s) for s in core.sessions.values()) if n else 0
+    ticks = []
+    for _ in range(20):
+        a = time.perf_counter()
+        core.tick(core.clock.monotonic())
+        ticks.append(time.perf_counter() - a)
+    tick = round(statistics.median(ticks) * 1e6, 1)
+    print("READY", n, round(t2 - t1, 3), round(t2 - t0, 3), round(per), tick, flush=True)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await b.stop()
+
+try:
+    import uvloop
+    uvloop.run(main())
+except ImportError:
+    asyncio.run(main())
+"""
+
+MOSQUITTO_CONF = """listener {port} 127.0.0.1
+allow_anonymous true
+persistence true
+persistence_location {dir}/
+autosave_interval {autosave}
+max_queued_messages 1000
+max_inflight_messages 20
+{user}
+"""
+
+
+def _mosquitto() -> str | None:
+    for p in ("/usr/sbin/mosquitto", "/usr/bin/mosquitto"):
+        if os.access(p, os.X_OK):
+            return p
+    return None
+
+
+def _rss(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of ``pid`` in bytes."""
+    rss = hwm = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+        elif line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) * 1024
+    return rss, hwm
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_port(port: int, proc: subprocess.Popen[str], timeout: float = 300) -> float:
+    """Poll until ``port`` accepts a TCP connection; the wall time it did."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return time.time()
+        except OSError:
+            time.sleep(0.005)
+    raise RuntimeError("broker did not open its port")
+
+
+class Broker:
+    """One broker process on a fixed data directory, restartable."""
+
+    def __init__(self, kind: str, data: Path) -> None:
+        self.kind = kind
+        self.data = data
+        self.port = free_port()
+        self.proc: subprocess.Popen[str] | None = None
+        self.info: dict[str, float] = {}
+
+    def start(self) -> float:
+        """Start; returns seconds from spawn to the first accepted connection."""
+        self.port = free_port()
+        t0 = time.time()
+        if self.kind == "siftmq":
+            self.proc = subprocess.Popen(
+                [PY, "-c", SIFTMQ_CHILD, str(self.data / "broker.db"), str(self.port)],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=ROOT,
+            )
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline().split()
+            if not line or line[0] != "READY":
+                raise RuntimeError(f"siftmq did not start: {line}")
+            n, start_s, proc_s, per, tick_us = line[1:]
+            self.info = {
+                "sessions": int(n),
+                "start_s": float(start_s),
+                "process_s": float(proc_s),
+                "session_object_bytes": float(per),
+                "tick_us": float(tick_us),
+            }
+        else:
+            conf = self.data / "mosquitto.conf"
+            user = "user root" if os.getuid() == 0 else ""
+            conf.write_text(MOSQUITTO_CONF.format(port=self.port, dir=self.data, autosave=5, user=user))
+            exe = _mosquitto()
+            assert exe is not None
+            self.proc = subprocess.Popen(
+                [exe, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
+            )
+        ready = _wait_port(self.port, self.proc)
+        return ready - t0
+
+    def stop(self, kill: bool) -> None:
+        assert self.proc is not None
+        if kill:
+            self.proc.kill()
+        else:
+            self.proc.send_signal(signal.SIGTERM if self.kind == "siftmq" else signal.SIGINT)
+        self.proc.wait(timeout=300)
+        self.proc = None
+
+
+def _phase(
+    pool: concurrent.futures.Executor, phase: str, b: Broker, n: int, args: argparse.Namespace
+) -> list[Slice]:
+    procs = args.procs
+    slices = [
+        Slice(
+            phase,
+            list(range(p, n, procs)),
+            "127.0.0.1",
+            b.port,
+            args.window,
+            args.addresses,
+            args.every,
+            args.queued,
+            args.deadline,
+        )
+        for p in range(procs)
+    ]
+    return list(pool.map(run_slice, slices))
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def _storm(
+    pool: concurrent.futures.Executor, b: Broker, n: int, args: argparse.Namespace, mode: str
+) -> dict[str, Any]:
+    b.stop(kill=mode == "kill9")
+    restore_s = b.start()
+    assert b.proc is not None
+    pid = b.proc.pid
+    t_ready = time.time()
+    rss_restored, _ = _rss(pid)
+    cpu0 = _cpu(pid)
+    out = _phase(pool, "storm", b, n, args)
+    cpu = _cpu(pid) - cpu0
+    _, hwm = _rss(pid)
+    lat = [x for s in out for x in s.connack_ms]
+    res = {
+        "mode": mode,
+        "restore_s": round(restore_s, 3),
+        **b.info,
+        "rss_restored": rss_restored,
+        "rss_peak": hwm,
+        "complete_s": round(max(s.finished for s in out) - t_ready, 3),
+        "done": sum(s.done for s in out),
+        "failed": sum(s.failed for s in out),
+        "present": sum(s.present for s in out),
+        "not_present": sum(s.not_present for s in out),
+        "messages": sum(s.messages for s in out),
+        "expected": sum(args.queued for i in range(n) if i % args.every == 0),
+        "missing": sum(s.missing for s in out),
+        "duplicates": sum(s.duplicates for s in out),
+        "unexpected": sum(s.unexpected for s in out),
+        "connack_p50_ms": round(_pct(lat, 0.5), 1),
+        "connack_p99_ms": round(_pct(lat, 0.99), 1),
+        "broker_cpu_s": round(cpu, 2),
+        "generator_cpu_s": round(sum(s.cpu for s in out), 2),
+        "first_error": next((s.first_error for s in out if s.first_error), ""),
+    }
+    print(json.dumps(res), flush=True)
+    return res
+
+
+def run_one(pool: concurrent.futures.Executor, kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"storm-{kind}-") as tmp:
+        b = Broker(kind, Path(tmp))
+        b.start()
+        assert b.proc is not None
+        rss_empty, _ = _rss(b.proc.pid)
+        t = time.time()
+        setup = _phase(pool, "setup", b, n, args)
+        setup_s = time.time() - t
+        failed = sum(s.failed for s in setup)
+        print(f"{kind} n={n}: setup {setup_s:.1f}s, failed {failed} {setup[0].first_error}", flush=True)
+        res: dict[str, Any] = {
+            "broker": kind,
+            "sessions": n,
+            "rss_empty": rss_empty,
+            "setup_s": round(setup_s, 1),
+        }
+        for mode in args.modes:
+            acked = queue_phase("127.0.0.1", b.port, n, args.every, args.queued)
+            if kind == "mosquitto" and mode == "kill9":
+                time.sleep(6)  # mosquitto saves only every autosave_interval (5 s)
+            r = _storm(pool, b, n, args, mode)
+            r["acked"] = acked
+            r["rss_per_session"] = round((r["rss_restored"] - rss_empty) / n)
+            res[mode] = r
+        b.stop(kill=False)
+        return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, nargs="+", default=[10_000])
+    ap.add_argument("--brokers", nargs="+", default=["siftmq", "mosquitto"])
+    ap.add_argument("--modes", nargs="+", default=["graceful", "kill9"])
+    ap.add_argument("--every", type=int, default=10, help="every k-th session gets queued messages")
+    ap.add_argument("--queued", type=int, default=2, help="QoS 1 messages queued per such session")
+    ap.add_argument("--procs", type=int, default=4, help="generator processes")
+    ap.add_argument("--window", type=int, default=4000, help="open connections per generator process")
+    ap.add_argument("--addresses", type=int, default=64, help="loopback source addresses")
+    ap.add_argument("--deadline", type=float, default=120.0)
+    ap.add_argument("--json", default="")
+    ap.add_argument("--doc", action="store_true")
+    args = ap.parse_args()
+    if "mosquitto" in args.brokers and _mosquitto() is None:
+        print("mosquitto not installed: skipped", flush=True)
+        args.brokers.remove("mosquitto")
+    ctx = multiprocessing.get_context("fork")
+    results = []
+    with concurrent.futures.ProcessPoolExecutor(args.procs, mp_context=ctx) as pool:
+        for n in args.sessions:
+            for kind in args.brokers:
+                results.append(run_one(pool, kind, n, args))
+    stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
+    run = {"stamp": stamp, "args": vars(args), "results": results, "load": os.getloadavg()}
+    if args.json:
+        Path(args.json).write_text(json.dumps(run, indent=1))
+    if args.doc:
+        from _storm_report import render
+
+        print(render(run, ROOT / "docs" / "img"))
+
+
+if __name__ == "__main__":
+    main()
