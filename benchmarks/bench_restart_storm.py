@@ -55,17 +55,16 @@ SIFTMQ_CHILD = r"""
 import asyncio, gc, signal, statistics, sys, time
 t0 = time.monotonic()
 from broker import Broker
-from broker.core._session import Session
+SHARED = set()
 
 def deep(s):
     n = sys.getsizeof(s)
-    for name in Session.__slots__:
-        v = getattr(s, name, None)
-        if isinstance(v, (dict, set, list)) or type(v).__name__ == "deque":
-            n += sys.getsizeof(v)
+    for name in ("inflight", "queue", "qos2_received", "selectors"):
+        n += sys.getsizeof(getattr(s, name)) if id(getattr(s, name)) not in SHARED else 0
     return n
 
 async def main():
+    global SHARED
     b = Broker(host="127.0.0.1", port=int(sys.argv[2]), sys_interval=0, store_path=sys.argv[1])
     t1 = time.monotonic()
     await b.start()
@@ -73,6 +72,8 @@ async def main():
     core = b.core
     n = len(core.sessions)
     gc.collect()
+    from broker.core import _session
+    SHARED = {id(getattr(_session, k)) for k in ("_NO_INFLIGHT", "_NO_QUEUE", "_NO_IDS", "_NO_SELECTORS")}
     per = statistics.mean(deep(s) for s in core.sessions.values()) if n else 0
     ticks = []
     for _ in range(20):
@@ -211,6 +212,7 @@ def _phase(
             args.every,
             args.queued,
             args.deadline,
+            args.handshakes,
         )
         for p in range(procs)
     ]
@@ -267,30 +269,42 @@ def _storm(
 def run_one(pool: concurrent.futures.Executor, kind: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"storm-{kind}-") as tmp:
         b = Broker(kind, Path(tmp))
-        b.start()
-        assert b.proc is not None
-        rss_empty, _ = _rss(b.proc.pid)
-        t = time.time()
-        setup = _phase(pool, "setup", b, n, args)
-        setup_s = time.time() - t
-        failed = sum(s.failed for s in setup)
-        print(f"{kind} n={n}: setup {setup_s:.1f}s, failed {failed} {setup[0].first_error}", flush=True)
-        res: dict[str, Any] = {
-            "broker": kind,
-            "sessions": n,
-            "rss_empty": rss_empty,
-            "setup_s": round(setup_s, 1),
-        }
-        for mode in args.modes:
-            acked = queue_phase("127.0.0.1", b.port, n, args.every, args.queued)
-            if kind == "mosquitto" and mode == "kill9":
-                time.sleep(6)  # mosquitto saves only every autosave_interval (5 s)
-            r = _storm(pool, b, n, args, mode)
-            r["acked"] = acked
-            r["rss_per_session"] = round((r["rss_restored"] - rss_empty) / n)
-            res[mode] = r
-        b.stop(kill=False)
-        return res
+        try:
+            return _run_one(pool, b, n, args)
+        finally:
+            if b.proc is not None:
+                b.proc.kill()
+                b.proc.wait()
+
+
+def _run_one(
+    pool: concurrent.futures.Executor, b: Broker, n: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    kind = b.kind
+    b.start()
+    assert b.proc is not None
+    rss_empty, _ = _rss(b.proc.pid)
+    t = time.time()
+    setup = _phase(pool, "setup", b, n, args)
+    setup_s = time.time() - t
+    failed = sum(s.failed for s in setup)
+    print(f"{kind} n={n}: setup {setup_s:.1f}s, failed {failed} {setup[0].first_error}", flush=True)
+    res: dict[str, Any] = {
+        "broker": kind,
+        "sessions": n,
+        "rss_empty": rss_empty,
+        "setup_s": round(setup_s, 1),
+    }
+    for mode in args.modes:
+        acked = queue_phase("127.0.0.1", b.port, n, args.every, args.queued)
+        if kind == "mosquitto" and mode == "kill9":
+            time.sleep(6)  # mosquitto saves only every autosave_interval (5 s)
+        r = _storm(pool, b, n, args, mode)
+        r["acked"] = acked
+        r["rss_per_session"] = round((r["rss_restored"] - rss_empty) / n)
+        res[mode] = r
+    b.stop(kill=False)
+    return res
 
 
 def main() -> None:
@@ -304,6 +318,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=4000, help="open connections per generator process")
     ap.add_argument("--addresses", type=int, default=64, help="loopback source addresses")
     ap.add_argument("--deadline", type=float, default=120.0)
+    ap.add_argument("--handshakes", type=int, default=24, help="CONNACKs awaited at once per process")
     ap.add_argument("--json", default="")
     ap.add_argument("--doc", action="store_true")
     args = ap.parse_args()

@@ -503,7 +503,7 @@ class Connection:
         session.version = v
         if cfg.slow_consumer_rules:
             self.policy = cfg.slow_policy(client_id, self.listener_policy)
-        core.journal.connected(session, now)
+        durable_first = core.journal.connected(session, now)
         ack_props = NO_PROPERTIES
         if v == 5:
             ack_props = Properties(
@@ -523,7 +523,7 @@ class Connection:
         connack = Connack(present and v != 3, ReasonCode.SUCCESS, ack_props)
         if core.obs.hold_connack and hold_connack(self, client_id, p.clean_start, connack):
             pass  # a hook fetches the session first (the cluster); gated until it releases
-        elif session.persisted:
+        elif durable_first:
             # the session row must be durable before the client learns its session exists;
             # nothing may precede the CONNACK [MQTT-3.2.0-1], so the connection's output is
             # gated until the commit (Journal._release puts the CONNACK first and opens it)

@@ -189,6 +189,8 @@ class Core:
             present = False
         else:
             session = old
+            # its CONNACK may skip the commit if the stored row still tells the truth (Journal.connected)
+            self.journal.resumed_as_stored = old.will_due is None and old.expiry_interval == expiry
             session.expiry_interval = expiry
             present = True
         session.expires_at = None

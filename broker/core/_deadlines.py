@@ -12,12 +12,13 @@ is lazy: ``discard`` removes a session from the set only, and a deadline that mo
 its old entry behind.  A popped entry counts only if its session is still in the set with
 that very deadline (else it is skipped, or pushed again at its later deadline), and the heap
 is rebuilt from the set when stale entries outnumber live ones, so it stays O(sessions).
-Equal deadlines are ordered by client id (``Session.__lt__``).
+Equal deadlines are ordered by insertion (a counter in each entry: sessions do not compare).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterator
 
 from broker.core._session import Session
@@ -28,12 +29,13 @@ __all__ = ["Deadlines"]
 class Deadlines:
     """Sessions with a deadline read by ``key`` (None: none), due ones found in O(k log n)."""
 
-    __slots__ = ("_heap", "_key", "_live")
+    __slots__ = ("_heap", "_key", "_live", "_seq")
 
     def __init__(self, key: Callable[[Session], float | None]) -> None:
         self._key = key
         self._live: set[Session] = set()
-        self._heap: list[tuple[float, Session]] = []
+        self._heap: list[tuple[float, int, Session]] = []
+        self._seq = itertools.count()
 
     def add(self, s: Session) -> None:
         """Track ``s`` at its current deadline (call again after changing it). O(log n)."""
@@ -42,7 +44,7 @@ class Deadlines:
             return
         self._live.add(s)
         heap = self._heap
-        heapq.heappush(heap, (at, s))
+        heapq.heappush(heap, (at, next(self._seq), s))
         if len(heap) > 2 * len(self._live) + 64:
             self._rebuild()
 
@@ -58,13 +60,13 @@ class Deadlines:
         live = self._live
         key = self._key
         while heap and heap[0][0] <= now:
-            at, s = heapq.heappop(heap)
+            at, _, s = heapq.heappop(heap)
             if s not in live:
                 continue
             cur = key(s)
             if cur is None or cur > at:
                 if cur is not None:  # moved later without a new add: follow it
-                    heapq.heappush(heap, (cur, s))
+                    heapq.heappush(heap, (cur, next(self._seq), s))
                 continue
             live.discard(s)
             out.append(s)
@@ -73,10 +75,11 @@ class Deadlines:
     def _rebuild(self) -> None:
         entries = []
         key = self._key
+        seq = self._seq
         for s in self._live:
             at = key(s)
             if at is not None:
-                entries.append((at, s))
+                entries.append((at, next(seq), s))
         heapq.heapify(entries)
         self._heap = entries
 

@@ -88,6 +88,8 @@ class Journal:
         #: its first delivery to a persisted session (none for the common clean-session case)
         self._tracking = False
         self._waiter: AckWaiter | None = None
+        #: ``Core.attach`` resumed a session whose stored row needs no commit before CONNACK
+        self.resumed_as_stored = False
 
     @property
     def submitted(self) -> int:
@@ -102,26 +104,36 @@ class Journal:
             s.client_id, s.version, s.expiry_interval, disconnected, s.username, s.next_pid, s.will, due
         )
 
-    def connected(self, s: Session, now: float) -> None:
+    def connected(self, s: Session, now: float) -> bool:
         """CONNECT accepted: write the session row (everything, if it becomes persisted now).
 
         A session is persisted while its expiry interval is > 0 (MQTT 3.1.1: CleanSession=0);
         resuming one with expiry 0 deletes its rows (it ends with this connection anyway).
+        Returns whether the CONNACK must wait for the commit: not when a persisted session
+        resumes with the expiry interval it had, no pending will that this CONNECT cancels
+        (``resumed_as_stored``, set by ``Core.attach``) and no new will, since
+        everything the CONNACK tells (the session exists, with its subscriptions and
+        messages) is durable already; the row only notes the connection (a crash before its
+        commit counts the expiry from the previous disconnection, a few milliseconds
+        earlier).  This is what lets a restart storm resume sessions without one commit
+        wait per client (issue 27, item 4).
         """
+        as_stored = self.resumed_as_stored
+        self.resumed_as_stored = False
         store = self.store
         if store is None or s.sink is not None:
-            return
+            return False
         cid = s.client_id
         if s.expiry_interval == 0:
             if s.persisted:
                 s.persisted = False
                 store.delete_session(cid)
                 self.core.composite.persistence(cid, False)  # no longer journalled
-            return
+            return False
         wall = self.core.clock.wall()
         store.put_session(self._record(s, now, wall))
         if s.persisted:
-            return
+            return s.will is not None or not as_stored
         s.persisted = True  # a session kept in memory only until now (a takeover changed it)
         self.entries(s)
         for pid, out in s.inflight.items():
@@ -132,6 +144,7 @@ class Journal:
         for pid in s.qos2_received:
             store.qos2_received(cid, pid)
         self.core.composite.persistence(cid, True)  # journalled from now on
+        return True
 
     def detached(self, s: Session, now: float) -> None:
         """The session's connection ended: its row records when (and its pending will)."""

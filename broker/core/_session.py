@@ -182,10 +182,6 @@ class Session:
         assert not (_NO_INFLIGHT or _NO_QUEUE or _NO_IDS or _NO_SELECTORS), "a shared container was written"
         assert self.conn is None or self.queue is not _NO_QUEUE
 
-    def __lt__(self, other: Session) -> bool:
-        """Order of equal deadlines in the core's timer heaps (``broker.core._deadlines``)."""
-        return self.client_id < other.client_id
-
 
 #: the shared empty containers of lean sessions (never written: ``Session._check``)
 _NO_INFLIGHT: Final[dict[int, Outgoing]] = {}

@@ -201,7 +201,7 @@ def test_restored_core_answers_like_the_original(data_dir: Path) -> None:
             Publish("b/z", b"live", 1, packet_id=10),
             Publish("b/x", b"still excluded", 1, packet_id=11),
         )
-        answers.append((_normal(got), got_pub, later, _normal(s2.out), c.pending_wills))
+        answers.append((_normal(got), got_pub, later, _normal(s2.out), set(c.pending_wills)))
     assert answers[0] == answers[1]
     got, _, _, _, wills = answers[1]
     assert got[0].session_present  # type: ignore[union-attr]
