@@ -15,6 +15,7 @@ timers of the core (keep-alive, will delay, session expiry, ``$SYS``) run from o
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,8 @@ _local_ids = itertools.count(1)
 #: seconds ``Broker.stop`` waits for disconnected clients to close their connections
 STOP_GRACE = 1.0
 
+#: restored sessions from which the restore freezes the heap (``gc.freeze``, ``_open_store``)
+FREEZE_SESSIONS = 1000
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
@@ -238,24 +241,38 @@ class Broker:
         store = await asyncio.to_thread(
             Store, path, max_backlog=cfg.store_max_backlog, commit_delay=cfg.store_commit_delay
         )
+        # The restore makes a few objects per stored session and frees none: the cyclic
+        # collector would traverse the growing heap again and again (27 s instead of 10 s
+        # for 100,000 sessions, docs/performance-connections.md "Restart storm"). Off
+        # meanwhile; then what was restored moves to the permanent generation (gc.freeze),
+        # so later collections do not walk 100,000 idle sessions either.
+        was_enabled = gc.isenabled()
+        gc.disable()
         try:
-            wall = self.core.clock.wall()
-            state = await asyncio.to_thread(store.load, wall)
-        except BaseException:
-            await asyncio.to_thread(store.close)
-            raise
-        core = self.core
-        journal = core.journal
-        journal.store = store
-        journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
-        journal.restore(state, self.core.clock.monotonic(), wall)
-        core.flush()
-        log.info(
-            "store %s: %d sessions, %d retained messages restored",
-            path,
-            len(state.sessions),
-            len(state.retained),
-        )
+            try:
+                wall = self.core.clock.wall()
+                state = await asyncio.to_thread(store.load, wall)
+            except BaseException:
+                await asyncio.to_thread(store.close)
+                raise
+            core = self.core
+            journal = core.journal
+            journal.store = store
+            journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
+            journal.restore(state, self.core.clock.monotonic(), wall)
+            core.flush()
+            log.info(
+                "store %s: %d sessions, %d retained messages restored",
+                path,
+                len(state.sessions),
+                len(state.retained),
+            )
+            del state
+            if len(core.sessions) >= FREEZE_SESSIONS:
+                gc.freeze()
+        finally:
+            if was_enabled:
+                gc.enable()
         self._sweeper = asyncio.create_task(self._sweep(store))
         if path != ":memory:":
             self.composite_saver = CompositeSaver(core.composite, store, path + ".composite")
