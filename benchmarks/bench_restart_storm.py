@@ -337,6 +337,60 @@ def tick_only(sizes: list[int]) -> None:
         print(f"tick expiry n={n:,}: scan {scan:,.1f} us, heap {due:,.2f} us", flush=True)
 
 
+def _populate(path: Path, n: int, subs: int, queued: int) -> None:
+    """``n`` disconnected sessions written through the store's own API (the rows the broker
+    writes): ``subs`` subscriptions each, ``queued`` QoS 1 messages for every tenth."""
+    from broker.core._message import SubOptions
+    from broker.store import EntryRecord, MessageRecord, MessageState, OutgoingRecord, SessionRecord, Store
+
+    wall = time.time()
+    with Store(path, synchronous="NORMAL") as st:
+        for i in range(n):
+            cid = f"s{i}"
+            st.put_session(SessionRecord(cid, 5, 3600, wall))
+            filters = [f"fleet/{i}/cmd", f"fleet/{i}/cfg/#"][:subs]
+            st.put_entries(cid, [EntryRecord(f, SubOptions(1, topic_filter=f)) for f in filters])
+            for k in range(queued if i % 10 == 0 else 0):
+                msg = MessageRecord(f"fleet/{i}/cmd", f"{i}:{k}".encode(), 1, False, publisher_id="pub")
+                st.add_outgoing(
+                    OutgoingRecord(
+                        cid, st.next_seq(), MessageState.QUEUED, None, msg, 1, False, (), filters[0]
+                    )
+                )
+
+
+def memory_only(sizes: list[int]) -> None:
+    """``--memory``: bytes per restored, disconnected session (tracemalloc around
+    ``Journal.restore`` of a reopened store, the records it came from freed): bare sessions,
+    then with two subscriptions, then with 2 queued messages for every tenth session."""
+    import tracemalloc
+
+    from broker.core._core import Core
+    from broker.store import Store
+
+    for n in sizes:
+        for subs, queued in ((0, 0), (2, 0), (2, 2)):
+            with tempfile.TemporaryDirectory() as tmp:
+                db = Path(tmp) / "broker.db"
+                _populate(db, n, subs, queued)
+                with Store(db) as st:
+                    state = st.load()
+                    core = Core()
+                    core.journal.store = st
+                    tracemalloc.start()
+                    base = tracemalloc.get_traced_memory()[0]
+                    core.journal.restore(state, time.monotonic(), time.time())
+                    del state
+                    used = tracemalloc.get_traced_memory()[0] - base
+                    tracemalloc.stop()
+                    core.journal.store = None
+            print(
+                f"memory n={n:,} subscriptions={subs} queued(every 10th)={queued}: "
+                f"{used / n:,.0f} B per session",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, nargs="+", default=[10_000])
@@ -352,7 +406,11 @@ def main() -> None:
     ap.add_argument("--json", default="")
     ap.add_argument("--doc", action="store_true")
     ap.add_argument("--tick", action="store_true", help="only the expiry tick (scan vs heap)")
+    ap.add_argument("--memory", action="store_true", help="only bytes per restored session")
     args = ap.parse_args()
+    if args.memory:
+        memory_only(args.sessions)
+        return
     if args.tick:
         tick_only(args.sessions)
         return
