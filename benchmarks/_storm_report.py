@@ -69,7 +69,8 @@ def render(run: dict[str, Any], img: Path) -> str:
                 continue
             restore = f"{m['restore_s']:.2f} s"
             if "start_s" in m:
-                restore += f" ({m['start_s']:.2f})"
+                restore += f" ({m['start_s']:.2f}"
+                restore += f", CPU {m['start_cpu_s']:.2f})" if "start_cpu_s" in m else ")"
             lines.append(
                 f"| {r['broker']} | {r['sessions']:,} | {mode} | {restore} | {m['complete_s']:.1f} s "
                 f"| {m['present']:,} | {m['messages']:,} / {m['expected']:,} | {m['missing']} "

@@ -67,8 +67,10 @@ async def main():
     global SHARED
     b = Broker(host="127.0.0.1", port=int(sys.argv[2]), sys_interval=0, store_path=sys.argv[1])
     t1 = time.monotonic()
+    c1 = time.process_time()
     await b.start()
     t2 = time.monotonic()
+    cpu = round(time.process_time() - c1, 3)
     core = b.core
     n = len(core.sessions)
     gc.collect()
@@ -81,7 +83,7 @@ async def main():
         core.tick(core.clock.monotonic())
         ticks.append(time.perf_counter() - a)
     tick = round(statistics.median(ticks) * 1e6, 1)
-    print("READY", n, round(t2 - t1, 3), round(t2 - t0, 3), round(per), tick, flush=True)
+    print("READY", n, round(t2 - t1, 3), round(t2 - t0, 3), round(per), tick, cpu, flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
@@ -167,13 +169,14 @@ class Broker:
             line = self.proc.stdout.readline().split()
             if not line or line[0] != "READY":
                 raise RuntimeError(f"siftmq did not start: {line}")
-            n, start_s, proc_s, per, tick_us = line[1:]
+            n, start_s, proc_s, per, tick_us, start_cpu = line[1:]
             self.info = {
                 "sessions": int(n),
                 "start_s": float(start_s),
                 "process_s": float(proc_s),
                 "session_object_bytes": float(per),
                 "tick_us": float(tick_us),
+                "start_cpu_s": float(start_cpu),
             }
         else:
             conf = self.data / "mosquitto.conf"
