@@ -12,6 +12,11 @@ def _kb(b: float) -> str:
     return f"{b / 1024:,.2f} KiB"
 
 
+def _per(m: dict[str, Any]) -> str:
+    per = m.get("rss_per_session")
+    return "n/a" if per is None else f"{per:,} B"
+
+
 def _plot(run: dict[str, Any], img: Path) -> str | None:
     try:
         import matplotlib
@@ -75,7 +80,7 @@ def render(run: dict[str, Any], img: Path) -> str:
                 f"| {r['broker']} | {r['sessions']:,} | {mode} | {restore} | {m['complete_s']:.1f} s "
                 f"| {m['present']:,} | {m['messages']:,} / {m['expected']:,} | {m['missing']} "
                 f"| {m['duplicates']} | {m['connack_p50_ms']:.0f} / {m['connack_p99_ms']:.0f} ms "
-                f"| {m['rss_restored'] / 2**20:,.0f} MiB | {m['rss_per_session']:,} B "
+                f"| {m['rss_restored'] / 2**20:,.0f} MiB | {_per(m)} "
                 f"| {m['broker_cpu_s']:.1f} s | {m['generator_cpu_s']:.1f} s |"
             )
     extra = [

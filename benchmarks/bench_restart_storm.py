@@ -291,7 +291,10 @@ def _run_one(
     setup = _phase(pool, "setup", b, n, args)
     setup_s = time.time() - t
     failed = sum(s.failed for s in setup)
-    print(f"{kind} n={n}: setup {setup_s:.1f}s, failed {failed} {setup[0].first_error}", flush=True)
+    print(
+        f"{kind} n={n}: setup {setup_s:.1f}s, failed {failed} {setup[0].first_error} rss_empty {rss_empty}",
+        flush=True,
+    )
     res: dict[str, Any] = {
         "broker": kind,
         "sessions": n,
@@ -394,6 +397,29 @@ def memory_only(sizes: list[int]) -> None:
             )
 
 
+def restore_only(sizes: list[int]) -> None:
+    """``--restore``: N sessions written through the store's API (two subscriptions each, 2
+    queued messages for every tenth), then the broker started on them: wall and CPU time of
+    ``Broker.start``, the restored sessions' RSS and the tick."""
+    for n in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            _populate(Path(tmp) / "broker.db", n, 2, 2)
+            b = Broker("siftmq", Path(tmp))
+            try:
+                b.start()
+                assert b.proc is not None
+                rss, _ = _rss(b.proc.pid)
+                info = b.info
+                print(
+                    f"restore n={n:,}: start {info['start_s']:.2f} s (CPU {info['start_cpu_s']:.2f} s), "
+                    f"process start to ready {info['process_s']:.2f} s, RSS {rss / 2**20:,.0f} MiB, "
+                    f"tick {info['tick_us']:.1f} us",
+                    flush=True,
+                )
+            finally:
+                b.stop(kill=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sessions", type=int, nargs="+", default=[10_000])
@@ -410,7 +436,11 @@ def main() -> None:
     ap.add_argument("--doc", action="store_true")
     ap.add_argument("--tick", action="store_true", help="only the expiry tick (scan vs heap)")
     ap.add_argument("--memory", action="store_true", help="only bytes per restored session")
+    ap.add_argument("--restore", action="store_true", help="only the restore (sessions from the store API)")
     args = ap.parse_args()
+    if args.restore:
+        restore_only(args.sessions)
+        return
     if args.memory:
         memory_only(args.sessions)
         return
