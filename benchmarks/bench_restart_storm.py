@@ -65,7 +65,7 @@ def deep(s):
 
 async def main():
     global SHARED
-    b = Broker(host="127.0.0.1", port=int(sys.argv[2]), sys_interval=0, store_path=sys.argv[1])
+    b = Broker(host="127.0.0.1", port=int(sys.argv[2]), sys_interval=0, store_path=sys.argv[1] or None)
     t1 = time.monotonic()
     c1 = time.process_time()
     await b.start()
@@ -98,7 +98,7 @@ except ImportError:
 
 MOSQUITTO_CONF = """listener {port} 127.0.0.1
 allow_anonymous true
-persistence true
+persistence {persist}
 persistence_location {dir}/
 autosave_interval {autosave}
 max_queued_messages 1000
@@ -147,8 +147,9 @@ def _wait_port(port: int, proc: subprocess.Popen[str], timeout: float = 300) -> 
 class Broker:
     """One broker process on a fixed data directory, restartable."""
 
-    def __init__(self, kind: str, data: Path) -> None:
+    def __init__(self, kind: str, data: Path, store: bool = True) -> None:
         self.kind = kind
+        self.store = store
         self.data = data
         self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
@@ -160,7 +161,7 @@ class Broker:
         t0 = time.time()
         if self.kind == "siftmq":
             self.proc = subprocess.Popen(
-                [PY, "-c", SIFTMQ_CHILD, str(self.data / "broker.db"), str(self.port)],
+                [PY, "-c", SIFTMQ_CHILD, str(self.data / "broker.db") if self.store else "", str(self.port)],
                 stdout=subprocess.PIPE,
                 text=True,
                 cwd=ROOT,
@@ -181,7 +182,10 @@ class Broker:
         else:
             conf = self.data / "mosquitto.conf"
             user = "user root" if os.getuid() == 0 else ""
-            conf.write_text(MOSQUITTO_CONF.format(port=self.port, dir=self.data, autosave=5, user=user))
+            persist = "true" if self.store else "false"
+            conf.write_text(
+                MOSQUITTO_CONF.format(port=self.port, dir=self.data, autosave=5, user=user, persist=persist)
+            )
             exe = _mosquitto()
             assert exe is not None
             self.proc = subprocess.Popen(
