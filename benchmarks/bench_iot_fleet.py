@@ -3,12 +3,12 @@
 Per broker (siftmq without a store, as clean sessions write nothing anyway; mosquitto 2.0),
 one after the other on the same generator (benchmarks/_storm_client.py's raw MQTT 5):
 
-* ``--devices`` devices (4 processes), each publishing QoS 1 once a second to
+* ``--devices`` devices (``--procs`` processes), each publishing QoS 1 once a second to
   ``fleet/<id>/telemetry`` a JSON object ``{"id", "temp", "ts"}`` (spread evenly over the
   second); the first ``--commanded`` of them also subscribe to ``fleet/<id>/cmd`` (QoS 1);
-* 10 dashboards on ``fleet/+/telemetry`` (QoS 1) with the content filter ``temp > 90``
-  (about 10 % of the readings): an MQTT 5 ``filter`` user property on siftmq; mosquitto has
-  no content filters, so its dashboards receive every reading and drop the others
+* 10 dashboards (over ``--watchers`` processes) on ``fleet/+/telemetry`` (QoS 1) with the
+  content filter ``temp > 90`` (9 % of the readings): an MQTT 5 ``filter`` user property
+  on siftmq; mosquitto has no content filters, so its dashboards receive every reading and drop the others
   themselves (the latency counts the matching ones only);
 * one commander sending each commanded device one QoS 1 command every 10 s.
 
@@ -159,11 +159,18 @@ async def _watchers(part: Part) -> None:
             part.filtered_out += 1
 
     sem = asyncio.Semaphore(part.handshakes)
-    dash = [await _open(part, f"dash{k}", k, sem, on_reading) for k in range(DASHBOARDS)]
+    dash = [await _open(part, f"dash{k}", k, sem, on_reading) for k in part.ids]
     for p in dash:
         p.send(_subscribe("fleet/+/telemetry", None if part.mosquitto else SELECTOR))
-    cmd = await _open(part, "commander", 0, sem, lambda _p: None)
     await asyncio.sleep(max(0.0, part.start_at - time.time()))
+    if 0 not in part.ids:  # the commander lives with dashboard 0
+        await asyncio.sleep(part.duration + 1.0)
+        for p in dash:
+            p.send(DISCONNECT)
+            if p.transport is not None:
+                p.transport.close()
+        return
+    cmd = await _open(part, "commander", 0, sem, lambda _p: None)
     t0 = time.monotonic()
     pid = 0
     step = 0
@@ -231,9 +238,12 @@ def run_broker(kind: str, args: argparse.Namespace) -> dict[str, Any]:
                 )
                 for p in range(args.procs)
             ]
-            parts.append(
-                Part("watchers", [], b.port, start_at, args.duration, args.commanded, kind == "mosquitto")
-            )
+            parts += [
+                Part("watchers", ids, b.port, start_at, args.duration, args.commanded, kind == "mosquitto")
+                for ids in (
+                    [k for k in range(DASHBOARDS) if k % args.watchers == w] for w in range(args.watchers)
+                )
+            ]
             ctx = multiprocessing.get_context("fork")
             with concurrent.futures.ProcessPoolExecutor(len(parts), mp_context=ctx) as pool:
                 futs = [pool.submit(_run_part, p) for p in parts]
@@ -248,17 +258,18 @@ def run_broker(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         finally:
             b.stop(kill=False)
     devices = [p for p in done if p.role == "devices"]
-    watch = next(p for p in done if p.role == "watchers")
+    watchers = [p for p in done if p.role == "watchers"]
+    watch = next(p for p in watchers if 0 in p.ids)
     res = {
         "broker": kind,
         "devices": args.devices,
         "late_start": delay < 0,
         "telemetry_published": sum(p.published for p in devices),
         "telemetry_acked": sum(p.acked for p in devices),
-        "dashboard_received": watch.received,
-        "dashboard_filtered_out_by_client": watch.filtered_out,
-        "telemetry_p50_ms": round(_pct(watch.latencies, 0.5), 2),
-        "telemetry_p99_ms": round(_pct(watch.latencies, 0.99), 2),
+        "dashboard_received": sum(p.received for p in watchers),
+        "dashboard_filtered_out_by_client": sum(p.filtered_out for p in watchers),
+        "telemetry_p50_ms": round(_pct([x for p in watchers for x in p.latencies], 0.5), 2),
+        "telemetry_p99_ms": round(_pct([x for p in watchers for x in p.latencies], 0.99), 2),
         "commands_sent": watch.published,
         "commands_received": sum(p.received for p in devices),
         "command_p50_ms": round(_pct([x for p in devices for x in p.latencies], 0.5), 2),
@@ -279,7 +290,8 @@ def main() -> None:
     ap.add_argument("--commanded", type=int, default=1000)
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--connect-time", type=float, default=30.0, help="seconds allowed to connect everyone")
-    ap.add_argument("--procs", type=int, default=4)
+    ap.add_argument("--procs", type=int, default=4, help="device processes")
+    ap.add_argument("--watchers", type=int, default=5, help="dashboard processes (10 dashboards)")
     ap.add_argument("--brokers", nargs="+", default=["siftmq", "mosquitto"])
     args = ap.parse_args()
     print(f"load average {os.getloadavg()}", flush=True)
