@@ -19,7 +19,7 @@ import itertools
 import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING
 
 import topics
 from broker._composite_saver import CompositeSaver
@@ -34,6 +34,10 @@ from broker.net._admission import ConnectionLimits
 from broker.net._listeners import OpenListener, close_listeners, open_listener, open_listeners, wait_closed
 from broker.net._transport import MQTTProtocol
 from broker.packets import NO_PROPERTIES, Properties
+
+if TYPE_CHECKING:
+    from broker._dashboard import Dashboard, DashboardProvider
+    from broker.net._http import HttpServer
 
 __all__ = ["Broker", "LocalCompositeSubscription", "LocalSubscription", "Message"]
 
@@ -167,7 +171,11 @@ class Broker:
         self._extra: list[OpenListener] = []  # opened by Broker.listen (plugins)
         self._timer: asyncio.TimerHandle | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self._metrics: WSGIServer | None = None
+        self._http: HttpServer | None = None
+        self.dashboard: Dashboard | None = None
+        #: sections of the dashboard added by packages above the broker (the cluster's
+        #: ``"cluster"``): name -> a callable returning JSON-ready data (docs/dashboard.md)
+        self.dashboard_providers: dict[str, DashboardProvider] = {}
         #: snapshots of the durable composite subscriptions (with a store on disk)
         self.composite_saver: CompositeSaver | None = None
         self._open: set[MQTTProtocol] = set()
@@ -201,7 +209,11 @@ class Broker:
             await self._close_store()
             raise
         if self.config.metrics_listen is not None:
-            self._start_metrics(self.config.metrics_listen)
+            try:
+                await self._start_http(self.config.metrics_listen)
+            except BaseException:
+                await self.stop()
+                raise
         self._schedule()
         for h in self.hooks:
             await h.ready()
@@ -217,20 +229,30 @@ class Broker:
         self._extra.append(opened)
         return opened.port
 
-    def _start_metrics(self, listen: str) -> None:
-        from prometheus_client import start_http_server
-
-        from broker._metrics import parse_listen, registry_for
+    async def _start_http(self, listen: str) -> None:
+        """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
+        from broker._dashboard import Dashboard
+        from broker._metrics import parse_listen
+        from broker.net._http import serve_http
 
         host, port = parse_listen(listen)
-        server, _thread = start_http_server(port, host, registry_for(self.core))
-        self._metrics = server
-        log.info("metrics on http://%s:%d/metrics", host, server.server_port)
+        dashboard = Dashboard(self, host)
+        self._http = await serve_http(host, port, dashboard.handle)
+        self.dashboard = dashboard
+        dashboard.start()
+        log.info("metrics on http://%s:%d/metrics", host, self._http.port)
+        if self.config.dashboard:
+            log.info(
+                "dashboard on http://%s:%d/ (%s)",
+                host,
+                self._http.port,
+                "login required" if dashboard.auth_required else "loopback, no login",
+            )
 
     @property
     def metrics_port(self) -> int | None:
-        """The bound port of the metrics endpoint (None when it is off)."""
-        return None if self._metrics is None else int(self._metrics.server_port)
+        """The bound port of the metrics endpoint and dashboard (None when it is off)."""
+        return None if self._http is None else self._http.port
 
     async def _open_store(self, path: str) -> None:
         """Open the store and restore its state into the core (before any client connects)."""
@@ -315,10 +337,12 @@ class Broker:
         if self._listeners is None:
             return
         await close_listeners(self._listeners + self._extra)
-        if self._metrics is not None:
-            self._metrics.shutdown()
-            self._metrics.server_close()
-            self._metrics = None
+        if self.dashboard is not None:
+            await self.dashboard.stop()
+            self.dashboard = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._timer is not None:
             self._timer.cancel()
         self.core.shutdown(self.core.clock.monotonic())

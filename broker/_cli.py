@@ -142,6 +142,19 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
     g.add_argument("--password-file", default=None, help="password file written by 'siftmq passwd'")
     g.add_argument("--acl-file", default=None, help="ACL file (mosquitto format)")
     g.add_argument(
+        "--dashboard-admin",
+        action="append",
+        default=None,
+        metavar="USER",
+        help="password-file user allowed into the dashboard of --metrics-listen (repeatable)",
+    )
+    g.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve the live dashboard at / of --metrics-listen (default on; docs/dashboard.md)",
+    )
+    g.add_argument(
         "--allow-anonymous",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -225,6 +238,10 @@ def _serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
+    if args.dashboard is not None:
+        changes["dashboard"] = args.dashboard
+    if args.dashboard_admin:
+        changes["dashboard_admins"] = tuple(args.dashboard_admin)
     data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
     persistence = not args.no_persistence and serve_opts.get("persistence", True)
     if persistence and cfg.store_path is None:

@@ -203,6 +203,11 @@ class BrokerConfig:
     #: ``HOST:PORT`` of the Prometheus metrics endpoint (``/metrics``), None = off
     #: (docs/broker.md, "Metrics"; port 0 picks a free one: ``Broker.metrics_port``)
     metrics_listen: str | None = None
+    #: serve the live dashboard at ``/`` of the ``metrics_listen`` listener (docs/dashboard.md)
+    dashboard: bool = True
+    #: users of the password file who may use the dashboard (its admin role); with a password
+    #: file, or on a listener that is not loopback, nobody else gets in (403)
+    dashboard_admins: tuple[str, ...] = ()
     #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
     listeners: tuple[Listener, ...] = ()
     #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is
