@@ -220,13 +220,13 @@ class Dashboard:
             if not _loopback(_host_name(req.headers.get("host", ""))) and not self._ip_literal(req):
                 return _error(403, "Host must be a loopback address (no login on this listener)"), None
             return None, None
+        passwords = self.auth.passwords if self.auth is not None else None
+        if passwords is None:
+            return _error(401, "no password file configured: nobody can log in here", _REALM), None
         creds = _basic(req.headers.get("authorization"))
         if creds is None:
             return _error(401, "credentials required (HTTP Basic, a user of the password file)", _REALM), None
         user, password = creds
-        passwords = self.auth.passwords if self.auth is not None else None
-        if passwords is None:
-            return _error(401, "no password file configured: nobody can log in here", _REALM), None
         mac = hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
         known = self._verified.get(user)
         if known is None or not hmac.compare_digest(known, mac):

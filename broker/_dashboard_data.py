@@ -16,8 +16,9 @@ rights), and sessions never carry passwords.
 from __future__ import annotations
 
 import os
+import re
 import resource
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.core._composite import ATOM_CLIENT
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_LIMIT",
     "PAYLOAD_PREVIEW",
+    "address",
     "client_detail",
     "client_page",
     "composite_rows",
@@ -105,8 +107,16 @@ def overview(core: Core, now: float, rss: int) -> dict[str, Any]:
     }
 
 
-def _visible(core: Core) -> Iterable[Session]:
-    return core.sessions.values()
+_PEER = re.compile(r"\('([^']*)', (\d+)")
+
+
+def address(peer: str) -> str:
+    """A connection's peer (``str`` of the socket's peername) as ``host:port``."""
+    m = _PEER.match(peer)
+    if m is None:
+        return peer
+    host, port = m.groups()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _row(core: Core, s: Session) -> dict[str, Any]:
@@ -116,7 +126,7 @@ def _row(core: Core, s: Session) -> dict[str, Any]:
         "client_id": s.client_id,
         "connected": connected,
         "protocol": "in-process" if s.sink is not None else _PROTOCOL.get(s.version, str(s.version)),
-        "address": conn.peer if conn is not None else None,
+        "address": address(conn.peer) if conn is not None else None,
         "username": s.username,
         "subscriptions": core.router.index.entry_count(s.client_id),
         "inflight": len(s.inflight),

@@ -280,18 +280,39 @@ class HttpServer:
                 writer.write(encode_head(resp, keep) + (b"" if head_only else resp.body))
                 await writer.drain()
                 if resp.stream is not None:
-                    await self._stream(resp.stream, writer)
+                    await self._stream(resp.stream, reader, writer)
                     return
                 if not keep:
                     return
 
     @staticmethod
-    async def _stream(stream: AsyncIterator[bytes], writer: asyncio.StreamWriter) -> None:
+    async def _stream(
+        stream: AsyncIterator[bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Write the chunks of ``stream`` until it ends or the peer closes its side (watched
+        by a read, so a closed browser tab ends its stream at once, not at the next write)."""
+        it = aiter(stream)
+        eof = asyncio.ensure_future(reader.read(65536))
+        nxt: asyncio.Future[bytes] | None = None
         try:
-            async for chunk in stream:
+            while True:
+                nxt = asyncio.ensure_future(anext(it))
+                done, _ = await asyncio.wait({nxt, eof}, return_when=asyncio.FIRST_COMPLETED)
+                if nxt not in done:
+                    return  # the peer sent EOF (or data it should not send on a stream)
+                try:
+                    chunk = nxt.result()
+                except StopAsyncIteration:
+                    nxt = None
+                    return
+                nxt = None
                 writer.write(chunk)
                 await writer.drain()
         finally:
+            for fut in (nxt, eof):
+                if fut is not None and not fut.done():
+                    fut.cancel()
+            await asyncio.gather(*(f for f in (nxt, eof) if f is not None), return_exceptions=True)
             closer = getattr(stream, "aclose", None)
             if closer is not None:
                 await closer()
