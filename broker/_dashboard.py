@@ -199,7 +199,7 @@ class Dashboard:
             return _error(404, f"no page {path[:100]!r}")
         if req.method == "POST":
             return self._post(req, user)
-        return self._get(req, user)
+        return await self._get(req, user)
 
     def _metrics(self, req: Request) -> Response:
         if req.method not in ("GET", "HEAD"):
@@ -268,7 +268,7 @@ class Dashboard:
 
         return check
 
-    def _get(self, req: Request, user: str | None) -> Response:
+    async def _get(self, req: Request, user: str | None) -> Response:
         path, q = req.path, req.query
         core = self.core
         now = core.clock.monotonic()
@@ -300,7 +300,7 @@ class Dashboard:
                 )
             if path == "/api/clients":
                 off, lim = data.page_bounds(q.get("offset"), q.get("limit"))
-                return _json(200, data.client_page(core, q.get("q", "")[:200], off, lim))
+                return _json(200, await _run_steps(data.client_page(core, q.get("q", "")[:200], off, lim)))
             if path.startswith("/api/clients/"):
                 cid = path[len("/api/clients/") :]
                 detail = data.client_detail(core, cid, now)
@@ -309,7 +309,9 @@ class Dashboard:
                 return _json(200, detail)
             if path == "/api/subscriptions":
                 off, lim = data.page_bounds(q.get("offset"), q.get("limit"))
-                return _json(200, data.subscription_page(core, q.get("q", "")[:200], off, lim))
+                return _json(
+                    200, await _run_steps(data.subscription_page(core, q.get("q", "")[:200], off, lim))
+                )
             if path == "/api/topics":
                 off, lim = data.page_bounds(q.get("offset"), q.get("limit"), 200)
                 prefix = q.get("prefix")
@@ -380,6 +382,17 @@ class Dashboard:
         if not hmac.compare_digest(token.encode(), self.csrf(user).encode()):
             return _error(403, "missing or wrong X-CSRF-Token (GET /api/session gives it)")
         return None
+
+
+async def _run_steps(steps: data.Steps) -> dict[str, Any]:
+    """Run a chunked scan (``broker._dashboard_data.Steps``), yielding to the loop between steps."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            result: dict[str, Any] = stop.value
+            return result
+        await asyncio.sleep(0)
 
 
 def _basic(header: str | None) -> tuple[str, bytes] | None:

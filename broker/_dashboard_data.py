@@ -18,19 +18,23 @@ from __future__ import annotations
 import os
 import re
 import resource
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from broker.core._composite import ATOM_CLIENT
+from broker.core._message import SubOptions
 from broker.core._session import PUBREL_SENT, ConnectionState, Session
+from topics import Entry
 
 if TYPE_CHECKING:
     from broker.core._core import Core
     from broker.core._message import Message
 
 __all__ = [
+    "CHUNK",
     "MAX_LIMIT",
     "PAYLOAD_PREVIEW",
+    "Steps",
     "address",
     "client_detail",
     "client_page",
@@ -45,6 +49,13 @@ __all__ = [
 
 #: most rows one list request returns
 MAX_LIMIT = 500
+#: clients one step of a list scan visits before it lets the loop run (``Steps``)
+CHUNK = 2000
+
+#: a scan over every client, in steps: the caller runs ``next()`` until ``StopIteration``
+#: (whose ``value`` is the answer), letting the event loop run between steps, so a search
+#: over 100,000 clients never holds the broker's loop for long (``Dashboard._run_steps``)
+Steps: TypeAlias = Generator[None, None, dict[str, Any]]
 #: bytes of a retained payload shown
 PAYLOAD_PREVIEW = 2048
 #: in-flight and queued messages listed per client (the counts are always complete)
@@ -137,27 +148,32 @@ def _row(core: Core, s: Session) -> dict[str, Any]:
     }
 
 
-def client_page(core: Core, query: str, offset: int, limit: int) -> dict[str, Any]:
+def client_page(core: Core, query: str, offset: int, limit: int) -> Steps:
     """Clients whose id, user name or address contains ``query`` (case-insensitive), sorted
-    by id; one page of rows."""
+    by id; one page of rows. A generator of :data:`CHUNK`-client steps (:data:`Steps`)."""
     q = query.lower()
+    ids = sorted(core.sessions)
     if q:
-        ids = [
-            cid
-            for cid, s in core.sessions.items()
-            if q in cid.lower()
-            or (s.username is not None and q in s.username.lower())
-            or (s.conn is not None and q in s.conn.peer)
-        ]
-    else:
-        ids = list(core.sessions)
-    ids.sort()
-    page = ids[offset : offset + limit]
+        found = []
+        for start in range(0, len(ids), CHUNK):
+            yield
+            sessions = core.sessions
+            for cid in ids[start : start + CHUNK]:
+                s = sessions.get(cid)
+                if s is not None and (
+                    q in cid.lower()
+                    or (s.username is not None and q in s.username.lower())
+                    or (s.conn is not None and q in address(s.conn.peer))
+                ):
+                    found.append(cid)
+        ids = found
+    yield
+    page = [core.sessions[cid] for cid in ids[offset : offset + limit] if cid in core.sessions]
     return {
         "total": len(ids),
         "offset": offset,
         "limit": limit,
-        "clients": [_row(core, core.sessions[cid]) for cid in page],
+        "clients": [_row(core, s) for s in page],
     }
 
 
@@ -198,33 +214,43 @@ def client_detail(core: Core, client_id: str, now: float) -> dict[str, Any] | No
     return out
 
 
-def subscription_page(core: Core, query: str, offset: int, limit: int) -> dict[str, Any]:
+def subscription_page(core: Core, query: str, offset: int, limit: int) -> Steps:
     """Every client's entries (subscriptions with their content selectors, shared ones, and
     negative entries of partial unsubscribes) whose filter, selector or client id contains
-    ``query``; one page, sorted by client id then age."""
+    ``query``; one page, sorted by client id then age. A generator of :data:`CHUNK`-client
+    steps; without a query only the page's clients' entries are built."""
     q = query.lower()
     index = core.router.index
-    rows: list[tuple[str, Any]] = []
+    rows: list[tuple[str, Entry[SubOptions]]] = []
     total = 0
-    for cid in sorted(core.sessions):
-        if q and q in cid.lower():
-            entries = index.entries(cid)
-        else:
-            entries = [
-                e
-                for e in index.entries(cid)
-                if not q
-                or q in e.topic_filter.lower()
-                or (
-                    e.options is not None
-                    and e.options.selector is not None
-                    and q in e.options.selector.lower()
-                )
-            ]
-        for e in entries:
-            if offset <= total < offset + limit:
-                rows.append((cid, e))
-            total += 1
+    ids = sorted(core.sessions)
+    for start in range(0, len(ids), CHUNK):
+        yield
+        for cid in ids[start : start + CHUNK]:
+            if not q:
+                n = index.entry_count(cid)
+                if offset + limit <= total or total + n <= offset:
+                    total += n  # outside the page: counted, not built
+                    continue
+                entries = index.entries(cid)
+            elif q in cid.lower():
+                entries = index.entries(cid)
+            else:
+                entries = [
+                    e
+                    for e in index.entries(cid)
+                    if q in e.topic_filter.lower()
+                    or (
+                        e.options is not None
+                        and e.options.selector is not None
+                        and q in e.options.selector.lower()
+                    )
+                ]
+            for e in entries:
+                if offset <= total < offset + limit:
+                    rows.append((cid, e))
+                total += 1
+    yield
     return {
         "total": total,
         "offset": offset,

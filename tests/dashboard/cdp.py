@@ -104,6 +104,14 @@ class Page:
         return page
 
     async def _read(self) -> None:
+        try:
+            await self._dispatch()
+        except websockets.ConnectionClosed:
+            for fut in self.pending.values():
+                if not fut.done():
+                    fut.set_exception(RuntimeError("the browser closed the DevTools connection"))
+
+    async def _dispatch(self) -> None:
         async for raw in self.ws:
             msg = json.loads(raw)
             if "id" in msg:
