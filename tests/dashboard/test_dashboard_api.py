@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -374,3 +375,22 @@ async def test_many_clients_are_paginated(b: Broker) -> None:
         assert page["clients"][0]["protocol"] == "in-process"
         subs_page = (await http.get(port(b), "/api/subscriptions?limit=10")).json()
         assert subs_page["total"] == 2000 and len(subs_page["subscriptions"]) == 10
+
+
+async def test_metrics_without_prometheus_client_says_which_extra(
+    b: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # as if prometheus-client were not installed: importing it fails (the dashboard still works)
+    monkeypatch.setitem(sys.modules, "prometheus_client.exposition", None)
+    r = await http.get(port(b), "/metrics")
+    assert r.status == 501 and b"siftmq[metrics]" in r.body
+    assert (await http.get(port(b), "/api/overview")).status == 200
+
+
+def test_serve_flags() -> None:
+    from broker._cli import build_parser
+
+    args = build_parser().parse_args(
+        ["serve", "--dashboard-admin", "ann", "--dashboard-admin", "bo", "--no-dashboard"]
+    )
+    assert args.dashboard_admin == ["ann", "bo"] and args.dashboard is False
