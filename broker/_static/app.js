@@ -164,6 +164,7 @@ async function kick(id) {
   try {
     await api("/api/kick", { method: "POST", headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf }, body: JSON.stringify({ client_id: id }) });
     setStatus(`kicked ${id}`, "live");
+    if (state.detail === id) { state.detail = null; $("client_detail").hidden = true; }
   } catch (err) {
     setStatus(`kick failed: ${err.message}`, "down");
   }

@@ -4,7 +4,8 @@
 is read from its "DevTools listening on ws://..." line) and stops it; :class:`Page` is one tab:
 ``navigate``, ``evaluate`` (a JavaScript expression, awaited if it is a promise),
 ``wait_for`` (polls an expression until it is truthy, with a deadline), ``screenshot``.
-JavaScript exceptions of the page are collected in ``Page.errors``.
+JavaScript exceptions and error log entries of the page (CSP violations, failed loads) are
+collected in ``Page.errors``.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class Page:
         page = cls(ws)
         await page.send("Page.enable")
         await page.send("Runtime.enable")
+        await page.send("Log.enable")
         return page
 
     async def _read(self) -> None:
@@ -123,6 +125,8 @@ class Page:
                         fut.set_result(msg.get("result", {}))
             elif msg.get("method") == "Runtime.exceptionThrown":
                 self.errors.append(str(msg["params"]["exceptionDetails"]))
+            elif msg.get("method") == "Log.entryAdded" and msg["params"]["entry"]["level"] == "error":
+                self.errors.append(str(msg["params"]["entry"]))  # CSP violations, failed loads
 
     async def send(self, method: str, params: dict[str, Any] | None = None, timeout: float = 20.0) -> Any:
         i = next(self.ids)
