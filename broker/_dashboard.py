@@ -117,6 +117,7 @@ class Dashboard:
         )
         self._key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
+        self._verified_for: object = None  # the PasswordFile those logins were verified against
         self._scrypt = asyncio.Semaphore(2)
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self._event = asyncio.Event()
@@ -227,6 +228,8 @@ class Dashboard:
         if creds is None:
             return _error(401, "credentials required (HTTP Basic, a user of the password file)", _REALM), None
         user, password = creds
+        if passwords is not self._verified_for:  # FileAuth.reload(): forget what was verified
+            self._verified, self._verified_for = {}, passwords
         mac = hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
         known = self._verified.get(user)
         if known is None or not hmac.compare_digest(known, mac):

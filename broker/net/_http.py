@@ -280,7 +280,12 @@ class HttpServer:
                 writer.write(encode_head(resp, keep) + (b"" if head_only else resp.body))
                 await writer.drain()
                 if resp.stream is not None:
-                    await self._stream(resp.stream, reader, writer)
+                    if head_only:  # HEAD of a stream: the head only
+                        closer = getattr(resp.stream, "aclose", None)
+                        if closer is not None:
+                            await closer()
+                    else:
+                        await self._stream(resp.stream, reader, writer)
                     return
                 if not keep:
                     return

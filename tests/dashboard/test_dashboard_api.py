@@ -394,3 +394,19 @@ def test_serve_flags() -> None:
         ["serve", "--dashboard-admin", "ann", "--dashboard-admin", "bo", "--no-dashboard"]
     )
     assert args.dashboard_admin == ["ann", "bo"] and args.dashboard is False
+
+
+async def test_a_reloaded_password_file_ends_old_passwords(secured: Broker, tmp_path: Path) -> None:
+    p = port(secured)
+    assert (await http.get(p, "/api/overview", http.basic("admin", "s3cret"))).status == 200
+    auth = next(h for h in secured.hooks if isinstance(h, FileAuth))
+    write_passwords(tmp_path / "passwd", {"admin": "n3w"})
+    auth.reload()
+    assert (await http.get(p, "/api/overview", http.basic("admin", "s3cret"))).status == 401
+    assert (await http.get(p, "/api/overview", http.basic("admin", "n3w"))).status == 200
+
+
+async def test_head_of_the_event_stream_is_a_head(b: Broker) -> None:
+    r = await http.raw(port(b), b"HEAD /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert r.status == 200 and r.headers["content-type"] == "text/event-stream" and r.body == b""
+    assert b.dashboard is not None and b.dashboard.watchers == 0
