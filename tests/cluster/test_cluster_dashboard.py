@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiomqtt
 
 from tests.cluster._support import cluster, node_of
-from tests.dashboard import http
+from tests.dashboard import httpclient as http
 from tests.waiting import eventually
 
 

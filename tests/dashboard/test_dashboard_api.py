@@ -17,7 +17,7 @@ import pytest_asyncio
 from broker import Broker
 from broker.auth import FileAuth
 from tests.auth.helpers import FAST, write_passwords
-from tests.dashboard import http
+from tests.dashboard import httpclient as http
 from tests.waiting import eventually, next_message
 
 V5 = aiomqtt.ProtocolVersion.V5
