@@ -42,14 +42,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# Headless Chromium renders the analytics report in one test; installed from Debian when
-# missing and we may (root with apt-get), otherwise that one test is skipped with its reason.
+# Headless Chromium renders the analytics report and drives the dashboard (tests/dashboard,
+# DevTools protocol; chromium-driver for WebDriver users); installed from Debian when missing
+# and we may (root with apt-get), otherwise those tests are skipped with their reason.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
-	      || echo "chromium could not be installed: the report-rendering test will be skipped"; \
-	  else echo "chromium not installed: the report-rendering test will be skipped"; fi; }
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null \
+	      || echo "chromium could not be installed: the browser tests will be skipped"; \
+	  else echo "chromium not installed: the browser tests will be skipped"; fi; }
 
 # Debian's mosquitto is the edge broker of the bridge interoperability test (issue 21); installed
 # when missing and we may, otherwise that test is skipped with its reason.
