@@ -84,7 +84,10 @@ async def events(port: int, headers: Mapping[str, str] | None = None) -> AsyncIt
         assert status == 200 and hdrs["content-type"] == "text/event-stream", (status, hdrs)
         name = "message"
         while True:
-            line = (await reader.readline()).decode().rstrip("\n")
+            raw_line = await reader.readline()
+            if not raw_line:
+                return  # the server closed the stream
+            line = raw_line.decode().rstrip("\n")
             if line.startswith("event: "):
                 name = line[7:]
             elif line.startswith("data: "):

@@ -410,3 +410,17 @@ async def test_head_of_the_event_stream_is_a_head(b: Broker) -> None:
     r = await http.raw(port(b), b"HEAD /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert r.status == 200 and r.headers["content-type"] == "text/event-stream" and r.body == b""
     assert b.dashboard is not None and b.dashboard.watchers == 0
+
+
+async def test_stop_ends_open_event_streams(b: Broker) -> None:
+    stream = http.events(port(b))
+    try:
+        name, _ = await asyncio.wait_for(anext(stream), 5)
+        assert name == "history"
+        await asyncio.wait_for(b.stop(), 10)  # does not wait for the browser to leave
+        assert b.dashboard is None and b.metrics_port is None
+        async with asyncio.timeout(5):  # the stream ends (at most the overview event before)
+            rest = [name async for name, _ in stream]
+        assert rest in ([], ["overview"])
+    finally:
+        await stream.aclose()
