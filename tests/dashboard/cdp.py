@@ -33,7 +33,8 @@ def find_chromium() -> str | None:
 
 class Chromium:
     def __init__(self, binary: str) -> None:
-        self.profile = tempfile.TemporaryDirectory(prefix="siftmq-chromium-")
+        # Chromium's helper processes may still write the profile while it is removed
+        self.profile = tempfile.TemporaryDirectory(prefix="siftmq-chromium-", ignore_cleanup_errors=True)
         self.proc = subprocess.Popen(
             [
                 binary,
