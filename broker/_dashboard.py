@@ -13,7 +13,8 @@ its requests:
   -- JSON (``broker._dashboard_data``); lists paginated (``offset``, ``limit`` <= 500, ``q``).
 * ``GET /api/events`` -- server-sent events: one ``overview`` event per sample
   (``interval`` seconds) with the rates of messages in and out, built once per sample for
-  every watcher.
+  every watcher. The sampler runs only while a page is open (or for ``LINGER`` seconds after
+  an overview request): an idle dashboard costs the broker nothing.
 * ``POST /api/kick`` -- ``{"client_id": ...}``: disconnects the client (MQTT 5: DISCONNECT
   0x98 Administrative action).
 
@@ -76,6 +77,8 @@ _JSON = "application/json"
 _REALM = (("WWW-Authenticate", 'Basic realm="siftmq dashboard", charset="UTF-8"'),)
 #: samples kept for the charts (one per ``interval``)
 HISTORY = 300
+#: seconds the sampler keeps running after the last overview request with no page open
+LINGER = 10.0
 
 
 def _json(status: int, body: object) -> Response:
@@ -123,6 +126,7 @@ class Dashboard:
         self._event = asyncio.Event()
         self._latest = b""
         self._sampler: asyncio.Task[None] | None = None
+        self._seen = 0.0  # monotonic time of the last request that needs the sampler
         self._last: tuple[float, int, int] | None = None
         self.watchers = 0
         self.assets = {
@@ -132,9 +136,7 @@ class Dashboard:
 
     # ------------------------------------------------------------ life cycle
     def start(self) -> None:
-        if self.enabled:
-            self.sample()
-            self._sampler = asyncio.get_running_loop().create_task(self._sample_loop())
+        """Nothing runs until someone looks: the sampler starts with the first page (:meth:`wake`)."""
 
     async def stop(self) -> None:
         if self._sampler is not None:
@@ -142,9 +144,28 @@ class Dashboard:
             await asyncio.gather(self._sampler, return_exceptions=True)
             self._sampler = None
 
+    @property
+    def sampling(self) -> bool:
+        """Whether the sampler runs (a page is open, or an overview was asked for lately)."""
+        return self._sampler is not None and not self._sampler.done()
+
+    def wake(self) -> None:
+        """Someone looks (an event stream, an overview or history request): sample now and
+        every ``interval`` while a page is open or for :data:`LINGER` seconds after the last
+        such request. An idle dashboard costs the broker nothing; the charts' history starts
+        when a page opens."""
+        self._seen = self.core.clock.monotonic()
+        if self._sampler is None or self._sampler.done():
+            self.history.clear()
+            self._last = None
+            self.sample()
+            self._sampler = asyncio.get_running_loop().create_task(self._sample_loop())
+
     async def _sample_loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
+            if self.watchers == 0 and self.core.clock.monotonic() - self._seen > LINGER:
+                return
             try:
                 self.sample()
             except Exception:
@@ -288,11 +309,13 @@ class Dashboard:
                     },
                 )
             if path == "/api/overview":
+                self.wake()
                 ov = data.overview(core, now, data.memory_rss())
                 last = self.history[-1] if self.history else {}
                 ov["rate_in"], ov["rate_out"] = last.get("rate_in", 0.0), last.get("rate_out", 0.0)
                 return _json(200, ov)
             if path == "/api/history":
+                self.wake()
                 return _json(200, {"interval": self.interval, "points": list(self.history)})
             if path == "/api/events":
                 return Response(
@@ -330,6 +353,7 @@ class Dashboard:
 
     async def _events(self) -> AsyncIterator[bytes]:
         self.watchers += 1
+        self.wake()
         try:
             history = orjson.dumps({"interval": self.interval, "points": list(self.history)})
             yield (

@@ -424,3 +424,13 @@ async def test_stop_ends_open_event_streams(b: Broker) -> None:
         assert rest in ([], ["overview"])
     finally:
         await stream.aclose()
+
+
+async def test_an_idle_dashboard_does_not_sample(b: Broker) -> None:
+    dash = b.dashboard
+    assert dash is not None and not dash.sampling
+    assert (await http.get(port(b), "/api/clients")).status == 200
+    assert (await http.get(port(b), "/metrics")).status == 200
+    assert not dash.sampling  # lists and scrapes need no sampler
+    assert (await http.get(port(b), "/api/overview")).status == 200
+    assert dash.sampling and len(dash.history) == 1
