@@ -51,6 +51,7 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("queue_high_water", int, "queued messages that pause the client's publishers (0: max-queued/4)"),
     ("queue_low_water", int, "queued messages at which paused publishers resume (0: half the high)"),
     ("slow_consumer_grace", float, "seconds over the high-water mark before a client is a slow consumer"),
+    ("hung_consumer_time", float, "seconds over the high-water mark without socket progress: hung (0: off)"),
     ("slow_consumer_policy", str, "slow consumers: pace, drop (default) or disconnect"),
     ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
     ("ingress_shed_bytes", int, "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),

@@ -130,6 +130,10 @@ class BrokerConfig:
     #: seconds a client may stay over its high-water mark before it is a *slow consumer*:
     #: its publishers are released and its policy applies.
     slow_consumer_grace: float = 2.0
+    #: seconds a client over its high-water mark may go without its socket taking a byte
+    #: (write-buffer progress, checked every ``tick_interval``) before it is a *hung*
+    #: consumer: a slow consumer at once, without waiting for the grace time; 0 = off.
+    hung_consumer_time: float = 0.25
     #: what happens to a slow consumer: ``drop`` (QoS 0 dropped, QoS 1/2 queued up to
     #: ``max_queued_messages`` then dropped; all counted), ``disconnect`` (DISCONNECT 0x97;
     #: a persistent session keeps queuing up to its limit), ``pace`` (never slow: its
@@ -225,6 +229,8 @@ class BrokerConfig:
             raise ValueError("queue_high_water and queue_low_water must be >= 0")
         if self.slow_consumer_grace < 0:
             raise ValueError("slow_consumer_grace must be >= 0")
+        if self.hung_consumer_time < 0:
+            raise ValueError("hung_consumer_time must be >= 0")
         if self.socket_send_buffer < 0:
             raise ValueError("socket_send_buffer must be >= 0")
         if self.ingress_shed_bytes < 0 or self.ingress_shed_grace < 0:

@@ -48,6 +48,8 @@ __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+#: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
+TICK_SLACK = 0.001
 
 
 class Core:
@@ -93,6 +95,11 @@ class Core:
         self.resumable: set[Connection] = set()
         self.high_water = cfg.high_water
         self.low_water = cfg.low_water
+        # hung-consumer detection: congested receivers -> (bytes their socket had taken, when
+        # that count last moved), read at the ticks; the receivers found hung
+        self.progress: dict[Connection, tuple[int, float]] = {}
+        self.hung: set[Connection] = set()
+        self.last_tick = self.started
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -373,7 +380,9 @@ class Core:
         ``disconnect``) the client is disconnected."""
         self.stats.queue_overflow += 1
         self.stats.dropped_queue_full += 1
-        if conn is not None and conn.policy == "disconnect":
+        if conn is not None and (conn.policy == "disconnect" or conn in self.hung):
+            # a hung consumer is disconnected rather than lose acknowledged messages while
+            # connected (a persistent session keeps its queue)
             self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
             conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
             return
@@ -401,9 +410,11 @@ class Core:
         if conn.congested_since is not None:
             conn.congested_since = None
             self.congested.discard(conn)
+            self.progress.pop(conn, None)
         if conn.slow:
             conn.slow = False
             self.stats.slow_consumers -= 1
+            self.hung.discard(conn)
         self._release_feeders(conn)
 
     def _release_feeders(self, conn: Connection) -> None:
@@ -414,27 +425,46 @@ class Core:
                 self.resumable.add(pub)
         conn.feeders.clear()
 
-    def _check_slow(self, now: float) -> None:
-        """Receivers over their mark for longer than the grace time become slow consumers:
-        their publishers are released and their policy applies (``pace``: never slow)."""
+    def _check_slow(self, now: float, stalled: bool = False) -> None:
+        """Receivers over their mark for longer than the grace time, or whose socket took
+        nothing for ``hung_consumer_time`` (hung), become slow consumers: their publishers are
+        released and their policy applies (``pace``: never slow). O(congested receivers): one
+        write-buffer size read per receiver over its mark per tick, nothing per message."""
         grace = self.config.slow_consumer_grace
+        hung_after = self.config.hung_consumer_time
+        progress = self.progress
         for conn in [c for c in self.congested if not c.slow and c.policy != "pace"]:
             since = conn.congested_since
-            if since is None or now - since < grace:
+            if since is None:
                 continue
-            conn.slow = True
-            self.stats.slow_consumers += 1
-            self.stats.slow_consumer_events += 1
-            self._release_feeders(conn)
-            cid = conn.client_id
-            if conn.policy == "disconnect":
-                self.stats.slow_disconnected += 1
-                self.log_limit("slow_consumer", cid, f"slow consumer for {grace:g} s, disconnecting")
-                conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
-            else:
-                self.log_limit(
-                    "slow_consumer", cid, f"slow consumer for {grace:g} s: QoS 0 dropped, QoS 1/2 queued"
-                )
+            if now - since >= grace:
+                self._slow(conn, f"slow consumer for {grace:g} s")
+                continue
+            if hung_after <= 0:
+                continue
+            io = conn.io
+            taken = conn.sent - (0 if io is None else io.get_write_buffer_size())
+            mark = progress.get(conn)
+            if mark is None or mark[0] != taken or stalled:
+                progress[conn] = (taken, now)
+            elif now - mark[1] >= hung_after - TICK_SLACK:
+                self.hung.add(conn)
+                self.stats.hung_consumer_events += 1
+                self._slow(conn, f"hung consumer (its socket took nothing for {now - mark[1]:.2f} s)")
+
+    def _slow(self, conn: Connection, why: str) -> None:
+        conn.slow = True
+        self.progress.pop(conn, None)
+        self.stats.slow_consumers += 1
+        self.stats.slow_consumer_events += 1
+        self._release_feeders(conn)
+        cid = conn.client_id
+        if conn.policy == "disconnect":
+            self.stats.slow_disconnected += 1
+            self.log_limit("slow_consumer", cid, f"{why}, disconnecting")
+            conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
+        else:
+            self.log_limit("slow_consumer", cid, f"{why}: QoS 0 dropped, QoS 1/2 queued")
 
     def drain(self, s: Session, now: float) -> None:
         """Move queued messages into the in-flight window while the connection can take them."""
@@ -471,8 +501,12 @@ class Core:
         if self.expiring:
             for s in [s for s in self.expiring if s.expires_at is not None and s.expires_at <= now]:
                 self.end_session(s, now)
+        # a tick far later than its interval: the loop itself stalled, so a receiver's
+        # socket taking nothing since the last tick says nothing about the receiver
+        stalled = now - self.last_tick > 1.5 * self.config.tick_interval
+        self.last_tick = now
         if self.congested:
-            self._check_slow(now)
+            self._check_slow(now, stalled)
         self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
@@ -507,6 +541,7 @@ class Core:
             "$SYS/broker/flow/slow_consumers/current": str(st.slow_consumers),
             "$SYS/broker/flow/slow_consumers/total": str(st.slow_consumer_events),
             "$SYS/broker/flow/slow_consumers/disconnected": str(st.slow_disconnected),
+            "$SYS/broker/flow/slow_consumers/hung": str(st.hung_consumer_events),
             "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
             "$SYS/broker/flow/dropped/qos0_ingress": str(st.dropped_qos0_ingress),
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
@@ -607,3 +642,4 @@ class Core:
         edges = sum(len(c.feeders) for c in self.congested)
         assert edges == sum(c.blockers - c.store_wait for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
+        assert all(c.slow for c in self.hung) and all(c in self.congested for c in self.progress)
