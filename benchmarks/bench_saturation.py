@@ -24,9 +24,13 @@ to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sock
   it reached its own ceiling first).
 * ``slow``: ``paced`` with one subscriber that reads at most ``--slow-rate`` msgs/s: the rate
   of the other pairs relative to ``paced`` in the same run, and what happened to the slow one.
+* ``hung``: ``paced`` plus one more QoS 1 subscriber, on ``sat/#`` (every pair's messages),
+  that reads and acknowledges during the warm-up and stops reading when the window starts
+  (a hung consumer, issue 31): the pairs' rate in the window (``others_per_s``, to compare
+  with ``paced``) and whether the hung one was disconnected.
 
 Usage: ``.venv/bin/python benchmarks/bench_saturation.py [--brokers siftmq,siftmq-defaults,
-mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow] [--out FILE.json] [--markdown]``.
+mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow,hung] [--out FILE.json] [--markdown]``.
 Peers that cannot start are skipped with the reason. Bounded in time; every process it
 starts is stopped; loopback only.
 """
@@ -380,15 +384,29 @@ async def _drain(stally: Tally, drain: float, cap: float = 20.0) -> None:
             last, since = stally.delivered, time.monotonic()
 
 
-async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, object]:
-    pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "paced")
+async def _hung_subscriber(port: int) -> Client:
+    """A QoS 1 subscriber on every pair's topic (``hung``), with its own tally."""
+    h = Client(Tally(), 0, None)
+    _bind_publish_handler(h)
+    await _open(port, h, "hung-sub")
+    assert h.transport is not None
+    h.transport.write(subscribe(1, [("sat/#", 1)]))
+    await h.expect(9)
+    return h
+
+
+async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = False) -> dict[str, object]:
+    pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
         subs[0].window_start = time.monotonic()
+    h = await _hung_subscriber(port) if hung else None
     for p in pubs:
         p.running = True
         p.send(a.window)
     await asyncio.sleep(a.warmup)
+    if h is not None and h.transport is not None:
+        h.transport.pause_reading()  # hung from now on: its socket takes nothing more
     st.recording = True
     st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
@@ -400,6 +418,8 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, o
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
         p.running = False
+    if h is not None and h.transport is not None and not h.transport.is_closing():
+        h.transport.resume_reading()  # reads what waits, then sees whether it was disconnected
     await _drain(st, a.drain)
     delivered = st.delivered
     res: dict[str, object] = {
@@ -418,7 +438,11 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, o
         res["others_per_s"] = others / dt
         res["slow_per_s"] = slow_window / dt
         res["slow_disconnected"] = subs[0].closed
-    for c in pubs + subs:
+    if h is not None:
+        res["others_per_s"] = st.in_window / dt
+        res["hung_got"] = h.tally.delivered  # in all, including after it read again
+        res["hung_disconnected"] = h.closed
+    for c in pubs + subs + ([h] if h is not None else []):
         if c.transport is not None:
             c.transport.close()
     return res
@@ -506,6 +530,8 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-bridge": ["--no-persistence"],
     # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
     "siftmq-noshed": ["--no-bridge", "--no-persistence", "--ingress-shed-bytes", "0"],
+    # plain siftmq without hung-consumer detection (the grace time alone, as before issue 31)
+    "siftmq-nohung": ["--no-bridge", "--no-persistence", "--hung-consumer-time", "0"],
 }
 
 
@@ -559,6 +585,8 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False), 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
+        elif scenario == "hung":
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, hung=True), 300))
         else:
             if name not in capacity:
                 # siftmq's routing maximum: without ingress shedding (which the flood
@@ -618,6 +646,17 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "slow_per_s",
                 "delivered_pct_of_acked",
                 "slow_disconnected",
+                "p99_ms",
+                "peak_rss_mb",
+            ],
+        ),
+        (
+            "hung",
+            [
+                "others_per_s",
+                "delivered_pct_of_acked",
+                "hung_got",
+                "hung_disconnected",
                 "p99_ms",
                 "peak_rss_mb",
             ],

@@ -52,6 +52,12 @@ LIMIT_LOG_INTERVAL = 10.0
 TICK_SLACK = 0.001
 
 
+def _taken(conn: Connection) -> int:
+    """The bytes ``conn``'s socket has taken so far (written, less what its transport holds)."""
+    io = conn.io
+    return conn.sent - (0 if io is None else io.get_write_buffer_size())
+
+
 class Core:
     """Session registry, router, counters and timers of one broker (no I/O)."""
 
@@ -99,7 +105,7 @@ class Core:
         # that count last moved), read at the ticks; the receivers found hung
         self.progress: dict[Connection, tuple[int, float]] = {}
         self.hung: set[Connection] = set()
-        self.last_tick = self.started
+        self.last_check = self.started
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -394,6 +400,7 @@ class Core:
         if conn.congested_since is None:
             conn.congested_since = now
             self.congested.add(conn)
+            self.progress[conn] = (_taken(conn), now)  # hung if that does not move
         pub = self.current
         if pub is None or pub is conn or pub in conn.feeders:
             return
@@ -425,7 +432,16 @@ class Core:
                 self.resumable.add(pub)
         conn.feeders.clear()
 
-    def _check_slow(self, now: float, stalled: bool = False) -> None:
+    def check_flow(self, now: float) -> None:
+        """Slow and hung consumers (``tick``, and between ticks while receivers are congested)."""
+        # a check far later than the tick interval: the loop itself stalled, so a receiver's
+        # socket taking nothing since the last check says nothing about the receiver
+        stalled = now - self.last_check > 1.5 * self.config.tick_interval
+        self.last_check = now
+        if self.congested:
+            self._check_slow(now, stalled)
+
+    def _check_slow(self, now: float, stalled: bool) -> None:
         """Receivers over their mark for longer than the grace time, or whose socket took
         nothing for ``hung_consumer_time`` (hung), become slow consumers: their publishers are
         released and their policy applies (``pace``: never slow). O(congested receivers): one
@@ -442,8 +458,7 @@ class Core:
                 continue
             if hung_after <= 0:
                 continue
-            io = conn.io
-            taken = conn.sent - (0 if io is None else io.get_write_buffer_size())
+            taken = _taken(conn)
             mark = progress.get(conn)
             if mark is None or mark[0] != taken or stalled:
                 progress[conn] = (taken, now)
@@ -501,12 +516,7 @@ class Core:
         if self.expiring:
             for s in [s for s in self.expiring if s.expires_at is not None and s.expires_at <= now]:
                 self.end_session(s, now)
-        # a tick far later than its interval: the loop itself stalled, so a receiver's
-        # socket taking nothing since the last tick says nothing about the receiver
-        stalled = now - self.last_tick > 1.5 * self.config.tick_interval
-        self.last_tick = now
-        if self.congested:
-            self._check_slow(now, stalled)
+        self.check_flow(now)
         self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
