@@ -395,6 +395,18 @@ async def _hung_subscriber(port: int) -> Client:
     return h
 
 
+async def _longest_gap(pt: Tally, gaps: list[float]) -> None:
+    """Until cancelled: the longest time (s) without a PUBACK to any publisher, in ``gaps[0]``
+    (a stall of the publishers is seen directly; the rate also moves with the machine's load)."""
+    last, since = pt.acked, time.monotonic()
+    while True:
+        await asyncio.sleep(0.005)
+        now = time.monotonic()
+        if pt.acked != last:
+            last, since = pt.acked, now
+        gaps[0] = max(gaps[0], now - since)
+
+
 async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = False) -> dict[str, object]:
     pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
@@ -411,7 +423,10 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
     st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
     slow_seen0 = _unique(subs[0].seen) if slow else 0
+    gaps = [0.0]
+    watch = asyncio.create_task(_longest_gap(pt, gaps))
     await asyncio.sleep(a.duration)
+    watch.cancel()
     st.recording = False
     dt = time.monotonic() - t0
     acked_window = pt.acked - acked0
@@ -432,6 +447,7 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
         "p50_ms": _pct(st.latencies, 0.5),
         "p99_ms": _pct(st.latencies, 0.99),
         "sub_disconnects": sum(1 for s in subs if s.closed),
+        "longest_ack_gap_ms": gaps[0] * 1000,
     }
     if slow:
         others = st.in_window - slow_window
@@ -580,6 +596,7 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
 
 def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
     b = _start(name, a.broker_cpu)
+    cpu0 = time.process_time()
     try:
         if scenario == "paced":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False), 300))
@@ -600,6 +617,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
             res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
+        res["loadgen_cpu_s"] = time.process_time() - cpu0
         b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
         with contextlib.suppress(subprocess.TimeoutExpired):
             b.proc.wait(30)
@@ -636,6 +654,7 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "p50_ms",
                 "p99_ms",
                 "sub_disconnects",
+                "longest_ack_gap_ms",
                 "peak_rss_mb",
             ],
         ),
@@ -657,6 +676,7 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "delivered_pct_of_acked",
                 "hung_got",
                 "hung_disconnected",
+                "longest_ack_gap_ms",
                 "p99_ms",
                 "peak_rss_mb",
             ],
