@@ -371,8 +371,7 @@ class Core:
                 self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
-        if len(queue) >= self.config.max_queued_messages:
-            self._queue_full(s, conn)
+        if len(queue) >= self.config.max_queued_messages and self._queue_full(s, conn):
             return
         queue.append(out)
         if s.persisted:
@@ -381,9 +380,13 @@ class Core:
             self._congested(conn, now)
 
     # ------------------------------------------------------------ flow control
-    def _queue_full(self, s: Session, conn: Connection | None) -> None:
+    def _queue_full(self, s: Session, conn: Connection | None) -> bool:
         """A QoS 1/2 message finds the queue of ``s`` full: dropped and counted, or (policy
-        ``disconnect``) the client is disconnected."""
+        ``disconnect``, or a hung consumer) the client is disconnected; True. A hung consumer
+        whose socket takes bytes again is paced again instead (False: queue the message,
+        past the bound by what is being routed before its publishers pause)."""
+        if conn is not None and conn in self.hung and self._recovered(conn):
+            return False
         self.stats.queue_overflow += 1
         self.stats.dropped_queue_full += 1
         if conn is not None and (conn.policy == "disconnect" or conn in self.hung):
@@ -391,8 +394,25 @@ class Core:
             # connected (a persistent session keeps its queue)
             self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
             conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
-            return
+            return True
         self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages): message dropped")
+        return True
+
+    def _recovered(self, conn: Connection) -> bool:
+        """A hung consumer's socket took bytes since it was found hung (a client that was only
+        starved of CPU, or paused by a GC): an ordinary congested receiver again, paced; the
+        grace still counts from when it first went over its mark."""
+        mark = self.progress.get(conn)
+        if mark is None or _taken(conn) == mark[0]:
+            return False
+        self.hung.discard(conn)
+        self.progress.pop(conn, None)
+        since = conn.congested_since
+        if since is not None and self.last_check - since >= self.config.slow_consumer_grace:
+            return False  # past the grace: an ordinary slow consumer from now on
+        conn.slow = False
+        self.stats.slow_consumers -= 1
+        return True
 
     def _congested(self, conn: Connection, now: float) -> None:
         """``conn``'s queue reached the high-water mark: pause the connection whose PUBLISH is
@@ -463,9 +483,13 @@ class Core:
             if mark is None or mark[0] != taken or stalled:
                 progress[conn] = (taken, now)
             elif now - mark[1] >= hung_after - TICK_SLACK:
-                self.hung.add(conn)
                 self.stats.hung_consumer_events += 1
                 self._slow(conn, f"hung consumer (its socket took nothing for {now - mark[1]:.2f} s)")
+                if not conn.close_requested:
+                    self.hung.add(conn)
+                    progress[conn] = mark  # kept: it recovers if its socket takes bytes again
+        for conn in list(self.hung):
+            self._recovered(conn)
 
     def _slow(self, conn: Connection, why: str) -> None:
         conn.slow = True
@@ -652,4 +676,5 @@ class Core:
         edges = sum(len(c.feeders) for c in self.congested)
         assert edges == sum(c.blockers - c.store_wait for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
-        assert all(c.slow for c in self.hung) and all(c in self.congested for c in self.progress)
+        assert all(c.slow and c in self.progress for c in self.hung)
+        assert all(c in self.congested for c in self.progress)

@@ -10,7 +10,8 @@ Acknowledged messages are not lost: the healthy subscribers get all of them in o
 hung one, under the default ``drop`` policy, is disconnected when its queue is full instead of
 dropping (a persistent session keeps its queue and gets it on reconnecting). A subscriber that
 is slow but keeps reading is never taken for hung: its publisher stays paced and it gets
-everything.
+everything. One that was taken for hung and reads again (a client starved of CPU, a long GC
+pause) is paced again instead of disconnected, and gets everything.
 """
 
 from __future__ import annotations
@@ -132,4 +133,23 @@ async def test_slow_but_reading_subscriber_is_not_hung() -> None:
         st = b.core.stats
         assert st.publisher_pauses >= 1  # it was over its mark: its publisher was paced
         assert st.hung_consumer_events == 0 and st.slow_consumer_events == 0
+        b.core._check()
+
+
+async def test_hung_subscriber_that_reads_again_is_paced_not_disconnected() -> None:
+    async with Broker(**OPTIONS) as b:  # type: ignore[arg-type]
+        sock = await _hung(b.port, "back", persistent=False)
+        await eventually(lambda: b.core.router.index.entry_count("back") == 1, T)
+        pub, _ = await RawClient.connect(b.port, "pub")
+        # 5 in flight + 15 queued: over the high-water mark (10), below the bound (40); the
+        # publisher is paused until the subscriber is found hung, then released
+        await asyncio.wait_for(_publish_paced(pub, "bench/0", 20), T)
+        assert b.core.stats.hung_consumer_events == 1
+        reader, writer = await asyncio.open_connection(sock=sock)  # it reads again
+        back = RawClient(reader, writer, 5)
+        got = asyncio.create_task(_receive(back, 100))
+        await asyncio.wait_for(_publish_paced(pub, "bench/0", 80), T)  # would overflow the bound
+        assert [int(p) for p in await asyncio.wait_for(got, T)] == list(range(20)) + list(range(80))
+        s = b.core.sessions["back"]
+        assert s.conn is not None and b.core.stats.dropped_queue_full == 0
         b.core._check()
