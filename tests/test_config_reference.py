@@ -25,3 +25,21 @@ def test_the_committed_config_reference_matches_the_code() -> None:
 
     for name in BrokerConfig.__dataclass_fields__:
         assert f"| `{name}` |" in committed
+
+
+def test_the_example_configuration_of_the_systemd_unit_is_valid() -> None:
+    """packaging/siftmq.toml (installed as /etc/siftmq/siftmq.toml by docs/operations.md) loads,
+    and its ``[serve]`` keys are known to ``siftmq serve``."""
+    import tomllib
+
+    from broker import _cli
+    from broker._config import load_toml
+
+    example = ROOT / "packaging" / "siftmq.toml"
+    cfg = load_toml(example)
+    assert cfg.metrics_listen == "127.0.0.1:9464"
+    serve = tomllib.loads(example.read_text())["serve"]
+    known = _cli._SERVE_KEYS.union(*(p.serve_keys for p in _cli.load_plugins()))
+    assert set(serve) <= known
+    unit = (ROOT / "packaging" / "siftmq.service").read_text()
+    assert "--config /etc/siftmq/siftmq.toml" in unit
