@@ -85,7 +85,17 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
     root = tmp_path_factory.mktemp("wheel") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=T)
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install", "-q", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(root / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-compile",
+            str(wheel),
+        ],
         check=True,
         timeout=T,
     )
@@ -131,6 +141,7 @@ def test_the_broker_alone_is_installed_with_its_hot_path_compiled(venv: Venv) ->
         (("analytics", "--once"), "spark"),
         (("analytics", "report"), "spark"),
         (("serve", "--port", "0", "--bridge"), "spark"),
+        (("serve", "--port", "0", "--bridge-roll-interval", "1"), "spark"),
         (("serve", "--port", "0", "--cluster-listen", "127.0.0.1:0"), "cluster"),
         (("serve", "--port", "0", "--metrics-listen", "127.0.0.1:0"), "metrics"),
     ],
