@@ -86,10 +86,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action="store_true", help="print the version, compiled modules and extras, and exit"
     )
     sub = parser.add_subparsers(dest="command")
-    version = sub.add_parser(
-        "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
-    )
-    version.set_defaults(func=_version)
     serve = sub.add_parser("serve", help="run the MQTT broker", description=_serve.__doc__)
     serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 1883; 0 picks one)")
@@ -130,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._backup_cli import register as register_backup
 
     register_backup(sub)
+    version = sub.add_parser(
+        "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
+    )
+    version.set_defaults(func=_version)
     for plugin in plugins:
         plugin.add_commands(sub)
     return parser
