@@ -22,9 +22,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import pytest
 
 from broker._build import HOT_MODULES
+from tests.security.helpers import Certs, make_certs
 
 pytestmark = pytest.mark.slow
 
@@ -160,14 +162,25 @@ def test_a_command_without_its_extra_says_which_to_install(
 
 
 @pytest.fixture
-def served(venv: Venv) -> Iterator[tuple[int, list[str]]]:
-    """``siftmq serve --port 0`` of the venv with its store; yields (port, log lines so far)."""
+def served(venv: Venv, tmp_path: Path) -> Iterator[tuple[dict[str, int], Certs, list[str]]]:
+    """``siftmq serve`` of the venv with its store and three listeners (TCP, TLS, WebSocket, all
+    on port 0); yields ({"tcp": port, "tcp+tls": port, "ws": port}, the certificates, the log
+    lines until the last listener opened)."""
+    certs = make_certs(tmp_path)
+    argv = [
+        "serve",
+        "--port",
+        "0",
+        "--tls-port",
+        "0",
+        "--ws-port",
+        "0",
+        "--data-dir",
+        str(venv.work / "data"),
+    ]
+    argv += ["--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key)]
     proc = subprocess.Popen(
-        [venv.bin("siftmq"), "serve", "--port", "0", "--data-dir", str(venv.work / "data")],
-        cwd=venv.work,
-        env=venv.env,
-        stderr=subprocess.PIPE,
-        text=True,
+        [venv.bin("siftmq"), *argv], cwd=venv.work, env=venv.env, stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
     stderr = proc.stderr
@@ -175,14 +188,15 @@ def served(venv: Venv) -> Iterator[tuple[int, list[str]]]:
     reader = threading.Thread(target=lambda: [lines.put(x) for x in stderr], daemon=True)
     reader.start()
     seen: list[str] = []
+    ports: dict[str, int] = {}
     try:
-        while True:
+        while len(ports) < 3:
             line = lines.get(timeout=T)
             seen.append(line)
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line)
+            found = re.search(r"listening on 127\.0\.0\.1:(\d+) \((\S+)\)", line)
             if found:
-                break
-        yield int(found.group(1)), seen
+                ports[found.group(2)] = int(found.group(1))
+        yield ports, certs, seen
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=T) == 0
     finally:
@@ -193,16 +207,36 @@ def served(venv: Venv) -> Iterator[tuple[int, list[str]]]:
         stderr.close()
 
 
+def _receive_over_websocket(port: int, topic_filter: str) -> tuple[str, bytes]:
+    """The first message a paho client (of the test's environment) subscribed over WebSocket gets."""
+    got: queue.Queue[tuple[str, bytes]] = queue.Queue()
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "ws-reader", transport="websockets")
+    c.ws_set_options(path="/mqtt")
+    c.on_connect = lambda cl, _u, _f, _rc, _p: cl.subscribe(topic_filter, qos=1)
+    c.on_message = lambda _c, _u, m: got.put((m.topic, m.payload))
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    try:
+        return got.get(timeout=T)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
 def test_serve_without_the_spark_extra_runs_a_pub_sub_round_trip(
-    venv: Venv, served: tuple[int, list[str]]
+    venv: Venv, served: tuple[dict[str, int], Certs, list[str]]
 ) -> None:
-    port, log = served
+    ports, certs, log = served
     text = "".join(log)
     assert "bridge off: the 'spark' extra is not installed (pip install 'siftmq[spark]')" in text
     assert f"hot path: {len(HOT_MODULES)} of {len(HOT_MODULES)} modules compiled with mypyc" in text
-    # retained, so the subscriber started after it gets it without a race; through a content filter
-    p = venv.run("pub", "-p", str(port), "-q", "1", "-r", "-t", "sensors/a", "-m", '{"temp": 35}')
+    # published over TLS, retained so that the subscribers started after it get it without a race
+    tls = ["-h", "127.0.0.1", "-p", str(ports["tcp+tls"]), "--cafile", str(certs.ca)]
+    p = venv.run("pub", *tls, "-q", "1", "-r", "-t", "sensors/a", "-m", '{"temp": 35}')
     assert p.returncode == 0, p.stderr
-    s = venv.run(*f"sub -p {port} -q 1 -t sensors/# -v -C 1 -W 30".split(), "--filter", "temp > 30")
+    # received over TCP through a content filter
+    s = venv.run(*f"sub -p {ports['tcp']} -q 1 -t sensors/# -v -C 1 -W 30".split(), "--filter", "temp > 30")
     assert s.returncode == 0, s.stderr
     assert s.stdout.splitlines() == ['sensors/a {"temp": 35}']
+    # and over WebSocket
+    assert _receive_over_websocket(ports["ws"], "sensors/#") == ("sensors/a", b'{"temp": 35}')
