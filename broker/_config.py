@@ -42,14 +42,24 @@ class Listener:
     verified client certificate's CN is the user name (docs/security.md, "TLS").
     """
 
+    #: ``"tcp"``: MQTT over TCP; ``"ws"``: MQTT over WebSocket (subprotocol ``mqtt``).
     kind: Literal["tcp", "ws"] = "tcp"
+    #: address to bind.
     host: str = "127.0.0.1"
+    #: port to bind (0: one chosen by the OS).
     port: int = 1883
+    #: server certificate chain (PEM): turns TLS on (``mqtts`` / ``wss``).
     certfile: str | None = None
+    #: private key (PEM) of ``certfile``.
     keyfile: str | None = None
+    #: CA certificates (PEM) that verify client certificates.
     cafile: str | None = None
+    #: TLS clients must present a certificate that ``cafile`` verifies.
     require_client_cert: bool = False
+    #: HTTP path of a WebSocket listener.
     ws_path: str = "/mqtt"
+    #: clients without a user name: true (accepted), false (refused), unset = accepted on a
+    #: loopback listener only.
     allow_anonymous: bool | None = None
     #: the client certificate's subject CN replaces the CONNECT user name (mosquitto's
     #: option of the same name); needs ``require_client_cert``.
@@ -180,6 +190,8 @@ class BrokerConfig:
     allow_anonymous: bool = True
     #: maximum QoS granted and accepted.
     maximum_qos: int = 2
+    #: retained messages are accepted (false: Retain Available 0 in CONNACK, and a retained
+    #: PUBLISH or will is refused with 0x9A Retain not supported).
     retain_available: bool = True
     #: bounded queue length of each in-process ``Broker.subscribe`` subscription.
     inprocess_queue_size: int = 10_000
