@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from broker import _dashboard_data as data
+from broker._extras import Extra, MissingExtra, require
 from broker.auth import FileAuth
 from broker.net._http import Request, Response
 from broker.packets import ReasonCode
@@ -243,12 +244,15 @@ class Dashboard:
         if req.method not in ("GET", "HEAD"):
             return _error(405, "GET /metrics", (("Allow", "GET, HEAD"),))
         try:
+            require(Extra.METRICS, "/metrics")
             from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
             from broker._metrics import registry_for
+        except MissingExtra as exc:
+            return Response.text(501, str(exc))
         except ImportError:
             return Response.text(
-                501, "prometheus-client is not installed: pip install 'siftmq[metrics]' for /metrics"
+                501, "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
             )
         return Response(200, generate_latest(registry_for(self.core)), CONTENT_TYPE_LATEST)
 

@@ -40,6 +40,7 @@ __all__ = [
     "RequestParser",
     "Response",
     "encode_head",
+    "parse_listen",
     "serve_http",
 ]
 
@@ -192,6 +193,14 @@ class RequestParser:
         split = urlsplit(target)
         query = dict(parse_qsl(split.query, keep_blank_values=True))
         return Request(method, target, unquote(split.path), query, version, headers), need
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port); ValueError when malformed."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"metrics listen address must be HOST:PORT, not {value!r}")
+    return host.strip("[]"), int(port)
 
 
 Handler = Callable[[Request, str], Awaitable[Response]]
