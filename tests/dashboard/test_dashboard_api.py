@@ -381,9 +381,11 @@ async def test_metrics_without_prometheus_client_says_which_extra(
     b: Broker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # as if prometheus-client were not installed: importing it fails (the dashboard still works)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
     monkeypatch.setitem(sys.modules, "prometheus_client.exposition", None)
     r = await http.get(port(b), "/metrics")
-    assert r.status == 501 and b"siftmq[metrics]" in r.body
+    assert r.status == 501 and b"needs the 'metrics' extra" in r.body
+    assert b"pip install 'siftmq[metrics]'" in r.body
     assert (await http.get(port(b), "/api/overview")).status == 200
 
 
