@@ -158,7 +158,7 @@ class Core:
         """Bind ``conn`` to the session of ``client_id``; returns "session present"."""
         old = self.sessions.get(client_id)
         if old is not None and old.conn is not None:
-            old.conn.taken_over(now)
+            old.conn.taken_over(now, clean_start or old.expiry_interval == 0)
             self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
         if old is not None and old.will_due is not None:
             # a new network connection before the will delay elapsed: no will [MQTT-3.1.2-8]
