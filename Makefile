@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build chromium mosquitto cluster
+.PHONY: run test lint typecheck unit setup build chromium mosquitto cluster interop-clients
 
 setup: $(STAMP)
 
@@ -60,9 +60,24 @@ mosquitto:
 	      || echo "mosquitto could not be installed: the bridge test will be skipped"; \
 	  else echo "mosquitto not installed: the bridge test will be skipped"; fi; }
 
+# The clients of the interoperability matrix (tests/interop, issue 28): Debian's mosquitto-clients
+# and Paho C examples when missing and we may; MQTT.js from npm into tests/interop/node_modules
+# (package-lock.json) when node is there. A client that is missing is skipped with its reason.
+interop-clients:
+	@{ command -v mosquitto_sub >/dev/null 2>&1 && command -v paho_c_sub >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto-clients paho.mqtt.c-examples) >/dev/null \
+	      || echo "mosquitto-clients / paho.mqtt.c-examples could not be installed: their interop tests will be skipped"; \
+	  else echo "mosquitto-clients / paho.mqtt.c-examples not installed: their interop tests will be skipped"; fi; }
+	@test -d tests/interop/node_modules/mqtt || { \
+	  if command -v npm >/dev/null 2>&1; then \
+	    (cd tests/interop && npm ci --no-audit --no-fund --silent) >/dev/null \
+	      || echo "MQTT.js could not be installed: its interop tests will be skipped"; \
+	  else echo "npm not installed: the MQTT.js interop tests will be skipped"; fi; }
+
 # one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway), the
 # files using the Spark session on one worker (tests/conftest.py)
-unit: $(BUILT) chromium mosquitto
+unit: $(BUILT) chromium mosquitto interop-clients
 	$(PY) -m pytest -n auto --dist loadfile
 
 test: lint typecheck unit

@@ -51,6 +51,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,10 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
         .config("spark.ui.showConsoleProgress", "false")
     )
     if master.startswith("local"):
+        # the JVM binds to loopback from its start: without it, a host name that resolves to
+        # a loopback address prints a WARN on every run (Utils: "Your hostname ... resolves
+        # to a loopback address"), before the configuration below applies
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
@@ -114,6 +119,29 @@ def landing_streams(spark: Any, landing: str | Path) -> dict[Kind, Any]:
 
 
 _STATE_SCHEMA = "filters STRING"
+#: pyspark's applyInPandasWithState (pyspark/worker.py, ``construct_record_batch``) pads the
+#: output of ``_active_filters`` with an untyped empty DataFrame (``dict.fromkeys`` columns, dtype
+#: object) and concatenates: pandas >= 2.1 warns about it (FutureWarning, "concatenation with
+#: empty or all-NA entries") on every run, whatever the function returns (typed columns meet
+#: the padding's object ones, with 0 padding rows too).  The cause is inside pyspark, so that
+#: one warning, raised from that module, is filtered; the Python worker runs this when it
+#: imports this module to unpickle ``_active_filters`` (issue 31 item 6).
+_PYSPARK_PADDING_WARNING = (
+    "The behavior of DataFrame concatenation with empty or all-NA entries is deprecated"
+)
+
+
+def _filter_pyspark_padding_warning() -> None:
+    warnings.filterwarnings(
+        "ignore",
+        message=re.escape(_PYSPARK_PADDING_WARNING),
+        category=FutureWarning,
+        module=r"pyspark\.worker\Z",
+    )
+
+
+_filter_pyspark_padding_warning()
+
 _ACTIVE_SCHEMA = "time TIMESTAMP, client_id STRING, topic_filter STRING, content_filter STRING, delta INT"
 
 

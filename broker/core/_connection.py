@@ -589,8 +589,7 @@ class Connection:
         try:
             topics.validate_topic(topic)
         except topics.InvalidTopic as exc:
-            # the message says "topic name <shown name> ..." already
-            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, str(exc)[:300])
+            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, str(exc)[:300])  # names it
         if topic.count("/") >= cfg.max_topic_levels:
             core.stats.refused_topic_levels += 1
             core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")
@@ -843,21 +842,9 @@ class Connection:
         self.will_on_close = self.version == 5 and p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
         self.close("client disconnected")
 
-    def taken_over(self, now: float, session_ends: bool = True) -> None:
-        """Another connection CONNECTed with our client id (MQTT 5 section 3.1.4).
-
-        ``session_ends``: the new connection does not continue the session (a clean start,
-        or ours was a clean session).  MQTT 3.1 / 3.1.1 leave open whether a will is
-        published on a takeover; as mosquitto, it is only when the session ends, and a
-        persistent session continued by the new connection drops it unpublished.  MQTT 5:
-        the will follows its Will Delay Interval (a delay > 0 is cancelled by the new
-        connection [MQTT-3.1.2-8]; 0 publishes it now), as section 3.1.4 says.
-        """
+    def taken_over(self, now: float) -> None:
+        """Another connection CONNECTed with our client id (MQTT 5 section 3.1.4)."""
         self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "session taken over")
-        s = self.session
-        if not session_ends and self.version != 5 and s is not None and s.will is not None:
-            s.will = None
-            self.core.journal.will_cleared(s)
         self.lost(now, keep_session=True)
 
     def check_keep_alive(self, now: float) -> None:
