@@ -50,6 +50,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -73,6 +74,39 @@ __all__ = [
     "spark_session",
     "start_queries",
 ]
+
+
+#: the driver's log4j 2 configuration, from the JVM's start: Spark's default profile printed
+#: its name, "Setting default log level to WARN" with a hint (a root level other than WARN
+#: prints them too: WARN here, ERROR by ``setLogLevel`` once the session is up) and the
+#: NativeCodeLoader WARN (no native Hadoop library: expected, the Java one is used)
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+def _driver_log_options() -> str | None:
+    """``-Dlog4j2.configurationFile=...`` for the driver JVM (the file written once into the
+    temporary directory), or None when the user configures Spark's logging (SPARK_CONF_DIR)."""
+    if os.environ.get("SPARK_CONF_DIR"):
+        return None
+    path = Path(tempfile.gettempdir()) / f"siftmq-spark-log4j2-{os.getuid()}.properties"
+    try:
+        if not path.is_file() or path.read_text() != _LOG4J2:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(_LOG4J2)
+            tmp.replace(path)
+    except OSError:
+        return None
+    return f"-Dlog4j2.configurationFile=file:{path}"
 
 
 def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
@@ -100,6 +134,8 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    if (options := _driver_log_options()) is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", options)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
