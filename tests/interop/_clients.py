@@ -6,7 +6,8 @@ received), publish, wait for ``expect`` messages, then DISCONNECT or drop the co
 without one (``abort``, so that the broker publishes the will). :meth:`Client.start` starts a
 job and returns a :class:`Running`: ``ready`` then ``result()`` (the messages received).
 
-Process clients (MQTT.js, mosquitto_pub/sub, paho_c_pub/sub) are started as subprocesses;
+MQTT.js runs in one node process per test module (a job a line on its stdin); the command-line
+clients (mosquitto_pub/sub, paho_c_pub/sub) are started per job;
 a command-line client that cannot say when it is subscribed is *ready* when the broker holds
 its subscription (``Env.subscribed``, a condition on the broker's state polled with a
 deadline). The Python clients (paho-mqtt, aiomqtt, gmqtt) run in the test's process.
@@ -104,6 +105,9 @@ class Client:
     def why_not(self, feature: str, version: int) -> str | None:
         return None
 
+    async def stop(self) -> None:
+        """Release what the client keeps between jobs (before the event loop closes)."""
+
     def start(self, job: Job, env: Env) -> Running:
         run = Running()
         run.task = asyncio.ensure_future(self.run(job, env, run.ready))
@@ -150,26 +154,63 @@ class MqttJs(Client):
             "ca": str(env.ca) if job.endpoint == "tls" else None,
             "timeout": TIMEOUT,
         }
-        proc = await asyncio.create_subprocess_exec(
-            "node",
-            str(HERE / "mqttjs_job.mjs"),
-            json.dumps(spec),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        assert proc.stdout is not None
+        proc = await self._node()
+        assert proc.stdin is not None
+        self._ids += 1
+        spec["id"] = n = self._ids
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._jobs[n] = events
+        proc.stdin.write(json.dumps(spec).encode() + b"\n")
         got: list[Got] = []
-        lines: list[str] = []
-        while line := (await proc.stdout.readline()).decode():
-            lines.append(line)
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
+        try:
+            while (event := await asyncio.wait_for(events.get(), TIMEOUT * 2))["event"] != "done":
                 if event["event"] == "ready":
                     ready.set()
                 elif event["event"] == "message":
                     got.append(Got(event["topic"], event["payload"], event["qos"], event["retain"]))
-        assert await proc.wait() == 0, "".join(lines)
+                else:
+                    raise AssertionError(event)
+        finally:
+            del self._jobs[n]
         return got
+
+    def __init__(self) -> None:
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._jobs: dict[int, asyncio.Queue[dict[str, Any]]] = {}
+        self._ids = 0
+
+    async def _node(self) -> asyncio.subprocess.Process:
+        """The node process of this event loop (started once: node and MQTT.js take about a
+        second to start on a loaded machine, a job a few milliseconds)."""
+        if self._proc is None:
+            self._proc = await asyncio.create_subprocess_exec(
+                "node",
+                str(HERE / "mqttjs_job.mjs"),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            self._reader = asyncio.ensure_future(self._read(self._proc))
+        return self._proc
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
+            event = json.loads(line)
+            if (events := self._jobs.get(event.pop("id"))) is not None:
+                events.put_nowait(event)
+        for events in self._jobs.values():  # node ended: the jobs waiting fail now
+            events.put_nowait({"event": "error", "message": "node exited"})
+
+    async def stop(self) -> None:
+        """End the node process (its stdin closed) before the event loop closes."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            assert proc.stdin is not None
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), TIMEOUT)
+            if self._reader is not None:
+                await self._reader
 
 
 # ---------------------------------------------------------------- command-line clients

@@ -56,16 +56,20 @@ async def env(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[B
     )
     async with Broker(config=cfg) as b:
         core = b.core
-        yield (
-            b,
-            Env(
-                "127.0.0.1",
-                *b.ports,
-                certs.ca,
-                subscribed=lambda cid: core.router.index.entry_count(cid) > 0,
-                connected=lambda cid: (s := core.sessions.get(cid)) is not None and s.conn is not None,
-            ),
-        )
+        try:
+            yield (
+                b,
+                Env(
+                    "127.0.0.1",
+                    *b.ports,
+                    certs.ca,
+                    subscribed=lambda cid: core.router.index.entry_count(cid) > 0,
+                    connected=lambda cid: (s := core.sessions.get(cid)) is not None and s.conn is not None,
+                ),
+            )
+        finally:
+            for client in CLIENTS:
+                await client.stop()
 
 
 def _cases() -> list[object]:
