@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build wheel chromium mosquitto cluster
+.PHONY: run test lint typecheck unit setup build wheel system-packages node-clients cluster
 
 setup: $(STAMP)
 
@@ -56,32 +56,41 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# Headless Chromium renders the analytics report and drives the dashboard (tests/dashboard,
-# DevTools protocol; chromium-driver for WebDriver users); installed from Debian when missing
-# and we may (root with apt-get), otherwise those tests are skipped with their reason.
-chromium:
-	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver) >/dev/null \
-	      || echo "chromium could not be installed: the browser tests will be skipped"; \
-	  else echo "chromium not installed: the browser tests will be skipped"; fi; }
+# Debian packages that some tests drive (each such test skips with its reason when its program
+# is missing), as command:package. Installed in ONE apt-get call when any is missing and we may
+# (root with apt-get): two apt-get runs side by side would fight over dpkg's lock.
+#   chromium, chromedriver: the analytics report and the dashboard in a real browser
+#   mosquitto: the edge broker of the bridge interoperability test (issue 21)
+#   mosquitto_sub, paho_c_sub: the interoperability matrix (tests/interop, issue 28)
+#   ip, nft: the nemesis (network namespaces, a bridge, drop rules; tests/nemesis, issue 30)
+DEBS := chromium:chromium chromedriver:chromium-driver mosquitto:mosquitto \
+	mosquitto_sub:mosquitto-clients paho_c_sub:paho.mqtt.c-examples ip:iproute2 nft:nftables
 
-# Debian's mosquitto is the edge broker of the bridge interoperability test (issue 21); installed
-# when missing and we may, otherwise that test is skipped with its reason.
-mosquitto:
-	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || { \
+system-packages:
+	@missing=; for pair in $(DEBS); do cmd=$${pair%%:*}; \
+	  command -v $$cmd >/dev/null 2>&1 || test -x /usr/sbin/$$cmd || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto) >/dev/null \
-	      || echo "mosquitto could not be installed: the bridge test will be skipped"; \
-	  else echo "mosquitto not installed: the bridge test will be skipped"; fi; }
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null \
+	      || echo "could not install$$missing: the tests that need them will be skipped"; \
+	  else echo "not installed:$$missing: the tests that need them will be skipped"; fi; fi
+
+# MQTT.js for the interoperability matrix, from npm into tests/interop/node_modules (its
+# package-lock.json) when node is there; otherwise its tests are skipped with their reason.
+node-clients:
+	@test -d tests/interop/node_modules/mqtt || { \
+	  if command -v npm >/dev/null 2>&1; then \
+	    (cd tests/interop && npm ci --no-audit --no-fund --silent) >/dev/null \
+	      || echo "MQTT.js could not be installed: its interop tests will be skipped"; \
+	  else echo "npm not installed: the MQTT.js interop tests will be skipped"; fi; }
 
 # one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway), the
 # files using the Spark session on one worker (tests/conftest.py)
-unit: $(BUILT) $(WHEEL) chromium mosquitto
+unit: $(BUILT) $(WHEEL) system-packages node-clients
 	$(PY) -m pytest -n auto --dist loadfile
 
 # The set-up steps run side by side (mypy, ruff and the system packages while mypyc compiles;
 # the wheel after the in-place build, whose C files it reuses), then the tests on both cores.
 test:
-	@$(MAKE) --no-print-directory -j3 -Otarget lint typecheck wheel chromium mosquitto
+	@$(MAKE) --no-print-directory -j3 -Otarget lint typecheck wheel system-packages node-clients
 	@$(MAKE) --no-print-directory unit

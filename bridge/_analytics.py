@@ -50,7 +50,9 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +76,39 @@ __all__ = [
 ]
 
 
+#: the driver's log4j 2 configuration, from the JVM's start: Spark's default profile printed
+#: its name, "Setting default log level to WARN" with a hint (a root level other than WARN
+#: prints them too: WARN here, ERROR by ``setLogLevel`` once the session is up) and the
+#: NativeCodeLoader WARN (no native Hadoop library: expected, the Java one is used)
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+def _driver_log_options() -> str | None:
+    """``-Dlog4j2.configurationFile=...`` for the driver JVM (the file written once into the
+    temporary directory), or None when the user configures Spark's logging (SPARK_CONF_DIR)."""
+    if os.environ.get("SPARK_CONF_DIR"):
+        return None
+    path = Path(tempfile.gettempdir()) / f"siftmq-spark-log4j2-{os.getuid()}.properties"
+    try:
+        if not path.is_file() or path.read_text() != _LOG4J2:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(_LOG4J2)
+            tmp.replace(path)
+    except OSError:
+        return None
+    return f"-Dlog4j2.configurationFile=file:{path}"
+
+
 def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
     """A SparkSession tuned for small runs: no UI, loopback driver, and few shuffle partitions
     (1 on a local master: each partition is a task and a state store per micro-batch, and
@@ -92,9 +127,15 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
         .config("spark.ui.showConsoleProgress", "false")
     )
     if master.startswith("local"):
+        # the JVM binds to loopback from its start: without it, a host name that resolves to
+        # a loopback address prints a WARN on every run (Utils: "Your hostname ... resolves
+        # to a loopback address"), before the configuration below applies
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    if (options := _driver_log_options()) is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", options)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -114,6 +155,29 @@ def landing_streams(spark: Any, landing: str | Path) -> dict[Kind, Any]:
 
 
 _STATE_SCHEMA = "filters STRING"
+#: pyspark's applyInPandasWithState (pyspark/worker.py, ``construct_record_batch``) pads the
+#: output of ``_active_filters`` with an untyped empty DataFrame (``dict.fromkeys`` columns, dtype
+#: object) and concatenates: pandas >= 2.1 warns about it (FutureWarning, "concatenation with
+#: empty or all-NA entries") on every run, whatever the function returns (typed columns meet
+#: the padding's object ones, with 0 padding rows too).  The cause is inside pyspark, so that
+#: one warning, raised from that module, is filtered; the Python worker runs this when it
+#: imports this module to unpickle ``_active_filters`` (issue 31 item 6).
+_PYSPARK_PADDING_WARNING = (
+    "The behavior of DataFrame concatenation with empty or all-NA entries is deprecated"
+)
+
+
+def _filter_pyspark_padding_warning() -> None:
+    warnings.filterwarnings(
+        "ignore",
+        message=re.escape(_PYSPARK_PADDING_WARNING),
+        category=FutureWarning,
+        module=r"pyspark\.worker\Z",
+    )
+
+
+_filter_pyspark_padding_warning()
+
 _ACTIVE_SCHEMA = "time TIMESTAMP, client_id STRING, topic_filter STRING, content_filter STRING, delta INT"
 
 

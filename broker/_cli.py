@@ -75,7 +75,7 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("content_engine", str, "content filter engine (a name of content.ENGINES)"),
     ("content_batch_min", int, "selectors from which a batch engine matches one read's PUBLISHes at once"),
     ("maximum_qos", int, "highest QoS granted"),
-    ("max_topic_levels", int, "levels of a topic name or filter (default 200, as mosquitto)"),
+    ("max_topic_levels", int, "levels of a topic name or filter (default 201: 200 '/', as mosquitto)"),
     ("metrics_listen", str, "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
 ]
 

@@ -200,7 +200,8 @@ class BrokerConfig:
     max_subscriptions_per_client: int = 10_000
     #: levels of a topic name or filter (``a/b/c`` has 3): a PUBLISH with more is a v5
     #: DISCONNECT 0x90 (3.1.1: close), a SUBSCRIBE filter with more is refused (0x8F / 0x80).
-    max_topic_levels: int = 200
+    #: 201 by default: at most 200 ``/`` separators, mosquitto's TOPIC_HIERARCHY_LIMIT.
+    max_topic_levels: int = 201
     #: topic filters whose SUBSCRIBE is refused (0x80 Unspecified error), e.g.
     #: ``["test/nosubscribe"]`` for the Eclipse Paho interoperability suite.
     refused_filters: tuple[str, ...] = ()

@@ -49,7 +49,7 @@ def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[Reaso
     try:
         topics.validate_topic(will.topic)
     except topics.InvalidTopic as exc:
-        return ReasonCode.TOPIC_NAME_INVALID, f"will topic: {str(exc)[:200]}"
+        return ReasonCode.TOPIC_NAME_INVALID, f"will {str(exc)[:200]}"  # "will topic name ..."
     if (
         core.obs.authorize
         and core._opinion(core.obs.authorize, "authorize", client_id, p.username, "publish", will.topic)

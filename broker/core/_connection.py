@@ -592,7 +592,7 @@ class Connection:
         try:
             topics.validate_topic(topic)
         except topics.InvalidTopic as exc:
-            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
+            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, str(exc)[:300])  # names it
         if topic.count("/") >= cfg.max_topic_levels:
             core.stats.refused_topic_levels += 1
             core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")

@@ -171,6 +171,11 @@ class Core:
         """Bind ``conn`` to the session of ``client_id``; returns "session present"."""
         old = self.sessions.get(client_id)
         if old is not None and old.conn is not None:
+            if old.conn.version != 5 and old.will and not (clean_start or old.expiry_interval == 0):
+                # 3.1 / 3.1.1: the will is dropped when the new connection continues the
+                # session, as mosquitto (docs/broker.md, "A will on takeover"); v5: its delay
+                old.will = None
+                self.journal.will_cleared(old)
             old.conn.taken_over(now)
             self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
         if old is not None and old.will_due is not None:
