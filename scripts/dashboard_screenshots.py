@@ -45,7 +45,7 @@ async def traffic(b: Broker, seconds: float) -> None:
 async def main(seconds: float, out: Path) -> None:
     binary = find_chromium()
     if binary is None:
-        raise SystemExit("Chromium is not installed (make chromium)")
+        raise SystemExit("Chromium is not installed (make system-packages)")
     async with Broker(host="127.0.0.1", port=0, sys_interval=2, metrics_listen="127.0.0.1:0") as b:
         for room in ("kitchen", "hall", "lab", "store"):
             await b.publish(f"plant/{room}/config", json.dumps({"interval": 5, "unit": "C"}), retain=True)

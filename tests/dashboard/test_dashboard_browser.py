@@ -27,7 +27,7 @@ SHOTS = os.environ.get("SIFTMQ_DASHBOARD_SHOTS")
 def chromium() -> Iterator[Chromium]:
     binary = find_chromium()
     if binary is None:
-        pytest.skip("headless Chromium is not installed (make chromium installs it)")
+        pytest.skip("headless Chromium is not installed (make system-packages installs it)")
     browser = Chromium(binary)
     yield browser
     browser.close()
