@@ -163,10 +163,10 @@ async function kick(id) {
   if (!window.confirm(`Disconnect client ${id}?`)) return;
   try {
     await api("/api/kick", { method: "POST", headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf }, body: JSON.stringify({ client_id: id }) });
-    setStatus(`kicked ${id}`, "live");
+    $("notice").textContent = `kicked ${id}`;
     if (state.detail === id) { state.detail = null; $("client_detail").hidden = true; }
   } catch (err) {
-    setStatus(`kick failed: ${err.message}`, "down");
+    $("notice").textContent = `kick failed: ${err.message}`;
   }
   loadClients();
 }

@@ -144,7 +144,7 @@ class Page:
             raise RuntimeError(f"{expression}: {r['exceptionDetails']}")
         return r["result"].get("value")
 
-    async def wait_for(self, expression: str, timeout: float = 10.0) -> Any:
+    async def wait_for(self, expression: str, timeout: float = 20.0) -> Any:
         async with asyncio.timeout(timeout):
             while True:
                 value = await self.evaluate(expression)

@@ -110,5 +110,6 @@ async def test_dashboard_in_chromium(page: Page, tmp_path: Path) -> None:
             await page.evaluate("window.confirm = () => true")
             await page.evaluate("document.querySelector('tr[data-client=\"kick-me\"] button.kick').click()")
             await eventually(lambda: b.core.sessions.get("kick-me") is None, timeout=10)
-            await page.wait_for("document.getElementById('status').textContent === 'kicked kick-me'")
+            await page.wait_for("document.getElementById('notice').textContent === 'kicked kick-me'")
+            await page.wait_for("document.querySelector('tr[data-client=\"kick-me\"]') === null")
         assert page.errors == []
