@@ -30,6 +30,7 @@ from broker.core._message import Message, Route
 from broker.core._session import Session
 from broker.durability._store import Store
 from broker.hooks import Hooks
+from broker.net._accept import connection_capacity, descriptor_limit
 from broker.net._admission import ConnectionLimits
 from broker.net._listeners import OpenListener, close_listeners, open_listener, open_listeners, wait_closed
 from broker.net._transport import MQTTProtocol
@@ -47,6 +48,25 @@ STOP_GRACE = 1.0
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
+
+
+def _log_capacity(max_connections: int) -> None:
+    """Say how many connections the descriptor limit leaves room for; warn when
+    ``max_connections`` promises more (docs/operations-fleet.md)."""
+    room = connection_capacity()
+    limit = descriptor_limit()
+    if max_connections > room:
+        log.warning(
+            "max_connections %d is above what the descriptor limit %d leaves room for (about %d "
+            "connections): connections beyond that are closed unanswered and counted in "
+            "$SYS/broker/connections/refused/descriptors; raise the hard limit (ulimit -Hn, "
+            "systemd LimitNOFILE=) or lower max_connections",
+            max_connections,
+            limit,
+            room,
+        )
+    else:
+        log.info("descriptor limit %d: room for about %d connections", limit, room)
 
 
 class LocalSubscription:
@@ -202,6 +222,7 @@ class Broker:
             raise
         if self.config.metrics_listen is not None:
             self._start_metrics(self.config.metrics_listen)
+        _log_capacity(self.config.max_connections)
         self._schedule()
         for h in self.hooks:
             await h.ready()

@@ -127,7 +127,7 @@ class Connection:
         self.keep_alive = 0.0
         self.last_rx = now
         self.clock = now  # the latest time this machine was given
-        self.connect_deadline = now + 30.0
+        self.connect_deadline = now + core.config.connect_timeout
         self.window = core.config.max_inflight
         self.client_max_packet = 268_435_455
         self.client_alias_max = 0
@@ -850,7 +850,8 @@ class Connection:
     def check_keep_alive(self, now: float) -> None:
         self.clock = now
         if self.state is ConnectionState.AWAIT_CONNECT:
-            if now > self.connect_deadline:
+            if now > self.connect_deadline and not self.close_requested:
+                self.core.stats.connect_timeouts += 1
                 self.close("no CONNECT")
             return
         ka = self.keep_alive
@@ -862,6 +863,7 @@ class Connection:
             and not self.close_requested
             and now - self.last_rx > 1.5 * ka
         ):
+            self.core.stats.keepalive_timeouts += 1
             self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
             self.lost(now)
 
