@@ -344,7 +344,7 @@ class Broker:
             self._timer.cancel()
         self.core.shutdown(self.core.clock.monotonic())
         if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
-            await asyncio.wait([p.done for p in self._open], timeout=STOP_GRACE)
+            await asyncio.wait([p.closed() for p in self._open], timeout=STOP_GRACE)
         for p in list(self._open):
             if p.transport is not None:
                 p.transport.abort()

@@ -31,6 +31,8 @@ import topics
 from broker._config import BrokerConfig
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
+from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
+from broker.core._conntimers import ConnectionTimers
 from broker.core._journal import Journal
 from broker.core._message import Message, Route, SubOptions
 from broker.core._observers import Observers
@@ -66,6 +68,7 @@ class Core:
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
+        self.conn_timers = ConnectionTimers(cfg.tick_interval)
         self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
         self.dirty: set[Connection] = set()
         self.stats = Stats()
@@ -388,6 +391,8 @@ class Core:
         pub = self.current
         if pub is None or pub is conn or pub in conn.feeders:
             return
+        if conn.feeders is NO_FEEDERS:  # the shared empty set of a connection never congested
+            conn.feeders = set()
         conn.feeders.add(pub)
         pub.blockers += 1
         if pub.blockers == 1:
@@ -412,7 +417,8 @@ class Core:
             if pub.blockers == 0:
                 self.stats.publishers_paused -= 1
                 self.resumable.add(pub)
-        conn.feeders.clear()
+        if conn.feeders:
+            conn.feeders = NO_FEEDERS  # its own set released (it reads again)
 
     def _check_slow(self, now: float) -> None:
         """Receivers over their mark for longer than the grace time become slow consumers:
@@ -463,8 +469,7 @@ class Core:
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
         """Keep-alive timeouts, will delays, session expiry and ``$SYS`` (call periodically)."""
-        for conn in list(self.connections):
-            conn.check_keep_alive(now)
+        self.conn_timers.expire(now)  # CONNECT and keep-alive deadlines due (core/_conntimers.py)
         if self.pending_wills:
             for s in [s for s in self.pending_wills if s.will_due is not None and s.will_due <= now]:
                 self.publish_will(s, now)
@@ -603,6 +608,8 @@ class Core:
             s._check()
         for conn in self.connections:
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
+        self.conn_timers._check(self.connections)
+        assert not (NO_FEEDERS or NO_ALIASES_IN or NO_ALIASES_OUT), "a shared empty container was written"
         # flow control: the congested set, the feeder edges and the pause gauge agree
         paused = {c for c in self.connections if c.blockers}
         assert self.stats.publishers_paused == len(paused)
