@@ -1,10 +1,10 @@
 """Fleet connections (issue 27, items 2, 3 and 6): memory per idle connection and connection
 storms, siftmq (asyncio and uvloop) beside mosquitto in the same run.
 
-For each broker and each connection count N a fresh broker process starts (pinned to CPU 0,
-descriptor limit raised to the hard limit; siftmq: ``siftmq serve --no-bridge
+For each broker and each connection count N a fresh broker process starts (pinned to CPU 0
+with ``--pin``; descriptor limit raised to the hard limit; siftmq: ``siftmq serve --no-bridge
 --no-persistence --sys-interval 0``), one MQTT 5 probe client measures its QoS 1 round trip
-(500 rounds, also the warm-up), then ``--workers`` generator processes (pinned to CPU 1,
+(500 rounds, also the warm-up), then ``--workers`` generator processes (CPU 1 with ``--pin``;
 ``benchmarks/loadgen/_fleet.py``) open N devices *at once* from 200 loopback source addresses
 (clean session, keep-alive 600, one SUBSCRIBE each). Reported: CONNACK latency p50/p99 from
 the start of each device's TCP connect, connections per second (N / time from the first
@@ -48,6 +48,7 @@ from loadgen._fleet import FleetPlan, FleetResult, fleet_main, sources
 ROOT = Path(__file__).resolve().parent.parent
 IMG = ROOT / "docs" / "img"
 BROKERS = ("siftmq", "siftmq-uvloop", "mosquitto")
+PIN = False  # --pin: broker on CPU 0, generator on CPU 1 (on a quiet machine)
 
 
 def free_port() -> int:
@@ -94,7 +95,8 @@ def start(name: str, tls: bool, serve_args: list[str]) -> tuple[subprocess.Popen
     port = free_port()
 
     def pre() -> None:
-        os.sched_setaffinity(0, {0})
+        if PIN:
+            os.sched_setaffinity(0, {0})
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
@@ -136,7 +138,8 @@ def one(name: str, n: int, workers: int, tls: bool, serve_args: list[str], round
             a, b = ctx.Pipe()
             p = ctx.Process(target=fleet_main, args=(b, plan), daemon=True)
             p.start()
-            os.sched_setaffinity(p.pid, {1})
+            if PIN:
+                os.sched_setaffinity(p.pid, {1})
             pipes.append(a)
             procs.append(p)
         for a in pipes:
@@ -249,9 +252,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=500)
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--serve-args", default="", help="extra `siftmq serve` flags")
+    ap.add_argument("--pin", action="store_true", help="broker on CPU 0, generator on CPU 1")
     ap.add_argument("--plot", default="", help="write docs/img/<name>.png and <name>.json")
     a = ap.parse_args()
+    global PIN  # noqa: PLW0603 (one switch for the whole run)
+    PIN = a.pin
     rows = []
+    print(f"load average before the run: {os.getloadavg()}")
     print(
         "| broker | N | connected | refused / failed | CONNACK p50 / p99 | conn/s | broker RSS | per conn "
         "| CPU broker / generator | |"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -144,11 +145,19 @@ class _Fleet:
         )
         self.devices.append(dev)
         src = plan.sources[n % len(plan.sources)]
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
-            await asyncio.get_running_loop().create_connection(
-                lambda: dev, "127.0.0.1", plan.port, local_addr=(src, 0), ssl=ctx
+            # the socket bound here: create_connection(local_addr=...) would resolve both
+            # addresses in the loop's thread pool, one device at a time
+            sock.setblocking(False)
+            sock.bind((src, 0))
+            await loop.sock_connect(sock, ("127.0.0.1", plan.port))
+            await loop.create_connection(
+                lambda: dev, sock=sock, ssl=ctx, server_hostname="localhost" if ctx else None
             )
         except OSError:
+            sock.close()
             if dev.state == 0:
                 dev.state = -1
                 self.result.failed += 1

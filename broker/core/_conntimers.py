@@ -2,8 +2,8 @@
 
 Two timers belong to a connection: the CONNECT deadline (``connect_timeout`` after accept)
 and the keep-alive (1.5 x the keep-alive after the last packet read, MQTT 5 section
-3.1.2.10). Neither is a loop timer: a connection is filed in the bucket of the tick after
-its deadline (``granularity`` = the core's tick interval), and ``Core.tick`` looks only at the
+3.1.2.10). Neither is a loop timer: a connection is filed in the bucket of its deadline
+(buckets ``granularity`` = the core's tick interval wide), and ``Core.tick`` looks only at the
 buckets that came due (a heap of bucket keys), so a tick costs O(connections due), not
 O(connections). Reading a packet only stores the time (``Connection.last_rx``); the
 deadline is re-derived when the bucket comes due, and a connection still alive is filed
@@ -11,7 +11,7 @@ again at its new deadline -- so each connection is looked at about once per keep
 period. A connection that closes leaves its bucket at once (no reference kept).
 
 Behaviour is that of the per-tick scan it replaces: the decision (``check``) is the same
-code, made at most one granularity later than before. A paused publisher (flow control)
+code, made at the same tick (the first one after the deadline). A paused publisher (flow control)
 is not timed out while paused, and is looked at again every tick until it resumes.
 """
 
@@ -42,7 +42,10 @@ class ConnectionTimers:
 
     def file(self, conn: Connection, at: float) -> None:
         """Look at ``conn`` again after ``at`` (instead of its earlier filing)."""
-        key = int(at / self.granularity) + 1  # its bucket comes due strictly after ``at``
+        # the bucket of ``at`` comes due up to one granularity early; ``check`` then files the
+        # connection again (same bucket), so it is looked at on every tick until it is due:
+        # the decision is made at the first tick after ``at``, as by a scan of every connection
+        key = int(at / self.granularity)
         old = conn.timer_key
         if old == key:
             return
