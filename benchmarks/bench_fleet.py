@@ -73,8 +73,10 @@ def _command(name: str, port: int, tmp: Path, tls: bool, serve_args: list[str]) 
         conf = tmp / "mosquitto.conf"
         text = f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest none\n"
         text += "max_connections -1\nset_tcp_nodelay true\n"
-        if tls:
+        if tls:  # mosquitto started as root reads its files as the mosquitto user
             cert, key = _certs(tmp)
+            for f in (tmp, cert, key):
+                f.chmod(0o755)
             text += f"certfile {cert}\nkeyfile {key}\n"
         conf.write_text(text)
         return [shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c", str(conf)]
@@ -175,6 +177,7 @@ def one(name: str, n: int, workers: int, tls: bool, serve_args: list[str], round
             "subscribed": sum(r.subscribed for r in results),
             "refused": refused,
             "failed": sum(r.failed for r in results),
+            "errors": {k: sum(r.errors.get(k, 0) for r in results) for r in results for k in r.errors},
             "connack_p50_ms": _pct(lat, 0.5),
             "connack_p99_ms": _pct(lat, 0.99),
             "conn_per_s": ok / (end_t - start_t) if end_t > start_t else float("nan"),
@@ -199,6 +202,9 @@ def one(name: str, n: int, workers: int, tls: bool, serve_args: list[str], round
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log = tmp / "broker.log"
+        if log.exists() and log.stat().st_size:  # the broker's warnings (e.g. out of descriptors)
+            shutil.copy(log, Path(tempfile.gettempdir()) / f"fleet-{name}-{n}{'-tls' * tls}.log")
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -54,6 +54,7 @@ class FleetResult:
     connack_s: list[float] = field(default_factory=list)  # accepted devices: seconds to CONNACK
     refused: dict[int, int] = field(default_factory=dict)  # CONNACK reason code -> devices
     failed: int = 0  # closed, reset or not answered before the deadline
+    errors: dict[str, int] = field(default_factory=dict)  # why they failed
     subscribed: int = 0
     first_start: float = 0.0  # wall clock of the storm's start and of its last CONNACK
     last_connack: float = 0.0
@@ -118,8 +119,7 @@ class _Device(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.state in (0, 1):
             self.state = -1
-            self.fleet.result.failed += 1
-            self.fleet.decided()
+            self.fleet.failed(f"closed after connect: {exc!r}"[:80])
 
 
 class _Fleet:
@@ -129,6 +129,11 @@ class _Fleet:
         self.pending = plan.count
         self.all_decided = asyncio.Event()
         self.devices: list[_Device] = []
+
+    def failed(self, why: str) -> None:
+        self.result.failed += 1
+        self.result.errors[why] = self.result.errors.get(why, 0) + 1
+        self.decided()
 
     def decided(self) -> None:
         self.pending -= 1
@@ -156,12 +161,11 @@ class _Fleet:
             await loop.create_connection(
                 lambda: dev, sock=sock, ssl=ctx, server_hostname="localhost" if ctx else None
             )
-        except OSError:
+        except OSError as exc:
             sock.close()
             if dev.state == 0:
                 dev.state = -1
-                self.result.failed += 1
-                self.decided()
+                self.failed(f"connect: {exc!r}"[:80])
 
 
 async def _run(pipe: Connection, plan: FleetPlan) -> None:
