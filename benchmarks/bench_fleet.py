@@ -227,16 +227,18 @@ def plot(rows: list[dict[str, Any]], stem: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    colors = {"siftmq": "tab:orange", "siftmq-uvloop": "tab:green", "mosquitto": "tab:blue"}
     for name in sorted({r["broker"] for r in rows}):
+        c = colors.get(name)
         mine = [r for r in rows if r["broker"] == name and not r["tls"]]
         mine.sort(key=lambda r: r["connections"])
         if not mine:
             continue
         xs = [r["connections"] for r in mine]
-        axes[0].plot(xs, [r["bytes_per_conn"] for r in mine], "o-", label=name)
-        axes[1].plot(xs, [r["connack_p50_ms"] for r in mine], "o-", label=f"{name} p50")
-        axes[1].plot(xs, [r["connack_p99_ms"] for r in mine], "x--", label=f"{name} p99")
-        axes[2].plot(xs, [r["rtt_p50_ms_loaded"] for r in mine], "o-", label=name)
+        axes[0].plot(xs, [r["bytes_per_conn"] for r in mine], "o-", color=c, label=name)
+        axes[1].plot(xs, [r["connack_p50_ms"] for r in mine], "o-", color=c, label=f"{name} p50")
+        axes[1].plot(xs, [r["connack_p99_ms"] for r in mine], "x--", color=c, label=f"{name} p99")
+        axes[2].plot(xs, [r["rtt_p50_ms_loaded"] for r in mine], "o-", color=c, label=name)
     axes[0].axhline(1536, color="grey", linestyle=":", label="target 1.5 KiB")
     axes[0].set(title="broker memory per idle connection", xlabel="connections", ylabel="bytes (RSS / N)")
     axes[1].set(title="CONNACK latency, all connecting at once", xlabel="connections", ylabel="ms")
@@ -259,8 +261,12 @@ def main() -> None:
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--serve-args", default="", help="extra `siftmq serve` flags")
     ap.add_argument("--pin", action="store_true", help="broker on CPU 0, generator on CPU 1")
+    ap.add_argument("--replot", default="", help="only redraw docs/img/<name>.png from its JSON")
     ap.add_argument("--plot", default="", help="write docs/img/<name>.png and <name>.json")
     a = ap.parse_args()
+    if a.replot:
+        plot(json.loads((IMG / f"{a.replot}.json").read_text()), a.replot)
+        return
     global PIN  # noqa: PLW0603 (one switch for the whole run)
     PIN = a.pin
     rows = []
