@@ -505,6 +505,7 @@ class Connection:
         capped = min(expiry, cfg.max_session_expiry)
         server_ka = negotiate(self, p)
         self.state = ConnectionState.CONNECTED
+        core.connected += 1
         present = core.attach(self, client_id, p.clean_start, capped, now)
         session = self.session
         assert session is not None
@@ -864,6 +865,8 @@ class Connection:
         was_connected = self.state is ConnectionState.CONNECTED
         self.state = ConnectionState.CLOSED
         core = self.core
+        if was_connected:
+            core.connected -= 1
         core.connections.discard(self)
         core.conn_timers.discard(self)
         core.relieve(self)  # its publishers must not wait for a receiver that is gone

@@ -68,6 +68,7 @@ class Core:
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
+        self.connected = 0  # connections in state CONNECTED ($SYS clients/connected, O(1))
         self.conn_timers = ConnectionTimers(cfg.tick_interval)
         self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
         self.dirty: set[Connection] = set()
@@ -488,9 +489,7 @@ class Core:
         return {
             "$SYS/broker/version": "siftmq",
             "$SYS/broker/uptime": str(int(now - self.started)),
-            "$SYS/broker/clients/connected": str(
-                sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
-            ),
+            "$SYS/broker/clients/connected": str(self.connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/messages/received": str(st.messages_received),
             "$SYS/broker/messages/sent": str(st.messages_sent),
@@ -609,6 +608,7 @@ class Core:
         for conn in self.connections:
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
         self.conn_timers._check(self.connections)
+        assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
         assert not (NO_FEEDERS or NO_ALIASES_IN or NO_ALIASES_OUT), "a shared empty container was written"
         # flow control: the congested set, the feeder edges and the pause gauge agree
         paused = {c for c in self.connections if c.blockers}
