@@ -4,13 +4,18 @@
 ``--once`` processes what is there and exits), ``analytics report`` (render the latest
 results as one self-contained HTML page) and ``analytics composite`` (the composite
 subscriptions' view of the latest results, as text or ``--json``).  Spark and matplotlib are
-imported only when the command runs, so ``siftmq --help`` stays fast.
+imported only when the command runs, so ``siftmq --help`` stays fast, and each command first
+checks that the ``spark`` extra is installed: without it, one line naming
+``pip install 'siftmq[spark]'`` and exit status 2 (``broker._extras``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from broker._extras import Extra, MissingExtra, require
 
 __all__ = ["DEFAULT_DATA_DIR", "register"]
 
@@ -64,7 +69,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _without_spark(command: str) -> bool:
+    """Print the one line saying the ``spark`` extra is missing (True), or nothing (False)."""
+    try:
+        require(Extra.SPARK, command)
+    except MissingExtra as exc:
+        print(f"siftmq: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
 def _run_analytics(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics"):
+        return 2
     from bridge._analytics import run_cli
 
     return run_cli(
@@ -80,6 +97,8 @@ def _run_analytics(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics report"):
+        return 2
     from bridge._report import write_report
 
     html = args.html if args.html is not None else Path(args.output) / "report.html"
@@ -89,6 +108,8 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_composite(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics composite"):
+        return 2
     import json
 
     from bridge._composite import composite_summary, composite_view

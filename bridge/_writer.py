@@ -372,6 +372,11 @@ class Bridge(Hooks):
         removed = self._sink.remove_stale_temporaries()
         if removed:
             _log.info("bridge: removed %d temporary files left by an interrupted writer", removed)
+        # pyarrow imports pandas (when installed) at its first array conversion: 0.3-0.5 s of
+        # CPU, mostly holding the GIL. Here, before the listeners open, not in the writer's
+        # first round, where it took the core from the event loop under the first traffic
+        # (28 % of the samples of a paced QoS 1 profile with the defaults, issue 27).
+        _ts(np.zeros(1))
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="siftmq-bridge-writer", daemon=True)
         self._thread.start()

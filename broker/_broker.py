@@ -44,6 +44,8 @@ _local_ids = itertools.count(1)
 
 #: seconds ``Broker.stop`` waits for disconnected clients to close their connections
 STOP_GRACE = 1.0
+#: seconds between flow-control checks while a receiver is over its high-water mark
+FLOW_CHECK = 0.05
 
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
@@ -186,6 +188,7 @@ class Broker:
         self._listeners: list[OpenListener] | None = None
         self._extra: list[OpenListener] = []  # opened by Broker.listen (plugins)
         self._timer: asyncio.TimerHandle | None = None
+        self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
         self._sweeper: asyncio.Task[None] | None = None
         self._metrics: WSGIServer | None = None
         #: snapshots of the durable composite subscriptions (with a store on disk)
@@ -223,6 +226,7 @@ class Broker:
         if self.config.metrics_listen is not None:
             self._start_metrics(self.config.metrics_listen)
         _log_capacity(self.config.max_connections)
+        self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
         self._schedule()
         for h in self.hooks:
             await h.ready()
@@ -320,12 +324,23 @@ class Broker:
         await asyncio.to_thread(store.close)
 
     def _schedule(self) -> None:
+        """The next timer: the tick, or sooner (FLOW_CHECK) while receivers are over their
+        high-water mark, so that a hung one is found about ``hung_consumer_time`` after it
+        congested, not up to a tick later (docs/broker.md, "Flow control")."""
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.config.tick_interval, self._tick)
+        delay = self._next_tick - self.core.clock.monotonic()
+        if self.core.congested and self.config.hung_consumer_time > 0:
+            delay = min(delay, FLOW_CHECK)
+        self._timer = loop.call_later(max(delay, 0.0), self._tick)
 
     def _tick(self) -> None:
         try:
-            self.core.tick(self.core.clock.monotonic())
+            now = self.core.clock.monotonic()
+            if now >= self._next_tick - FLOW_CHECK / 2:
+                self._next_tick = now + self.config.tick_interval
+                self.core.tick(now)
+            else:
+                self.core.check_flow(now)
             self.core.flush()
         except Exception:
             log.exception("timer failed")

@@ -1,5 +1,5 @@
-"""The ``siftmq`` command line: ``serve`` and ``passwd`` (this package) and the commands of
-plugins (``broker.plugins``: the bridge adds ``analytics``).
+"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``version`` (this
+package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
 ``main`` calls ``args.func(args)``. Packages above the broker add commands, ``serve``
@@ -21,6 +21,12 @@ certificates).  ``--password-file``/``--acl-file`` register :class:`broker.auth.
 clients without a user name are accepted on loopback listeners only unless
 ``--allow-anonymous`` (every listener) or ``--no-allow-anonymous`` (none).  The durable
 store is ``<data-dir>/broker.db`` unless ``--no-persistence``.
+
+Optional extras (``broker._extras``): a feature whose extra is not installed
+(``--metrics-listen`` without ``metrics``, ``--cluster-listen`` without ``cluster``, ``siftmq
+analytics`` without ``spark``) is one line naming the ``pip install`` command and exit status
+2. ``siftmq version`` (or ``--version``) says which hot-path modules run compiled and which
+extras are installed.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker._extras import Extra, MissingExtra, available, require
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -52,6 +59,7 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("queue_high_water", int, "queued messages that pause the client's publishers (0: max-queued/4)"),
     ("queue_low_water", int, "queued messages at which paused publishers resume (0: half the high)"),
     ("slow_consumer_grace", float, "seconds over the high-water mark before a client is a slow consumer"),
+    ("hung_consumer_time", float, "seconds over the high-water mark without socket progress: hung (0: off)"),
     ("slow_consumer_policy", str, "slow consumers: pace, drop (default) or disconnect"),
     ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
     ("ingress_shed_bytes", int, "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),
@@ -78,7 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="siftmq", description="siftmq: an MQTT broker that routes by topic and by content."
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version", action="store_true", help="print the version, compiled modules and extras, and exit"
+    )
+    sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the MQTT broker", description=_serve.__doc__)
     serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 1883; 0 picks one)")
@@ -116,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._client_cli import register as register_clients
 
     register_clients(sub)
+    from broker._backup_cli import register as register_backup
+
+    register_backup(sub)
+    version = sub.add_parser(
+        "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
+    )
+    version.set_defaults(func=_version)
     for plugin in plugins:
         plugin.add_commands(sub)
     return parser
@@ -237,7 +255,9 @@ def _serve(args: argparse.Namespace) -> int:
         auth = _file_auth(
             args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
         )
-    except (OSError, ValueError) as exc:
+        if cfg.metrics_listen is not None:
+            require(Extra.METRICS, "--metrics-listen")
+    except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
     level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
@@ -248,7 +268,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         for plugin in plugins:
             hooks.extend(plugin.serve_hooks(ctx))
-    except ValueError as exc:
+    except (ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
     if auth is not None:  # after the plugins': the cluster authenticates its own links
@@ -283,6 +303,32 @@ def _log_build() -> None:
     stale = stale_modules()
     if stale:
         log.warning("compiled modules older than their source (run `make build`): %s", ", ".join(stale))
+
+
+def _version(args: argparse.Namespace) -> int:
+    """Print the version, which hot-path modules run compiled (mypyc) and the installed extras."""
+    del args
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from broker._build import HOT_MODULES, compiled_modules, stale_modules
+
+    try:
+        release = version("siftmq")
+    except PackageNotFoundError:
+        release = "(not installed)"
+    compiled = compiled_modules()
+    print(f"siftmq {release} (Python {platform.python_version()}, {sys.platform} {platform.machine()})")
+    print(f"hot path: {len(compiled)} of {len(HOT_MODULES)} modules compiled with mypyc")
+    pure = [m for m in HOT_MODULES if m not in compiled]
+    if pure:
+        print("pure Python: " + ", ".join(pure))
+    stale = stale_modules()
+    if stale:
+        print("stale (older than their source): " + ", ".join(stale))
+    extras = [f"{e.value} {'yes' if available(e) else 'no'}" for e in Extra]
+    print("extras: " + ", ".join(extras))
+    return 0
 
 
 def _file_auth(password_file: str | None, acl_file: str | None) -> Hooks | None:
@@ -331,7 +377,12 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        return _version(args)
+    if args.command is None:
+        parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
     result = args.func(args)
     return int(result or 0)
 

@@ -42,14 +42,24 @@ class Listener:
     verified client certificate's CN is the user name (docs/security.md, "TLS").
     """
 
+    #: ``"tcp"``: MQTT over TCP; ``"ws"``: MQTT over WebSocket (subprotocol ``mqtt``).
     kind: Literal["tcp", "ws"] = "tcp"
+    #: address to bind.
     host: str = "127.0.0.1"
+    #: port to bind (0: one chosen by the OS).
     port: int = 1883
+    #: server certificate chain (PEM): turns TLS on (``mqtts`` / ``wss``).
     certfile: str | None = None
+    #: private key (PEM) of ``certfile``.
     keyfile: str | None = None
+    #: CA certificates (PEM) that verify client certificates.
     cafile: str | None = None
+    #: TLS clients must present a certificate that ``cafile`` verifies.
     require_client_cert: bool = False
+    #: HTTP path of a WebSocket listener.
     ws_path: str = "/mqtt"
+    #: clients without a user name: true (accepted), false (refused), unset = accepted on a
+    #: loopback listener only.
     allow_anonymous: bool | None = None
     #: the client certificate's subject CN replaces the CONNECT user name (mosquitto's
     #: option of the same name); needs ``require_client_cert``.
@@ -130,6 +140,10 @@ class BrokerConfig:
     #: seconds a client may stay over its high-water mark before it is a *slow consumer*:
     #: its publishers are released and its policy applies.
     slow_consumer_grace: float = 2.0
+    #: seconds a client over its high-water mark may go without its socket taking a byte
+    #: (write-buffer progress, checked every ``tick_interval``) before it is a *hung*
+    #: consumer: a slow consumer at once, without waiting for the grace time; 0 = off.
+    hung_consumer_time: float = 0.25
     #: what happens to a slow consumer: ``drop`` (QoS 0 dropped, QoS 1/2 queued up to
     #: ``max_queued_messages`` then dropped; all counted), ``disconnect`` (DISCONNECT 0x97;
     #: a persistent session keeps queuing up to its limit), ``pace`` (never slow: its
@@ -176,6 +190,8 @@ class BrokerConfig:
     allow_anonymous: bool = True
     #: maximum QoS granted and accepted.
     maximum_qos: int = 2
+    #: retained messages are accepted (false: Retain Available 0 in CONNACK, and a retained
+    #: PUBLISH or will is refused with 0x9A Retain not supported).
     retain_available: bool = True
     #: bounded queue length of each in-process ``Broker.subscribe`` subscription.
     inprocess_queue_size: int = 10_000
@@ -232,6 +248,8 @@ class BrokerConfig:
             raise ValueError("queue_high_water and queue_low_water must be >= 0")
         if self.slow_consumer_grace < 0:
             raise ValueError("slow_consumer_grace must be >= 0")
+        if self.hung_consumer_time < 0:
+            raise ValueError("hung_consumer_time must be >= 0")
         if self.socket_send_buffer < 0:
             raise ValueError("socket_send_buffer must be >= 0")
         if self.ingress_shed_bytes < 0 or self.ingress_shed_grace < 0:

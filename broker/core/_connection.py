@@ -24,7 +24,7 @@ import topics
 from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._message import SHARE_PREFIX, Message, Route
-from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session
+from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.hooks import Delivery, SubscriptionAction
 from broker.packets import (
     NO_PROPERTIES,
@@ -116,6 +116,8 @@ class Connection:
         self.congested_since: float | None = None
         self.feeders: set[Connection] = NO_FEEDERS  # its own set once one is paused for it
         self.slow = False
+        self.sent = 0  # bytes written; less the transport's (``io``) buffer: what the socket took
+        self.io: WriteBuffer | None = None
         self.bridge = False  # a mosquitto bridge (CONNECT level 0x83/0x84): no echo, retain as published
         self.clean_start = True  # the CONNECT's Clean Start (Clean Session) flag
         self.blockers = 0
@@ -195,6 +197,7 @@ class Connection:
             data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
             self.outbox.clear()
             self.core.stats.bytes_sent += len(data)
+            self.sent += len(data)
             self.writer(data)
         if self.close_requested and not self.transport_closed:
             self.transport_closed = True
@@ -627,8 +630,7 @@ class Connection:
         return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
 
     def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
-        """The answer to a refused PUBLISH: PUBACK / PUBREC 0x87 (3.1.1: a plain
-        acknowledgement: the message is dropped); nothing for QoS 0."""
+        """A refused PUBLISH's answer: PUBACK/PUBREC 0x87 (3.1.1: plain ack, dropped); QoS 0: none."""
         denied = ReasonCode.NOT_AUTHORIZED
         if qos == 1:
             return partial(self.send_ordered, Puback(pid or 0, denied, self._reason(why)), False)
@@ -705,15 +707,13 @@ class Connection:
 
     # ------------------------------------------------------------ acks from the client
     def _complete(self, s: Session, pid: int, now: float) -> None:
-        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, or a PUBREC refusal): free the
-        packet id, delete its stored row, and refill the in-flight window."""
+        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, PUBREC refusal): free it, refill."""
         out = s.inflight.pop(pid)
         self.core.journal.completed(s, pid, out)
         self.core.drain(s, now)
 
     def _violation(self, what: str) -> None:
-        """An acknowledgement that does not fit the flow of its packet id [MQTT-4.8.0-1]:
-        v5 DISCONNECT 0x82, then close; logged at most once per interval."""
+        """An ack that does not fit its packet id's flow [MQTT-4.8.0-1]: 0x82, close (logged)."""
         self.core.log_limit("protocol_violation", self.client_id, what)
         self.disconnect(ReasonCode.PROTOCOL_ERROR, what)
 

@@ -13,7 +13,7 @@ import enum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from broker.core._message import Message, Route
 from broker.packets import Will
@@ -32,6 +32,7 @@ __all__ = [
     "Session",
     "Sink",
     "Stats",
+    "WriteBuffer",
 ]
 
 #: Session Expiry Interval meaning "never expires" (MQTT 5 section 3.1.2.11.2)
@@ -95,6 +96,13 @@ class AckWaiter:
 
 
 Sink = Callable[[Message, Route], None]
+
+
+class WriteBuffer(Protocol):
+    """A connection's transport as flow control sees it (``asyncio.Transport``): the bytes
+    written but not yet taken by the socket (hung-consumer detection, ``Core.tick``)."""
+
+    def get_write_buffer_size(self) -> int: ...
 
 
 class Session:
@@ -191,6 +199,7 @@ class Stats:
     slow_consumer_events: int = 0  # clients declared slow consumers after the grace time
     slow_consumers: int = 0  # slow consumers right now (gauge)
     slow_disconnected: int = 0  # slow consumers disconnected (policy "disconnect")
+    hung_consumer_events: int = 0  # slow consumers found hung (socket took nothing) before the grace
     dropped_qos0_slow: int = 0  # QoS 0 dropped because the receiver does not read fast enough
     dropped_queue_full: int = 0  # QoS 1/2 dropped at a full queue (max_queued_messages)
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker

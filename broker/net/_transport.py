@@ -161,6 +161,7 @@ class MQTTProtocol(asyncio.Protocol):
             self._throttle,
             None if policy is None else policy.slow_consumer,
         )
+        self.conn.io = self.transport  # its write buffer: hung-consumer detection (Core.tick)
         if policy is not None:
             ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
             self.refusal = policy.admit(str(ip), now)
