@@ -30,6 +30,7 @@ from broker.core._message import Message, Route
 from broker.core._session import Session
 from broker.durability._store import Store
 from broker.hooks import Hooks
+from broker.net._accept import connection_capacity, descriptor_limit
 from broker.net._admission import ConnectionLimits
 from broker.net._listeners import OpenListener, close_listeners, open_listener, open_listeners, wait_closed
 from broker.net._transport import MQTTProtocol
@@ -53,6 +54,25 @@ FLOW_CHECK = 0.05
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
+
+
+def _log_capacity(max_connections: int) -> None:
+    """Say how many connections the descriptor limit leaves room for; warn when
+    ``max_connections`` promises more (docs/operations-fleet.md)."""
+    room = connection_capacity()
+    limit = descriptor_limit()
+    if max_connections > room:
+        log.warning(
+            "max_connections %d is above what the descriptor limit %d leaves room for (about %d "
+            "connections): connections beyond that are closed unanswered and counted in "
+            "$SYS/broker/connections/refused/descriptors; raise the hard limit (ulimit -Hn, "
+            "systemd LimitNOFILE=) or lower max_connections",
+            max_connections,
+            limit,
+            room,
+        )
+    else:
+        log.info("descriptor limit %d: room for about %d connections", limit, room)
 
 
 class LocalSubscription:
@@ -217,6 +237,7 @@ class Broker:
             except BaseException:
                 await self.stop()
                 raise
+        _log_capacity(self.config.max_connections)
         self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
         self._schedule()
         for h in self.hooks:
@@ -361,7 +382,7 @@ class Broker:
             self._timer.cancel()
         self.core.shutdown(self.core.clock.monotonic())
         if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
-            await asyncio.wait([p.done for p in self._open], timeout=STOP_GRACE)
+            await asyncio.wait([p.closed() for p in self._open], timeout=STOP_GRACE)
         for p in list(self._open):
             if p.transport is not None:
                 p.transport.abort()

@@ -12,6 +12,7 @@ a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]``
 of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
+At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
 
 Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
 ``--ws-port`` and ``--wss-port`` add MQTT over TLS, WebSocket and WebSocket over TLS on the
@@ -77,6 +78,8 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("maximum_qos", int, "highest QoS granted"),
     ("max_topic_levels", int, "levels of a topic name or filter (default 201: 200 '/', as mosquitto)"),
     ("metrics_listen", str, "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
+    ("listen_backlog", int, "listen backlog of the listening sockets (capped by net.core.somaxconn)"),
+    ("connect_timeout", float, "seconds a new connection may take to send CONNECT (default 30)"),
 ]
 
 
@@ -276,6 +279,7 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
         )
+    _raise_descriptors()
     hooks: list[Hooks] = []
     ctx = ServeContext(args, serve_opts, data_dir)
     try:
@@ -304,6 +308,17 @@ def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.dashboard_admin:
         changes["dashboard_admins"] = tuple(args.dashboard_admin)
     return changes
+
+
+def _raise_descriptors() -> None:
+    """The soft descriptor limit up to the hard limit: one descriptor per connection, and the
+    soft limit of many systems (1,024) is far below the hard one (docs/operations-fleet.md).
+    ``Broker.start`` logs the connection capacity that results."""
+    from broker.net._accept import raise_descriptor_limit
+
+    before, after = raise_descriptor_limit()
+    if after != before:
+        log.info("descriptor limit raised from %d to %d (the hard limit)", before, after)
 
 
 def _log_build() -> None:

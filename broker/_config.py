@@ -236,6 +236,13 @@ class BrokerConfig:
     connection_rate: float = 0.0
     #: bucket size of ``connection_rate``: connections a source may open at once.
     connection_burst: int = 20
+    #: listen backlog of the listening sockets: connections the kernel completes and holds
+    #: until the broker accepts them (capped by ``net.core.somaxconn``; a connection storm
+    #: beyond it waits for SYN retransmissions: docs/operations-fleet.md).
+    listen_backlog: int = 4096
+    #: seconds a new network connection may take to send its CONNECT; then it is closed and
+    #: counted in ``$SYS/broker/connections/connect_timeouts``.
+    connect_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         check_policy(self.slow_consumer_policy)
@@ -254,6 +261,10 @@ class BrokerConfig:
             raise ValueError("socket_send_buffer must be >= 0")
         if self.ingress_shed_bytes < 0 or self.ingress_shed_grace < 0:
             raise ValueError("ingress_shed_bytes and ingress_shed_grace must be >= 0")
+        if self.listen_backlog < 1:
+            raise ValueError("listen_backlog must be >= 1")
+        if self.connect_timeout <= 0:
+            raise ValueError("connect_timeout must be > 0")
         if not 0 <= self.store_commit_delay <= 1:
             raise ValueError("store_commit_delay must be between 0 and 1 second")
 

@@ -31,6 +31,8 @@ import topics
 from broker._config import BrokerConfig
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
+from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
+from broker.core._conntimers import ConnectionTimers
 from broker.core._journal import Journal
 from broker.core._message import Message, Route, SubOptions
 from broker.core._observers import Observers
@@ -74,6 +76,8 @@ class Core:
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
+        self.connected = 0  # connections in state CONNECTED ($SYS clients/connected, O(1))
+        self.conn_timers = ConnectionTimers(cfg.tick_interval)
         self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
         self.dirty: set[Connection] = set()
         self.stats = Stats()
@@ -429,6 +433,8 @@ class Core:
         pub = self.current
         if pub is None or pub is conn or pub in conn.feeders:
             return
+        if conn.feeders is NO_FEEDERS:  # the shared empty set of a connection never congested
+            conn.feeders = set()
         conn.feeders.add(pub)
         pub.blockers += 1
         if pub.blockers == 1:
@@ -455,7 +461,8 @@ class Core:
             if pub.blockers == 0:
                 self.stats.publishers_paused -= 1
                 self.resumable.add(pub)
-        conn.feeders.clear()
+        if conn.feeders:
+            conn.feeders = NO_FEEDERS  # its own set released (it reads again)
 
     def check_flow(self, now: float) -> None:
         """Slow and hung consumers (``tick``, and between ticks while receivers are congested)."""
@@ -537,8 +544,7 @@ class Core:
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
         """Keep-alive timeouts, will delays, session expiry and ``$SYS`` (call periodically)."""
-        for conn in list(self.connections):
-            conn.check_keep_alive(now)
+        self.conn_timers.expire(now)  # CONNECT and keep-alive deadlines due (core/_conntimers.py)
         if self.pending_wills:
             for s in [s for s in self.pending_wills if s.will_due is not None and s.will_due <= now]:
                 self.publish_will(s, now)
@@ -556,9 +562,7 @@ class Core:
         return {
             "$SYS/broker/version": "siftmq",
             "$SYS/broker/uptime": str(int(now - self.started)),
-            "$SYS/broker/clients/connected": str(
-                sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
-            ),
+            "$SYS/broker/clients/connected": str(self.connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/messages/received": str(st.messages_received),
             "$SYS/broker/messages/sent": str(st.messages_sent),
@@ -572,6 +576,10 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
+            "$SYS/broker/connections/accept_pauses": str(st.accept_pauses),
+            "$SYS/broker/connections/connect_timeouts": str(st.connect_timeouts),
+            "$SYS/broker/connections/keepalive_timeouts": str(st.keepalive_timeouts),
             "$SYS/broker/subscriptions/refused/quota": str(st.refused_subscription_quota),
             "$SYS/broker/subscriptions/refused/selector": str(st.refused_selector),
             "$SYS/broker/topic_levels/refused": str(st.refused_topic_levels),
@@ -673,6 +681,9 @@ class Core:
             s._check()
         for conn in self.connections:
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
+        self.conn_timers._check(self.connections)
+        assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
+        assert not (NO_FEEDERS or NO_ALIASES_IN or NO_ALIASES_OUT), "a shared empty container was written"
         # flow control: the congested set, the feeder edges and the pause gauge agree
         paused = {c for c in self.connections if c.blockers}
         assert self.stats.publishers_paused == len(paused)

@@ -180,6 +180,13 @@ class Stats:
     refused_max_connections: int = 0
     refused_connection_rate: int = 0
     refused_anonymous: int = 0
+    # descriptors (issue 27; broker.net._accept): connections closed unanswered at accept
+    # because the process is out of descriptors, and the pauses of accepting that followed
+    refused_descriptors: int = 0
+    accept_pauses: int = 0
+    # connections closed by the broker's timers: no CONNECT in time, keep-alive expired
+    connect_timeouts: int = 0
+    keepalive_timeouts: int = 0
     # deliveries an authorize hook refused ("receive": live messages and retained on SUBSCRIBE)
     receive_denied: int = 0
     # session limits (docs/broker.md, "Limits")
