@@ -54,8 +54,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--landing",
-        default=str(DEFAULT_DATA_DIR / "landing"),
-        help="landing zone directory or URI (default: siftmq-data/landing)",
+        action="append",
+        default=None,
+        help="landing zone directory or URI (default: siftmq-data/landing); repeat it to read "
+        "several landing zones (one per cluster node) as one",
     )
     p.add_argument(
         "--output",
@@ -68,7 +70,7 @@ def _run_analytics(args: argparse.Namespace) -> int:
     from bridge._analytics import run_cli
 
     return run_cli(
-        landing=args.landing,
+        landing=args.landing or [str(DEFAULT_DATA_DIR / "landing")],
         output=args.output,
         master=args.master,
         once=args.once,
