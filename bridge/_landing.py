@@ -138,7 +138,7 @@ def files_between(
     landings: Sequence[str], kind: Kind, start: Offset | None, end: Offset
 ) -> list[LandingFile]:
     """The files with ``start < seq <= end`` for their writer (``start`` None: from the first)."""
-    out = []
+    out: list[LandingFile] = []
     for landing in landings:
         hi = end.get(landing, {})
         lo = (start or {}).get(landing, {})

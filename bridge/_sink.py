@@ -333,7 +333,7 @@ class _Publisher:
             self.close()
             why = self._lost or f"no CONNACK within {o.timeout:g} s (option timeout)"
             raise SinkError(f"siftmq sink: cannot connect to {o.url} (option url): {why}")
-        rc = self._connack
+        rc: Any = self._connack
         if rc.is_failure:
             self.close()
             hint = _CONNACK_HINTS.get(int(rc.value), "the broker refused the connection")
@@ -394,14 +394,22 @@ class _Publisher:
                 )
 
     def publish(self, messages: list[_Message], key_prefix: str) -> None:
-        from paho.mqtt.properties import VariableByteIntegers, writeInt32, writeUTF
+        import paho.mqtt.properties as paho_properties
 
+        pp: Any = paho_properties  # untyped helpers
+        writeUTF, VariableByteIntegers = pp.writeUTF, pp.VariableByteIntegers
         o, client, n = self.o, self.client, len(messages)
-        expiry = b"" if o.expiry is None else b"\x02" + writeInt32(o.expiry)
+        expiry = b"" if o.expiry is None else b"\x02" + pp.writeInt32(o.expiry)
         key_name = b"\x26" + writeUTF(KEY_PROPERTY)
         window = self._window if o.qos > 0 else 10_000
+        sent = 0
+
+        def room() -> bool:
+            return sent - self._acked < window
+
         for i, (topic, payload, props) in enumerate(messages):
-            if i - self._acked >= window and not self._loop_until(lambda i=i: i - self._acked < window):
+            sent = i
+            if not room() and not self._loop_until(room):
                 break
             if self._failures:
                 break
