@@ -2,8 +2,9 @@
 
 The broker never imports the bridge: ``siftmq`` finds this plugin through the entry point the
 distribution declares, and the plugin adds ``siftmq analytics`` and the ``serve`` options
-``--no-bridge`` / ``--bridge-roll-interval`` (``[serve]`` keys ``bridge``,
-``bridge_roll_interval``), and registers a :class:`~bridge.Bridge` hook in the served broker.
+``--no-bridge`` / ``--bridge-roll-interval`` / ``--bridge-messages`` (``[serve]`` keys
+``bridge``, ``bridge_roll_interval``, ``bridge_messages``), and registers a
+:class:`~bridge.Bridge` hook in the served broker.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class BridgePlugin:
     """``siftmq analytics`` and the bridge hook of ``siftmq serve``."""
 
     name = "bridge"
-    serve_keys = frozenset({"bridge", "bridge_roll_interval"})
+    serve_keys = frozenset({"bridge", "bridge_roll_interval", "bridge_messages"})
 
     def add_commands(self, subparsers: Subparsers) -> None:
         from bridge._cli import register
@@ -42,6 +43,14 @@ class BridgePlugin:
             help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
             "results, more files)",
         )
+        parser.add_argument(
+            "--bridge-messages",
+            action="append",
+            default=None,
+            metavar="TOPIC_FILTER",
+            help="land whole messages (payload included) of topics matching this filter in the "
+            "landing zone's messages/ (repeatable; what format('siftmq') kind 'messages' reads)",
+        )
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
@@ -52,9 +61,16 @@ class BridgePlugin:
             return ()
         from bridge._writer import Bridge
 
+        messages = args.bridge_messages or opts.get("bridge_messages") or []
+        if isinstance(messages, str):
+            messages = [messages]
+        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+            raise ValueError("bridge_messages must be a list of topic filters")
         landing = ctx.data_dir / "landing"
         log.info("bridge on: landing zone %s, roll interval %g s", landing, roll)
-        return (Bridge(landing, roll_interval=float(roll)),)
+        if messages:
+            log.info("bridge: landing whole messages of %s", ", ".join(messages))
+        return (Bridge(landing, roll_interval=float(roll), messages=messages),)
 
 
 PLUGIN = BridgePlugin()
