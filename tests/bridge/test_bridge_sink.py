@@ -36,12 +36,9 @@ def test_offsets_select_each_file_once_across_writers(tmp_path: Path) -> None:
     _commit(tmp_path / "l", 3)  # writer 1: one file
     first = latest_offset([land], Kind.DELIVERIES)
     assert [len(v) for v in first.values()] == [1]
+    (writer1,) = list_files(land, Kind.DELIVERIES)
     _commit(tmp_path / "l", 4, 3)  # writer 2
-    (tmp_path / "l" / "deliveries" / "by-hand.parquet").write_bytes(
-        (
-            tmp_path / "l" / "deliveries" / list_files(land, Kind.DELIVERIES)[0].path.rsplit("/", 1)[1]
-        ).read_bytes()
-    )
+    (tmp_path / "l" / "deliveries" / "by-hand.parquet").write_bytes(Path(writer1.path).read_bytes())
     (tmp_path / "l" / "deliveries" / ".part-x.parquet.tmp").write_bytes(b"half")
     second = latest_offset([land], Kind.DELIVERIES)
     new = files_between([land], Kind.DELIVERIES, first, second)
