@@ -18,10 +18,9 @@ micro-batch; a reading older than the device's state is scored against the state
 Checkpointed: a restarted job resumes from its checkpoint and re-publishes an unfinished
 batch's alerts with the same idempotency keys (``bridge/_sink.py``).
 
-A reading whose payload is not a JSON object with a numeric ``field`` is not scored: it is
-counted in the ``skipped`` column of the query's progress? No: Spark has no such counter; it is
-published as an alert-free row to nothing, and :func:`alerts_query` logs nothing.  See
-docs/bridge.md ("The loop") for what is measured.
+A reading whose payload is not a JSON object with a numeric ``field`` has a null value: it is
+not scored and does not enter the device's history (a policy, documented in docs/bridge.md).
+See docs/bridge.md ("The loop") for the command and the measured delay.
 """
 
 from __future__ import annotations
