@@ -9,7 +9,10 @@ value), ``load(LANDING)`` or ``load([LANDING1, LANDING2])`` (several landing zon
 per cluster node, read as one), the kind's schema (:func:`bridge.spark_schema`).  Listing,
 offsets and reading are in ``bridge/_landing.py`` (its docstring says why a restarted query
 reads every file exactly once).  Options ``maxPartitionBytes`` and ``minPartitions`` tune the
-packing of files into partitions.
+packing of files into partitions; ``columns`` (comma-separated) reads only those columns: Spark
+does not prune the columns of a Python data source, so a query that needs two of the twelve
+columns of ``deliveries`` reads, converts and ships all twelve unless it says so (measured in
+docs/performance-bridge.md).
 
 Writing (``df.write`` / ``df.writeStream``): see ``bridge/_sink.py`` (options, at-least-once
 with idempotency keys, errors).  The batch writer and the stream writer are Arrow writers: the
@@ -37,7 +40,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bridge._landing import Offset, files_between, latest_offset, pack, parse_kind, read_files
+from bridge._landing import Offset, files_between, kind_schema, latest_offset, pack, parse_kind, read_files
 from bridge._schema import Kind, spark_schema
 from bridge._sink import SinkOptions, publish_batches
 
@@ -53,6 +56,11 @@ def _landings(options: dict[str, str]) -> list[str]:
     else:
         raise ValueError("siftmq source: no landing zone: use load(LANDING) or load([LANDING, ...])")
     return [p if "://" in p else os.path.abspath(p) for p in paths]
+
+
+def _columns(options: dict[str, str]) -> tuple[str, ...] | None:
+    raw = options.get("columns")
+    return None if raw is None else tuple(c.strip() for c in raw.split(",") if c.strip())
 
 
 def _int_option(options: dict[str, str], name: str, default: int) -> int:
@@ -82,6 +90,7 @@ class _ReadPlan:
     landings: tuple[str, ...]
     max_partition_bytes: int
     min_partitions: int
+    columns: tuple[str, ...] | None
 
     def partitions(self, start: Offset | None, end: Offset) -> list[_Files]:
         files = files_between(self.landings, self.kind, start, end)
@@ -98,7 +107,7 @@ class _BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Files):  # no files: Spark reads one partition of its own
-            yield from read_files(partition.paths, self.plan.kind)
+            yield from read_files(partition.paths, self.plan.kind, self.plan.columns)
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -116,7 +125,7 @@ class _StreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Files):  # no files: Spark reads one partition of its own
-            yield from read_files(partition.paths, self.plan.kind)
+            yield from read_files(partition.paths, self.plan.kind, self.plan.columns)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the landing zone's files stay (see docs/bridge.md)."""
@@ -169,11 +178,18 @@ class SiftmqDataSource(DataSource):
             tuple(_landings(opts)),
             _int_option(opts, "maxpartitionbytes", 32 << 20),
             _int_option(opts, "minpartitions", 2),
+            _columns(opts),
         )
 
     def schema(self) -> StructType:
         opts = {k.lower(): v for k, v in self.options.items()}
-        return spark_schema(parse_kind(opts.get("kind")))  # type: ignore[no-any-return]
+        kind = parse_kind(opts.get("kind"))
+        full = spark_schema(kind)
+        columns = _columns(opts)
+        if columns is None:
+            return full  # type: ignore[no-any-return]
+        kind_schema(kind, columns)  # checks the names
+        return StructType([full[c] for c in columns])
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _BatchReader(self._plan())

@@ -49,6 +49,7 @@ __all__ = [
     "Offset",
     "conform",
     "files_between",
+    "kind_schema",
     "latest_offset",
     "list_files",
     "pack",
@@ -178,11 +179,30 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def read_files(paths: Sequence[str], kind: Kind, batch_rows: int = 65_536) -> Iterator[pa.RecordBatch]:
-    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema."""
-    schema = pa.schema([f.with_nullable(True) for f in SCHEMAS[kind]])
+def kind_schema(kind: Kind, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema a reader yields: ``kind``'s columns (nullable), or only ``columns``."""
+    fields = [f.with_nullable(True) for f in SCHEMAS[kind]]
+    if columns is None:
+        return pa.schema(fields)
+    names = [f.name for f in fields]
+    unknown = [c for c in columns if c not in names]
+    if unknown or not columns:
+        raise ValueError(
+            f"siftmq source: option columns={','.join(columns)!r}: {', '.join(unknown) or 'empty'} "
+            f"(columns of {kind.value}: {', '.join(names)})"
+        )
+    return pa.schema([fields[names.index(c)] for c in columns])
+
+
+def read_files(
+    paths: Sequence[str], kind: Kind, columns: Sequence[str] | None = None, batch_rows: int = 65_536
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema (only ``columns``)."""
+    schema = kind_schema(kind, columns)
     for path in paths:
         fs, p = _fs(path)
         pf = pq.ParquetFile(p, filesystem=fs) if fs is not None else pq.ParquetFile(p)
-        for batch in pf.iter_batches(batch_size=batch_rows):
+        present = set(pf.schema_arrow.names)
+        wanted = [n for n in schema.names if n in present]
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
             yield conform(batch, schema)
