@@ -104,9 +104,8 @@ def main() -> None:
         )
         if got:
             p90 = got[min(len(got) - 1, int(0.9 * len(got)))]
-            print(
-                f"device-to-alert delay: p50 {statistics.median(got):.2f} s, p90 {p90:.2f} s, max {got[-1]:.2f} s"
-            )
+            p50 = statistics.median(got)
+            print(f"device-to-alert delay: p50 {p50:.2f} s, p90 {p90:.2f} s, max {got[-1]:.2f} s")
     finally:
         broker.terminate()
         broker.wait(10)
