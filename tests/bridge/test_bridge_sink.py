@@ -210,3 +210,32 @@ async def test_bad_rows_and_brokers_are_clear_errors() -> None:
     oc = SinkOptions.parse({"url": f"mqtt://127.0.0.1:{free}", "topic": "t/{device}"}, cols)
     with pytest.raises(SinkError, match=rf"cannot connect to mqtt://127.0.0.1:{free} \(option url\)"):
         await asyncio.to_thread(publish_batches, oc, _batches(3), query_id="q", batch_id=0)
+
+
+# paho-mqtt 2.2 does not close the socket of a failed TLS handshake (client.py, _ssl_wrap_socket)
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_publisher_over_tls(tmp_path: Path) -> None:
+    from broker._config import BrokerConfig, Listener
+    from tests.security.helpers import make_certs
+
+    certs = make_certs(tmp_path)
+    listeners = (
+        Listener("tcp", "127.0.0.1", 0),
+        Listener("tcp", "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key)),
+    )
+    async with Broker(config=BrokerConfig(listeners=listeners, sys_interval=0)) as b:
+        plain, mqtts = b.ports
+        sub = _Collector(plain, "alerts/#")
+        await eventually(sub.subscribed.is_set)
+        o = SinkOptions.parse(
+            {"url": f"mqtts://127.0.0.1:{mqtts}", "topic": "alerts/{device}", "tls_ca": str(certs.ca)},
+            ["device", "z"],
+        )
+        assert await asyncio.to_thread(publish_batches, o, _batches(20), query_id="q", batch_id=0) == (0, 20)
+        await eventually(lambda: sub.count() == 20)
+        untrusted = SinkOptions.parse(
+            {"url": f"mqtts://127.0.0.1:{mqtts}", "topic": "t/{device}"}, ["device", "z"]
+        )
+        with pytest.raises(SinkError, match=r"cannot connect to mqtts://.* \(option url\): .*certificate"):
+            await asyncio.to_thread(publish_batches, untrusted, _batches(1), query_id="q", batch_id=0)
+        sub.close()
