@@ -239,3 +239,15 @@ async def test_publisher_over_tls(tmp_path: Path) -> None:
         with pytest.raises(SinkError, match=r"cannot connect to mqtts://.* \(option url\): .*certificate"):
             await asyncio.to_thread(publish_batches, untrusted, _batches(1), query_id="q", batch_id=0)
         sub.close()
+
+
+def test_message_topics_follow_mqtt_matching() -> None:
+    from bridge._writer import _TopicMatcher
+
+    m = _TopicMatcher(("telemetry/#", "+/status", "exact/a"))
+    assert [m(t) for t in ("telemetry", "telemetry/d1", "telemetry/d1/x", "d1/status", "exact/a")] == [
+        True
+    ] * 5
+    assert [m(t) for t in ("x/telemetry", "d1/status/x", "exact/b", "$SYS/status")] == [False] * 4
+    with pytest.raises(ValueError, match="a wildcard must fill a level"):
+        _TopicMatcher(("a/b#",))
