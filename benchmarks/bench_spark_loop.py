@@ -58,6 +58,9 @@ def main() -> None:
         spark = spark_session("local[2]")
         o = LoopOptions(url=f"mqtt://127.0.0.1:{port}", window=10.0, trigger=args.trigger)
         query = alerts_query(spark, str(root / "landing"), str(root / "ck"), o)
+        deadline = time.monotonic() + 180
+        while query.lastProgress is None and time.monotonic() < deadline:
+            query.awaitTermination(0.1)  # the query's start (its Python source process) is not measured
         sent: dict[int, float] = {}
         delays: dict[int, float] = {}
         lock = threading.Lock()
@@ -93,8 +96,13 @@ def main() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(delays) < len(sent):
             time.sleep(0.1)  # the last probes' alerts, bounded
+        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
         query.stop()
         spark.stop()
+        if progress:
+            parts = ("triggerExecution", "latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+            med = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) for k in parts}
+            print(f"micro-batches with input: {len(progress)}; median ms: {med}")
         sub.loop_stop()
         pub.loop_stop()
         got = sorted(delays.values())
