@@ -100,7 +100,14 @@ def main() -> None:
         query.stop()
         spark.stop()
         if progress:
-            parts = ("triggerExecution", "latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
+            parts = (
+                "triggerExecution",
+                "latestOffset",
+                "queryPlanning",
+                "addBatch",
+                "walCommit",
+                "commitOffsets",
+            )
             med = {k: statistics.median(p["durationMs"].get(k, 0) for p in progress) for k in parts}
             print(f"micro-batches with input: {len(progress)}; median ms: {med}")
         sub.loop_stop()
