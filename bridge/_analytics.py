@@ -1,9 +1,12 @@
 """Spark Structured Streaming analytics over the bridge's landing zone.
 
-Sources: one streaming DataFrame per record kind, Spark's Parquet file source over
-``LANDING/<kind>/`` with the declared schemas (:func:`bridge.spark_schema`).  The writer commits
-files atomically under their final name, and dot files are ignored, so a micro-batch never sees
-a half-written file.
+Sources: one streaming DataFrame per record kind, the ``siftmq`` data source
+(``spark.readStream.format("siftmq").option("kind", K).load(LANDINGS)``, ``bridge/_datasource.py``,
+issue 29; until then Spark's Parquet file source) with the declared schemas
+(:func:`bridge.spark_schema`), over one landing zone or several (one per cluster node) read as
+one.  The writer commits files atomically under their final name, and dot files are ignored, so
+a micro-batch never sees a half-written file.  A checkpoint written by the file source cannot
+be resumed by this source: use a fresh ``--output`` (or delete ``OUTPUT/_checkpoints``).
 
 Jobs (one streaming query each, each with its own checkpoint under ``OUTPUT/_checkpoints/``):
 
@@ -36,8 +39,8 @@ Content-filter selectivity is ``deliveries through the filtered subscription / m
 published on topics its topic filter matches`` (:func:`selectivity`), from ``filter_selectivity``
 and ``top_topics``; it ignores negative entries and the subscription's lifetime.
 
-A landing zone from before a record kind existed (the composite kinds) is read as empty: a local
-landing zone gets the missing directories created at start.
+A landing zone from before a record kind existed (the composite kinds) is read as empty (the
+source reads a missing directory as empty).
 
 This part has no seed document: it follows issue 6, item 3 (and issue 16 item 5 for the
 composite view).
@@ -53,7 +56,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +65,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from bridge._composite import build_composite, composite_summary, composite_view
 from bridge._results import RESULT_KEYS, results
-from bridge._schema import Kind, spark_schema
+from bridge._schema import Kind
 
 __all__ = [
     "RESULT_KEYS",
@@ -146,11 +149,25 @@ def _spark_path(landing: str | Path) -> str:
     return text if "://" in text else str(Path(text).resolve())
 
 
-def landing_streams(spark: Any, landing: str | Path) -> dict[Kind, Any]:
-    """One streaming DataFrame per record kind over ``landing`` (file source, declared schemas)."""
-    base = _spark_path(landing).rstrip("/")
+Landings = str | Path | Sequence[str | Path]
+
+
+def _paths(landing: Landings) -> list[str]:
+    items = [landing] if isinstance(landing, str | Path) else list(landing)
+    return [_spark_path(x).rstrip("/") for x in items]
+
+
+def landing_streams(spark: Any, landing: Landings) -> dict[Kind, Any]:
+    """One streaming DataFrame per record kind over ``landing`` (one landing zone or several read
+    as one): the ``siftmq`` data source, declared schemas."""
+    from bridge import register
+
+    register(spark)
+    paths = json.dumps(_paths(landing))  # readStream.load takes one path: the list as an option
     return {
-        kind: spark.readStream.schema(spark_schema(kind)).parquet(f"{base}/{kind.value}") for kind in Kind
+        kind: spark.readStream.format("siftmq").option("kind", kind.value).option("paths", paths).load()
+        for kind in Kind
+        if kind is not Kind.MESSAGES
     }
 
 
@@ -290,18 +307,9 @@ def _sink(output: str, name: str) -> Callable[[Any, int], None]:
     return write
 
 
-def _complete(landing: str | Path) -> None:
-    """Create the directories a local landing zone lacks (one written before a record kind
-    existed, or by a bridge that never wrote one): Spark's file source needs them."""
-    if "://" in str(landing):
-        return
-    for kind in Kind:
-        (Path(landing) / kind.value).mkdir(parents=True, exist_ok=True)
-
-
 def start_queries(
     spark: Any,
-    landing: str | Path,
+    landing: Landings,
     output: str | Path,
     *,
     window: str = "10 seconds",
@@ -312,7 +320,6 @@ def start_queries(
 ) -> list[Any]:
     """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""
     out = _spark_path(output).rstrip("/")
-    _complete(landing)
     frames = _build(landing_streams(spark, landing), window, watermark)
     queries = []
     for name, df in frames.items():
@@ -327,8 +334,21 @@ def start_queries(
         writer = (
             writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger} seconds")
         )
-        queries.append(writer.start())
+        queries.append(_started(writer.start()))
     return queries
+
+
+def _started(query: Any, timeout: float = 120.0) -> Any:
+    """``query`` once its sources are initialized (or it ended).  Each streaming query starts a
+    Python process on the driver for each ``siftmq`` source it reads, and Spark gives a new
+    Python process 10 s to connect back: 13 queries spawning at once on a busy 2-core machine
+    missed it.  Starting them one after the other keeps one spawn at a time."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["message"] == "Initializing sources":
+        if time.monotonic() >= deadline:
+            break
+        query.awaitTermination(0.05)
+    return query
 
 
 def _filter_regex(topic_filter: str) -> re.Pattern[str]:
@@ -408,7 +428,7 @@ def console_summary(output: str | Path, top_n: int = 5) -> str:
 
 def run_cli(
     *,
-    landing: str,
+    landing: str | Sequence[str],
     output: str,
     master: str,
     once: bool,
@@ -418,9 +438,11 @@ def run_cli(
     summary_every: float,
 ) -> int:
     """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries."""
-    if "://" not in landing and not Path(landing).is_dir():
-        print(f"siftmq analytics: landing zone {landing!r} does not exist", file=sys.stderr)
-        return 2
+    landings = [landing] if isinstance(landing, str) else list(landing)
+    for one in landings:
+        if "://" not in one and not Path(one).is_dir():
+            print(f"siftmq analytics: landing zone {one!r} does not exist", file=sys.stderr)
+            return 2
     if "://" not in output:
         Path(output).mkdir(parents=True, exist_ok=True)
     java = shutil.which("java") or (
@@ -435,7 +457,7 @@ def run_cli(
         return 2
     spark = spark_session(master)
     queries = start_queries(
-        spark, landing, output, window=window, watermark=watermark, once=once, trigger=trigger
+        spark, landings, output, window=window, watermark=watermark, once=once, trigger=trigger
     )
     try:
         if once:

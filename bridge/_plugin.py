@@ -2,13 +2,15 @@
 
 The broker never imports the bridge: ``siftmq`` finds this plugin through the entry point the
 distribution declares, and the plugin adds ``siftmq analytics`` and the ``serve`` options
-``--bridge`` / ``--no-bridge`` / ``--bridge-roll-interval`` (``[serve]`` keys ``bridge``,
-``bridge_roll_interval``), and registers a :class:`~bridge.Bridge` hook in the served broker.
+``--bridge`` / ``--no-bridge`` / ``--bridge-roll-interval`` / ``--bridge-messages`` (``[serve]``
+keys ``bridge``, ``bridge_roll_interval``, ``bridge_messages``), and registers a
+:class:`~bridge.Bridge` hook in the served broker.
 
 The bridge needs the ``spark`` extra (pyarrow, ...). This module imports none of it, so the
 plugin loads in a broker-only install: there ``serve`` runs without the bridge and says so in
 one info line, unless the bridge was asked for explicitly (``--bridge``, ``bridge = true``,
-``--bridge-roll-interval``), which is the ``MissingExtra`` error (exit status 2).
+``--bridge-roll-interval``, ``--bridge-messages``), which is the ``MissingExtra`` error (exit
+status 2).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ class BridgePlugin:
     """``siftmq analytics`` and the bridge hook of ``siftmq serve``."""
 
     name = "bridge"
-    serve_keys = frozenset({"bridge", "bridge_roll_interval"})
+    serve_keys = frozenset({"bridge", "bridge_roll_interval", "bridge_messages"})
 
     def add_commands(self, subparsers: Subparsers) -> None:
         from bridge._cli import register
@@ -51,6 +53,14 @@ class BridgePlugin:
             help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
             "results, more files)",
         )
+        parser.add_argument(
+            "--bridge-messages",
+            action="append",
+            default=None,
+            metavar="TOPIC_FILTER",
+            help="land whole messages (payload included) of topics matching this filter in the "
+            "landing zone's messages/ (repeatable; what format('siftmq') kind 'messages' reads)",
+        )
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
@@ -63,7 +73,10 @@ class BridgePlugin:
         module = missing_module(Extra.SPARK)
         if module is not None:
             explicit = (
-                wanted is True or args.bridge_roll_interval is not None or "bridge_roll_interval" in opts
+                wanted is True
+                or args.bridge_roll_interval is not None
+                or "bridge_roll_interval" in opts
+                or bool(args.bridge_messages or opts.get("bridge_messages"))
             )
             if explicit:
                 raise MissingExtra(Extra.SPARK, "the bridge", module)
@@ -71,9 +84,16 @@ class BridgePlugin:
             return ()
         from bridge._writer import Bridge
 
+        messages = args.bridge_messages or opts.get("bridge_messages") or []
+        if isinstance(messages, str):
+            messages = [messages]
+        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+            raise ValueError("bridge_messages must be a list of topic filters")
         landing = ctx.data_dir / "landing"
         log.info("bridge on: landing zone %s, roll interval %g s", landing, roll)
-        return (Bridge(landing, roll_interval=float(roll)),)
+        if messages:
+            log.info("bridge: landing whole messages of %s", ", ".join(messages))
+        return (Bridge(landing, roll_interval=float(roll), messages=messages),)
 
 
 PLUGIN = BridgePlugin()

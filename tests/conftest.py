@@ -40,7 +40,9 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 SPARK_SESSION_FILES = frozenset(
     {
         "tests/bridge/test_bridge_composite.py",
+        "tests/bridge/test_bridge_datasource.py",
         "tests/bridge/test_bridge_end_to_end.py",
+        "tests/bridge/test_bridge_loop.py",
         "tests/bridge/test_bridge_spark.py",
     }
 )
