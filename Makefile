@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build chromium mosquitto cluster
+.PHONY: run test lint typecheck unit setup build wheel system-packages node-clients cluster
 
 setup: $(STAMP)
 
@@ -28,6 +28,20 @@ $(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
 	$(PY) setup.py -q build_ext --inplace
 	touch $(BUILT)
 
+# The wheel of `pip install siftmq` with the compiled hot path (docs/operations.md,
+# "Installing"), built with the standard front end. --no-isolation: the dev venv already holds
+# the build requirements (build checks them), so nothing is fetched and mypyc's C files in
+# build/ are reused (it rewrites only those whose code changed): a rebuild after an edit
+# compiles only what changed. tests/packaging/ installs this wheel into a fresh venv.
+WHEEL := dist/.siftmq-wheel
+
+wheel: $(WHEEL)
+
+$(WHEEL): $(BUILT) pyproject.toml setup.py $(shell find broker topics content composite bridge cluster -name "*.py")
+	mkdir -p dist && rm -f dist/siftmq-*.whl
+	$(PY) -m build --wheel --no-isolation --outdir dist . >dist/build.log 2>&1 || { cat dist/build.log; exit 1; }
+	touch $(WHEEL)
+
 run: $(BUILT)
 	$(VENV)/bin/siftmq serve --host $(HOST) --port $(PORT) --metrics-listen $(HOST):$(METRICS_PORT)
 
@@ -42,27 +56,41 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy
 
-# Headless Chromium renders the analytics report in one test; installed from Debian when
-# missing and we may (root with apt-get), otherwise that one test is skipped with its reason.
-chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
-	      || echo "chromium could not be installed: the report-rendering test will be skipped"; \
-	  else echo "chromium not installed: the report-rendering test will be skipped"; fi; }
+# Debian packages that some tests drive (each such test skips with its reason when its program
+# is missing), as command:package. Installed in ONE apt-get call when any is missing and we may
+# (root with apt-get): two apt-get runs side by side would fight over dpkg's lock.
+#   chromium, chromedriver: the analytics report and the dashboard in a real browser
+#   mosquitto: the edge broker of the bridge interoperability test (issue 21)
+#   mosquitto_sub, paho_c_sub: the interoperability matrix (tests/interop, issue 28)
+#   ip, nft: the nemesis (network namespaces, a bridge, drop rules; tests/nemesis, issue 30)
+DEBS := chromium:chromium chromedriver:chromium-driver mosquitto:mosquitto \
+	mosquitto_sub:mosquitto-clients paho_c_sub:paho.mqtt.c-examples ip:iproute2 nft:nftables
 
-# Debian's mosquitto is the edge broker of the bridge interoperability test (issue 21); installed
-# when missing and we may, otherwise that test is skipped with its reason.
-mosquitto:
-	@command -v mosquitto >/dev/null 2>&1 || test -x /usr/sbin/mosquitto || { \
+system-packages:
+	@missing=; for pair in $(DEBS); do cmd=$${pair%%:*}; \
+	  command -v $$cmd >/dev/null 2>&1 || test -x /usr/sbin/$$cmd || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto) >/dev/null \
-	      || echo "mosquitto could not be installed: the bridge test will be skipped"; \
-	  else echo "mosquitto not installed: the bridge test will be skipped"; fi; }
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null \
+	      || echo "could not install$$missing: the tests that need them will be skipped"; \
+	  else echo "not installed:$$missing: the tests that need them will be skipped"; fi; fi
+
+# MQTT.js for the interoperability matrix, from npm into tests/interop/node_modules (its
+# package-lock.json) when node is there; otherwise its tests are skipped with their reason.
+node-clients:
+	@test -d tests/interop/node_modules/mqtt || { \
+	  if command -v npm >/dev/null 2>&1; then \
+	    (cd tests/interop && npm ci --no-audit --no-fund --silent) >/dev/null \
+	      || echo "MQTT.js could not be installed: its interop tests will be skipped"; \
+	  else echo "npm not installed: the MQTT.js interop tests will be skipped"; fi; }
 
 # one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway), the
 # files using the Spark session on one worker (tests/conftest.py)
-unit: $(BUILT) chromium mosquitto
+unit: $(BUILT) $(WHEEL) system-packages node-clients
 	$(PY) -m pytest -n auto --dist loadfile
 
-test: lint typecheck unit
+# The set-up steps run side by side (mypy, ruff and the system packages while mypyc compiles;
+# the wheel after the in-place build, whose C files it reuses), then the tests on both cores.
+test:
+	@$(MAKE) --no-print-directory -j3 -Otarget lint typecheck wheel system-packages node-clients
+	@$(MAKE) --no-print-directory unit

@@ -24,9 +24,13 @@ to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sock
   it reached its own ceiling first).
 * ``slow``: ``paced`` with one subscriber that reads at most ``--slow-rate`` msgs/s: the rate
   of the other pairs relative to ``paced`` in the same run, and what happened to the slow one.
+* ``hung``: ``paced`` plus one more QoS 1 subscriber, on ``sat/#`` (every pair's messages),
+  that reads and acknowledges during the warm-up and stops reading when the window starts
+  (a hung consumer, issue 31): the pairs' rate in the window (``others_per_s``, to compare
+  with ``paced``) and whether the hung one was disconnected.
 
 Usage: ``.venv/bin/python benchmarks/bench_saturation.py [--brokers siftmq,siftmq-defaults,
-mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow] [--out FILE.json] [--markdown]``.
+mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow,hung] [--out FILE.json] [--markdown]``.
 Peers that cannot start are skipped with the reason. Bounded in time; every process it
 starts is stopped; loopback only.
 """
@@ -380,26 +384,57 @@ async def _drain(stally: Tally, drain: float, cap: float = 20.0) -> None:
             last, since = stally.delivered, time.monotonic()
 
 
-async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, object]:
-    pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "paced")
+async def _hung_subscriber(port: int) -> Client:
+    """A QoS 1 subscriber on every pair's topic (``hung``), with its own tally."""
+    h = Client(Tally(), 0, None)
+    _bind_publish_handler(h)
+    await _open(port, h, "hung-sub")
+    assert h.transport is not None
+    h.transport.write(subscribe(1, [("sat/#", 1)]))
+    await h.expect(9)
+    return h
+
+
+async def _longest_gap(pt: Tally, gaps: list[float]) -> None:
+    """Until cancelled: the longest time (s) without a PUBACK to any publisher, in ``gaps[0]``
+    (a stall of the publishers is seen directly; the rate also moves with the machine's load)."""
+    last, since = pt.acked, time.monotonic()
+    while True:
+        await asyncio.sleep(0.005)
+        now = time.monotonic()
+        if pt.acked != last:
+            last, since = pt.acked, now
+        gaps[0] = max(gaps[0], now - since)
+
+
+async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = False) -> dict[str, object]:
+    pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
         subs[0].window_start = time.monotonic()
+    h = await _hung_subscriber(port) if hung else None
     for p in pubs:
         p.running = True
         p.send(a.window)
     await asyncio.sleep(a.warmup)
+    if h is not None and h.transport is not None:
+        h.transport.pause_reading()  # hung from now on: its socket takes nothing more
     st.recording = True
     st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
     slow_seen0 = _unique(subs[0].seen) if slow else 0
+    gaps = [0.0]
+    watch = asyncio.create_task(_longest_gap(pt, gaps))
     await asyncio.sleep(a.duration)
+    watch.cancel()
     st.recording = False
     dt = time.monotonic() - t0
     acked_window = pt.acked - acked0
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
         p.running = False
+    if h is not None and h.transport is not None and not h.transport.is_closing():
+        h.transport.resume_reading()  # reads what waits, then sees whether it was disconnected
     await _drain(st, a.drain)
     delivered = st.delivered
     res: dict[str, object] = {
@@ -412,13 +447,18 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool) -> dict[str, o
         "p50_ms": _pct(st.latencies, 0.5),
         "p99_ms": _pct(st.latencies, 0.99),
         "sub_disconnects": sum(1 for s in subs if s.closed),
+        "longest_ack_gap_ms": gaps[0] * 1000,
     }
     if slow:
         others = st.in_window - slow_window
         res["others_per_s"] = others / dt
         res["slow_per_s"] = slow_window / dt
         res["slow_disconnected"] = subs[0].closed
-    for c in pubs + subs:
+    if h is not None:
+        res["others_per_s"] = st.in_window / dt
+        res["hung_got"] = h.tally.delivered  # in all, including after it read again
+        res["hung_disconnected"] = h.closed
+    for c in pubs + subs + ([h] if h is not None else []):
         if c.transport is not None:
             c.transport.close()
     return res
@@ -506,6 +546,8 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-bridge": ["--no-persistence"],
     # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
     "siftmq-noshed": ["--no-bridge", "--no-persistence", "--ingress-shed-bytes", "0"],
+    # plain siftmq without hung-consumer detection (the grace time alone, as before issue 31)
+    "siftmq-nohung": ["--no-bridge", "--no-persistence", "--hung-consumer-time", "0"],
 }
 
 
@@ -554,11 +596,14 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
 
 def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
     b = _start(name, a.broker_cpu)
+    cpu0 = time.process_time()
     try:
         if scenario == "paced":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False), 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
+        elif scenario == "hung":
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, hung=True), 300))
         else:
             if name not in capacity:
                 # siftmq's routing maximum: without ingress shedding (which the flood
@@ -572,6 +617,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
             res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
+        res["loadgen_cpu_s"] = time.process_time() - cpu0
         b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
         with contextlib.suppress(subprocess.TimeoutExpired):
             b.proc.wait(30)
@@ -608,6 +654,7 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "p50_ms",
                 "p99_ms",
                 "sub_disconnects",
+                "longest_ack_gap_ms",
                 "peak_rss_mb",
             ],
         ),
@@ -618,6 +665,18 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "slow_per_s",
                 "delivered_pct_of_acked",
                 "slow_disconnected",
+                "p99_ms",
+                "peak_rss_mb",
+            ],
+        ),
+        (
+            "hung",
+            [
+                "others_per_s",
+                "delivered_pct_of_acked",
+                "hung_got",
+                "hung_disconnected",
+                "longest_ack_gap_ms",
                 "p99_ms",
                 "peak_rss_mb",
             ],

@@ -1,9 +1,12 @@
 """Spark Structured Streaming analytics over the bridge's landing zone.
 
-Sources: one streaming DataFrame per record kind, Spark's Parquet file source over
-``LANDING/<kind>/`` with the declared schemas (:func:`bridge.spark_schema`).  The writer commits
-files atomically under their final name, and dot files are ignored, so a micro-batch never sees
-a half-written file.
+Sources: one streaming DataFrame per record kind, the ``siftmq`` data source
+(``spark.readStream.format("siftmq").option("kind", K).load(LANDINGS)``, ``bridge/_datasource.py``,
+issue 29; until then Spark's Parquet file source) with the declared schemas
+(:func:`bridge.spark_schema`), over one landing zone or several (one per cluster node) read as
+one.  The writer commits files atomically under their final name, and dot files are ignored, so
+a micro-batch never sees a half-written file.  A checkpoint written by the file source cannot
+be resumed by this source: use a fresh ``--output`` (or delete ``OUTPUT/_checkpoints``).
 
 Jobs (one streaming query each, each with its own checkpoint under ``OUTPUT/_checkpoints/``):
 
@@ -36,8 +39,8 @@ Content-filter selectivity is ``deliveries through the filtered subscription / m
 published on topics its topic filter matches`` (:func:`selectivity`), from ``filter_selectivity``
 and ``top_topics``; it ignores negative entries and the subscription's lifetime.
 
-A landing zone from before a record kind existed (the composite kinds) is read as empty: a local
-landing zone gets the missing directories created at start.
+A landing zone from before a record kind existed (the composite kinds) is read as empty (the
+source reads a missing directory as empty).
 
 This part has no seed document: it follows issue 6, item 3 (and issue 16 item 5 for the
 composite view).
@@ -50,8 +53,10 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +65,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from bridge._composite import build_composite, composite_summary, composite_view
 from bridge._results import RESULT_KEYS, results
-from bridge._schema import Kind, spark_schema
+from bridge._schema import Kind
 
 __all__ = [
     "RESULT_KEYS",
@@ -72,6 +77,39 @@ __all__ = [
     "spark_session",
     "start_queries",
 ]
+
+
+#: the driver's log4j 2 configuration, from the JVM's start: Spark's default profile printed
+#: its name, "Setting default log level to WARN" with a hint (a root level other than WARN
+#: prints them too: WARN here, ERROR by ``setLogLevel`` once the session is up) and the
+#: NativeCodeLoader WARN (no native Hadoop library: expected, the Java one is used)
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+def _driver_log_options() -> str | None:
+    """``-Dlog4j2.configurationFile=...`` for the driver JVM (the file written once into the
+    temporary directory), or None when the user configures Spark's logging (SPARK_CONF_DIR)."""
+    if os.environ.get("SPARK_CONF_DIR"):
+        return None
+    path = Path(tempfile.gettempdir()) / f"siftmq-spark-log4j2-{os.getuid()}.properties"
+    try:
+        if not path.is_file() or path.read_text() != _LOG4J2:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(_LOG4J2)
+            tmp.replace(path)
+    except OSError:
+        return None
+    return f"-Dlog4j2.configurationFile=file:{path}"
 
 
 def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
@@ -92,9 +130,15 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
         .config("spark.ui.showConsoleProgress", "false")
     )
     if master.startswith("local"):
+        # the JVM binds to loopback from its start: without it, a host name that resolves to
+        # a loopback address prints a WARN on every run (Utils: "Your hostname ... resolves
+        # to a loopback address"), before the configuration below applies
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    if (options := _driver_log_options()) is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", options)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -105,15 +149,52 @@ def _spark_path(landing: str | Path) -> str:
     return text if "://" in text else str(Path(text).resolve())
 
 
-def landing_streams(spark: Any, landing: str | Path) -> dict[Kind, Any]:
-    """One streaming DataFrame per record kind over ``landing`` (file source, declared schemas)."""
-    base = _spark_path(landing).rstrip("/")
+Landings = str | Path | Sequence[str | Path]
+
+
+def _paths(landing: Landings) -> list[str]:
+    items = [landing] if isinstance(landing, str | Path) else list(landing)
+    return [_spark_path(x).rstrip("/") for x in items]
+
+
+def landing_streams(spark: Any, landing: Landings) -> dict[Kind, Any]:
+    """One streaming DataFrame per record kind over ``landing`` (one landing zone or several read
+    as one): the ``siftmq`` data source, declared schemas."""
+    from bridge import register
+
+    register(spark)
+    paths = json.dumps(_paths(landing))  # readStream.load takes one path: the list as an option
     return {
-        kind: spark.readStream.schema(spark_schema(kind)).parquet(f"{base}/{kind.value}") for kind in Kind
+        kind: spark.readStream.format("siftmq").option("kind", kind.value).option("paths", paths).load()
+        for kind in Kind
+        if kind is not Kind.MESSAGES
     }
 
 
 _STATE_SCHEMA = "filters STRING"
+#: pyspark's applyInPandasWithState (pyspark/worker.py, ``construct_record_batch``) pads the
+#: output of ``_active_filters`` with an untyped empty DataFrame (``dict.fromkeys`` columns, dtype
+#: object) and concatenates: pandas >= 2.1 warns about it (FutureWarning, "concatenation with
+#: empty or all-NA entries") on every run, whatever the function returns (typed columns meet
+#: the padding's object ones, with 0 padding rows too).  The cause is inside pyspark, so that
+#: one warning, raised from that module, is filtered; the Python worker runs this when it
+#: imports this module to unpickle ``_active_filters`` (issue 31 item 6).
+_PYSPARK_PADDING_WARNING = (
+    "The behavior of DataFrame concatenation with empty or all-NA entries is deprecated"
+)
+
+
+def _filter_pyspark_padding_warning() -> None:
+    warnings.filterwarnings(
+        "ignore",
+        message=re.escape(_PYSPARK_PADDING_WARNING),
+        category=FutureWarning,
+        module=r"pyspark\.worker\Z",
+    )
+
+
+_filter_pyspark_padding_warning()
+
 _ACTIVE_SCHEMA = "time TIMESTAMP, client_id STRING, topic_filter STRING, content_filter STRING, delta INT"
 
 
@@ -226,18 +307,9 @@ def _sink(output: str, name: str) -> Callable[[Any, int], None]:
     return write
 
 
-def _complete(landing: str | Path) -> None:
-    """Create the directories a local landing zone lacks (one written before a record kind
-    existed, or by a bridge that never wrote one): Spark's file source needs them."""
-    if "://" in str(landing):
-        return
-    for kind in Kind:
-        (Path(landing) / kind.value).mkdir(parents=True, exist_ok=True)
-
-
 def start_queries(
     spark: Any,
-    landing: str | Path,
+    landing: Landings,
     output: str | Path,
     *,
     window: str = "10 seconds",
@@ -248,7 +320,6 @@ def start_queries(
 ) -> list[Any]:
     """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""
     out = _spark_path(output).rstrip("/")
-    _complete(landing)
     frames = _build(landing_streams(spark, landing), window, watermark)
     queries = []
     for name, df in frames.items():
@@ -263,8 +334,21 @@ def start_queries(
         writer = (
             writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{trigger} seconds")
         )
-        queries.append(writer.start())
+        queries.append(_started(writer.start()))
     return queries
+
+
+def _started(query: Any, timeout: float = 120.0) -> Any:
+    """``query`` once its sources are initialized (or it ended).  Each streaming query starts a
+    Python process on the driver for each ``siftmq`` source it reads, and Spark gives a new
+    Python process 10 s to connect back: 13 queries spawning at once on a busy 2-core machine
+    missed it.  Starting them one after the other keeps one spawn at a time."""
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["message"] == "Initializing sources":
+        if time.monotonic() >= deadline:
+            break
+        query.awaitTermination(0.05)
+    return query
 
 
 def _filter_regex(topic_filter: str) -> re.Pattern[str]:
@@ -344,7 +428,7 @@ def console_summary(output: str | Path, top_n: int = 5) -> str:
 
 def run_cli(
     *,
-    landing: str,
+    landing: str | Sequence[str],
     output: str,
     master: str,
     once: bool,
@@ -354,9 +438,11 @@ def run_cli(
     summary_every: float,
 ) -> int:
     """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries."""
-    if "://" not in landing and not Path(landing).is_dir():
-        print(f"siftmq analytics: landing zone {landing!r} does not exist", file=sys.stderr)
-        return 2
+    landings = [landing] if isinstance(landing, str) else list(landing)
+    for one in landings:
+        if "://" not in one and not Path(one).is_dir():
+            print(f"siftmq analytics: landing zone {one!r} does not exist", file=sys.stderr)
+            return 2
     if "://" not in output:
         Path(output).mkdir(parents=True, exist_ok=True)
     java = shutil.which("java") or (
@@ -371,7 +457,7 @@ def run_cli(
         return 2
     spark = spark_session(master)
     queries = start_queries(
-        spark, landing, output, window=window, watermark=watermark, once=once, trigger=trigger
+        spark, landings, output, window=window, watermark=watermark, once=once, trigger=trigger
     )
     try:
         if once:

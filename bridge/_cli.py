@@ -2,15 +2,21 @@
 
 ``register(subparsers)`` adds ``analytics`` (run the Spark jobs over the landing zone;
 ``--once`` processes what is there and exits), ``analytics report`` (render the latest
-results as one self-contained HTML page) and ``analytics composite`` (the composite
-subscriptions' view of the latest results, as text or ``--json``).  Spark and matplotlib are
-imported only when the command runs, so ``siftmq --help`` stays fast.
+results as one self-contained HTML page), ``analytics composite`` (the composite
+subscriptions' view of the latest results, as text or ``--json``) and ``analytics alerts``
+(the loop of issue 29: telemetry -> z-score -> alerts published to MQTT, ``bridge/_loop.py``).
+Spark and matplotlib are imported only when the command runs, so ``siftmq --help`` stays fast,
+and each command first checks that the ``spark`` extra is installed: without it, one line
+naming ``pip install 'siftmq[spark]'`` and exit status 2 (``broker._extras``).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+from broker._extras import Extra, MissingExtra, require
 
 __all__ = ["DEFAULT_DATA_DIR", "register"]
 
@@ -49,13 +55,38 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _common(c)
     c.add_argument("--json", action="store_true", help="print the view as one JSON document")
     c.set_defaults(func=_run_composite)
+    a = sub.add_parser(
+        "alerts",
+        help="the loop: score device telemetry (z-score over a window) and publish alerts to MQTT",
+        description="Read telemetry/<device> messages landed by 'siftmq serve --bridge-messages "
+        "telemetry/#' through format('siftmq'), flag readings whose z-score against the device's "
+        "last --window seconds is at least --threshold, and publish them to alerts/<device>.",
+    )
+    _common(a)
+    a.add_argument(
+        "--url", default="mqtt://127.0.0.1:1883", help="broker for the alerts (mqtt:// or mqtts://)"
+    )
+    a.add_argument("--topic-prefix", default="telemetry/", help="telemetry topics are PREFIX<device>")
+    a.add_argument("--field", default="value", help="the JSON field of the payload to score")
+    a.add_argument("--window", type=float, default=60.0, help="seconds of history per device (default 60)")
+    a.add_argument("--threshold", type=float, default=3.0, help="|z| that makes an alert (default 3)")
+    a.add_argument("--min-readings", type=int, default=5, help="history needed before scoring (default 5)")
+    a.add_argument("--alert-topic", default="alerts/{device}", help="topic template of the alerts")
+    a.add_argument("--qos", type=int, choices=(0, 1, 2), default=1)
+    a.add_argument("--trigger", type=float, default=0.5, help="seconds between micro-batches")
+    a.add_argument("--username", default=None)
+    a.add_argument("--password", default=None)
+    a.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
+    a.set_defaults(func=_run_alerts)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--landing",
-        default=str(DEFAULT_DATA_DIR / "landing"),
-        help="landing zone directory or URI (default: siftmq-data/landing)",
+        action="append",
+        default=None,
+        help="landing zone directory or URI (default: siftmq-data/landing); repeat it to read "
+        "several landing zones (one per cluster node) as one",
     )
     p.add_argument(
         "--output",
@@ -64,11 +95,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _without_spark(command: str) -> bool:
+    """Print the one line saying the ``spark`` extra is missing (True), or nothing (False)."""
+    try:
+        require(Extra.SPARK, command)
+    except MissingExtra as exc:
+        print(f"siftmq: {exc}", file=sys.stderr)
+        return True
+    return False
+
+
 def _run_analytics(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics"):
+        return 2
     from bridge._analytics import run_cli
 
     return run_cli(
-        landing=args.landing,
+        landing=args.landing or [str(DEFAULT_DATA_DIR / "landing")],
         output=args.output,
         master=args.master,
         once=args.once,
@@ -79,7 +122,47 @@ def _run_analytics(args: argparse.Namespace) -> int:
     )
 
 
+def _run_alerts(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics alerts"):
+        return 2
+    import sys
+
+    from bridge._analytics import spark_session
+    from bridge._loop import LoopOptions, alerts_query
+
+    landings = args.landing or [str(DEFAULT_DATA_DIR / "landing")]
+    o = LoopOptions(
+        url=args.url,
+        topic_prefix=args.topic_prefix,
+        field=args.field,
+        window=args.window,
+        threshold=args.threshold,
+        min_readings=args.min_readings,
+        alert_topic=args.alert_topic,
+        qos=args.qos,
+        trigger=args.trigger,
+        username=args.username,
+        password=args.password,
+    )
+    spark = spark_session(args.master, app_name="siftmq-alerts")
+    query = alerts_query(spark, landings, str(Path(args.output) / "_checkpoints" / "alerts"), o)
+    print(f"siftmq analytics alerts: {', '.join(landings)} -> {o.url} {o.alert_topic}", flush=True)
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        query.stop()
+        spark.stop()
+    if query.exception() is not None:
+        print(f"siftmq analytics alerts: the query failed: {query.exception()}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _run_report(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics report"):
+        return 2
     from bridge._report import write_report
 
     html = args.html if args.html is not None else Path(args.output) / "report.html"
@@ -89,6 +172,8 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_composite(args: argparse.Namespace) -> int:
+    if _without_spark("siftmq analytics composite"):
+        return 2
     import json
 
     from bridge._composite import composite_summary, composite_view

@@ -2,8 +2,15 @@
 
 The broker never imports the bridge: ``siftmq`` finds this plugin through the entry point the
 distribution declares, and the plugin adds ``siftmq analytics`` and the ``serve`` options
-``--no-bridge`` / ``--bridge-roll-interval`` (``[serve]`` keys ``bridge``,
-``bridge_roll_interval``), and registers a :class:`~bridge.Bridge` hook in the served broker.
+``--bridge`` / ``--no-bridge`` / ``--bridge-roll-interval`` / ``--bridge-messages`` (``[serve]``
+keys ``bridge``, ``bridge_roll_interval``, ``bridge_messages``), and registers a
+:class:`~bridge.Bridge` hook in the served broker.
+
+The bridge needs the ``spark`` extra (pyarrow, ...). This module imports none of it, so the
+plugin loads in a broker-only install: there ``serve`` runs without the bridge and says so in
+one info line, unless the bridge was asked for explicitly (``--bridge``, ``bridge = true``,
+``--bridge-roll-interval``, ``--bridge-messages``), which is the ``MissingExtra`` error (exit
+status 2).
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from broker._extras import Extra, MissingExtra, missing_module
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
@@ -24,7 +32,7 @@ class BridgePlugin:
     """``siftmq analytics`` and the bridge hook of ``siftmq serve``."""
 
     name = "bridge"
-    serve_keys = frozenset({"bridge", "bridge_roll_interval"})
+    serve_keys = frozenset({"bridge", "bridge_roll_interval", "bridge_messages"})
 
     def add_commands(self, subparsers: Subparsers) -> None:
         from bridge._cli import register
@@ -33,7 +41,10 @@ class BridgePlugin:
 
     def add_serve_options(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--no-bridge", action="store_true", default=None, help="do not stream to the bridge"
+            "--bridge",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="stream to the bridge (default: on when the 'spark' extra is installed)",
         )
         parser.add_argument(
             "--bridge-roll-interval",
@@ -42,19 +53,47 @@ class BridgePlugin:
             help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
             "results, more files)",
         )
+        parser.add_argument(
+            "--bridge-messages",
+            action="append",
+            default=None,
+            metavar="TOPIC_FILTER",
+            help="land whole messages (payload included) of topics matching this filter in the "
+            "landing zone's messages/ (repeatable; what format('siftmq') kind 'messages' reads)",
+        )
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
         roll = args.bridge_roll_interval or opts.get("bridge_roll_interval") or 0.5
         if not isinstance(roll, int | float) or roll <= 0:
             raise ValueError("--bridge-roll-interval must be positive")
-        if args.no_bridge or not opts.get("bridge", True):
+        wanted = args.bridge if args.bridge is not None else opts.get("bridge")
+        if wanted is not None and not wanted:
+            return ()
+        module = missing_module(Extra.SPARK)
+        if module is not None:
+            explicit = (
+                wanted is True
+                or args.bridge_roll_interval is not None
+                or "bridge_roll_interval" in opts
+                or bool(args.bridge_messages or opts.get("bridge_messages"))
+            )
+            if explicit:
+                raise MissingExtra(Extra.SPARK, "the bridge", module)
+            log.info("bridge off: the 'spark' extra is not installed (pip install 'siftmq[spark]')")
             return ()
         from bridge._writer import Bridge
 
+        messages = args.bridge_messages or opts.get("bridge_messages") or []
+        if isinstance(messages, str):
+            messages = [messages]
+        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
+            raise ValueError("bridge_messages must be a list of topic filters")
         landing = ctx.data_dir / "landing"
         log.info("bridge on: landing zone %s, roll interval %g s", landing, roll)
-        return (Bridge(landing, roll_interval=float(roll)),)
+        if messages:
+            log.info("bridge: landing whole messages of %s", ", ".join(messages))
+        return (Bridge(landing, roll_interval=float(roll), messages=messages),)
 
 
 PLUGIN = BridgePlugin()

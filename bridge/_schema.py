@@ -4,7 +4,10 @@ The record kinds are the broker's hook records (:mod:`broker.hooks`): ``Delivery
 ``Publication`` and ``SubscriptionChange``, and for composite subscriptions (issue 16)
 ``CompositeChange``, ``CompositeEventRecord`` and ``CompositeLoss``.  Each kind lands in its own
 directory of the landing zone (``deliveries/``, ``publications/``, ``subscription_changes/``,
-``composite_changes/``, ``composite_events/``, ``composite_losses/``) with the columns below.
+``composite_changes/``, ``composite_events/``, ``composite_losses/``) with the columns below,
+and, when the bridge is asked to (``Bridge(messages=[topic filters])``, issue 29), whole
+messages with their payload in ``messages/``.  Every kind has a ``node`` column: the cluster
+node that recorded the row (None for a broker alone).
 A landing zone written before the composite kinds existed simply lacks their directories.
 Times are stored as ``timestamp[us, UTC]`` so Spark reads them as ``TimestampType`` and can use
 them as event time; the broker latency is stored in seconds (``double``).
@@ -32,6 +35,7 @@ class Kind(enum.Enum):
     COMPOSITE_CHANGES = "composite_changes"
     COMPOSITE_EVENTS = "composite_events"
     COMPOSITE_LOSSES = "composite_losses"
+    MESSAGES = "messages"
 
 
 _TS = pa.timestamp("us", tz="UTC")
@@ -76,6 +80,7 @@ SCHEMAS: dict[Kind, pa.Schema] = {
             pa.field("content_filter", pa.string()),
             pa.field("qos", pa.int32()),
             pa.field("entries", pa.int64(), nullable=False),
+            pa.field("node", pa.string()),  # the cluster node that recorded it (None: one broker)
         ]
     ),
     Kind.COMPOSITE_CHANGES: pa.schema(
@@ -120,6 +125,19 @@ SCHEMAS: dict[Kind, pa.Schema] = {
             pa.field("node", pa.string()),
         ]
     ),
+    # opt-in (``Bridge(messages=...)``): whole messages, payload included, of chosen topics
+    Kind.MESSAGES: pa.schema(
+        [
+            pa.field("time", _TS, nullable=False),
+            pa.field("message_id", pa.int64(), nullable=False),
+            pa.field("publisher_id", pa.string()),
+            pa.field("topic", pa.string(), nullable=False),
+            pa.field("payload", pa.binary(), nullable=False),
+            pa.field("qos", pa.int32(), nullable=False),
+            pa.field("retained", pa.bool_(), nullable=False),
+            pa.field("node", pa.string()),
+        ]
+    ),
 }
 
 #: the composite record kinds (absent from landing zones written before issue 16)
@@ -138,6 +156,7 @@ def spark_schema(kind: Kind) -> Any:
         pa.string(): T.StringType(),
         pa.bool_(): T.BooleanType(),
         pa.float64(): T.DoubleType(),
+        pa.binary(): T.BinaryType(),
         _STRINGS: T.ArrayType(T.StringType(), True),
     }
     return T.StructType([T.StructField(f.name, mapping[f.type], True) for f in SCHEMAS[kind]])

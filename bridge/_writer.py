@@ -40,6 +40,9 @@ Filesystems: a local directory by default; a URI (``s3://bucket/prefix``, ``hdfs
 opened with ``pyarrow.fs.FileSystem.from_uri`` and committed by write-then-move (no fsync there:
 the object store's own durability applies).
 
+Whole messages (opt-in, ``messages=[topic filters]``, issue 29): the payloads of the matching
+publications are kept as one small record each and land in ``messages/``; see :class:`Bridge`.
+
 This part of the project has no seed document: it follows issue 6 (items 1 and 2).
 """
 
@@ -49,9 +52,11 @@ import asyncio
 import enum
 import logging
 import os
+import re
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -190,7 +195,62 @@ def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
 
 #: the kinds buffered as lists of the broker's records (deliveries and publications go through
 #: the delivery log, composite events through the event log: both are columns of scalars)
-_RECORD_KINDS = (Kind.SUBSCRIPTION_CHANGES, Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_LOSSES)
+_RECORD_KINDS = (Kind.SUBSCRIPTION_CHANGES, Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_LOSSES, Kind.MESSAGES)
+
+
+@dataclass(frozen=True, slots=True)
+class _MessageRow:
+    """One whole message of a topic the bridge was asked to land (``Bridge(messages=...)``)."""
+
+    time: float
+    message_id: int
+    publisher_id: str | None
+    topic: str
+    payload: bytes
+    qos: int
+    retained: bool
+
+
+def _filter_pattern(topic_filter: str) -> str:
+    """A regular expression for an MQTT topic filter (``+`` one level, ``#`` the rest)."""
+    if not topic_filter or "\x00" in topic_filter:
+        raise ValueError(f"invalid topic filter {topic_filter!r}")
+    levels = topic_filter.split("/")
+    parts: list[str] = []
+    for i, level in enumerate(levels):
+        if level == "#" and i == len(levels) - 1:
+            return "/".join(parts) + ("(/.*)?" if parts else ".*")
+        if level == "+":
+            parts.append("[^/]*")
+        elif "+" in level or "#" in level:
+            raise ValueError(f"invalid topic filter {topic_filter!r}: a wildcard must fill a level")
+        else:
+            parts.append(re.escape(level))
+    return "/".join(parts)
+
+
+class _TopicMatcher:
+    """Does a topic match one of the filters (MQTT rules: a filter starting with a wildcard does
+    not match ``$`` topics)?  Answers are cached per topic (the cache is bounded)."""
+
+    def __init__(self, filters: tuple[str, ...]) -> None:
+        self.filters = filters
+        plain = [_filter_pattern(f) for f in filters if f[:1] not in "+#"]
+        wild = [_filter_pattern(f) for f in filters if f[:1] in "+#"]
+        self._plain = re.compile("|".join(f"(?:{p})" for p in plain) + r"\Z") if plain else None
+        self._wild = re.compile("|".join(f"(?:{p})" for p in wild) + r"\Z") if wild else None
+        self._cache: dict[str, bool] = {}
+
+    def __call__(self, topic: str) -> bool:
+        hit = self._cache.get(topic)
+        if hit is None:
+            hit = bool(self._plain is not None and self._plain.match(topic)) or bool(
+                self._wild is not None and not topic.startswith("$") and self._wild.match(topic)
+            )
+            if len(self._cache) >= 10_000:
+                self._cache.clear()
+            self._cache[topic] = hit
+        return hit
 
 
 # Parquet dictionary encoding only where values repeat (ids, topics, filters, small ints): on
@@ -276,6 +336,12 @@ class Bridge(Hooks):
     buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
     Hot path cost: O(1) per publication (one tuple appended, whatever its fan-out).
+
+    ``messages``: topic filters whose messages are landed whole, payload included, in
+    ``messages/`` (issue 29: what a Spark job computes on, e.g. device telemetry).  Opt-in and
+    not free: the broker then calls :meth:`on_deliveries` once per publication (an interpreted
+    call, instead of the compiled core appending to the delivery log) and the payloads are
+    copied.
     """
 
     def __init__(
@@ -284,6 +350,7 @@ class Bridge(Hooks):
         roll_interval: float = 0.5,
         roll_bytes: int = 32 * 1024 * 1024,
         max_pending: int = 1_000_000,
+        messages: Sequence[str] = (),
     ) -> None:
         if roll_interval <= 0:
             raise ValueError("roll_interval must be positive")
@@ -316,20 +383,35 @@ class Bridge(Hooks):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._core: Core | None = None  # the broker's core, for its cluster node id
+        self._messages = _TopicMatcher(tuple(messages)) if messages else None
 
     def attach(self, broker: Broker) -> None:
         self._core = broker.core
 
     # ---- hot path (event loop) ----
 
-    def delivery_log(self) -> DeliveryLog:
-        return self._log
+    def delivery_log(self) -> DeliveryLog | None:
+        # Landing whole messages needs the message: the broker then calls on_deliveries.
+        return self._log if self._messages is None else None
 
     def on_deliveries(
         self, time: float, message: Message, deliveries: list[DeliveryEntry], routes: int
     ) -> None:
-        """The hook form, for callers outside a broker (a broker appends to the log itself)."""
+        """The hook form: for callers outside a broker, and for a broker when the bridge lands
+        whole messages (``messages``); otherwise a broker appends to the log itself."""
         self._log.record(time, message, deliveries, routes)
+        match = self._messages
+        if match is not None and routes >= 0 and match(message.topic):
+            row = _MessageRow(
+                time,
+                message.message_id,
+                message.publisher_id,
+                message.topic,
+                bytes(message.payload),
+                message.qos,
+                message.retain,
+            )
+            self._append(Kind.MESSAGES, row)
 
     def _append(self, kind: Kind, record: object) -> None:
         buf = self._records[kind]
@@ -372,6 +454,11 @@ class Bridge(Hooks):
         removed = self._sink.remove_stale_temporaries()
         if removed:
             _log.info("bridge: removed %d temporary files left by an interrupted writer", removed)
+        # pyarrow imports pandas (when installed) at its first array conversion: 0.3-0.5 s of
+        # CPU, mostly holding the GIL. Here, before the listeners open, not in the writer's
+        # first round, where it took the core from the event loop under the first traffic
+        # (28 % of the samples of a paced QoS 1 profile with the defaults, issue 27).
+        _ts(np.zeros(1))
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="siftmq-bridge-writer", daemon=True)
         self._thread.start()

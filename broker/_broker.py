@@ -20,7 +20,7 @@ import itertools
 import logging
 from collections.abc import Iterable, Sequence
 from types import TracebackType
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING
 
 import topics
 from broker._composite_saver import CompositeSaver
@@ -31,10 +31,15 @@ from broker.core._message import Message, Route
 from broker.core._session import Session
 from broker.durability._store import Store
 from broker.hooks import Hooks
+from broker.net._accept import connection_capacity, descriptor_limit
 from broker.net._admission import ConnectionLimits
 from broker.net._listeners import OpenListener, close_listeners, open_listener, open_listeners, wait_closed
 from broker.net._transport import MQTTProtocol
 from broker.packets import NO_PROPERTIES, Properties
+
+if TYPE_CHECKING:
+    from broker._dashboard import Dashboard, DashboardProvider
+    from broker.net._http import HttpServer
 
 __all__ = ["Broker", "LocalCompositeSubscription", "LocalSubscription", "Message"]
 
@@ -44,12 +49,33 @@ _local_ids = itertools.count(1)
 
 #: seconds ``Broker.stop`` waits for disconnected clients to close their connections
 STOP_GRACE = 1.0
+#: seconds between flow-control checks while a receiver is over its high-water mark
+FLOW_CHECK = 0.05
 
 #: restored sessions from which the restore freezes the heap (``gc.freeze``, ``_open_store``)
 FREEZE_SESSIONS = 1000
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
+
+
+def _log_capacity(max_connections: int) -> None:
+    """Say how many connections the descriptor limit leaves room for; warn when
+    ``max_connections`` promises more (docs/operations-fleet.md)."""
+    room = connection_capacity()
+    limit = descriptor_limit()
+    if max_connections > room:
+        log.warning(
+            "max_connections %d is above what the descriptor limit %d leaves room for (about %d "
+            "connections): connections beyond that are closed unanswered and counted in "
+            "$SYS/broker/connections/refused/descriptors; raise the hard limit (ulimit -Hn, "
+            "systemd LimitNOFILE=) or lower max_connections",
+            max_connections,
+            limit,
+            room,
+        )
+    else:
+        log.info("descriptor limit %d: room for about %d connections", limit, room)
 
 
 class LocalSubscription:
@@ -169,8 +195,13 @@ class Broker:
         self._listeners: list[OpenListener] | None = None
         self._extra: list[OpenListener] = []  # opened by Broker.listen (plugins)
         self._timer: asyncio.TimerHandle | None = None
+        self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
         self._sweeper: asyncio.Task[None] | None = None
-        self._metrics: WSGIServer | None = None
+        self._http: HttpServer | None = None
+        self.dashboard: Dashboard | None = None
+        #: sections of the dashboard added by packages above the broker (the cluster's
+        #: ``"cluster"``): name -> a callable returning JSON-ready data (docs/dashboard.md)
+        self.dashboard_providers: dict[str, DashboardProvider] = {}
         #: snapshots of the durable composite subscriptions (with a store on disk)
         self.composite_saver: CompositeSaver | None = None
         self._open: set[MQTTProtocol] = set()
@@ -204,7 +235,13 @@ class Broker:
             await self._close_store()
             raise
         if self.config.metrics_listen is not None:
-            self._start_metrics(self.config.metrics_listen)
+            try:
+                await self._start_http(self.config.metrics_listen)
+            except BaseException:
+                await self.stop()
+                raise
+        _log_capacity(self.config.max_connections)
+        self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
         self._schedule()
         for h in self.hooks:
             await h.ready()
@@ -220,20 +257,29 @@ class Broker:
         self._extra.append(opened)
         return opened.port
 
-    def _start_metrics(self, listen: str) -> None:
-        from prometheus_client import start_http_server
-
-        from broker._metrics import parse_listen, registry_for
+    async def _start_http(self, listen: str) -> None:
+        """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
+        from broker._dashboard import Dashboard
+        from broker.net._http import parse_listen, serve_http
 
         host, port = parse_listen(listen)
-        server, _thread = start_http_server(port, host, registry_for(self.core))
-        self._metrics = server
-        log.info("metrics on http://%s:%d/metrics", host, server.server_port)
+        dashboard = Dashboard(self, host)
+        self._http = await serve_http(host, port, dashboard.handle)
+        self.dashboard = dashboard
+        dashboard.start()
+        log.info("metrics on http://%s:%d/metrics", host, self._http.port)
+        if self.config.dashboard:
+            log.info(
+                "dashboard on http://%s:%d/ (%s)",
+                host,
+                self._http.port,
+                "login required" if dashboard.auth_required else "loopback, no login",
+            )
 
     @property
     def metrics_port(self) -> int | None:
-        """The bound port of the metrics endpoint (None when it is off)."""
-        return None if self._metrics is None else int(self._metrics.server_port)
+        """The bound port of the metrics endpoint and dashboard (None when it is off)."""
+        return None if self._http is None else self._http.port
 
     async def _open_store(self, path: str) -> None:
         """Open the store and restore its state into the core (before any client connects)."""
@@ -316,12 +362,23 @@ class Broker:
         await asyncio.to_thread(store.close)
 
     def _schedule(self) -> None:
+        """The next timer: the tick, or sooner (FLOW_CHECK) while receivers are over their
+        high-water mark, so that a hung one is found about ``hung_consumer_time`` after it
+        congested, not up to a tick later (docs/broker.md, "Flow control")."""
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.config.tick_interval, self._tick)
+        delay = self._next_tick - self.core.clock.monotonic()
+        if self.core.congested and self.config.hung_consumer_time > 0:
+            delay = min(delay, FLOW_CHECK)
+        self._timer = loop.call_later(max(delay, 0.0), self._tick)
 
     def _tick(self) -> None:
         try:
-            self.core.tick(self.core.clock.monotonic())
+            now = self.core.clock.monotonic()
+            if now >= self._next_tick - FLOW_CHECK / 2:
+                self._next_tick = now + self.config.tick_interval
+                self.core.tick(now)
+            else:
+                self.core.check_flow(now)
             self.core.flush()
         except Exception:
             log.exception("timer failed")
@@ -332,15 +389,17 @@ class Broker:
         if self._listeners is None:
             return
         await close_listeners(self._listeners + self._extra)
-        if self._metrics is not None:
-            self._metrics.shutdown()
-            self._metrics.server_close()
-            self._metrics = None
+        if self.dashboard is not None:
+            await self.dashboard.stop()
+            self.dashboard = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._timer is not None:
             self._timer.cancel()
         self.core.shutdown(self.core.clock.monotonic())
         if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
-            await asyncio.wait([p.done for p in self._open], timeout=STOP_GRACE)
+            await asyncio.wait([p.closed() for p in self._open], timeout=STOP_GRACE)
         for p in list(self._open):
             if p.transport is not None:
                 p.transport.abort()

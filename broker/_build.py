@@ -32,6 +32,7 @@ HOT_MODULES = (
     "broker.core._core",
     "broker.core._connect",
     "broker.core._connection",
+    "broker.core._conntimers",
     "topics._match",
     "topics._retained",
     "topics._topicset",

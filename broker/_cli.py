@@ -1,5 +1,5 @@
-"""The ``siftmq`` command line: ``serve`` and ``passwd`` (this package) and the commands of
-plugins (``broker.plugins``: the bridge adds ``analytics``).
+"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``version`` (this
+package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
 ``main`` calls ``args.func(args)``. Packages above the broker add commands, ``serve``
@@ -12,6 +12,7 @@ a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]``
 of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
+At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
 
 Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
 ``--ws-port`` and ``--wss-port`` add MQTT over TLS, WebSocket and WebSocket over TLS on the
@@ -20,6 +21,13 @@ certificates).  ``--password-file``/``--acl-file`` register :class:`broker.auth.
 clients without a user name are accepted on loopback listeners only unless
 ``--allow-anonymous`` (every listener) or ``--no-allow-anonymous`` (none).  The durable
 store is ``<data-dir>/broker.db`` unless ``--no-persistence``.
+
+Optional extras (``broker._extras``): a feature whose extra is not installed
+(``--cluster-listen`` without ``cluster``, ``siftmq analytics`` without ``spark``) is one line
+naming the ``pip install`` command and exit status 2; ``--metrics-listen`` without ``metrics``
+serves the dashboard and answers 501 at ``/metrics`` (one warning at start). ``siftmq
+version`` (or ``--version``) says which hot-path modules run compiled and which extras are
+installed.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker._extras import Extra, MissingExtra, available
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -51,6 +60,7 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("queue_high_water", int, "queued messages that pause the client's publishers (0: max-queued/4)"),
     ("queue_low_water", int, "queued messages at which paused publishers resume (0: half the high)"),
     ("slow_consumer_grace", float, "seconds over the high-water mark before a client is a slow consumer"),
+    ("hung_consumer_time", float, "seconds over the high-water mark without socket progress: hung (0: off)"),
     ("slow_consumer_policy", str, "slow consumers: pace, drop (default) or disconnect"),
     ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
     ("ingress_shed_bytes", int, "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),
@@ -66,8 +76,10 @@ _OPTIONS: list[tuple[str, type, str]] = [
     ("content_engine", str, "content filter engine (a name of content.ENGINES)"),
     ("content_batch_min", int, "selectors from which a batch engine matches one read's PUBLISHes at once"),
     ("maximum_qos", int, "highest QoS granted"),
-    ("max_topic_levels", int, "levels of a topic name or filter (default 200, as mosquitto)"),
+    ("max_topic_levels", int, "levels of a topic name or filter (default 201: 200 '/', as mosquitto)"),
     ("metrics_listen", str, "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
+    ("listen_backlog", int, "listen backlog of the listening sockets (capped by net.core.somaxconn)"),
+    ("connect_timeout", float, "seconds a new connection may take to send CONNECT (default 30)"),
 ]
 
 
@@ -75,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="siftmq", description="siftmq: an MQTT broker that routes by topic and by content."
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument(
+        "--version", action="store_true", help="print the version, compiled modules and extras, and exit"
+    )
+    sub = parser.add_subparsers(dest="command")
     serve = sub.add_parser("serve", help="run the MQTT broker", description=_serve.__doc__)
     serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=None, help="TCP port (default 1883; 0 picks one)")
@@ -113,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._client_cli import register as register_clients
 
     register_clients(sub)
+    from broker._backup_cli import register as register_backup
+
+    register_backup(sub)
+    version = sub.add_parser(
+        "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
+    )
+    version.set_defaults(func=_version)
     for plugin in plugins:
         plugin.add_commands(sub)
     return parser
@@ -141,6 +163,19 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--password-file", default=None, help="password file written by 'siftmq passwd'")
     g.add_argument("--acl-file", default=None, help="ACL file (mosquitto format)")
+    g.add_argument(
+        "--dashboard-admin",
+        action="append",
+        default=None,
+        metavar="USER",
+        help="password-file user allowed into the dashboard of --metrics-listen (repeatable)",
+    )
+    g.add_argument(
+        "--dashboard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve the live dashboard at / of --metrics-listen (default on; docs/dashboard.md)",
+    )
     g.add_argument(
         "--allow-anonymous",
         action=argparse.BooleanOptionalAction,
@@ -225,6 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
+    changes.update(_dashboard_options(args))
     data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
     persistence = not args.no_persistence and serve_opts.get("persistence", True)
     if persistence and cfg.store_path is None:
@@ -234,17 +270,22 @@ def _serve(args: argparse.Namespace) -> int:
         auth = _file_auth(
             args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
         )
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
     level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
+        log.warning(
+            "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
+        )
+    _raise_descriptors()
     hooks: list[Hooks] = []
     ctx = ServeContext(args, serve_opts, data_dir)
     try:
         for plugin in plugins:
             hooks.extend(plugin.serve_hooks(ctx))
-    except ValueError as exc:
+    except (ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
     if auth is not None:  # after the plugins': the cluster authenticates its own links
@@ -259,6 +300,27 @@ def _serve(args: argparse.Namespace) -> int:
         return 0
 
 
+def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--[no-]dashboard`` and ``--dashboard-admin`` as BrokerConfig changes."""
+    changes: dict[str, Any] = {}
+    if args.dashboard is not None:
+        changes["dashboard"] = args.dashboard
+    if args.dashboard_admin:
+        changes["dashboard_admins"] = tuple(args.dashboard_admin)
+    return changes
+
+
+def _raise_descriptors() -> None:
+    """The soft descriptor limit up to the hard limit: one descriptor per connection, and the
+    soft limit of many systems (1,024) is far below the hard one (docs/operations-fleet.md).
+    ``Broker.start`` logs the connection capacity that results."""
+    from broker.net._accept import raise_descriptor_limit
+
+    before, after = raise_descriptor_limit()
+    if after != before:
+        log.info("descriptor limit raised from %d to %d (the hard limit)", before, after)
+
+
 def _log_build() -> None:
     """Say whether the hot path runs compiled (mypyc) and warn about stale extensions."""
     from broker._build import HOT_MODULES, compiled_modules, stale_modules
@@ -268,6 +330,32 @@ def _log_build() -> None:
     stale = stale_modules()
     if stale:
         log.warning("compiled modules older than their source (run `make build`): %s", ", ".join(stale))
+
+
+def _version(args: argparse.Namespace) -> int:
+    """Print the version, which hot-path modules run compiled (mypyc) and the installed extras."""
+    del args
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from broker._build import HOT_MODULES, compiled_modules, stale_modules
+
+    try:
+        release = version("siftmq")
+    except PackageNotFoundError:
+        release = "(not installed)"
+    compiled = compiled_modules()
+    print(f"siftmq {release} (Python {platform.python_version()}, {sys.platform} {platform.machine()})")
+    print(f"hot path: {len(compiled)} of {len(HOT_MODULES)} modules compiled with mypyc")
+    pure = [m for m in HOT_MODULES if m not in compiled]
+    if pure:
+        print("pure Python: " + ", ".join(pure))
+    stale = stale_modules()
+    if stale:
+        print("stale (older than their source): " + ", ".join(stale))
+    extras = [f"{e.value} {'yes' if available(e) else 'no'}" for e in Extra]
+    print("extras: " + ", ".join(extras))
+    return 0
 
 
 def _file_auth(password_file: str | None, acl_file: str | None) -> Hooks | None:
@@ -316,7 +404,12 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        return _version(args)
+    if args.command is None:
+        parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
     result = args.func(args)
     return int(result or 0)
 

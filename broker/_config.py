@@ -42,14 +42,24 @@ class Listener:
     verified client certificate's CN is the user name (docs/security.md, "TLS").
     """
 
+    #: ``"tcp"``: MQTT over TCP; ``"ws"``: MQTT over WebSocket (subprotocol ``mqtt``).
     kind: Literal["tcp", "ws"] = "tcp"
+    #: address to bind.
     host: str = "127.0.0.1"
+    #: port to bind (0: one chosen by the OS).
     port: int = 1883
+    #: server certificate chain (PEM): turns TLS on (``mqtts`` / ``wss``).
     certfile: str | None = None
+    #: private key (PEM) of ``certfile``.
     keyfile: str | None = None
+    #: CA certificates (PEM) that verify client certificates.
     cafile: str | None = None
+    #: TLS clients must present a certificate that ``cafile`` verifies.
     require_client_cert: bool = False
+    #: HTTP path of a WebSocket listener.
     ws_path: str = "/mqtt"
+    #: clients without a user name: true (accepted), false (refused), unset = accepted on a
+    #: loopback listener only.
     allow_anonymous: bool | None = None
     #: the client certificate's subject CN replaces the CONNECT user name (mosquitto's
     #: option of the same name); needs ``require_client_cert``.
@@ -130,6 +140,10 @@ class BrokerConfig:
     #: seconds a client may stay over its high-water mark before it is a *slow consumer*:
     #: its publishers are released and its policy applies.
     slow_consumer_grace: float = 2.0
+    #: seconds a client over its high-water mark may go without its socket taking a byte
+    #: (write-buffer progress, checked every ``tick_interval``) before it is a *hung*
+    #: consumer: a slow consumer at once, without waiting for the grace time; 0 = off.
+    hung_consumer_time: float = 0.25
     #: what happens to a slow consumer: ``drop`` (QoS 0 dropped, QoS 1/2 queued up to
     #: ``max_queued_messages`` then dropped; all counted), ``disconnect`` (DISCONNECT 0x97;
     #: a persistent session keeps queuing up to its limit), ``pace`` (never slow: its
@@ -176,6 +190,8 @@ class BrokerConfig:
     allow_anonymous: bool = True
     #: maximum QoS granted and accepted.
     maximum_qos: int = 2
+    #: retained messages are accepted (false: Retain Available 0 in CONNACK, and a retained
+    #: PUBLISH or will is refused with 0x9A Retain not supported).
     retain_available: bool = True
     #: bounded queue length of each in-process ``Broker.subscribe`` subscription.
     inprocess_queue_size: int = 10_000
@@ -184,7 +200,8 @@ class BrokerConfig:
     max_subscriptions_per_client: int = 10_000
     #: levels of a topic name or filter (``a/b/c`` has 3): a PUBLISH with more is a v5
     #: DISCONNECT 0x90 (3.1.1: close), a SUBSCRIBE filter with more is refused (0x8F / 0x80).
-    max_topic_levels: int = 200
+    #: 201 by default: at most 200 ``/`` separators, mosquitto's TOPIC_HIERARCHY_LIMIT.
+    max_topic_levels: int = 201
     #: topic filters whose SUBSCRIBE is refused (0x80 Unspecified error), e.g.
     #: ``["test/nosubscribe"]`` for the Eclipse Paho interoperability suite.
     refused_filters: tuple[str, ...] = ()
@@ -200,9 +217,15 @@ class BrokerConfig:
     #: seconds the store's writer waits before a commit while deliveries to persisted
     #: sessions are pending, so that their PUBACKs cancel them first (docs/persistence.md)
     store_commit_delay: float = 0.002
-    #: ``HOST:PORT`` of the Prometheus metrics endpoint (``/metrics``), None = off
-    #: (docs/broker.md, "Metrics"; port 0 picks a free one: ``Broker.metrics_port``)
+    #: ``HOST:PORT`` of the HTTP listener of the Prometheus metrics (``/metrics``) and the
+    #: dashboard (``/``), None = off (docs/broker.md, "Metrics", docs/dashboard.md; port 0
+    #: picks a free one: ``Broker.metrics_port``)
     metrics_listen: str | None = None
+    #: serve the live dashboard at ``/`` of the ``metrics_listen`` listener (docs/dashboard.md)
+    dashboard: bool = True
+    #: users of the password file who may use the dashboard (its admin role); with a password
+    #: file, or on a listener that is not loopback, nobody else gets in (403)
+    dashboard_admins: tuple[str, ...] = ()
     #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
     listeners: tuple[Listener, ...] = ()
     #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is
@@ -213,6 +236,13 @@ class BrokerConfig:
     connection_rate: float = 0.0
     #: bucket size of ``connection_rate``: connections a source may open at once.
     connection_burst: int = 20
+    #: listen backlog of the listening sockets: connections the kernel completes and holds
+    #: until the broker accepts them (capped by ``net.core.somaxconn``; a connection storm
+    #: beyond it waits for SYN retransmissions: docs/operations-fleet.md).
+    listen_backlog: int = 4096
+    #: seconds a new network connection may take to send its CONNECT; then it is closed and
+    #: counted in ``$SYS/broker/connections/connect_timeouts``.
+    connect_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         check_policy(self.slow_consumer_policy)
@@ -225,10 +255,16 @@ class BrokerConfig:
             raise ValueError("queue_high_water and queue_low_water must be >= 0")
         if self.slow_consumer_grace < 0:
             raise ValueError("slow_consumer_grace must be >= 0")
+        if self.hung_consumer_time < 0:
+            raise ValueError("hung_consumer_time must be >= 0")
         if self.socket_send_buffer < 0:
             raise ValueError("socket_send_buffer must be >= 0")
         if self.ingress_shed_bytes < 0 or self.ingress_shed_grace < 0:
             raise ValueError("ingress_shed_bytes and ingress_shed_grace must be >= 0")
+        if self.listen_backlog < 1:
+            raise ValueError("listen_backlog must be >= 1")
+        if self.connect_timeout <= 0:
+            raise ValueError("connect_timeout must be > 0")
         if not 0 <= self.store_commit_delay <= 1:
             raise ValueError("store_commit_delay must be between 0 and 1 second")
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from broker.net._http import parse_listen
+
 if TYPE_CHECKING:
     from broker.core._core import Core
 
@@ -62,11 +64,3 @@ def registry_for(core: Core) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CoreCollector(core))
     return registry
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port); ValueError when malformed."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"metrics listen address must be HOST:PORT, not {value!r}")
-    return host.strip("[]"), int(port)

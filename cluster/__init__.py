@@ -7,11 +7,37 @@ aggregated subscriptions of its own clients (:mod:`cluster._routes`, sans-IO), a
 what arrives over a link to its local sessions only (:mod:`cluster._node`).  Composite
 subscription groups are kept by the alpha brokers closest to their GroupCode
 (:mod:`cluster._groups`, sans-IO, driven live and by the simulator in ``benchmarks/``).
+
+The overlay needs the ``cluster`` extra (kademlia), which a broker-only install lacks, and the
+``siftmq`` plugin (:mod:`cluster._plugin`) is imported through this package: so
+``ClusterNode`` and ``load_node_id`` are loaded on first use (PEP 562), and using one without
+the extra raises :class:`broker._extras.MissingExtra` naming ``pip install 'siftmq[cluster]'``.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from broker._extras import Extra, require
 from cluster._auth import TokenChecker, make_token
-from cluster._node import ClusterNode
-from cluster._overlay import load_node_id
 from cluster._routes import RouteChange, RouteTable
 
+if TYPE_CHECKING:
+    from cluster._node import ClusterNode
+    from cluster._overlay import load_node_id
+
 __all__ = ["ClusterNode", "RouteChange", "RouteTable", "TokenChecker", "load_node_id", "make_token"]
+
+#: the public names that need kademlia, and their modules
+_OVERLAY = {"ClusterNode": "cluster._node", "load_node_id": "cluster._overlay"}
+
+
+def __getattr__(name: str) -> object:
+    home = _OVERLAY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'cluster' has no attribute {name!r}")
+    require(Extra.CLUSTER, f"cluster.{name}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value

@@ -121,6 +121,7 @@ class ClusterNode(Hooks):
         self._diverted = self.takeover.diversions.by_peer
         broker.core.composite.delegate = self.placement
         broker.core.sys_sources.append(self.placement.sys_values)
+        broker.dashboard_providers["cluster"] = self.dashboard_data
 
     async def ready(self) -> None:
         broker = self.broker
@@ -377,6 +378,30 @@ class ClusterNode(Hooks):
         self._core.flush()
 
     # ------------------------------------------------------------ observability
+    def dashboard_data(self) -> dict[str, Any]:
+        """The dashboard's cluster section (``Broker.dashboard_providers``): this node, its
+        links to the other members, and the routes it holds at its peers (first 500)."""
+        wanted = self.table.wanted()
+        return {
+            "node_id": self.name,
+            "link_port": self.port,
+            "members": len(self.links) + 1,
+            "links": [
+                {
+                    "peer": link.peer,
+                    "address": f"{link.address[0]}:{link.address[1]}",
+                    "state": "up" if link.connected else "down",
+                    "connects": link.connects,
+                    "received": link.received,
+                }
+                for link in self.links.values()
+            ],
+            "route_count": len(wanted),
+            "routes": [f for f, _ in wanted[:500]],
+            "forwarded_received": self.injected,
+            "refused_links": self.refused_links,
+        }
+
     def sys_values(self) -> dict[str, str]:
         up = [link for link in self.links.values() if link.connected]
         out = {

@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from broker._extras import Extra, require
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
@@ -45,6 +46,14 @@ class ClusterPlugin:
             "cluster_failure_timeout",
         }
     )
+
+    #: the ``[serve]`` keys without a flag (docs/config-reference.md is generated from this)
+    serve_key_help: Mapping[str, str] = {
+        "cluster_secret": "the cluster's shared secret inline (8 bytes or more; prefer cluster_secret_file)",
+        "cluster_refresh": "seconds between refreshes of the membership (default 2)",
+        "cluster_failure_timeout": "seconds a request of the overlay waits for a peer before the peer "
+        "counts as failed (default 5)",
+    }
 
     def add_commands(self, subparsers: Subparsers) -> None:
         del subparsers
@@ -89,6 +98,7 @@ class ClusterPlugin:
             if join:
                 raise ValueError("--join needs --cluster-listen")
             return ()
+        require(Extra.CLUSTER, "--cluster-listen")
         if isinstance(join, str):
             joined = join.split(",")
         elif isinstance(join, list):

@@ -9,7 +9,8 @@ take the other worker's core (the standalone test went from 92 to 60 s, a Spark 
 
 Scheduling (xdist, ``--dist loadfile`` in the Makefile): each test file is one unit of work,
 except that the files using the session-scoped ``spark`` fixture are one unit together: one
-worker starts one Spark session instead of each worker starting its own."""
+worker starts one Spark session instead of each worker starting its own; the longest units
+(``LONGEST_UNITS``) are handed out first."""
 
 from __future__ import annotations
 
@@ -39,9 +40,29 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 SPARK_SESSION_FILES = frozenset(
     {
         "tests/bridge/test_bridge_composite.py",
+        "tests/bridge/test_bridge_datasource.py",
         "tests/bridge/test_bridge_end_to_end.py",
+        "tests/bridge/test_bridge_loop.py",
         "tests/bridge/test_bridge_spark.py",
     }
+)
+
+
+#: the units of work that take longest (wall time, mostly waiting for JVMs and for cluster
+#: failure detection), longest first.  xdist hands out units in order of their number of
+#: tests, which put the one-test standalone-Spark file (about a minute) last, after every
+#: other unit had finished: the run then waited for it on one worker while the other idled.
+#: Sending these first lets the short units fill in around them.  A stale entry costs time,
+#: never correctness.
+LONGEST_UNITS = (
+    "tests/bridge/test_bridge_standalone.py",
+    "spark-session",
+    "tests/cluster/test_cluster_handover.py",
+    "tests/cluster/test_cluster_processes.py",
+    "tests/content/test_engines_model.py",
+    "tests/fault/test_composite_kill.py",
+    "tests/content/test_poset.py",
+    "tests/composite/test_engine_model.py",
 )
 
 
@@ -55,9 +76,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadFileScheduling
 
     class _Scheduling(LoadFileScheduling):
+        _ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             file = _file(nodeid)
             return "spark-session" if file in SPARK_SESSION_FILES else file
+
+        def _assign_work_unit(self, node: object) -> None:
+            if not self._ordered:  # the first assignment: the longest units go out first
+                self._ordered = True
+                for unit in reversed(LONGEST_UNITS):
+                    if unit in self.workqueue:
+                        self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
 
     return _Scheduling(config, log)
 

@@ -108,6 +108,16 @@ class RetainedTree(Generic[V]):
             n = parent
         return True
 
+    def children(self, prefix: str | None) -> list[tuple[str, bool, bool]]:
+        """The levels right below ``prefix`` (None = the top level; ``"a/b"``: the levels of
+        ``a/b/...``) as ``(level, retained here, has levels below)``, sorted by level; empty
+        when nothing is retained under ``prefix``. O(children) plus the sort (the
+        dashboard's topic browser)."""
+        n = self._root if prefix is None else self._find(prefix)
+        if n is None or n.children is None:
+            return []
+        return sorted((k, c.has, c.children is not None) for k, c in n.children.items())
+
     def match(self, topic_filter: str) -> Iterator[tuple[str, V]]:
         """``(topic, value)`` for every retained topic ``topic_filter`` matches.
 

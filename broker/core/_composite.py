@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import composite
 from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
 from broker.core._message import Message, SubOptions
-from broker.core._router import Subscribed, shown
+from broker.core._router import Subscribed, at_position, shown
 from broker.hooks import (
     CompositeAction,
     CompositeChange,
@@ -240,7 +240,7 @@ class Composites:
             expr = composite.parse(expression)
         except composite.CompositeSyntaxError as exc:
             return self._refuse(
-                client_id, f"composite {shown(expression or '')}: {str(exc)[:200]} at {exc.position}"
+                client_id, f"composite {shown(expression or '')}: {at_position(exc, exc.position)}"
             )
         except ValueError as exc:
             return self._refuse(client_id, str(exc)[:300])

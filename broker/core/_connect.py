@@ -49,7 +49,7 @@ def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[Reaso
     try:
         topics.validate_topic(will.topic)
     except topics.InvalidTopic as exc:
-        return ReasonCode.TOPIC_NAME_INVALID, f"will topic: {str(exc)[:200]}"
+        return ReasonCode.TOPIC_NAME_INVALID, f"will {str(exc)[:200]}"  # "will topic name ..."
     if (
         core.obs.authorize
         and core._opinion(core.obs.authorize, "authorize", client_id, p.username, "publish", will.topic)
@@ -61,21 +61,30 @@ def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[Reaso
 
 def negotiate(conn: Connection, p: Connect) -> int | None:
     """Keep-alive, receive window, packet size and topic aliases of an accepted CONNECT;
-    returns the Server Keep Alive to announce (MQTT 5), if any."""
-    cfg = conn.core.config
-    conn.keep_alive = float(p.keep_alive)
-    if p.protocol_level != 5:
-        return None
-    props = p.properties
+    returns the Server Keep Alive to announce (MQTT 5), if any. The keep-alive deadline
+    replaces the CONNECT deadline in the core's timer wheel (core/_conntimers.py)."""
+    core = conn.core
+    cfg = core.config
+    ka = p.keep_alive
     server_ka: int | None = None
-    cap = cfg.server_keep_alive
-    if cap is not None and (p.keep_alive == 0 or p.keep_alive > cap):
-        server_ka = cap
-        conn.keep_alive = float(server_ka)
-    conn.window = min(cfg.max_inflight, props.receive_maximum or 65535)
-    if props.maximum_packet_size is not None:
-        conn.client_max_packet = props.maximum_packet_size
-    conn.client_alias_max = props.topic_alias_maximum or 0
+    if p.protocol_level == 5:
+        props = p.properties
+        cap = cfg.server_keep_alive
+        if cap is not None and (ka == 0 or ka > cap):
+            server_ka = ka = cap
+        conn.window = min(cfg.max_inflight, props.receive_maximum or 65535)
+        if props.maximum_packet_size is not None:
+            conn.client_max_packet = props.maximum_packet_size
+        conn.client_alias_max = props.topic_alias_maximum or 0
+        if conn.client_alias_max:
+            conn.alias_out = {}
+        if cfg.topic_alias_maximum:
+            conn.alias_in = {}
+    conn.keep_alive = float(ka)
+    if ka:
+        core.conn_timers.file(conn, conn.last_rx + 1.5 * ka)
+    else:
+        core.conn_timers.discard(conn)
     return server_ka
 
 

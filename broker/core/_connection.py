@@ -18,13 +18,13 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import topics
 from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._message import SHARE_PREFIX, Message, Route
-from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session
+from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.hooks import Delivery, SubscriptionAction
 from broker.packets import (
     NO_PROPERTIES,
@@ -56,7 +56,7 @@ from broker.protocol._record import Record
 if TYPE_CHECKING:
     from broker.core._core import Core
 
-__all__ = ["Closer", "Connection", "Reader", "Writer"]
+__all__ = ["NO_ALIASES_IN", "NO_ALIASES_OUT", "NO_FEEDERS", "Closer", "Connection", "Reader", "Writer"]
 
 log = logging.getLogger("broker")
 
@@ -80,6 +80,13 @@ Writer = Callable[[bytes], None]
 Closer = Callable[[], None]
 #: the transport's read switch: True = stop reading the socket, False = read again
 Reader = Callable[[bool], None]
+
+
+#: shared empty containers of the connections that never need their own (issue 27, item 2:
+#: an idle connection holds no empty set or dict): written to never (``Connection._check``)
+NO_FEEDERS: Final[set[Connection]] = set()
+NO_ALIASES_OUT: Final[dict[str, int]] = {}
+NO_ALIASES_IN: Final[dict[int, str]] = {}
 
 
 def _no_reader(pause: bool) -> None:
@@ -107,8 +114,10 @@ class Connection:
         # publishers paused for it, and whether it is a slow consumer; as a publisher, how
         # many congested receivers it waits for and the packets read but not yet processed
         self.congested_since: float | None = None
-        self.feeders: set[Connection] = set()
+        self.feeders: set[Connection] = NO_FEEDERS  # its own set once one is paused for it
         self.slow = False
+        self.sent = 0  # bytes written; less the transport's (``io``) buffer: what the socket took
+        self.io: WriteBuffer | None = None
         self.bridge = False  # a mosquitto bridge (CONNECT level 0x83/0x84): no echo, retain as published
         self.clean_start = True  # the CONNECT's Clean Start (Clean Session) flag
         self.blockers = 0
@@ -127,18 +136,21 @@ class Connection:
         self.keep_alive = 0.0
         self.last_rx = now
         self.clock = now  # the latest time this machine was given
-        self.connect_deadline = now + 30.0
+        self.connect_deadline = now + core.config.connect_timeout
+        self.timer_key = -1  # its bucket in core.conn_timers (-1: none; core/_conntimers.py)
         self.window = core.config.max_inflight
         self.client_max_packet = 268_435_455
         self.client_alias_max = 0
-        self.alias_out: dict[str, int] = {}
-        self.alias_in: dict[int, str] = {}
+        # topic aliases, own dicts from a v5 CONNECT that allows them (``negotiate``)
+        self.alias_out: dict[str, int] = NO_ALIASES_OUT
+        self.alias_in: dict[int, str] = NO_ALIASES_IN
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = "connection lost"
         self.held = 0  # packets waiting in Core.hold for the store's durable signal
         self.gated = False  # output withheld until the held CONNACK is released (persisted session)
         core.connections.add(self)
+        core.conn_timers.file(self, self.connect_deadline)
         core.stats.connections_total += 1
 
     @property
@@ -185,6 +197,7 @@ class Connection:
             data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
             self.outbox.clear()
             self.core.stats.bytes_sent += len(data)
+            self.sent += len(data)
             self.writer(data)
         if self.close_requested and not self.transport_closed:
             self.transport_closed = True
@@ -495,6 +508,7 @@ class Connection:
         capped = min(expiry, cfg.max_session_expiry)
         server_ka = negotiate(self, p)
         self.state = ConnectionState.CONNECTED
+        core.connected += 1
         present = core.attach(self, client_id, p.clean_start, capped, now)
         session = self.session
         assert session is not None
@@ -589,7 +603,7 @@ class Connection:
         try:
             topics.validate_topic(topic)
         except topics.InvalidTopic as exc:
-            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, f"topic name: {exc}")
+            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, str(exc)[:300])  # names it
         if topic.count("/") >= cfg.max_topic_levels:
             core.stats.refused_topic_levels += 1
             core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")
@@ -616,8 +630,7 @@ class Connection:
         return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
 
     def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
-        """The answer to a refused PUBLISH: PUBACK / PUBREC 0x87 (3.1.1: a plain
-        acknowledgement: the message is dropped); nothing for QoS 0."""
+        """A refused PUBLISH's answer: PUBACK/PUBREC 0x87 (3.1.1: plain ack, dropped); QoS 0: none."""
         denied = ReasonCode.NOT_AUTHORIZED
         if qos == 1:
             return partial(self.send_ordered, Puback(pid or 0, denied, self._reason(why)), False)
@@ -694,15 +707,13 @@ class Connection:
 
     # ------------------------------------------------------------ acks from the client
     def _complete(self, s: Session, pid: int, now: float) -> None:
-        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, or a PUBREC refusal): free the
-        packet id, delete its stored row, and refill the in-flight window."""
+        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, PUBREC refusal): free it, refill."""
         out = s.inflight.pop(pid)
         self.core.journal.completed(s, pid, out)
         self.core.drain(s, now)
 
     def _violation(self, what: str) -> None:
-        """An acknowledgement that does not fit the flow of its packet id [MQTT-4.8.0-1]:
-        v5 DISCONNECT 0x82, then close; logged at most once per interval."""
+        """An ack that does not fit its packet id's flow [MQTT-4.8.0-1]: 0x82, close (logged)."""
         self.core.log_limit("protocol_violation", self.client_id, what)
         self.disconnect(ReasonCode.PROTOCOL_ERROR, what)
 
@@ -847,24 +858,6 @@ class Connection:
         self.disconnect(ReasonCode.SESSION_TAKEN_OVER, "session taken over")
         self.lost(now, keep_session=True)
 
-    def check_keep_alive(self, now: float) -> None:
-        self.clock = now
-        if self.state is ConnectionState.AWAIT_CONNECT:
-            if now > self.connect_deadline:
-                self.close("no CONNECT")
-            return
-        ka = self.keep_alive
-        if (
-            ka
-            and not self.paused
-            and not self.blockers
-            and not self.pending
-            and not self.close_requested
-            and now - self.last_rx > 1.5 * ka
-        ):
-            self.disconnect(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-            self.lost(now)
-
     def lost(self, now: float, keep_session: bool = False) -> None:
         """The network connection is gone (or is being closed by us): detach the session."""
         if self.state is ConnectionState.CLOSED:
@@ -872,7 +865,10 @@ class Connection:
         was_connected = self.state is ConnectionState.CONNECTED
         self.state = ConnectionState.CLOSED
         core = self.core
+        if was_connected:
+            core.connected -= 1
         core.connections.discard(self)
+        core.conn_timers.discard(self)
         core.relieve(self)  # its publishers must not wait for a receiver that is gone
         if self.blockers:  # a paused publisher: forget it at the receivers it waits for
             for receiver in core.congested:

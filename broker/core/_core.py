@@ -31,6 +31,8 @@ import topics
 from broker._config import BrokerConfig
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
+from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
+from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
 from broker.core._journal import Journal
 from broker.core._message import Message, Route, SubOptions
@@ -49,6 +51,14 @@ __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+#: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
+TICK_SLACK = 0.001
+
+
+def _taken(conn: Connection) -> int:
+    """The bytes ``conn``'s socket has taken so far (written, less what its transport holds)."""
+    io = conn.io
+    return conn.sent - (0 if io is None else io.get_write_buffer_size())
 
 
 def _will_due(s: Session) -> float | None:
@@ -75,6 +85,8 @@ class Core:
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
+        self.connected = 0  # connections in state CONNECTED ($SYS clients/connected, O(1))
+        self.conn_timers = ConnectionTimers(cfg.tick_interval)
         self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
         self.dirty: set[Connection] = set()
         self.stats = Stats()
@@ -103,6 +115,11 @@ class Core:
         self.resumable: set[Connection] = set()
         self.high_water = cfg.high_water
         self.low_water = cfg.low_water
+        # hung-consumer detection: congested receivers -> (bytes their socket had taken, when
+        # that count last moved), read at the ticks; the receivers found hung
+        self.progress: dict[Connection, tuple[int, float]] = {}
+        self.hung: set[Connection] = set()
+        self.last_check = self.started
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -168,6 +185,11 @@ class Core:
         """Bind ``conn`` to the session of ``client_id``; returns "session present"."""
         old = self.sessions.get(client_id)
         if old is not None and old.conn is not None:
+            if old.conn.version != 5 and old.will and not (clean_start or old.expiry_interval == 0):
+                # 3.1 / 3.1.1: the will is dropped when the new connection continues the
+                # session, as mosquitto (docs/broker.md, "A will on takeover"); v5: its delay
+                old.will = None
+                self.journal.will_cleared(old)
             old.conn.taken_over(now)
             self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
         if old is not None and old.will_due is not None:
@@ -371,8 +393,7 @@ class Core:
                 self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
-        if len(queue) >= self.config.max_queued_messages:
-            self._queue_full(s, conn)
+        if len(queue) >= self.config.max_queued_messages and self._queue_full(s, conn):
             return
         if not queue:  # a lean restored session shares an empty queue until now
             queue = s.own_queue()
@@ -383,16 +404,39 @@ class Core:
             self._congested(conn, now)
 
     # ------------------------------------------------------------ flow control
-    def _queue_full(self, s: Session, conn: Connection | None) -> None:
+    def _queue_full(self, s: Session, conn: Connection | None) -> bool:
         """A QoS 1/2 message finds the queue of ``s`` full: dropped and counted, or (policy
-        ``disconnect``) the client is disconnected."""
+        ``disconnect``, or a hung consumer) the client is disconnected; True. A hung consumer
+        whose socket takes bytes again is paced again instead (False: queue the message,
+        past the bound by what is being routed before its publishers pause)."""
+        if conn is not None and conn in self.hung and self._recovered(conn):
+            return False
         self.stats.queue_overflow += 1
         self.stats.dropped_queue_full += 1
-        if conn is not None and conn.policy == "disconnect":
+        if conn is not None and (conn.policy == "disconnect" or conn in self.hung):
+            # a hung consumer is disconnected rather than lose acknowledged messages while
+            # connected (a persistent session keeps its queue)
             self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
             conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
-            return
+            return True
         self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages): message dropped")
+        return True
+
+    def _recovered(self, conn: Connection) -> bool:
+        """A hung consumer's socket took bytes since it was found hung (a client that was only
+        starved of CPU, or paused by a GC): an ordinary congested receiver again, paced; the
+        grace still counts from when it first went over its mark."""
+        mark = self.progress.get(conn)
+        if mark is None or _taken(conn) == mark[0]:
+            return False
+        self.hung.discard(conn)
+        self.progress.pop(conn, None)
+        since = conn.congested_since
+        if since is not None and self.last_check - since >= self.config.slow_consumer_grace:
+            return False  # past the grace: an ordinary slow consumer from now on
+        conn.slow = False
+        self.stats.slow_consumers -= 1
+        return True
 
     def _congested(self, conn: Connection, now: float) -> None:
         """``conn``'s queue reached the high-water mark: pause the connection whose PUBLISH is
@@ -400,9 +444,12 @@ class Core:
         if conn.congested_since is None:
             conn.congested_since = now
             self.congested.add(conn)
+            self.progress[conn] = (_taken(conn), now)  # hung if that does not move
         pub = self.current
         if pub is None or pub is conn or pub in conn.feeders:
             return
+        if conn.feeders is NO_FEEDERS:  # the shared empty set of a connection never congested
+            conn.feeders = set()
         conn.feeders.add(pub)
         pub.blockers += 1
         if pub.blockers == 1:
@@ -416,9 +463,11 @@ class Core:
         if conn.congested_since is not None:
             conn.congested_since = None
             self.congested.discard(conn)
+            self.progress.pop(conn, None)
         if conn.slow:
             conn.slow = False
             self.stats.slow_consumers -= 1
+            self.hung.discard(conn)
         self._release_feeders(conn)
 
     def _release_feeders(self, conn: Connection) -> None:
@@ -427,29 +476,61 @@ class Core:
             if pub.blockers == 0:
                 self.stats.publishers_paused -= 1
                 self.resumable.add(pub)
-        conn.feeders.clear()
+        if conn.feeders:
+            conn.feeders = NO_FEEDERS  # its own set released (it reads again)
 
-    def _check_slow(self, now: float) -> None:
-        """Receivers over their mark for longer than the grace time become slow consumers:
-        their publishers are released and their policy applies (``pace``: never slow)."""
+    def check_flow(self, now: float) -> None:
+        """Slow and hung consumers (``tick``, and between ticks while receivers are congested)."""
+        # a check far later than the tick interval: the loop itself stalled, so a receiver's
+        # socket taking nothing since the last check says nothing about the receiver
+        stalled = now - self.last_check > 1.5 * self.config.tick_interval
+        self.last_check = now
+        if self.congested:
+            self._check_slow(now, stalled)
+
+    def _check_slow(self, now: float, stalled: bool) -> None:
+        """Receivers over their mark for longer than the grace time, or whose socket took
+        nothing for ``hung_consumer_time`` (hung), become slow consumers: their publishers are
+        released and their policy applies (``pace``: never slow). O(congested receivers): one
+        write-buffer size read per receiver over its mark per tick, nothing per message."""
         grace = self.config.slow_consumer_grace
+        hung_after = self.config.hung_consumer_time
+        progress = self.progress
         for conn in [c for c in self.congested if not c.slow and c.policy != "pace"]:
             since = conn.congested_since
-            if since is None or now - since < grace:
+            if since is None:
                 continue
-            conn.slow = True
-            self.stats.slow_consumers += 1
-            self.stats.slow_consumer_events += 1
-            self._release_feeders(conn)
-            cid = conn.client_id
-            if conn.policy == "disconnect":
-                self.stats.slow_disconnected += 1
-                self.log_limit("slow_consumer", cid, f"slow consumer for {grace:g} s, disconnecting")
-                conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
-            else:
-                self.log_limit(
-                    "slow_consumer", cid, f"slow consumer for {grace:g} s: QoS 0 dropped, QoS 1/2 queued"
-                )
+            if now - since >= grace:
+                self._slow(conn, f"slow consumer for {grace:g} s")
+                continue
+            if hung_after <= 0:
+                continue
+            taken = _taken(conn)
+            mark = progress.get(conn)
+            if mark is None or mark[0] != taken or stalled:
+                progress[conn] = (taken, now)
+            elif now - mark[1] >= hung_after - TICK_SLACK:
+                self.stats.hung_consumer_events += 1
+                self._slow(conn, f"hung consumer (its socket took nothing for {now - mark[1]:.2f} s)")
+                if not conn.close_requested:
+                    self.hung.add(conn)
+                    progress[conn] = mark  # kept: it recovers if its socket takes bytes again
+        for conn in list(self.hung):
+            self._recovered(conn)
+
+    def _slow(self, conn: Connection, why: str) -> None:
+        conn.slow = True
+        self.progress.pop(conn, None)
+        self.stats.slow_consumers += 1
+        self.stats.slow_consumer_events += 1
+        self._release_feeders(conn)
+        cid = conn.client_id
+        if conn.policy == "disconnect":
+            self.stats.slow_disconnected += 1
+            self.log_limit("slow_consumer", cid, f"{why}, disconnecting")
+            conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
+        else:
+            self.log_limit("slow_consumer", cid, f"{why}: QoS 0 dropped, QoS 1/2 queued")
 
     def drain(self, s: Session, now: float) -> None:
         """Move queued messages into the in-flight window while the connection can take them."""
@@ -478,16 +559,14 @@ class Core:
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
         """Keep-alive timeouts, will delays, session expiry and ``$SYS`` (call periodically)."""
-        for conn in list(self.connections):
-            conn.check_keep_alive(now)
+        self.conn_timers.expire(now)  # CONNECT and keep-alive deadlines due (core/_conntimers.py)
         if self.pending_wills:
             for s in self.pending_wills.due(now):
                 self.publish_will(s, now)
         if self.expiring:
             for s in self.expiring.due(now):
                 self.end_session(s, now)
-        if self.congested:
-            self._check_slow(now)
+        self.check_flow(now)
         self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
@@ -498,9 +577,7 @@ class Core:
         return {
             "$SYS/broker/version": "siftmq",
             "$SYS/broker/uptime": str(int(now - self.started)),
-            "$SYS/broker/clients/connected": str(
-                sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
-            ),
+            "$SYS/broker/clients/connected": str(self.connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/messages/received": str(st.messages_received),
             "$SYS/broker/messages/sent": str(st.messages_sent),
@@ -514,6 +591,10 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
+            "$SYS/broker/connections/accept_pauses": str(st.accept_pauses),
+            "$SYS/broker/connections/connect_timeouts": str(st.connect_timeouts),
+            "$SYS/broker/connections/keepalive_timeouts": str(st.keepalive_timeouts),
             "$SYS/broker/subscriptions/refused/quota": str(st.refused_subscription_quota),
             "$SYS/broker/subscriptions/refused/selector": str(st.refused_selector),
             "$SYS/broker/topic_levels/refused": str(st.refused_topic_levels),
@@ -522,6 +603,7 @@ class Core:
             "$SYS/broker/flow/slow_consumers/current": str(st.slow_consumers),
             "$SYS/broker/flow/slow_consumers/total": str(st.slow_consumer_events),
             "$SYS/broker/flow/slow_consumers/disconnected": str(st.slow_disconnected),
+            "$SYS/broker/flow/slow_consumers/hung": str(st.hung_consumer_events),
             "$SYS/broker/flow/dropped/qos0": str(st.dropped_qos0_slow),
             "$SYS/broker/flow/dropped/qos0_ingress": str(st.dropped_qos0_ingress),
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
@@ -614,6 +696,9 @@ class Core:
             s._check()
         for conn in self.connections:
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
+        self.conn_timers._check(self.connections)
+        assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
+        assert not (NO_FEEDERS or NO_ALIASES_IN or NO_ALIASES_OUT), "a shared empty container was written"
         # flow control: the congested set, the feeder edges and the pause gauge agree
         paused = {c for c in self.connections if c.blockers}
         assert self.stats.publishers_paused == len(paused)
@@ -622,3 +707,5 @@ class Core:
         edges = sum(len(c.feeders) for c in self.congested)
         assert edges == sum(c.blockers - c.store_wait for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
+        assert all(c.slow and c in self.progress for c in self.hung)
+        assert all(c in self.congested for c in self.progress)

@@ -40,7 +40,7 @@ from broker.core._message import (
 )
 from broker.packets import ReasonCode, SubscriptionRequest
 
-__all__ = ["Router", "SubscribeLimits", "Subscribed", "shown"]
+__all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position", "shown"]
 
 #: characters of client input (a filter, a selector) echoed in a reason string or a log line
 SHOWN = 100
@@ -51,11 +51,20 @@ def shown(text: str) -> str:
     return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
 
 
+def at_position(exc: ValueError, position: int, limit: int = 200) -> str:
+    """The message of a syntax error cut to ``limit`` characters, ending with its position
+    once: the content and composite parsers' messages end with ``at <position>`` already
+    (appending it again gave "... at 14 at 14"), and the cut must not lose it."""
+    message, tail = str(exc), f" at {position}"
+    message = message.removesuffix(tail)
+    return message[:limit] + tail
+
+
 @dataclass(frozen=True, slots=True)
 class SubscribeLimits:
     """What a SUBSCRIBE may ask for (from ``BrokerConfig``)."""
 
-    max_topic_levels: int = 200
+    max_topic_levels: int = 201
     max_subscriptions: int = 10_000
     maximum_qos: int = 2
     refused_filters: tuple[str, ...] = ()
@@ -540,7 +549,8 @@ class Router:
         try:
             topics.validate_filter(plain)
         except topics.InvalidTopic as exc:
-            return Subscribed(ReasonCode.TOPIC_FILTER_INVALID, f"{shown(plain)}: {str(exc)[:200]}")
+            # the message names the filter (cut to 60 characters) and the position
+            return Subscribed(ReasonCode.TOPIC_FILTER_INVALID, str(exc)[:300])
         if plain.count("/") >= limits.max_topic_levels:
             return Subscribed(
                 ReasonCode.TOPIC_FILTER_INVALID,
@@ -554,7 +564,7 @@ class Router:
             except content.FilterSyntaxError as exc:
                 return Subscribed(
                     ReasonCode.TOPIC_FILTER_INVALID,
-                    f"content filter {shown(selector)}: {str(exc)[:200]} at position {exc.position}",
+                    f"content filter {shown(selector)}: {at_position(exc, exc.position)}",
                     "selector",
                 )
         if full_filter in limits.refused_filters:

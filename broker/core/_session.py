@@ -13,7 +13,7 @@ import enum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from broker.core._message import Message, Route
 from broker.packets import Will
@@ -32,6 +32,7 @@ __all__ = [
     "Session",
     "Sink",
     "Stats",
+    "WriteBuffer",
 ]
 
 #: Session Expiry Interval meaning "never expires" (MQTT 5 section 3.1.2.11.2)
@@ -95,6 +96,13 @@ class AckWaiter:
 
 
 Sink = Callable[[Message, Route], None]
+
+
+class WriteBuffer(Protocol):
+    """A connection's transport as flow control sees it (``asyncio.Transport``): the bytes
+    written but not yet taken by the socket (hung-consumer detection, ``Core.tick``)."""
+
+    def get_write_buffer_size(self) -> int: ...
 
 
 class Session:
@@ -207,6 +215,13 @@ class Stats:
     refused_max_connections: int = 0
     refused_connection_rate: int = 0
     refused_anonymous: int = 0
+    # descriptors (issue 27; broker.net._accept): connections closed unanswered at accept
+    # because the process is out of descriptors, and the pauses of accepting that followed
+    refused_descriptors: int = 0
+    accept_pauses: int = 0
+    # connections closed by the broker's timers: no CONNECT in time, keep-alive expired
+    connect_timeouts: int = 0
+    keepalive_timeouts: int = 0
     # deliveries an authorize hook refused ("receive": live messages and retained on SUBSCRIBE)
     receive_denied: int = 0
     # session limits (docs/broker.md, "Limits")
@@ -219,6 +234,7 @@ class Stats:
     slow_consumer_events: int = 0  # clients declared slow consumers after the grace time
     slow_consumers: int = 0  # slow consumers right now (gauge)
     slow_disconnected: int = 0  # slow consumers disconnected (policy "disconnect")
+    hung_consumer_events: int = 0  # slow consumers found hung (socket took nothing) before the grace
     dropped_qos0_slow: int = 0  # QoS 0 dropped because the receiver does not read fast enough
     dropped_queue_full: int = 0  # QoS 1/2 dropped at a full queue (max_queued_messages)
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker

@@ -11,6 +11,7 @@ Decisions take the time as an argument; nothing here does I/O.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from broker._config import BrokerConfig
 from broker.core._session import Stats
@@ -43,7 +44,7 @@ class ConnectionLimits:
     doubled since the last sweep).
     """
 
-    __slots__ = ("buckets", "burst", "max_connections", "open", "rate", "stats", "sweep_at")
+    __slots__ = ("buckets", "burst", "max_connections", "open", "rate", "starved", "stats", "sweep_at")
 
     #: the bucket table is not swept below this size
     MIN_SWEEP = 4096
@@ -57,6 +58,8 @@ class ConnectionLimits:
         #: source IP -> (tokens, time of the last update)
         self.buckets: dict[str, tuple[float, float]] = {}
         self.sweep_at = self.MIN_SWEEP
+        #: acceptors paused for want of descriptors: resumed when a connection closes
+        self.starved: list[Callable[[], None]] = []
 
     def admit(self, ip: str, now: float) -> Refusal | None:
         """Count a new connection; the refusal it deserves, if any (it stays counted)."""
@@ -85,6 +88,10 @@ class ConnectionLimits:
 
     def release(self) -> None:
         self.open -= 1
+        if self.starved:  # a descriptor is free again: the paused acceptors try at once
+            waiting, self.starved = self.starved, []
+            for resume in waiting:
+                resume()
 
     def _check(self) -> None:
         assert self.open >= 0

@@ -1,7 +1,9 @@
 """Listeners: the broker's sockets (TCP, TLS, WebSocket) and their admission limits.
 
 Issue 7, items 2-4.  ``BrokerConfig.effective_listeners()`` lists :class:`Listener` records;
-:func:`open_listeners` opens one ``loop.create_server`` per record, with an
+:func:`open_listeners` binds each record's sockets and reads them with our own accept loop
+(:class:`~broker.net._accept.Acceptor`: counted, backed-off answers when the process runs out
+of descriptors, issue 27), with an
 ``ssl.SSLContext`` when the record has a certificate (TLS is the event loop's -- on the
 default asyncio loop the standard library's TLS protocol with a 17 KiB instead of a 256 KiB
 buffer, :class:`_LeanTLS`; client certificates are verified against ``cafile``) and with
@@ -43,6 +45,7 @@ from dataclasses import dataclass
 
 from broker._config import Listener
 from broker.core._core import Core
+from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
 from broker.net._transport import MQTTProtocol
 from broker.net._websocket import WebSocketProtocol
@@ -54,10 +57,11 @@ log = logging.getLogger("broker")
 
 @dataclass(frozen=True, slots=True)
 class OpenListener:
-    """A listener and its server (``port``: the bound port, useful with port 0)."""
+    """A listener and its accept loops, one per bound address (``port``: the bound port,
+    useful with port 0)."""
 
     listener: Listener
-    server: asyncio.Server
+    acceptors: tuple[Acceptor, ...]
     port: int
 
 
@@ -124,18 +128,21 @@ async def open_listener(
     if ctx is not None and isinstance(loop, asyncio.BaseEventLoop):
         factory = functools.partial(_lean_tls, loop, make, ctx)
         ctx = None  # TLS by _LeanTLS over a plain server
-    server = await loop.create_server(factory, listener.host, listener.port, reuse_address=True, ssl=ctx)
-    port = server.sockets[0].getsockname()[1]
+    socks = await bind(listener.host, listener.port, core.config.listen_backlog)
+    acceptors = tuple(Acceptor(loop, sock, factory, ctx, core, limits) for sock in socks)
+    for a in acceptors:
+        a.start()
+    port = socks[0].getsockname()[1]
     log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
-    return OpenListener(listener, server, port)
+    return OpenListener(listener, acceptors, port)
 
 
 async def close_listeners(opened: list[OpenListener]) -> None:
     """Stop accepting on every listener (open connections are not touched)."""
     for o in opened:
-        o.server.close()
+        for a in o.acceptors:
+            a.close()
 
 
 async def wait_closed(opened: list[OpenListener]) -> None:
-    for o in opened:
-        await o.server.wait_closed()
+    """Nothing to wait for: an acceptor's socket is closed by ``close_listeners``."""

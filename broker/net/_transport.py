@@ -76,8 +76,8 @@ def common_name(peercert: Any) -> str | None:
 class MQTTProtocol(asyncio.Protocol):
     """One TCP (or TLS) connection of the broker.
 
-    ``registry`` (optional) holds the open protocols of a broker; ``done`` resolves when the
-    connection is lost (``Broker.stop`` waits for it).
+    ``registry`` (optional) holds the open protocols of a broker; ``closed()`` resolves when
+    the connection is lost (``Broker.stop`` waits for it).
     """
 
     __slots__ = (
@@ -118,7 +118,14 @@ class MQTTProtocol(asyncio.Protocol):
         self.hot_until = 0.0  # shedding without a new grace until then (SHED_MEMORY)
         self.throttled = False  # flow control paused this publisher (Connection.reader)
         self.write_paused = False  # the peer does not read what we write
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] | None = None  # created on demand: ``closed``
+
+    def closed(self) -> asyncio.Future[None]:
+        """Resolves when the connection is lost (``Broker.stop`` waits for it); created on
+        demand, so an idle connection does not hold a future (issue 27, item 2)."""
+        if self.done is None:
+            self.done = asyncio.get_running_loop().create_future()
+        return self.done
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)
@@ -154,6 +161,7 @@ class MQTTProtocol(asyncio.Protocol):
             self._throttle,
             None if policy is None else policy.slow_consumer,
         )
+        self.conn.io = self.transport  # its write buffer: hung-consumer detection (Core.tick)
         if policy is not None:
             ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
             self.refusal = policy.admit(str(ip), now)
@@ -333,7 +341,7 @@ class MQTTProtocol(asyncio.Protocol):
             self.policy.release()
         if self.registry is not None:
             self.registry.discard(self)
-        if not self.done.done():
+        if self.done is not None and not self.done.done():
             self.done.set_result(None)
         conn = self.conn
         if conn is None:

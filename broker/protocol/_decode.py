@@ -573,7 +573,10 @@ class Decoder:
                 append(Publish(topic, data[q:end], qos, bool(flags & 1), bool(flags & 8), pid, props))
                 pos = end
                 continue
-            if flags != _REQUIRED_FLAGS[ptype]:
+            required = _REQUIRED_FLAGS[ptype]
+            # MQTT 3.1 gives PUBREL, SUBSCRIBE and UNSUBSCRIBE a DUP flag (0x08) beside their
+            # QoS 1; 3.1.1 and 5 reserve it (mosquitto checks the flags for 3.1.1 and 5 only)
+            if flags != required and not (flags == 0x0A and required == 2 and self.version == 3):
                 raise _bad(MALFORMED, ptype, f"reserved fixed header flags 0x{flags:x} [MQTT-2.2.2-1]")
             r = _Reader(mv, p, end, ptype)
             if ptype == 1:

@@ -19,3 +19,11 @@ def spark() -> Iterator[Any]:
     session.conf.set("spark.sql.shuffle.partitions", "1")
     yield session
     session.stop()
+
+
+def spark_call(spark: Any, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` with ``spark`` as the JVM's active session of this thread: a Python data
+    source is looked up in the active session, and a thread that ``asyncio.to_thread`` runs
+    has none (Spark then reports DATA_SOURCE_NOT_FOUND)."""
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    return fn(*args)

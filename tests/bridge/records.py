@@ -76,7 +76,7 @@ def change(
 
 
 #: the composite kinds of ``BridgeStats`` when no composite record was seen
-NO_COMPOSITE = {"composite_changes": 0, "composite_events": 0, "composite_losses": 0}
+NO_COMPOSITE = {"composite_changes": 0, "composite_events": 0, "composite_losses": 0, "messages": 0}
 
 
 def composite_change(

@@ -184,7 +184,7 @@ def test_analytics_cli_options() -> None:
     args = parser.parse_args(
         ["analytics", "--once", "--master", "spark://h:7077", "--landing", "L", "--output", "O"]
     )
-    assert args.once and args.master == "spark://h:7077" and args.landing == "L" and args.output == "O"
+    assert args.once and args.master == "spark://h:7077" and args.landing == ["L"] and args.output == "O"
     assert args.func.__name__ == "_run_analytics"
     assert parser.parse_args(["analytics"]).master == "local[2]"
 

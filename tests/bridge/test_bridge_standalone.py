@@ -137,6 +137,12 @@ async def test_analytics_on_a_standalone_cluster(
         subprocess.run, cmd, env=env, capture_output=True, text=True, timeout=240, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # no Python warning from the driver, nor from the executors' Python workers (their stderr
+    # is the executor's log; pyspark's padding FutureWarning was printed on every run)
+    logs = [done.stderr, *(p.read_text(errors="replace") for p in (tmp_path / "work").glob("app-*/*/stderr"))]
+    assert len(logs) > 1, "no executor log"
+    warned = [line for text in logs for line in text.splitlines() if re.search(r"\w+Warning: ", line)]
+    assert warned == []
     per_sub = results(out, "subscriber_rate").groupby("subscriber_id")["deliveries"].sum().to_dict()
     s2 = sum(1 for i in range(0, N, 2) if i % 10 > 5)
     assert per_sub == {"s0": N, "s1": N, "s2": s2}

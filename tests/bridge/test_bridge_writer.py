@@ -128,6 +128,7 @@ def test_back_pressure_drops_with_counters_and_a_warning(
         "composite_changes": 0,
         "composite_events": 100,
         "composite_losses": 1,
+        "messages": 0,
     }
     with caplog.at_level(logging.WARNING, logger="siftmq.bridge"):
         b.close()
@@ -217,6 +218,7 @@ def test_composite_records_land_with_exact_values(tmp_path: Path) -> None:
         "composite_changes": 2,
         "composite_events": 1,
         "composite_losses": 1,
+        "messages": 0,
     }
     for kind in (Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_EVENTS, Kind.COMPOSITE_LOSSES):
         (name,) = _files(tmp_path, kind)

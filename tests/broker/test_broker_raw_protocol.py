@@ -5,6 +5,7 @@ from __future__ import annotations
 from broker import Broker
 from broker.packets import (
     Connack,
+    Connect,
     Disconnect,
     Pingreq,
     Pingresp,
@@ -251,8 +252,39 @@ async def test_v5_bad_selector_reason_string(broker: Broker) -> None:
     c, _ = await RawClient.connect(broker.port, "f5", 5)
     ack = await subscribe(c, "d/#", props=Properties(user_properties=(("filter", "n > "),)))
     assert ack.reason_codes == (ReasonCode.TOPIC_FILTER_INVALID,)
-    assert ack.properties.reason_string and "position" in ack.properties.reason_string
+    # the position once (it was appended to a message that ends with it: "... at 4 at position 4")
+    assert (
+        ack.properties.reason_string
+        == "content filter 'n > ': expected a value after '>' but found end of input at 4"
+    )
     await c.close()
+
+
+ONLY_IN_FILTERS = "(wildcards are only allowed in topic filters)"
+
+
+async def test_v5_reason_strings_say_each_thing_once(broker: Broker) -> None:
+    """Issue 31 item 6: a composite syntax error said its position twice, a topic error its
+    topic twice."""
+    c, _ = await RawClient.connect(broker.port, "once5", 5)
+    ack = await subscribe(c, "$composite/r/d/a & & d/b", "a/#/b")
+    assert ack.reason_codes == (ReasonCode.TOPIC_FILTER_INVALID, ReasonCode.TOPIC_FILTER_INVALID)
+    assert ack.properties.reason_string == (
+        "composite 'd/a & & d/b': expected an atom but found '&' at 6; "
+        "topic filter 'a/#/b': '#' must be the last level (position 2)"
+    )
+    c.send(Publish("a/+", b"x", 0))
+    got = await c.closed()
+    assert [p.properties.reason_string for p in got if isinstance(p, Disconnect)] == [
+        "topic name 'a/+' contains the wildcard '+' at position 2 " + ONLY_IN_FILTERS
+    ]
+    bad_will = await RawClient.open(broker.port, 5)
+    bad_will.send(Connect("once5w", 5, will=Will("w/#", b"")))
+    refused = await bad_will.recv()
+    assert isinstance(refused, Connack) and refused.reason_code == ReasonCode.TOPIC_NAME_INVALID
+    assert refused.properties.reason_string == (
+        "will topic name 'w/#' contains the wildcard '#' at position 2 " + ONLY_IN_FILTERS
+    )
 
 
 async def test_invalid_topic_filter_refused(broker: Broker) -> None:

@@ -1,9 +1,10 @@
 """``siftmq pub`` / ``siftmq sub`` against a broker on port 0 (issue 19, item 2), run as the
-user runs them: subprocesses of the installed ``siftmq`` script."""
+user runs them: subprocesses of the installed ``siftmq`` script; none prints a Python warning."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +20,8 @@ async def _run(*args: str, timeout: float = 20.0) -> tuple[int, str, str]:
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
+    # every warning a user sees is one we meant: no Python warning (issue 31 item 6)
+    assert not re.search(r"\w+Warning: ", err.decode()), err.decode()
     return proc.returncode, out.decode(), err.decode()
 
 

@@ -403,7 +403,7 @@ async def test_a_connected_client_is_taken_over_by_its_connection_to_another_nod
 
 async def test_the_bridge_records_which_node_delivered(tmp_path: Path) -> None:
     """Each node's bridge writes its node id with every delivery and publication (issue 17
-    item 8; `siftmq analytics` groups them in `node_rate`)."""
+    item 8; `siftmq analytics` groups them in `node_rate`) and subscription change (issue 29)."""
     from bridge import Bridge
 
     bridges = [Bridge(tmp_path / f"landing{i}", roll_interval=0.1) for i in range(2)]
@@ -436,3 +436,7 @@ async def test_the_bridge_records_which_node_delivered(tmp_path: Path) -> None:
     sent = pq.read_table(tmp_path / "landing1" / "deliveries").to_pylist()
     link = [r for r in sent if r["topic"].startswith("n/")]  # node 1 delivered to node 0's link
     assert len(link) == 3 and {r["node"] for r in link} == {nodes[1].name}
+    # subscription changes too (issue 29): the subscriber's SUBSCRIBE, recorded by node 0
+    changes = pq.read_table(tmp_path / "landing0" / "subscription_changes").to_pylist()
+    subs = [r for r in changes if r["client_id"] == "s" and r["action"] == "subscribe"]
+    assert len(subs) == 1 and subs[0]["node"] == nodes[0].name

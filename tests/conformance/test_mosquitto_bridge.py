@@ -71,10 +71,14 @@ async def _connect_retrying(port: int, cid: str) -> RawClient:
     raise AssertionError(f"nothing listens on {port}")
 
 
-async def _received(c: RawClient) -> list[tuple[str, bytes]]:
-    """(topic, payload) of every PUBLISH that arrived within half a second, sorted."""
-    await asyncio.sleep(0.5)
-    return sorted((p.topic, p.payload) for p in await c.barrier() if isinstance(p, Publish))
+async def _received(c: RawClient, n: int) -> list[tuple[str, bytes]]:
+    """(topic, payload) of the first ``n`` PUBLISHes (waited for, each within the raw client's
+    timeout: the way through mosquitto's bridge has no bound to wait on) and of any that
+    arrive in the next half second (a duplicate or a loop would), sorted."""
+    got = [await c.recv_where(lambda p: isinstance(p, Publish)) for _ in range(n)]
+    await asyncio.sleep(0.5)  # a window for what must NOT arrive (a looped-back copy)
+    got += await c.barrier()
+    return sorted((p.topic, p.payload) for p in got if isinstance(p, Publish))
 
 
 @pytest.mark.parametrize("version", ["mqttv311", "mqttv50"])
@@ -94,6 +98,6 @@ async def test_mosquitto_bridge_both_ways_exactly_once(tmp_path: Path, version: 
             central_pub, _ = await RawClient.connect(b.port, "central-pub", 4)
             await central_pub.publish1("edge/from-center", b"c")
             both = [("edge/from-center", b"c"), ("edge/from-edge", b"e")]
-            assert await _received(central_sub) == both
-            assert await _received(edge_sub) == both  # each exactly once: nothing looped back
+            assert await _received(central_sub, 2) == both
+            assert await _received(edge_sub, 2) == both  # each exactly once: nothing looped back
             await RawClient.close_all()

@@ -5,9 +5,12 @@ at QoS 1) and two fast QoS 1 subscribers share a topic; a publisher sends 8 MiB 
 messages. The fast subscribers get every message in order; the QoS 0 slow one loses messages
 (transport paused -> dropped, counted in ``$SYS/broker/messages/dropped``); the QoS 1 slow one
 fills its in-flight window and queue up to its high-water mark, which pauses the publisher for
-the grace time (issue 14, flow control); then it is a slow consumer and its policy applies:
-``drop`` queues up to ``max_queued_messages`` and drops the rest (counted), ``disconnect``
-disconnects it (QUOTA_EXCEEDED). No queue grows beyond ``max_queued_messages``.
+the grace time (issue 14, flow control), or until it is found hung (its socket took nothing
+for ``hung_consumer_time``; issue 31); then it is a slow consumer and its policy applies:
+``drop`` queues up to ``max_queued_messages`` and drops the rest (counted) - except for a hung
+consumer, which is disconnected at a full queue rather than lose acknowledged messages while
+connected - ``disconnect`` disconnects it (QUOTA_EXCEEDED). No queue grows beyond
+``max_queued_messages``.
 """
 
 from __future__ import annotations
@@ -51,16 +54,17 @@ async def _fast(c: RawClient) -> list[bytes]:
     return got
 
 
-@pytest.mark.parametrize("policy", ["drop", "disconnect"])
-async def test_slow_consumers_do_not_stall_fast_ones(policy: str) -> None:
+@pytest.mark.parametrize(("policy", "hung"), [("drop", 0.0), ("drop", 0.25), ("disconnect", 0.25)])
+async def test_slow_consumers_do_not_stall_fast_ones(policy: str, hung: float) -> None:
     async with Broker(
         host="127.0.0.1",
         port=0,
         sys_interval=0,
         max_queued_messages=50,
         max_inflight=10,
-        slow_consumer_grace=0.3,
+        slow_consumer_grace=60.0 if hung else 0.3,  # hung: released only by the hung detection
         slow_consumer_policy=policy,
+        hung_consumer_time=hung,
         tick_interval=0.05,
     ) as b:
         fast = [(await RawClient.connect(b.port, f"fast{i}", 5))[0] for i in range(2)]
@@ -86,6 +90,9 @@ async def test_slow_consumers_do_not_stall_fast_ones(policy: str) -> None:
             if policy == "disconnect":
                 assert s1 is None or s1.conn is None  # disconnected for QUOTA_EXCEEDED
                 assert int(sys["$SYS/broker/flow/slow_consumers/disconnected"]) == 1
+            elif hung:  # hung (never reads): disconnected at its full queue, not dropping
+                assert s1 is None or s1.conn is None
+                assert int(sys["$SYS/broker/flow/slow_consumers/hung"]) >= 1
             else:
                 assert s1 is not None and s1.conn is not None
                 assert int(sys["$SYS/broker/flow/dropped/queue_full"]) >= 1

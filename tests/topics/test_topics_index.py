@@ -171,3 +171,17 @@ def test_retained_tree() -> None:
     rt._check()
     with pytest.raises(InvalidTopic):
         list(rt.match("#/a"))
+
+
+def test_retained_tree_children_lists_one_level() -> None:
+    rt: RetainedTree[str] = RetainedTree()
+    for t in ("a/b/c", "a/b", "a/x", "/lead", "$SYS/up"):
+        rt.set(t, t)
+    assert rt.children(None) == [("", False, True), ("$SYS", False, True), ("a", False, True)]
+    assert rt.children("a") == [("b", True, True), ("x", True, False)]
+    assert rt.children("a/b") == [("c", True, False)]
+    assert rt.children("") == [("lead", True, False)]
+    assert rt.children("a/x") == [] and rt.children("nothing/here") == []
+    rt.delete("a/b/c")
+    assert rt.children("a") == [("b", True, False), ("x", True, False)]
+    rt._check()

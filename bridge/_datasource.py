@@ -1,0 +1,204 @@
+"""The PySpark data source ``siftmq``: read the landing zone, write rows to MQTT (issue 29).
+
+``bridge.register(spark)`` registers :class:`SiftmqDataSource` under the name ``siftmq``
+(``spark.dataSource.register``).  This module imports pyspark at its top, so only
+:func:`bridge.register` imports it (the broker and the bridge's writer run without pyspark).
+
+Reading (``spark.read`` / ``spark.readStream``): option ``kind`` (a :class:`~bridge.Kind`
+value), ``load(LANDING)`` or ``load([LANDING1, LANDING2])`` (several landing zones, e.g. one
+per cluster node, read as one), the kind's schema (:func:`bridge.spark_schema`).  Listing,
+offsets and reading are in ``bridge/_landing.py`` (its docstring says why a restarted query
+reads every file exactly once).  Options ``maxPartitionBytes`` and ``minPartitions`` tune the
+packing of files into partitions; ``columns`` (comma-separated) reads only those columns: Spark
+does not prune the columns of a Python data source, so a query that needs two of the twelve
+columns of ``deliveries`` reads, converts and ships all twelve unless it says so (measured in
+docs/performance-bridge.md).
+
+Writing (``df.write`` / ``df.writeStream``): see ``bridge/_sink.py`` (options, at-least-once
+with idempotency keys, errors).  The batch writer and the stream writer are Arrow writers: the
+rows reach the publisher as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from bridge._landing import Offset, files_between, kind_schema, latest_offset, pack, parse_kind, read_files
+from bridge._schema import Kind, spark_schema
+from bridge._sink import SinkOptions, publish_batches
+
+__all__ = ["SiftmqDataSource"]
+
+
+def _landings(options: dict[str, str]) -> list[str]:
+    if "paths" in options:
+        raw = json.loads(options["paths"])
+        paths = [str(p) for p in raw] if isinstance(raw, list) else [str(raw)]
+    elif "path" in options:
+        paths = [options["path"]]
+    else:
+        raise ValueError("siftmq source: no landing zone: use load(LANDING) or load([LANDING, ...])")
+    return [p if "://" in p else os.path.abspath(p) for p in paths]
+
+
+def _columns(options: dict[str, str]) -> tuple[str, ...] | None:
+    raw = options.get("columns")
+    return None if raw is None else tuple(c.strip() for c in raw.split(",") if c.strip())
+
+
+def _int_option(options: dict[str, str], name: str, default: int) -> int:
+    value = options.get(name)
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"siftmq source: option {name}={value!r} is not an integer") from None
+    if n < 1:
+        raise ValueError(f"siftmq source: option {name}={value!r} must be positive")
+    return n
+
+
+class _Files(InputPartition):
+    """A partition: the files one task reads."""
+
+    def __init__(self, paths: list[str]) -> None:
+        super().__init__(paths)
+        self.paths = paths
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadPlan:
+    kind: Kind
+    landings: tuple[str, ...]
+    max_partition_bytes: int
+    min_partitions: int
+    columns: tuple[str, ...] | None
+
+    def partitions(self, start: Offset | None, end: Offset) -> list[_Files]:
+        files = files_between(self.landings, self.kind, start, end)
+        return [_Files(p) for p in pack(files, self.max_partition_bytes, self.min_partitions)]
+
+
+class _BatchReader(DataSourceReader):
+    def __init__(self, plan: _ReadPlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        plan = self.plan
+        return plan.partitions(None, latest_offset(plan.landings, plan.kind))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Files):  # no files: Spark reads one partition of its own
+            yield from read_files(partition.paths, self.plan.kind, self.plan.columns)
+
+
+class _StreamReader(DataSourceStreamReader):
+    def __init__(self, plan: _ReadPlan) -> None:
+        self.plan = plan
+
+    def initialOffset(self) -> dict[str, Any]:
+        return {landing: {} for landing in self.plan.landings}
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        return latest_offset(self.plan.landings, self.plan.kind)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self.plan.partitions(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Files):  # no files: Spark reads one partition of its own
+            yield from read_files(partition.paths, self.plan.kind, self.plan.columns)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the landing zone's files stay (see docs/bridge.md)."""
+
+
+@dataclass(frozen=True)
+class _Published(WriterCommitMessage):
+    """What one task published: its partition and number of rows."""
+
+    partition: int
+    rows: int
+
+
+class _BatchWriter(DataSourceArrowWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.write_id = uuid.uuid4().hex  # the "query id" of a batch write
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        partition, rows = publish_batches(self.options, iterator, query_id=self.write_id, batch_id=0)
+        return _Published(partition, rows)
+
+
+class _StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        partition, rows = publish_batches(self.options, iterator, query_id=None, batch_id=None)
+        return _Published(partition, rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """The rows are published (acknowledged by the broker for QoS 1/2) when a task ends."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Published messages cannot be recalled: a re-run batch re-publishes with the same keys."""
+
+
+class SiftmqDataSource(DataSource):
+    """``format("siftmq")``: the landing zone (read) and an MQTT broker (write)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "siftmq"
+
+    def _plan(self) -> _ReadPlan:
+        opts = {k.lower(): v for k, v in self.options.items()}
+        return _ReadPlan(
+            parse_kind(opts.get("kind")),
+            tuple(_landings(opts)),
+            _int_option(opts, "maxpartitionbytes", 32 << 20),
+            _int_option(opts, "minpartitions", 2),
+            _columns(opts),
+        )
+
+    def schema(self) -> StructType:
+        opts = {k.lower(): v for k, v in self.options.items()}
+        kind = parse_kind(opts.get("kind"))
+        full = spark_schema(kind)
+        columns = _columns(opts)
+        if columns is None:
+            return full  # type: ignore[no-any-return]
+        kind_schema(kind, columns)  # checks the names
+        return StructType([full[c] for c in columns])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _BatchReader(self._plan())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(self._plan())
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        return _BatchWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return _StreamWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))

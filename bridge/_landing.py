@@ -1,0 +1,208 @@
+"""The landing zone as a replayable stream: listing, offsets, partitions, reading (no Spark here).
+
+Used by the ``siftmq`` Spark data source (``bridge/_datasource.py``); kept free of pyspark so it
+is testable and cheap to import.
+
+**Files and offsets.**  Every file the bridge commits is named
+``part-<microseconds>-<writer tag>-<sequence>.parquet`` (``bridge/_writer.py``): one writer (one
+:class:`~bridge.Bridge`) has one random tag and numbers its files 1, 2, 3... in the order it
+commits them (one writer thread, under a lock; a failed write is retried under a new, higher
+number), and a committed file is never rewritten.  So, per landing zone and kind, the set of
+files a reader can see is summarised exactly by *the highest sequence number seen per writer
+tag*, and the files between two such summaries are a fixed set: ``start < seq <= end`` per tag.
+That summary is the streaming offset::
+
+    {"/abs/landing": {"3f9a0c1e": 41, "77b0d2aa": 7}, "/abs/other-landing": {...}}
+
+Spark writes a micro-batch's end offset to the checkpoint's offset log before it runs the batch
+and its id to the commit log after the sink committed; a restarted query re-runs a logged,
+uncommitted batch between the same two offsets, which select the same files: each file is read
+by exactly one batch.  Several landing zones (several cluster nodes) are one offset with a key
+per landing zone; a shared directory written by several nodes works the same way (one tag per
+writer).  A ``.parquet`` file not named by a bridge (copied in by hand) is its own writer with
+sequence number 1: read once.  Dot and underscore files (the writer's temporaries) are ignored.
+Offsets grow by one entry per writer (each broker start is a new writer): a few bytes each.
+
+**Partitions.**  The files of a batch, in (landing zone, tag, sequence) order, are packed into
+partitions of at most ``max_partition_bytes`` (default 32 MiB), and at least
+``min_partitions`` (default 2) when there are that many files and more than 1 MiB, so that a
+local ``local[2]`` session reads with both cores.  A partition is a list of file paths; reading
+one yields Arrow record batches conformed to the kind's schema (a column missing from an older
+file, e.g. ``node`` of ``subscription_changes``, is read as nulls).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bridge._schema import SCHEMAS, Kind
+
+__all__ = [
+    "LandingFile",
+    "Offset",
+    "conform",
+    "files_between",
+    "kind_schema",
+    "latest_offset",
+    "list_files",
+    "pack",
+    "parse_kind",
+    "read_files",
+]
+
+_NAME = re.compile(r"part-(\d+)-([0-9A-Za-z]+)-(\d+)\.parquet\Z")
+
+Offset = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class LandingFile:
+    """One committed file: its landing zone (as given), writer tag, sequence number, path, size."""
+
+    landing: str
+    tag: str
+    seq: int
+    path: str
+    size: int
+
+
+def parse_kind(value: str | None) -> Kind:
+    """The :class:`Kind` named by the ``kind`` option (a clear error otherwise)."""
+    names = ", ".join(k.value for k in Kind)
+    if value is None:
+        raise ValueError(f"siftmq source: option 'kind' is required (one of {names})")
+    try:
+        return Kind(value)
+    except ValueError:
+        raise ValueError(
+            f"siftmq source: option kind={value!r} is not a record kind (one of {names})"
+        ) from None
+
+
+def _fs(landing: str) -> tuple[Any, str]:
+    if "://" in landing and not landing.startswith("file://"):
+        import pyarrow.fs as pafs
+
+        fs, base = pafs.FileSystem.from_uri(landing)
+        return fs, base.rstrip("/")
+    path = landing[len("file://") :] if landing.startswith("file://") else landing
+    return None, os.path.abspath(path)
+
+
+def list_files(landing: str, kind: Kind) -> list[LandingFile]:
+    """The committed files of ``kind`` in ``landing``, by (tag, sequence).  A landing zone or
+    kind directory that does not exist (yet) has none."""
+    fs, base = _fs(landing)
+    out: list[LandingFile] = []
+    if fs is None:
+        d = os.path.join(base, kind.value)
+        try:
+            entries = [(e.name, e.path, e.stat().st_size) for e in os.scandir(d) if e.is_file()]
+        except FileNotFoundError:
+            return []
+    else:
+        import pyarrow.fs as pafs
+
+        info = fs.get_file_info(pafs.FileSelector(f"{base}/{kind.value}", allow_not_found=True))
+        entries = [(i.base_name, i.path, i.size or 0) for i in info if i.type == pafs.FileType.File]
+        entries = [(n, f"{landing.split('://', 1)[0]}://{p}", s) for n, p, s in entries]
+    for name, path, size in entries:
+        if name.startswith((".", "_")) or not name.endswith(".parquet"):
+            continue
+        m = _NAME.match(name)
+        tag, seq = (m.group(2), int(m.group(3))) if m else (f"file:{name}", 1)
+        out.append(LandingFile(landing, tag, seq, path, size))
+    out.sort(key=lambda f: (f.tag, f.seq))
+    return out
+
+
+def latest_offset(landings: Sequence[str], kind: Kind) -> Offset:
+    """The offset that covers every file committed now."""
+    offset: Offset = {}
+    for landing in landings:
+        tags: dict[str, int] = {}
+        for f in list_files(landing, kind):
+            if f.seq > tags.get(f.tag, 0):
+                tags[f.tag] = f.seq
+        offset[landing] = tags
+    return offset
+
+
+def files_between(
+    landings: Sequence[str], kind: Kind, start: Offset | None, end: Offset
+) -> list[LandingFile]:
+    """The files with ``start < seq <= end`` for their writer (``start`` None: from the first)."""
+    out: list[LandingFile] = []
+    for landing in landings:
+        hi = end.get(landing, {})
+        lo = (start or {}).get(landing, {})
+        out.extend(f for f in list_files(landing, kind) if lo.get(f.tag, 0) < f.seq <= hi.get(f.tag, 0))
+    return out
+
+
+def pack(
+    files: Sequence[LandingFile], max_partition_bytes: int = 32 << 20, min_partitions: int = 2
+) -> list[list[str]]:
+    """Files packed into partitions (lists of paths) in order; see the module docstring."""
+    if not files:
+        return []
+    total = sum(f.size for f in files)
+    target = max_partition_bytes
+    if total > 1 << 20 and len(files) >= min_partitions > 1:
+        target = min(target, -(-total // min_partitions))
+    parts: list[list[str]] = []
+    size = 0
+    for f in files:
+        if not parts or (size + f.size > target and parts[-1]):
+            parts.append([])
+            size = 0
+        parts[-1].append(f.path)
+        size += f.size
+    return parts
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly the columns of ``schema``, in order (missing ones as nulls)."""
+    if batch.schema.names == schema.names and batch.schema.types == schema.types:
+        return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+    cols = []
+    for f in schema:
+        i = batch.schema.get_field_index(f.name)
+        cols.append(batch.column(i).cast(f.type) if i >= 0 else pa.nulls(batch.num_rows, f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def kind_schema(kind: Kind, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema a reader yields: ``kind``'s columns (nullable), or only ``columns``."""
+    fields = [f.with_nullable(True) for f in SCHEMAS[kind]]
+    if columns is None:
+        return pa.schema(fields)
+    names = [f.name for f in fields]
+    unknown = [c for c in columns if c not in names]
+    if unknown or not columns:
+        raise ValueError(
+            f"siftmq source: option columns={','.join(columns)!r}: {', '.join(unknown) or 'empty'} "
+            f"(columns of {kind.value}: {', '.join(names)})"
+        )
+    return pa.schema([fields[names.index(c)] for c in columns])
+
+
+def read_files(
+    paths: Sequence[str], kind: Kind, columns: Sequence[str] | None = None, batch_rows: int = 65_536
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema (only ``columns``)."""
+    schema = kind_schema(kind, columns)
+    for path in paths:
+        fs, p = _fs(path)
+        pf = pq.ParquetFile(p, filesystem=fs) if fs is not None else pq.ParquetFile(p)
+        present = set(pf.schema_arrow.names)
+        wanted = [n for n in schema.names if n in present]
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
+            yield conform(batch, schema)

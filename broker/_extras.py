@@ -1,0 +1,80 @@
+"""The optional extras of the ``siftmq`` distribution, and the one clear error when one is missing.
+
+``pip install siftmq`` installs the broker alone (MQTT, content filters, composite
+subscriptions, persistence, TLS/WebSocket, the CLI); the rest comes with extras
+(``pyproject.toml``, docs/operations.md "Installing"):
+
+- ``spark``: the bridge to Spark, ``siftmq analytics`` and its report (pyspark, pyarrow,
+  pandas, matplotlib);
+- ``cluster``: the broker network (kademlia);
+- ``metrics``: the Prometheus text at ``/metrics`` of ``--metrics-listen`` (prometheus-client;
+  the dashboard on the same listener needs no extra);
+- ``all``: every one of them.
+
+A feature that needs an extra asks :func:`require` before it imports anything of it; when a
+module of the extra is absent it raises :class:`MissingExtra`, whose text is one line naming
+the ``pip install`` command, and the CLI prints it and exits with status 2 (CONTRACT.md,
+"Packaging"). The check is ``importlib.util.find_spec`` of each top-level module: nothing is
+imported, so asking costs microseconds and never loads Spark.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from enum import Enum
+
+__all__ = ["Extra", "MissingExtra", "available", "missing_module", "require"]
+
+
+class Extra(Enum):
+    """An optional extra; its value is the name used in ``pip install 'siftmq[NAME]'``."""
+
+    SPARK = "spark"
+    CLUSTER = "cluster"
+    METRICS = "metrics"
+
+
+#: the top-level modules each extra brings (the import names of its PyPI distributions)
+MODULES: dict[Extra, tuple[str, ...]] = {
+    Extra.SPARK: ("pyspark", "pyarrow", "pandas", "matplotlib"),
+    Extra.CLUSTER: ("kademlia",),
+    Extra.METRICS: ("prometheus_client",),
+}
+
+
+class MissingExtra(ImportError):
+    """A feature was asked for whose extra is not installed (``str()`` is the one line to print)."""
+
+    def __init__(self, extra: Extra, feature: str, module: str) -> None:
+        self.extra = extra
+        self.feature = feature
+        super().__init__(
+            f"{feature} needs the '{extra.value}' extra ({module} is not installed): "
+            f"pip install 'siftmq[{extra.value}]'",
+            name=module,
+        )
+
+
+def missing_module(extra: Extra) -> str | None:
+    """The first module of ``extra`` that is not installed (None: the extra is complete)."""
+    for module in MODULES[extra]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a broken parent package or a spec-less module
+            found = False
+        if not found:
+            return module
+    return None
+
+
+def available(extra: Extra) -> bool:
+    """Whether every module of ``extra`` is installed."""
+    return missing_module(extra) is None
+
+
+def require(extra: Extra, feature: str) -> None:
+    """Raise :class:`MissingExtra` when ``extra`` is not installed (``feature`` names what
+    needed it, e.g. ``"siftmq analytics"`` or ``"--cluster-listen"``)."""
+    module = missing_module(extra)
+    if module is not None:
+        raise MissingExtra(extra, feature, module)
