@@ -57,6 +57,7 @@ from broker.packets import (
     encode,
 )
 from cluster._auth import make_token
+from cluster._qos2 import ReceivedQos2
 from cluster._routes import CTL_ID, FETCH_ID, PLAIN_ID, RouteChange, RouteTable
 
 __all__ = ["Deliver", "DeliverPlain", "PeerLink"]
@@ -94,6 +95,7 @@ class PeerLink:
         control: Callable[[bytes], None] = lambda _b: None,
         deliver_plain: DeliverPlain | None = None,
         on_up: Callable[[str], None] = lambda _peer: None,
+        qos2: ReceivedQos2 | None = None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -120,8 +122,13 @@ class PeerLink:
         self._early: list[Packet] = []
         self._last_rx = 0.0
         self._pid = 0
-        self._qos2: set[int] = set()
-        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes]] = asyncio.Queue()
+        # the peer's QoS 2 ids received and not released: kept by the node beyond this
+        # object's life and across restarts (cluster._qos2; issue 30, finding 6)
+        self.qos2 = qos2 if qos2 is not None else ReceivedQos2(None)
+        self._qos2 = self.qos2.of(peer)
+        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes, int]] = (
+            asyncio.Queue()
+        )
         self._acks_queued = 0  # acknowledgements in _acks (a later one must wait behind them)
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -282,7 +289,7 @@ class PeerLink:
             raise _Refused(f"CONNACK {ack.reason_code.name}")
         if not ack.session_present:
             self._held.clear()
-            self._qos2.clear()
+            self.qos2.clear(self.peer)
         self.connects += 1
         self.connected = True
         self.last_error = None
@@ -392,7 +399,7 @@ class PeerLink:
             case Publish():
                 self._publish(pkt)
             case Pubrel(packet_id=pid):
-                self._qos2.discard(pid)
+                self.qos2.discard(self.peer, pid)
                 self._ack(None, encode(Pubcomp(pid), 5))
             case Suback(packet_id=pid, reason_codes=codes):
                 self._acked(pid)
@@ -432,30 +439,36 @@ class PeerLink:
             self._ack(durable, encode(Puback(pid), 5))
         elif qos == 2:
             assert pid is not None
-            self._qos2.add(pid)
-            self._ack(durable, encode(Pubrec(pid), 5))
+            self._qos2.add(pid)  # in memory now (a resend in this read); on file with its PUBREC
+            self._ack(durable, encode(Pubrec(pid), 5), pid)
 
-    def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes) -> None:
+    def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes, pubrec: int = 0) -> None:
         """An acknowledgement: written at once when its message is durable (or needs not be)
-        and none waits before it, else queued for :meth:`_ack_writer` (order is kept)."""
+        and none waits before it, else queued for :meth:`_ack_writer` (order is kept).
+        ``pubrec``: the QoS 2 id this PUBREC is for, recorded (:mod:`cluster._qos2`) right
+        before the PUBREC is written."""
         w = self._writer
         if (
             not self._acks_queued
             and w is not None
             and (durable is None or (durable.done() and not durable.exception()))
         ):
+            if pubrec:
+                self.qos2.add(self.peer, pubrec)
             w.write(data)
             return
         self._acks_queued += 1
-        self._acks.put_nowait((durable, data))
+        self._acks.put_nowait((durable, data, pubrec))
 
     async def _ack_writer(self, writer: asyncio.WriteTransport) -> None:
         """Acknowledgements leave in order, each once its message is durable here."""
         queue = self._acks
         while True:
-            durable, data = await queue.get()
+            durable, data, pubrec = await queue.get()
             if durable is not None:
                 await asyncio.wrap_future(durable)
+            if pubrec:
+                self.qos2.add(self.peer, pubrec)
             writer.write(data)
             self._acks_queued -= 1
 

@@ -43,6 +43,7 @@ from cluster._link import PeerLink
 from cluster._overlay import Overlay, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
+from cluster._qos2 import ReceivedQos2
 from cluster._routes import RouteChange, RouteTable
 from cluster._takeover import Takeover
 
@@ -74,6 +75,7 @@ class ClusterNode(Hooks):
         alpha: int = 3,
         rpc_timeout: float = 5.0,
         takeover_timeout: float = 2.0,
+        link_queue: int = 1_000_000,
     ) -> None:
         if not secret:
             raise ValueError("a cluster needs a shared secret (--cluster-secret-file)")
@@ -86,6 +88,10 @@ class ClusterNode(Hooks):
         self.refresh_every = refresh
         self.alpha = alpha
         self.takeover_timeout = takeover_timeout
+        self.rpc_timeout = rpc_timeout
+        self.link_queue = link_queue
+        self.qos2 = ReceivedQos2(data_dir)  # per peer, beyond a link's life (issue 30)
+        self._peers_seen: set[str] = set()  # every peer that had a link (hex ids)
         self.placement: Placement | None = None
         self.takeover: Takeover | None = None
         self.table = RouteTable()
@@ -106,6 +112,11 @@ class ClusterNode(Hooks):
         self.broker = broker
         self._core = broker.core
         broker.core.node = self.name
+        # a link session queues up to link_queue QoS 1/2 messages (its real bound is the peer
+        # expiry), and a congested link paces its publishers for the failure timeout at most
+        # (docs/cluster.md, "Partitions")
+        broker.core.peer_queue_limit = max(self.link_queue, broker.core.config.max_queued_messages)
+        broker.core.peer_pace_limit = self.rpc_timeout
         broker.core.sys_sources.append(self.sys_values)
         self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
         self.takeover = Takeover(
@@ -171,6 +182,7 @@ class ClusterNode(Hooks):
         await asyncio.gather(*(link.close() for link in self.links.values()))
         self.links.clear()
         self.overlay.stop()
+        self.qos2.close()
 
     async def _maintain(self) -> None:
         while True:
@@ -206,6 +218,7 @@ class ClusterNode(Hooks):
                     self._control,
                     self._inject_plain,
                     self._link_up,
+                    self.qos2,
                 )
                 self.links[node_id] = link
                 link.start()
@@ -214,8 +227,20 @@ class ClusterNode(Hooks):
             self._close_later(self.links.pop(node_id))
             if self.takeover is not None:  # it counts as fenced in the handovers under way
                 self.takeover.peer_gone(node_id.hex())
+        self._mark_unavailable()
+
+    def _mark_unavailable(self) -> None:
+        """The router's shared-group round robin skips the link sessions of peers this node
+        cannot reach (left the membership, or link down) while a reachable member is left
+        (issue 30, finding 4)."""
+        if self.broker is None:
+            return
+        self._peers_seen.update(link.peer for link in self.links.values())
+        up = {link.peer for link in self.links.values() if link.connected}
+        self.broker.core.router.unavailable = {PEER_PREFIX + p for p in self._peers_seen - up}
 
     def _link_up(self, peer: str) -> None:
+        self._mark_unavailable()
         if self.takeover is not None:
             self.takeover.link_up(peer)
 

@@ -32,7 +32,7 @@ from broker._config import BrokerConfig
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._journal import Journal
-from broker.core._message import Message, Route, SubOptions
+from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
@@ -93,6 +93,13 @@ class Core:
         self.resumable: set[Connection] = set()
         self.high_water = cfg.high_water
         self.low_water = cfg.low_water
+        #: a cluster's link sessions (client id ``$cluster/...``, set by the cluster; issue 30):
+        #: QoS 1/2 messages one may queue (its bound is mostly time: the peer expiry), and
+        #: seconds a congested link may pace its publishers before it counts as slow (its
+        #: publishers released, its QoS 1/2 still queued): an unreachable node must not stall
+        #: the others' publishers beyond the failure timeout; None = ``pace`` without end
+        self.peer_queue_limit = cfg.max_queued_messages
+        self.peer_pace_limit: float | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -358,7 +365,9 @@ class Core:
                 self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
-        if len(queue) >= self.config.max_queued_messages:
+        if len(queue) >= self.config.max_queued_messages and (
+            not s.client_id.startswith(PEER_PREFIX) or len(queue) >= self.peer_queue_limit
+        ):
             self._queue_full(s, conn)
             return
         queue.append(out)
@@ -373,6 +382,8 @@ class Core:
         ``disconnect``) the client is disconnected."""
         self.stats.queue_overflow += 1
         self.stats.dropped_queue_full += 1
+        if s.client_id.startswith(PEER_PREFIX):
+            self.stats.dropped_peer_queue_full += 1
         if conn is not None and conn.policy == "disconnect":
             self.log_limit("queue", s.client_id, f"queue full ({len(s.queue)} messages), disconnecting")
             conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "message queue full")
@@ -418,9 +429,16 @@ class Core:
         """Receivers over their mark for longer than the grace time become slow consumers:
         their publishers are released and their policy applies (``pace``: never slow)."""
         grace = self.config.slow_consumer_grace
-        for conn in [c for c in self.congested if not c.slow and c.policy != "pace"]:
+        peer_limit = self.peer_pace_limit
+        for conn in [
+            c
+            for c in self.congested
+            if not c.slow
+            and (c.policy != "pace" or (peer_limit is not None and (c.client_id or "").startswith(PEER_PREFIX)))
+        ]:
             since = conn.congested_since
-            if since is None or now - since < grace:
+            limit = grace if conn.policy != "pace" else peer_limit or 0.0
+            if since is None or now - since < limit:
                 continue
             conn.slow = True
             self.stats.slow_consumers += 1
@@ -433,7 +451,7 @@ class Core:
                 conn.disconnect(ReasonCode.QUOTA_EXCEEDED, "slow consumer")
             else:
                 self.log_limit(
-                    "slow_consumer", cid, f"slow consumer for {grace:g} s: QoS 0 dropped, QoS 1/2 queued"
+                    "slow_consumer", cid, f"slow consumer for {limit:g} s: QoS 0 dropped, QoS 1/2 queued"
                 )
 
     def drain(self, s: Session, now: float) -> None:
@@ -491,6 +509,7 @@ class Core:
             "$SYS/broker/messages/sent": str(st.messages_sent),
             "$SYS/broker/messages/dropped": str(st.publish_dropped),
             "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
+            "$SYS/broker/messages/queue_overflow/cluster_links": str(st.dropped_peer_queue_full),
             "$SYS/broker/bytes/received": str(st.bytes_received),
             "$SYS/broker/bytes/sent": str(st.bytes_sent),
             "$SYS/broker/retained/count": str(len(self.router.retained)),

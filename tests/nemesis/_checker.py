@@ -1,0 +1,185 @@
+"""The checker of a nemesis run's history (issue 30), in the spirit of Jepsen: properties over
+the whole history, not assertions at points in time.
+
+* **Lost**: an acknowledged QoS 1/2 message (``ack``) whose PUBLISH came after a subscriber's
+  SUBACK (``sub``) and never reached that subscriber (``recv``), for the plain subscribers
+  (every one must get it) and per shared group (one member must).  Subscribers are
+  persistent sessions whose node may be killed and restarted with its store: their sessions
+  stay alive, so nothing is excused.
+* **Duplicates**: a QoS 2 message delivered more than once to one subscriber (or group) is a
+  violation; QoS 1 duplicates are counted (at least once allows them).
+* **Order**: per subscriber and publisher, a first delivery whose sequence number is below
+  one already delivered (redeliveries of the same message are not reorders).
+* **Unacknowledged** messages may arrive or not (counted).
+* **Retained**: the final reads (``retained`` events, one fresh subscriber per node after the
+  last heal): one retained message per read, the same value on every node, and that value is
+  one that was published.
+* **Stalls**: per publisher, the longest time between two acknowledgements, with the
+  publisher's node healthy (not killed, stopped, isolated or in the smaller side).
+* **Backlog after a heal**: per heal, the time to the first delivery of a message published
+  during the fault on a node that was cut from the subscriber's node (when there is one).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.nemesis._cluster import History
+
+
+@dataclass
+class Report:
+    acked: int = 0
+    published: int = 0
+    lost: list[tuple[str, str]] = field(default_factory=list)  # (subscriber or group, payload)
+    lost_shared: list[tuple[str, str]] = field(default_factory=list)
+    qos2_duplicates: list[tuple[str, str, int]] = field(default_factory=list)
+    qos1_duplicates: int = 0
+    shared_duplicates: int = 0
+    reorders: list[tuple[str, str, int, int]] = field(default_factory=list)
+    unacked_delivered: int = 0
+    retained_reads: dict[int, list[str]] = field(default_factory=dict)
+    retained_problems: list[str] = field(default_factory=list)
+    max_stall: dict[str, float] = field(default_factory=dict)
+    backlog_resumed: list[float] = field(default_factory=list)
+    last_delivery_after_heal: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.lost_shared or self.qos2_duplicates or self.retained_problems)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "acknowledged": self.acked,
+            "lost (subscriber, message)": len(self.lost),
+            "lost for a shared group": len(self.lost_shared),
+            "QoS 2 duplicates": len(self.qos2_duplicates),
+            "QoS 1 duplicates": self.qos1_duplicates,
+            "shared-group duplicates": self.shared_duplicates,
+            "reorders": len(self.reorders),
+            "unacknowledged but delivered": self.unacked_delivered,
+            "retained problems": self.retained_problems,
+            "longest ack gap of a healthy publisher (s)": round(max(self.max_stall.values(), default=0.0), 2),
+            "backlog resumed after heal (s, max)": round(max(self.backlog_resumed, default=0.0), 2),
+            "examples lost": self.lost[:5] + self.lost_shared[:5],
+        }
+
+
+def check(h: History, groups: dict[str, list[str]], published_retained: set[str]) -> Report:  # noqa: C901
+    """``groups``: shared group name -> its members' client ids (their deliveries count once
+    per group)."""
+    r = Report()
+    pubs = {f["payload"]: (t, f) for t, f in h.of("pub")}
+    acks = {f["payload"]: t for t, f in h.of("ack")}
+    r.published, r.acked = len(pubs), len(acks)
+    subs = {f["client"]: (t, f) for t, f in h.of("sub")}
+    member_of = {m: g for g, ms in groups.items() for m in ms}
+    got: dict[str, Counter[str]] = defaultdict(Counter)
+    first_order: dict[tuple[str, str], int] = {}
+    recvs = h.of("recv")
+    recvs = [(t, f) for t, f in recvs if f["topic"] != "jep/probe"]
+    for _t, f in recvs:
+        payload = f["payload"]
+        key = member_of.get(f["client"], f["client"])
+        got[key][payload] += 1
+        if key == f["client"]:  # order per plain subscriber and publisher
+            pub, _, seq_s = payload.rpartition(":")
+            seq = int(seq_s)
+            last = first_order.get((key, pub), 0)
+            if got[key][payload] == 1:
+                if seq < last:
+                    r.reorders.append((key, pub, seq, last))
+                else:
+                    first_order[key, pub] = seq
+    # which subscriber (or group) must have which acknowledged message
+    since: dict[str, float] = {}
+    for client, (t, _f) in subs.items():
+        key = member_of.get(client, client)
+        since[key] = min(t, since.get(key, t))
+    for payload in acks:
+        t_pub, f = pubs[payload]
+        for key, t_sub in since.items():
+            if t_sub >= t_pub:
+                continue
+            n = got[key][payload]
+            shared = key in groups
+            if n == 0:
+                (r.lost_shared if shared else r.lost).append((key, payload))
+            elif n > 1:
+                if f["qos"] == 2:
+                    r.qos2_duplicates.append((key, payload, n))
+                elif shared:
+                    r.shared_duplicates += n - 1
+                else:
+                    r.qos1_duplicates += n - 1
+    r.unacked_delivered = sum(1 for key in got for p in got[key] if p not in acks)
+    _retained(h, r, published_retained)
+    _stalls(h, r)
+    _backlog(h, r, recvs)
+    return r
+
+
+def _retained(h: History, r: Report, published: set[str]) -> None:
+    reads = h.of("retained")
+    for _t, f in reads:
+        r.retained_reads[f["node"]] = f["values"]
+        if len(f["values"]) > 1:
+            r.retained_problems.append(f"node {f['node']}: {len(f['values'])} retained messages {f['values']}")
+        for v in f["values"]:
+            if v not in published:
+                r.retained_problems.append(f"node {f['node']}: value {v!r} never published")
+    finals = {tuple(v[-1:]) for v in r.retained_reads.values()}
+    if published and len(finals) > 1:
+        r.retained_problems.append(f"nodes disagree: {r.retained_reads}")
+
+
+def _faulted(h: History) -> list[tuple[float, float, set[int]]]:
+    """(start, end, nodes not healthy) per fault."""
+    faults = h.of("fault")
+    heals = [t for t, _ in h.of("heal")]
+    out = []
+    for t, f in faults:
+        end = next((x for x in heals if x >= t), float("inf"))
+        out.append((t, end, set(f["unhealthy"])))
+    return out
+
+
+def _stalls(h: History, r: Report) -> None:
+    faults = _faulted(h)
+    by_pub: dict[str, list[float]] = defaultdict(list)
+    node_of: dict[str, int] = {}
+    for t, f in h.of("ack"):
+        by_pub[f["client"]].append(t)
+        node_of[f["client"]] = f["node"]
+    for pub, times in by_pub.items():
+        times.sort()
+        gap = 0.0
+        for a, b in zip(times, times[1:], strict=False):
+            # a gap counts when the publisher's node was healthy throughout it
+            if any(s < b and a < e and node_of[pub] in bad for s, e, bad in faults):
+                continue
+            gap = max(gap, b - a)
+        r.max_stall[pub] = gap
+
+
+def _backlog(h: History, r: Report, recvs: list[tuple[float, dict[str, Any]]]) -> None:
+    faults = _faulted(h)
+    pub_time = {f["payload"]: (t, f["node"]) for t, f in h.of("pub")}
+    for s, e, bad in faults:
+        if e == float("inf"):
+            continue
+        # deliveries after the heal of messages published during the fault across the cut
+        after = [
+            t
+            for t, f in recvs
+            if t >= e
+            and f["payload"] in pub_time
+            and s <= pub_time[f["payload"]][0] < e
+            and (pub_time[f["payload"]][1] in bad) != (f["node"] in bad)
+        ]
+        if after:
+            r.backlog_resumed.append(min(after) - e)
+            r.last_delivery_after_heal = max(r.last_delivery_after_heal, max(after) - e)
