@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.nemesis import _net  # noqa: E402
-from tests.nemesis._run import FAULTS, Options, run, summary  # noqa: E402
+from tests.nemesis import _net
+from tests.nemesis._run import FAULTS, Options, run, summary
 
 
 def main() -> int:
@@ -62,6 +62,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
         res = run(Path(tmp), opts)
     out = summary(res, opts)
+    for tb in res.tracebacks:
+        print(tb, file=sys.stderr)
     out["started_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() - res.wall_s))
     out["command"] = " ".join(sys.argv)
     print(json.dumps(out, indent=1))

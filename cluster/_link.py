@@ -126,9 +126,7 @@ class PeerLink:
         # object's life and across restarts (cluster._qos2; issue 30, finding 6)
         self.qos2 = qos2 if qos2 is not None else ReceivedQos2(None)
         self._qos2 = self.qos2.of(peer)
-        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes, int]] = (
-            asyncio.Queue()
-        )
+        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes, int]] = asyncio.Queue()
         self._acks_queued = 0  # acknowledgements in _acks (a later one must wait behind them)
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -466,7 +464,11 @@ class PeerLink:
         while True:
             durable, data, pubrec = await queue.get()
             if durable is not None:
-                await asyncio.wrap_future(durable)
+                # shielded: this task is cancelled when the link goes down, and a cancelled
+                # wrapper would cancel the store's shared durable signal, on which the
+                # journal releases every other client's held acknowledgements (found by the
+                # nemesis, issue 30: a subscriber's deliveries stuck for good)
+                await asyncio.shield(asyncio.wrap_future(durable))
             if pubrec:
                 self.qos2.add(self.peer, pubrec)
             writer.write(data)

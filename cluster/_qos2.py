@@ -115,5 +115,9 @@ class ReceivedQos2:
             self.close()
             return
         self._lines += 1
-        if self._lines % 1000 == 0 and self._lines > 10_000 and self._lines > 4 * sum(len(s) for s in self._ids.values()):
+        if (
+            self._lines % 1000 == 0
+            and self._lines > 10_000
+            and self._lines > 4 * sum(len(s) for s in self._ids.values())
+        ):
             self._compact()

@@ -434,7 +434,9 @@ class Core:
             c
             for c in self.congested
             if not c.slow
-            and (c.policy != "pace" or (peer_limit is not None and (c.client_id or "").startswith(PEER_PREFIX)))
+            and (
+                c.policy != "pace" or (peer_limit is not None and (c.client_id or "").startswith(PEER_PREFIX))
+            )
         ]:
             since = conn.congested_since
             limit = grace if conn.policy != "pace" else peer_limit or 0.0

@@ -22,6 +22,7 @@ the whole history, not assertions at points in time.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,7 +69,7 @@ class Report:
         }
 
 
-def check(h: History, groups: dict[str, list[str]], published_retained: set[str]) -> Report:  # noqa: C901
+def check(h: History, groups: dict[str, list[str]], published_retained: set[str]) -> Report:
     """``groups``: shared group name -> its members' client ids (their deliveries count once
     per group)."""
     r = Report()
@@ -127,7 +128,9 @@ def _retained(h: History, r: Report, published: set[str]) -> None:
     for _t, f in reads:
         r.retained_reads[f["node"]] = f["values"]
         if len(f["values"]) > 1:
-            r.retained_problems.append(f"node {f['node']}: {len(f['values'])} retained messages {f['values']}")
+            r.retained_problems.append(
+                f"node {f['node']}: {len(f['values'])} retained messages {f['values']}"
+            )
         for v in f["values"]:
             if v not in published:
                 r.retained_problems.append(f"node {f['node']}: value {v!r} never published")
@@ -157,7 +160,7 @@ def _stalls(h: History, r: Report) -> None:
     for pub, times in by_pub.items():
         times.sort()
         gap = 0.0
-        for a, b in zip(times, times[1:], strict=False):
+        for a, b in itertools.pairwise(times):
             # a gap counts when the publisher's node was healthy throughout it
             if any(s < b and a < e and node_of[pub] in bad for s, e, bad in faults):
                 continue

@@ -76,6 +76,7 @@ class Cluster:
         self.serve = serve
         self.broker = broker
         self.nodes: list[Node] = []
+        self._procs: list[subprocess.Popen[str]] = []
 
     def start_all(self, n: int) -> None:
         for i in range(n):
@@ -107,12 +108,17 @@ class Cluster:
             "--cluster-listen",
             f"{addr}:{node.cluster_port}",
         ]
-        join = [f"{self.net.addresses[o.index]}:{o.cluster_port}" for o in self.nodes if o.cluster_port and o is not node]
+        join = [
+            f"{self.net.addresses[o.index]}:{o.cluster_port}"
+            for o in self.nodes
+            if o.cluster_port and o is not node
+        ]
         if join:
             cmd += ["--join", ",".join(join)]
         env = {**os.environ, "SIFTMQ_CLUSTER_SECRET": SECRET, "PYTHONPATH": os.getcwd()}
         proc = self.net.popen(i, cmd, stderr=subprocess.PIPE, env=env)
         node.proc = proc
+        self._procs.append(proc)
         node.lines = lines = queue.Queue()
         assert proc.stderr is not None
         stderr = proc.stderr
@@ -150,14 +156,27 @@ class Cluster:
         return proc is not None and proc.poll() is None
 
     def close(self) -> None:
-        for node in self.nodes:
-            if node.proc is not None and node.proc.poll() is None:
-                node.proc.send_signal(signal.SIGCONT)
-                node.proc.kill()
-                node.proc.wait(20)
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+            proc.wait(20)
+            if proc.stderr is not None:
+                proc.stderr.close()
+        self.save_logs()
 
     def tracebacks(self) -> list[str]:
-        return [f"n{n.index}: {line}" for n in self.nodes for line in n.log if "Traceback" in line]
+        """Each traceback a node logged, with the 30 lines after it."""
+        return [
+            f"n{n.index}: " + "".join(n.log[k : k + 30])
+            for n in self.nodes
+            for k, line in enumerate(n.log)
+            if "Traceback" in line
+        ]
+
+    def save_logs(self) -> None:
+        for n in self.nodes:
+            (self.root / f"n{n.index}.log").write_text("".join(n.log))
 
 
 # ---------------------------------------------------------------- clients

@@ -95,7 +95,7 @@ class Network:
         try:
             _run(["ip", "link", "add", self.bridge, "type", "bridge"])
             _run(["ip", "link", "set", self.bridge, "up"])
-            for i in range(n):
+            for _ in range(n):
                 self.add_node()
         except BaseException:
             self.close()

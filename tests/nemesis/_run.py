@@ -23,6 +23,7 @@ checks the history (:mod:`tests.nemesis._checker`).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import time
@@ -70,7 +71,7 @@ class Result:
     converged_s: float  # from the last heal to every acknowledged message delivered
 
 
-def run(root: Path, opts: Options) -> Result:  # noqa: C901
+def run(root: Path, opts: Options) -> Result:
     start = time.monotonic()
     rng = random.Random(opts.seed)
     h = History()
@@ -129,15 +130,15 @@ def run(root: Path, opts: Options) -> Result:  # noqa: C901
         )
     finally:
         for c in [*pubs, *subs]:
-            try:
+            with contextlib.suppress(Exception):  # a client of a dead node: nothing to close
                 c.close()
-            except Exception:  # a client of a dead node: nothing to close
-                pass
         cluster.close()
         net.close()
 
 
-def _apply(fault: str, cluster: Cluster, rng: random.Random, min_node: int) -> tuple[Callable[[], None], list[int]]:
+def _apply(
+    fault: str, cluster: Cluster, rng: random.Random, min_node: int
+) -> tuple[Callable[[], None], list[int]]:
     """Apply ``fault``; (the heal, the nodes it makes unhealthy)."""
     net = cluster.net
     n = len(cluster.nodes)
@@ -175,7 +176,10 @@ def _wait_links(cluster: Cluster, h: History, timeout: float = 30.0) -> None:
     n = len(cluster.nodes)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if all(sum("cluster link to" in line and " up " in line for line in node.log) >= n - 1 for node in cluster.nodes):
+        if all(
+            sum("cluster link to" in line and " up " in line for line in node.log) >= n - 1
+            for node in cluster.nodes
+        ):
             h.add("links_up")
             return
         time.sleep(0.05)
@@ -215,7 +219,9 @@ class Probe:
 
     def _has(self, s: Subscriber, tag: str) -> bool:
         want = {f"{tag}:{i}" for i in range(len(self.cluster.nodes))}
-        got = {f["payload"] for _t, f in s.h.of("recv") if f["client"] == s.cid and f["payload"].startswith(tag)}
+        got = {
+            f["payload"] for _t, f in s.h.of("recv") if f["client"] == s.cid and f["payload"].startswith(tag)
+        }
         return want <= got
 
 
@@ -224,7 +230,9 @@ def _publish_qos0(cluster: Cluster, node: int, payload: str) -> None:
 
     from tests.nemesis._net import in_namespace
 
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"probe-{node}-{time.monotonic_ns()}", protocol=mqtt.MQTTv5)
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2, f"probe-{node}-{time.monotonic_ns()}", protocol=mqtt.MQTTv5
+    )
     c.username_pw_set("nemesis")
 
     def go() -> None:
