@@ -44,6 +44,7 @@ from cluster._overlay import Overlay, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
 from cluster._qos2 import ReceivedQos2
+from cluster._retained import RetainedRegister
 from cluster._routes import RouteChange, RouteTable
 from cluster._takeover import Takeover
 
@@ -92,6 +93,9 @@ class ClusterNode(Hooks):
         self.link_queue = link_queue
         self.qos2 = ReceivedQos2(data_dir)  # per peer, beyond a link's life (issue 30)
         self._peers_seen: set[str] = set()  # every peer that had a link (hex ids)
+        # one converging register per retained topic (issue 30, finding 3)
+        self.retained = RetainedRegister(self.name, data_dir, self._store_retained)
+        self._injecting = False  # a peer's message is being published here
         self.placement: Placement | None = None
         self.takeover: Takeover | None = None
         self.table = RouteTable()
@@ -117,6 +121,7 @@ class ClusterNode(Hooks):
         # (docs/cluster.md, "Partitions")
         broker.core.peer_queue_limit = max(self.link_queue, broker.core.config.max_queued_messages)
         broker.core.peer_pace_limit = self.rpc_timeout
+        broker.core.retain_hook = self._retain_hook
         broker.core.sys_sources.append(self.sys_values)
         self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
         self.takeover = Takeover(
@@ -183,6 +188,7 @@ class ClusterNode(Hooks):
         self.links.clear()
         self.overlay.stop()
         self.qos2.close()
+        self.retained.close()
 
     async def _maintain(self) -> None:
         while True:
@@ -241,6 +247,9 @@ class ClusterNode(Hooks):
 
     def _link_up(self, peer: str) -> None:
         self._mark_unavailable()
+        # the peer's whole retained register: repairs what an expired session, a restart or
+        # a join missed (the values merge by stamp, cluster._retained)
+        self._send_control(peer, {"t": "ret?", "src": self.name})
         if self.takeover is not None:
             self.takeover.link_up(peer)
 
@@ -334,17 +343,19 @@ class ClusterNode(Hooks):
             )
         if props.topic_alias is not None:
             props = dataclasses.replace(props, topic_alias=None)
-        if replay:
-            held = core.router.retained.get(p.topic)
-            if held is not None and held.payload == p.payload:
-                return None  # this node has it already (and delivered it on SUBSCRIBE)
+        if replay:  # retained messages come from the register (cluster._retained), not here
+            return None
         msg = Message.create(p.topic, p.payload, p.qos, p.retain, props, None, now)
         journal = core.journal
         before = journal.submitted
         routes = core.router.route_peer(msg, plain, groups, replay)
         if self._diverted and self.takeover is not None:  # a session is moving
             routes = self.takeover.diversions.routes_from(peer, msg, routes)
-        core.publish(msg, now, routes)
+        self._injecting = True
+        try:
+            core.publish(msg, now, routes)
+        finally:
+            self._injecting = False
         self.injected += 1
         store = journal.store
         if store is not None and journal.submitted != before:
@@ -361,13 +372,51 @@ class ClusterNode(Hooks):
         route_peer = core.router.route_peer
         publish = core.publish
         create = Message.create
-        for p in run:
-            props = p.properties
-            if props.topic_alias is not None:
-                props = dataclasses.replace(props, topic_alias=None)
-            msg = create(p.topic, p.payload, 0, p.retain, props, None, now)
-            publish(msg, now, route_peer(msg, True, _NO_GROUPS, False))
+        self._injecting = True
+        try:
+            for p in run:
+                props = p.properties
+                if props.topic_alias is not None:
+                    props = dataclasses.replace(props, topic_alias=None)
+                msg = create(p.topic, p.payload, 0, p.retain, props, None, now)
+                publish(msg, now, route_peer(msg, True, _NO_GROUPS, False))
+        finally:
+            self._injecting = False
         self.injected += len(run)
+
+    # ------------------------------------------------------------ retained register
+    def _retain_hook(self, msg: Message) -> bool:
+        """Core.retain_hook: a peer's forwarded copy is not stored (the register decides);
+        a local retained publication is stamped and sent to every member."""
+        if self._injecting:
+            return False
+        topic = msg.topic
+        if topic.startswith("$"):
+            return True
+        ctl = self.retained.local(topic, msg.payload, msg.qos, msg.properties.message_expiry_interval)
+        loop = asyncio.get_running_loop()
+        for link in self.links.values():  # after this publication (no re-entrant publish)
+            loop.call_soon(self._send_control, link.peer, ctl)
+        return True
+
+    def _store_retained(self, topic: str, payload: bytes, qos: int, expiry: int | None) -> None:
+        """The register's value for ``topic`` becomes this node's retained message (stored,
+        journalled, not delivered: retained messages go out on SUBSCRIBE)."""
+        core = self._core
+        now = core.clock.monotonic()
+        props = NO_PROPERTIES if expiry is None else Properties(message_expiry_interval=expiry)
+        msg = Message.create(topic, payload, qos, True, props, None, now)
+        core.router.store_retained(msg)
+        core.journal.retained(msg, now)
+
+    def _held_retained(self, topic: str) -> tuple[bytes, int, int | None] | None:
+        msg = self._core.router.retained.get(topic)
+        if msg is None:
+            return None
+        expiry = None
+        if msg.expires_at is not None:
+            expiry = max(1, int(msg.expires_at - self._core.clock.monotonic()))
+        return msg.payload, msg.qos, expiry
 
     # ------------------------------------------------------------ control messages
     def _send_control(self, dest: str, msg: dict[str, Any]) -> None:
@@ -392,9 +441,15 @@ class ClusterNode(Hooks):
             return
         if not isinstance(msg, dict):
             return
-        if msg.get("t") in _TAKEOVER:
+        kind = msg.get("t")
+        if kind in _TAKEOVER:
             if self.takeover is not None:
                 self.takeover.receive(msg)
+        elif kind == "ret":
+            self.retained.receive(msg)
+        elif kind == "ret?":
+            for ctl in self.retained.dump(self._held_retained):
+                self._send_control(str(msg["src"]), ctl)
         else:
             self.placement.receive(msg)
 
@@ -411,6 +466,10 @@ class ClusterNode(Hooks):
             "$SYS/cluster/routes": str(len(self.table)),
             "$SYS/cluster/forwarded/received": str(self.injected),
             "$SYS/cluster/links/refused": str(self.refused_links),
+            "$SYS/cluster/links/unreachable": str(len(self._core.router.unavailable)),
+            "$SYS/cluster/retained/topics": str(len(self.retained.stamps)),
+            "$SYS/cluster/retained/applied": str(self.retained.applied),
+            "$SYS/cluster/retained/stale": str(self.retained.stale),
         }
         if self.takeover is not None:
             out.update(self.takeover.sys_values())

@@ -100,6 +100,9 @@ class Core:
         #: the others' publishers beyond the failure timeout; None = ``pace`` without end
         self.peer_queue_limit = cfg.max_queued_messages
         self.peer_pace_limit: float | None = None
+        #: asked before a published retained message is stored (False: not stored, still
+        #: routed): a cluster keeps one converging register per topic (docs/cluster.md)
+        self.retain_hook: Callable[[Message], bool] | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -283,7 +286,7 @@ class Core:
 
         ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
         router = self.router
-        if msg.retain:
+        if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
             router.store_retained(msg)
             self.journal.retained(msg, now)
         if routes is None:

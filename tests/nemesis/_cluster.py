@@ -79,11 +79,20 @@ class Cluster:
         self._procs: list[subprocess.Popen[str]] = []
 
     def start_all(self, n: int) -> None:
+        """The first node, then the others at once (they join through it)."""
         for i in range(n):
             self.nodes.append(Node(i, self.root / f"n{i}"))
-            self.start(i)
+        self.start(0)
+        for i in range(1, n):
+            self.launch(i)
+        for i in range(1, n):
+            self.ready(i)
 
     def start(self, i: int) -> None:
+        self.launch(i)
+        self.ready(i)
+
+    def launch(self, i: int) -> None:
         node = self.nodes[i]
         node.data.mkdir(parents=True, exist_ok=True)
         cfg = self.root / f"n{i}.toml"
@@ -129,6 +138,12 @@ class Cluster:
                 lines.put(line)
 
         threading.Thread(target=pump, daemon=True).start()
+
+    def ready(self, i: int) -> None:
+        """Until node ``i`` logged its MQTT and cluster ports."""
+        node = self.nodes[i]
+        addr = self.net.addresses[i]
+        lines = node.lines
         deadline = time.monotonic() + 20
         ready = False
         while not ready:
@@ -237,8 +252,8 @@ class Subscriber:
         )
 
     def close(self) -> None:
-        self.c.loop_stop()
         self.c.disconnect()
+        self.c.loop_stop()
 
 
 class Publisher:
@@ -297,8 +312,8 @@ class Publisher:
 
     def close(self) -> None:
         self.stop()
-        self.c.loop_stop()
         self.c.disconnect()
+        self.c.loop_stop()
 
 
 def publish_retained(cluster: Cluster, node: int, topic: str, value: str, history: History) -> bool:
@@ -323,8 +338,8 @@ def publish_retained(cluster: Cluster, node: int, topic: str, value: str, histor
     except OSError:
         return False
     finally:
-        c.loop_stop()
         c.disconnect()
+        c.loop_stop()
 
 
 def read_retained(cluster: Cluster, node: int, topic: str, history: History, wait: float = 1.0) -> list[str]:
@@ -349,5 +364,5 @@ def read_retained(cluster: Cluster, node: int, topic: str, history: History, wai
         history.add("retained", node=node, topic=topic, values=list(got))
         return list(got)
     finally:
-        c.loop_stop()
         c.disconnect()
+        c.loop_stop()

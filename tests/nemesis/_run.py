@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -117,8 +118,13 @@ def run(root: Path, opts: Options) -> Result:
             p.stop()
         healed = h.of("heal")[-1][0] if h.of("heal") else 0.0
         converged = _wait_delivered(h, groups, opts.final_wait_s)
-        for i in range(n):
-            read_retained(cluster, i, RETAINED_TOPIC, h)
+        readers = [
+            threading.Thread(target=read_retained, args=(cluster, i, RETAINED_TOPIC, h)) for i in range(n)
+        ]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
         report = check(h, groups, retained_values)
         return Result(
             report,
@@ -210,7 +216,7 @@ class Probe:
         tag = f"probe:{self.n}"
         for i in range(len(self.cluster.nodes)):
             _publish_qos0(self.cluster, i, f"{tag}:{i}")
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + 0.3
         while time.monotonic() < deadline:
             if all(self._has(s, tag) for s in self.subs if not s.filter.startswith("$share")):
                 return True
@@ -243,8 +249,8 @@ def _publish_qos0(cluster: Cluster, node: int, payload: str) -> None:
     try:
         c.publish("jep/probe", payload, qos=1).wait_for_publish(5)
     finally:
-        c.loop_stop()
         c.disconnect()
+        c.loop_stop()
 
 
 def _wait_delivered(h: History, groups: dict[str, list[str]], timeout: float) -> float:

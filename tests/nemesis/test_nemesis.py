@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(bool(_net.why_not()), reason=str(_net.why_not())
 
 
 def test_short_nemesis_run_loses_nothing_acknowledged(tmp_path: Path) -> None:
-    opts = Options(nodes=3, cycles=3, seed=30, fault_s=2.0, settle_s=1.5, rate=20.0, final_wait_s=8.0)
+    opts = Options(nodes=3, cycles=3, seed=30, fault_s=2.0, settle_s=1.0, rate=20.0, final_wait_s=8.0)
     res = run(tmp_path, opts)
     rep = res.report
     text = json.dumps(summary(res, opts), indent=1)
