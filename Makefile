@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build chromium mosquitto cluster
+.PHONY: run test lint typecheck unit setup build chromium mosquitto cluster nemesis-tools
 
 setup: $(STAMP)
 
@@ -60,9 +60,18 @@ mosquitto:
 	      || echo "mosquitto could not be installed: the bridge test will be skipped"; \
 	  else echo "mosquitto not installed: the bridge test will be skipped"; fi; }
 
+# iproute2 and nftables for the nemesis (issue 30: network namespaces, a bridge, drop rules);
+# installed when missing and we may, otherwise tests/nemesis is skipped with its reason.
+nemesis-tools:
+	@{ command -v ip >/dev/null 2>&1 && command -v nft >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables) >/dev/null \
+	      || echo "iproute2/nftables could not be installed: the nemesis test will be skipped"; \
+	  else echo "ip or nft missing: the nemesis test will be skipped"; fi; }
+
 # one worker per core, a test file's tests on one worker (module fixtures, ports 0 anyway), the
 # files using the Spark session on one worker (tests/conftest.py)
-unit: $(BUILT) chromium mosquitto
+unit: $(BUILT) chromium mosquitto nemesis-tools
 	$(PY) -m pytest -n auto --dist loadfile
 
 test: lint typecheck unit

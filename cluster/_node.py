@@ -123,7 +123,9 @@ class ClusterNode(Hooks):
         broker.core.peer_pace_limit = self.rpc_timeout
         broker.core.retain_hook = self._retain_hook
         broker.core.sys_sources.append(self.sys_values)
-        self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
+        self.placement = Placement(
+            self.name, self.overlay, broker, self._send_control, self.alpha, forget=float(self.peer_expiry)
+        )
         self.takeover = Takeover(
             self.name,
             broker.core,
