@@ -39,6 +39,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="write the summary and history here (JSON)")
     args = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1: where every thread is
+    signal.signal(signal.SIGTERM, lambda *_a: sys.exit(3))  # kill: the cleanup still runs
     why = _net.why_not()
     if why:
         print(f"cannot run: {why}", file=sys.stderr)

@@ -314,6 +314,11 @@ class Broker:
         """Graceful stop: listener closed, clients disconnected (wills published), hooks stopped."""
         if self._listeners is None:
             return
+        for h in self.hooks:
+            try:
+                await h.stopping()
+            except Exception:
+                log.exception("hook %s.stopping failed", type(h).__name__)
         await close_listeners(self._listeners + self._extra)
         if self._metrics is not None:
             self._metrics.shutdown()

@@ -443,8 +443,8 @@ class PeerLink:
     def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes, pubrec: int = 0) -> None:
         """An acknowledgement: written at once when its message is durable (or needs not be)
         and none waits before it, else queued for :meth:`_ack_writer` (order is kept).
-        ``pubrec``: the QoS 2 id this PUBREC is for, recorded (:mod:`cluster._qos2`) right
-        before the PUBREC is written."""
+        ``pubrec``: the QoS 2 id this PUBREC is for, recorded (:mod:`cluster._qos2`) as soon
+        as its message is durable, before the PUBREC is written."""
         w = self._writer
         if (
             not self._acks_queued
@@ -455,22 +455,36 @@ class PeerLink:
                 self.qos2.add(self.peer, pubrec)
             w.write(data)
             return
+        if pubrec:  # recorded once durable, whether or not this link lives to send the PUBREC
+            if durable is None or durable.done():
+                self._record_qos2(durable, pubrec)
+            else:
+                loop = self._loop
+
+                def done(f: concurrent.futures.Future[None], pid: int = pubrec) -> None:
+                    loop.call_soon_threadsafe(self._record_qos2, f, pid)  # from the store's thread
+
+                durable.add_done_callback(done)
         self._acks_queued += 1
         self._acks.put_nowait((durable, data, pubrec))
+
+    def _record_qos2(self, durable: concurrent.futures.Future[None] | None, pid: int) -> None:
+        """A received QoS 2 id whose message is durable here goes on file (cluster._qos2): a
+        resend after a restart is answered PUBREC and not injected again."""
+        if durable is None or (not durable.cancelled() and durable.exception() is None):
+            self.qos2.add(self.peer, pid)
 
     async def _ack_writer(self, writer: asyncio.WriteTransport) -> None:
         """Acknowledgements leave in order, each once its message is durable here."""
         queue = self._acks
         while True:
-            durable, data, pubrec = await queue.get()
+            durable, data, _pubrec = await queue.get()
             if durable is not None:
                 # shielded: this task is cancelled when the link goes down, and a cancelled
                 # wrapper would cancel the store's shared durable signal, on which the
                 # journal releases every other client's held acknowledgements (found by the
                 # nemesis, issue 30: a subscriber's deliveries stuck for good)
                 await asyncio.shield(asyncio.wrap_future(durable))
-            if pubrec:
-                self.qos2.add(self.peer, pubrec)
             writer.write(data)
             self._acks_queued -= 1
 

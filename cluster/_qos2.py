@@ -13,10 +13,11 @@ directory, in an append-only file ``<data_dir>/cluster-qos2`` (``+ <peer> <id>``
 PUBREC leaves, ``- <peer> <id>`` on PUBREL, ``0 <peer>`` when the peer's session is new),
 compacted when it is read at start and when it grew beyond a few times the live ids.
 
-The order is the one that never loses: an id is written to the file right before its PUBREC
-is written to the socket, after the local store made the message durable.  A crash between
-the store's commit and that write can deliver the message twice (the peer resends it, its
-PUBREC never left); a crash after it cannot.  The write is an ``os.write`` to an ``O_APPEND``
+The order is the one that never loses: an id is written to the file once the local store made
+its message durable (from the store's signal, whether or not the link is still there to send
+the PUBREC), and before the PUBREC is written.  A crash between the store's commit and that
+write can deliver the message twice (the peer resends it, its PUBREC never left); a crash
+after it cannot.  The write is an ``os.write`` to an ``O_APPEND``
 descriptor (it survives ``kill -9``; like the store's own commits it is not an ``fsync``).
 """
 

@@ -8,8 +8,11 @@ the whole history, not assertions at points in time.
   stay alive, so nothing is excused.
 * **Duplicates**: a QoS 2 message delivered more than once to one subscriber (or group) is a
   violation; QoS 1 duplicates are counted (at least once allows them).
-* **Order**: per subscriber and publisher, a first delivery whose sequence number is below
-  one already delivered (redeliveries of the same message are not reorders).
+* **Order**: per subscriber and publisher, a message ``a`` acknowledged before ``b`` was
+  published (real-time order) whose first delivery comes after ``b``'s.  Messages a publisher
+  resends after a reconnection may overtake each other (paho sends new messages before the
+  old ones' resends: the client's order, not the broker's), so mere sequence inversions are
+  not counted.
 * **Unacknowledged** messages may arrive or not (counted).
 * **Retained**: the final reads (``retained`` events, one fresh subscriber per node after the
   last heal): one retained message per read, the same value on every node, and that value is
@@ -79,22 +82,22 @@ def check(h: History, groups: dict[str, list[str]], published_retained: set[str]
     subs = {f["client"]: (t, f) for t, f in h.of("sub")}
     member_of = {m: g for g, ms in groups.items() for m in ms}
     got: dict[str, Counter[str]] = defaultdict(Counter)
-    first_order: dict[tuple[str, str], int] = {}
+    latest_pub: dict[tuple[str, str], tuple[float, int]] = {}  # (sub, publisher) -> newest delivered
     recvs = h.of("recv")
     recvs = [(t, f) for t, f in recvs if f["topic"] != "jep/probe"]
     for _t, f in recvs:
         payload = f["payload"]
         key = member_of.get(f["client"], f["client"])
         got[key][payload] += 1
-        if key == f["client"]:  # order per plain subscriber and publisher
+        if key == f["client"] and got[key][payload] == 1 and payload in pubs:
             pub, _, seq_s = payload.rpartition(":")
-            seq = int(seq_s)
-            last = first_order.get((key, pub), 0)
-            if got[key][payload] == 1:
-                if seq < last:
-                    r.reorders.append((key, pub, seq, last))
-                else:
-                    first_order[key, pub] = seq
+            t_pub = pubs[payload][0]
+            newest = latest_pub.get((key, pub))
+            acked_at = acks.get(payload)
+            if newest is not None and acked_at is not None and newest[0] > acked_at:
+                r.reorders.append((key, pub, int(seq_s), newest[1]))
+            if newest is None or t_pub > newest[0]:
+                latest_pub[key, pub] = (t_pub, int(seq_s))
     # which subscriber (or group) must have which acknowledged message
     since: dict[str, float] = {}
     for client, (t, _f) in subs.items():

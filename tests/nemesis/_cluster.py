@@ -145,21 +145,33 @@ class Cluster:
         addr = self.net.addresses[i]
         lines = node.lines
         deadline = time.monotonic() + 20
-        ready = False
+        ready = got_port = False
         while not ready:
-            line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            if m := re.search(rf"listening on {re.escape(addr)}:(\d+)", line):
-                node.port = int(m.group(1))
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                tail = "".join(node.log[-15:])
+                raise AssertionError(
+                    f"node {i} did not start (exit {node.proc and node.proc.poll()}):\n{tail}"
+                ) from None
+            # the MQTT listener is the first one logged (the cluster listener follows)
+            if not got_port and (m := re.search(rf"listening on {re.escape(addr)}:(\d+)", line)):
+                node.port, got_port = int(m.group(1)), True
             if m := re.search(rf"cluster node ([0-9a-f]+) on {re.escape(addr)}:(\d+)", line):
                 node.node_id, node.cluster_port = m.group(1), int(m.group(2))
                 ready = True
 
     def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+        """Signal node ``i`` and wait for its end (SIGTERM: 15 s, then SIGKILL)."""
         proc = self.nodes[i].proc
         if proc is not None and proc.poll() is None:
             proc.send_signal(sig)
-            if sig in (signal.SIGKILL, signal.SIGTERM):
-                proc.wait(20)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.nodes[i].log.append(f"nemesis: no exit 15 s after signal {sig}: SIGKILL\n")
+                proc.kill()
+                proc.wait(15)
 
     def signal(self, i: int, sig: int) -> None:
         proc = self.nodes[i].proc
@@ -252,8 +264,16 @@ class Subscriber:
         )
 
     def close(self) -> None:
-        self.c.disconnect()
-        self.c.loop_stop()
+        _close(self.c)
+
+
+def _close(c: mqtt.Client) -> None:
+    """Disconnect and stop the loop thread, waiting 2 s at most (a client of a node that is
+    stopped or gone must not hang the run's cleanup; the thread is a daemon)."""
+    c.disconnect()
+    t = threading.Thread(target=c.loop_stop, daemon=True)
+    t.start()
+    t.join(2)
 
 
 class Publisher:
@@ -267,6 +287,7 @@ class Publisher:
         self.topic = f"jep/{cid}"
         self.seq = 0
         self._mids: dict[int, int] = {}
+        self._early: dict[int, bool] = {}  # mid -> success, acknowledged before it was noted
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.connected = threading.Event()
@@ -293,16 +314,23 @@ class Publisher:
         while not self._stop.is_set():
             self.seq += 1
             payload = f"{self.cid}:{self.seq}"
-            with self._lock:
-                info = self.c.publish(self.topic, payload, qos=self.qos)
-                self._mids[info.mid] = self.seq
             self.h.add("pub", client=self.cid, node=self.node, seq=self.seq, qos=self.qos, payload=payload)
+            # not under self._lock: paho calls on_publish holding its own lock (lock order)
+            info = self.c.publish(self.topic, payload, qos=self.qos)
+            with self._lock:
+                early = self._early.pop(info.mid, None)
+                if early is None:
+                    self._mids[info.mid] = self.seq
+            if early:
+                self.h.add("ack", client=self.cid, node=self.node, seq=self.seq, payload=payload)
             next_at += period
             self._stop.wait(max(0.0, next_at - time.monotonic()))
 
     def _on_publish(self, _c: object, _u: object, mid: int, rc: Any, _p: object = None) -> None:
         with self._lock:
             seq = self._mids.pop(mid, None)
+            if seq is None:  # acknowledged before publish() returned
+                self._early[mid] = not rc.is_failure
         if seq is not None and not rc.is_failure:
             self.h.add("ack", client=self.cid, node=self.node, seq=seq, payload=f"{self.cid}:{seq}")
 
@@ -312,8 +340,7 @@ class Publisher:
 
     def close(self) -> None:
         self.stop()
-        self.c.disconnect()
-        self.c.loop_stop()
+        _close(self.c)
 
 
 def publish_retained(cluster: Cluster, node: int, topic: str, value: str, history: History) -> bool:
@@ -338,8 +365,7 @@ def publish_retained(cluster: Cluster, node: int, topic: str, value: str, histor
     except OSError:
         return False
     finally:
-        c.disconnect()
-        c.loop_stop()
+        _close(c)
 
 
 def read_retained(cluster: Cluster, node: int, topic: str, history: History, wait: float = 1.0) -> list[str]:
@@ -364,5 +390,4 @@ def read_retained(cluster: Cluster, node: int, topic: str, history: History, wai
         history.add("retained", node=node, topic=topic, values=list(got))
         return list(got)
     finally:
-        c.disconnect()
-        c.loop_stop()
+        _close(c)

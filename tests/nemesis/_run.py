@@ -39,6 +39,7 @@ from tests.nemesis._cluster import (
     History,
     Publisher,
     Subscriber,
+    _close,
     publish_retained,
     read_retained,
 )
@@ -249,8 +250,7 @@ def _publish_qos0(cluster: Cluster, node: int, payload: str) -> None:
     try:
         c.publish("jep/probe", payload, qos=1).wait_for_publish(5)
     finally:
-        c.disconnect()
-        c.loop_stop()
+        _close(c)
 
 
 def _wait_delivered(h: History, groups: dict[str, list[str]], timeout: float) -> float:

@@ -7,6 +7,7 @@ docs/fault.md."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -28,5 +29,7 @@ def test_short_nemesis_run_loses_nothing_acknowledged(tmp_path: Path) -> None:
     assert not rep.lost_shared, text
     assert not rep.qos2_duplicates, text
     assert not rep.retained_problems, text
-    # every namespace and the bridge are gone
-    assert not [ns for ns in _net._run(["ip", "netns", "list"]).splitlines() if ns.startswith(_net.PREFIX)]
+    # this run's namespaces and bridge are gone (tag: the process id, as Network chose it)
+    mine = f"{_net.PREFIX}{os.getpid() % 250}"
+    assert not [ns for ns in _net._run(["ip", "netns", "list"]).splitlines() if ns.startswith(mine + "n")]
+    assert f" {mine}b:" not in _net._run(["ip", "-o", "link", "show", "type", "bridge"])
