@@ -135,3 +135,35 @@ def test_shared_group_fails_over_to_a_reachable_member(tmp_path: Path, stopped: 
     finally:
         m0.close()
         m2.close()
+
+
+def test_a_node_leaving_gracefully_under_traffic_loses_nothing_acknowledged(
+    tmp_path: Path, stopped: list[Node]
+) -> None:
+    """B is stopped with SIGTERM while A's publisher sends QoS 1 messages for B's persistent
+    subscriber, then restarted with its data directory: every message A acknowledged reaches
+    the subscriber (before the fix B's links went on acknowledging after its store closed)."""
+    a = start(tmp_path / "a", None, serve=SERVE)
+    b = start(tmp_path / "b", a.cluster_port, serve=SERVE)
+    wait_links(a, 1)
+    wait_links(b, 1)
+    sub = _Sub(b.port, "far", "jep/#")
+    result: dict[str, set[bytes]] = {}
+    try:
+        _routes(a.port, sub, "jep/probe")
+        payloads = [f"m{i}".encode() for i in range(600)]
+        t = threading.Thread(target=lambda: result.update(acked=publish(a.port, "pub", "jep/x", payloads)))
+        t.start()
+        eventually(lambda: len(sub.payloads()) > 50, "no traffic before the stop")
+        b.proc.terminate()
+        b.proc.wait(T)
+        t.join(T)
+        before = sub.payloads()
+        sub.close()
+        b2 = start(b.data, a.cluster_port, cluster_port=b.cluster_port, serve=SERVE)
+        sub = _Sub(b2.port, "far", "jep/#")
+        acked = result["acked"]
+        assert acked == set(payloads)
+        eventually(lambda: before | sub.payloads() >= acked, "acknowledged messages lost in B's stop")
+    finally:
+        sub.close()
