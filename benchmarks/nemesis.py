@@ -36,7 +36,8 @@ def main() -> int:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--failure-timeout", type=float, default=2.0, help="cluster_failure_timeout")
     ap.add_argument("--refresh", type=float, default=1.0, help="cluster_refresh")
-    ap.add_argument("--out", type=Path, default=None, help="write the summary and history here (JSON)")
+    ap.add_argument("--out", type=Path, default=None, help="write the summary and faults here (JSON)")
+    ap.add_argument("--history", action="store_true", help="--out gets every event (large)")
     args = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1: where every thread is
     signal.signal(signal.SIGTERM, lambda *_a: sys.exit(3))  # kill: the cleanup still runs
@@ -68,8 +69,9 @@ def main() -> int:
     out["started_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() - res.wall_s))
     out["command"] = " ".join(sys.argv)
     print(json.dumps(out, indent=1))
-    if args.out is not None:
-        args.out.write_text(json.dumps({"summary": out, "history": res.history.events}, indent=0))
+    if args.out is not None:  # the history without the data events unless --history
+        events = [e for e in res.history.events if args.history or e[1] not in ("pub", "ack", "recv")]
+        args.out.write_text(json.dumps({"summary": out, "history": events}, indent=0))
     return 0 if res.report.ok and not res.tracebacks else 1
 
 

@@ -170,6 +170,9 @@ class Broker:
         self._metrics: WSGIServer | None = None
         #: snapshots of the durable composite subscriptions (with a store on disk)
         self.composite_saver: CompositeSaver | None = None
+        #: QoS 2 ids the store held under client ids without a session (an extension's own:
+        #: the cluster keeps its peers' received ids so), by client id, as found at start
+        self.restored_qos2_in: dict[str, set[int]] = {}
         self._open: set[MQTTProtocol] = set()
         for h in self.hooks:
             h.attach(self)
@@ -249,6 +252,7 @@ class Broker:
         journal.store = store
         journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
         journal.restore(state, self.core.clock.monotonic(), wall)
+        self.restored_qos2_in = {c: set(ids) for c, ids in state.qos2_in.items() if c not in state.sessions}
         core.flush()
         log.info(
             "store %s: %d sessions, %d retained messages restored",

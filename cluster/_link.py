@@ -123,10 +123,10 @@ class PeerLink:
         self._last_rx = 0.0
         self._pid = 0
         # the peer's QoS 2 ids received and not released: kept by the node beyond this
-        # object's life and across restarts (cluster._qos2; issue 30, finding 6)
-        self.qos2 = qos2 if qos2 is not None else ReceivedQos2(None)
+        # object's life and, in the store, across restarts (cluster._qos2; issue 30, finding 6)
+        self.qos2 = qos2 if qos2 is not None else ReceivedQos2()
         self._qos2 = self.qos2.of(peer)
-        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes, int]] = asyncio.Queue()
+        self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes]] = asyncio.Queue()
         self._acks_queued = 0  # acknowledgements in _acks (a later one must wait behind them)
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -437,48 +437,28 @@ class PeerLink:
             self._ack(durable, encode(Puback(pid), 5))
         elif qos == 2:
             assert pid is not None
-            self._qos2.add(pid)  # in memory now (a resend in this read); on file with its PUBREC
-            self._ack(durable, encode(Pubrec(pid), 5), pid)
+            self._qos2.add(pid)  # stored with the injection's copies (ClusterNode._inject)
+            self._ack(durable, encode(Pubrec(pid), 5))
 
-    def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes, pubrec: int = 0) -> None:
+    def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes) -> None:
         """An acknowledgement: written at once when its message is durable (or needs not be)
-        and none waits before it, else queued for :meth:`_ack_writer` (order is kept).
-        ``pubrec``: the QoS 2 id this PUBREC is for, recorded (:mod:`cluster._qos2`) as soon
-        as its message is durable, before the PUBREC is written."""
+        and none waits before it, else queued for :meth:`_ack_writer` (order is kept)."""
         w = self._writer
         if (
             not self._acks_queued
             and w is not None
             and (durable is None or (durable.done() and not durable.exception()))
         ):
-            if pubrec:
-                self.qos2.add(self.peer, pubrec)
             w.write(data)
             return
-        if pubrec:  # recorded once durable, whether or not this link lives to send the PUBREC
-            if durable is None or durable.done():
-                self._record_qos2(durable, pubrec)
-            else:
-                loop = self._loop
-
-                def done(f: concurrent.futures.Future[None], pid: int = pubrec) -> None:
-                    loop.call_soon_threadsafe(self._record_qos2, f, pid)  # from the store's thread
-
-                durable.add_done_callback(done)
         self._acks_queued += 1
-        self._acks.put_nowait((durable, data, pubrec))
-
-    def _record_qos2(self, durable: concurrent.futures.Future[None] | None, pid: int) -> None:
-        """A received QoS 2 id whose message is durable here goes on file (cluster._qos2): a
-        resend after a restart is answered PUBREC and not injected again."""
-        if durable is None or (not durable.cancelled() and durable.exception() is None):
-            self.qos2.add(self.peer, pid)
+        self._acks.put_nowait((durable, data))
 
     async def _ack_writer(self, writer: asyncio.WriteTransport) -> None:
         """Acknowledgements leave in order, each once its message is durable here."""
         queue = self._acks
         while True:
-            durable, data, _pubrec = await queue.get()
+            durable, data = await queue.get()
             if durable is not None:
                 # shielded: this task is cancelled when the link goes down, and a cancelled
                 # wrapper would cancel the store's shared durable signal, on which the

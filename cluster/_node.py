@@ -91,7 +91,7 @@ class ClusterNode(Hooks):
         self.takeover_timeout = takeover_timeout
         self.rpc_timeout = rpc_timeout
         self.link_queue = link_queue
-        self.qos2 = ReceivedQos2(data_dir)  # per peer, beyond a link's life (issue 30)
+        self.qos2 = ReceivedQos2()  # per peer, beyond a link's life, in the store (issue 30)
         self._peers_seen: set[str] = set()  # every peer that had a link (hex ids)
         # one converging register per retained topic (issue 30, finding 3)
         self.retained = RetainedRegister(self.name, data_dir, self._store_retained)
@@ -147,6 +147,8 @@ class ClusterNode(Hooks):
         self.port = await broker.listen(
             Listener("tcp", host, port, allow_anonymous=False, slow_consumer_policy="pace")
         )
+        # the peers' received QoS 2 ids go in the broker's store, with the injected messages
+        self.qos2.attach(broker.core.journal.store, broker.restored_qos2_in)
         await self.overlay.start(host, self.port, self.join)
         for client_id, full_filter in self._local_subscriptions():
             self.table.add(client_id, full_filter)
@@ -201,7 +203,6 @@ class ClusterNode(Hooks):
         await asyncio.gather(*(link.close() for link in self.links.values()))
         self.links.clear()
         self.overlay.stop()
-        self.qos2.close()
         self.retained.close()
 
     async def _maintain(self) -> None:
@@ -372,6 +373,12 @@ class ClusterNode(Hooks):
             self._injecting = False
         self.injected += 1
         store = journal.store
+        if p.qos == 2 and p.packet_id is not None:
+            # the received id joins the store transaction of the copies just journalled: a
+            # restart finds both or neither (cluster._qos2)
+            self.qos2.received(peer, p.packet_id)
+            if store is not None:
+                return store.sync()
         if store is not None and journal.submitted != before:
             return store.sync()
         return None

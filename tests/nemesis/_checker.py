@@ -14,6 +14,9 @@ the whole history, not assertions at points in time.
   old ones' resends: the client's order, not the broker's), so mere sequence inversions are
   not counted.
 * **Unacknowledged** messages may arrive or not (counted).
+* **Composite**: events of ``jc/a & jc/b`` doubled or pairing atoms of different rounds
+  (violations of exactly-once merging), and acknowledged pairs without an event (counted:
+  docs/composite.md lets events die with a core or across a cut).
 * **Retained**: the final reads (``retained`` events, one fresh subscriber per node after the
   last heal): one retained message per read, the same value on every node, and that value is
   one that was published.
@@ -25,7 +28,9 @@ the whole history, not assertions at points in time.
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +52,10 @@ class Report:
     retained_reads: dict[int, list[str]] = field(default_factory=dict)
     retained_problems: list[str] = field(default_factory=list)
     max_stall: dict[str, float] = field(default_factory=dict)
+    composite_events: int = 0
+    composite_doubled: int = 0
+    composite_mispaired: list[str] = field(default_factory=list)
+    composite_missing: int = 0  # acknowledged pairs whose event never came
     backlog_resumed: list[float] = field(default_factory=list)
     last_delivery_after_heal: float = 0.0
 
@@ -68,6 +77,10 @@ class Report:
             "retained problems": self.retained_problems,
             "longest ack gap of a healthy publisher (s)": round(max(self.max_stall.values(), default=0.0), 2),
             "backlog resumed after heal (s, max)": round(max(self.backlog_resumed, default=0.0), 2),
+            "composite events": self.composite_events,
+            "composite doubled": self.composite_doubled,
+            "composite mispaired": len(self.composite_mispaired),
+            "composite pairs acknowledged without event": self.composite_missing,
             "examples lost": self.lost[:5] + self.lost_shared[:5],
         }
 
@@ -76,15 +89,16 @@ def check(h: History, groups: dict[str, list[str]], published_retained: set[str]
     """``groups``: shared group name -> its members' client ids (their deliveries count once
     per group)."""
     r = Report()
-    pubs = {f["payload"]: (t, f) for t, f in h.of("pub")}
-    acks = {f["payload"]: t for t, f in h.of("ack")}
+    pubs = {f["payload"]: (t, f) for t, f in h.of("pub") if f.get("topic", "jep/").startswith("jep/")}
+    acks = {f["payload"]: t for t, f in h.of("ack") if f["payload"] in pubs}
     r.published, r.acked = len(pubs), len(acks)
-    subs = {f["client"]: (t, f) for t, f in h.of("sub")}
+    subs = {f["client"]: (t, f) for t, f in h.of("sub") if not f["filter"].startswith("$composite/")}
     member_of = {m: g for g, ms in groups.items() for m in ms}
     got: dict[str, Counter[str]] = defaultdict(Counter)
     latest_pub: dict[tuple[str, str], tuple[float, int]] = {}  # (sub, publisher) -> newest delivered
     recvs = h.of("recv")
-    recvs = [(t, f) for t, f in recvs if f["topic"] != "jep/probe"]
+    _composite(h, r)
+    recvs = [(t, f) for t, f in recvs if f["topic"].startswith("jep/") and f["topic"] != "jep/probe"]
     for _t, f in recvs:
         payload = f["payload"]
         key = member_of.get(f["client"], f["client"])
@@ -124,6 +138,34 @@ def check(h: History, groups: dict[str, list[str]], published_retained: set[str]
     _stalls(h, r)
     _backlog(h, r, recvs)
     return r
+
+
+def _composite(h: History, r: Report) -> None:
+    """The composite subscription ``jc/a & jc/b``: the publishers ``ca`` and ``cb`` publish
+    ``ca:<k>`` and ``cb:<k>`` at the same rate, so the k-th event must pair ``ca:k`` with
+    ``cb:k`` (docs/composite.md: oldest instances first) unless an atom was lost or doubled
+    on the way; an event delivered twice is doubled."""
+    acked = {f["payload"] for _t, f in h.of("ack") if f["client"] in ("ca", "cb")}
+    seen: Counter[tuple[str, ...]] = Counter()
+    for _t, f in h.of("recv"):
+        if not f["topic"].startswith("$composite/"):
+            continue
+        r.composite_events += 1
+        try:
+            parts = tuple(sorted(c["payload"] for c in json.loads(f["payload"])["components"]))
+        except (ValueError, KeyError, TypeError):
+            r.composite_mispaired.append(f["payload"][:80])
+            continue
+        seen[parts] += 1
+        ks = {p.rpartition(":")[2] for p in parts}
+        if len(ks) != 1:
+            r.composite_mispaired.append("+".join(parts))
+    r.composite_doubled = sum(n - 1 for n in seen.values())
+    got = {p.rpartition(":")[2] for parts in seen for p in parts}
+    pairs = {p.rpartition(":")[2] for p in acked if p.startswith("ca:")} & {
+        p.rpartition(":")[2] for p in acked if p.startswith("cb:")
+    }
+    r.composite_missing = len(pairs - got)
 
 
 def _retained(h: History, r: Report, published: set[str]) -> None:
@@ -172,20 +214,26 @@ def _stalls(h: History, r: Report) -> None:
 
 
 def _backlog(h: History, r: Report, recvs: list[tuple[float, dict[str, Any]]]) -> None:
-    faults = _faulted(h)
+    """Per healed fault, the time from the heal to the first (and last) delivery of a message
+    published during the fault across the cut (one pass over the deliveries: O(R log F))."""
+    faults = sorted((s, e, bad) for s, e, bad in _faulted(h) if e != float("inf"))
+    starts = [s for s, _e, _b in faults]
     pub_time = {f["payload"]: (t, f["node"]) for t, f in h.of("pub")}
-    for s, e, bad in faults:
-        if e == float("inf"):
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for t, f in recvs:
+        pub = pub_time.get(f["payload"])
+        if pub is None:
             continue
-        # deliveries after the heal of messages published during the fault across the cut
-        after = [
-            t
-            for t, f in recvs
-            if t >= e
-            and f["payload"] in pub_time
-            and s <= pub_time[f["payload"]][0] < e
-            and (pub_time[f["payload"]][1] in bad) != (f["node"] in bad)
-        ]
-        if after:
-            r.backlog_resumed.append(min(after) - e)
-            r.last_delivery_after_heal = max(r.last_delivery_after_heal, max(after) - e)
+        k = bisect.bisect_right(starts, pub[0]) - 1
+        if k < 0:
+            continue
+        s, e, bad = faults[k]
+        if not (s <= pub[0] < e) or t < e or (pub[1] in bad) == (f["node"] in bad):
+            continue
+        first[k] = min(first.get(k, t), t)
+        last[k] = max(last.get(k, t), t)
+    for k, t in sorted(first.items()):
+        e = faults[k][1]
+        r.backlog_resumed.append(t - e)
+        r.last_delivery_after_heal = max(r.last_delivery_after_heal, last[k] - e)

@@ -277,14 +277,21 @@ def _close(c: mqtt.Client) -> None:
 
 
 class Publisher:
-    """Publishes ``<cid>:<seq>`` to ``jep/<cid>`` at ``rate`` per second (QoS ``qos``) from a
+    """Publishes ``<cid>:<seq>`` to ``topic`` (``jep/<cid>``) at ``rate`` per second (QoS ``qos``) from a
     thread in node ``node``'s namespace until :meth:`stop`."""
 
     def __init__(
-        self, cluster: Cluster, node: int, cid: str, qos: int, rate: float, history: History
+        self,
+        cluster: Cluster,
+        node: int,
+        cid: str,
+        qos: int,
+        rate: float,
+        history: History,
+        topic: str | None = None,
     ) -> None:
         self.cid, self.node, self.qos, self.rate, self.h = cid, node, qos, rate, history
-        self.topic = f"jep/{cid}"
+        self.topic = topic or f"jep/{cid}"
         self.seq = 0
         self._mids: dict[int, int] = {}
         self._early: dict[int, bool] = {}  # mid -> success, acknowledged before it was noted
@@ -314,7 +321,15 @@ class Publisher:
         while not self._stop.is_set():
             self.seq += 1
             payload = f"{self.cid}:{self.seq}"
-            self.h.add("pub", client=self.cid, node=self.node, seq=self.seq, qos=self.qos, payload=payload)
+            self.h.add(
+                "pub",
+                client=self.cid,
+                node=self.node,
+                seq=self.seq,
+                qos=self.qos,
+                payload=payload,
+                topic=self.topic,
+            )
             # not under self._lock: paho calls on_publish holding its own lock (lock order)
             info = self.c.publish(self.topic, payload, qos=self.qos)
             with self._lock:

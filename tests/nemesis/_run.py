@@ -60,6 +60,7 @@ class Options:
     faults: tuple[str, ...] = FAULTS
     serve: str = "cluster_refresh = 0.5\ncluster_failure_timeout = 1.0\ncluster_peer_expiry = 120\n"
     final_wait_s: float = 30.0
+    composite: bool = True  # a composite subscription jc/a & jc/b and its atom publishers
     log: Callable[[str], None] = lambda _s: None
 
 
@@ -95,9 +96,14 @@ def run(root: Path, opts: Options) -> Result:
             groups["g"].append(cid)
             subs.append(Subscriber(cluster, i, cid, "$share/g/jep/#", h))
         _wait_routes(cluster, subs, h)
+        if opts.composite:  # a composite subscriber at the last node, its atoms from nodes 0 and 1
+            subs.append(Subscriber(cluster, n - 1, "comp", "$composite/pair/jc/a & jc/b", h))
         for i in range(n):
             pubs.append(Publisher(cluster, i, f"p{i}q1", 1, opts.rate, h))
             pubs.append(Publisher(cluster, i, f"p{i}q2", 2, opts.rate, h))
+        if opts.composite:
+            pubs.append(Publisher(cluster, 0, "ca", 1, 2.0, h, topic="jc/a"))
+            pubs.append(Publisher(cluster, 1 % n, "cb", 1, 2.0, h, topic="jc/b"))
         min_node = min(range(n), key=lambda i: cluster.nodes[i].node_id)
         for cycle in range(opts.cycles):
             fault = rng.choice(opts.faults)
@@ -219,7 +225,7 @@ class Probe:
             _publish_qos0(self.cluster, i, f"{tag}:{i}")
         deadline = time.monotonic() + 0.3
         while time.monotonic() < deadline:
-            if all(self._has(s, tag) for s in self.subs if not s.filter.startswith("$share")):
+            if all(self._has(s, tag) for s in self.subs if s.filter == "jep/#"):
                 return True
             time.sleep(0.05)
         return False
