@@ -11,8 +11,9 @@ sends to ``b`` only.  A client runs inside a node's namespace through :func:`in_
 (``setns`` of a thread: the threads it starts, paho's loop among them, stay in it).
 
 Cleanup: :meth:`Network.close` kills what runs in the namespaces, deletes them (their veths go
-with them) and the bridge; it runs from ``finally`` and from ``atexit``, and
-:func:`remove_stale` removes what a killed earlier run left (names starting ``sqj``).
+with them) and the bridge; it runs from ``finally`` and from ``atexit``; at start a run
+removes what an earlier run of its tag left (:func:`remove_stale`) and the namespaces of any
+tag whose owner process (``/run/siftmq-nemesis/<tag>``) is gone (:func:`remove_abandoned`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 PREFIX = "sqj"
@@ -73,6 +75,27 @@ def remove_stale(tag: int | None = None) -> None:
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
 
 
+#: which process made the namespaces of a tag (``<tag>`` -> its pid)
+_OWNERS = Path("/run/siftmq-nemesis")
+
+
+def remove_abandoned() -> None:
+    """The namespaces and bridges of tags whose run is gone (killed before its cleanup: its
+    nodes may still run in them), found by name prefix and owner file."""
+    tags: set[int] = set()
+    for line in _run(["ip", "netns", "list"]).splitlines():
+        name = line.split()[0] if line.split() else ""
+        head = name[len(PREFIX) :].split("n")[0]
+        if name.startswith(PREFIX) and head.isdigit():
+            tags.add(int(head))
+    for tag in tags:
+        try:
+            owner = int((_OWNERS / str(tag)).read_text())
+            os.kill(owner, 0)  # alive: not ours to remove
+        except (OSError, ValueError):
+            remove_stale(tag)
+
+
 def _kill_in(ns: str) -> None:
     out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True, check=False).stdout
     for pid in out.split():
@@ -90,7 +113,10 @@ class Network:
         self.namespaces: list[str] = []
         self.addresses: list[str] = []
         self._closed = False
+        remove_abandoned()
         remove_stale(self.tag)
+        _OWNERS.mkdir(parents=True, exist_ok=True)
+        (_OWNERS / str(self.tag)).write_text(str(os.getpid()))
         atexit.register(self.close)
         try:
             _run(["ip", "link", "add", self.bridge, "type", "bridge"])
@@ -164,6 +190,8 @@ class Network:
             _kill_in(ns)
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        with contextlib.suppress(OSError):
+            (_OWNERS / str(self.tag)).unlink()
         with contextlib.suppress(Exception):
             atexit.unregister(self.close)
 
