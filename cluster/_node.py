@@ -18,8 +18,12 @@ once A's subscription is held at B (the route change travelled the link); per pu
 topic, order is kept (one link per pair, in-order MQTT); QoS 1/2 are acknowledged to the
 publisher when B stored them for A's link session, and A acknowledges B once its own store
 made them durable, so an acknowledged message is lost only if B's store and A both fail.
-Retained messages are held where they were published; a node that subscribes gets them from
-each peer when its link subscription is new, and keeps the copies it received.
+Retained messages are one register per topic, last writer wins by stamp, replicated to every
+member by control messages (:mod:`cluster._retained`); forwarded copies are delivered, not
+stored.  Under partitions (docs/cluster.md, "Partitions"): link sessions queue up to
+``link_queue`` messages for the peer expiry, pace their publishers for the failure timeout at
+most, shared groups skip unreachable peers, the peers' received QoS 2 ids are kept in the
+store (:mod:`cluster._qos2`), and a graceful stop closes the links before the store.
 """
 
 from __future__ import annotations
