@@ -38,6 +38,7 @@ def main() -> int:
     ap.add_argument("--refresh", type=float, default=1.0, help="cluster_refresh")
     ap.add_argument("--out", type=Path, default=None, help="write the summary and faults here (JSON)")
     ap.add_argument("--history", action="store_true", help="--out gets every event (large)")
+    ap.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (logs)")
     args = ap.parse_args()
     faulthandler.register(signal.SIGUSR1)  # kill -USR1: where every thread is
     signal.signal(signal.SIGTERM, lambda *_a: sys.exit(3))  # kill: the cleanup still runs
@@ -61,8 +62,12 @@ def main() -> int:
         final_wait_s=60.0,
         log=lambda s: print(time.strftime("%H:%M:%S"), s, file=sys.stderr, flush=True),
     )
-    with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
-        res = run(Path(tmp), opts)
+    if args.keep is not None:  # data directories and node logs kept for a post-mortem
+        args.keep.mkdir(parents=True, exist_ok=True)
+        res = run(args.keep, opts)
+    else:
+        with tempfile.TemporaryDirectory(prefix="nemesis-") as tmp:
+            res = run(Path(tmp), opts)
     out = summary(res, opts)
     for tb in res.tracebacks:
         print(tb, file=sys.stderr)
