@@ -204,6 +204,9 @@ class Broker:
         self.dashboard_providers: dict[str, DashboardProvider] = {}
         #: snapshots of the durable composite subscriptions (with a store on disk)
         self.composite_saver: CompositeSaver | None = None
+        #: QoS 2 ids the store held under client ids without a session (an extension's own:
+        #: the cluster keeps its peers' received ids so), by client id, as found at start
+        self.restored_qos2_in: dict[str, set[int]] = {}
         self._open: set[MQTTProtocol] = set()
         for h in self.hooks:
             h.attach(self)
@@ -306,6 +309,9 @@ class Broker:
             journal.store = store
             journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
             journal.restore(state, self.core.clock.monotonic(), wall)
+            self.restored_qos2_in = {
+                c: set(ids) for c, ids in state.qos2_in.items() if c not in state.sessions
+            }
             core.flush()
             log.info(
                 "store %s: %d sessions, %d retained messages restored",
@@ -388,6 +394,11 @@ class Broker:
         """Graceful stop: listener closed, clients disconnected (wills published), hooks stopped."""
         if self._listeners is None:
             return
+        for h in self.hooks:
+            try:
+                await h.stopping()
+            except Exception:
+                log.exception("hook %s.stopping failed", type(h).__name__)
         await close_listeners(self._listeners + self._extra)
         if self.dashboard is not None:
             await self.dashboard.stop()

@@ -186,6 +186,11 @@ class Hooks:
     async def stop(self) -> None:
         """Called once on graceful stop, after the last record was emitted."""
 
+    async def stopping(self) -> None:
+        """Called once when a graceful stop begins, before the listeners close and while the
+        store is open: a hook that feeds the broker (the cluster's links) stops feeding it, so
+        that nothing is acknowledged after the store closed."""
+
     def attach(self, broker: Broker) -> None:
         """Called once by the :class:`~broker.Broker` this hook is registered in, when it is
         built: a hook that acts on the broker (the cluster node) keeps the reference."""

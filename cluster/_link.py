@@ -57,6 +57,7 @@ from broker.packets import (
     encode,
 )
 from cluster._auth import make_token
+from cluster._qos2 import ReceivedQos2
 from cluster._routes import CTL_ID, FETCH_ID, PLAIN_ID, RouteChange, RouteTable
 
 __all__ = ["Deliver", "DeliverPlain", "PeerLink"]
@@ -94,6 +95,7 @@ class PeerLink:
         control: Callable[[bytes], None] = lambda _b: None,
         deliver_plain: DeliverPlain | None = None,
         on_up: Callable[[str], None] = lambda _peer: None,
+        qos2: ReceivedQos2 | None = None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -120,7 +122,10 @@ class PeerLink:
         self._early: list[Packet] = []
         self._last_rx = 0.0
         self._pid = 0
-        self._qos2: set[int] = set()
+        # the peer's QoS 2 ids received and not released: kept by the node beyond this
+        # object's life and, in the store, across restarts (cluster._qos2; issue 30, finding 6)
+        self.qos2 = qos2 if qos2 is not None else ReceivedQos2()
+        self._qos2 = self.qos2.of(peer)
         self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes]] = asyncio.Queue()
         self._acks_queued = 0  # acknowledgements in _acks (a later one must wait behind them)
         self._closing = False
@@ -282,7 +287,7 @@ class PeerLink:
             raise _Refused(f"CONNACK {ack.reason_code.name}")
         if not ack.session_present:
             self._held.clear()
-            self._qos2.clear()
+            self.qos2.clear(self.peer)
         self.connects += 1
         self.connected = True
         self.last_error = None
@@ -392,7 +397,7 @@ class PeerLink:
             case Publish():
                 self._publish(pkt)
             case Pubrel(packet_id=pid):
-                self._qos2.discard(pid)
+                self.qos2.discard(self.peer, pid)
                 self._ack(None, encode(Pubcomp(pid), 5))
             case Suback(packet_id=pid, reason_codes=codes):
                 self._acked(pid)
@@ -432,7 +437,7 @@ class PeerLink:
             self._ack(durable, encode(Puback(pid), 5))
         elif qos == 2:
             assert pid is not None
-            self._qos2.add(pid)
+            self._qos2.add(pid)  # stored with the injection's copies (ClusterNode._inject)
             self._ack(durable, encode(Pubrec(pid), 5))
 
     def _ack(self, durable: concurrent.futures.Future[None] | None, data: bytes) -> None:
@@ -455,7 +460,11 @@ class PeerLink:
         while True:
             durable, data = await queue.get()
             if durable is not None:
-                await asyncio.wrap_future(durable)
+                # shielded: this task is cancelled when the link goes down, and a cancelled
+                # wrapper would cancel the store's shared durable signal, on which the
+                # journal releases every other client's held acknowledgements (found by the
+                # nemesis, issue 30: a subscriber's deliveries stuck for good)
+                await asyncio.shield(asyncio.wrap_future(durable))
             writer.write(data)
             self._acks_queued -= 1
 

@@ -18,8 +18,12 @@ once A's subscription is held at B (the route change travelled the link); per pu
 topic, order is kept (one link per pair, in-order MQTT); QoS 1/2 are acknowledged to the
 publisher when B stored them for A's link session, and A acknowledges B once its own store
 made them durable, so an acknowledged message is lost only if B's store and A both fail.
-Retained messages are held where they were published; a node that subscribes gets them from
-each peer when its link subscription is new, and keeps the copies it received.
+Retained messages are one register per topic, last writer wins by stamp, replicated to every
+member by control messages (:mod:`cluster._retained`); forwarded copies are delivered, not
+stored.  Under partitions (docs/cluster.md, "Partitions"): link sessions queue up to
+``link_queue`` messages for the peer expiry, pace their publishers for the failure timeout at
+most, shared groups skip unreachable peers, the peers' received QoS 2 ids are kept in the
+store (:mod:`cluster._qos2`), and a graceful stop closes the links before the store.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from cluster._link import PeerLink
 from cluster._overlay import Overlay, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
+from cluster._qos2 import ReceivedQos2
+from cluster._retained import RetainedRegister
 from cluster._routes import RouteChange, RouteTable
 from cluster._takeover import Takeover
 
@@ -74,6 +80,7 @@ class ClusterNode(Hooks):
         alpha: int = 3,
         rpc_timeout: float = 5.0,
         takeover_timeout: float = 2.0,
+        link_queue: int = 1_000_000,
     ) -> None:
         if not secret:
             raise ValueError("a cluster needs a shared secret (--cluster-secret-file)")
@@ -86,6 +93,13 @@ class ClusterNode(Hooks):
         self.refresh_every = refresh
         self.alpha = alpha
         self.takeover_timeout = takeover_timeout
+        self.rpc_timeout = rpc_timeout
+        self.link_queue = link_queue
+        self.qos2 = ReceivedQos2()  # per peer, beyond a link's life, in the store (issue 30)
+        self._peers_seen: set[str] = set()  # every peer that had a link (hex ids)
+        # one converging register per retained topic (issue 30, finding 3)
+        self.retained = RetainedRegister(self.name, data_dir, self._store_retained)
+        self._injecting = False  # a peer's message is being published here
         self.placement: Placement | None = None
         self.takeover: Takeover | None = None
         self.table = RouteTable()
@@ -106,8 +120,16 @@ class ClusterNode(Hooks):
         self.broker = broker
         self._core = broker.core
         broker.core.node = self.name
+        # a link session queues up to link_queue QoS 1/2 messages (its real bound is the peer
+        # expiry), and a congested link paces its publishers for the failure timeout at most
+        # (docs/cluster.md, "Partitions")
+        broker.core.peer_queue_limit = max(self.link_queue, broker.core.config.max_queued_messages)
+        broker.core.peer_pace_limit = self.rpc_timeout
+        broker.core.retain_hook = self._retain_hook
         broker.core.sys_sources.append(self.sys_values)
-        self.placement = Placement(self.name, self.overlay, broker, self._send_control, self.alpha)
+        self.placement = Placement(
+            self.name, self.overlay, broker, self._send_control, self.alpha, forget=float(self.peer_expiry)
+        )
         self.takeover = Takeover(
             self.name,
             broker.core,
@@ -130,6 +152,8 @@ class ClusterNode(Hooks):
         self.port = await broker.listen(
             Listener("tcp", host, port, allow_anonymous=False, slow_consumer_policy="pace")
         )
+        # the peers' received QoS 2 ids go in the broker's store, with the injected messages
+        self.qos2.attach(broker.core.journal.store, broker.restored_qos2_in)
         await self.overlay.start(host, self.port, self.join)
         for client_id, full_filter in self._local_subscriptions():
             self.table.add(client_id, full_filter)
@@ -162,6 +186,18 @@ class ClusterNode(Hooks):
         if restored:
             log.info("cluster: %d restored composite subscription(s) delegated again", len(restored))
 
+    async def stopping(self) -> None:
+        """The links close first: a link that went on receiving while the broker's store
+        closes would acknowledge messages (PUBACK) that are then lost with the process (found
+        by the nemesis's ``leave``, issue 30); closed now, the peers keep them queued for this
+        node's link sessions and resend them when it is back."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+        await asyncio.gather(*(link.close() for link in self.links.values()))
+
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
@@ -172,6 +208,7 @@ class ClusterNode(Hooks):
         await asyncio.gather(*(link.close() for link in self.links.values()))
         self.links.clear()
         self.overlay.stop()
+        self.retained.close()
 
     async def _maintain(self) -> None:
         while True:
@@ -207,6 +244,7 @@ class ClusterNode(Hooks):
                     self._control,
                     self._inject_plain,
                     self._link_up,
+                    self.qos2,
                 )
                 self.links[node_id] = link
                 link.start()
@@ -215,8 +253,23 @@ class ClusterNode(Hooks):
             self._close_later(self.links.pop(node_id))
             if self.takeover is not None:  # it counts as fenced in the handovers under way
                 self.takeover.peer_gone(node_id.hex())
+        self._mark_unavailable()
+
+    def _mark_unavailable(self) -> None:
+        """The router's shared-group round robin skips the link sessions of peers this node
+        cannot reach (left the membership, or link down) while a reachable member is left
+        (issue 30, finding 4)."""
+        if self.broker is None:
+            return
+        self._peers_seen.update(link.peer for link in self.links.values())
+        up = {link.peer for link in self.links.values() if link.connected}
+        self.broker.core.router.unavailable = {PEER_PREFIX + p for p in self._peers_seen - up}
 
     def _link_up(self, peer: str) -> None:
+        self._mark_unavailable()
+        # the peer's whole retained register: repairs what an expired session, a restart or
+        # a join missed (the values merge by stamp, cluster._retained)
+        self._send_control(peer, {"t": "ret?", "src": self.name})
         if self.takeover is not None:
             self.takeover.link_up(peer)
 
@@ -310,19 +363,27 @@ class ClusterNode(Hooks):
             )
         if props.topic_alias is not None:
             props = dataclasses.replace(props, topic_alias=None)
-        if replay:
-            held = core.router.retained.get(p.topic)
-            if held is not None and held.payload == p.payload:
-                return None  # this node has it already (and delivered it on SUBSCRIBE)
+        if replay:  # retained messages come from the register (cluster._retained), not here
+            return None
         msg = Message.create(p.topic, p.payload, p.qos, p.retain, props, None, now)
         journal = core.journal
         before = journal.submitted
         routes = core.router.route_peer(msg, plain, groups, replay)
         if self._diverted and self.takeover is not None:  # a session is moving
             routes = self.takeover.diversions.routes_from(peer, msg, routes)
-        core.publish(msg, now, routes)
+        self._injecting = True
+        try:
+            core.publish(msg, now, routes)
+        finally:
+            self._injecting = False
         self.injected += 1
         store = journal.store
+        if p.qos == 2 and p.packet_id is not None:
+            # the received id joins the store transaction of the copies just journalled: a
+            # restart finds both or neither (cluster._qos2)
+            self.qos2.received(peer, p.packet_id)
+            if store is not None:
+                return store.sync()
         if store is not None and journal.submitted != before:
             return store.sync()
         return None
@@ -337,13 +398,51 @@ class ClusterNode(Hooks):
         route_peer = core.router.route_peer
         publish = core.publish
         create = Message.create
-        for p in run:
-            props = p.properties
-            if props.topic_alias is not None:
-                props = dataclasses.replace(props, topic_alias=None)
-            msg = create(p.topic, p.payload, 0, p.retain, props, None, now)
-            publish(msg, now, route_peer(msg, True, _NO_GROUPS, False))
+        self._injecting = True
+        try:
+            for p in run:
+                props = p.properties
+                if props.topic_alias is not None:
+                    props = dataclasses.replace(props, topic_alias=None)
+                msg = create(p.topic, p.payload, 0, p.retain, props, None, now)
+                publish(msg, now, route_peer(msg, True, _NO_GROUPS, False))
+        finally:
+            self._injecting = False
         self.injected += len(run)
+
+    # ------------------------------------------------------------ retained register
+    def _retain_hook(self, msg: Message) -> bool:
+        """Core.retain_hook: a peer's forwarded copy is not stored (the register decides);
+        a local retained publication is stamped and sent to every member."""
+        if self._injecting:
+            return False
+        topic = msg.topic
+        if topic.startswith("$"):
+            return True
+        ctl = self.retained.local(topic, msg.payload, msg.qos, msg.properties.message_expiry_interval)
+        loop = asyncio.get_running_loop()
+        for link in self.links.values():  # after this publication (no re-entrant publish)
+            loop.call_soon(self._send_control, link.peer, ctl)
+        return True
+
+    def _store_retained(self, topic: str, payload: bytes, qos: int, expiry: int | None) -> None:
+        """The register's value for ``topic`` becomes this node's retained message (stored,
+        journalled, not delivered: retained messages go out on SUBSCRIBE)."""
+        core = self._core
+        now = core.clock.monotonic()
+        props = NO_PROPERTIES if expiry is None else Properties(message_expiry_interval=expiry)
+        msg = Message.create(topic, payload, qos, True, props, None, now)
+        core.router.store_retained(msg)
+        core.journal.retained(msg, now)
+
+    def _held_retained(self, topic: str) -> tuple[bytes, int, int | None] | None:
+        msg = self._core.router.retained.get(topic)
+        if msg is None:
+            return None
+        expiry = None
+        if msg.expires_at is not None:
+            expiry = max(1, int(msg.expires_at - self._core.clock.monotonic()))
+        return msg.payload, msg.qos, expiry
 
     # ------------------------------------------------------------ control messages
     def _send_control(self, dest: str, msg: dict[str, Any]) -> None:
@@ -368,9 +467,15 @@ class ClusterNode(Hooks):
             return
         if not isinstance(msg, dict):
             return
-        if msg.get("t") in _TAKEOVER:
+        kind = msg.get("t")
+        if kind in _TAKEOVER:
             if self.takeover is not None:
                 self.takeover.receive(msg)
+        elif kind == "ret":
+            self.retained.receive(msg)
+        elif kind == "ret?":
+            for ctl in self.retained.dump(self._held_retained):
+                self._send_control(str(msg["src"]), ctl)
         else:
             self.placement.receive(msg)
 
@@ -411,6 +516,10 @@ class ClusterNode(Hooks):
             "$SYS/cluster/routes": str(len(self.table)),
             "$SYS/cluster/forwarded/received": str(self.injected),
             "$SYS/cluster/links/refused": str(self.refused_links),
+            "$SYS/cluster/links/unreachable": str(len(self._core.router.unavailable)),
+            "$SYS/cluster/retained/topics": str(len(self.retained.stamps)),
+            "$SYS/cluster/retained/applied": str(self.retained.applied),
+            "$SYS/cluster/retained/stale": str(self.retained.stale),
         }
         if self.takeover is not None:
             out.update(self.takeover.sys_values())

@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,8 @@ class Placement:
         send: Callable[[str, dict[str, Any]], None],
         alpha: int = 3,
         expire_after: int = 3,
+        forget: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.me = me
         self.overlay = overlay
@@ -104,6 +107,12 @@ class Placement:
         self.matching: dict[str, tuple[LocalCompositeSubscription, asyncio.Task[None]]] = {}
         self.events_sent = 0
         self.heartbeats = 0
+        # quorum of a CSSU (issue 30, finding 5): the largest size of each group's CSSU seen
+        # lately, (size, since when a smaller one has been seen)
+        self.forget = forget
+        self.clock = clock
+        self._sizes: dict[int, tuple[int, float | None]] = {}
+        self.stepped_down = 0  # times this node was the smallest ID it saw without a quorum
 
     # ------------------------------------------------------------ CompositeDelegate
     def subscribe(self, client_id: str, name: str, expression: str, qos: int) -> None:
@@ -196,12 +205,40 @@ class Placement:
                     self.send(m, {"t": "hb", "code": code, "digest": digest, "src": self.me})
         self.reconcile()
 
+    def quorate(self, code: int, members: list[str]) -> bool:
+        """Whether ``members`` (the CSSU this node sees) are a majority of the group's CSSU:
+        of the largest size seen, or of a smaller size seen for ``forget`` seconds (members
+        that died for good).  The side of a partition without a majority has no core: two
+        cores at once would match the same atoms twice (issue 30, finding 5)."""
+        size, since = self._sizes.get(code, (0, None))
+        now = self.clock()
+        if len(members) >= size:
+            self._sizes[code] = (len(members), None)
+            return True
+        if since is None:
+            self._sizes[code] = (size, now)
+        elif now - since >= self.forget:
+            self._sizes[code] = (len(members), None)
+            return True
+        return len(members) > size // 2
+
     def reconcile(self) -> None:
-        """Match exactly the expressions of the tables this node is the core of."""
+        """Match exactly the expressions of the tables this node is the core of (the smallest
+        ID of the CSSU it sees, if that is a majority of the CSSU)."""
         wanted: set[str] = set()
         for code, t in self.tables.items():
             members = self.members(code)
+            quorum = self.quorate(code, members)  # every time: it tracks the CSSU's size
             if members and members[0] == self.me:
+                if not quorum:
+                    if any(e in self.matching for e in t.rows):
+                        self.stepped_down += 1
+                        log.warning(
+                            "composite group %x: %d of its CSSU reachable, no quorum: not matching",
+                            code,
+                            len(members),
+                        )
+                    continue
                 wanted.update(e for e, r in t.rows.items() if r.subscribers)
         for expr in [e for e in self.matching if e not in wanted]:
             _sub, task = self.matching.pop(expr)
@@ -248,6 +285,7 @@ class Placement:
             "$SYS/cluster/cssu/core_of": str(len(self.matching)),
             "$SYS/cluster/cssu/events_sent": str(self.events_sent),
             "$SYS/cluster/cssu/heartbeats": str(self.heartbeats),
+            "$SYS/cluster/cssu/stepped_down": str(self.stepped_down),
         }
 
 

@@ -3,7 +3,8 @@
 ``siftmq serve --cluster-listen HOST:PORT [--join HOST:PORT[,HOST:PORT...]]
 --cluster-secret-file PATH`` (``[serve]`` keys ``cluster_listen``, ``join``,
 ``cluster_secret_file``, ``cluster_secret``, ``cluster_peer_expiry``,
-``cluster_takeover_timeout``, and ``cluster_refresh`` / ``cluster_failure_timeout``: how
+``cluster_takeover_timeout``, ``cluster_link_queue`` (QoS 1/2 messages a peer's link
+session may queue here), and ``cluster_refresh`` / ``cluster_failure_timeout``: how
 often the membership is refreshed and how long an unanswered peer is kept) registers a
 :class:`~cluster.ClusterNode` in the served broker; its node ID lives in ``--data-dir``.
 """
@@ -44,6 +45,7 @@ class ClusterPlugin:
             "cluster_takeover_timeout",
             "cluster_refresh",
             "cluster_failure_timeout",
+            "cluster_link_queue",
         }
     )
 
@@ -119,6 +121,9 @@ class ClusterPlugin:
             raise ValueError("--cluster-takeover-timeout must be a positive number of seconds")
         refresh = _seconds(opts, "cluster_refresh", 2.0)
         failure = _seconds(opts, "cluster_failure_timeout", 5.0)
+        link_queue = opts.get("cluster_link_queue", 1_000_000)
+        if isinstance(link_queue, bool) or not isinstance(link_queue, int) or link_queue <= 0:
+            raise ValueError("cluster_link_queue must be a positive number of messages")
         from cluster._node import AclClusterNode, ClusterNode
 
         acl = args.acl_file or opts.get("acl_file")
@@ -132,6 +137,7 @@ class ClusterPlugin:
                 takeover_timeout=float(takeover),
                 refresh=refresh,
                 rpc_timeout=failure,
+                link_queue=link_queue,
             ),
         )
 

@@ -35,7 +35,7 @@ from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
 from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
 from broker.core._journal import Journal
-from broker.core._message import Message, Route, SubOptions
+from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
@@ -120,6 +120,16 @@ class Core:
         self.progress: dict[Connection, tuple[int, float]] = {}
         self.hung: set[Connection] = set()
         self.last_check = self.started
+        #: a cluster's link sessions (client id ``$cluster/...``, set by the cluster; issue 30):
+        #: QoS 1/2 messages one may queue (its bound is mostly time: the peer expiry), and
+        #: seconds a congested link may pace its publishers before it counts as slow (its
+        #: publishers released, its QoS 1/2 still queued): an unreachable node must not stall
+        #: the others' publishers beyond the failure timeout; None = ``pace`` without end
+        self.peer_queue_limit = cfg.max_queued_messages
+        self.peer_pace_limit: float | None = None
+        #: asked before a published retained message is stored (False: not stored, still
+        #: routed): a cluster keeps one converging register per topic (docs/cluster.md)
+        self.retain_hook: Callable[[Message], bool] | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -311,7 +321,7 @@ class Core:
 
         ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
         router = self.router
-        if msg.retain:
+        if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
             router.store_retained(msg)
             self.journal.retained(msg, now)
         if routes is None:
@@ -393,7 +403,11 @@ class Core:
                 self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
-        if len(queue) >= self.config.max_queued_messages and self._queue_full(s, conn):
+        if (
+            len(queue) >= self.config.max_queued_messages
+            and (not s.client_id.startswith(PEER_PREFIX) or len(queue) >= self.peer_queue_limit)
+            and self._queue_full(s, conn)
+        ):
             return
         if not queue:  # a lean restored session shares an empty queue until now
             queue = s.own_queue()
@@ -413,6 +427,8 @@ class Core:
             return False
         self.stats.queue_overflow += 1
         self.stats.dropped_queue_full += 1
+        if s.client_id.startswith(PEER_PREFIX):
+            self.stats.dropped_peer_queue_full += 1
         if conn is not None and (conn.policy == "disconnect" or conn in self.hung):
             # a hung consumer is disconnected rather than lose acknowledged messages while
             # connected (a persistent session keeps its queue)
@@ -495,15 +511,25 @@ class Core:
         write-buffer size read per receiver over its mark per tick, nothing per message."""
         grace = self.config.slow_consumer_grace
         hung_after = self.config.hung_consumer_time
+        # a cluster's link sessions are ``pace`` but slow after ``peer_pace_limit`` (issue 30)
+        peer_limit = self.peer_pace_limit
         progress = self.progress
-        for conn in [c for c in self.congested if not c.slow and c.policy != "pace"]:
+        for conn in [
+            c
+            for c in self.congested
+            if not c.slow
+            and (
+                c.policy != "pace" or (peer_limit is not None and (c.client_id or "").startswith(PEER_PREFIX))
+            )
+        ]:
             since = conn.congested_since
             if since is None:
                 continue
-            if now - since >= grace:
-                self._slow(conn, f"slow consumer for {grace:g} s")
+            limit = grace if conn.policy != "pace" else peer_limit or 0.0
+            if now - since >= limit:
+                self._slow(conn, f"slow consumer for {limit:g} s")
                 continue
-            if hung_after <= 0:
+            if hung_after <= 0 or conn.policy == "pace":
                 continue
             taken = _taken(conn)
             mark = progress.get(conn)
@@ -583,6 +609,7 @@ class Core:
             "$SYS/broker/messages/sent": str(st.messages_sent),
             "$SYS/broker/messages/dropped": str(st.publish_dropped),
             "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
+            "$SYS/broker/messages/queue_overflow/cluster_links": str(st.dropped_peer_queue_full),
             "$SYS/broker/bytes/received": str(st.bytes_received),
             "$SYS/broker/bytes/sent": str(st.bytes_sent),
             "$SYS/broker/retained/count": str(len(self.router.retained)),

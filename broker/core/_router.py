@@ -277,6 +277,9 @@ class Router:
         #: :meth:`_batching`, kept up to date by add_selector / release_selector
         self.batching = False
         self._rr: dict[tuple[str, str], int] = {}
+        #: sessions a shared group's round robin skips while another member is left: the
+        #: links of cluster nodes this node cannot reach (kept by the cluster; issue 30)
+        self.unavailable: set[str] = set()
 
     # ------------------------------------------------------------ content filters
     def add_selector(self, selector: str, compiled: content.Filter) -> None:
@@ -355,9 +358,15 @@ class Router:
         mqos: int,
         append: Callable[[Route], None],
     ) -> None:
-        """One delivery per shared group, round robin over the members the message passes."""
+        """One delivery per shared group, round robin over the members the message passes
+        (over the available ones, :attr:`unavailable`, when there are any)."""
+        unavailable = self.unavailable
         for key, members in shared.items():
             candidates = [m for m in members if m[1].selector is None or m[1].selector in sel_ok]
+            if unavailable and candidates:
+                reachable = [m for m in candidates if m[0] not in unavailable]
+                if reachable:
+                    candidates = reachable
             if not candidates:
                 continue
             n = self._rr.get(key, 0)

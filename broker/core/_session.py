@@ -237,6 +237,7 @@ class Stats:
     hung_consumer_events: int = 0  # slow consumers found hung (socket took nothing) before the grace
     dropped_qos0_slow: int = 0  # QoS 0 dropped because the receiver does not read fast enough
     dropped_queue_full: int = 0  # QoS 1/2 dropped at a full queue (max_queued_messages)
+    dropped_peer_queue_full: int = 0  # of which for a cluster link session (peer_queue_limit)
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker
     store_waits: int = 0  # publishers paused until the store's writer caught up
     refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/... or $share/... (issue 21)
