@@ -17,10 +17,9 @@ names are loaded on first use (PEP 562), and using one without the extra raises
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
-from broker._extras import Extra, require
+from broker._extras import Extra, lazy_names, require
 
 if TYPE_CHECKING:
     from bridge._schema import SCHEMAS, Kind, spark_schema
@@ -38,14 +37,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'bridge' has no attribute {name!r}")
-    require(Extra.SPARK, f"bridge.{name}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("bridge", _HOME, Extra.SPARK)
 
 
 def register(spark: Any) -> None:

@@ -10,8 +10,9 @@ itself (``Broker``, ``BrokerConfig``, ``Listener``, ``Message``) is imported laz
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from broker._extras import lazy_names
 from broker.hooks import (
     CompositeAction,
     CompositeChange,
@@ -59,12 +60,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'broker' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("broker", _LAZY)

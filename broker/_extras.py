@@ -20,7 +20,10 @@ imported, so asking costs microseconds and never loads Spark.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
+from collections.abc import Callable, Mapping
 from enum import Enum
 
 __all__ = ["Extra", "MissingExtra", "available", "missing_module", "require"]
@@ -78,3 +81,21 @@ def require(extra: Extra, feature: str) -> None:
     module = missing_module(extra)
     if module is not None:
         raise MissingExtra(extra, feature, module)
+
+
+def lazy_names(package: str, homes: Mapping[str, str], extra: Extra | None = None) -> Callable[[str], object]:
+    """A package's ``__getattr__`` (PEP 562): each public name in ``homes`` (name -> module)
+    is imported from its module on first use, after :func:`require` of ``extra`` when given,
+    and kept in the package so that the next use is an ordinary attribute."""
+
+    def __getattr__(name: str) -> object:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        if extra is not None:
+            require(extra, f"{package}.{name}")
+        value = getattr(importlib.import_module(home), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

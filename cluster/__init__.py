@@ -16,10 +16,9 @@ the extra raises :class:`broker._extras.MissingExtra` naming ``pip install 'sift
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from broker._extras import Extra, require
+from broker._extras import Extra, lazy_names
 from cluster._auth import TokenChecker, make_token
 from cluster._routes import RouteChange, RouteTable
 
@@ -33,11 +32,4 @@ __all__ = ["ClusterNode", "RouteChange", "RouteTable", "TokenChecker", "load_nod
 _OVERLAY = {"ClusterNode": "cluster._node", "load_node_id": "cluster._overlay"}
 
 
-def __getattr__(name: str) -> object:
-    home = _OVERLAY.get(name)
-    if home is None:
-        raise AttributeError(f"module 'cluster' has no attribute {name!r}")
-    require(Extra.CLUSTER, f"cluster.{name}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("cluster", _OVERLAY, Extra.CLUSTER)
