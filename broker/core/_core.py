@@ -194,12 +194,14 @@ class Core:
     def attach(self, conn: Connection, client_id: str, clean_start: bool, expiry: int, now: float) -> bool:
         """Bind ``conn`` to the session of ``client_id``; returns "session present"."""
         old = self.sessions.get(client_id)
+        will_cleared = False  # a will change to store: the CONNACK then waits for its commit
         if old is not None and old.conn is not None:
             if old.conn.version != 5 and old.will and not (clean_start or old.expiry_interval == 0):
                 # 3.1 / 3.1.1: the will is dropped when the new connection continues the
                 # session, as mosquitto (docs/broker.md, "A will on takeover"); v5: its delay
                 old.will = None
                 self.journal.will_cleared(old)
+                will_cleared = True
             old.conn.taken_over(now)
             self.subscription_changed(client_id, SubscriptionAction.TAKEOVER, None, None, None)
         if old is not None and old.will_due is not None:
@@ -208,6 +210,7 @@ class Core:
             old.will_due = None
             self.pending_wills.discard(old)
             self.journal.will_cleared(old)
+            will_cleared = True
         if old is not None and (
             clean_start
             or old.expiry_interval == 0  # a clean session is never reused [MQTT-3.1.2-6]
@@ -222,7 +225,7 @@ class Core:
         else:
             session = old
             # its CONNACK may skip the commit if the stored row still tells the truth (Journal.connected)
-            self.journal.resumed_as_stored = old.will_due is None and old.expiry_interval == expiry
+            self.journal.resumed_as_stored = not will_cleared and old.expiry_interval == expiry
             session.expiry_interval = expiry
             present = True
         session.expires_at = None
