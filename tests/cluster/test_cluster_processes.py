@@ -15,7 +15,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from tests.cluster._processes import Node, Sub, T, kill_all
+from tests.cluster._processes import Node, Sub, T, kill_all, start_joiners
 from tests.cluster._processes import eventually as _eventually
 from tests.cluster._processes import publish as _publish
 from tests.cluster._processes import start as _start
@@ -29,8 +29,7 @@ def nodes(tmp_path: Path) -> Iterator[list[Node]]:
     try:
         first = _start(tmp_path / "n0", None)
         started.append(first)
-        for i in range(1, 5):
-            started.append(_start(tmp_path / f"n{i}", first.cluster_port))
+        started += start_joiners([tmp_path / f"n{i}" for i in range(1, 5)], first.cluster_port)
         yield started
     finally:
         kill_all()
