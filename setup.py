@@ -110,6 +110,10 @@ def ext_modules() -> list[object]:
         ([p for p in paths if os.path.dirname(p) == folder], folder.replace("/", ".") + "._native")
         for folder in group_folders()
     ]
+    if os.environ.get("SIFTMQ_BUILD_GROUPS") == "package":  # the earlier layout (benchmarks/bench_setup.py)
+        groups = [
+            ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
+        ]
     return list(mypycify(paths, opt_level="3", separate=groups))
 
 
