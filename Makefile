@@ -18,13 +18,13 @@ setup: $(STAMP)
 # edit rebuilds only the extensions instead of reinstalling the project. Set-up time
 # (docs/development.md): --no-build-isolation, since a pure editable install needs only
 # setuptools (installed first), not the isolated environment of pyproject.toml's build
-# requirements (mypy, numpy, ... installed a second time, ~6 s); --no-compile, since byte-compiling
-# all 5,700 modules of the dev extra (pandas' and pyspark's own tests among them) took ~11 s
-# for the few hundred the tests import, which Python compiles (and caches) at first import
+# requirements (mypy, numpy, ... installed a second time, ~6 s). Byte-compiling stays (~11 s):
+# without it, Spark's first Python workers compiled pyspark and pandas at start-up and missed
+# Spark's connect-back timeout on a loaded machine
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'
-	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation -e '.[dev]'
+	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
 build: $(BUILT)
