@@ -15,11 +15,16 @@ METRICS_PORT ?= 9464
 setup: $(STAMP)
 
 # installed without compiling (SIFTMQ_PURE=1): the compile step below runs in the venv, so an
-# edit rebuilds only the extensions instead of reinstalling the project
+# edit rebuilds only the extensions instead of reinstalling the project. Set-up time
+# (docs/development.md): --no-build-isolation, since a pure editable install needs only
+# setuptools (installed first), not the isolated environment of pyproject.toml's build
+# requirements (mypy, numpy, ... installed a second time, ~6 s). Byte-compiling stays (~11 s):
+# without it, Spark's first Python workers compiled pyspark and pandas at start-up and missed
+# Spark's connect-back timeout on a loaded machine
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip
-	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'
+	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
 build: $(BUILT)

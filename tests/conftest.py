@@ -53,16 +53,31 @@ SPARK_SESSION_FILES = frozenset(
 #: tests, which put the one-test standalone-Spark file (about a minute) last, after every
 #: other unit had finished: the run then waited for it on one worker while the other idled.
 #: Sending these first lets the short units fill in around them.  A stale entry costs time,
-#: never correctness.
+#: never correctness.  The list: every unit above ~5 s in a `--junitxml` run of the whole
+#: suite (docs/development.md, "Where the suite's time goes"), except that the two Spark units
+#: lead: each starts JVMs whose start-up overlaps best with the other workers' short units.
 LONGEST_UNITS = (
     "tests/bridge/test_bridge_standalone.py",
     "spark-session",
     "tests/cluster/test_cluster_handover.py",
-    "tests/cluster/test_cluster_processes.py",
     "tests/content/test_engines_model.py",
-    "tests/fault/test_composite_kill.py",
+    "tests/cluster/test_cluster_processes.py",
+    "tests/cluster/test_partitions.py",
+    "tests/cluster/test_live_cluster.py",
+    "tests/nemesis/test_nemesis.py",
+    "tests/interop/test_interop_matrix.py",
     "tests/content/test_poset.py",
     "tests/composite/test_engine_model.py",
+    "tests/packaging/test_wheel.py",
+    "tests/content/test_ic_index.py",
+    "tests/security/test_cli_auth.py",
+    "tests/content/test_hema.py",
+    "tests/fault/test_durable_acks.py",
+    "tests/fault/test_crash_loop.py",
+    "tests/fault/test_composite_kill.py",
+    "tests/cluster/test_cluster_sessions.py",
+    "tests/topics/test_topics_index_model.py",
+    "tests/broker/test_client_cli.py",
 )
 
 

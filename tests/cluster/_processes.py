@@ -36,7 +36,18 @@ _ALL: list[Node] = []
 def start(data: Path, join: int | None, cluster_port: int = 0, serve: str = "", broker: str = "") -> Node:
     """A ``siftmq serve`` process with its store and node ID in ``data``, joining through the
     cluster port ``join``; ``serve`` and ``broker``: more ``[serve]`` and ``[broker]`` lines of
-    its TOML configuration."""
+    its TOML configuration. Returns once it listens (MQTT and cluster ports known)."""
+    return _ready(_launch(data, join, cluster_port, serve, broker))
+
+
+def start_joiners(datas: list[Path], join: int, serve: str = "", broker: str = "") -> list[Node]:
+    """:func:`start` for several nodes joining through ``join``, launched side by side (a
+    process start is about a second of interpreter start-up and imports, mostly waiting on
+    the other core) and returned once each listens."""
+    return [_ready(node) for node in [_launch(d, join, 0, serve, broker) for d in datas]]
+
+
+def _launch(data: Path, join: int | None, cluster_port: int, serve: str, broker: str) -> Node:
     data.mkdir(parents=True, exist_ok=True)
     cfg = data.parent / f"{data.name}.toml"
     cfg.write_text(f"[broker]\nsys_interval = 0.3\n{broker}\n[serve]\n{serve}\n")
@@ -66,6 +77,11 @@ def start(data: Path, join: int | None, cluster_port: int = 0, serve: str = "", 
     assert proc.stderr is not None
     stderr = proc.stderr
     threading.Thread(target=lambda: [node.lines.put(x) for x in stderr], daemon=True).start()
+    return node
+
+
+def _ready(node: Node) -> Node:
+    """``node`` once its log said which MQTT and cluster ports it listens on."""
     deadline = time.monotonic() + T
     while not node.cluster_port:
         line = node.lines.get(timeout=max(0.1, deadline - time.monotonic()))

@@ -21,7 +21,16 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.cluster._processes import Node, T, eventually, kill_all, start, sys_values, wait_links
+from tests.cluster._processes import (
+    Node,
+    T,
+    eventually,
+    kill_all,
+    start,
+    start_joiners,
+    sys_values,
+    wait_links,
+)
 
 
 class Mover:
@@ -109,9 +118,8 @@ def four(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[list[Node]]
         # a handover stuck for seconds buffers thousands of messages: no queue limit in the way
         limit = "max_queued_messages = 100000"
         first = start(tmp_path / "n0", None, serve=serve, broker=limit)
-        nodes = [first] + [
-            start(tmp_path / f"n{i}", first.cluster_port, serve=serve, broker=limit) for i in (1, 2, 3)
-        ]
+        joiners = [tmp_path / f"n{i}" for i in (1, 2, 3)]
+        nodes = [first, *start_joiners(joiners, first.cluster_port, serve=serve, broker=limit)]
         for n in nodes:
             wait_links(n, 3)
         yield nodes

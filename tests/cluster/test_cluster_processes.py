@@ -1,7 +1,9 @@
 """Five real ``siftmq serve`` processes joined into one cluster (issue 17 item 7): paho clients
 on different nodes, nodes killed with SIGKILL while QoS 1 traffic flows, a node restarted with
 its data directory, a sixth node joining under traffic.  Loopback, ports 0 (a restarted node
-asks for the port it had)."""
+asks for the port it had).  Membership refreshed every 0.3 s and a silent peer removed after
+2 s (defaults: 2 s and 5 s), so that the kills are noticed within the test in a few seconds
+rather than tens of them; the same code paths run."""
 
 from __future__ import annotations
 
@@ -15,22 +17,23 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from tests.cluster._processes import Node, Sub, T, kill_all
+from tests.cluster._processes import Node, Sub, T, kill_all, start_joiners
 from tests.cluster._processes import eventually as _eventually
 from tests.cluster._processes import publish as _publish
 from tests.cluster._processes import start as _start
 from tests.cluster._processes import sys_value as _sys_value
 from tests.cluster._processes import wait_links as _wait_links
 
+SERVE = "cluster_refresh = 0.3\ncluster_failure_timeout = 2.0\n"
+
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[list[Node]]:
     started: list[Node] = []
     try:
-        first = _start(tmp_path / "n0", None)
+        first = _start(tmp_path / "n0", None, serve=SERVE)
         started.append(first)
-        for i in range(1, 5):
-            started.append(_start(tmp_path / f"n{i}", first.cluster_port))
+        started += start_joiners([tmp_path / f"n{i}" for i in range(1, 5)], first.cluster_port, serve=SERVE)
         yield started
     finally:
         kill_all()
@@ -73,7 +76,7 @@ def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node]
         # a publisher on node 3 (restarted, same data dir, same ID): acknowledged messages are
         # in its store for the links of nodes 0 and 1, and arrive after a kill -9 and restart
         n3.proc.wait()
-        r3 = _start(n3.data, n0.cluster_port, cluster_port=n3.cluster_port)
+        r3 = _start(n3.data, n0.cluster_port, cluster_port=n3.cluster_port, serve=SERVE)
         nodes[3] = r3
         assert r3.node_id == n3.node_id
         _wait_links(r3, 3)
@@ -81,7 +84,7 @@ def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node]
         acked3 = _publish(r3.port, "pub-c", "orders/3/paid", third)
         r3.proc.send_signal(signal.SIGKILL)
         r3.proc.wait()
-        r3b = _start(n3.data, n0.cluster_port, cluster_port=n3.cluster_port)
+        r3b = _start(n3.data, n0.cluster_port, cluster_port=n3.cluster_port, serve=SERVE)
         nodes[3] = r3b
         _eventually(lambda: far.payloads() >= acked3 and near.payloads() >= acked3, "after node 3's restart")
 
@@ -92,7 +95,7 @@ def test_five_processes_survive_two_kills_a_restart_and_a_join(nodes: list[Node]
             target=lambda: result.update(a=_publish(n2.port, "pub-d", "orders/4/paid", fourth))
         )
         t.start()
-        n5 = _start(tmp_path / "n5", n1.cluster_port)
+        n5 = _start(tmp_path / "n5", n1.cluster_port, serve=SERVE)
         nodes.append(n5)
         t.join(T)
         assert result["a"] == set(fourth)

@@ -16,7 +16,17 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from tests.cluster._processes import Node, T, eventually, kill_all, publish, start, sys_value, wait_links
+from tests.cluster._processes import (
+    Node,
+    T,
+    eventually,
+    kill_all,
+    publish,
+    start,
+    start_joiners,
+    sys_value,
+    wait_links,
+)
 
 SERVE = "cluster_refresh = 0.3\ncluster_failure_timeout = 1.0\n"
 
@@ -112,8 +122,7 @@ def test_shared_group_fails_over_to_a_reachable_member(tmp_path: Path, stopped: 
     stops answering and node 1 has seen it leave, every message goes to node 0's member
     (before the fix, the round robin kept giving node 2 every other message)."""
     n0 = start(tmp_path / "n0", None, serve=SERVE)
-    n1 = start(tmp_path / "n1", n0.cluster_port, serve=SERVE)
-    n2 = start(tmp_path / "n2", n0.cluster_port, serve=SERVE)
+    n1, n2 = start_joiners([tmp_path / "n1", tmp_path / "n2"], n0.cluster_port, serve=SERVE)
     for n in (n0, n1, n2):
         wait_links(n, 2)
     m0 = _Sub(n0.port, "m0", "$share/g/jep/#")
