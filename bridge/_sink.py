@@ -281,16 +281,6 @@ _CONNACK_HINTS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Packed:
-    """Encoded MQTT 5 properties, in the shape paho's ``publish`` uses (``pack()``)."""
-
-    data: bytes
-
-    def pack(self) -> bytes:
-        return self.data
-
-
 class _Publisher:
     """One paho-mqtt MQTT 5 connection that publishes a task's messages and waits for acks.
 
@@ -310,7 +300,6 @@ class _Publisher:
         self._window = o.max_inflight
         self._lost: str | None = None
         self._acked = 0
-        self._rows_by_mid: dict[int, int] = {}
         self._failures: list[tuple[int, str]] = []
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
         if o.username is not None:
@@ -323,7 +312,6 @@ class _Publisher:
         c.max_queued_messages_set(0)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
-        c.on_publish = self._on_publish
         self.client = c
         try:
             c.connect(o.host, o.port, keepalive=60, clean_start=True)
@@ -367,12 +355,6 @@ class _Publisher:
         if self._lost is None:
             self._lost = f"connection lost: {rc}"
 
-    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-        self._acked += 1
-        row = self._rows_by_mid.pop(mid, -1)
-        if rc is not None and rc.is_failure:
-            self._failures.append((row, str(rc)))
-
     def check_sizes(self, messages: list[_Message], key_len: int, where: str) -> None:
         """Refuse a message larger than the broker's maximum packet size (from its CONNACK)."""
         limit = self._max_packet
@@ -394,45 +376,120 @@ class _Publisher:
                 )
 
     def publish(self, messages: list[_Message], key_prefix: str) -> None:
-        import paho.mqtt.properties as paho_properties
+        """Publish ``messages`` (numbered from 0 under ``key_prefix``) and wait for every
+        acknowledgement (QoS 1: PUBACK; QoS 2: PUBREC, our PUBREL, PUBCOMP).
 
-        pp: Any = paho_properties  # untyped helpers
-        writeUTF, VariableByteIntegers = pp.writeUTF, pp.VariableByteIntegers
-        o, client, n = self.o, self.client, len(messages)
-        expiry = b"" if o.expiry is None else b"\x02" + pp.writeInt32(o.expiry)
-        key_name = b"\x26" + writeUTF(KEY_PROPERTY)
-        window = self._window if o.qos > 0 else 10_000
+        paho-mqtt made the connection (CONNECT/CONNACK, TLS, credentials) and closes it; the
+        messages themselves are written to its socket (``Client.socket()``) in chunks of
+        encoded PUBLISH packets and the acknowledgements read back in bulk, both with the
+        broker's sans-IO codec (``broker.packets``, compiled): paho's per-message path (a
+        ``MQTTMessage``, two ``send`` calls, a ``ReasonCode`` and a ``Properties`` per PUBACK)
+        cost about 35 us per row, which capped a task near 20,000 rows/s of CPU
+        (docs/performance-bridge.md)."""
+        import select
+
+        from broker.packets import (
+            Decoder,
+            Disconnect,
+            MalformedPacket,
+            Properties,
+            Pubcomp,
+            Pubrec,
+            Pubrel,
+            encode,
+            encode_publish,
+        )
+
+        o, n = self.o, len(messages)
+        sock: Any = self.client.socket()
+        if sock is None:
+            self._raise(self._lost or "connection lost before publishing", n)
+        expiry, qos, retain = o.expiry, o.qos, o.retain
+        window = self._window if qos > 0 else n
+        chunk = 256  # messages per send; acks are read between chunks
+        inflight: dict[int, int] = {}  # packet id -> row
+        decoder = Decoder(version=5, server=False)
+        pending_rel: list[bytes] = []
+        tls = o.tls
         sent = 0
+        next_pid = 1
+        sock.settimeout(o.timeout)  # blocking with a timeout: a recv that times out is "no progress"
 
-        def room() -> bool:
-            return sent - self._acked < window
+        def handle(data: bytes) -> None:
+            for pkt in decoder.feed(data):
+                if isinstance(pkt, Pubrec):
+                    row = inflight.get(pkt.packet_id, -1)
+                    if pkt.reason_code >= 0x80:
+                        inflight.pop(pkt.packet_id, None)
+                        self._failures.append((row, pkt.reason_code.name))
+                    else:
+                        pending_rel.append(encode(Pubrel(pkt.packet_id), 5))
+                elif isinstance(pkt, Disconnect):
+                    self._lost = f"the broker disconnected: {pkt.reason_code.name}"
+                elif qos == 1 or isinstance(pkt, Pubcomp):
+                    ack: Any = pkt
+                    row = inflight.pop(ack.packet_id, -1)
+                    if row < 0:
+                        continue  # not ours (nothing else is expected on this connection)
+                    self._acked += 1
+                    if ack.reason_code >= 0x80:
+                        self._failures.append((row, ack.reason_code.name))
 
-        for i, (topic, payload, props) in enumerate(messages):
-            sent = i
-            if not room() and not self._loop_until(room):
-                break
-            if self._failures:
-                break
-            # The PUBLISH properties, encoded with paho's own helpers (a paho ``Properties`` per
-            # message cost 50 us, a third of the row's time): the key, the columns', the expiry.
-            body = b"".join(
-                (
-                    key_name,
-                    writeUTF(f"{key_prefix}/{i}"),
-                    *(b"\x26" + writeUTF(k) + writeUTF(v) for k, v in props),
-                    expiry,
-                )
-            )
-            packed = _Packed(VariableByteIntegers.encode(len(body)) + body)
-            info = client.publish(topic, payload, o.qos, o.retain, packed)  # type: ignore[arg-type]
-            if info.rc != 0:
-                self._lost = self._lost or f"publishing row {i} (topic {topic!r}) failed: {info.rc}"
-                break
-            self._rows_by_mid[info.mid] = i
-            if i % 256 == 255:
-                client.loop_read()
-        if not self._failures and self._lost is None:
-            self._loop_until(lambda: self._acked >= n or bool(self._failures))
+        try:
+            while self._acked < n and not self._failures and self._lost is None:
+                room = window - len(inflight)
+                if sent < n and room > 0:
+                    parts: list[bytes] = pending_rel[:]
+                    pending_rel.clear()
+                    for i in range(sent, min(n, sent + min(room, chunk))):
+                        topic, payload, props = messages[i]
+                        pid = None
+                        if qos:
+                            while next_pid in inflight:  # a window <= 65,535 always has a free id
+                                next_pid = next_pid % 65_535 + 1
+                            pid = next_pid
+                            next_pid = next_pid % 65_535 + 1
+                            inflight[pid] = i
+                        user = ((KEY_PROPERTY, f"{key_prefix}/{i}"), *props)
+                        parts.append(
+                            encode_publish(
+                                topic,
+                                payload,
+                                qos,
+                                retain,
+                                False,
+                                pid,
+                                Properties(message_expiry_interval=expiry, user_properties=user),
+                                5,
+                            )
+                        )
+                        sent = i + 1
+                    sock.sendall(b"".join(parts))
+                    if qos == 0:
+                        self._acked = sent
+                        continue
+                    ready = (tls and sock.pending()) or select.select([sock], [], [], 0)[0]
+                    if not ready:
+                        continue  # no acknowledgement waiting: keep filling the window
+                elif pending_rel:
+                    sock.sendall(b"".join(pending_rel))
+                    pending_rel.clear()
+                data = sock.recv(1 << 16)
+                if not data:
+                    self._lost = "connection lost: closed by the broker"
+                    break
+                handle(data)
+        except TimeoutError:
+            pass  # reported below: no acknowledgement within the timeout
+        except MalformedPacket as e:
+            self._lost = f"a malformed packet from the broker: {e}"
+        except OSError as e:
+            self._lost = f"connection lost: {e}"
+        finally:
+            try:
+                sock.setblocking(False)  # as paho keeps it, for its DISCONNECT
+            except OSError:
+                pass
         if self._failures:
             row, why = self._failures[0]
             self._raise(f"the broker refused row {row} of the sorted rows: {why}", n)

@@ -172,6 +172,36 @@ async def test_publisher_delivers_every_row_with_keys_properties_and_expiry() ->
     assert forward == backward
 
 
+async def test_every_qos_and_a_refused_row() -> None:
+    """QoS 2 (PUBREC, PUBREL, PUBCOMP) and QoS 0 through a window smaller than the rows (the
+    packet ids wrap past the window), every row once with its key; a PUBACK with an error
+    reason code (an ACL refusing one topic) fails the task naming the row."""
+
+    class DenyBad(Hooks):
+        def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+            return not (action == "publish" and topic == "out/bad")
+
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[DenyBad()]) as b:
+        sub = _Collector(b.port, "out/#")
+        await eventually(sub.subscribed.is_set)
+        url = f"mqtt://127.0.0.1:{b.port}"
+        for qos, n in (("2", 700), ("0", 500)):
+            o = SinkOptions.parse(
+                {"url": url, "topic": "out/{device}", "qos": qos, "max_inflight": "64"}, ["device", "z"]
+            )
+            got = await asyncio.to_thread(publish_batches, o, _batches(n), query_id=f"q{qos}", batch_id=0)
+            assert got == (0, n)
+        await eventually(lambda: sub.count() == 1200)
+        keys = [p[KEY_PROPERTY] for _, _, p in sub.got]
+        assert len(set(keys)) == 1200
+        assert {k for k in keys if k.startswith("q2/")} == {f"q2/0/0/{i}" for i in range(700)}
+        bad = pa.RecordBatch.from_pydict({"device": ["a", "b", "bad", "c"], "z": [1.0, 2.0, 3.0, 4.0]})
+        o1 = SinkOptions.parse({"url": url, "topic": "out/{device}"}, ["device", "z"])
+        with pytest.raises(SinkError, match=r"the broker refused row 2 of the sorted rows: NOT_AUTHORIZED"):
+            await asyncio.to_thread(publish_batches, o1, iter([bad]), query_id="q", batch_id=0)
+        sub.close()
+
+
 async def test_bad_rows_and_brokers_are_clear_errors() -> None:
     class Deny(Hooks):
         def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
