@@ -1,7 +1,9 @@
 """Rows to MQTT messages: the publishing half of the ``siftmq`` Spark data source (issue 29).
 
-Runs in Spark's Python workers (executors); no pyspark import except ``TaskContext``.  The MQTT
-client is paho-mqtt (MQTT 5), one connection per task.
+Runs in Spark's Python workers (executors); no pyspark import except ``TaskContext``.  One MQTT 5
+connection per task, made and closed by paho-mqtt; the task's PUBLISH packets are encoded
+and its acknowledgements decoded in bulk with the broker's sans-IO codec (``broker.packets``)
+on paho's socket, a chunk of packets per ``send`` (:class:`_Flight`).
 
 **Options** (:meth:`SinkOptions.parse`, checked on the driver when the query starts, so a
 wrong option fails the query before any row is published): ``url`` (``mqtt://HOST:PORT``,
@@ -40,6 +42,7 @@ driver dies mid-batch is in docs/bridge.md ("Writing to MQTT from Spark").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import string
 import time
@@ -281,14 +284,88 @@ _CONNACK_HINTS = {
 }
 
 
+class _Flight:
+    """Sans-IO: a task's messages as PUBLISH packets through a window of unacknowledged ones.
+
+    :meth:`next_chunk` encodes the next messages the window admits (at most ``CHUNK``, with the
+    PUBRELs due) as one ``bytes``; :meth:`feed` takes bytes from the broker and counts the
+    acknowledgements (QoS 1: PUBACK; QoS 2: PUBREC answered with PUBREL, then PUBCOMP; QoS 0:
+    a message counts once written).  Packet ids cycle through 1..65,535, skipping ones in
+    flight (the window is at most 65,535).  An error reason code is a failure naming the row."""
+
+    CHUNK = 256
+
+    def __init__(self, o: SinkOptions, messages: list[_Message], key_prefix: str, window: int) -> None:
+        from broker.packets import Decoder
+
+        self.o, self.messages, self.key_prefix = o, messages, key_prefix
+        self.window = window if o.qos > 0 else len(messages)
+        self.inflight: dict[int, int] = {}  # packet id -> row
+        self.decoder = Decoder(version=5, server=False)
+        self.pending_rel: list[bytes] = []
+        self.sent = 0
+        self.acked = 0
+        self.next_pid = 1
+        self.failures: list[tuple[int, str]] = []
+        self.lost: str | None = None
+
+    def finished(self) -> bool:
+        return self.acked >= len(self.messages) or bool(self.failures) or self.lost is not None
+
+    def more_to_send(self) -> bool:
+        return self.sent < len(self.messages) and len(self.inflight) < self.window
+
+    def next_chunk(self) -> bytes:
+        from broker.packets import Properties, encode_publish
+
+        o, messages, qos, inflight = self.o, self.messages, self.o.qos, self.inflight
+        parts = self.pending_rel
+        self.pending_rel = []
+        stop = min(len(messages), self.sent + min(self.window - len(inflight), self.CHUNK))
+        for i in range(self.sent, stop):
+            topic, payload, props = messages[i]
+            pid = None
+            if qos:
+                while self.next_pid in inflight:  # a window <= 65,535 always leaves a free id
+                    self.next_pid = self.next_pid % 65_535 + 1
+                pid = self.next_pid
+                self.next_pid = pid % 65_535 + 1
+                inflight[pid] = i
+            user = ((KEY_PROPERTY, f"{self.key_prefix}/{i}"), *props)
+            properties = Properties(message_expiry_interval=o.expiry, user_properties=user)
+            parts.append(encode_publish(topic, payload, qos, o.retain, False, pid, properties, 5))
+        self.sent = max(self.sent, stop)
+        if qos == 0:
+            self.acked = self.sent
+        return b"".join(parts)
+
+    def feed(self, data: bytes) -> None:
+        from broker.packets import Disconnect, Puback, Pubcomp, Pubrec, Pubrel, encode
+
+        for pkt in self.decoder.feed(data):
+            if isinstance(pkt, Pubrec) and pkt.reason_code < 0x80:
+                self.pending_rel.append(encode(Pubrel(pkt.packet_id), 5))
+            elif isinstance(pkt, Puback | Pubcomp | Pubrec):
+                row = self.inflight.pop(pkt.packet_id, -1)
+                if row < 0:
+                    continue  # not in flight: nothing else is expected on this connection
+                self.acked += 1
+                if pkt.reason_code >= 0x80:
+                    self.failures.append((row, pkt.reason_code.name))
+            elif isinstance(pkt, Disconnect):
+                self.lost = f"the broker disconnected: {pkt.reason_code.name}"
+
+
 class _Publisher:
     """One paho-mqtt MQTT 5 connection that publishes a task's messages and waits for acks.
 
-    Driven from the task's thread (no paho loop thread): ``publish`` writes to the socket at
-    once and ``loop`` reads the acknowledgements.  The window of unacknowledged QoS 1/2
-    messages is enforced here (``max_inflight``, capped by the broker's receive maximum):
-    paho's own queue of messages beyond its in-flight limit is scanned on every
-    acknowledgement, which made 50,000 queued rows take 30 s."""
+    Driven from the task's thread (no paho loop thread).  paho connects (TLS, credentials,
+    the CONNACK's maximum packet size and receive maximum) and disconnects; :meth:`publish`
+    writes the PUBLISH packets to paho's socket itself, encoded with the broker's codec
+    (:class:`_Flight`).  The window of unacknowledged QoS 1/2 messages is the sink's
+    (``max_inflight``, capped by the broker's receive maximum).  History: paho's own queue of
+    messages beyond its in-flight limit was scanned on every acknowledgement (50,000 queued
+    rows took 30 s), and its per-message path cost 50 us of CPU per row; both gone."""
 
     def __init__(self, o: SinkOptions, client_id: str) -> None:
         import paho.mqtt.client as mqtt
@@ -377,124 +454,55 @@ class _Publisher:
 
     def publish(self, messages: list[_Message], key_prefix: str) -> None:
         """Publish ``messages`` (numbered from 0 under ``key_prefix``) and wait for every
-        acknowledgement (QoS 1: PUBACK; QoS 2: PUBREC, our PUBREL, PUBCOMP).
+        acknowledgement.
 
         paho-mqtt made the connection (CONNECT/CONNACK, TLS, credentials) and closes it; the
         messages themselves are written to its socket (``Client.socket()``) in chunks of
-        encoded PUBLISH packets and the acknowledgements read back in bulk, both with the
-        broker's sans-IO codec (``broker.packets``, compiled): paho's per-message path (a
+        PUBLISH packets and the acknowledgements read back in bulk, both through
+        :class:`_Flight` and the broker's compiled sans-IO codec: paho's per-message path (a
         ``MQTTMessage``, two ``send`` calls, a ``ReasonCode`` and a ``Properties`` per PUBACK)
-        cost about 35 us per row, which capped a task near 20,000 rows/s of CPU
-        (docs/performance-bridge.md)."""
+        cost about 35 us per row, most of a task's CPU (docs/performance-bridge.md)."""
         import select
 
-        from broker.packets import (
-            Decoder,
-            Disconnect,
-            MalformedPacket,
-            Properties,
-            Pubcomp,
-            Pubrec,
-            Pubrel,
-            encode,
-            encode_publish,
-        )
+        from broker.packets import MalformedPacket
 
         o, n = self.o, len(messages)
         sock: Any = self.client.socket()
         if sock is None:
             self._raise(self._lost or "connection lost before publishing", n)
-        expiry, qos, retain = o.expiry, o.qos, o.retain
-        window = self._window if qos > 0 else n
-        chunk = 256  # messages per send; acks are read between chunks
-        inflight: dict[int, int] = {}  # packet id -> row
-        decoder = Decoder(version=5, server=False)
-        pending_rel: list[bytes] = []
-        tls = o.tls
-        sent = 0
-        next_pid = 1
+        flight = _Flight(o, messages, key_prefix, self._window)
         sock.settimeout(o.timeout)  # blocking with a timeout: a recv that times out is "no progress"
-
-        def handle(data: bytes) -> None:
-            for pkt in decoder.feed(data):
-                if isinstance(pkt, Pubrec):
-                    row = inflight.get(pkt.packet_id, -1)
-                    if pkt.reason_code >= 0x80:
-                        inflight.pop(pkt.packet_id, None)
-                        self._failures.append((row, pkt.reason_code.name))
-                    else:
-                        pending_rel.append(encode(Pubrel(pkt.packet_id), 5))
-                elif isinstance(pkt, Disconnect):
-                    self._lost = f"the broker disconnected: {pkt.reason_code.name}"
-                elif qos == 1 or isinstance(pkt, Pubcomp):
-                    ack: Any = pkt
-                    row = inflight.pop(ack.packet_id, -1)
-                    if row < 0:
-                        continue  # not ours (nothing else is expected on this connection)
-                    self._acked += 1
-                    if ack.reason_code >= 0x80:
-                        self._failures.append((row, ack.reason_code.name))
-
         try:
-            while self._acked < n and not self._failures and self._lost is None:
-                room = window - len(inflight)
-                if sent < n and room > 0:
-                    parts: list[bytes] = pending_rel[:]
-                    pending_rel.clear()
-                    for i in range(sent, min(n, sent + min(room, chunk))):
-                        topic, payload, props = messages[i]
-                        pid = None
-                        if qos:
-                            while next_pid in inflight:  # a window <= 65,535 always has a free id
-                                next_pid = next_pid % 65_535 + 1
-                            pid = next_pid
-                            next_pid = next_pid % 65_535 + 1
-                            inflight[pid] = i
-                        user = ((KEY_PROPERTY, f"{key_prefix}/{i}"), *props)
-                        parts.append(
-                            encode_publish(
-                                topic,
-                                payload,
-                                qos,
-                                retain,
-                                False,
-                                pid,
-                                Properties(message_expiry_interval=expiry, user_properties=user),
-                                5,
-                            )
-                        )
-                        sent = i + 1
-                    sock.sendall(b"".join(parts))
-                    if qos == 0:
-                        self._acked = sent
-                        continue
-                    ready = (tls and sock.pending()) or select.select([sock], [], [], 0)[0]
-                    if not ready:
+            while not flight.finished():
+                out = flight.next_chunk()
+                if out:
+                    sock.sendall(out)
+                    if flight.more_to_send() and not (
+                        (o.tls and sock.pending()) or select.select([sock], [], [], 0)[0]
+                    ):
                         continue  # no acknowledgement waiting: keep filling the window
-                elif pending_rel:
-                    sock.sendall(b"".join(pending_rel))
-                    pending_rel.clear()
+                if flight.finished():
+                    break
                 data = sock.recv(1 << 16)
                 if not data:
-                    self._lost = "connection lost: closed by the broker"
+                    flight.lost = "connection lost: closed by the broker"
                     break
-                handle(data)
+                flight.feed(data)
         except TimeoutError:
             pass  # reported below: no acknowledgement within the timeout
         except MalformedPacket as e:
-            self._lost = f"a malformed packet from the broker: {e}"
+            flight.lost = f"a malformed packet from the broker: {e}"
         except OSError as e:
-            self._lost = f"connection lost: {e}"
+            flight.lost = f"connection lost: {e}"
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 sock.setblocking(False)  # as paho keeps it, for its DISCONNECT
-            except OSError:
-                pass
-        if self._failures:
-            row, why = self._failures[0]
+        self._acked = flight.acked
+        if flight.failures:
+            row, why = flight.failures[0]
             self._raise(f"the broker refused row {row} of the sorted rows: {why}", n)
-        if self._acked < n:
-            self._raise(self._lost or f"no acknowledgement for {o.timeout:g} s (option timeout)", n)
+        if flight.acked < n:
+            self._raise(flight.lost or f"no acknowledgement for {o.timeout:g} s (option timeout)", n)
 
     def _raise(self, why: str, n: int) -> None:
         raise SinkError(
