@@ -48,6 +48,15 @@ def test_offsets_select_each_file_once_across_writers(tmp_path: Path) -> None:
     rows = sum(b.num_rows for b in read_files([f.path for f in new], Kind.DELIVERIES))
     assert rows == 4 + 3  # writer 2's file and the hand-copied one (writer 1's rows again)
     assert files_between([land], Kind.DELIVERIES, second, second) == []
+    # a streaming source's cache of known files: the same listing, new files found
+    known: dict[str, Any] = {}
+    assert latest_offset([land], Kind.DELIVERIES, known) == second and len(known) == 3
+    _commit(tmp_path / "l", 2, 7)  # writer 3
+    third = latest_offset([land], Kind.DELIVERIES, known)
+    assert third == latest_offset([land], Kind.DELIVERIES) and len(known) == 4
+    assert files_between([land], Kind.DELIVERIES, second, third, known) == files_between(
+        [land], Kind.DELIVERIES, second, third
+    )
     assert latest_offset([str(tmp_path / "missing")], Kind.DELIVERIES) == {str(tmp_path / "missing"): {}}
 
 
