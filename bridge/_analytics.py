@@ -65,7 +65,7 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from bridge._composite import build_composite, composite_summary, composite_view
 from bridge._results import RESULT_KEYS, results
-from bridge._schema import Kind
+from bridge._schema import Kind, spark_schema
 
 __all__ = [
     "RESULT_KEYS",
@@ -177,10 +177,15 @@ def landing_reader(spark: Any, landing: Landings) -> Callable[..., Any]:
     paths = json.dumps(_paths(landing))  # readStream.load takes one path: the list as an option
 
     def read(kind: Kind, *columns: str) -> Any:
+        from pyspark.sql.types import StructType
+
+        # the schema given, Spark does not start a Python process to ask the source for it
+        schema = spark_schema(kind)
         r = spark.readStream.format("siftmq").option("kind", kind.value).option("paths", paths)
         if columns:
             r = r.option("columns", ",".join(columns))
-        return r.load()
+            schema = StructType([schema[c] for c in columns])
+        return r.schema(schema).load()
 
     return read
 
@@ -467,8 +472,18 @@ def run_cli(
     watermark: str,
     trigger: float,
     summary_every: float,
+    only: tuple[str, ...] | None = None,
 ) -> int:
-    """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries."""
+    """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries;
+    ``only``: the results to compute (``--results``; default all)."""
+    unknown = [r for r in only or () if r not in RESULT_KEYS]
+    if unknown or only == ():
+        names = ", ".join(RESULT_KEYS)
+        print(
+            f"siftmq analytics: option --results: {', '.join(unknown) or 'empty'} (results: {names})",
+            file=sys.stderr,
+        )
+        return 2
     landings = [landing] if isinstance(landing, str) else list(landing)
     for one in landings:
         if "://" not in one and not Path(one).is_dir():
@@ -488,7 +503,7 @@ def run_cli(
         return 2
     spark = spark_session(master)
     queries = start_queries(
-        spark, landings, output, window=window, watermark=watermark, once=once, trigger=trigger
+        spark, landings, output, window=window, watermark=watermark, once=once, trigger=trigger, only=only
     )
     try:
         if once:

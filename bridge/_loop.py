@@ -105,13 +105,14 @@ def alerts_query(spark: Any, landing: str | list[str], checkpoint: str, o: LoopO
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from bridge import register
+    from bridge import Kind, register, spark_schema
 
     register(spark)
     paths = [landing] if isinstance(landing, str) else landing
     prefix = o.topic_prefix
     readings = (
         spark.readStream.format("siftmq")
+        .schema(spark_schema(Kind.MESSAGES))  # given: no Python process asked for it
         .option("kind", "messages")
         .option("paths", json.dumps(paths))
         .load()
