@@ -33,6 +33,12 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
+# the Python worker imports this module to unpickle the scorer: the same filter of pyspark's
+# padding FutureWarning as the analytics' stateful operator (bridge/_analytics.py)
+from bridge._analytics import _filter_pyspark_padding_warning
+
+_filter_pyspark_padding_warning()
+
 __all__ = ["LoopOptions", "alerts_query", "score"]
 
 _ALERT_SCHEMA = (
