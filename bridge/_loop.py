@@ -110,16 +110,20 @@ def alerts_query(spark: Any, landing: str | list[str], checkpoint: str, o: LoopO
     """Start the loop's streaming query (returns the ``StreamingQuery``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql.types import StructType
 
     from bridge import Kind, register, spark_schema
 
     register(spark)
     paths = [landing] if isinstance(landing, str) else landing
     prefix = o.topic_prefix
+    used = ("time", "topic", "payload")  # Spark prunes no column of a Python source: say which
+    full = spark_schema(Kind.MESSAGES)
     readings = (
         spark.readStream.format("siftmq")
-        .schema(spark_schema(Kind.MESSAGES))  # given: no Python process asked for it
+        .schema(StructType([full[c] for c in used]))  # given: no Python process asked for it
         .option("kind", "messages")
+        .option("columns", ",".join(used))
         .option("paths", json.dumps(paths))
         .load()
         .where(F.col("topic").startswith(prefix))
