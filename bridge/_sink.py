@@ -287,13 +287,15 @@ _CONNACK_HINTS = {
 class _Flight:
     """Sans-IO: a task's messages as PUBLISH packets through a window of unacknowledged ones.
 
-    :meth:`next_chunk` encodes the next messages the window admits (at most ``CHUNK``, with the
-    PUBRELs due) as one ``bytes``; :meth:`feed` takes bytes from the broker and counts the
-    acknowledgements (QoS 1: PUBACK; QoS 2: PUBREC answered with PUBREL, then PUBCOMP; QoS 0:
-    a message counts once written).  Packet ids cycle through 1..65,535, skipping ones in
-    flight (the window is at most 65,535).  An error reason code is a failure naming the row."""
+    :meth:`next_chunk` encodes the next messages the window admits (at most ``CHUNK`` of them
+    and about ``CHUNK_BYTES``, with the PUBRELs due) as one ``bytes``; :meth:`feed` takes
+    bytes from the broker and counts the acknowledgements (QoS 1: PUBACK; QoS 2: PUBREC
+    answered with PUBREL, then PUBCOMP; QoS 0: a message counts once written).  Packet ids
+    cycle through 1..65,535, skipping ones in flight (the window is at most 65,535).  An
+    error reason code is a failure naming the row."""
 
     CHUNK = 256
+    CHUNK_BYTES = 1 << 20
 
     def __init__(self, o: SinkOptions, messages: list[_Message], key_prefix: str, window: int) -> None:
         from broker.packets import Decoder
@@ -322,7 +324,11 @@ class _Flight:
         parts = self.pending_rel
         self.pending_rel = []
         stop = min(len(messages), self.sent + min(self.window - len(inflight), self.CHUNK))
+        size = 0
         for i in range(self.sent, stop):
+            if size > self.CHUNK_BYTES:
+                stop = i  # large payloads: the rest in the next chunk
+                break
             topic, payload, props = messages[i]
             pid = None
             if qos:
@@ -334,6 +340,7 @@ class _Flight:
             user = ((KEY_PROPERTY, f"{self.key_prefix}/{i}"), *props)
             properties = Properties(message_expiry_interval=o.expiry, user_properties=user)
             parts.append(encode_publish(topic, payload, qos, o.retain, False, pid, properties, 5))
+            size += len(parts[-1])
         self.sent = max(self.sent, stop)
         if qos == 0:
             self.acked = self.sent

@@ -183,8 +183,9 @@ async def test_publisher_delivers_every_row_with_keys_properties_and_expiry() ->
 
 async def test_every_qos_and_a_refused_row() -> None:
     """QoS 2 (PUBREC, PUBREL, PUBCOMP) and QoS 0 through a window smaller than the rows (the
-    packet ids wrap past the window), every row once with its key; a PUBACK with an error
-    reason code (an ACL refusing one topic) fails the task naming the row."""
+    packet ids wrap past the window), large payloads (several writes), every row once with its
+    key; a PUBACK with an error reason code (an ACL refusing one topic) fails the task naming
+    the row."""
 
     class DenyBad(Hooks):
         def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
@@ -200,9 +201,13 @@ async def test_every_qos_and_a_refused_row() -> None:
             )
             got = await asyncio.to_thread(publish_batches, o, _batches(n), query_id=f"q{qos}", batch_id=0)
             assert got == (0, n)
-        await eventually(lambda: sub.count() == 1200)
+        big = pa.RecordBatch.from_pydict({"device": [f"b{i}" for i in range(5)], "z": ["x" * 400_000] * 5})
+        ob = SinkOptions.parse({"url": url, "topic": "out/{device}", "payload": "z"}, ["device", "z"])
+        assert await asyncio.to_thread(publish_batches, ob, iter([big]), query_id="qb", batch_id=0) == (0, 5)
+        await eventually(lambda: sub.count() == 1205)  # 2 MB: written in chunks of about 1 MiB
         keys = [p[KEY_PROPERTY] for _, _, p in sub.got]
-        assert len(set(keys)) == 1200
+        assert len(set(keys)) == 1205
+        assert sorted(len(pay) for t, pay, _ in sub.got if t.startswith("out/b")) == [400_000] * 5
         assert {k for k in keys if k.startswith("q2/")} == {f"q2/0/0/{i}" for i in range(700)}
         bad = pa.RecordBatch.from_pydict({"device": ["a", "b", "bad", "c"], "z": [1.0, 2.0, 3.0, 4.0]})
         o1 = SinkOptions.parse({"url": url, "topic": "out/{device}"}, ["device", "z"])
