@@ -11,11 +11,19 @@ turn, so a device's previous outlier has left its 10 s window) publishes an outl
 encodes the probe's number.  A subscriber on ``alerts/#`` timestamps each alert; the delay of a
 probe is its alert's arrival minus the probe's publication.  Reports p50/p90/max over the
 probes and how many alerts arrived.
+
+Stages per probe (medians reported): *landing*, publication -> the modification time of the
+landing file that holds the probe (the bridge's roll wait and its write); *trigger wait*, that
+time -> the start of the micro-batch whose end offset first covers the file (the query's
+progress ``timestamp``: the trigger interval, or the batch still running when the file
+landed); *micro-batch*, that start -> the alert's arrival (listing, offset log, planning,
+reading, scoring, publishing; the batch's own ``durationMs`` split is printed too).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -24,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -56,6 +65,7 @@ def main() -> None:
         _wait_port(port, broker)
         (root / "landing" / "messages").mkdir(parents=True, exist_ok=True)
         spark = spark_session("local[2]")
+        spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
         o = LoopOptions(url=f"mqtt://127.0.0.1:{port}", window=10.0, trigger=args.trigger)
         query = alerts_query(spark, str(root / "landing"), str(root / "ck"), o)
         deadline = time.monotonic() + 180
@@ -96,7 +106,8 @@ def main() -> None:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(delays) < len(sent):
             time.sleep(0.1)  # the last probes' alerts, bounded
-        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        every = list(query.recentProgress)
+        progress = [p for p in every if p["numInputRows"] > 0]
         query.stop()
         spark.stop()
         if progress:
@@ -121,9 +132,50 @@ def main() -> None:
             p90 = got[min(len(got) - 1, int(0.9 * len(got)))]
             p50 = statistics.median(got)
             print(f"device-to-alert delay: p50 {p50:.2f} s, p90 {p90:.2f} s, max {got[-1]:.2f} s")
+            _stages(root / "landing", sent, delays, every)
     finally:
         broker.terminate()
         broker.wait(10)
+
+
+def _stages(landing: Path, sent: dict[int, float], delays: dict[int, float], progress: list[Any]) -> None:
+    """Split each alerted probe's delay at its landing file's mtime and its micro-batch's start."""
+    import pyarrow.parquet as pq
+
+    from bridge._landing import list_files
+    from bridge._schema import Kind
+
+    where: dict[int, tuple[float, str, int]] = {}  # probe -> (file mtime, writer tag, sequence)
+    for f in list_files(str(landing), Kind.MESSAGES):
+        mtime = os.stat(f.path).st_mtime
+        for payload in pq.read_table(f.path, columns=["payload"]).column("payload").to_pylist():
+            value = json.loads(payload)["value"]
+            if value >= 1000:
+                where[round(value) - 1000] = (mtime, f.tag, f.seq)
+    batches = []
+    for p in progress:
+        end = p["sources"][0]["endOffset"]
+        end = json.loads(end) if isinstance(end, str) else end
+        start = datetime.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+        batches.append((start, end.get(str(landing), {})))
+    land, wait, batch = [], [], []
+    for k, delay in delays.items():
+        if k not in where:
+            continue
+        mtime, tag, seq = where[k]
+        starts = [t for t, tags in batches if tags.get(tag, 0) >= seq]
+        if not starts:
+            continue
+        begin = min(starts)
+        land.append(mtime - sent[k])
+        wait.append(begin - mtime)
+        batch.append(sent[k] + delay - begin)
+    if land:
+        med = statistics.median
+        print(
+            f"stages (median of {len(land)} probes): landing {med(land):.2f} s, trigger wait "
+            f"{med(wait):.2f} s, micro-batch to the alert's arrival {med(batch):.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,14 @@ Spark session (local[2]) and alternating the two sources (ABAB...), REPS times e
 * the same with ``option("columns", "topic,payload_size")`` (Spark prunes no column of a Python
   data source: the option does);
 * stream: the same aggregation as a streaming query with ``trigger(availableNow=True)``, a fresh
-  checkpoint each time, from start to termination (planning, listing, one micro-batch).
+  checkpoint each time, from start to termination (planning, listing, one micro-batch);
+* running (``--running N``, default 4): the micro-batch of a query that is already running, as
+  in ``siftmq analytics``: one query per source (file, siftmq, siftmq + columns), each over
+  its own copy of the landing zone (a 0.2 s trigger, update mode, the
+  changed groups collected by ``foreachBatch``); per round,
+  N new files (ROWS deliveries each) are committed to each copy in turn, the query drains
+  them (``processAllAvailable``), and its micro-batch's ``triggerExecution`` (listing,
+  offset log, planning, reading, aggregation, state store, commit) is taken from its progress.
 
 Reports the median seconds per variant, their ratio (siftmq / file; < 1 is faster) and the CPU
 seconds of the whole process tree (driver JVM, Python workers) per variant.
@@ -74,6 +81,7 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=40)
     ap.add_argument("--rows", type=int, default=25_000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--running", type=int, default=4, help="new files per round of running queries (0: skip)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-source-"))
     t = time.perf_counter()
@@ -85,6 +93,7 @@ def main() -> None:
     spark = spark_session("local[2]")
     register(spark)
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     schema = spark_schema(Kind.DELIVERIES)
     want = args.files * args.rows
 
@@ -162,7 +171,81 @@ def main() -> None:
             w, c = statistics.median(wall[(mode, src)]), statistics.median(cpu[(mode, src)])
             print(f"| {mode} | {src} | {w:.2f} | {c:.1f} | {w / f:.2f} |")
     print("all runs (s):", {f"{k[0]}/{k[1]}": [round(x, 2) for x in v] for k, v in wall.items()})
+    if args.running:
+        _running(spark, root, args.running, args.rows, args.reps)
     spark.stop()
+
+
+def _running(spark: Any, root: Path, files: int, rows: int, reps: int) -> None:
+    """Micro-batches of running queries (module docstring); prints the table."""
+    schema = spark_schema(Kind.DELIVERIES)
+    lands = {name: root / f"running-{name}" for name in ("file", "siftmq", "siftmq+columns")}
+    staging = root / "running-staging"  # files are written here, then renamed in together
+    writer = Bridge(staging, roll_interval=3600, roll_bytes=1 << 40)
+    for land in lands.values():
+        (land / "deliveries").mkdir(parents=True, exist_ok=True)  # the file source needs it
+
+    def reader(name: str) -> Any:
+        if name == "file":
+            return spark.readStream.schema(schema).parquet(str(lands[name] / "deliveries"))
+        r = spark.readStream.format("siftmq").option("kind", "deliveries")
+        if name == "siftmq+columns":
+            r = r.option("columns", "topic,payload_size")
+        return r.load(str(lands[name]))
+
+    queries = {
+        name: _agg(reader(name))
+        .writeStream.foreachBatch(lambda df, _: df.collect())
+        .outputMode("update")
+        .option("checkpointLocation", str(root / f"ck-running-{name}"))
+        .trigger(processingTime="0.2 seconds")
+        .start()
+        for name in lands
+    }
+    t0 = 1.9e9
+    batch: dict[str, list[float]] = {name: [] for name in lands}
+    parts: dict[str, list[dict[str, int]]] = {name: [] for name in lands}
+    for rep in range(reps + 1):  # the first round warms up
+        for name, q in queries.items():
+            q.processAllAvailable()
+            before = {p["id"] + p["timestamp"] for p in q.recentProgress}  # an idle query's progress
+            for f in range(files):
+                for i in range(rows):
+                    k = (rep * files + f) * rows + i
+                    feed(writer, delivery(k, t0 + k / 1000, topic=f"t/{k % 50}", subscriber=f"s{k % 20}"))
+                writer.flush()
+            for part in sorted((staging / "deliveries").glob("part-*.parquet")):
+                part.rename(lands[name] / "deliveries" / part.name)
+            deadline = time.monotonic() + 120
+            while True:  # the query's progress for every new row (bounded wait)
+                q.processAllAvailable()
+                done = [
+                    p
+                    for p in q.recentProgress
+                    if p["numInputRows"] > 0 and p["id"] + p["timestamp"] not in before
+                ]
+                if sum(p["numInputRows"] for p in done) >= files * rows or time.monotonic() > deadline:
+                    break
+            assert sum(p["numInputRows"] for p in done) == files * rows, (name, done)
+            if rep:
+                batch[name].append(sum(p["durationMs"]["triggerExecution"] for p in done) / 1000)
+                parts[name].extend(p["durationMs"] for p in done)
+    for q in queries.values():
+        q.stop()
+    writer.close()
+    print(
+        f"running queries: {files} new files x {rows} rows per micro-batch, load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print("| source | micro-batch median s | latestOffset ms | addBatch ms | ratio to the file source |")
+    print("|---|---|---|---|---|")
+    f = statistics.median(batch["file"])
+    for name in lands:
+        m = statistics.median(batch[name])
+        lo = statistics.median(d.get("latestOffset", 0) for d in parts[name])
+        ab = statistics.median(d.get("addBatch", 0) for d in parts[name])
+        print(f"| {name} | {m:.2f} | {lo:.0f} | {ab:.0f} | {m / f:.2f} |")
+    print("all micro-batches (s):", {k: [round(x, 2) for x in v] for k, v in batch.items()})
 
 
 if __name__ == "__main__":

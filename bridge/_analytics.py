@@ -65,11 +65,12 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from bridge._composite import build_composite, composite_summary, composite_view
 from bridge._results import RESULT_KEYS, results
-from bridge._schema import Kind
+from bridge._schema import Kind, spark_schema
 
 __all__ = [
     "RESULT_KEYS",
     "console_summary",
+    "landing_reader",
     "landing_streams",
     "results",
     "run_cli",
@@ -160,15 +161,33 @@ def _paths(landing: Landings) -> list[str]:
 def landing_streams(spark: Any, landing: Landings) -> dict[Kind, Any]:
     """One streaming DataFrame per record kind over ``landing`` (one landing zone or several read
     as one): the ``siftmq`` data source, declared schemas."""
+    read = landing_reader(spark, landing)
+    return {kind: read(kind) for kind in Kind if kind is not Kind.MESSAGES}
+
+
+def landing_reader(spark: Any, landing: Landings) -> Callable[..., Any]:
+    """``read(kind, *columns)``: a streaming DataFrame of ``kind`` over ``landing`` with only
+    ``columns`` (all without).  Spark prunes no column of a Python data source, so each
+    analytics query names the columns it uses (the source's ``columns`` option): a query
+    over two of the twelve columns of ``deliveries`` reads and ships two
+    (docs/performance-bridge.md)."""
     from bridge import register
 
     register(spark)
     paths = json.dumps(_paths(landing))  # readStream.load takes one path: the list as an option
-    return {
-        kind: spark.readStream.format("siftmq").option("kind", kind.value).option("paths", paths).load()
-        for kind in Kind
-        if kind is not Kind.MESSAGES
-    }
+
+    def read(kind: Kind, *columns: str) -> Any:
+        from pyspark.sql.types import StructType
+
+        # the schema given, Spark does not start a Python process to ask the source for it
+        schema = spark_schema(kind)
+        r = spark.readStream.format("siftmq").option("kind", kind.value).option("paths", paths)
+        if columns:
+            r = r.option("columns", ",".join(columns))
+            schema = StructType([schema[c] for c in columns])
+        return r.schema(schema).load()
+
+    return read
 
 
 _STATE_SCHEMA = "filters STRING"
@@ -236,12 +255,21 @@ def _active_filters(key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: A
     yield pd.DataFrame(out, columns=["time", "client_id", "topic_filter", "content_filter", "delta"])
 
 
-def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, Any]:
+def _build(
+    streams: dict[Kind, Any], window: str, watermark: str, read: Callable[..., Any] | None = None
+) -> dict[str, Any]:
+    """The analytics DataFrames.  With ``read`` (:func:`landing_reader`) the queries over
+    deliveries and publications read only their columns; without, ``streams`` (all columns)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    d = streams[Kind.DELIVERIES].withWatermark("time", watermark)
-    p = streams[Kind.PUBLICATIONS]
+    def deliveries(*columns: str) -> Any:
+        df = streams[Kind.DELIVERIES] if read is None else read(Kind.DELIVERIES, "time", *columns)
+        return df.withWatermark("time", watermark)
+
+    def publications(*columns: str) -> Any:
+        return streams[Kind.PUBLICATIONS] if read is None else read(Kind.PUBLICATIONS, *columns)
+
     c = streams[Kind.SUBSCRIPTION_CHANGES]
     win = F.window("time", window)
 
@@ -255,17 +283,18 @@ def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, A
     return {
         **build_composite(streams),
         "topic_rate": flat(
-            d.groupBy(win.alias("window"), "topic").agg(
-                F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
-            )
+            deliveries("topic", "payload_size")
+            .groupBy(win.alias("window"), "topic")
+            .agg(F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes"))
         ),
         "subscriber_rate": flat(
-            d.groupBy(win.alias("window"), "subscriber_id").agg(
-                F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes")
-            )
+            deliveries("subscriber_id", "payload_size")
+            .groupBy(win.alias("window"), "subscriber_id")
+            .agg(F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes"))
         ),
         "node_rate": flat(
-            d.withColumn("node", F.coalesce(F.col("node"), F.lit("")))
+            deliveries("node", "payload_size")
+            .withColumn("node", F.coalesce(F.col("node"), F.lit("")))
             .groupBy(win.alias("window"), "node")
             .agg(F.count("*").alias("deliveries"), F.sum("payload_size").alias("bytes"))
         ),
@@ -275,7 +304,9 @@ def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, A
             .agg(F.count("*").alias("changes"))
         ),
         "latency": flat(
-            d.groupBy(win.alias("window")).agg(
+            deliveries("latency")
+            .groupBy(win.alias("window"))
+            .agg(
                 F.count("*").alias("deliveries"),
                 F.percentile_approx("latency", [0.5, 0.9, 0.99], 10000).alias("q"),
                 F.max("latency").alias("max"),
@@ -285,13 +316,16 @@ def _build(streams: dict[Kind, Any], window: str, watermark: str) -> dict[str, A
         .withColumn("p90", F.col("q")[1])
         .withColumn("p99", F.col("q")[2])
         .drop("q"),
-        "fanout": p.groupBy("deliveries").agg(F.count("*").alias("messages")),
-        "top_topics": p.groupBy("topic").agg(
+        "fanout": publications("deliveries").groupBy("deliveries").agg(F.count("*").alias("messages")),
+        "top_topics": publications("topic", "deliveries", "payload_size")
+        .groupBy("topic")
+        .agg(
             F.count("*").alias("messages"),
             F.sum("deliveries").alias("deliveries"),
             F.sum("payload_size").alias("bytes"),
         ),
-        "filter_selectivity": d.where(F.col("content_filter").isNotNull())
+        "filter_selectivity": deliveries("subscriber_id", "subscription_filter", "content_filter")
+        .where(F.col("content_filter").isNotNull())
         .groupBy("subscriber_id", "subscription_filter", "content_filter")
         .agg(F.count("*").alias("deliveries")),
         "active_filters": c.groupBy("client_id").applyInPandasWithState(
@@ -320,7 +354,9 @@ def start_queries(
 ) -> list[Any]:
     """Start the analytics queries; ``once`` uses ``trigger(availableNow=True)``."""
     out = _spark_path(output).rstrip("/")
-    frames = _build(landing_streams(spark, landing), window, watermark)
+    read = landing_reader(spark, landing)
+    big = (Kind.MESSAGES, Kind.DELIVERIES, Kind.PUBLICATIONS)  # read per query, projected
+    frames = _build({k: read(k) for k in Kind if k not in big}, window, watermark, read)
     queries = []
     for name, df in frames.items():
         if only is not None and name not in only:
@@ -436,8 +472,18 @@ def run_cli(
     watermark: str,
     trigger: float,
     summary_every: float,
+    only: tuple[str, ...] | None = None,
 ) -> int:
-    """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries."""
+    """``siftmq analytics``: run the queries (until Ctrl-C, or once) and print summaries;
+    ``only``: the results to compute (``--results``; default all)."""
+    unknown = [r for r in only or () if r not in RESULT_KEYS]
+    if unknown or only == ():
+        names = ", ".join(RESULT_KEYS)
+        print(
+            f"siftmq analytics: option --results: {', '.join(unknown) or 'empty'} (results: {names})",
+            file=sys.stderr,
+        )
+        return 2
     landings = [landing] if isinstance(landing, str) else list(landing)
     for one in landings:
         if "://" not in one and not Path(one).is_dir():
@@ -457,7 +503,7 @@ def run_cli(
         return 2
     spark = spark_session(master)
     queries = start_queries(
-        spark, landings, output, window=window, watermark=watermark, once=once, trigger=trigger
+        spark, landings, output, window=window, watermark=watermark, once=once, trigger=trigger, only=only
     )
     try:
         if once:

@@ -40,6 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     p.add_argument("--trigger", type=float, default=0.5, help="seconds between micro-batches when not --once")
     p.add_argument("--summary-every", type=float, default=10.0, help="seconds between console summaries")
+    p.add_argument(
+        "--results",
+        default=None,
+        help="comma-separated results to compute (default: all; e.g. topic_rate,top_topics)",
+    )
     p.set_defaults(func=_run_analytics)
     sub = p.add_subparsers(dest="analytics_command", required=False)
     r = sub.add_parser("report", help="render the latest results as a self-contained HTML page")
@@ -119,6 +124,7 @@ def _run_analytics(args: argparse.Namespace) -> int:
         watermark=args.watermark,
         trigger=args.trigger,
         summary_every=args.summary_every,
+        only=None if args.results is None else tuple(r.strip() for r in args.results.split(",") if r.strip()),
     )
 
 

@@ -40,7 +40,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bridge._landing import Offset, files_between, kind_schema, latest_offset, pack, parse_kind, read_files
+from bridge._landing import (
+    LandingFile,
+    Offset,
+    files_between,
+    kind_schema,
+    latest_offset,
+    pack,
+    parse_kind,
+    read_files,
+)
 from bridge._schema import Kind, spark_schema
 from bridge._sink import SinkOptions, publish_batches
 
@@ -92,8 +101,10 @@ class _ReadPlan:
     min_partitions: int
     columns: tuple[str, ...] | None
 
-    def partitions(self, start: Offset | None, end: Offset) -> list[_Files]:
-        files = files_between(self.landings, self.kind, start, end)
+    def partitions(
+        self, start: Offset | None, end: Offset, known: dict[str, LandingFile] | None = None
+    ) -> list[_Files]:
+        files = files_between(self.landings, self.kind, start, end, known)
         return [_Files(p) for p in pack(files, self.max_partition_bytes, self.min_partitions)]
 
 
@@ -111,17 +122,25 @@ class _BatchReader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader):
+    """Lives in the query's source process on the driver for the query's lifetime: ``known``
+    caches the landing files seen (path -> file), so each trigger's listing stats only the
+    new files (bridge/_landing.py, ``list_files``)."""
+
     def __init__(self, plan: _ReadPlan) -> None:
         self.plan = plan
+        self.known: dict[str, LandingFile] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan": self.plan, "known": {}}  # the cache stays where it was built
 
     def initialOffset(self) -> dict[str, Any]:
         return {landing: {} for landing in self.plan.landings}
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        return latest_offset(self.plan.landings, self.plan.kind)
+        return latest_offset(self.plan.landings, self.plan.kind, self.known)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return self.plan.partitions(start, end)
+        return self.plan.partitions(start, end, self.known)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Files):  # no files: Spark reads one partition of its own

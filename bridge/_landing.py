@@ -96,39 +96,55 @@ def _fs(landing: str) -> tuple[Any, str]:
     return None, os.path.abspath(path)
 
 
-def list_files(landing: str, kind: Kind) -> list[LandingFile]:
+def list_files(landing: str, kind: Kind, known: dict[str, LandingFile] | None = None) -> list[LandingFile]:
     """The committed files of ``kind`` in ``landing``, by (tag, sequence).  A landing zone or
-    kind directory that does not exist (yet) has none."""
+    kind directory that does not exist (yet) has none.  ``known`` (a cache the caller keeps
+    across listings, by path) spares a file already seen its ``stat`` and name parsing: a
+    committed file is never rewritten, so a streaming source's listing costs one directory
+    read plus the new files (a directory of 36,000 files, an hour at a 0.1 s roll, is read in
+    milliseconds; stat-ing each again was most of the listing)."""
     fs, base = _fs(landing)
     out: list[LandingFile] = []
     if fs is None:
         d = os.path.join(base, kind.value)
         try:
-            entries = [(e.name, e.path, e.stat().st_size) for e in os.scandir(d) if e.is_file()]
+            with os.scandir(d) as it:
+                entries = [e for e in it if not e.name.startswith((".", "_")) and e.name.endswith(".parquet")]
         except FileNotFoundError:
             return []
+        for e in entries:
+            f = known.get(e.path) if known is not None else None
+            if f is None and e.is_file():
+                f = _landing_file(landing, e.name, e.path, e.stat().st_size)
+                if known is not None:
+                    known[e.path] = f
+            if f is not None:
+                out.append(f)
     else:
         import pyarrow.fs as pafs
 
         info = fs.get_file_info(pafs.FileSelector(f"{base}/{kind.value}", allow_not_found=True))
-        entries = [(i.base_name, i.path, i.size or 0) for i in info if i.type == pafs.FileType.File]
-        entries = [(n, f"{landing.split('://', 1)[0]}://{p}", s) for n, p, s in entries]
-    for name, path, size in entries:
-        if name.startswith((".", "_")) or not name.endswith(".parquet"):
-            continue
-        m = _NAME.match(name)
-        tag, seq = (m.group(2), int(m.group(3))) if m else (f"file:{name}", 1)
-        out.append(LandingFile(landing, tag, seq, path, size))
+        scheme = landing.split("://", 1)[0]
+        for i in info:
+            name = i.base_name
+            if i.type == pafs.FileType.File and not name.startswith((".", "_")) and name.endswith(".parquet"):
+                out.append(_landing_file(landing, name, f"{scheme}://{i.path}", i.size or 0))
     out.sort(key=lambda f: (f.tag, f.seq))
     return out
 
 
-def latest_offset(landings: Sequence[str], kind: Kind) -> Offset:
+def _landing_file(landing: str, name: str, path: str, size: int) -> LandingFile:
+    m = _NAME.match(name)
+    tag, seq = (m.group(2), int(m.group(3))) if m else (f"file:{name}", 1)
+    return LandingFile(landing, tag, seq, path, size)
+
+
+def latest_offset(landings: Sequence[str], kind: Kind, known: dict[str, LandingFile] | None = None) -> Offset:
     """The offset that covers every file committed now."""
     offset: Offset = {}
     for landing in landings:
         tags: dict[str, int] = {}
-        for f in list_files(landing, kind):
+        for f in list_files(landing, kind, known):
             if f.seq > tags.get(f.tag, 0):
                 tags[f.tag] = f.seq
         offset[landing] = tags
@@ -136,14 +152,20 @@ def latest_offset(landings: Sequence[str], kind: Kind) -> Offset:
 
 
 def files_between(
-    landings: Sequence[str], kind: Kind, start: Offset | None, end: Offset
+    landings: Sequence[str],
+    kind: Kind,
+    start: Offset | None,
+    end: Offset,
+    known: dict[str, LandingFile] | None = None,
 ) -> list[LandingFile]:
     """The files with ``start < seq <= end`` for their writer (``start`` None: from the first)."""
     out: list[LandingFile] = []
     for landing in landings:
         hi = end.get(landing, {})
         lo = (start or {}).get(landing, {})
-        out.extend(f for f in list_files(landing, kind) if lo.get(f.tag, 0) < f.seq <= hi.get(f.tag, 0))
+        out.extend(
+            f for f in list_files(landing, kind, known) if lo.get(f.tag, 0) < f.seq <= hi.get(f.tag, 0)
+        )
     return out
 
 

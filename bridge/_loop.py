@@ -33,6 +33,12 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
+# the Python worker imports this module to unpickle the scorer: the same filter of pyspark's
+# padding FutureWarning as the analytics' stateful operator (bridge/_analytics.py)
+from bridge._analytics import _filter_pyspark_padding_warning
+
+_filter_pyspark_padding_warning()
+
 __all__ = ["LoopOptions", "alerts_query", "score"]
 
 _ALERT_SCHEMA = (
@@ -104,15 +110,20 @@ def alerts_query(spark: Any, landing: str | list[str], checkpoint: str, o: LoopO
     """Start the loop's streaming query (returns the ``StreamingQuery``)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql.types import StructType
 
-    from bridge import register
+    from bridge import Kind, register, spark_schema
 
     register(spark)
     paths = [landing] if isinstance(landing, str) else landing
     prefix = o.topic_prefix
+    used = ("time", "topic", "payload")  # Spark prunes no column of a Python source: say which
+    full = spark_schema(Kind.MESSAGES)
     readings = (
         spark.readStream.format("siftmq")
+        .schema(StructType([full[c] for c in used]))  # given: no Python process asked for it
         .option("kind", "messages")
+        .option("columns", ",".join(used))
         .option("paths", json.dumps(paths))
         .load()
         .where(F.col("topic").startswith(prefix))

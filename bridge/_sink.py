@@ -1,7 +1,9 @@
 """Rows to MQTT messages: the publishing half of the ``siftmq`` Spark data source (issue 29).
 
-Runs in Spark's Python workers (executors); no pyspark import except ``TaskContext``.  The MQTT
-client is paho-mqtt (MQTT 5), one connection per task.
+Runs in Spark's Python workers (executors); no pyspark import except ``TaskContext``.  One MQTT 5
+connection per task, made and closed by paho-mqtt; the task's PUBLISH packets are encoded
+and its acknowledgements decoded in bulk with the broker's sans-IO codec (``broker.packets``)
+on paho's socket, a chunk of packets per ``send`` (:class:`_Flight`).
 
 **Options** (:meth:`SinkOptions.parse`, checked on the driver when the query starts, so a
 wrong option fails the query before any row is published): ``url`` (``mqtt://HOST:PORT``,
@@ -40,6 +42,7 @@ driver dies mid-batch is in docs/bridge.md ("Writing to MQTT from Spark").
 
 from __future__ import annotations
 
+import contextlib
 import json
 import string
 import time
@@ -281,24 +284,95 @@ _CONNACK_HINTS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Packed:
-    """Encoded MQTT 5 properties, in the shape paho's ``publish`` uses (``pack()``)."""
+class _Flight:
+    """Sans-IO: a task's messages as PUBLISH packets through a window of unacknowledged ones.
 
-    data: bytes
+    :meth:`next_chunk` encodes the next messages the window admits (at most ``CHUNK`` of them
+    and about ``CHUNK_BYTES``, with the PUBRELs due) as one ``bytes``; :meth:`feed` takes
+    bytes from the broker and counts the acknowledgements (QoS 1: PUBACK; QoS 2: PUBREC
+    answered with PUBREL, then PUBCOMP; QoS 0: a message counts once written).  Packet ids
+    cycle through 1..65,535, skipping ones in flight (the window is at most 65,535).  An
+    error reason code is a failure naming the row."""
 
-    def pack(self) -> bytes:
-        return self.data
+    CHUNK = 256
+    CHUNK_BYTES = 1 << 20
+
+    def __init__(self, o: SinkOptions, messages: list[_Message], key_prefix: str, window: int) -> None:
+        from broker.packets import Decoder
+
+        self.o, self.messages, self.key_prefix = o, messages, key_prefix
+        self.window = window if o.qos > 0 else len(messages)
+        self.inflight: dict[int, int] = {}  # packet id -> row
+        self.decoder = Decoder(version=5, server=False)
+        self.pending_rel: list[bytes] = []
+        self.sent = 0
+        self.acked = 0
+        self.next_pid = 1
+        self.failures: list[tuple[int, str]] = []
+        self.lost: str | None = None
+
+    def finished(self) -> bool:
+        return self.acked >= len(self.messages) or bool(self.failures) or self.lost is not None
+
+    def more_to_send(self) -> bool:
+        return self.sent < len(self.messages) and len(self.inflight) < self.window
+
+    def next_chunk(self) -> bytes:
+        from broker.packets import Properties, encode_publish
+
+        o, messages, qos, inflight = self.o, self.messages, self.o.qos, self.inflight
+        parts = self.pending_rel
+        self.pending_rel = []
+        stop = min(len(messages), self.sent + min(self.window - len(inflight), self.CHUNK))
+        size = 0
+        for i in range(self.sent, stop):
+            if size > self.CHUNK_BYTES:
+                stop = i  # large payloads: the rest in the next chunk
+                break
+            topic, payload, props = messages[i]
+            pid = None
+            if qos:
+                while self.next_pid in inflight:  # a window <= 65,535 always leaves a free id
+                    self.next_pid = self.next_pid % 65_535 + 1
+                pid = self.next_pid
+                self.next_pid = pid % 65_535 + 1
+                inflight[pid] = i
+            user = ((KEY_PROPERTY, f"{self.key_prefix}/{i}"), *props)
+            properties = Properties(message_expiry_interval=o.expiry, user_properties=user)
+            parts.append(encode_publish(topic, payload, qos, o.retain, False, pid, properties, 5))
+            size += len(parts[-1])
+        self.sent = max(self.sent, stop)
+        if qos == 0:
+            self.acked = self.sent
+        return b"".join(parts)
+
+    def feed(self, data: bytes) -> None:
+        from broker.packets import Disconnect, Puback, Pubcomp, Pubrec, Pubrel, encode
+
+        for pkt in self.decoder.feed(data):
+            if isinstance(pkt, Pubrec) and pkt.reason_code < 0x80:
+                self.pending_rel.append(encode(Pubrel(pkt.packet_id), 5))
+            elif isinstance(pkt, Puback | Pubcomp | Pubrec):
+                row = self.inflight.pop(pkt.packet_id, -1)
+                if row < 0:
+                    continue  # not in flight: nothing else is expected on this connection
+                self.acked += 1
+                if pkt.reason_code >= 0x80:
+                    self.failures.append((row, pkt.reason_code.name))
+            elif isinstance(pkt, Disconnect):
+                self.lost = f"the broker disconnected: {pkt.reason_code.name}"
 
 
 class _Publisher:
     """One paho-mqtt MQTT 5 connection that publishes a task's messages and waits for acks.
 
-    Driven from the task's thread (no paho loop thread): ``publish`` writes to the socket at
-    once and ``loop`` reads the acknowledgements.  The window of unacknowledged QoS 1/2
-    messages is enforced here (``max_inflight``, capped by the broker's receive maximum):
-    paho's own queue of messages beyond its in-flight limit is scanned on every
-    acknowledgement, which made 50,000 queued rows take 30 s."""
+    Driven from the task's thread (no paho loop thread).  paho connects (TLS, credentials,
+    the CONNACK's maximum packet size and receive maximum) and disconnects; :meth:`publish`
+    writes the PUBLISH packets to paho's socket itself, encoded with the broker's codec
+    (:class:`_Flight`).  The window of unacknowledged QoS 1/2 messages is the sink's
+    (``max_inflight``, capped by the broker's receive maximum).  History: paho's own queue of
+    messages beyond its in-flight limit was scanned on every acknowledgement (50,000 queued
+    rows took 30 s), and its per-message path cost 50 us of CPU per row; both gone."""
 
     def __init__(self, o: SinkOptions, client_id: str) -> None:
         import paho.mqtt.client as mqtt
@@ -310,7 +384,6 @@ class _Publisher:
         self._window = o.max_inflight
         self._lost: str | None = None
         self._acked = 0
-        self._rows_by_mid: dict[int, int] = {}
         self._failures: list[tuple[int, str]] = []
         c = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
         if o.username is not None:
@@ -323,7 +396,6 @@ class _Publisher:
         c.max_queued_messages_set(0)
         c.on_connect = self._on_connect
         c.on_disconnect = self._on_disconnect
-        c.on_publish = self._on_publish
         self.client = c
         try:
             c.connect(o.host, o.port, keepalive=60, clean_start=True)
@@ -367,12 +439,6 @@ class _Publisher:
         if self._lost is None:
             self._lost = f"connection lost: {rc}"
 
-    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-        self._acked += 1
-        row = self._rows_by_mid.pop(mid, -1)
-        if rc is not None and rc.is_failure:
-            self._failures.append((row, str(rc)))
-
     def check_sizes(self, messages: list[_Message], key_len: int, where: str) -> None:
         """Refuse a message larger than the broker's maximum packet size (from its CONNACK)."""
         limit = self._max_packet
@@ -394,50 +460,56 @@ class _Publisher:
                 )
 
     def publish(self, messages: list[_Message], key_prefix: str) -> None:
-        import paho.mqtt.properties as paho_properties
+        """Publish ``messages`` (numbered from 0 under ``key_prefix``) and wait for every
+        acknowledgement.
 
-        pp: Any = paho_properties  # untyped helpers
-        writeUTF, VariableByteIntegers = pp.writeUTF, pp.VariableByteIntegers
-        o, client, n = self.o, self.client, len(messages)
-        expiry = b"" if o.expiry is None else b"\x02" + pp.writeInt32(o.expiry)
-        key_name = b"\x26" + writeUTF(KEY_PROPERTY)
-        window = self._window if o.qos > 0 else 10_000
-        sent = 0
+        paho-mqtt made the connection (CONNECT/CONNACK, TLS, credentials) and closes it; the
+        messages themselves are written to its socket (``Client.socket()``) in chunks of
+        PUBLISH packets and the acknowledgements read back in bulk, both through
+        :class:`_Flight` and the broker's compiled sans-IO codec: paho's per-message path (a
+        ``MQTTMessage``, two ``send`` calls, a ``ReasonCode`` and a ``Properties`` per PUBACK)
+        cost about 35 us per row, most of a task's CPU (docs/performance-bridge.md)."""
+        import select
 
-        def room() -> bool:
-            return sent - self._acked < window
+        from broker.packets import MalformedPacket
 
-        for i, (topic, payload, props) in enumerate(messages):
-            sent = i
-            if not room() and not self._loop_until(room):
-                break
-            if self._failures:
-                break
-            # The PUBLISH properties, encoded with paho's own helpers (a paho ``Properties`` per
-            # message cost 50 us, a third of the row's time): the key, the columns', the expiry.
-            body = b"".join(
-                (
-                    key_name,
-                    writeUTF(f"{key_prefix}/{i}"),
-                    *(b"\x26" + writeUTF(k) + writeUTF(v) for k, v in props),
-                    expiry,
-                )
-            )
-            packed = _Packed(VariableByteIntegers.encode(len(body)) + body)
-            info = client.publish(topic, payload, o.qos, o.retain, packed)  # type: ignore[arg-type]
-            if info.rc != 0:
-                self._lost = self._lost or f"publishing row {i} (topic {topic!r}) failed: {info.rc}"
-                break
-            self._rows_by_mid[info.mid] = i
-            if i % 256 == 255:
-                client.loop_read()
-        if not self._failures and self._lost is None:
-            self._loop_until(lambda: self._acked >= n or bool(self._failures))
-        if self._failures:
-            row, why = self._failures[0]
+        o, n = self.o, len(messages)
+        sock: Any = self.client.socket()
+        if sock is None:
+            self._raise(self._lost or "connection lost before publishing", n)
+        flight = _Flight(o, messages, key_prefix, self._window)
+        sock.settimeout(o.timeout)  # blocking with a timeout: a recv that times out is "no progress"
+        try:
+            while not flight.finished():
+                out = flight.next_chunk()
+                if out:
+                    sock.sendall(out)
+                    if flight.more_to_send() and not (
+                        (o.tls and sock.pending()) or select.select([sock], [], [], 0)[0]
+                    ):
+                        continue  # no acknowledgement waiting: keep filling the window
+                if flight.finished():
+                    break
+                data = sock.recv(1 << 16)
+                if not data:
+                    flight.lost = "connection lost: closed by the broker"
+                    break
+                flight.feed(data)
+        except TimeoutError:
+            pass  # reported below: no acknowledgement within the timeout
+        except MalformedPacket as e:
+            flight.lost = f"a malformed packet from the broker: {e}"
+        except OSError as e:
+            flight.lost = f"connection lost: {e}"
+        finally:
+            with contextlib.suppress(OSError):
+                sock.setblocking(False)  # as paho keeps it, for its DISCONNECT
+        self._acked = flight.acked
+        if flight.failures:
+            row, why = flight.failures[0]
             self._raise(f"the broker refused row {row} of the sorted rows: {why}", n)
-        if self._acked < n:
-            self._raise(self._lost or f"no acknowledgement for {o.timeout:g} s (option timeout)", n)
+        if flight.acked < n:
+            self._raise(flight.lost or f"no acknowledgement for {o.timeout:g} s (option timeout)", n)
 
     def _raise(self, why: str, n: int) -> None:
         raise SinkError(

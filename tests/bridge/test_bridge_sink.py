@@ -48,6 +48,15 @@ def test_offsets_select_each_file_once_across_writers(tmp_path: Path) -> None:
     rows = sum(b.num_rows for b in read_files([f.path for f in new], Kind.DELIVERIES))
     assert rows == 4 + 3  # writer 2's file and the hand-copied one (writer 1's rows again)
     assert files_between([land], Kind.DELIVERIES, second, second) == []
+    # a streaming source's cache of known files: the same listing, new files found
+    known: dict[str, Any] = {}
+    assert latest_offset([land], Kind.DELIVERIES, known) == second and len(known) == 3
+    _commit(tmp_path / "l", 2, 7)  # writer 3
+    third = latest_offset([land], Kind.DELIVERIES, known)
+    assert third == latest_offset([land], Kind.DELIVERIES) and len(known) == 4
+    assert files_between([land], Kind.DELIVERIES, second, third, known) == files_between(
+        [land], Kind.DELIVERIES, second, third
+    )
     assert latest_offset([str(tmp_path / "missing")], Kind.DELIVERIES) == {str(tmp_path / "missing"): {}}
 
 
@@ -170,6 +179,41 @@ async def test_publisher_delivers_every_row_with_keys_properties_and_expiry() ->
     rows = next(_batches(300))
     backward = sorted(_messages(o2, iter([rows.slice(150), rows.slice(0, 150)]), "x"))
     assert forward == backward
+
+
+async def test_every_qos_and_a_refused_row() -> None:
+    """QoS 2 (PUBREC, PUBREL, PUBCOMP) and QoS 0 through a window smaller than the rows (the
+    packet ids wrap past the window), large payloads (several writes), every row once with its
+    key; a PUBACK with an error reason code (an ACL refusing one topic) fails the task naming
+    the row."""
+
+    class DenyBad(Hooks):
+        def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+            return not (action == "publish" and topic == "out/bad")
+
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[DenyBad()]) as b:
+        sub = _Collector(b.port, "out/#")
+        await eventually(sub.subscribed.is_set)
+        url = f"mqtt://127.0.0.1:{b.port}"
+        for qos, n in (("2", 700), ("0", 500)):
+            o = SinkOptions.parse(
+                {"url": url, "topic": "out/{device}", "qos": qos, "max_inflight": "64"}, ["device", "z"]
+            )
+            got = await asyncio.to_thread(publish_batches, o, _batches(n), query_id=f"q{qos}", batch_id=0)
+            assert got == (0, n)
+        big = pa.RecordBatch.from_pydict({"device": [f"b{i}" for i in range(5)], "z": ["x" * 400_000] * 5})
+        ob = SinkOptions.parse({"url": url, "topic": "out/{device}", "payload": "z"}, ["device", "z"])
+        assert await asyncio.to_thread(publish_batches, ob, iter([big]), query_id="qb", batch_id=0) == (0, 5)
+        await eventually(lambda: sub.count() == 1205)  # 2 MB: written in chunks of about 1 MiB
+        keys = [p[KEY_PROPERTY] for _, _, p in sub.got]
+        assert len(set(keys)) == 1205
+        assert sorted(len(pay) for t, pay, _ in sub.got if t.startswith("out/b")) == [400_000] * 5
+        assert {k for k in keys if k.startswith("q2/")} == {f"q2/0/0/{i}" for i in range(700)}
+        bad = pa.RecordBatch.from_pydict({"device": ["a", "b", "bad", "c"], "z": [1.0, 2.0, 3.0, 4.0]})
+        o1 = SinkOptions.parse({"url": url, "topic": "out/{device}"}, ["device", "z"])
+        with pytest.raises(SinkError, match=r"the broker refused row 2 of the sorted rows: NOT_AUTHORIZED"):
+            await asyncio.to_thread(publish_batches, o1, iter([bad]), query_id="q", batch_id=0)
+        sub.close()
 
 
 async def test_bad_rows_and_brokers_are_clear_errors() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,31 @@ def test_analytics_cli_options() -> None:
     assert args.once and args.master == "spark://h:7077" and args.landing == ["L"] and args.output == "O"
     assert args.func.__name__ == "_run_analytics"
     assert parser.parse_args(["analytics"]).master == "local[2]"
+    assert parser.parse_args(["analytics", "--results", "top_topics,churn"]).results == "top_topics,churn"
+
+
+def test_analytics_results_option_names_the_results(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "broker._cli",
+            "analytics",
+            "--once",
+            "--results",
+            "top_topics,nope",
+            "--landing",
+            str(tmp_path),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "option --results: nope (results: topic_rate, subscriber_rate" in done.stderr
 
 
 def test_report_leaves_sys_topics_out_of_top_topics_unless_asked(spark: Any, tmp_path: Path) -> None:
