@@ -407,7 +407,11 @@ async def _longest_gap(pt: Tally, gaps: list[float]) -> None:
         gaps[0] = max(gaps[0], now - since)
 
 
-async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = False) -> dict[str, object]:
+async def run_paced(
+    port: int, a: argparse.Namespace, slow: bool, hung: bool = False, cpu: Callable[[], float] | None = None
+) -> dict[str, object]:
+    """``cpu``: the broker's CPU seconds so far, read at the window's start and end (the
+    window's CPU of the broker, its threads included, and of this generator are reported)."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
@@ -422,6 +426,7 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
     st.recording = True
     st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
+    bcpu0, gcpu0 = (cpu() if cpu else 0.0), time.process_time()
     slow_seen0 = _unique(subs[0].seen) if slow else 0
     gaps = [0.0]
     watch = asyncio.create_task(_longest_gap(pt, gaps))
@@ -429,6 +434,7 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
     watch.cancel()
     st.recording = False
     dt = time.monotonic() - t0
+    bcpu, gcpu = (cpu() if cpu else 0.0) - bcpu0, time.process_time() - gcpu0
     acked_window = pt.acked - acked0
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
@@ -448,6 +454,11 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
         "p99_ms": _pct(st.latencies, 0.99),
         "sub_disconnects": sum(1 for s in subs if s.closed),
         "longest_ack_gap_ms": gaps[0] * 1000,
+        # CPU in the window: the broker's (all its threads) and this generator's, and the
+        # deliveries per broker CPU second (less sensitive to a shared machine than the rate)
+        "window_broker_cpu_s": bcpu,
+        "window_loadgen_cpu_s": gcpu,
+        "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
     }
     if slow:
         others = st.in_window - slow_window
@@ -594,12 +605,51 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     raise RuntimeError(f"{name} did not listen")
 
 
+def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+    """``--profile DIR``: py-spy (the ``bench`` extra) samples the broker's threads over the
+    warm-up and the window into ``DIR/<broker>-<scenario>.txt`` (collapsed stacks, idle excluded)."""
+    if not a.profile or not b.name.startswith("siftmq"):
+        return None
+    out = Path(a.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    secs = str(int(a.warmup + a.duration))
+    if a.profile_native:  # perf: C frames too (the compiled hot path, pyarrow), per thread
+        data = str(out / f"{b.name}-{scenario}.perf.data")
+        return subprocess.Popen(
+            ["perf", "record", "-F", "499", "-g", "-p", str(b.proc.pid), "-o", data, "--", "sleep", secs],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    spy = ROOT / ".venv" / "bin" / "py-spy"
+    return subprocess.Popen(
+        [
+            str(spy),
+            "record",
+            "--pid",
+            str(b.proc.pid),
+            "--duration",
+            str(int(a.warmup + a.duration)),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--threads",
+            "--nonblocking",
+            "--output",
+            str(out / f"{b.name}-{scenario}.txt"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
     b = _start(name, a.broker_cpu)
+    spy = _profile(b, scenario, a) if scenario != "open0" else None
     cpu0 = time.process_time()
     try:
         if scenario == "paced":
-            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False), 300))
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, cpu=b.cpu), 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
         elif scenario == "hung":
@@ -618,6 +668,9 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
         res["loadgen_cpu_s"] = time.process_time() - cpu0
+        if spy is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(30)
         b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
         with contextlib.suppress(subprocess.TimeoutExpired):
             b.proc.wait(30)
@@ -656,6 +709,9 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "sub_disconnects",
                 "longest_ack_gap_ms",
                 "peak_rss_mb",
+                "window_broker_cpu_s",
+                "window_loadgen_cpu_s",
+                "delivered_per_broker_cpu_s",
             ],
         ),
         (
@@ -733,6 +789,8 @@ def main() -> int:
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--out", default="/tmp/bench-saturation.json")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    ap.add_argument("--profile", default="", help="py-spy the brokers (siftmq) into this directory")
+    ap.add_argument("--profile-native", action="store_true", help="--profile with perf (C frames)")
     a = ap.parse_args()
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
