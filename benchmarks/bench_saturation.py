@@ -549,10 +549,12 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
     return res
 
 
-# `siftmq serve` variants beside plain `siftmq` (= `--no-bridge`, no store): the defaults
-# (store and bridge on) and each half of them, to tell the store's cost from the bridge's.
+# `siftmq serve` variants beside plain `siftmq` (bench_brokers.py's: `--no-bridge` with a
+# `--data-dir`, so its store is *on*; a store costs nothing to clean sessions, which write
+# nothing): the defaults (store and bridge on), each half of them, and neither.
 VARIANTS: dict[str, list[str]] = {
     "siftmq-defaults": [],
+    "siftmq-nostore": ["--no-bridge", "--no-persistence"],
     "siftmq-store": ["--no-bridge"],
     "siftmq-bridge": ["--no-persistence"],
     # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
@@ -561,10 +563,24 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-nohung": ["--no-bridge", "--no-persistence", "--hung-consumer-time", "0"],
 }
 
+#: ``--base-root DIR``: another checkout with its own ``.venv`` (e.g. the commit before a change);
+#: a variant named ``<variant>@base`` runs that checkout's ``siftmq serve`` in the same run
+BASE_ROOT: list[Path] = []
+
+
+def _variant(name: str) -> tuple[Path, list[str]] | None:
+    """(checkout, serve flags) of a `siftmq serve` variant, None for the other brokers."""
+    base = name.endswith("@base")
+    flags = VARIANTS.get(name.removesuffix("@base"))
+    if flags is None or (base and not BASE_ROOT):
+        return None
+    return (BASE_ROOT[0] if base else ROOT), flags
+
 
 def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     """Start ``name`` on ``cpu``; ``extra``: more `siftmq serve` flags (siftmq and its variants)."""
-    if name not in VARIANTS:
+    variant = _variant(name)
+    if variant is None:
         if not extra:
             return start_broker(name, cpu, "hema")
         before = os.environ.get("SIFTMQ_SERVE_ARGS", "")
@@ -578,13 +594,13 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     log = open(tmp / "broker.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [
-            str(ROOT / ".venv" / "bin" / "siftmq"),
+            str(variant[0] / ".venv" / "bin" / "siftmq"),
             "serve",
             "--port",
             str(port),
             "--data-dir",
             str(tmp / "data"),
-            *VARIANTS[name],
+            *variant[1],
             *extra,
         ],
         cwd=tmp,
@@ -659,7 +675,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
                 # siftmq's routing maximum: without ingress shedding (which the flood
                 # would trigger); the open-loop run that follows has the defaults
                 b.stop()
-                siftmq = name == "siftmq" or name in VARIANTS
+                siftmq = name == "siftmq" or _variant(name) is not None
                 b = _start(name, a.broker_cpu, ("--ingress-shed-bytes", "0") if siftmq else ())
                 capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a), 120))
                 b.stop()
@@ -683,7 +699,8 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
 def _bridge_rows(b: RunningBroker) -> dict[str, object]:
     """Rows the bridge committed (deliveries, and drops it logged) for the variants with it on:
     the recorder must stay exact under the load, not only cheap."""
-    if b.name not in VARIANTS or "--no-bridge" in VARIANTS[b.name]:
+    variant = _variant(b.name)
+    if variant is None or "--no-bridge" in variant[1]:
         return {}
     import pyarrow.parquet as pq
 
@@ -791,7 +808,10 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     ap.add_argument("--profile", default="", help="py-spy the brokers (siftmq) into this directory")
     ap.add_argument("--profile-native", action="store_true", help="--profile with perf (C frames)")
+    ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the '<variant>@base' brokers")
     a = ap.parse_args()
+    if a.base_root:
+        BASE_ROOT.append(Path(a.base_root).resolve())
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -805,7 +825,7 @@ def main() -> int:
     )
     for name in a.brokers.split(","):  # one broker's scenarios back to back: same conditions
         for scenario in a.scenarios.split(","):
-            why = available("siftmq" if name in VARIANTS else name)
+            why = available("siftmq" if _variant(name) is not None else name)
             if why:
                 results.append({"broker": name, "scenario": scenario, "skipped": why})
                 print(f"{name:16} {scenario:6} skipped: {why}", flush=True)
