@@ -115,9 +115,8 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
     """(deliveries, publications) tables of a batch of the log's columns.
 
     One C conversion per column (``numpy.fromiter`` for numbers, which skips the type discovery
-    of ``pyarrow.array``/``numpy.array`` on a list: 14-16 against 17-24 ns per value; pyarrow
-    for strings and flags; no Python work per row); the message's columns are repeated per
-    delivery with ``take``.
+    that ``pyarrow.array`` and ``numpy.array`` do on a list; pyarrow for strings and flags; no
+    Python work per row); the message's columns are repeated per delivery with ``take``.
     O(calls + deliveries)."""
     n = len(c.time)
     times = np.fromiter(c.time, np.float64, n)
@@ -277,8 +276,9 @@ def _scalar(t: pa.DataType) -> bool:
 # Column statistics (min/max and null count in each row group's footer) only for the scalar
 # columns (numbers, times, flags): times, ids, sizes and latencies are what a reader prunes row
 # groups by, and the min/max of string, binary and list columns (ids, topics, filters, payloads)
-# cost most of the statistics' CPU.  Measured on a paced QoS 1 round (55,000 publications with
-# one delivery each, both files): 243 -> 155 ns per publication, same file size (issue 27 item 7).
+# cost most of the statistics' CPU.  Measured on a round of 55,000 publications with one delivery
+# each, both files (benchmarks/bench_recording.py, issue 27 item 7): 168-248 against 210-446 ns
+# per publication with every column's statistics, same file size.
 _STATISTICS: dict[Kind, list[str]] = {
     kind: [f.name for f in SCHEMAS[kind] if _scalar(f.type)] for kind in Kind
 }
