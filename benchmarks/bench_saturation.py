@@ -407,7 +407,11 @@ async def _longest_gap(pt: Tally, gaps: list[float]) -> None:
         gaps[0] = max(gaps[0], now - since)
 
 
-async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = False) -> dict[str, object]:
+async def run_paced(
+    port: int, a: argparse.Namespace, slow: bool, hung: bool = False, cpu: Callable[[], float] | None = None
+) -> dict[str, object]:
+    """``cpu``: the broker's CPU seconds so far, read at the window's start and end (the
+    window's CPU of the broker, its threads included, and of this generator are reported)."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
@@ -422,6 +426,7 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
     st.recording = True
     st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
+    bcpu0, gcpu0 = (cpu() if cpu else 0.0), time.process_time()
     slow_seen0 = _unique(subs[0].seen) if slow else 0
     gaps = [0.0]
     watch = asyncio.create_task(_longest_gap(pt, gaps))
@@ -429,6 +434,7 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
     watch.cancel()
     st.recording = False
     dt = time.monotonic() - t0
+    bcpu, gcpu = (cpu() if cpu else 0.0) - bcpu0, time.process_time() - gcpu0
     acked_window = pt.acked - acked0
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
@@ -448,6 +454,11 @@ async def run_paced(port: int, a: argparse.Namespace, slow: bool, hung: bool = F
         "p99_ms": _pct(st.latencies, 0.99),
         "sub_disconnects": sum(1 for s in subs if s.closed),
         "longest_ack_gap_ms": gaps[0] * 1000,
+        # CPU in the window: the broker's (all its threads) and this generator's, and the
+        # deliveries per broker CPU second (less sensitive to a shared machine than the rate)
+        "window_broker_cpu_s": bcpu,
+        "window_loadgen_cpu_s": gcpu,
+        "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
     }
     if slow:
         others = st.in_window - slow_window
@@ -538,10 +549,12 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
     return res
 
 
-# `siftmq serve` variants beside plain `siftmq` (= `--no-bridge`, no store): the defaults
-# (store and bridge on) and each half of them, to tell the store's cost from the bridge's.
+# `siftmq serve` variants beside plain `siftmq` (bench_brokers.py's: `--no-bridge` with a
+# `--data-dir`, so its store is *on*; a store costs nothing to clean sessions, which write
+# nothing): the defaults (store and bridge on), each half of them, and neither.
 VARIANTS: dict[str, list[str]] = {
     "siftmq-defaults": [],
+    "siftmq-nostore": ["--no-bridge", "--no-persistence"],
     "siftmq-store": ["--no-bridge"],
     "siftmq-bridge": ["--no-persistence"],
     # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
@@ -550,10 +563,24 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-nohung": ["--no-bridge", "--no-persistence", "--hung-consumer-time", "0"],
 }
 
+#: ``--base-root DIR``: another checkout with its own ``.venv`` (e.g. the commit before a change);
+#: a variant named ``<variant>@base`` runs that checkout's ``siftmq serve`` in the same run
+BASE_ROOT: list[Path] = []
+
+
+def _variant(name: str) -> tuple[Path, list[str]] | None:
+    """(checkout, serve flags) of a `siftmq serve` variant, None for the other brokers."""
+    base = name.endswith("@base")
+    flags = VARIANTS.get(name.removesuffix("@base"))
+    if flags is None or (base and not BASE_ROOT):
+        return None
+    return (BASE_ROOT[0] if base else ROOT), flags
+
 
 def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     """Start ``name`` on ``cpu``; ``extra``: more `siftmq serve` flags (siftmq and its variants)."""
-    if name not in VARIANTS:
+    variant = _variant(name)
+    if variant is None:
         if not extra:
             return start_broker(name, cpu, "hema")
         before = os.environ.get("SIFTMQ_SERVE_ARGS", "")
@@ -567,13 +594,13 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     log = open(tmp / "broker.log", "wb")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
         [
-            str(ROOT / ".venv" / "bin" / "siftmq"),
+            str(variant[0] / ".venv" / "bin" / "siftmq"),
             "serve",
             "--port",
             str(port),
             "--data-dir",
             str(tmp / "data"),
-            *VARIANTS[name],
+            *variant[1],
             *extra,
         ],
         cwd=tmp,
@@ -594,12 +621,51 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     raise RuntimeError(f"{name} did not listen")
 
 
+def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+    """``--profile DIR``: py-spy (the ``bench`` extra) samples the broker's threads over the
+    warm-up and the window into ``DIR/<broker>-<scenario>.txt`` (collapsed stacks, idle excluded)."""
+    if not a.profile or not b.name.startswith("siftmq"):
+        return None
+    out = Path(a.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    secs = str(int(a.warmup + a.duration))
+    if a.profile_native:  # perf: C frames too (the compiled hot path, pyarrow), per thread
+        data = str(out / f"{b.name}-{scenario}.perf.data")
+        return subprocess.Popen(
+            ["perf", "record", "-F", "499", "-g", "-p", str(b.proc.pid), "-o", data, "--", "sleep", secs],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    spy = ROOT / ".venv" / "bin" / "py-spy"
+    return subprocess.Popen(
+        [
+            str(spy),
+            "record",
+            "--pid",
+            str(b.proc.pid),
+            "--duration",
+            str(int(a.warmup + a.duration)),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--threads",
+            "--nonblocking",
+            "--output",
+            str(out / f"{b.name}-{scenario}.txt"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
     b = _start(name, a.broker_cpu)
+    spy = _profile(b, scenario, a) if scenario != "open0" else None
     cpu0 = time.process_time()
     try:
         if scenario == "paced":
-            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False), 300))
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, cpu=b.cpu), 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
         elif scenario == "hung":
@@ -609,7 +675,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
                 # siftmq's routing maximum: without ingress shedding (which the flood
                 # would trigger); the open-loop run that follows has the defaults
                 b.stop()
-                siftmq = name == "siftmq" or name in VARIANTS
+                siftmq = name == "siftmq" or _variant(name) is not None
                 b = _start(name, a.broker_cpu, ("--ingress-shed-bytes", "0") if siftmq else ())
                 capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a), 120))
                 b.stop()
@@ -618,6 +684,9 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
         res["loadgen_cpu_s"] = time.process_time() - cpu0
+        if spy is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(30)
         b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
         with contextlib.suppress(subprocess.TimeoutExpired):
             b.proc.wait(30)
@@ -630,7 +699,8 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
 def _bridge_rows(b: RunningBroker) -> dict[str, object]:
     """Rows the bridge committed (deliveries, and drops it logged) for the variants with it on:
     the recorder must stay exact under the load, not only cheap."""
-    if b.name not in VARIANTS or "--no-bridge" in VARIANTS[b.name]:
+    variant = _variant(b.name)
+    if variant is None or "--no-bridge" in variant[1]:
         return {}
     import pyarrow.parquet as pq
 
@@ -656,6 +726,9 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "sub_disconnects",
                 "longest_ack_gap_ms",
                 "peak_rss_mb",
+                "window_broker_cpu_s",
+                "window_loadgen_cpu_s",
+                "delivered_per_broker_cpu_s",
             ],
         ),
         (
@@ -733,7 +806,12 @@ def main() -> int:
     ap.add_argument("--load-cpu", type=int, default=1)
     ap.add_argument("--out", default="/tmp/bench-saturation.json")
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    ap.add_argument("--profile", default="", help="py-spy the brokers (siftmq) into this directory")
+    ap.add_argument("--profile-native", action="store_true", help="--profile with perf (C frames)")
+    ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the '<variant>@base' brokers")
     a = ap.parse_args()
+    if a.base_root:
+        BASE_ROOT.append(Path(a.base_root).resolve())
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -747,7 +825,7 @@ def main() -> int:
     )
     for name in a.brokers.split(","):  # one broker's scenarios back to back: same conditions
         for scenario in a.scenarios.split(","):
-            why = available("siftmq" if name in VARIANTS else name)
+            why = available("siftmq" if _variant(name) is not None else name)
             if why:
                 results.append({"broker": name, "scenario": scenario, "skipped": why})
                 print(f"{name:16} {scenario:6} skipped: {why}", flush=True)

@@ -22,6 +22,7 @@ HOT_MODULES = (
     "broker.protocol._wire",
     "broker.protocol._encode",
     "broker.protocol._decode",
+    "broker.core._clock",
     "broker.core._message",
     "broker.core._session",
     "broker.core._router",

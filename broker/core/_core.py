@@ -330,8 +330,9 @@ class Core:
         if routes is None:
             routes = router.route(msg)
         obs = self.obs
-        if obs.recording:  # record this fan-out's writes (restored after: a sink may publish)
-            outer = obs.fan_msg, obs.fan
+        outer_msg = obs.fan_msg  # an outer fan-out's, restored after this one: a sink may publish
+        outer_fan = obs.fan
+        if obs.recording:  # record this fan-out's writes
             obs.fan_msg = msg
             fan: list[DeliveryEntry] = []
             obs.fan = fan
@@ -351,7 +352,8 @@ class Core:
         self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
         if obs.recording:
-            obs.fan_msg, obs.fan = outer
+            obs.fan_msg = outer_msg
+            obs.fan = outer_fan
             obs.deliveries_written(self.clock.wall(), msg, fan, n, self.stats)
         if atoms is not None:
             self.composite.offer(msg, atoms, now)

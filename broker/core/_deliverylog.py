@@ -7,9 +7,17 @@ interpreted call, and CPython's cyclic GC, which counts every kept tuple as a ne
 ran collections on the event loop to find out they held only scalars.  This log is the cheaper
 contract: a hook returns one from ``Hooks.delivery_log()`` and the compiled core appends each
 field to a list of its own (*columns*: floats, ints, strings, None, bools -- objects the cyclic
-GC does not track), under a lock that a reader thread takes only to swap the lists for empty
-ones.  The reader converts whole columns with one C call each (``pyarrow.array`` on a list of
-floats), with no per-row Python work.
+GC does not track).  The reader converts whole columns with one C call each (``pyarrow.array``
+on a list of floats), with no per-row Python work.
+
+No lock (issue 27 item 7: two lock method calls per publication were a third of ``record``'s
+cost).  The reader swaps the columns object for an empty one (one attribute store, atomic under
+the GIL) and then waits while ``record`` is *busy*: ``record`` sets the flag before it reads the
+columns object and clears it after its last append, so a ``record`` that started on the old
+object finishes before the reader uses it, and one that starts after the swap appends to the new
+one.  Compiled, ``record`` never lets the GIL go (no call into Python code, no allocation the
+cyclic GC tracks), so the reader never finds it busy; interpreted (``SIFTMQ_PURE=1``) it may,
+and then yields until it is done.
 
 Rows.  A ``record`` call adds one *call row* (the message's fields, the routes count and how
 many delivery rows follow) and one *delivery row* per entry.  ``routes >= 0`` marks a routed
@@ -21,13 +29,13 @@ Bound.  ``pending`` = rows accepted (deliveries plus publications) minus rows th
 reader that falls behind never makes the broker block or grow without bound.  When ``pending``
 crosses ``wake_rows`` the ``wake`` callback runs once (the reader's event).
 
-Costs: ``record`` O(1 + entries) list appends and one uncontended lock acquire; ``take`` O(1).
+Costs: ``record`` O(1 + entries) list appends; ``take`` O(1).
 The module is compiled with the rest of the hot path (``broker._build.HOT_MODULES``).
 """
 
 from __future__ import annotations
 
-import threading
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -107,8 +115,8 @@ class DeliveryLog:
         self.max_rows: Final = max_rows
         self.wake_rows: Final = wake_rows
         self._wake = wake
-        self._lock: Final = threading.Lock()
         self._cols = LogColumns()
+        self._busy = False  # record() is appending (see the module docstring)
         # rows accepted (event loop only) and released (reader only): pending = in - out
         self.rows_in = 0
         self.rows_out = 0
@@ -129,8 +137,7 @@ class DeliveryLog:
             if routes >= 0:
                 self.dropped_publications += 1
             return
-        lock = self._lock
-        lock.acquire()
+        self._busy = True
         try:
             c = self._cols
             c.time.append(t)
@@ -150,7 +157,7 @@ class DeliveryLog:
                 c.d_qos.append(e[3])
                 c.d_retained.append(e[4])
         finally:
-            lock.release()
+            self._busy = False
         if routes >= 0:
             k += 1
         self.rows_in += k
@@ -159,14 +166,10 @@ class DeliveryLog:
 
     def take(self) -> LogColumns:
         """Everything recorded so far (the log continues with empty columns).  O(1)."""
-        fresh = LogColumns()
-        lock = self._lock
-        lock.acquire()
-        try:
-            cols = self._cols
-            self._cols = fresh
-        finally:
-            lock.release()
+        cols = self._cols
+        self._cols = LogColumns()
+        while self._busy:  # a record() on ``cols`` let the GIL go (interpreted only): let it finish
+            time.sleep(0)
         return cols
 
     def release(self, rows: int) -> None:
@@ -175,10 +178,7 @@ class DeliveryLog:
 
     def peek_counts(self) -> tuple[int, int]:
         """(deliveries, publications) buffered in the log now (not yet taken)."""
-        lock = self._lock
-        lock.acquire()
-        try:
-            c = self._cols
-            return c.deliveries(), c.publications()
-        finally:
-            lock.release()
+        while self._busy:  # as in take(): never with the compiled module
+            time.sleep(0)
+        c = self._cols
+        return c.deliveries(), c.publications()

@@ -1,0 +1,169 @@
+"""What recording deliveries for the bridge costs, per publication (issue 27 item 7), in one process.
+
+Two halves, each against a peer measured alternately in the same process:
+
+* ``loop``: the event-loop side. A ``Core`` fed in-process (no sockets): 10 publishers and 10
+  subscribers (MQTT 3.1.1, clean sessions, QoS 1, one topic per pair, the subscribers
+  acknowledging every delivery), with no hook against a hook that hands the core a
+  ``DeliveryLog`` (the bridge's form: the compiled core appends each publication's fields and
+  its deliveries to the log's columns; the log is emptied every 50,000 publications as the
+  writer would).  Reported: ns per publication for both and the difference.
+* ``writer``: the writer thread's side. A round of ``--round`` publications with one delivery
+  each, recorded into a ``DeliveryLog``, turned into the two tables (``_fanout_tables``) and
+  encoded as the two Parquet files in memory, with the bridge's settings (statistics on the
+  scalar columns) against statistics on every column (pyarrow's default).  Reported: ns per
+  publication, best of ``--reps`` rounds (the rounds' first, cold one apart).
+
+Run from a checkout with its own ``.venv`` (``--root`` puts another checkout first on the
+path, e.g. the commit before a change, run with that checkout's interpreter):
+
+    .venv/bin/python benchmarks/bench_recording.py [--publications 200000] [--round 55000] [--root DIR]
+
+Timing only; nothing is asserted.  No network, no files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _imports(root: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(root))
+    import pyarrow.parquet as pq
+
+    from bridge import _writer
+    from bridge._schema import Kind
+    from broker._config import BrokerConfig
+    from broker.core._connection import Connection
+    from broker.core._core import Core
+    from broker.core._deliverylog import DeliveryLog
+    from broker.core._message import Message
+    from broker.hooks import Hooks
+    from broker.packets import Connect, Properties, Puback, Publish, Subscribe, SubscriptionRequest
+
+    return {
+        "pq": pq,
+        "_writer": _writer,
+        "Kind": Kind,
+        "BrokerConfig": BrokerConfig,
+        "Connection": Connection,
+        "Core": Core,
+        "DeliveryLog": DeliveryLog,
+        "Message": Message,
+        "Hooks": Hooks,
+        "Connect": Connect,
+        "Properties": Properties,
+        "Puback": Puback,
+        "Publish": Publish,
+        "Subscribe": Subscribe,
+        "SubscriptionRequest": SubscriptionRequest,
+    }
+
+
+def loop_side(m: dict[str, Any], n: int, with_log: bool) -> float:
+    """ns per publication of the core with or without a delivery log."""
+
+    class Recorder(m["Hooks"]):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.log = m["DeliveryLog"](10**9, 10**9)
+
+        def delivery_log(self) -> Any:
+            return self.log
+
+    rec = Recorder() if with_log else None
+    core = m["Core"](m["BrokerConfig"](sys_interval=0), [rec] if rec is not None else [])
+    pubs, subs = [], []
+    for i in range(10):
+        s = m["Connection"](core, lambda _d: None, lambda: None, 0.0, "bench")
+        s.received([m["Connect"](f"s{i}", protocol_level=4, keep_alive=0)], 0.0)
+        s.received([m["Subscribe"](1, (m["SubscriptionRequest"](f"sat/{i}", 1),), m["Properties"]())], 0.0)
+        p = m["Connection"](core, lambda _d: None, lambda: None, 0.0, "bench")
+        p.received([m["Connect"](f"p{i}", protocol_level=4, keep_alive=0)], 0.0)
+        pubs.append(p)
+        subs.append(s)
+    core.flush()
+    payload = b'{"ts":1000000000000000000,"seq":0000000001,"pad":"xxxxxxxxxxxxxxxxxxxx"}'
+    packets = [m["Publish"](f"sat/{i}", payload, 1, packet_id=1) for i in range(10)]
+    sessions = [core.sessions[f"s{i}"] for i in range(10)]
+    puback = m["Puback"]
+    t0 = time.perf_counter()
+    for k in range(n):
+        i = k % 10
+        pubs[i].received([packets[i]], 1.0)
+        for pid in list(sessions[i].inflight):
+            subs[i].received([puback(pid)], 1.0)
+        if k % 100 == 99:
+            core.flush()
+        if rec is not None and k % 50_000 == 49_999:
+            rec.log.take()
+    core.flush()
+    return (time.perf_counter() - t0) / n * 1e9
+
+
+def writer_side(m: dict[str, Any], n: int, reps: int, all_statistics: bool) -> tuple[float, float]:
+    """(ns per publication to build both tables, ns to encode both Parquet files), best rounds."""
+    w, kind, pq = m["_writer"], m["Kind"], m["pq"]
+    stats = getattr(w, "_STATISTICS", None)
+    topics = [f"sat/{i}" for i in range(10)]
+    entries = [[(f"s{i}", topics[i], None, 1, False)] for i in range(10)]
+    build = encode = float("inf")
+    for r in range(reps + 1):
+        log = m["DeliveryLog"](10**9, 10**9)
+        now = time.time()
+        for k in range(n):
+            i = k % 10
+            msg = m["Message"](
+                topics[i], b"x" * 60, 1, False, publisher_id=f"p{i}", message_id=k, received=now
+            )
+            log.record(now, msg, entries[i], 1)
+        cols = log.take()
+        a = time.perf_counter()
+        deliveries, pubs = w._fanout_tables(cols, None)
+        b = time.perf_counter()
+        for k, table in ((kind.DELIVERIES, deliveries), (kind.PUBLICATIONS, pubs)):
+            opts: dict[str, Any] = {"use_dictionary": w._DICTIONARY[k]}
+            if stats is not None and not all_statistics:
+                opts["write_statistics"] = stats[k]
+            pq.write_table(table, io.BytesIO(), **opts)
+        c = time.perf_counter()
+        if r:  # the first round is cold (allocator, caches): left out
+            build, encode = min(build, b - a), min(encode, c - b)
+    return build / n * 1e9, encode / n * 1e9
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--publications", type=int, default=200_000, help="per loop-side measurement")
+    ap.add_argument("--round", type=int, default=55_000, help="publications per writer round")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--alternations", type=int, default=3)
+    ap.add_argument("--root", default=str(ROOT), help="checkout to import siftmq from")
+    a = ap.parse_args()
+    m = _imports(Path(a.root).resolve())
+    print(f"siftmq from {a.root}")
+    for _ in range(a.alternations):
+        base = loop_side(m, a.publications, False)
+        logged = loop_side(m, a.publications, True)
+        print(
+            f"loop:   no hook {base:6.0f} ns/publication, delivery log {logged:6.0f} "
+            f"(+{logged - base:.0f} ns)"
+        )
+    for _ in range(a.alternations):
+        b1, e1 = writer_side(m, a.round, a.reps, False)
+        b2, e2 = writer_side(m, a.round, a.reps, True)
+        print(
+            f"writer: tables {b1:5.0f} ns/publication, Parquet {e1:5.0f} (bridge's statistics) / "
+            f"{e2:5.0f} (every column's statistics; tables {b2:.0f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
