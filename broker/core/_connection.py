@@ -679,7 +679,7 @@ class Connection:
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             if qos == 2:
                 assert pid is not None
-                s.qos2_received.add(pid)
+                s.own_ids().add(pid)
                 self.send_ordered(Pubrec(pid, code), wrote)
             else:
                 # early PUBACK only when the publication wrote nothing but its deliveries
@@ -691,7 +691,7 @@ class Connection:
             self.send(Puback(pid or 0, code))
         elif qos == 2:
             assert pid is not None
-            s.qos2_received.add(pid)
+            s.own_ids().add(pid)
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             self.send(Pubrec(pid, code))
 
@@ -788,7 +788,8 @@ class Connection:
             if req.topic_filter.startswith(COMPOSITE_PREFIX):  # issue 16: core/_composite.py
                 got = core.composite.subscribe_request(s.client_id, req, props, sub_id, authorize)
             else:
-                got = router.subscribe(s.client_id, s.selectors, req, packet_selector, sub_id, authorize)
+                sels = s.selectors_for(req.topic_filter, packet_selector)  # lean: own dict if needed
+                got = router.subscribe(s.client_id, sels, req, packet_selector, sub_id, authorize)
             codes.append(got.code)
             if not got.ok:
                 if got.reason is not None:
