@@ -29,7 +29,10 @@ the ``Subscription`` object handed out by ``match`` (no allocation per delivery)
 id and a global sequence number (its age) in extra slots.  One subscriber at a node is stored
 inline, two or more in a dict keyed by client id.  Empty nodes are pruned on removal.  Per
 client, a dict filter -> record keeps the order (dict insertion order), and a second small dict
-holds only its negative entries.
+holds only its negative entries.  A client whose only entry is a subscription (the common
+device: one command topic) is stored compactly as that record itself, without a dict of one
+entry (issue 27, item 2: about 200 bytes per client); an update turns it into a dict first
+(``_dict``) and stores it inline again when one subscription is left (``_settle``).
 
 Complexity: ``match`` visits at most 2 nodes per topic level for every matching path (O(levels x
 matching '+' paths + matches)), independent of the number of clients and subscriptions; a client
@@ -233,7 +236,9 @@ class SubscriptionIndex(Generic[O]):
     def __init__(self, partial_unsubscribe: bool = True) -> None:
         self.partial_unsubscribe = partial_unsubscribe
         self._root = _Node()
-        self._clients: dict[str, dict[str, _Rec]] = {}
+        # client id -> its entries: a dict filter -> record (oldest first), or the record
+        # itself when the client's only entry is a (plain or shared) subscription
+        self._clients: dict[str, dict[str, _Rec] | _Rec] = {}
         self._negatives: dict[str, dict[str, _Neg]] = {}
         self._count = 0
         self._seq = 0
@@ -250,7 +255,9 @@ class SubscriptionIndex(Generic[O]):
 
     def entry_count(self, client_id: str) -> int:
         ents = self._clients.get(client_id)
-        return 0 if ents is None else len(ents)
+        if ents is None:
+            return 0
+        return len(ents) if type(ents) is dict else 1
 
     def entries(self, client_id: str) -> list[Entry[O]]:
         """The client's entries, oldest first (shared subscriptions by their full filter)."""
@@ -258,7 +265,7 @@ class SubscriptionIndex(Generic[O]):
         if ents is None:
             return []
         out: list[Entry[O]] = []
-        for r in ents.values():
+        for r in _records(ents):
             if type(r) is _Neg:
                 out.append(Entry(r.topic_filter, False, None))
             else:
@@ -384,6 +391,29 @@ class SubscriptionIndex(Generic[O]):
             self._remove(ents, client_id, g)
         return len(victims)
 
+    def _dict(self, client_id: str) -> dict[str, _Rec] | None:
+        """The client's entries as a dict, about to change (an inline record becomes one). O(1)."""
+        ents = self._clients.get(client_id)
+        if ents is None or type(ents) is dict:
+            return ents
+        one: _Rec = ents  # type: ignore[assignment]
+        d = self._clients[client_id] = {one.topic_filter: one}
+        return d
+
+    def _filters(self, client_id: str) -> list[str]:
+        """The filters of the client's entries (read-only)."""
+        ents = self._clients.get(client_id)
+        return [] if ents is None else [r.topic_filter for r in _records(ents)]
+
+    def _settle(self, client_id: str, ents: dict[str, _Rec]) -> None:
+        """After a change: forget a client without entries, store a lone subscription inline."""
+        if not ents:
+            self._clients.pop(client_id, None)
+        elif len(ents) == 1:
+            (one,) = ents.values()
+            if type(one) is not _Neg:
+                self._clients[client_id] = one
+
     def _tidy(self, client_id: str, ents: dict[str, _Rec]) -> None:
         """Drop negative entries older than every plain subscription; forget empty clients."""
         if client_id in self._negatives:
@@ -396,8 +426,7 @@ class SubscriptionIndex(Generic[O]):
                 if lead is None:
                     break
                 self._remove(ents, client_id, lead)
-        if not ents:
-            del self._clients[client_id]
+        self._settle(client_id, ents)
 
     # ------------------------------------------------------------------ updates
     def subscribe(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
@@ -405,12 +434,15 @@ class SubscriptionIndex(Generic[O]):
         if topic_filter.startswith(SHARE_PREFIX):
             return self._subscribe_shared(client_id, topic_filter, options)
         validate_filter(topic_filter)
-        ents = self._clients.get(client_id)
-        if ents is None:
-            ents = self._clients[client_id] = {}
-        removed = self._remove_included_negatives(ents, client_id, topic_filter)
         self._seq += 1
         rec: _Sub[O] = _Sub(topic_filter, options, client_id, self._seq)
+        ents = self._dict(client_id)
+        if ents is None:  # the client's first entry: stored inline
+            self._count += 1
+            self._leaf_put(self._node(topic_filter), rec)
+            self._clients[client_id] = rec
+            return SubscribeOutcome(False, 0)
+        removed = self._remove_included_negatives(ents, client_id, topic_filter)
         old = ents.pop(topic_filter, None)
         if old is None:
             self._count += 1
@@ -418,11 +450,13 @@ class SubscriptionIndex(Generic[O]):
         ents[topic_filter] = rec
         if (removed or old is not None) and client_id in self._negatives:
             self._tidy(client_id, ents)
+        else:
+            self._settle(client_id, ents)
         return SubscribeOutcome(old is not None, removed)
 
     def _subscribe_shared(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
         group, inner = _split_shared(topic_filter)
-        ents = self._clients.get(client_id)
+        ents = self._dict(client_id)
         if ents is None:
             ents = self._clients[client_id] = {}
         old = ents.pop(topic_filter, None)
@@ -441,20 +475,23 @@ class SubscriptionIndex(Generic[O]):
         ents[topic_filter] = rec
         if old is not None and client_id in self._negatives:
             self._tidy(client_id, ents)
+        else:
+            self._settle(client_id, ents)
         return SubscribeOutcome(old is not None, 0)
 
     def unsubscribe(self, client_id: str, topic_filter: str) -> UnsubscribeOutcome:
         """UNSUBSCRIBE ``topic_filter`` for ``client_id``; raises InvalidTopic."""
         if topic_filter.startswith(SHARE_PREFIX):
             _split_shared(topic_filter)
-            ents = self._clients.get(client_id)
-            if ents is None or topic_filter not in ents:
+            if topic_filter not in self._filters(client_id):
                 return UnsubscribeOutcome.NO_SUBSCRIPTION
+            ents = self._dict(client_id)
+            assert ents is not None
             self._remove(ents, client_id, topic_filter)
             self._tidy(client_id, ents)
             return UnsubscribeOutcome.REMOVED
         validate_filter(topic_filter)
-        ents = self._clients.get(client_id)
+        ents = self._dict(client_id)
         if ents is None:
             return UnsubscribeOutcome.NO_SUBSCRIPTION
         old = ents.get(topic_filter)
@@ -486,10 +523,11 @@ class SubscriptionIndex(Generic[O]):
         if ents is None:
             return 0
         self._negatives.pop(client_id, None)
-        for rec in ents.values():
+        recs = _records(ents)
+        for rec in recs:
             self._unlink(rec)
-        self._count -= len(ents)
-        return len(ents)
+        self._count -= len(recs)
+        return len(recs)
 
     # ------------------------------------------------------------------ matching
     def match(self, topic: str) -> MatchResult[O]:  # noqa: C901, PLR0912, PLR0915 (hot path: the tree walk in one frame)
@@ -625,7 +663,13 @@ class SubscriptionIndex(Generic[O]):
                         assert m.client_id == cid and m.group == group and m.inner == f
                         found[(cid, m.topic_filter)] = m
         total = 0
-        for cid, ents in self._clients.items():
+        for cid, stored in self._clients.items():
+            if type(stored) is dict:
+                ents = stored
+                assert len(ents) >= 2, f"client {cid!r}: a lone entry not stored inline"
+            else:
+                assert type(stored) is not _Neg, f"client {cid!r}: a negative entry stored inline"
+                ents = {stored.topic_filter: stored}  # type: ignore[dict-item, union-attr]
             assert ents, f"client {cid!r} without entries"
             total += len(ents)
             last = 0
@@ -648,6 +692,11 @@ class SubscriptionIndex(Generic[O]):
         assert not found, f"records in the tree without a client entry: {list(found)[:3]}"
         assert total == self._count
         assert set(self._negatives) <= set(self._clients)
+
+
+def _records(ents: dict[str, _Rec] | _Rec) -> list[_Rec]:
+    """A client's records, oldest first, whether stored as a dict or inline."""
+    return list(ents.values()) if type(ents) is dict else [ents]  # type: ignore[list-item]
 
 
 def _seq_of(r: Subscription[Any]) -> int:
