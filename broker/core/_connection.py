@@ -4,11 +4,11 @@ Like h11, nothing here touches a socket or awaits: a :class:`Connection` is fed 
 packets (``received``) and the time, and answers by appending encoded bytes to its
 ``outbox`` and by setting ``close_requested``; the transport (:mod:`broker.net`) owns the
 socket.  States: ``AWAIT_CONNECT -> CONNECTED -> CLOSED``.  The packet handlers (CONNECT,
-PUBLISH and its acknowledgements in both directions, SUBSCRIBE, UNSUBSCRIBE, DISCONNECT) check
-the packet and call the core (:mod:`broker.core._core`) for everything that concerns
-sessions, routing and delivery.  For flow control (issue 14) a connection is also a publisher
-that can be paused: the packets read after the pause wait in ``pending``, in order, and the
-transport stops reading (``reader``).
+PUBLISH and its acknowledgements in both directions, SUBSCRIBE and UNSUBSCRIBE (in
+:mod:`broker.core._subscribe`), DISCONNECT) check the packet and call the core
+(:mod:`broker.core._core`) for everything that concerns sessions, routing and delivery.  For
+flow control (issue 14) a connection is also a publisher that can be paused: the packets read
+after the pause wait in ``pending``, in order, and the transport stops reading (``reader``).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import topics
-from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._connect import connect_refusal, hold_connack, negotiate
-from broker.core._message import SHARE_PREFIX, Message, Route
+from broker.core._message import Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
-from broker.hooks import Delivery, SubscriptionAction
+from broker.core._subscribe import on_subscribe, on_unsubscribe
+from broker.hooks import Delivery
 from broker.packets import (
     NO_PROPERTIES,
     Auth,
@@ -44,9 +44,7 @@ from broker.packets import (
     Pubrec,
     Pubrel,
     ReasonCode,
-    Suback,
     Subscribe,
-    Unsuback,
     Unsubscribe,
     encode,
     encode_publish,
@@ -464,9 +462,9 @@ class Connection:
             case Pubcomp():
                 self._on_pubcomp(p, now)
             case Subscribe():
-                self._on_subscribe(p, now)
+                on_subscribe(self, p, now)
             case Unsubscribe():
-                self._on_unsubscribe(p)
+                on_unsubscribe(self, p)
             case Pingreq():
                 self.send_ordered(Pingresp(), False)
             case Disconnect():
@@ -756,89 +754,6 @@ class Connection:
             self._violation(f"PUBCOMP before PUBREL for message {p.packet_id}")
             return
         self._complete(s, p.packet_id, now)
-
-    # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
-    def _on_subscribe(self, p: Subscribe, now: float) -> None:
-        """Each request goes to ``Router.subscribe`` (prefixes, limits, selector, index); the
-        SUBACK follows (after the commit for a persisted session), then retained messages."""
-        core = self.core
-        router = core.router
-        s = self.session
-        assert s is not None
-        props = p.properties
-        sub_id = props.subscription_identifiers[0] if props.subscription_identifiers else None
-        packet_selector = None
-        for key, value in props.user_properties:
-            if key == "filter":
-                packet_selector = value
-        if self.version == 5 and any(
-            r.no_local and r.topic_filter.startswith(SHARE_PREFIX) for r in p.subscriptions
-        ):
-            self.disconnect(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
-            return
-        authorize = partial(core.authorize, s, "subscribe") if core.obs.authorize else None
-        codes: list[ReasonCode] = []
-        reasons: list[str] = []
-        retained: list[tuple[Message, int, str, str | None]] = []
-        for asked in p.subscriptions:
-            # a bridge never gets its own publications back, and its retain flags are kept
-            req = (
-                dataclasses.replace(asked, no_local=True, retain_as_published=True) if self.bridge else asked
-            )
-            if req.topic_filter.startswith(COMPOSITE_PREFIX):  # issue 16: core/_composite.py
-                got = core.composite.subscribe_request(s.client_id, req, props, sub_id, authorize)
-            else:
-                sels = s.selectors_for(req.topic_filter, packet_selector)  # lean: own dict if needed
-                got = router.subscribe(s.client_id, sels, req, packet_selector, sub_id, authorize)
-            codes.append(got.code)
-            if not got.ok:
-                if got.reason is not None:
-                    reasons.append(got.reason)
-                if got.limit is not None:
-                    core.refused(got.limit, s.client_id)
-                continue
-            qos = int(got.code)
-            core.subscription_changed(
-                s.client_id, SubscriptionAction.SUBSCRIBE, got.full_filter, got.selector, qos
-            )
-            if got.retained:
-                retained.extend(
-                    (msg, min(qos, msg.qos), got.plain, got.selector)
-                    for msg in router.retained_for(got.plain, got.selector, now)
-                    if not core.obs.authorize or core.may_receive(s, msg.topic)
-                )
-        ack_props = NO_PROPERTIES
-        if self.version == 5 and reasons and self.problem_info:
-            text = "; ".join(reasons)  # each reason is short; their number is not bounded
-            ack_props = Properties(reason_string=text if len(text) <= 1000 else text[:1000] + "...")
-        core.journal.entries(s)
-        # a persisted subscription is acknowledged once it is durable (retained messages may
-        # go first: MQTT 5 section 3.8.4 lets PUBLISHes precede the SUBACK)
-        self.send_ordered(Suback(p.packet_id, tuple(codes), ack_props), s.persisted)
-        sub_ids = () if sub_id is None else (sub_id,)
-        for msg, qos, plain, selector in retained:
-            core.deliver(s, msg, qos, True, sub_ids, plain, selector, now)
-
-    def _on_unsubscribe(self, p: Unsubscribe) -> None:
-        core = self.core
-        s = self.session
-        assert s is not None
-        codes: list[ReasonCode] = []
-        for raw in p.topic_filters:
-            if raw.startswith(COMPOSITE_PREFIX):
-                got = core.composite.unsubscribe_request(s.client_id, raw)
-            else:
-                got = core.router.unsubscribe(s.client_id, s.selectors, raw)
-            codes.append(got.code)
-            if got.limit == "removed":
-                action = SubscriptionAction.UNSUBSCRIBE
-            elif got.limit == "partial":
-                action = SubscriptionAction.PARTIAL_UNSUBSCRIBE
-            else:
-                continue
-            core.subscription_changed(s.client_id, action, got.full_filter, got.selector, None)
-        core.journal.entries(s)
-        self.send_ordered(Unsuback(p.packet_id, tuple(codes)), s.persisted)
 
     # ------------------------------------------------------------ end of connection
     def _on_disconnect(self, p: Disconnect) -> None:
