@@ -8,7 +8,15 @@ PUBLISH and its acknowledgements in both directions, SUBSCRIBE and UNSUBSCRIBE (
 :mod:`broker.core._subscribe`), DISCONNECT) check the packet and call the core
 (:mod:`broker.core._core`) for everything that concerns sessions, routing and delivery.  For
 flow control (issue 14) a connection is also a publisher that can be paused: the packets read
-after the pause wait in ``pending``, in order, and the transport stops reading (``reader``).
+after the pause wait in ``pending``, in order, and the transport stops reading
+(``Link.throttle``).
+
+Lean (issue 27, item 2): an idle connection costs the machine's native object and nothing
+else.  The transport is one :class:`Link` object (the ``MQTTProtocol`` itself: no bound-method
+callbacks stored per connection), the peer address is the transport's own ``peername`` object
+(formatted only when logged), and the output list, the pending packets, the flow-control set
+and the topic-alias maps are shared empty containers until first written (``_check``); the
+output list goes back to the shared empty one after every flush.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
 from broker.core._connect import connect_refusal, hold_connack, negotiate
@@ -54,7 +62,17 @@ from broker.protocol._record import Record
 if TYPE_CHECKING:
     from broker.core._core import Core
 
-__all__ = ["NO_ALIASES_IN", "NO_ALIASES_OUT", "NO_FEEDERS", "Closer", "Connection", "Reader", "Writer"]
+__all__ = [
+    "NO_ALIASES_IN",
+    "NO_ALIASES_OUT",
+    "NO_FEEDERS",
+    "Callbacks",
+    "Closer",
+    "Connection",
+    "Link",
+    "Reader",
+    "Writer",
+]
 
 log = logging.getLogger("broker")
 
@@ -80,34 +98,65 @@ Closer = Callable[[], None]
 Reader = Callable[[bool], None]
 
 
-#: shared empty containers of the connections that never need their own (issue 27, item 2:
-#: an idle connection holds no empty set or dict): written to never (``Connection._check``)
-NO_FEEDERS: Final[set[Connection]] = set()
-NO_ALIASES_OUT: Final[dict[str, int]] = {}
-NO_ALIASES_IN: Final[dict[int, str]] = {}
+class Link(Protocol):
+    """The transport of one connection as the machine drives it (``MQTTProtocol``)."""
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write ``data`` (encoded packets) to the peer."""
+
+    def shut(self) -> None:
+        """Close after what was written (the lingering close)."""
+
+    def throttle(self, pause: bool) -> None:
+        """Stop (True) or resume (False) reading the socket: flow control of this publisher."""
 
 
 def _no_reader(pause: bool) -> None:
     """Reader of a connection without a transport (unit tests): nothing to switch."""
 
 
-class Connection:
-    """The protocol machine of one network connection (sans-IO)."""
+class Callbacks:
+    """A :class:`Link` made of three functions (unit tests, benchmarks, embedders)."""
 
-    def __init__(  # noqa: PLR0917
-        self,
-        core: Core,
-        writer: Writer,
-        closer: Closer,
-        now: float,
-        peer: str = "",
-        reader: Reader = _no_reader,
-        listener_policy: str | None = None,
-    ) -> None:
-        self.core = core
+    def __init__(self, writer: Writer, closer: Closer, reader: Reader = _no_reader) -> None:
         self.writer = writer
         self.closer = closer
         self.reader = reader
+
+    def send_bytes(self, data: bytes) -> None:
+        self.writer(data)
+
+    def shut(self) -> None:
+        self.closer()
+
+    def throttle(self, pause: bool) -> None:
+        self.reader(pause)
+
+
+#: shared empty containers of the connections that never need their own (issue 27, item 2:
+#: an idle connection holds no empty list, set or dict): written to never (``Connection._check``)
+NO_FEEDERS: Final[set[Connection]] = set()
+NO_ALIASES_OUT: Final[dict[str, int]] = {}
+NO_ALIASES_IN: Final[dict[int, str]] = {}
+_NO_OUTPUT: Final[list[bytes]] = []
+_NO_PACKETS: Final[list[Packet]] = []
+
+
+class Connection:
+    """The protocol machine of one network connection (sans-IO)."""
+
+    def __init__(
+        self,
+        core: Core,
+        link: Link,
+        now: float,
+        peer: object = "",
+        listener_policy: str | None = None,
+    ) -> None:
+        """``link``: the transport; ``peer``: its address as the transport has it (a
+        ``peername`` tuple or a string), formatted only in log lines."""
+        self.core = core
+        self.link = link
         # flow control: as a receiver, since when its queue is over the high-water mark, the
         # publishers paused for it, and whether it is a slow consumer; as a publisher, how
         # many congested receivers it waits for and the packets read but not yet processed
@@ -120,14 +169,14 @@ class Connection:
         self.clean_start = True  # the CONNECT's Clean Start (Clean Session) flag
         self.blockers = 0
         self.store_wait = False  # paused until the store's writer catches up (Journal.bound)
-        self.pending: list[Packet] = []
+        self.pending: list[Packet] = _NO_PACKETS  # its own list once a paused read leaves packets
         self.listener_policy = listener_policy
         self.policy = listener_policy or core.config.slow_consumer_policy
         self.peer = peer
         self.state = ConnectionState.AWAIT_CONNECT
         self.version = 4
         self.session: Session | None = None
-        self.outbox: list[bytes] = []
+        self.outbox: list[bytes] = _NO_OUTPUT  # its own list while output waits for a flush
         self.close_requested = False
         self.transport_closed = False
         self.paused = False
@@ -155,6 +204,10 @@ class Connection:
     def client_id(self) -> str | None:
         return None if self.session is None else self.session.client_id
 
+    def _check(self) -> None:
+        shared = (NO_FEEDERS, NO_ALIASES_OUT, NO_ALIASES_IN, _NO_OUTPUT, _NO_PACKETS)
+        assert not any(shared), "a shared empty container was written"
+
     # ------------------------------------------------------------ output helpers
     def send(self, packet: Packet) -> None:
         if self.close_requested:
@@ -165,7 +218,7 @@ class Connection:
             if fitted is None:
                 return
             data = fitted
-        self.outbox.append(data)
+        self._out().append(data)
         self.core.dirty.add(self)
 
     def _fit(self, packet: Packet) -> bytes | None:
@@ -190,16 +243,24 @@ class Connection:
         self.close(f"{type(packet).__name__} above the client's Maximum Packet Size")
         return None
 
+    def _out(self) -> list[bytes]:
+        """The output list, its own (something is about to be appended). O(1)."""
+        out = self.outbox
+        if out is _NO_OUTPUT:
+            out = self.outbox = []
+        return out
+
     def flush(self) -> None:
-        if self.outbox and not self.gated:
-            data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
-            self.outbox.clear()
+        out = self.outbox
+        if out and not self.gated:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            self.outbox = _NO_OUTPUT  # an idle connection keeps no list
             self.core.stats.bytes_sent += len(data)
             self.sent += len(data)
-            self.writer(data)
+            self.link.send_bytes(data)
         if self.close_requested and not self.transport_closed:
             self.transport_closed = True
-            self.closer()
+            self.link.shut()
             # the session is detached now, not when the peer finally closes its side
             self.lost(self.clock)
 
@@ -217,12 +278,12 @@ class Connection:
         if self.close_requested:
             return
         if connack is None:
-            self.outbox.clear()
+            self.outbox = _NO_OUTPUT
             code = ReasonCode.UNSPECIFIED_ERROR if self.version == 5 else ReasonCode.SERVER_UNAVAILABLE
             self.send(Connack(False, code, self._reason("persistent store failed")))
             self.close("persistent store failed: session not stored")
             return
-        self.outbox.insert(0, encode(connack, self.version))
+        self._out().insert(0, encode(connack, self.version))
         self.core.dirty.add(self)
 
     def disconnect(self, code: ReasonCode, reason: str) -> None:
@@ -310,7 +371,7 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        self.outbox.append(data)
+        self._out().append(data)
         core.dirty.add(self)
         core.stats.messages_sent += 1
         obs = core.obs
@@ -358,6 +419,8 @@ class Connection:
         """
         self.last_rx = self.clock = now
         if self.blockers or self.pending:  # paused: keep the order, process on resume
+            if self.pending is _NO_PACKETS:
+                self.pending = []
             self.pending.extend(packets)
             return
         connected = self.state is ConnectionState.CONNECTED
@@ -371,8 +434,7 @@ class Connection:
                 if run:
                     self._publish_run(run, now)
                     run = []
-                self.pending.append(p)
-                self.pending.extend(it)
+                self.pending = [p, *it]
                 break
             try:
                 if batch and type(p) is Publish and p.qos < 2:
@@ -418,10 +480,10 @@ class Connection:
             return
         pending = self.pending
         if pending:
-            self.pending = []
+            self.pending = _NO_PACKETS
             self.received(pending, self.clock)
         if not self.blockers and not self.pending:
-            self.reader(False)
+            self.link.throttle(False)
 
     def _publish_run(self, run: list[tuple[Publish, Message]], now: float) -> None:
         """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
@@ -791,7 +853,7 @@ class Connection:
                 receiver.feeders.discard(self)
             self.blockers = 0
             core.stats.publishers_paused -= 1
-        self.pending.clear()
+        self.pending = _NO_PACKETS
         s = self.session
         if s is not None and was_connected and s.conn is self:
             if keep_session:

@@ -474,7 +474,7 @@ class Core:
             self.stats.publisher_pauses += 1
             self.stats.publishers_paused += 1
             self.resumable.discard(pub)
-            pub.reader(True)
+            pub.link.throttle(True)
 
     def relieve(self, conn: Connection) -> None:
         """``conn`` is no longer congested (drained, slow, or gone): release its publishers."""
@@ -725,6 +725,7 @@ class Core:
             assert s.client_id == cid
             s._check()
         for conn in self.connections:
+            conn._check()
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
         self.conn_timers._check(self.connections)
         assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
