@@ -23,7 +23,9 @@ to MQTT).  Each client has an ordered list (oldest first) of entries: MQTT subsc
   partial unsubscribe because of a shared subscription.  ``match`` reports, per (group, filter),
   the members; choosing one member is the broker's business.
 
-Data structure: a topic tree whose nodes have a dict of literal children, a dedicated '+' child
+Data structure: a topic tree whose nodes have their literal children (the child node itself
+when there is one, which knows its level: no dict of one entry for the ``<id>`` level of
+``fleet/<id>/cmd``; a dict level -> node for two or more), a dedicated '+' child
 and a dedicated '#' child; a node holds the records of the filters that end there.  A record is
 the ``Subscription`` object handed out by ``match`` (no allocation per delivery) with the client
 id and a global sequence number (its age) in extra slots.  One subscriber at a node is stored
@@ -184,10 +186,12 @@ _Rec = Union["_Sub[Any]", _Neg, "_Shared[Any]"]
 class _Node:
     """A topic-tree node.  ``subs``: None, one record, or a dict client id -> record (>= 2)."""
 
-    __slots__ = ("children", "hash", "plus", "shared", "subs")
+    __slots__ = ("children", "hash", "level", "plus", "shared", "subs")
 
-    def __init__(self) -> None:
-        self.children: dict[str, _Node] | None = None
+    def __init__(self, level: str = "") -> None:
+        self.level = level  # its level name under its parent (literal children only)
+        # None, the one literal child, or a dict level -> child (two or more)
+        self.children: _Node | dict[str, _Node] | None = None
         self.plus: _Node | None = None
         self.hash: _Node | None = None
         self.subs: _Leaf | dict[str, _Leaf] | None = None
@@ -289,10 +293,18 @@ class SubscriptionIndex(Generic[O]):
             else:
                 ch = n.children
                 if ch is None:
-                    ch = n.children = {}
-                c = ch.get(lv)
-                if c is None:
-                    c = ch[intern(lv)] = _Node()
+                    c = n.children = _Node(intern(lv))
+                elif type(ch) is _Node:
+                    if ch.level == lv:
+                        c = ch
+                    else:  # a second child: a dict from now on
+                        c = _Node(intern(lv))
+                        n.children = {ch.level: ch, c.level: c}
+                else:
+                    c = ch.get(lv)  # type: ignore[union-attr]
+                    if c is None:
+                        key = intern(lv)
+                        c = ch[key] = _Node(key)  # type: ignore[index]
             n = c
         return n
 
@@ -307,7 +319,7 @@ class SubscriptionIndex(Generic[O]):
             elif lv == "#":
                 c = n.hash
             else:
-                c = n.children[lv]  # type: ignore[index]
+                c = _child(n, lv)
             assert c is not None
             n = c
         path.append((n, ""))
@@ -327,9 +339,12 @@ class SubscriptionIndex(Generic[O]):
             else:
                 ch = parent.children
                 assert ch is not None
-                del ch[lv]
-                if not ch:
+                if type(ch) is _Node:
                     parent.children = None
+                else:
+                    del ch[lv]  # type: ignore[union-attr]
+                    if len(ch) == 1:  # type: ignore[arg-type]
+                        parent.children = next(iter(ch.values()))  # type: ignore[union-attr]
 
     @staticmethod
     def _leaf_put(node: _Node, rec: _Leaf) -> None:
@@ -549,9 +564,13 @@ class SubscriptionIndex(Generic[O]):
                         nxt.append(p)
                 ch = n.children
                 if ch is not None:
-                    c = ch.get(lv)
-                    if c is not None:
-                        nxt.append(c)
+                    if type(ch) is _Node:  # one literal child
+                        if ch.level == lv:
+                            nxt.append(ch)
+                    else:
+                        c = ch.get(lv)  # type: ignore[union-attr]
+                        if c is not None:
+                            nxt.append(c)
             nodes = nxt
             if not nxt:
                 break
@@ -625,7 +644,7 @@ class SubscriptionIndex(Generic[O]):
         return MatchResult(clients, shared)
 
     # ------------------------------------------------------------------ invariants
-    def _check(self) -> None:  # noqa: C901, PLR0912 (one assertion per invariant)
+    def _check(self) -> None:  # noqa: C901, PLR0912, PLR0915 (one assertion per invariant)
         """Assert the invariants (O(total size + sum of squared entries per client))."""
         found: dict[tuple[str, str], _Rec] = {}
         stack: list[tuple[_Node, list[str]]] = [(self._root, [])]
@@ -634,10 +653,16 @@ class SubscriptionIndex(Generic[O]):
             f = "/".join(path)
             if path:
                 assert not n.empty(), f"empty node {f!r} not pruned"
-            if n.children is not None:
-                assert n.children, "empty children dict"
-                for lv, c in n.children.items():
+            ch = n.children
+            if ch is not None:
+                if type(ch) is _Node:
+                    kids = {ch.level: ch}
+                else:
+                    kids = ch  # type: ignore[assignment]
+                    assert len(kids) >= 2, "a lone child kept in a dict"
+                for lv, c in kids.items():
                     assert lv not in ("+", "#")
+                    assert c.level == lv, (c.level, lv)
                     stack.append((c, [*path, lv]))
             if n.plus is not None:
                 stack.append((n.plus, [*path, "+"]))
@@ -692,6 +717,16 @@ class SubscriptionIndex(Generic[O]):
         assert not found, f"records in the tree without a client entry: {list(found)[:3]}"
         assert total == self._count
         assert set(self._negatives) <= set(self._clients)
+
+
+def _child(n: _Node, lv: str) -> _Node | None:
+    """The literal child ``lv`` of ``n`` (None if there is none)."""
+    ch = n.children
+    if ch is None:
+        return None
+    if type(ch) is _Node:
+        return ch if ch.level == lv else None
+    return ch.get(lv)  # type: ignore[union-attr]
 
 
 def _records(ents: dict[str, _Rec] | _Rec) -> list[_Rec]:
