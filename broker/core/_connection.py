@@ -13,10 +13,10 @@ after the pause wait in ``pending``, in order, and the transport stops reading
 
 Lean (issue 27, item 2): an idle connection costs the machine's native object and nothing
 else.  The transport is one :class:`Link` object (the ``MQTTProtocol`` itself: no bound-method
-callbacks stored per connection), the peer address is the transport's own ``peername`` object
-(formatted only when logged), and the output list, the pending packets, the flow-control set
-and the topic-alias maps are shared empty containers until first written (``_check``); the
-output list goes back to the shared empty one after every flush.
+callbacks stored per connection), the peer address is asked from the transport when it is
+logged or shown (``peer``: not stored per connection), and the output list, the pending
+packets, the flow-control set and the topic-alias maps are shared empty containers until first
+written (``_check``); the output list goes back to the shared empty one after every flush.
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ class Link(Protocol):
     def throttle(self, pause: bool) -> None:
         """Stop (True) or resume (False) reading the socket: flow control of this publisher."""
 
+    def peername(self) -> object:
+        """The peer's address (the socket's ``peername``; None once it is closed)."""
+
 
 def _no_reader(pause: bool) -> None:
     """Reader of a connection without a transport (unit tests): nothing to switch."""
@@ -132,6 +135,9 @@ class Callbacks:
     def throttle(self, pause: bool) -> None:
         self.reader(pause)
 
+    def peername(self) -> object:
+        return ""
+
 
 #: shared empty containers of the connections that never need their own (issue 27, item 2:
 #: an idle connection holds no empty list, set or dict): written to never (``Connection._check``)
@@ -150,11 +156,11 @@ class Connection:
         core: Core,
         link: Link,
         now: float,
-        peer: object = "",
+        peer: object = None,
         listener_policy: str | None = None,
     ) -> None:
-        """``link``: the transport; ``peer``: its address as the transport has it (a
-        ``peername`` tuple or a string), formatted only in log lines."""
+        """``link``: the transport; ``peer``: a fixed peer address to show (unit tests), or
+        None to ask the transport when needed (``Link.peername``)."""
         self.core = core
         self.link = link
         # flow control: as a receiver, since when its queue is over the high-water mark, the
@@ -172,7 +178,7 @@ class Connection:
         self.pending: list[Packet] = _NO_PACKETS  # its own list once a paused read leaves packets
         self.listener_policy = listener_policy
         self.policy = listener_policy or core.config.slow_consumer_policy
-        self.peer = peer
+        self.fixed_peer = peer
         self.state = ConnectionState.AWAIT_CONNECT
         self.version = 4
         self.session: Session | None = None
@@ -203,6 +209,11 @@ class Connection:
     @property
     def client_id(self) -> str | None:
         return None if self.session is None else self.session.client_id
+
+    @property
+    def peer(self) -> object:
+        """The peer's address, for log lines and the dashboard (asked, not stored)."""
+        return self.fixed_peer if self.fixed_peer is not None else self.link.peername()
 
     def _check(self) -> None:
         shared = (NO_FEEDERS, NO_ALIASES_OUT, NO_ALIASES_IN, _NO_OUTPUT, _NO_PACKETS)

@@ -10,7 +10,7 @@ counted, QoS 1/2 traffic queues in its session up to the configured bound.
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
 The protocol object is the connection's :class:`~broker.core._connection.Link` (``send_bytes``,
 ``shut``, ``throttle``): the machine holds this one object, not three bound-method callbacks,
-and the peer address stays the transport's ``peername`` tuple (issue 27, item 2).
+and the peer address is asked from the transport when it is shown (issue 27, item 2).
 TLS sits below this class (``broker.net._listeners``), so this class never sees it;
 MQTT over WebSocket (``broker.net._websocket``) subclasses it and only changes how bytes are
 framed (``_feed`` is the entry for MQTT bytes, ``_start`` creates the machine).
@@ -154,7 +154,7 @@ class MQTTProtocol(asyncio.Protocol):
             self.registry.add(self)
         now = self.core.clock.monotonic()
         policy = self.policy
-        self.conn = Connection(self.core, self, now, peer, None if policy is None else policy.slow_consumer)
+        self.conn = Connection(self.core, self, now, None, None if policy is None else policy.slow_consumer)
         self.conn.io = self.transport  # its write buffer: hung-consumer detection (Core.tick)
         if policy is not None:
             ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
@@ -166,6 +166,11 @@ class MQTTProtocol(asyncio.Protocol):
         t = self.transport
         if t is not None:
             t.write(data)
+
+    def peername(self) -> object:
+        """The peer's address (``Link``), asked from the transport (None once it is closed)."""
+        t = self.transport
+        return None if t is None else t.get_extra_info("peername")
 
     def shut(self) -> None:
         """Lingering close (``Link``): flush, half-close, discard what the peer still sends, then close.
