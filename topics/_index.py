@@ -278,7 +278,12 @@ class SubscriptionIndex(Generic[O]):
 
     # ------------------------------------------------------------------ tree helpers
     def _node(self, topic_filter: str) -> _Node:
-        """The node of ``topic_filter``, created if missing (levels interned)."""
+        """The node of ``topic_filter``, created if missing.
+
+        A node's only child has its level interned (a fixed suffix such as ``cmd`` in
+        ``fleet/<id>/cmd`` is then one string for all devices); a level added beside
+        siblings is kept as it is (usually an id: interning it would cost an entry in the
+        interpreter's table of interned strings, with nothing to share)."""
         n = self._root
         intern = sys.intern
         for lv in topic_filter.split("/"):
@@ -298,13 +303,12 @@ class SubscriptionIndex(Generic[O]):
                     if ch.level == lv:
                         c = ch
                     else:  # a second child: a dict from now on
-                        c = _Node(intern(lv))
+                        c = _Node(lv)
                         n.children = {ch.level: ch, c.level: c}
                 else:
                     c = ch.get(lv)  # type: ignore[union-attr]
                     if c is None:
-                        key = intern(lv)
-                        c = ch[key] = _Node(key)  # type: ignore[index]
+                        c = ch[lv] = _Node(lv)  # type: ignore[index]
             n = c
         return n
 
