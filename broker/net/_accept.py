@@ -44,7 +44,7 @@ from collections.abc import Callable
 
 from broker.core._core import Core
 from broker.net._admission import ConnectionLimits
-from broker.net._lean import LeanTransport
+from broker.net._lean import LeanTransport, Poller
 
 __all__ = [
     "RESERVE",
@@ -159,6 +159,7 @@ class Acceptor:
         "limits",
         "loop",
         "paused",
+        "poller",
         "resume_at",
         "sock",
         "ssl",
@@ -178,6 +179,8 @@ class Acceptor:
         served by :class:`LeanTransport`; otherwise by ``loop.connect_accepted_socket``."""
         self.loop = loop
         self.lean = lean and ssl_context is None
+        # the lean transports' read readiness, one epoll set per listening socket
+        self.poller = Poller(loop) if self.lean else None
         self.sock = sock
         self.factory = factory
         self.ssl = ssl_context
@@ -202,6 +205,8 @@ class Acceptor:
         if not self.paused:
             self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
+        if self.poller is not None:
+            self.poller.release()  # closed once its last connection is gone
 
     def _ready(self) -> None:
         sock = self.sock
@@ -237,9 +242,9 @@ class Acceptor:
         except OSError:  # the peer is gone already
             conn.close()
             return
-        if self.lean:
+        if self.poller is not None:
             try:
-                LeanTransport(self.loop, conn, self.factory()).start()  # type: ignore[arg-type]
+                LeanTransport(self.loop, conn, self.factory(), self.poller).start()  # type: ignore[arg-type]
             except Exception:
                 log.exception("accepted connection not set up")
                 conn.close()

@@ -73,7 +73,12 @@ def test_roundtrip_in_order_on_a_lean_transport(loop: str) -> None:
                 # the peer address is the socket's: what the client sees as its own address
                 ours = {p.conn.peer for p in ps if p.conn is not None}
                 assert all(isinstance(a, tuple) and a[0] == "127.0.0.1" for a in ours)
+                assert b._listeners is not None
+                pollers = [a.poller for o in b._listeners for a in o.acceptors if a.poller is not None]
+                assert pollers and all(p._ep is not None and not p._ep.closed for p in pollers)
             await eventually(lambda: not b.core.connections and not b._open)
+        # the listeners closed and their last connections gone: the epoll sets are closed too
+        assert all(p._ep is None or p._ep.closed for p in pollers)
 
     run(loop, main)
 
