@@ -27,7 +27,7 @@ import orjson
 
 import content
 from broker._config import BrokerConfig
-from broker.core._connection import Connection
+from broker.core._connection import Callbacks, Connection
 from broker.core._core import Core
 from broker.core._message import Message, SubOptions
 from broker.core._router import Router
@@ -43,7 +43,7 @@ def run(engine: str, subscribers: int, messages: int) -> tuple[float, int]:
 
     for i in range(subscribers):
         version = 5 if i % 2 else 4
-        conn = Connection(core, write, lambda: None, 0.0)
+        conn = Connection(core, Callbacks(write, lambda: None), 0.0)
         conn.received([Connect(f"s{i}", protocol_level=version, keep_alive=0)], 0.0)
         flt = "bench/#" if i % 4 < 2 else f"$filter/temp > {i % 50} AND room = 'r{i % 7}'/bench/#"
         props = Properties()

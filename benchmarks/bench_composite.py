@@ -268,7 +268,7 @@ def broker_core(
     subscriptions are journalled, and so is every offer to their atoms.  ``wall``: the core's
     wall clock from the start (the engine's time is the largest it has seen, so a clock
     installed after the subscriptions would stay behind the real time they were made at)."""
-    from broker.core._connection import Connection
+    from broker.core._connection import Callbacks, Connection
     from broker.core._core import Core
     from broker.packets import Connect, Properties, Subscribe, SubscriptionRequest
 
@@ -292,14 +292,14 @@ def broker_core(
     if store is not None:
         core.journal.store = store
         core.journal.call_threadsafe = lambda fn, *a: held.append((fn, a))
-    pub = Connection(core, ignore, lambda: None, 0.0)
+    pub = Connection(core, Callbacks(ignore, lambda: None), 0.0)
     pub.received([Connect("pub", protocol_level=5, keep_alive=0)], 0.0)
-    sub = Connection(core, plain, lambda: None, 0.0)
+    sub = Connection(core, Callbacks(plain, lambda: None), 0.0)
     sub.received([Connect("plain", protocol_level=5, keep_alive=0, properties=expiry)], 0.0)
     sub.received([Subscribe(1, (SubscriptionRequest("kind/#", 0),))], 0.0)
     for c in range(0, len(exprs), per_client):
         v5 = (c // per_client) % 2 == 1
-        conn = Connection(core, comp, lambda: None, 0.0)
+        conn = Connection(core, Callbacks(comp, lambda: None), 0.0)
         level, props = (5, expiry) if v5 else (4, Properties())
         clean = store is None or v5  # 3.1.1: a persistent session is CleanSession 0
         conn.received([Connect(f"c{c}", level, clean, 0, properties=props)], 0.0)

@@ -21,7 +21,7 @@ import time
 
 from broker._config import BrokerConfig
 from broker.core._clock import ManualClock
-from broker.core._connection import Connection
+from broker.core._connection import Callbacks, Connection
 from broker.core._conntimers import check
 from broker.core._core import Core
 from broker.packets import Connect, Pingreq, Subscribe, SubscriptionRequest
@@ -36,7 +36,7 @@ def build(n: int, keep_alive: int) -> tuple[Core, ManualClock, list[Connection]]
     core = Core(BrokerConfig(sys_interval=0), clock=clock)
     conns = []
     for i in range(n):
-        c = Connection(core, _nothing, _nothing, 0.0, f"peer{i}")
+        c = Connection(core, Callbacks(_nothing, _nothing), 0.0, f"peer{i}")
         c.received([Connect(f"dev{i}", 4, keep_alive=keep_alive)], 0.0)
         c.received([Subscribe(1, (SubscriptionRequest(f"dev/{i}/cmd", 1),))], 0.0)
         conns.append(c)

@@ -137,7 +137,7 @@ def _row(core: Core, s: Session) -> dict[str, Any]:
         "client_id": s.client_id,
         "connected": connected,
         "protocol": "in-process" if s.sink is not None else _PROTOCOL.get(s.version, str(s.version)),
-        "address": address(conn.peer) if conn is not None else None,
+        "address": address(str(conn.peer)) if conn is not None else None,
         "username": s.username,
         "subscriptions": core.router.index.entry_count(s.client_id),
         "inflight": len(s.inflight),
@@ -164,7 +164,7 @@ def client_page(core: Core, query: str, offset: int, limit: int) -> Steps:
                 if s is not None and (
                     q in cid.lower()
                     or (s.username is not None and q in s.username.lower())
-                    or (s.conn is not None and q in address(s.conn.peer))
+                    or (s.conn is not None and q in address(str(s.conn.peer)))
                 ):
                     found.append(cid)
         ids = found

@@ -109,7 +109,7 @@ def deliver_dup(core: Core, s: Session, msg: Message, route: Route, now: float) 
         return
     out = Outgoing(msg, qos, route.retain, route.subscription_ids, route.topic_filter, route.selector)
     pid = s.allocate_pid()
-    s.inflight[pid] = out
+    s.own_inflight()[pid] = out  # a lean session shares an empty window until used
     if s.persisted:
         core.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
     conn.write_publish(

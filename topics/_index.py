@@ -23,13 +23,18 @@ to MQTT).  Each client has an ordered list (oldest first) of entries: MQTT subsc
   partial unsubscribe because of a shared subscription.  ``match`` reports, per (group, filter),
   the members; choosing one member is the broker's business.
 
-Data structure: a topic tree whose nodes have a dict of literal children, a dedicated '+' child
+Data structure: a topic tree whose nodes have their literal children (the child node itself
+when there is one, which knows its level: no dict of one entry for the ``<id>`` level of
+``fleet/<id>/cmd``; a dict level -> node for two or more), a dedicated '+' child
 and a dedicated '#' child; a node holds the records of the filters that end there.  A record is
 the ``Subscription`` object handed out by ``match`` (no allocation per delivery) with the client
 id and a global sequence number (its age) in extra slots.  One subscriber at a node is stored
 inline, two or more in a dict keyed by client id.  Empty nodes are pruned on removal.  Per
 client, a dict filter -> record keeps the order (dict insertion order), and a second small dict
-holds only its negative entries.
+holds only its negative entries.  A client whose only entry is a subscription (the common
+device: one command topic) is stored compactly as that record itself, without a dict of one
+entry (issue 27, item 2: about 200 bytes per client); an update turns it into a dict first
+(``_dict``) and stores it inline again when one subscription is left (``_settle``).
 
 Complexity: ``match`` visits at most 2 nodes per topic level for every matching path (O(levels x
 matching '+' paths + matches)), independent of the number of clients and subscriptions; a client
@@ -181,10 +186,12 @@ _Rec = Union["_Sub[Any]", _Neg, "_Shared[Any]"]
 class _Node:
     """A topic-tree node.  ``subs``: None, one record, or a dict client id -> record (>= 2)."""
 
-    __slots__ = ("children", "hash", "plus", "shared", "subs")
+    __slots__ = ("children", "hash", "level", "plus", "shared", "subs")
 
-    def __init__(self) -> None:
-        self.children: dict[str, _Node] | None = None
+    def __init__(self, level: str = "") -> None:
+        self.level = level  # its level name under its parent (literal children only)
+        # None, the one literal child, or a dict level -> child (two or more)
+        self.children: _Node | dict[str, _Node] | None = None
         self.plus: _Node | None = None
         self.hash: _Node | None = None
         self.subs: _Leaf | dict[str, _Leaf] | None = None
@@ -233,7 +240,9 @@ class SubscriptionIndex(Generic[O]):
     def __init__(self, partial_unsubscribe: bool = True) -> None:
         self.partial_unsubscribe = partial_unsubscribe
         self._root = _Node()
-        self._clients: dict[str, dict[str, _Rec]] = {}
+        # client id -> its entries: a dict filter -> record (oldest first), or the record
+        # itself when the client's only entry is a (plain or shared) subscription
+        self._clients: dict[str, dict[str, _Rec] | _Rec] = {}
         self._negatives: dict[str, dict[str, _Neg]] = {}
         self._count = 0
         self._seq = 0
@@ -250,7 +259,9 @@ class SubscriptionIndex(Generic[O]):
 
     def entry_count(self, client_id: str) -> int:
         ents = self._clients.get(client_id)
-        return 0 if ents is None else len(ents)
+        if ents is None:
+            return 0
+        return len(ents) if type(ents) is dict else 1
 
     def entries(self, client_id: str) -> list[Entry[O]]:
         """The client's entries, oldest first (shared subscriptions by their full filter)."""
@@ -258,7 +269,7 @@ class SubscriptionIndex(Generic[O]):
         if ents is None:
             return []
         out: list[Entry[O]] = []
-        for r in ents.values():
+        for r in _records(ents):
             if type(r) is _Neg:
                 out.append(Entry(r.topic_filter, False, None))
             else:
@@ -267,7 +278,12 @@ class SubscriptionIndex(Generic[O]):
 
     # ------------------------------------------------------------------ tree helpers
     def _node(self, topic_filter: str) -> _Node:
-        """The node of ``topic_filter``, created if missing (levels interned)."""
+        """The node of ``topic_filter``, created if missing.
+
+        A node's only child has its level interned (a fixed suffix such as ``cmd`` in
+        ``fleet/<id>/cmd`` is then one string for all devices); a level added beside
+        siblings is kept as it is (usually an id: interning it would cost an entry in the
+        interpreter's table of interned strings, with nothing to share)."""
         n = self._root
         intern = sys.intern
         for lv in topic_filter.split("/"):
@@ -282,10 +298,17 @@ class SubscriptionIndex(Generic[O]):
             else:
                 ch = n.children
                 if ch is None:
-                    ch = n.children = {}
-                c = ch.get(lv)
-                if c is None:
-                    c = ch[intern(lv)] = _Node()
+                    c = n.children = _Node(intern(lv))
+                elif type(ch) is _Node:
+                    if ch.level == lv:
+                        c = ch
+                    else:  # a second child: a dict from now on
+                        c = _Node(lv)
+                        n.children = {ch.level: ch, c.level: c}
+                else:
+                    c = ch.get(lv)  # type: ignore[union-attr]
+                    if c is None:
+                        c = ch[lv] = _Node(lv)  # type: ignore[index]
             n = c
         return n
 
@@ -300,7 +323,7 @@ class SubscriptionIndex(Generic[O]):
             elif lv == "#":
                 c = n.hash
             else:
-                c = n.children[lv]  # type: ignore[index]
+                c = _child(n, lv)
             assert c is not None
             n = c
         path.append((n, ""))
@@ -320,9 +343,12 @@ class SubscriptionIndex(Generic[O]):
             else:
                 ch = parent.children
                 assert ch is not None
-                del ch[lv]
-                if not ch:
+                if type(ch) is _Node:
                     parent.children = None
+                else:
+                    del ch[lv]  # type: ignore[union-attr]
+                    if len(ch) == 1:  # type: ignore[arg-type]
+                        parent.children = next(iter(ch.values()))  # type: ignore[union-attr]
 
     @staticmethod
     def _leaf_put(node: _Node, rec: _Leaf) -> None:
@@ -384,6 +410,29 @@ class SubscriptionIndex(Generic[O]):
             self._remove(ents, client_id, g)
         return len(victims)
 
+    def _dict(self, client_id: str) -> dict[str, _Rec] | None:
+        """The client's entries as a dict, about to change (an inline record becomes one). O(1)."""
+        ents = self._clients.get(client_id)
+        if ents is None or type(ents) is dict:
+            return ents
+        one: _Rec = ents  # type: ignore[assignment]
+        d = self._clients[client_id] = {one.topic_filter: one}
+        return d
+
+    def _filters(self, client_id: str) -> list[str]:
+        """The filters of the client's entries (read-only)."""
+        ents = self._clients.get(client_id)
+        return [] if ents is None else [r.topic_filter for r in _records(ents)]
+
+    def _settle(self, client_id: str, ents: dict[str, _Rec]) -> None:
+        """After a change: forget a client without entries, store a lone subscription inline."""
+        if not ents:
+            self._clients.pop(client_id, None)
+        elif len(ents) == 1:
+            (one,) = ents.values()
+            if type(one) is not _Neg:
+                self._clients[client_id] = one
+
     def _tidy(self, client_id: str, ents: dict[str, _Rec]) -> None:
         """Drop negative entries older than every plain subscription; forget empty clients."""
         if client_id in self._negatives:
@@ -396,8 +445,7 @@ class SubscriptionIndex(Generic[O]):
                 if lead is None:
                     break
                 self._remove(ents, client_id, lead)
-        if not ents:
-            del self._clients[client_id]
+        self._settle(client_id, ents)
 
     # ------------------------------------------------------------------ updates
     def subscribe(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
@@ -405,12 +453,15 @@ class SubscriptionIndex(Generic[O]):
         if topic_filter.startswith(SHARE_PREFIX):
             return self._subscribe_shared(client_id, topic_filter, options)
         validate_filter(topic_filter)
-        ents = self._clients.get(client_id)
-        if ents is None:
-            ents = self._clients[client_id] = {}
-        removed = self._remove_included_negatives(ents, client_id, topic_filter)
         self._seq += 1
         rec: _Sub[O] = _Sub(topic_filter, options, client_id, self._seq)
+        ents = self._dict(client_id)
+        if ents is None:  # the client's first entry: stored inline
+            self._count += 1
+            self._leaf_put(self._node(topic_filter), rec)
+            self._clients[client_id] = rec
+            return SubscribeOutcome(False, 0)
+        removed = self._remove_included_negatives(ents, client_id, topic_filter)
         old = ents.pop(topic_filter, None)
         if old is None:
             self._count += 1
@@ -418,11 +469,13 @@ class SubscriptionIndex(Generic[O]):
         ents[topic_filter] = rec
         if (removed or old is not None) and client_id in self._negatives:
             self._tidy(client_id, ents)
+        else:
+            self._settle(client_id, ents)
         return SubscribeOutcome(old is not None, removed)
 
     def _subscribe_shared(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
         group, inner = _split_shared(topic_filter)
-        ents = self._clients.get(client_id)
+        ents = self._dict(client_id)
         if ents is None:
             ents = self._clients[client_id] = {}
         old = ents.pop(topic_filter, None)
@@ -441,20 +494,23 @@ class SubscriptionIndex(Generic[O]):
         ents[topic_filter] = rec
         if old is not None and client_id in self._negatives:
             self._tidy(client_id, ents)
+        else:
+            self._settle(client_id, ents)
         return SubscribeOutcome(old is not None, 0)
 
     def unsubscribe(self, client_id: str, topic_filter: str) -> UnsubscribeOutcome:
         """UNSUBSCRIBE ``topic_filter`` for ``client_id``; raises InvalidTopic."""
         if topic_filter.startswith(SHARE_PREFIX):
             _split_shared(topic_filter)
-            ents = self._clients.get(client_id)
-            if ents is None or topic_filter not in ents:
+            if topic_filter not in self._filters(client_id):
                 return UnsubscribeOutcome.NO_SUBSCRIPTION
+            ents = self._dict(client_id)
+            assert ents is not None
             self._remove(ents, client_id, topic_filter)
             self._tidy(client_id, ents)
             return UnsubscribeOutcome.REMOVED
         validate_filter(topic_filter)
-        ents = self._clients.get(client_id)
+        ents = self._dict(client_id)
         if ents is None:
             return UnsubscribeOutcome.NO_SUBSCRIPTION
         old = ents.get(topic_filter)
@@ -486,10 +542,11 @@ class SubscriptionIndex(Generic[O]):
         if ents is None:
             return 0
         self._negatives.pop(client_id, None)
-        for rec in ents.values():
+        recs = _records(ents)
+        for rec in recs:
             self._unlink(rec)
-        self._count -= len(ents)
-        return len(ents)
+        self._count -= len(recs)
+        return len(recs)
 
     # ------------------------------------------------------------------ matching
     def match(self, topic: str) -> MatchResult[O]:  # noqa: C901, PLR0912, PLR0915 (hot path: the tree walk in one frame)
@@ -511,9 +568,13 @@ class SubscriptionIndex(Generic[O]):
                         nxt.append(p)
                 ch = n.children
                 if ch is not None:
-                    c = ch.get(lv)
-                    if c is not None:
-                        nxt.append(c)
+                    if type(ch) is _Node:  # one literal child
+                        if ch.level == lv:
+                            nxt.append(ch)
+                    else:
+                        c = ch.get(lv)  # type: ignore[union-attr]
+                        if c is not None:
+                            nxt.append(c)
             nodes = nxt
             if not nxt:
                 break
@@ -587,7 +648,7 @@ class SubscriptionIndex(Generic[O]):
         return MatchResult(clients, shared)
 
     # ------------------------------------------------------------------ invariants
-    def _check(self) -> None:  # noqa: C901, PLR0912 (one assertion per invariant)
+    def _check(self) -> None:  # noqa: C901, PLR0912, PLR0915 (one assertion per invariant)
         """Assert the invariants (O(total size + sum of squared entries per client))."""
         found: dict[tuple[str, str], _Rec] = {}
         stack: list[tuple[_Node, list[str]]] = [(self._root, [])]
@@ -596,10 +657,16 @@ class SubscriptionIndex(Generic[O]):
             f = "/".join(path)
             if path:
                 assert not n.empty(), f"empty node {f!r} not pruned"
-            if n.children is not None:
-                assert n.children, "empty children dict"
-                for lv, c in n.children.items():
+            ch = n.children
+            if ch is not None:
+                if type(ch) is _Node:
+                    kids = {ch.level: ch}
+                else:
+                    kids = ch  # type: ignore[assignment]
+                    assert len(kids) >= 2, "a lone child kept in a dict"
+                for lv, c in kids.items():
                     assert lv not in ("+", "#")
+                    assert c.level == lv, (c.level, lv)
                     stack.append((c, [*path, lv]))
             if n.plus is not None:
                 stack.append((n.plus, [*path, "+"]))
@@ -625,7 +692,13 @@ class SubscriptionIndex(Generic[O]):
                         assert m.client_id == cid and m.group == group and m.inner == f
                         found[(cid, m.topic_filter)] = m
         total = 0
-        for cid, ents in self._clients.items():
+        for cid, stored in self._clients.items():
+            if type(stored) is dict:
+                ents = stored
+                assert len(ents) >= 2, f"client {cid!r}: a lone entry not stored inline"
+            else:
+                assert type(stored) is not _Neg, f"client {cid!r}: a negative entry stored inline"
+                ents = {stored.topic_filter: stored}  # type: ignore[dict-item, union-attr]
             assert ents, f"client {cid!r} without entries"
             total += len(ents)
             last = 0
@@ -648,6 +721,21 @@ class SubscriptionIndex(Generic[O]):
         assert not found, f"records in the tree without a client entry: {list(found)[:3]}"
         assert total == self._count
         assert set(self._negatives) <= set(self._clients)
+
+
+def _child(n: _Node, lv: str) -> _Node | None:
+    """The literal child ``lv`` of ``n`` (None if there is none)."""
+    ch = n.children
+    if ch is None:
+        return None
+    if type(ch) is _Node:
+        return ch if ch.level == lv else None
+    return ch.get(lv)  # type: ignore[union-attr]
+
+
+def _records(ents: dict[str, _Rec] | _Rec) -> list[_Rec]:
+    """A client's records, oldest first, whether stored as a dict or inline."""
+    return list(ents.values()) if type(ents) is dict else [ents]  # type: ignore[list-item]
 
 
 def _seq_of(r: Subscription[Any]) -> int:

@@ -4,11 +4,19 @@ Like h11, nothing here touches a socket or awaits: a :class:`Connection` is fed 
 packets (``received``) and the time, and answers by appending encoded bytes to its
 ``outbox`` and by setting ``close_requested``; the transport (:mod:`broker.net`) owns the
 socket.  States: ``AWAIT_CONNECT -> CONNECTED -> CLOSED``.  The packet handlers (CONNECT,
-PUBLISH and its acknowledgements in both directions, SUBSCRIBE, UNSUBSCRIBE, DISCONNECT) check
-the packet and call the core (:mod:`broker.core._core`) for everything that concerns
-sessions, routing and delivery.  For flow control (issue 14) a connection is also a publisher
-that can be paused: the packets read after the pause wait in ``pending``, in order, and the
-transport stops reading (``reader``).
+PUBLISH and its acknowledgements in both directions, SUBSCRIBE and UNSUBSCRIBE (in
+:mod:`broker.core._subscribe`), DISCONNECT) check the packet and call the core
+(:mod:`broker.core._core`) for everything that concerns sessions, routing and delivery.  For
+flow control (issue 14) a connection is also a publisher that can be paused: the packets read
+after the pause wait in ``pending``, in order, and the transport stops reading
+(``Link.throttle``).
+
+Lean (issue 27, item 2): an idle connection costs the machine's native object and nothing
+else.  The transport is one :class:`Link` object (the ``MQTTProtocol`` itself: no bound-method
+callbacks stored per connection), the peer address is asked from the transport when it is
+logged or shown (``peer``: not stored per connection), and the output list, the pending
+packets, the flow-control set and the topic-alias maps are shared empty containers until first
+written (``_check``); the output list goes back to the shared empty one after every flush.
 """
 
 from __future__ import annotations
@@ -18,14 +26,14 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
-from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._connect import connect_refusal, hold_connack, negotiate
-from broker.core._message import SHARE_PREFIX, Message, Route
+from broker.core._message import Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
-from broker.hooks import Delivery, SubscriptionAction
+from broker.core._subscribe import on_subscribe, on_unsubscribe
+from broker.hooks import Delivery
 from broker.packets import (
     NO_PROPERTIES,
     Auth,
@@ -44,9 +52,7 @@ from broker.packets import (
     Pubrec,
     Pubrel,
     ReasonCode,
-    Suback,
     Subscribe,
-    Unsuback,
     Unsubscribe,
     encode,
     encode_publish,
@@ -56,7 +62,17 @@ from broker.protocol._record import Record
 if TYPE_CHECKING:
     from broker.core._core import Core
 
-__all__ = ["NO_ALIASES_IN", "NO_ALIASES_OUT", "NO_FEEDERS", "Closer", "Connection", "Reader", "Writer"]
+__all__ = [
+    "NO_ALIASES_IN",
+    "NO_ALIASES_OUT",
+    "NO_FEEDERS",
+    "Callbacks",
+    "Closer",
+    "Connection",
+    "Link",
+    "Reader",
+    "Writer",
+]
 
 log = logging.getLogger("broker")
 
@@ -82,34 +98,71 @@ Closer = Callable[[], None]
 Reader = Callable[[bool], None]
 
 
-#: shared empty containers of the connections that never need their own (issue 27, item 2:
-#: an idle connection holds no empty set or dict): written to never (``Connection._check``)
-NO_FEEDERS: Final[set[Connection]] = set()
-NO_ALIASES_OUT: Final[dict[str, int]] = {}
-NO_ALIASES_IN: Final[dict[int, str]] = {}
+class Link(Protocol):
+    """The transport of one connection as the machine drives it (``MQTTProtocol``)."""
+
+    def send_bytes(self, data: bytes) -> None:
+        """Write ``data`` (encoded packets) to the peer."""
+
+    def shut(self) -> None:
+        """Close after what was written (the lingering close)."""
+
+    def throttle(self, pause: bool) -> None:
+        """Stop (True) or resume (False) reading the socket: flow control of this publisher."""
+
+    def peername(self) -> object:
+        """The peer's address (the socket's ``peername``; None once it is closed)."""
 
 
 def _no_reader(pause: bool) -> None:
     """Reader of a connection without a transport (unit tests): nothing to switch."""
 
 
-class Connection:
-    """The protocol machine of one network connection (sans-IO)."""
+class Callbacks:
+    """A :class:`Link` made of three functions (unit tests, benchmarks, embedders)."""
 
-    def __init__(  # noqa: PLR0917
-        self,
-        core: Core,
-        writer: Writer,
-        closer: Closer,
-        now: float,
-        peer: str = "",
-        reader: Reader = _no_reader,
-        listener_policy: str | None = None,
-    ) -> None:
-        self.core = core
+    def __init__(self, writer: Writer, closer: Closer, reader: Reader = _no_reader) -> None:
         self.writer = writer
         self.closer = closer
         self.reader = reader
+
+    def send_bytes(self, data: bytes) -> None:
+        self.writer(data)
+
+    def shut(self) -> None:
+        self.closer()
+
+    def throttle(self, pause: bool) -> None:
+        self.reader(pause)
+
+    def peername(self) -> object:
+        return ""
+
+
+#: shared empty containers of the connections that never need their own (issue 27, item 2:
+#: an idle connection holds no empty list, set or dict): written to never (``Connection._check``)
+NO_FEEDERS: Final[set[Connection]] = set()
+NO_ALIASES_OUT: Final[dict[str, int]] = {}
+NO_ALIASES_IN: Final[dict[int, str]] = {}
+_NO_OUTPUT: Final[list[bytes]] = []
+_NO_PACKETS: Final[list[Packet]] = []
+
+
+class Connection:
+    """The protocol machine of one network connection (sans-IO)."""
+
+    def __init__(
+        self,
+        core: Core,
+        link: Link,
+        now: float,
+        peer: object = None,
+        listener_policy: str | None = None,
+    ) -> None:
+        """``link``: the transport; ``peer``: a fixed peer address to show (unit tests), or
+        None to ask the transport when needed (``Link.peername``)."""
+        self.core = core
+        self.link = link
         # flow control: as a receiver, since when its queue is over the high-water mark, the
         # publishers paused for it, and whether it is a slow consumer; as a publisher, how
         # many congested receivers it waits for and the packets read but not yet processed
@@ -122,14 +175,14 @@ class Connection:
         self.clean_start = True  # the CONNECT's Clean Start (Clean Session) flag
         self.blockers = 0
         self.store_wait = False  # paused until the store's writer catches up (Journal.bound)
-        self.pending: list[Packet] = []
+        self.pending: list[Packet] = _NO_PACKETS  # its own list once a paused read leaves packets
         self.listener_policy = listener_policy
         self.policy = listener_policy or core.config.slow_consumer_policy
-        self.peer = peer
+        self.fixed_peer = peer
         self.state = ConnectionState.AWAIT_CONNECT
         self.version = 4
         self.session: Session | None = None
-        self.outbox: list[bytes] = []
+        self.outbox: list[bytes] = _NO_OUTPUT  # its own list while output waits for a flush
         self.close_requested = False
         self.transport_closed = False
         self.paused = False
@@ -157,6 +210,15 @@ class Connection:
     def client_id(self) -> str | None:
         return None if self.session is None else self.session.client_id
 
+    @property
+    def peer(self) -> object:
+        """The peer's address, for log lines and the dashboard (asked, not stored)."""
+        return self.fixed_peer if self.fixed_peer is not None else self.link.peername()
+
+    def _check(self) -> None:
+        shared = (NO_FEEDERS, NO_ALIASES_OUT, NO_ALIASES_IN, _NO_OUTPUT, _NO_PACKETS)
+        assert not any(shared), "a shared empty container was written"
+
     # ------------------------------------------------------------ output helpers
     def send(self, packet: Packet) -> None:
         if self.close_requested:
@@ -167,7 +229,7 @@ class Connection:
             if fitted is None:
                 return
             data = fitted
-        self.outbox.append(data)
+        self._out().append(data)
         self.core.dirty.add(self)
 
     def _fit(self, packet: Packet) -> bytes | None:
@@ -192,16 +254,24 @@ class Connection:
         self.close(f"{type(packet).__name__} above the client's Maximum Packet Size")
         return None
 
+    def _out(self) -> list[bytes]:
+        """The output list, its own (something is about to be appended). O(1)."""
+        out = self.outbox
+        if out is _NO_OUTPUT:
+            out = self.outbox = []
+        return out
+
     def flush(self) -> None:
-        if self.outbox and not self.gated:
-            data = b"".join(self.outbox) if len(self.outbox) > 1 else self.outbox[0]
-            self.outbox.clear()
+        out = self.outbox
+        if out and not self.gated:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            self.outbox = _NO_OUTPUT  # an idle connection keeps no list
             self.core.stats.bytes_sent += len(data)
             self.sent += len(data)
-            self.writer(data)
+            self.link.send_bytes(data)
         if self.close_requested and not self.transport_closed:
             self.transport_closed = True
-            self.closer()
+            self.link.shut()
             # the session is detached now, not when the peer finally closes its side
             self.lost(self.clock)
 
@@ -219,12 +289,12 @@ class Connection:
         if self.close_requested:
             return
         if connack is None:
-            self.outbox.clear()
+            self.outbox = _NO_OUTPUT
             code = ReasonCode.UNSPECIFIED_ERROR if self.version == 5 else ReasonCode.SERVER_UNAVAILABLE
             self.send(Connack(False, code, self._reason("persistent store failed")))
             self.close("persistent store failed: session not stored")
             return
-        self.outbox.insert(0, encode(connack, self.version))
+        self._out().insert(0, encode(connack, self.version))
         self.core.dirty.add(self)
 
     def disconnect(self, code: ReasonCode, reason: str) -> None:
@@ -312,7 +382,7 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        self.outbox.append(data)
+        self._out().append(data)
         core.dirty.add(self)
         core.stats.messages_sent += 1
         obs = core.obs
@@ -360,6 +430,8 @@ class Connection:
         """
         self.last_rx = self.clock = now
         if self.blockers or self.pending:  # paused: keep the order, process on resume
+            if self.pending is _NO_PACKETS:
+                self.pending = []
             self.pending.extend(packets)
             return
         connected = self.state is ConnectionState.CONNECTED
@@ -373,8 +445,7 @@ class Connection:
                 if run:
                     self._publish_run(run, now)
                     run = []
-                self.pending.append(p)
-                self.pending.extend(it)
+                self.pending = [p, *it]
                 break
             try:
                 if batch and type(p) is Publish and p.qos < 2:
@@ -420,10 +491,10 @@ class Connection:
             return
         pending = self.pending
         if pending:
-            self.pending = []
+            self.pending = _NO_PACKETS
             self.received(pending, self.clock)
         if not self.blockers and not self.pending:
-            self.reader(False)
+            self.link.throttle(False)
 
     def _publish_run(self, run: list[tuple[Publish, Message]], now: float) -> None:
         """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
@@ -464,9 +535,9 @@ class Connection:
             case Pubcomp():
                 self._on_pubcomp(p, now)
             case Subscribe():
-                self._on_subscribe(p, now)
+                on_subscribe(self, p, now)
             case Unsubscribe():
-                self._on_unsubscribe(p)
+                on_unsubscribe(self, p)
             case Pingreq():
                 self.send_ordered(Pingresp(), False)
             case Disconnect():
@@ -679,7 +750,7 @@ class Connection:
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             if qos == 2:
                 assert pid is not None
-                s.qos2_received.add(pid)
+                s.own_ids().add(pid)
                 self.send_ordered(Pubrec(pid, code), wrote)
             else:
                 # early PUBACK only when the publication wrote nothing but its deliveries
@@ -691,7 +762,7 @@ class Connection:
             self.send(Puback(pid or 0, code))
         elif qos == 2:
             assert pid is not None
-            s.qos2_received.add(pid)
+            s.own_ids().add(pid)
             code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
             self.send(Pubrec(pid, code))
 
@@ -757,88 +828,6 @@ class Connection:
             return
         self._complete(s, p.packet_id, now)
 
-    # ------------------------------------------------------------ SUBSCRIBE / UNSUBSCRIBE
-    def _on_subscribe(self, p: Subscribe, now: float) -> None:
-        """Each request goes to ``Router.subscribe`` (prefixes, limits, selector, index); the
-        SUBACK follows (after the commit for a persisted session), then retained messages."""
-        core = self.core
-        router = core.router
-        s = self.session
-        assert s is not None
-        props = p.properties
-        sub_id = props.subscription_identifiers[0] if props.subscription_identifiers else None
-        packet_selector = None
-        for key, value in props.user_properties:
-            if key == "filter":
-                packet_selector = value
-        if self.version == 5 and any(
-            r.no_local and r.topic_filter.startswith(SHARE_PREFIX) for r in p.subscriptions
-        ):
-            self.disconnect(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
-            return
-        authorize = partial(core.authorize, s, "subscribe") if core.obs.authorize else None
-        codes: list[ReasonCode] = []
-        reasons: list[str] = []
-        retained: list[tuple[Message, int, str, str | None]] = []
-        for asked in p.subscriptions:
-            # a bridge never gets its own publications back, and its retain flags are kept
-            req = (
-                dataclasses.replace(asked, no_local=True, retain_as_published=True) if self.bridge else asked
-            )
-            if req.topic_filter.startswith(COMPOSITE_PREFIX):  # issue 16: core/_composite.py
-                got = core.composite.subscribe_request(s.client_id, req, props, sub_id, authorize)
-            else:
-                got = router.subscribe(s.client_id, s.selectors, req, packet_selector, sub_id, authorize)
-            codes.append(got.code)
-            if not got.ok:
-                if got.reason is not None:
-                    reasons.append(got.reason)
-                if got.limit is not None:
-                    core.refused(got.limit, s.client_id)
-                continue
-            qos = int(got.code)
-            core.subscription_changed(
-                s.client_id, SubscriptionAction.SUBSCRIBE, got.full_filter, got.selector, qos
-            )
-            if got.retained:
-                retained.extend(
-                    (msg, min(qos, msg.qos), got.plain, got.selector)
-                    for msg in router.retained_for(got.plain, got.selector, now)
-                    if not core.obs.authorize or core.may_receive(s, msg.topic)
-                )
-        ack_props = NO_PROPERTIES
-        if self.version == 5 and reasons and self.problem_info:
-            text = "; ".join(reasons)  # each reason is short; their number is not bounded
-            ack_props = Properties(reason_string=text if len(text) <= 1000 else text[:1000] + "...")
-        core.journal.entries(s)
-        # a persisted subscription is acknowledged once it is durable (retained messages may
-        # go first: MQTT 5 section 3.8.4 lets PUBLISHes precede the SUBACK)
-        self.send_ordered(Suback(p.packet_id, tuple(codes), ack_props), s.persisted)
-        sub_ids = () if sub_id is None else (sub_id,)
-        for msg, qos, plain, selector in retained:
-            core.deliver(s, msg, qos, True, sub_ids, plain, selector, now)
-
-    def _on_unsubscribe(self, p: Unsubscribe) -> None:
-        core = self.core
-        s = self.session
-        assert s is not None
-        codes: list[ReasonCode] = []
-        for raw in p.topic_filters:
-            if raw.startswith(COMPOSITE_PREFIX):
-                got = core.composite.unsubscribe_request(s.client_id, raw)
-            else:
-                got = core.router.unsubscribe(s.client_id, s.selectors, raw)
-            codes.append(got.code)
-            if got.limit == "removed":
-                action = SubscriptionAction.UNSUBSCRIBE
-            elif got.limit == "partial":
-                action = SubscriptionAction.PARTIAL_UNSUBSCRIBE
-            else:
-                continue
-            core.subscription_changed(s.client_id, action, got.full_filter, got.selector, None)
-        core.journal.entries(s)
-        self.send_ordered(Unsuback(p.packet_id, tuple(codes)), s.persisted)
-
     # ------------------------------------------------------------ end of connection
     def _on_disconnect(self, p: Disconnect) -> None:
         s = self.session
@@ -875,7 +864,7 @@ class Connection:
                 receiver.feeders.discard(self)
             self.blockers = 0
             core.stats.publishers_paused -= 1
-        self.pending.clear()
+        self.pending = _NO_PACKETS
         s = self.session
         if s is not None and was_connected and s.conn is self:
             if keep_session:

@@ -219,7 +219,7 @@ class Core:
             self.end_session(old, now)
             old = None
         if old is None:
-            session = Session(client_id, expiry)
+            session = Session(client_id, expiry, True)  # lean: containers on first use
             self.sessions[client_id] = session
             present = False
         else:
@@ -230,7 +230,6 @@ class Core:
             present = True
         session.expires_at = None
         self.expiring.discard(session)
-        session.materialize()  # a lean restored session gets its own containers
         session.conn = conn
         conn.session = session
         return present
@@ -403,7 +402,7 @@ class Core:
         queue = s.queue
         if conn is not None and not conn.paused and not queue and len(s.inflight) < conn.window:
             pid = s.allocate_pid()
-            s.inflight[pid] = out
+            s.own_inflight()[pid] = out  # a lean session shares an empty window until now
             if s.persisted:
                 self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
@@ -414,7 +413,7 @@ class Core:
             and self._queue_full(s, conn)
         ):
             return
-        if not queue:  # a lean restored session shares an empty queue until now
+        if not queue:  # a lean session shares an empty queue until now
             queue = s.own_queue()
         queue.append(out)
         if s.persisted:
@@ -477,7 +476,7 @@ class Core:
             self.stats.publisher_pauses += 1
             self.stats.publishers_paused += 1
             self.resumable.discard(pub)
-            pub.reader(True)
+            pub.link.throttle(True)
 
     def relieve(self, conn: Connection) -> None:
         """``conn`` is no longer congested (drained, slow, or gone): release its publishers."""
@@ -569,7 +568,8 @@ class Core:
         if conn is None:
             return
         queue = s.queue
-        inflight = s.inflight
+        # something to send: the window is its own from here (a lean session shares an empty one)
+        inflight = s.own_inflight() if queue else s.inflight
         window = conn.window
         while queue and len(inflight) < window and not conn.paused and not conn.close_requested:
             out = queue.popleft()
@@ -727,6 +727,7 @@ class Core:
             assert s.client_id == cid
             s._check()
         for conn in self.connections:
+            conn._check()
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
         self.conn_timers._check(self.connections)
         assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)

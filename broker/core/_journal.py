@@ -269,7 +269,7 @@ class Journal:
             core.stats.publisher_pauses += 1
             core.stats.publishers_paused += 1
             core.resumable.discard(conn)
-            conn.reader(True)
+            conn.link.throttle(True)
         core.stats.store_waits += 1
         call = self.call_threadsafe
         caught_up = self._caught_up

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from broker.core._message import Message, Route
+from broker.core._message import FILTER_PREFIX, Message, Route
 from broker.packets import Will
 
 if TYPE_CHECKING:
@@ -111,12 +111,16 @@ class Session:
     ``inflight`` is ordered by send time (dict insertion order); lookups by packet id are
     O(1).  ``queue`` is bounded by ``BrokerConfig.max_queued_messages``.
 
-    A session restored from the store (``Session(cid, expiry, lean=True)``) shares the empty
-    containers below until it is attached (:meth:`materialize`, called by ``Core.attach``) or
-    a message is queued for it (``Core.deliver``): 100,000 disconnected sessions do not each
-    hold an empty ``deque`` (624 bytes), ``set`` (216) and two ``dict`` (64 each) (issue 27).  Nothing writes
-    to a detached session's ``inflight``, ``qos2_received`` or ``selectors`` (only its
-    connection does), so only the queue needs the guard on that path.
+    Lean containers (issue 27, item 2): a session restored from the store and every session
+    the core creates at CONNECT (``Session(cid, expiry, lean=True)``) shares the empty
+    containers below until something is written to one of them: 100,000 disconnected
+    sessions, or 19,000 idle connected ones, do not each hold an empty ``deque`` (624 bytes),
+    ``set`` (216) and two ``dict`` (64 each).  Reading a shared empty is always allowed; every
+    write goes through :meth:`own_queue`, :meth:`own_inflight`, :meth:`own_ids` or
+    :meth:`own_selectors` (or :meth:`materialize`, all four), which swap in a container of
+    the session's own on first use.  ``_check`` asserts the shared ones stay empty.
+    ``lean=False`` (the default: embedders' and tests' sessions) owns all four from the start.
+    Clearing a shared empty container is a no-op, so ``end_session`` needs no guard.
     """
 
     __slots__ = (
@@ -173,6 +177,35 @@ class Session:
             q = self.queue = deque()
         return q
 
+    def own_inflight(self) -> dict[int, Outgoing]:
+        """The session's in-flight window, its own (a message is about to be sent). O(1)."""
+        d = self.inflight
+        if d is _NO_INFLIGHT:
+            d = self.inflight = {}
+        return d
+
+    def own_ids(self) -> set[int]:
+        """The session's received QoS 2 ids, its own (one is about to be added). O(1)."""
+        ids = self.qos2_received
+        if ids is _NO_IDS:
+            ids = self.qos2_received = set()
+        return ids
+
+    def own_selectors(self) -> dict[str, str]:
+        """The session's filter -> selector map, its own (one may be added). O(1)."""
+        d = self.selectors
+        if d is _NO_SELECTORS:
+            d = self.selectors = {}
+        return d
+
+    def selectors_for(self, topic_filter: str, packet_selector: str | None) -> dict[str, str]:
+        """The map ``Router.subscribe`` gets for one request: the session's own when the request
+        carries a content filter (``$filter/`` prefix or the packet's ``filter`` property) and
+        may add one, else the current one (a request without a selector only removes). O(1)."""
+        if packet_selector is not None or topic_filter.startswith(FILTER_PREFIX):
+            return self.own_selectors()
+        return self.selectors
+
     def allocate_pid(self) -> int:
         """A packet id not in flight (O(1) amortised; the window is far below 65535)."""
         pid = self.next_pid
@@ -188,7 +221,6 @@ class Session:
         assert self.conn is None or self.conn.session is self
         assert all(o.qos > 0 for o in self.queue)
         assert not (_NO_INFLIGHT or _NO_QUEUE or _NO_IDS or _NO_SELECTORS), "a shared container was written"
-        assert self.conn is None or self.queue is not _NO_QUEUE
 
 
 #: the shared empty containers of lean sessions (never written: ``Session._check``)

@@ -22,8 +22,11 @@ ours and the same on both loops:
   ``$SYS/broker/connections/accept_pauses``; the log says it at most once per
   ``LIMIT_LOG_INTERVAL`` (``Core.log_limit``).
 
-Each accepted socket becomes a transport with ``loop.connect_accepted_socket`` (TLS by the
-loop's TLS when the listener has a context), which is what ``create_server`` does inside.
+Each accepted socket of a plain-TCP MQTT listener (``lean``) becomes a
+:class:`~broker.net._lean.LeanTransport` at once (a slotted object on ``add_reader``: issue 27,
+item 2); on the other listeners (TLS, WebSocket) it becomes the loop's own transport with
+``loop.connect_accepted_socket`` (TLS by the loop's TLS when the listener has a context),
+which is what ``create_server`` does inside.
 Listening sockets are bound here with ``listen_backlog`` (the kernel caps it at
 ``net.core.somaxconn``; docs/operations-fleet.md).
 """
@@ -41,6 +44,7 @@ from collections.abc import Callable
 
 from broker.core._core import Core
 from broker.net._admission import ConnectionLimits
+from broker.net._lean import LeanTransport, Poller
 
 __all__ = [
     "RESERVE",
@@ -151,9 +155,11 @@ class Acceptor:
         "closed",
         "core",
         "factory",
+        "lean",
         "limits",
         "loop",
         "paused",
+        "poller",
         "resume_at",
         "sock",
         "ssl",
@@ -167,8 +173,14 @@ class Acceptor:
         ssl_context: ssl.SSLContext | None,
         core: Core,
         limits: ConnectionLimits,
+        lean: bool = False,
     ) -> None:
+        """``lean``: ``factory`` makes plain-TCP ``asyncio.Protocol`` objects (data_received),
+        served by :class:`LeanTransport`; otherwise by ``loop.connect_accepted_socket``."""
         self.loop = loop
+        self.lean = lean and ssl_context is None
+        # the lean transports' read readiness, one epoll set per listening socket
+        self.poller = Poller(loop) if self.lean else None
         self.sock = sock
         self.factory = factory
         self.ssl = ssl_context
@@ -193,6 +205,8 @@ class Acceptor:
         if not self.paused:
             self.loop.remove_reader(self.sock.fileno())
         self.sock.close()
+        if self.poller is not None:
+            self.poller.release()  # closed once its last connection is gone
 
     def _ready(self) -> None:
         sock = self.sock
@@ -227,6 +241,13 @@ class Acceptor:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:  # the peer is gone already
             conn.close()
+            return
+        if self.poller is not None:
+            try:
+                LeanTransport(self.loop, conn, self.factory(), self.poller).start()  # type: ignore[arg-type]
+            except Exception:
+                log.exception("accepted connection not set up")
+                conn.close()
             return
         task = self.loop.create_task(self.loop.connect_accepted_socket(self.factory, conn, ssl=self.ssl))
         task.add_done_callback(_accepted)

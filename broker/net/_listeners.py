@@ -129,7 +129,8 @@ async def open_listener(
         factory = functools.partial(_lean_tls, loop, make, ctx)
         ctx = None  # TLS by _LeanTLS over a plain server
     socks = await bind(listener.host, listener.port, core.config.listen_backlog)
-    acceptors = tuple(Acceptor(loop, sock, factory, ctx, core, limits) for sock in socks)
+    lean = listener.kind == "tcp" and not listener.tls  # plain MQTT over TCP: LeanTransport
+    acceptors = tuple(Acceptor(loop, sock, factory, ctx, core, limits, lean) for sock in socks)
     for a in acceptors:
         a.start()
     port = socks[0].getsockname()[1]

@@ -8,6 +8,9 @@ transport's high-water mark) mark a slow consumer: QoS 0 traffic to it is droppe
 counted, QoS 1/2 traffic queues in its session up to the configured bound.
 
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
+The protocol object is the connection's :class:`~broker.core._connection.Link` (``send_bytes``,
+``shut``, ``throttle``): the machine holds this one object, not three bound-method callbacks,
+and the peer address is asked from the transport when it is shown (issue 27, item 2).
 TLS sits below this class (``broker.net._listeners``), so this class never sees it;
 MQTT over WebSocket (``broker.net._websocket``) subclasses it and only changes how bytes are
 framed (``_feed`` is the entry for MQTT bytes, ``_start`` creates the machine).
@@ -28,7 +31,6 @@ import logging
 import socket
 import struct
 import termios
-from collections.abc import Callable
 from typing import Any, cast
 
 from broker.core._connection import Connection
@@ -116,7 +118,7 @@ class MQTTProtocol(asyncio.Protocol):
         self.fd = -1  # the socket, for the ingress backlog probe (-1: none, e.g. WebSocket)
         self.behind_since: float | None = None  # the kernel backlog above the mark since
         self.hot_until = 0.0  # shedding without a new grace until then (SHED_MEMORY)
-        self.throttled = False  # flow control paused this publisher (Connection.reader)
+        self.throttled = False  # flow control paused this publisher (``throttle``)
         self.write_paused = False  # the peer does not read what we write
         self.done: asyncio.Future[None] | None = None  # created on demand: ``closed``
 
@@ -140,9 +142,9 @@ class MQTTProtocol(asyncio.Protocol):
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
                 except OSError as exc:  # not a stream socket we can tune: keep the kernel's
                     log.debug("SO_SNDBUF %d not set: %s", sndbuf, exc)
-        self._start(t.write, t.get_extra_info("peername"))
+        self._start(t.get_extra_info("peername"))
 
-    def _start(self, writer: Callable[[bytes], None], peer: Any) -> None:
+    def _start(self, peer: Any) -> None:
         """Create the protocol machine (and pass the listener's admission check).
 
         The protocol joins ``registry`` here, not when it is built: a TLS connection whose
@@ -152,23 +154,26 @@ class MQTTProtocol(asyncio.Protocol):
             self.registry.add(self)
         now = self.core.clock.monotonic()
         policy = self.policy
-        self.conn = Connection(
-            self.core,
-            writer,
-            self._close,
-            now,
-            str(peer),
-            self._throttle,
-            None if policy is None else policy.slow_consumer,
-        )
+        self.conn = Connection(self.core, self, now, None, None if policy is None else policy.slow_consumer)
         self.conn.io = self.transport  # its write buffer: hung-consumer detection (Core.tick)
         if policy is not None:
             ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
             self.refusal = policy.admit(str(ip), now)
             self.screening = True
 
-    def _close(self) -> None:
-        """Lingering close: flush, half-close, discard what the peer still sends, then close.
+    def send_bytes(self, data: bytes) -> None:
+        """The connection's output (``Link``): to the transport's buffer."""
+        t = self.transport
+        if t is not None:
+            t.write(data)
+
+    def peername(self) -> object:
+        """The peer's address (``Link``), asked from the transport (None once it is closed)."""
+        t = self.transport
+        return None if t is None else t.get_extra_info("peername")
+
+    def shut(self) -> None:
+        """Lingering close (``Link``): flush, half-close, discard what the peer still sends, then close.
 
         Closing a socket with unread input makes the kernel send RST, which can destroy the
         DISCONNECT (and its reason code) before the client read it; so the write side is
@@ -310,8 +315,8 @@ class MQTTProtocol(asyncio.Protocol):
         elif not t.is_reading():
             t.resume_reading()
 
-    def _throttle(self, pause: bool) -> None:
-        """``Connection.reader``: flow control pauses (True) or resumes (False) this publisher."""
+    def throttle(self, pause: bool) -> None:
+        """Flow control pauses (True) or resumes (False) this publisher (``Link``)."""
         self.throttled = pause
         self._reading()
 

@@ -71,10 +71,10 @@ class WebSocketProtocol(MQTTProtocol):
         t = cast(asyncio.Transport, transport)
         self.transport = t
         t.set_write_buffer_limits(high=self.core.config.write_buffer_high)
-        self._start(self._send, t.get_extra_info("peername"))
+        self._start(t.get_extra_info("peername"))
 
-    def _send(self, data: bytes) -> None:
-        """The MQTT connection's writer: one binary frame."""
+    def send_bytes(self, data: bytes) -> None:
+        """The MQTT connection's output (``Link``): one binary frame."""
         ws = self.ws
         if ws.state is State.OPEN:
             ws.send_binary(data)
@@ -94,8 +94,8 @@ class WebSocketProtocol(MQTTProtocol):
         if self.ws.close_expected() and self.linger is None:
             self.linger = asyncio.get_running_loop().call_later(LINGER, t.close)
 
-    def _close(self) -> None:
-        """The MQTT side closes: a WebSocket close frame, then the TCP close."""
+    def shut(self) -> None:
+        """The MQTT side closes (``Link``): a WebSocket close frame, then the TCP close."""
         ws = self.ws
         t = self.transport
         if t is None or t.is_closing():

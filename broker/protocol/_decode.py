@@ -447,7 +447,8 @@ class Decoder:
         self.version = version
         self.max_packet_size = max_packet_size
         self.server = server
-        self._buf = bytearray()
+        # a partial packet's bytes; None while there is none (an idle connection holds no buffer)
+        self._buf: bytearray | None = None
         self._need = 0
         self._seen_connect = False
         self._error: MalformedPacket | None = None
@@ -456,7 +457,8 @@ class Decoder:
 
     def _check(self) -> None:
         """Invariants: a buffered partial packet is shorter than what it needs."""
-        assert self._need == 0 or len(self._buf) < self._need
+        assert self._need == 0 or (self._buf is not None and len(self._buf) < self._need)
+        assert self._buf is None or self._buf, "an empty buffer is not kept"
         assert self.version in (None, 3, 4, 5)
 
     def feed(self, data: bytes) -> list[Packet]:
@@ -464,12 +466,12 @@ class Decoder:
         if self._error is not None:
             raise self._error
         buf = self._buf
-        if buf:
+        if buf is not None:
             buf += data
             if len(buf) < self._need:
                 return []
             data = bytes(buf)
-            buf.clear()
+            self._buf = None  # released: kept only while a packet is incomplete
         elif not data:
             return []
         self._need = 0
@@ -483,7 +485,7 @@ class Decoder:
             self._error = MalformedPacket(MALFORMED, f"malformed packet ({type(exc).__name__}: {exc})")
             raise self._error from None
         if pos < len(data):
-            buf += memoryview(data)[pos:]
+            self._buf = bytearray(memoryview(data)[pos:])
         return out
 
     def _decode(  # noqa: C901, PLR0912, PLR0915 (hot path: PUBLISH decoded inline, no call per packet)

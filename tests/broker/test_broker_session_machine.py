@@ -8,7 +8,7 @@ import pytest
 
 from broker._config import BrokerConfig
 from broker.core._clock import ManualClock
-from broker.core._connection import Connection
+from broker.core._connection import Callbacks, Connection
 from broker.core._core import LIMIT_LOG_INTERVAL, Core
 from broker.core._session import ConnectionState
 from broker.hooks import Hooks, SubscriptionChange
@@ -41,7 +41,7 @@ class Wire:
         self.decoder = Decoder(version, server=False)
         self.out: list[Packet] = []
         self.closed = False
-        self.conn = Connection(core, self._write, self._close, now, "test")
+        self.conn = Connection(core, Callbacks(self._write, self._close), now, "test")
 
     def _write(self, data: bytes) -> None:
         self.out.extend(self.decoder.feed(data))
@@ -255,7 +255,7 @@ class Paced(Wire):
     def __init__(self, core: Core, now: float, version: int = 5) -> None:
         super().__init__(core, now, version)
         self.reading = True
-        self.conn = Connection(core, self._write, self._close, now, "test", self._reader)
+        self.conn = Connection(core, Callbacks(self._write, self._close, self._reader), now, "test")
 
     def _reader(self, pause: bool) -> None:
         self.reading = not pause

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import content
 from broker._config import BrokerConfig
-from broker.core._connection import Connection
+from broker.core._connection import Callbacks, Connection
 from broker.core._core import Core
 from broker.core._session import Outgoing, Session
 from broker.packets import (
@@ -44,7 +44,7 @@ class Wire:
         self.core = core
         self.decoder = Decoder(5, server=False)
         self.out: list[Packet] = []
-        self.conn = Connection(core, self.out_bytes, lambda: None, now, "test")
+        self.conn = Connection(core, Callbacks(self.out_bytes, lambda: None), now, "test")
 
     def out_bytes(self, data: bytes) -> None:
         self.out.extend(self.decoder.feed(data))
