@@ -148,6 +148,7 @@ class Connection:
         self.will_on_close = True
         self.close_reason = "connection lost"
         self.held = 0  # packets waiting in Core.hold for the store's durable signal
+        self.held_writes = 0  # of which deliveries (a QoS 2 message's, and those behind one)
         self.gated = False  # output withheld until the held CONNACK is released (persisted session)
         core.connections.add(self)
         core.conn_timers.file(self, self.connect_deadline)
@@ -249,7 +250,7 @@ class Connection:
     def _reason(self, text: str) -> Properties:
         return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
 
-    def write_publish(  # noqa: PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
+    def write_publish(  # noqa: C901, PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
         self,
         msg: Message,
         qos: int,
@@ -312,8 +313,14 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        self.outbox.append(data)
-        core.dirty.add(self)
+        deferred = core.deferred
+        if deferred is not None:  # a QoS 2 message: sent once its packet id is durable
+            deferred.append((self, data))
+        elif self.held_writes:  # behind a held delivery: the order is kept
+            core.journal.hold_write(self, data)
+        else:
+            self.outbox.append(data)
+            core.dirty.add(self)
         core.stats.messages_sent += 1
         obs = core.obs
         if obs.writes and self.session is not None:
@@ -663,16 +670,27 @@ class Connection:
         track = qos == 1 and store is not None
         if track:
             journal.track()
+        # exactly once across a crash: a persisted publisher's QoS 2 message leaves this
+        # broker only once its packet id is durable (with its copies), else a crash before
+        # that commit followed by the publisher's resend delivers it twice (issue 30)
+        defer = qos == 2 and store is not None and s.persisted and core.deferred is None
+        if defer:
+            core.deferred = []
         core.current = self  # the connection flow control pauses for a congested receiver
         try:
             n = core.publish(msg, now, routes)
         finally:
             core.current = None
             waiter = journal.tracked() if track else None
+            deferred = core.deferred if defer else None
+            if defer:
+                core.deferred = None
         if store is not None and qos != 0:
             # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2:
                 journal.qos2_received(s, pid or 0)
+                if deferred:
+                    journal.hold_writes(deferred)
             wrote = store.submitted != before
             if wrote:
                 journal.bound(self)

@@ -111,6 +111,10 @@ class Core:
         # being routed (the one to pause when a receiver is over its high-water mark), the
         # receivers over their mark, and the paused publishers to resume at the next flush
         self.current: Connection | None = None
+        #: while an inbound QoS 2 message of a persisted publisher (or a peer's) is routed:
+        #: its encoded deliveries, sent only once its packet id is durable with them
+        #: (``Journal.hold_writes``; docs/persistence.md, "QoS 2 across a crash")
+        self.deferred: list[tuple[Connection, bytes]] | None = None
         self.congested: set[Connection] = set()
         self.resumable: set[Connection] = set()
         self.high_water = cfg.high_water

@@ -58,7 +58,7 @@ class Held:
 
     __slots__ = ("conn", "done", "packet", "ready")
 
-    def __init__(self, conn: Connection, packet: Packet) -> None:
+    def __init__(self, conn: Connection, packet: Packet | bytes) -> None:
         self.conn = conn
         self.packet = packet
         self.ready = False
@@ -285,8 +285,20 @@ class Journal:
             self.core.resumable.add(conn)
             self.core.flush()
 
+    # ------------------------------------------------------------ held deliveries
+    def hold_writes(self, deferred: list[tuple[Connection, bytes]]) -> None:
+        """The encoded deliveries of a QoS 2 message (``Core.deferred``), sent once what was
+        submitted to the store so far (the packet id and the copies) is durable."""
+        for conn, data in deferred:
+            self.hold_write(conn, data)
+
+    def hold_write(self, conn: Connection, data: bytes) -> None:
+        """One encoded delivery, held (in ``conn``'s order) until the next durable signal."""
+        conn.held_writes += 1
+        self.hold(conn, data)
+
     # ------------------------------------------------------------ acknowledgements
-    def hold(self, conn: Connection, packet: Packet, waiter: AckWaiter | None = None) -> None:
+    def hold(self, conn: Connection, packet: Packet | bytes, waiter: AckWaiter | None = None) -> None:
         """Send ``packet`` on ``conn`` once everything written to the store so far is durable
         (or, with ``waiter``, once its message's persisted deliveries are all acknowledged),
         and after every packet held before it on ``conn``.
@@ -324,9 +336,15 @@ class Journal:
             entry = q.popleft()
             entry.done = True
             conn.held -= 1
+            packet = entry.packet
+            if isinstance(packet, bytes):  # a held delivery
+                conn.held_writes -= 1
+                if conn.state is not ConnectionState.CLOSED and not conn.close_requested:
+                    conn.outbox.append(packet)
+                    self.core.dirty.add(conn)
+                continue
             if conn.state is ConnectionState.CLOSED:
                 continue
-            packet = entry.packet
             if conn.gated and isinstance(packet, Connack):
                 conn.open_gate(packet)
             else:
@@ -344,6 +362,8 @@ class Journal:
             if not entry.done:
                 entry.done = True
                 conn.held -= 1
+                if isinstance(entry.packet, bytes):
+                    conn.held_writes -= 1
                 gated_connack = gated_connack or (conn.gated and isinstance(entry.packet, Connack))
         if conn.state is ConnectionState.CLOSED:
             return
