@@ -673,7 +673,7 @@ class Connection:
         # exactly once across a crash: a persisted publisher's QoS 2 message leaves this
         # broker only once its packet id is durable (with its copies), else a crash before
         # that commit followed by the publisher's resend delivers it twice (issue 30)
-        defer = qos == 2 and store is not None and s.persisted and core.deferred is None
+        defer = qos == 2 and store is not None and s.persisted and core.defer_qos2 and core.deferred is None
         if defer:
             core.deferred = []
         core.current = self  # the connection flow control pauses for a congested receiver

@@ -115,6 +115,9 @@ class Core:
         #: its encoded deliveries, sent only once its packet id is durable with them
         #: (``Journal.hold_writes``; docs/persistence.md, "QoS 2 across a crash")
         self.deferred: list[tuple[Connection, bytes]] | None = None
+        #: False: QoS 2 deliveries leave before the commit, as before issue 30 (faster by one
+        #: commit, a duplicate after a crash): only benchmarks/bench_qos2_commit.py sets it
+        self.defer_qos2 = True
         self.congested: set[Connection] = set()
         self.resumable: set[Connection] = set()
         self.high_water = cfg.high_water
