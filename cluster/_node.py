@@ -374,17 +374,13 @@ class ClusterNode(Hooks):
             routes = self.takeover.diversions.routes_from(peer, msg, routes)
         # a QoS 2 copy reaches the local subscribers only once the peer's packet id is durable
         # with it: a crash before that commit, then the peer's resend, would deliver it twice
-        defer = p.qos == 2 and store is not None and core.deferred is None
-        if defer:
-            core.deferred = []
+        defer = p.qos == 2 and journal.defer(True)
         self._injecting = True
         try:
             core.publish(msg, now, routes)
         finally:
             self._injecting = False
-            deferred = core.deferred if defer else None
-            if defer:
-                core.deferred = None
+            deferred = journal.deferred() if defer else None
         self.injected += 1
         if p.qos == 2 and p.packet_id is not None:
             # the received id joins the store transaction of the copies just journalled: a

@@ -147,8 +147,7 @@ class Connection:
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = "connection lost"
-        self.held = 0  # packets waiting in Core.hold for the store's durable signal
-        self.held_writes = 0  # of which deliveries (a QoS 2 message's, and those behind one)
+        self.held = self.held_writes = 0  # packets held for the store's durable signal; deliveries
         self.gated = False  # output withheld until the held CONNACK is released (persisted session)
         core.connections.add(self)
         core.conn_timers.file(self, self.connect_deadline)
@@ -172,9 +171,8 @@ class Connection:
         self.core.dirty.add(self)
 
     def _fit(self, packet: Packet) -> bytes | None:
-        """``packet`` exceeds the client's Maximum Packet Size [MQTT-3.1.2-24]: without its
-        Reason String and User Properties (which MQTT 5 lets the server leave out), or, if
-        even that is too large, the connection is closed."""
+        """``packet`` exceeds the client's Maximum Packet Size [MQTT-3.1.2-24]: without its Reason
+        String and User Properties (MQTT 5 lets the server omit them), else the connection closes."""
         props = getattr(packet, "properties", None)
         if isinstance(props, Properties) and (props.reason_string or props.user_properties):
             bare = dataclasses.replace(props, reason_string=None, user_properties=())
@@ -313,10 +311,7 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        deferred = core.deferred
-        if deferred is not None:  # a QoS 2 message: sent once its packet id is durable
-            deferred.append((self, data))
-        elif self.held_writes:  # behind a held delivery: the order is kept
+        if core.deferred is not None or self.held_writes:  # a QoS 2 message's, or behind one
             core.journal.hold_write(self, data)
         else:
             self.outbox.append(data)
@@ -670,27 +665,18 @@ class Connection:
         track = qos == 1 and store is not None
         if track:
             journal.track()
-        # exactly once across a crash: a persisted publisher's QoS 2 message leaves this
-        # broker only once its packet id is durable (with its copies), else a crash before
-        # that commit followed by the publisher's resend delivers it twice (issue 30)
-        defer = qos == 2 and store is not None and s.persisted and core.defer_qos2 and core.deferred is None
-        if defer:
-            core.deferred = []
+        defer = qos == 2 and journal.defer(s.persisted)  # QoS 2: sent after the commit
         core.current = self  # the connection flow control pauses for a congested receiver
         try:
             n = core.publish(msg, now, routes)
         finally:
             core.current = None
             waiter = journal.tracked() if track else None
-            deferred = core.deferred if defer else None
-            if defer:
-                core.deferred = None
+            deferred = journal.deferred() if defer else None
         if store is not None and qos != 0:
             # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2:
-                journal.qos2_received(s, pid or 0)
-                if deferred:
-                    journal.hold_writes(deferred)
+                journal.qos2_received(s, pid or 0, deferred)
             wrote = store.submitted != before
             if wrote:
                 journal.bound(self)
