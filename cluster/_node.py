@@ -386,10 +386,10 @@ class ClusterNode(Hooks):
             # the received id joins the store transaction of the copies just journalled: a
             # restart finds both or neither (cluster._qos2)
             self.qos2.received(peer, p.packet_id)
-            if deferred:
-                journal.hold_writes(deferred)
-            if store is not None:
-                return store.sync()
+        if deferred:  # after the id: they leave with the commit that holds it
+            journal.hold_writes(deferred)
+        if p.qos == 2 and store is not None:
+            return store.sync()
         if store is not None and journal.submitted != before:
             return store.sync()
         return None

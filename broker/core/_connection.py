@@ -311,8 +311,8 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        if core.deferred is not None or self.held_writes:  # a QoS 2 message's, or behind one
-            core.journal.hold_write(self, data)
+        if core.deferred is not None or self.held_writes or (msg.qos == 2 and core.journal.store):
+            core.journal.hold_write(self, data)  # QoS 2 (or behind one): after the next commit
         else:
             self.outbox.append(data)
             core.dirty.add(self)
