@@ -3,7 +3,7 @@
 A persisted publisher's QoS 2 message used to reach the subscribers (and the cluster's links)
 before the store committed its packet id: a crash in between, then the publisher's resend
 (same packet id, DUP), delivered it a second time.  Now its deliveries leave only once the id
-is durable with them.  The broker runs with ``store_commit_delay = 1`` so that the window is
+is durable with them.  The broker runs with ``store_commit_delay = 0.5`` so that the window is
 wide: the kill comes as soon as a QoS 0 marker published right behind the message reached an
 observer (the broker has routed the message by then).  If the machine stalls past the window,
 the message is committed and delivered, and the test still checks exactly once (the
@@ -22,7 +22,10 @@ from broker.packets import (
     Connack,
     Connect,
     Packet,
+    Pingreq,
+    Pingresp,
     Properties,
+    Puback,
     Pubcomp,
     Publish,
     Pubrec,
@@ -39,7 +42,7 @@ import asyncio, sys
 from broker import Broker
 
 async def main() -> None:
-    b = Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1], store_commit_delay=1.0)
+    b = Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1], store_commit_delay=0.5)
     await b.start()
     print("PORT", b.port, flush=True)
     await asyncio.Event().wait()
@@ -74,6 +77,8 @@ class _Receiver:
                 self.unreleased.add(p.packet_id)
                 if c is not None:
                     c.send(Pubrec(p.packet_id))
+            elif isinstance(p, Publish) and p.qos == 1 and c is not None:
+                c.send(Puback(p.packet_id or 0))
             elif isinstance(p, Pubrel):
                 self.unreleased.discard(p.packet_id)
                 if c is not None:
@@ -89,7 +94,7 @@ async def test_kill_9_before_the_commit_of_a_qos2_message_delivers_it_once(tmp_p
         await sub.subscribe(SubscriptionRequest("x/q2", 2))
         obs, _ = await RawClient.connect(port, "o")
         await obs.subscribe(SubscriptionRequest("x/mark", 0))
-        pub, ack = await RawClient.connect(port, "p", clean_start=True, properties=EXPIRY)
+        pub, _ = await RawClient.connect(port, "p", clean_start=True, properties=EXPIRY)
         pub.send(Publish("x/q2", b"once", 2, packet_id=7))
         pub.send(Publish("x/mark", b"routed", 0))
         mark = await obs.recv_where(lambda p: isinstance(p, Publish))
@@ -101,6 +106,12 @@ async def test_kill_9_before_the_commit_of_a_qos2_message_delivers_it_once(tmp_p
     for c in (pub, obs):
         await c.close()
 
+    await _restart_and_count(db, recv, EXPIRY)
+
+
+async def _restart_and_count(db: Path, recv: _Receiver, sub_props: Properties) -> None:
+    """Restart on ``db``; the publisher resends packet id 7 (it never had its PUBCOMP); the
+    subscriber takes everything up to a later message: "once" must have come exactly once."""
     proc, port = await _start(db)
     try:
         pub, ack = await RawClient.connect(port, "p", clean_start=False, properties=EXPIRY)
@@ -111,14 +122,16 @@ async def test_kill_9_before_the_commit_of_a_qos2_message_delivers_it_once(tmp_p
         pub.send(Pubrel(7))
         await pub.recv_where(lambda p: isinstance(p, Pubcomp))
         sub = await RawClient.open(port)
-        sub.send(Connect("s", 5, clean_start=False, properties=EXPIRY))
+        sub.send(Connect("s", 5, clean_start=False, properties=sub_props))
         first = await sub.recv()
         assert isinstance(first, Connack) and first.session_present, first
         # a later message to the same subscriber: what was routed to it before comes first
-        await pub.publish1("x/q2", b"after")
-        got = await sub.recv_where(lambda p: isinstance(p, Publish) and p.payload == b"after", TIMEOUT)
-        recv.handle(sub, [*sub.pending])
-        assert isinstance(got, Publish)
+        pub.send(Publish("x/q2", b"after", 1, packet_id=8))
+        while True:
+            p = await sub.recv(TIMEOUT)
+            recv.handle(sub, [p])
+            if isinstance(p, Publish) and p.payload == b"after":
+                break
         assert recv.delivered.count(b"once") == 1, recv.delivered
         for c in (pub, sub):
             await c.close()
@@ -126,3 +139,35 @@ async def test_kill_9_before_the_commit_of_a_qos2_message_delivers_it_once(tmp_p
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL)
         await proc.wait()
+
+
+async def test_a_queued_qos2_copy_drained_before_the_commit_waits_for_it(tmp_path: Path) -> None:
+    """The subscriber's window (receive maximum 1) is full, so the QoS 2 copy is queued; the
+    subscriber's PUBACK drains it inside the commit delay: it waits for the commit all the
+    same (it used to leave at once), then the kill, and exactly once after the restart."""
+    db = tmp_path / "broker.db"
+    recv = _Receiver()
+    one = Properties(session_expiry_interval=3600, receive_maximum=1)
+    proc, port = await _start(db)
+    try:
+        sub, _ = await RawClient.connect(port, "s", clean_start=True, properties=one)
+        await sub.subscribe(SubscriptionRequest("x/#", 2))
+        pub, _ = await RawClient.connect(port, "p", clean_start=True, properties=EXPIRY)
+        await pub.publish1("x/first", b"fills the window")
+        full = await sub.recv_where(lambda p: isinstance(p, Publish))
+        assert isinstance(full, Publish) and full.qos == 1
+        pub.send(Publish("x/q2", b"once", 2, packet_id=7))
+        pub.send(Pingreq())
+        await pub.recv_where(lambda p: isinstance(p, Pingresp))
+        # the broker has queued the copy (packets are handled in order); the PUBACK drains it
+        sub.send(Puback(full.packet_id or 0))
+        sub.send(Pingreq())
+        before = []
+        while not isinstance(p := await sub.recv(), Pingresp):
+            before.append(p)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    recv.handle(None, [*before, *await sub.closed()])
+    await pub.close()
+    await _restart_and_count(db, recv, one)
