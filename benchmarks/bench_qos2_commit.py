@@ -75,7 +75,7 @@ async def run_one(qos: int, defer: bool, messages: int, tmp: Path) -> list[float
     async with Broker(
         host="127.0.0.1", port=0, sys_interval=0, store_path=str(tmp / f"{qos}{defer}.db")
     ) as b:
-        b.core.defer_qos2 = defer
+        b.core.hold_qos2 = defer
         sub = await _connect(b.port, "sub")
         sub.writer.write(encode(Subscribe(1, (SubscriptionRequest("b/t", qos),)), 5))
         assert isinstance(await sub.next(), Suback)

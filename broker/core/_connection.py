@@ -311,7 +311,7 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        if core.deferred is not None or self.held_writes or (msg.qos == 2 and core.journal.store):
+        if core.deferred is not None or self.held_writes or (msg.qos == 2 and core.hold_qos2):
             core.journal.hold_write(self, data)  # QoS 2 (or behind one): after the next commit
         else:
             self.outbox.append(data)

@@ -300,7 +300,7 @@ class Journal:
         id was durable is delivered again after the publisher's resend (issue 30).  True if
         deferring (end with :meth:`deferred`)."""
         core = self.core
-        if self.store is None or not persisted or not core.defer_qos2 or core.deferred is not None:
+        if self.store is None or not persisted or not core.hold_qos2 or core.deferred is not None:
             return False
         core.deferred = []
         return True
