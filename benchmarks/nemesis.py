@@ -36,6 +36,12 @@ def main() -> int:
     ap.add_argument("--faults", default=",".join(FAULTS))
     ap.add_argument("--failure-timeout", type=float, default=2.0, help="cluster_failure_timeout")
     ap.add_argument("--refresh", type=float, default=1.0, help="cluster_refresh")
+    ap.add_argument(
+        "--max-queued-messages",
+        type=int,
+        default=100_000,
+        help="max_queued_messages of every node (a queue must hold what a restart brings at once)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the summary and faults here (JSON)")
     ap.add_argument("--history", action="store_true", help="--out gets every event (large)")
     ap.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (logs)")
@@ -59,6 +65,7 @@ def main() -> int:
         rate=args.rate,
         faults=tuple(args.faults.split(",")),
         serve=serve,
+        broker=f"max_queued_messages = {args.max_queued_messages}\n",
         final_wait_s=60.0,
         log=lambda s: print(time.strftime("%H:%M:%S"), s, file=sys.stderr, flush=True),
     )

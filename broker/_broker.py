@@ -307,6 +307,7 @@ class Broker:
             core = self.core
             journal = core.journal
             journal.store = store
+            core.hold_qos2 = True  # QoS 2 deliveries after the commit (issue 30)
             journal.call_threadsafe = asyncio.get_running_loop().call_soon_threadsafe
             journal.restore(state, self.core.clock.monotonic(), wall)
             self.restored_qos2_in = {
@@ -363,6 +364,7 @@ class Broker:
             await self.composite_saver.close()
             self.composite_saver = None
         self.core.journal.store = None
+        self.core.hold_qos2 = False
         for s in self.core.sessions.values():
             s.persisted = False
         await asyncio.to_thread(store.close)

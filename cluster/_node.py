@@ -368,22 +368,28 @@ class ClusterNode(Hooks):
         msg = Message.create(p.topic, p.payload, p.qos, p.retain, props, None, now)
         journal = core.journal
         before = journal.submitted
+        store = journal.store
         routes = core.router.route_peer(msg, plain, groups, replay)
         if self._diverted and self.takeover is not None:  # a session is moving
             routes = self.takeover.diversions.routes_from(peer, msg, routes)
+        # a QoS 2 copy reaches the local subscribers only once the peer's packet id is durable
+        # with it: a crash before that commit, then the peer's resend, would deliver it twice
+        defer = p.qos == 2 and journal.defer(True)
         self._injecting = True
         try:
             core.publish(msg, now, routes)
         finally:
             self._injecting = False
+            deferred = journal.deferred() if defer else None
         self.injected += 1
-        store = journal.store
         if p.qos == 2 and p.packet_id is not None:
             # the received id joins the store transaction of the copies just journalled: a
             # restart finds both or neither (cluster._qos2)
             self.qos2.received(peer, p.packet_id)
-            if store is not None:
-                return store.sync()
+        if deferred:  # after the id: they leave with the commit that holds it
+            journal.hold_writes(deferred)
+        if p.qos == 2 and store is not None:
+            return store.sync()
         if store is not None and journal.submitted != before:
             return store.sync()
         return None

@@ -200,7 +200,7 @@ class Connection:
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = "connection lost"
-        self.held = 0  # packets waiting in Core.hold for the store's durable signal
+        self.held = self.held_writes = 0  # packets held for the store's durable signal; deliveries
         self.gated = False  # output withheld until the held CONNACK is released (persisted session)
         core.connections.add(self)
         core.conn_timers.file(self, self.connect_deadline)
@@ -233,9 +233,8 @@ class Connection:
         self.core.dirty.add(self)
 
     def _fit(self, packet: Packet) -> bytes | None:
-        """``packet`` exceeds the client's Maximum Packet Size [MQTT-3.1.2-24]: without its
-        Reason String and User Properties (which MQTT 5 lets the server leave out), or, if
-        even that is too large, the connection is closed."""
+        """``packet`` exceeds the client's Maximum Packet Size [MQTT-3.1.2-24]: without its Reason
+        String and User Properties (MQTT 5 lets the server omit them), else the connection closes."""
         props = getattr(packet, "properties", None)
         if isinstance(props, Properties) and (props.reason_string or props.user_properties):
             bare = dataclasses.replace(props, reason_string=None, user_properties=())
@@ -319,7 +318,7 @@ class Connection:
     def _reason(self, text: str) -> Properties:
         return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
 
-    def write_publish(  # noqa: PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
+    def write_publish(  # noqa: C901, PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
         self,
         msg: Message,
         qos: int,
@@ -382,8 +381,11 @@ class Connection:
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        self._out().append(data)
-        core.dirty.add(self)
+        if core.deferred is not None or self.held_writes or (msg.qos == 2 and core.hold_qos2):
+            core.journal.hold_write(self, data)  # QoS 2 (or behind one): after the next commit
+        else:
+            self._out().append(data)
+            core.dirty.add(self)
         core.stats.messages_sent += 1
         obs = core.obs
         if obs.writes and self.session is not None:
@@ -734,16 +736,18 @@ class Connection:
         track = qos == 1 and store is not None
         if track:
             journal.track()
+        defer = qos == 2 and journal.defer(s.persisted)  # QoS 2: sent after the commit
         core.current = self  # the connection flow control pauses for a congested receiver
         try:
             n = core.publish(msg, now, routes)
         finally:
             core.current = None
             waiter = journal.tracked() if track else None
+            deferred = journal.deferred() if defer else None
         if store is not None and qos != 0:
             # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
             if qos == 2:
-                journal.qos2_received(s, pid or 0)
+                journal.qos2_received(s, pid or 0, deferred)
             wrote = store.submitted != before
             if wrote:
                 journal.bound(self)

@@ -111,6 +111,15 @@ class Core:
         # being routed (the one to pause when a receiver is over its high-water mark), the
         # receivers over their mark, and the paused publishers to resume at the next flush
         self.current: Connection | None = None
+        #: while an inbound QoS 2 message of a persisted publisher (or a peer's) is routed:
+        #: its encoded deliveries, sent only once its packet id is durable with them
+        #: (``Journal.hold_writes``; docs/persistence.md, "Exactly once, end to end")
+        self.deferred: list[tuple[Connection, bytes]] | None = None
+        #: QoS 2 deliveries wait for the store's next durable signal (``Broker.start`` sets it
+        #: with a store; docs/persistence.md).  benchmarks/bench_qos2_commit.py clears it for
+        #: its baseline: deliveries before the commit, as before issue 30 (a duplicate after a
+        #: crash)
+        self.hold_qos2 = False
         self.congested: set[Connection] = set()
         self.resumable: set[Connection] = set()
         self.high_water = cfg.high_water

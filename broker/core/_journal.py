@@ -58,7 +58,7 @@ class Held:
 
     __slots__ = ("conn", "done", "packet", "ready")
 
-    def __init__(self, conn: Connection, packet: Packet) -> None:
+    def __init__(self, conn: Connection, packet: Packet | bytes) -> None:
         self.conn = conn
         self.packet = packet
         self.ready = False
@@ -242,9 +242,15 @@ class Journal:
         return False
 
     # ------------------------------------------------------------ incoming QoS 2 ids
-    def qos2_received(self, s: Session, pid: int) -> None:
+    def qos2_received(
+        self, s: Session, pid: int, deferred: list[tuple[Connection, bytes]] | None = None
+    ) -> None:
+        """The id is stored; then the message's ``deferred`` deliveries are held until the
+        commit (:meth:`hold_writes`)."""
         if s.persisted and self.store is not None:
             self.store.qos2_received(s.client_id, pid)
+        if deferred:
+            self.hold_writes(deferred)
 
     def qos2_released(self, s: Session, pid: int) -> bool:
         """PUBREL: the id is forgotten; True if written (PUBCOMP waits: a stale id would
@@ -285,8 +291,44 @@ class Journal:
             self.core.resumable.add(conn)
             self.core.flush()
 
+    # ------------------------------------------------------------ held deliveries
+    def defer(self, persisted: bool) -> bool:
+        """A QoS 2 message is about to be routed (a persisted publisher's, or a peer's:
+        ``persisted``): with a store, its deliveries are encoded and set aside
+        (``Core.deferred``) until its packet id is submitted, then held until the commit
+        (:meth:`hold_writes`).  Exactly once across a crash: a delivery that left before the
+        id was durable is delivered again after the publisher's resend (issue 30).  True if
+        deferring (end with :meth:`deferred`)."""
+        core = self.core
+        if self.store is None or not persisted or not core.hold_qos2 or core.deferred is not None:
+            return False
+        core.deferred = []
+        return True
+
+    def deferred(self) -> list[tuple[Connection, bytes]]:
+        """The deliveries set aside since :meth:`defer` (deferring ends)."""
+        out = self.core.deferred or []
+        self.core.deferred = None
+        return out
+
+    def hold_writes(self, deferred: list[tuple[Connection, bytes]]) -> None:
+        """The deliveries :meth:`deferred` returned, sent once what was submitted to the
+        store so far (the packet id and the copies) is durable, each in its connection's
+        order (a later delivery to the connection waits behind them: :meth:`hold_write`)."""
+        for conn, data in deferred:
+            self.hold_write(conn, data)
+
+    def hold_write(self, conn: Connection, data: bytes) -> None:
+        """One encoded delivery: set aside while deferring, else held until the commit."""
+        deferred = self.core.deferred
+        if deferred is not None:
+            deferred.append((conn, data))
+            return
+        conn.held_writes += 1
+        self.hold(conn, data)
+
     # ------------------------------------------------------------ acknowledgements
-    def hold(self, conn: Connection, packet: Packet, waiter: AckWaiter | None = None) -> None:
+    def hold(self, conn: Connection, packet: Packet | bytes, waiter: AckWaiter | None = None) -> None:
         """Send ``packet`` on ``conn`` once everything written to the store so far is durable
         (or, with ``waiter``, once its message's persisted deliveries are all acknowledged),
         and after every packet held before it on ``conn``.
@@ -324,9 +366,15 @@ class Journal:
             entry = q.popleft()
             entry.done = True
             conn.held -= 1
+            packet = entry.packet
+            if isinstance(packet, bytes):  # a held delivery
+                conn.held_writes -= 1
+                if conn.state is not ConnectionState.CLOSED and not conn.close_requested:
+                    conn._out().append(packet)
+                    self.core.dirty.add(conn)
+                continue
             if conn.state is ConnectionState.CLOSED:
                 continue
-            packet = entry.packet
             if conn.gated and isinstance(packet, Connack):
                 conn.open_gate(packet)
             else:
@@ -344,6 +392,8 @@ class Journal:
             if not entry.done:
                 entry.done = True
                 conn.held -= 1
+                if isinstance(entry.packet, bytes):
+                    conn.held_writes -= 1
                 gated_connack = gated_connack or (conn.gated and isinstance(entry.packet, Connack))
         if conn.state is ConnectionState.CLOSED:
             return

@@ -67,6 +67,9 @@ class Node:
     log: list[str] = field(default_factory=list)
 
 
+_OVERFLOWS = re.compile(r"counters: .* (\d+) queue overflows")
+
+
 class Cluster:
     """``n`` nodes in a :class:`Network` (``serve``: more ``[serve]`` TOML lines)."""
 
@@ -200,6 +203,22 @@ class Cluster:
             for k, line in enumerate(n.log)
             if "Traceback" in line
         ]
+
+    def queue_overflows(self) -> int:
+        """QoS 1/2 messages the nodes dropped at a full session queue (``max_queued_messages``:
+        a bound the configuration sets, logged and counted, not a loss the checker excuses):
+        the last ``counters`` figure of each run of each node, summed over the restarts."""
+        total = 0
+        for n in self.nodes:
+            last = 0
+            for line in n.log:
+                if "hot path:" in line:  # a (re)start: its counters begin at 0
+                    total += last
+                    last = 0
+                elif (m := _OVERFLOWS.search(line)) is not None:
+                    last = int(m.group(1))
+            total += last
+        return total
 
     def save_logs(self) -> None:
         for n in self.nodes:

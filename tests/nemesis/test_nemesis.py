@@ -29,6 +29,8 @@ def test_short_nemesis_run_loses_nothing_acknowledged(tmp_path: Path) -> None:
     assert not rep.lost_shared, text
     assert not rep.qos2_duplicates, text
     assert not rep.retained_problems, text
+    # no subscriber's queue overflowed (a drop by the configured bound would hide as "lost")
+    assert res.queue_overflows == 0, text
     # this run's namespaces and bridge are gone (tag: the process id, as Network chose it)
     mine = f"{_net.PREFIX}{os.getpid() % 250}"
     assert not [ns for ns in _net._run(["ip", "netns", "list"]).splitlines() if ns.startswith(mine + "n")]
