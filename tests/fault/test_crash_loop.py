@@ -47,28 +47,11 @@ from broker.packets import (
     Will,
     encode,
 )
+from tests.fault._broker_process import TIMEOUT, start_broker
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 20.0
 EXPIRY = Properties(session_expiry_interval=3600)
 WINDOW = 16  # messages in flight per publisher
 LOST_WAIT = 3.0  # seconds the final check waits for acknowledged messages still on their way
-
-BROKER = """
-import asyncio, sys
-from broker import Broker
-
-async def main() -> None:
-    # queue bound out of the way: this test is about crashes, not about queue overflow
-    b = Broker(
-        host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1], max_queued_messages=10**6
-    )
-    await b.start()
-    print("PORT", b.port, flush=True)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
 
 
 class _Client:
@@ -218,13 +201,8 @@ class CrashReport:
 
 
 async def _start(db: Path) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", BROKER, str(db), cwd=ROOT, stdout=asyncio.subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
-    assert line.startswith(b"PORT "), line
-    return proc, int(line.split()[1])
+    # queue bound out of the way: this test is about crashes, not about queue overflow
+    return await start_broker(db, max_queued_messages=10**6)
 
 
 async def _until(cond: Callable[[], bool], clients: list[_Client], timeout: float = TIMEOUT) -> bool:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 from pathlib import Path
 
 from broker.packets import (
@@ -32,33 +31,14 @@ from broker.packets import (
     Pubrel,
     SubscriptionRequest,
 )
+from tests.fault._broker_process import TIMEOUT, start_broker
 from tests.rawclient import RawClient
 
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT = 20.0
 EXPIRY = Properties(session_expiry_interval=3600)
-BROKER = """
-import asyncio, sys
-from broker import Broker
-
-async def main() -> None:
-    b = Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1], store_commit_delay=0.5)
-    await b.start()
-    print("PORT", b.port, flush=True)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
 
 
 async def _start(db: Path) -> tuple[asyncio.subprocess.Process, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", BROKER, str(db), cwd=ROOT, stdout=asyncio.subprocess.PIPE
-    )
-    assert proc.stdout is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), TIMEOUT)
-    assert line.startswith(b"PORT "), line
-    return proc, int(line.split()[1])
+    return await start_broker(db, store_commit_delay=0.5)
 
 
 class _Receiver:
