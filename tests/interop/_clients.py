@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import eventually
+
 HERE = Path(__file__).parent
 TIMEOUT = 15.0
 
@@ -115,13 +117,6 @@ class Client:
 
     async def run(self, job: Job, env: Env, ready: asyncio.Event) -> list[Got]:
         raise NotImplementedError
-
-
-async def _until(cond: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(TIMEOUT):
-        while not cond():  # noqa: ASYNC110 (the broker's state has no event to await)
-            await asyncio.sleep(0.01)
-    del what
 
 
 # ---------------------------------------------------------------- MQTT.js (node)
@@ -222,7 +217,7 @@ async def _subscriber_process(
     )
     cond = env.subscribed if job.subscribe else env.connected
     try:
-        await _until(lambda: cond(job.client_id) or proc.returncode is not None, "subscribed")
+        await eventually(lambda: cond(job.client_id) or proc.returncode is not None, TIMEOUT)  # subscribed
     except TimeoutError:
         proc.kill()
         raise
