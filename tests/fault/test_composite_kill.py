@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from broker.packets import Properties, Puback, Publish, Suback, SubscriptionRequest
-from tests.fault.test_crash_loop import EXPIRY, ROOT, TIMEOUT
+from tests.fault._broker_process import ROOT, TIMEOUT
+from tests.fault.test_crash_loop import EXPIRY
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 
