@@ -244,7 +244,8 @@ class PahoClient(mqtt.Client):
     PUBREL can only take it for a new message and route it again: every QoS 2 duplicate of the
     nemesis's runs after a ``kill`` or ``leave`` was one (issue 30, docs/fault.md).  Here such a
     message stays ``resend_pubrel`` across the resets; ``tests/nemesis/test_paho_resend.py``
-    shows paho's own behaviour beside it, and fails once paho fixes it (this class can go).
+    shows paho's own behaviour beside it, and says so (a skip) once paho fixes it: this class can
+    go then.
     """
 
     def _messages_reconnect_reset_out(self) -> None:

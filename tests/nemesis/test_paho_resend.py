@@ -17,6 +17,7 @@ import socket
 import threading
 
 import paho.mqtt.client as mqtt
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -55,9 +56,14 @@ def _released_then_refused(stock: bool) -> tuple[mqtt.Client, mqtt.MQTTMessage]:
     return c, msg
 
 
+FIXED_UPSTREAM = "this paho keeps the PUBREL to resend: PahoClient (tests/nemesis/_cluster.py) can go"
+
+
 def test_paho_turns_a_released_qos2_message_back_into_a_publish_after_two_failed_reconnects() -> None:
-    """paho's own behaviour (the bug); once paho fixes it this fails, and PahoClient can go."""
+    """paho's own behaviour (the bug, paho-mqtt 2.2.0); skipped with a note once paho fixes it."""
     _c, msg = _released_then_refused(stock=True)
+    if msg.state == mqtt.mqtt_ms_resend_pubrel:
+        pytest.skip(FIXED_UPSTREAM)
     assert msg.state == mqtt.mqtt_ms_publish
 
 
@@ -97,7 +103,10 @@ async def _resent_to_a_broker(stock: bool) -> list[bytes]:
 
 
 async def test_paho_delivers_a_released_message_again() -> None:
-    assert await _resent_to_a_broker(stock=True) == [b"once", b"mark"]
+    got = await _resent_to_a_broker(stock=True)
+    if got == [b"mark"]:
+        pytest.skip(FIXED_UPSTREAM)
+    assert got == [b"once", b"mark"]
 
 
 async def test_the_nemesis_client_completes_it_with_its_pubrel() -> None:
