@@ -26,9 +26,8 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -51,7 +50,11 @@ from bridge._landing import (
     read_files,
 )
 from bridge._schema import Kind, spark_schema
-from bridge._sink import SinkOptions, publish_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from bridge._sink import SinkOptions
 
 __all__ = ["SiftmqDataSource"]
 
@@ -164,6 +167,8 @@ class _BatchWriter(DataSourceArrowWriter):
         self.write_id = uuid.uuid4().hex  # the "query id" of a batch write
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from bridge._sink import publish_batches
+
         partition, rows = publish_batches(self.options, iterator, query_id=self.write_id, batch_id=0)
         return _Published(partition, rows)
 
@@ -173,6 +178,8 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from bridge._sink import publish_batches
+
         partition, rows = publish_batches(self.options, iterator, query_id=None, batch_id=None)
         return _Published(partition, rows)
 
@@ -217,7 +224,11 @@ class SiftmqDataSource(DataSource):
         return _StreamReader(self._plan())
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        from bridge._sink import SinkOptions
+
         return _BatchWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        from bridge._sink import SinkOptions
+
         return _StreamWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))

@@ -16,7 +16,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bridge import Bridge, Kind
-from bridge._landing import files_between, latest_offset, list_files, pack, read_files
+from bridge._landing import LandingFile, files_between, latest_offset, list_files, pack, read_files
 from bridge._sink import KEY_PROPERTY, SinkError, SinkOptions, publish_batches
 from broker import Broker
 from broker.hooks import Hooks
@@ -65,6 +65,14 @@ def test_pack_and_conform_missing_columns(tmp_path: Path) -> None:
     f = list_files(str(tmp_path / "l"), Kind.DELIVERIES)
     assert pack(f * 3, max_partition_bytes=1) == [[f[0].path]] * 3
     assert pack(f * 3) == [[f[0].path] * 3]
+    # runs of about equal bytes, in order, a multiple of min_partitions: no straggler task
+    files = [LandingFile("l", "t", i, f"p{i}", 250_000) for i in range(20)]
+    assert pack(files) == [[f"p{i}" for i in range(10)], [f"p{i}" for i in range(10, 20)]]
+    assert [len(p) for p in pack(files, max_partition_bytes=1 << 20)] == [3, 4, 3, 3, 4, 3]
+    assert [len(p) for p in pack(files, min_partitions=3)] == [7, 6, 7]
+    uneven = [LandingFile("l", "t", i, f"p{i}", s) for i, s in enumerate([9 << 20, 1, 1, 1, 5 << 20])]
+    assert pack(uneven) == [["p0"], ["p1", "p2", "p3", "p4"]]
+    assert pack(files[:3], min_partitions=8) == [["p0"], ["p1"], ["p2"]]  # one file is one task
     # a subscription_changes file from before its node column: read with node null
     import pyarrow.parquet as pq
 
