@@ -107,12 +107,49 @@ def _stream(spark: Any, df: Any, checkpoint: Path, want: int) -> tuple[float, di
     return wall, parts
 
 
+def _filtered(spark: Any, land: Path, schema: Any, rows: int, reps: int) -> None:
+    """The aggregation under a time range (the last 10% of the rows) and a topic equality:
+    file source, siftmq, siftmq with ``pushFilters`` (median wall s of ``reps``)."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    t_from = dt.datetime.fromtimestamp(1.8e9 + rows * 0.9 / 1000, dt.UTC)
+    wheres = {"time >= last 10%": F.col("time") >= F.lit(t_from), "topic = 't/7'": F.col("topic") == "t/7"}
+
+    def make(src: str) -> Any:
+        if src == "file":
+            return spark.read.schema(schema).parquet(str(land / "deliveries"))
+        r = spark.read.format("siftmq").option("kind", "deliveries")
+        return (r.option("pushFilters", "true") if src == "siftmq+pushFilters" else r).load(str(land))
+
+    srcs = ("file", "siftmq", "siftmq+pushFilters")
+    print("| filter | " + " | ".join(srcs) + " | rows |")
+    print("|---|---|---|---|---|")
+    for label, cond in wheres.items():
+        times: dict[str, list[float]] = {s: [] for s in srcs}
+        counts = set()
+        for rep in range(reps + 1):
+            for src in srcs:
+                t = time.perf_counter()
+                got = _agg(make(src).where(cond)).collect()
+                if rep:
+                    times[src].append(time.perf_counter() - t)
+                counts.add(sum(r["n"] for r in got))
+        assert len(counts) == 1, counts
+        med = [statistics.median(times[s]) for s in srcs]
+        print(f"| {label} | " + " | ".join(f"{m:.3f}" for m in med) + f" | {counts.pop()} |")
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--rows", type=int, default=25_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--conf", action="append", default=[], help="KEY=VALUE Spark conf (repeat)")
+    ap.add_argument("--filters", action="store_true", help="also time filtered reads (pushFilters)")
     ap.add_argument("--landing", help="reuse (or create) the landing zone under this directory")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="profile-spark-source-"))
@@ -209,6 +246,8 @@ def main() -> None:
         f"batch using every column (sum(hash(*columns))): file {e['file']:.3f} s, siftmq "
         f"{e['siftmq']:.3f} s, ratio {e['siftmq'] / e['file']:.2f}; all {every}"
     )
+    if args.filters:
+        _filtered(spark, land, schema, args.files * args.rows, args.reps)
     streams: dict[str, list[tuple[float, dict[str, float]]]] = {s: [] for s in srcs}
     for rep in range(args.reps + 1):
         for src in srcs:

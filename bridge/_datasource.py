@@ -34,11 +34,20 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
+from bridge._filters import Op, RowFilter, usable
 from bridge._landing import (
     LandingFile,
     Offset,
@@ -122,6 +131,48 @@ class _BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Files):  # no files: Spark reads one partition of its own
             yield from read_files(partition.paths, self.plan.kind, self.plan.columns)
+
+
+_OPS: dict[type[Filter], Op] = {
+    EqualTo: Op.EQ,
+    In: Op.IN,
+    GreaterThan: Op.GT,
+    GreaterThanOrEqual: Op.GE,
+    LessThan: Op.LT,
+    LessThanOrEqual: Op.LE,
+    StringStartsWith: Op.PREFIX,
+}
+
+
+class _FilteringBatchReader(_BatchReader):
+    """The batch reader with ``pushFilters`` (option ``pushFilters=true``): the filters it can
+    evaluate (``bridge/_filters.py``) skip row groups and drop rows in the workers; every filter
+    is handed back to Spark, which evaluates it again on the rows left.  A separate class:
+    Spark refuses a reader that implements ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled`` is set, and pays one more Python round trip
+    to plan it, so a read pays for it only when asked."""
+
+    def __init__(self, plan: _ReadPlan) -> None:
+        super().__init__(plan)
+        self.filters: tuple[RowFilter, ...] = ()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        schema = kind_schema(self.plan.kind, self.plan.columns)
+        used = []
+        for f in filters:
+            op = _OPS.get(type(f))
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
+            if op is not None and len(attribute) == 1:
+                rf = usable(RowFilter(attribute[0], op, getattr(f, "value", None)), schema)
+                if rf is not None:
+                    used.append(rf)
+            yield f  # Spark evaluates every filter again
+        self.filters = tuple(used)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Files):
+            plan = self.plan
+            yield from read_files(partition.paths, plan.kind, plan.columns, filters=self.filters)
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -218,7 +269,11 @@ class SiftmqDataSource(DataSource):
         return StructType([full[c] for c in columns])
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(self._plan())
+        opts = {k.lower(): v for k, v in self.options.items()}
+        push = opts.get("pushfilters", "false").lower()
+        if push not in ("true", "false"):
+            raise ValueError(f"siftmq source: option pushFilters={push!r} must be true or false")
+        return _FilteringBatchReader(self._plan()) if push == "true" else _BatchReader(self._plan())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _StreamReader(self._plan())

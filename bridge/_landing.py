@@ -42,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bridge._filters import RowFilter, keep_row_groups, row_mask
 from bridge._schema import SCHEMAS, Kind
 
 __all__ = [
@@ -230,9 +231,15 @@ def kind_schema(kind: Kind, columns: Sequence[str] | None = None) -> pa.Schema:
 
 
 def read_files(
-    paths: Sequence[str], kind: Kind, columns: Sequence[str] | None = None, batch_rows: int = 65_536
+    paths: Sequence[str],
+    kind: Kind,
+    columns: Sequence[str] | None = None,
+    batch_rows: int = 65_536,
+    filters: Sequence[RowFilter] = (),
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema (only ``columns``)."""
+    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema (only ``columns``);
+    with ``filters`` (``bridge/_filters.py``, from :func:`~bridge._filters.usable`) without the
+    row groups and rows they rule out."""
     import pyarrow.parquet as pq  # here: the driver's source process lists, only workers read
 
     schema = kind_schema(kind, columns)
@@ -241,5 +248,13 @@ def read_files(
         pf = pq.ParquetFile(p, filesystem=fs) if fs is not None else pq.ParquetFile(p)
         present = set(pf.schema_arrow.names)
         wanted = [n for n in schema.names if n in present]
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
+        groups = keep_row_groups(pf.metadata, filters) if filters else None
+        if groups == []:
+            continue
+        for read in pf.iter_batches(batch_size=batch_rows, columns=wanted, row_groups=groups):
+            batch = read
+            if filters and (mask := row_mask(read, filters)) is not None:
+                batch = read.filter(mask)
+                if not batch.num_rows:
+                    continue
             yield conform(batch, schema)
