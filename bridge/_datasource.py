@@ -12,7 +12,13 @@ reads every file exactly once).  Options ``maxPartitionBytes`` and ``minPartitio
 packing of files into partitions; ``columns`` (comma-separated) reads only those columns: Spark
 does not prune the columns of a Python data source, so a query that needs two of the twelve
 columns of ``deliveries`` reads, converts and ships all twelve unless it says so (measured in
-docs/performance-bridge.md).
+docs/performance-bridge.md).  ``pushFilters=true`` (batch reads, with Spark's
+``spark.sql.python.filterPushdown.enabled``) lets the query's simple predicates skip row groups
+and drop rows in the workers (``bridge/_filters.py``); a separate reader class, because Spark
+refuses a reader with ``pushFilters`` while that setting is off.
+
+Cheap to import (each streaming query starts a cold Python process that unpickles the source):
+pyarrow.parquet is imported where files are read, the sink's modules where rows are written.
 
 Writing (``df.write`` / ``df.writeStream``): see ``bridge/_sink.py`` (options, at-least-once
 with idempotency keys, errors).  The batch writer and the stream writer are Arrow writers: the
