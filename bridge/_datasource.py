@@ -103,6 +103,34 @@ def _int_option(options: dict[str, str], name: str, default: int) -> int:
     return n
 
 
+def _schema_columns(
+    kind: Kind, schema: StructType, columns: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
+    """The columns to read for the schema Spark reads with: a schema given by the user
+    (``spark.read.schema("topic string, payload_size long")``) that names some of the kind's
+    columns reads only those, as option ``columns`` does; None: every column."""
+    names = tuple(schema.fieldNames())
+    if columns is not None:
+        if names != columns:
+            raise ValueError(
+                f"siftmq source: the schema given ({', '.join(names)}) is not option "
+                f"columns={','.join(columns)!r}: give one of the two, or the same columns"
+            )
+        return columns
+    full = spark_schema(kind)
+    if list(names) == full.fieldNames():
+        return None
+    kind_schema(kind, names)  # checks the names
+    for f in schema.fields:
+        want = full[f.name].dataType
+        if f.dataType != want:
+            raise ValueError(
+                f"siftmq source: column {f.name} of {kind.value} is {want.simpleString()}, "
+                f"not {f.dataType.simpleString()} (schema given)"
+            )
+    return names
+
+
 class _Files(InputPartition):
     """A partition: the files one task reads."""
 
@@ -254,14 +282,15 @@ class SiftmqDataSource(DataSource):
     def name(cls) -> str:
         return "siftmq"
 
-    def _plan(self) -> _ReadPlan:
+    def _plan(self, schema: StructType) -> _ReadPlan:
         opts = {k.lower(): v for k, v in self.options.items()}
+        kind = parse_kind(opts.get("kind"))
         return _ReadPlan(
-            parse_kind(opts.get("kind")),
+            kind,
             tuple(_landings(opts)),
             _int_option(opts, "maxpartitionbytes", 32 << 20),
             _int_option(opts, "minpartitions", 2),
-            _columns(opts),
+            _schema_columns(kind, schema, _columns(opts)),
         )
 
     def schema(self) -> StructType:
@@ -279,10 +308,11 @@ class SiftmqDataSource(DataSource):
         push = opts.get("pushfilters", "false").lower()
         if push not in ("true", "false"):
             raise ValueError(f"siftmq source: option pushFilters={push!r} must be true or false")
-        return _FilteringBatchReader(self._plan()) if push == "true" else _BatchReader(self._plan())
+        plan = self._plan(schema)
+        return _FilteringBatchReader(plan) if push == "true" else _BatchReader(plan)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(self._plan())
+        return _StreamReader(self._plan(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         from bridge._sink import SinkOptions

@@ -303,3 +303,22 @@ def test_message_topics_follow_mqtt_matching() -> None:
     assert [m(t) for t in ("x/telemetry", "d1/status/x", "exact/b", "$SYS/status")] == [False] * 4
     with pytest.raises(ValueError, match="a wildcard must fill a level"):
         _TopicMatcher(("a/b#",))
+
+
+def test_a_schema_of_some_columns_reads_only_those() -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from bridge._datasource import SiftmqDataSource
+
+    source = SiftmqDataSource({"kind": "deliveries", "path": "/x"})
+    some = StructType([StructField("topic", StringType()), StructField("payload_size", LongType())])
+    assert source.reader(some).plan.columns == ("topic", "payload_size")  # type: ignore[attr-defined]
+    assert source.reader(source.schema()).plan.columns is None  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="column payload_size of deliveries is bigint, not string"):
+        source.reader(StructType([StructField("payload_size", StringType())]))
+    with pytest.raises(ValueError, match="nope"):
+        source.reader(StructType([StructField("nope", StringType())]))
+    named = SiftmqDataSource({"kind": "deliveries", "path": "/x", "columns": "topic"})
+    with pytest.raises(ValueError, match="is not option columns='topic'"):
+        named.reader(some)
+    assert named.reader(named.schema()).plan.columns == ("topic",)  # type: ignore[attr-defined]
