@@ -190,7 +190,7 @@ class _FilteringBatchReader(_BatchReader):
         super().__init__(plan)
         self.filters: tuple[RowFilter, ...] = ()
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         schema = kind_schema(self.plan.kind, self.plan.columns)
         used = []
         for f in filters:
@@ -200,8 +200,8 @@ class _FilteringBatchReader(_BatchReader):
                 rf = usable(RowFilter(attribute[0], op, getattr(f, "value", None)), schema)
                 if rf is not None:
                     used.append(rf)
-            yield f  # Spark evaluates every filter again
         self.filters = tuple(used)
+        return list(filters)  # all of them: Spark evaluates every filter again
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Files):

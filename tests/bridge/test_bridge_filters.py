@@ -79,3 +79,37 @@ def test_filters_that_cannot_be_evaluated_exactly_are_not_used() -> None:
     assert usable(RowFilter("latency", Op.GT, 1), schema) == RowFilter("latency", Op.GT, 1.0)
     us = usable(RowFilter("time", Op.EQ, _at(1)), schema)
     assert us == RowFilter("time", Op.EQ, int((T0 + 1) * 1_000_000))
+
+
+def test_the_readers_pushfilters_keeps_what_it_can_use_and_returns_everything() -> None:
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        EqualTo,
+        GreaterThanOrEqual,
+        IsNull,
+        Not,
+        StringStartsWith,
+    )
+    from pyspark.sql.types import StructType
+
+    from bridge._datasource import SiftmqDataSource
+
+    source = SiftmqDataSource({"kind": "deliveries", "path": "/x", "pushFilters": "true"})
+    reader = source.reader(StructType(source.schema().fields))
+    late = GreaterThanOrEqual(("time",), _at(5))
+    given = [
+        late,
+        EqualTo(("topic",), "t/7"),
+        StringStartsWith(("subscriber_id",), "s"),
+        Not(EqualTo(("qos",), 1)),  # not used: only plain comparisons
+        IsNull(("node",)),  # not used
+        EqualTo(("qos",), "1"),  # not used: a string for an int column
+    ]
+    assert reader.pushFilters(given) == given  # type: ignore[attr-defined]
+    assert reader.filters == (  # type: ignore[attr-defined]
+        RowFilter("time", Op.GE, int((T0 + 5) * 1_000_000)),
+        RowFilter("topic", Op.EQ, "t/7"),
+        RowFilter("subscriber_id", Op.PREFIX, "s"),
+    )
+    plain = SiftmqDataSource({"kind": "deliveries", "path": "/x"}).reader(StructType(source.schema().fields))
+    assert type(plain).pushFilters is DataSourceReader.pushFilters  # Spark sees none: no setting needed
