@@ -37,7 +37,7 @@ from bench_spark_source import _agg, _landing  # type: ignore[import-not-found]
 
 from bridge import register, spark_schema
 from bridge._analytics import spark_session
-from bridge._landing import list_files, read_files
+from bridge._landing import kind_schema, list_files, read_files
 from bridge._schema import Kind
 
 COLUMNS = "topic,payload_size"
@@ -62,6 +62,67 @@ def _metrics(plan: Any) -> dict[str, str]:
         if hasattr(node, "innerChildren"):
             pass
     return out
+
+
+def _read_variants(files: list[str]) -> None:
+    """The pyarrow read of all files in this process, several ways (best of 3, all columns)."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    schema = kind_schema(Kind.DELIVERIES)
+
+    def source() -> int:
+        return sum(b.num_rows for b in read_files(files, Kind.DELIVERIES))
+
+    def prebuffer_no_threads() -> int:
+        n = 0
+        for p in files:
+            for b in pq.ParquetFile(p, pre_buffer=True).iter_batches(batch_size=1 << 20, use_threads=False):
+                n += b.num_rows
+        return n
+
+    def read_table() -> int:
+        return sum(pq.read_table(p, schema=schema).num_rows for p in files)
+
+    def dataset_no_threads() -> int:
+        d = ds.dataset(files, format="parquet", schema=schema)
+        return sum(b.num_rows for b in d.to_batches(batch_size=1 << 20, use_threads=False))
+
+    for name, fn in (
+        ("read_files (the source)", source),
+        ("iter_batches, pre_buffer, no threads", prebuffer_no_threads),
+        ("read_table", read_table),
+        ("dataset, no threads", dataset_no_threads),
+    ):
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+        print(f"pyarrow read variant {name}: {best:.3f} s")
+
+
+def _zip_import() -> None:
+    """What a cold Python process of Spark pays: the streaming source runner's imports with
+    pyspark from ``pyspark/python/lib/pyspark.zip`` (first on a Spark worker's PYTHONPATH, no
+    ``.pyc`` in it) against site-packages; CPU seconds of a fresh interpreter, best of 3."""
+    import resource
+
+    import pyspark
+
+    zipped = Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip"
+    code = "import pyspark.sql.streaming.python_streaming_source_runner"
+    for label, env in (
+        ("pyspark.zip", {**os.environ, "PYTHONPATH": str(zipped)}),
+        ("site-packages", {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}),
+    ):
+        best = float("inf")
+        for _ in range(3):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", code], env=env, check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            best = min(best, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        print(f"import of the streaming source runner from {label}: {best:.2f} s CPU")
 
 
 def _reuse(base: Path, files: int, rows: int) -> Path:
@@ -162,6 +223,8 @@ def main() -> None:
         t = time.perf_counter()
         n = sum(b.num_rows for b in read_files(files, Kind.DELIVERIES, cols))
         print(f"pyarrow read_files in-process, columns={cols}: {n} rows in {time.perf_counter() - t:.3f} s")
+    _read_variants(files)
+    _zip_import()
     imp = subprocess.run(
         [
             sys.executable,
