@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=25_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--running", type=int, default=4, help="new files per round of running queries (0: skip)")
+    ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE for every siftmq read")
     ap.add_argument("--landing", help="keep the landing zone in this directory, reused if it has FILES files")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-source-"))
@@ -101,19 +102,21 @@ def main() -> None:
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     schema = spark_schema(Kind.DELIVERIES)
     want = args.files * args.rows
+    extra = dict(kv.split("=", 1) for kv in args.source_option)
 
     def siftmq_batch() -> Any:
-        return spark.read.format("siftmq").option("kind", "deliveries").load(str(land))
+        return spark.read.format("siftmq").options(**extra).option("kind", "deliveries").load(str(land))
 
     def file_batch() -> Any:
         return spark.read.schema(schema).parquet(str(land / "deliveries"))
 
     def siftmq_stream() -> Any:
-        return spark.readStream.format("siftmq").option("kind", "deliveries").load(str(land))
+        return spark.readStream.format("siftmq").options(**extra).option("kind", "deliveries").load(str(land))
 
     def pruned_batch() -> Any:
         return (
             spark.read.format("siftmq")
+            .options(**extra)
             .option("kind", "deliveries")
             .option("columns", "topic,payload_size")
             .load(str(land))
@@ -122,6 +125,7 @@ def main() -> None:
     def pruned_stream() -> Any:
         return (
             spark.readStream.format("siftmq")
+            .options(**extra)
             .option("kind", "deliveries")
             .option("columns", "topic,payload_size")
             .load(str(land))
