@@ -1,7 +1,7 @@
 """Reading the landing zone: ``format("siftmq")`` against Spark's Parquet file source it replaced.
 
 Run from the repository root:
-    .venv/bin/python benchmarks/bench_spark_source.py [--files 40] [--rows 25000] [--reps 3]
+    .venv/bin/python benchmarks/bench_spark_source.py [--files 40] [--rows 25000] [--reps 3] [--landing DIR]
 
 A landing zone of FILES bridge files of ROWS deliveries each is written once; then, in the same
 Spark session (local[2]) and alternating the two sources (ABAB...), REPS times each:
@@ -82,33 +82,41 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=25_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--running", type=int, default=4, help="new files per round of running queries (0: skip)")
+    ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE for every siftmq read")
+    ap.add_argument("--landing", help="keep the landing zone in this directory, reused if it has FILES files")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-source-"))
     t = time.perf_counter()
-    land = _landing(root, args.files, args.rows)
+    if args.landing and len(list(Path(args.landing, "landing", "deliveries").glob("part-*"))) == args.files:
+        land = Path(args.landing, "landing")
+    else:
+        land = _landing(Path(args.landing) if args.landing else root, args.files, args.rows)
     print(
         f"landing zone: {args.files} files x {args.rows} deliveries in {time.perf_counter() - t:.1f} s",
         flush=True,
     )
+    print(f"load average at the start: {os.getloadavg()[0]:.1f} (2 cores)", flush=True)
     spark = spark_session("local[2]")
     register(spark)
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     schema = spark_schema(Kind.DELIVERIES)
     want = args.files * args.rows
+    extra = dict(kv.split("=", 1) for kv in args.source_option)
 
     def siftmq_batch() -> Any:
-        return spark.read.format("siftmq").option("kind", "deliveries").load(str(land))
+        return spark.read.format("siftmq").options(**extra).option("kind", "deliveries").load(str(land))
 
     def file_batch() -> Any:
         return spark.read.schema(schema).parquet(str(land / "deliveries"))
 
     def siftmq_stream() -> Any:
-        return spark.readStream.format("siftmq").option("kind", "deliveries").load(str(land))
+        return spark.readStream.format("siftmq").options(**extra).option("kind", "deliveries").load(str(land))
 
     def pruned_batch() -> Any:
         return (
             spark.read.format("siftmq")
+            .options(**extra)
             .option("kind", "deliveries")
             .option("columns", "topic,payload_size")
             .load(str(land))
@@ -117,6 +125,7 @@ def main() -> None:
     def pruned_stream() -> Any:
         return (
             spark.readStream.format("siftmq")
+            .options(**extra)
             .option("kind", "deliveries")
             .option("columns", "topic,payload_size")
             .load(str(land))
@@ -193,15 +202,17 @@ def _running(spark: Any, root: Path, files: int, rows: int, reps: int) -> None:
             r = r.option("columns", "topic,payload_size")
         return r.load(str(lands[name]))
 
-    queries = {
-        name: _agg(reader(name))
-        .writeStream.foreachBatch(lambda df, _: df.collect())
-        .outputMode("update")
-        .option("checkpointLocation", str(root / f"ck-running-{name}"))
-        .trigger(processingTime="0.2 seconds")
-        .start()
-        for name in lands
-    }
+    queries: dict[str, Any] = {}
+    for name in lands:  # one after the other: a source's Python process gets 10 s to connect
+        queries[name] = (
+            _agg(reader(name))
+            .writeStream.foreachBatch(lambda df, _: df.collect())
+            .outputMode("update")
+            .option("checkpointLocation", str(root / f"ck-running-{name}"))
+            .trigger(processingTime="0.2 seconds")
+            .start()
+        )
+        queries[name].processAllAvailable()
     t0 = 1.9e9
     batch: dict[str, list[float]] = {name: [] for name in lands}
     parts: dict[str, list[dict[str, int]]] = {name: [] for name in lands}

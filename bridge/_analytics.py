@@ -175,6 +175,7 @@ def landing_reader(spark: Any, landing: Landings) -> Callable[..., Any]:
 
     register(spark)
     paths = json.dumps(_paths(landing))  # readStream.load takes one path: the list as an option
+    cores = str(spark.sparkContext.defaultParallelism)  # a micro-batch over 256 KiB: one task a core
 
     def read(kind: Kind, *columns: str) -> Any:
         from pyspark.sql.types import StructType
@@ -182,6 +183,7 @@ def landing_reader(spark: Any, landing: Landings) -> Callable[..., Any]:
         # the schema given, Spark does not start a Python process to ask the source for it
         schema = spark_schema(kind)
         r = spark.readStream.format("siftmq").option("kind", kind.value).option("paths", paths)
+        r = r.option("minPartitions", cores)
         if columns:
             r = r.option("columns", ",".join(columns))
             schema = StructType([schema[c] for c in columns])

@@ -12,7 +12,13 @@ reads every file exactly once).  Options ``maxPartitionBytes`` and ``minPartitio
 packing of files into partitions; ``columns`` (comma-separated) reads only those columns: Spark
 does not prune the columns of a Python data source, so a query that needs two of the twelve
 columns of ``deliveries`` reads, converts and ships all twelve unless it says so (measured in
-docs/performance-bridge.md).
+docs/performance-bridge.md).  ``pushFilters=true`` (batch reads, with Spark's
+``spark.sql.python.filterPushdown.enabled``) lets the query's simple predicates skip row groups
+and drop rows in the workers (``bridge/_filters.py``); a separate reader class, because Spark
+refuses a reader with ``pushFilters`` while that setting is off.
+
+Cheap to import (each streaming query starts a cold Python process that unpickles the source):
+pyarrow.parquet is imported where files are read, the sink's modules where rows are written.
 
 Writing (``df.write`` / ``df.writeStream``): see ``bridge/_sink.py`` (options, at-least-once
 with idempotency keys, errors).  The batch writer and the stream writer are Arrow writers: the
@@ -26,20 +32,28 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
+from bridge._filters import Op, RowFilter, usable
 from bridge._landing import (
     LandingFile,
     Offset,
@@ -51,7 +65,11 @@ from bridge._landing import (
     read_files,
 )
 from bridge._schema import Kind, spark_schema
-from bridge._sink import SinkOptions, publish_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from bridge._sink import SinkOptions
 
 __all__ = ["SiftmqDataSource"]
 
@@ -83,6 +101,34 @@ def _int_option(options: dict[str, str], name: str, default: int) -> int:
     if n < 1:
         raise ValueError(f"siftmq source: option {name}={value!r} must be positive")
     return n
+
+
+def _schema_columns(
+    kind: Kind, schema: StructType, columns: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
+    """The columns to read for the schema Spark reads with: a schema given by the user
+    (``spark.read.schema("topic string, payload_size long")``) that names some of the kind's
+    columns reads only those, as option ``columns`` does; None: every column."""
+    names = tuple(schema.fieldNames())
+    if columns is not None:
+        if names != columns:
+            raise ValueError(
+                f"siftmq source: the schema given ({', '.join(names)}) is not option "
+                f"columns={','.join(columns)!r}: give one of the two, or the same columns"
+            )
+        return columns
+    full = spark_schema(kind)
+    if list(names) == full.fieldNames():
+        return None
+    kind_schema(kind, names)  # checks the names
+    for f in schema.fields:
+        want = full[f.name].dataType
+        if f.dataType != want:
+            raise ValueError(
+                f"siftmq source: column {f.name} of {kind.value} is {want.simpleString()}, "
+                f"not {f.dataType.simpleString()} (schema given)"
+            )
+    return names
 
 
 class _Files(InputPartition):
@@ -119,6 +165,48 @@ class _BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Files):  # no files: Spark reads one partition of its own
             yield from read_files(partition.paths, self.plan.kind, self.plan.columns)
+
+
+_OPS: dict[type[Filter], Op] = {
+    EqualTo: Op.EQ,
+    In: Op.IN,
+    GreaterThan: Op.GT,
+    GreaterThanOrEqual: Op.GE,
+    LessThan: Op.LT,
+    LessThanOrEqual: Op.LE,
+    StringStartsWith: Op.PREFIX,
+}
+
+
+class _FilteringBatchReader(_BatchReader):
+    """The batch reader with ``pushFilters`` (option ``pushFilters=true``): the filters it can
+    evaluate (``bridge/_filters.py``) skip row groups and drop rows in the workers; every filter
+    is handed back to Spark, which evaluates it again on the rows left.  A separate class:
+    Spark refuses a reader that implements ``pushFilters`` unless
+    ``spark.sql.python.filterPushdown.enabled`` is set, and pays one more Python round trip
+    to plan it, so a read pays for it only when asked."""
+
+    def __init__(self, plan: _ReadPlan) -> None:
+        super().__init__(plan)
+        self.filters: tuple[RowFilter, ...] = ()
+
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
+        schema = kind_schema(self.plan.kind, self.plan.columns)
+        used = []
+        for f in filters:
+            op = _OPS.get(type(f))
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
+            if op is not None and len(attribute) == 1:
+                rf = usable(RowFilter(attribute[0], op, getattr(f, "value", None)), schema)
+                if rf is not None:
+                    used.append(rf)
+        self.filters = tuple(used)
+        return list(filters)  # all of them: Spark evaluates every filter again
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Files):
+            plan = self.plan
+            yield from read_files(partition.paths, plan.kind, plan.columns, filters=self.filters)
 
 
 class _StreamReader(DataSourceStreamReader):
@@ -164,6 +252,8 @@ class _BatchWriter(DataSourceArrowWriter):
         self.write_id = uuid.uuid4().hex  # the "query id" of a batch write
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from bridge._sink import publish_batches
+
         partition, rows = publish_batches(self.options, iterator, query_id=self.write_id, batch_id=0)
         return _Published(partition, rows)
 
@@ -173,6 +263,8 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from bridge._sink import publish_batches
+
         partition, rows = publish_batches(self.options, iterator, query_id=None, batch_id=None)
         return _Published(partition, rows)
 
@@ -190,14 +282,15 @@ class SiftmqDataSource(DataSource):
     def name(cls) -> str:
         return "siftmq"
 
-    def _plan(self) -> _ReadPlan:
+    def _plan(self, schema: StructType) -> _ReadPlan:
         opts = {k.lower(): v for k, v in self.options.items()}
+        kind = parse_kind(opts.get("kind"))
         return _ReadPlan(
-            parse_kind(opts.get("kind")),
+            kind,
             tuple(_landings(opts)),
             _int_option(opts, "maxpartitionbytes", 32 << 20),
             _int_option(opts, "minpartitions", 2),
-            _columns(opts),
+            _schema_columns(kind, schema, _columns(opts)),
         )
 
     def schema(self) -> StructType:
@@ -211,13 +304,22 @@ class SiftmqDataSource(DataSource):
         return StructType([full[c] for c in columns])
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(self._plan())
+        opts = {k.lower(): v for k, v in self.options.items()}
+        push = opts.get("pushfilters", "false").lower()
+        if push not in ("true", "false"):
+            raise ValueError(f"siftmq source: option pushFilters={push!r} must be true or false")
+        plan = self._plan(schema)
+        return _FilteringBatchReader(plan) if push == "true" else _BatchReader(plan)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(self._plan())
+        return _StreamReader(self._plan(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        from bridge._sink import SinkOptions
+
         return _BatchWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        from bridge._sink import SinkOptions
+
         return _StreamWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))

@@ -23,12 +23,13 @@ writer).  A ``.parquet`` file not named by a bridge (copied in by hand) is its o
 sequence number 1: read once.  Dot and underscore files (the writer's temporaries) are ignored.
 Offsets grow by one entry per writer (each broker start is a new writer): a few bytes each.
 
-**Partitions.**  The files of a batch, in (landing zone, tag, sequence) order, are packed into
-partitions of at most ``max_partition_bytes`` (default 32 MiB), and at least
-``min_partitions`` (default 2) when there are that many files and more than 1 MiB, so that a
-local ``local[2]`` session reads with both cores.  A partition is a list of file paths; reading
-one yields Arrow record batches conformed to the kind's schema (a column missing from an older
-file, e.g. ``node`` of ``subscription_changes``, is read as nulls).
+**Partitions.**  The files of a batch, in (landing zone, tag, sequence) order, are cut into
+runs of about equal bytes: ``ceil(bytes / max_partition_bytes)`` of them (default 32 MiB), and
+when there is more than 256 KiB at least ``min_partitions`` (default 2) and a multiple of it, so
+that a ``local[2]`` session reads with both cores in whole waves (:func:`pack`).  A partition
+is a list of file paths; reading one yields Arrow record batches conformed to the kind's schema
+(a column missing from an older file, e.g. ``node`` of ``subscription_changes``, is read as
+nulls).
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from bridge._filters import RowFilter, keep_row_groups, row_mask
 from bridge._schema import SCHEMAS, Kind
 
 __all__ = [
@@ -60,6 +61,10 @@ __all__ = [
 _NAME = re.compile(r"part-(\d+)-([0-9A-Za-z]+)-(\d+)\.parquet\Z")
 
 Offset = dict[str, dict[str, int]]
+
+#: above this many bytes a read is spread over ``min_partitions`` tasks at least (below, one
+#: task: a task costs a Python worker round trip, more than reading a few small files)
+_SPREAD_BYTES = 256 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,22 +177,31 @@ def files_between(
 def pack(
     files: Sequence[LandingFile], max_partition_bytes: int = 32 << 20, min_partitions: int = 2
 ) -> list[list[str]]:
-    """Files packed into partitions (lists of paths) in order; see the module docstring."""
+    """Files packed into partitions (lists of paths) in order; see the module docstring.
+
+    The number of partitions is ``ceil(total / max_partition_bytes)``, and when there is more
+    than 256 KiB at least ``min_partitions`` and a multiple of it (whole waves of tasks on that
+    many cores), at most one per file; the files are cut into that many runs of about equal
+    bytes.  Filling each partition up to a target in turn left a straggler: 20 files of 0.25 MB
+    in "2" partitions were 10 + 9 + 1, and the one-file third task ran alone after the others
+    (0.5 s of a 1 s read, measured in docs/performance-bridge.md, Session 11)."""
     if not files:
         return []
-    total = sum(f.size for f in files)
-    target = max_partition_bytes
-    if total > 1 << 20 and len(files) >= min_partitions > 1:
-        target = min(target, -(-total // min_partitions))
-    parts: list[list[str]] = []
-    size = 0
-    for f in files:
-        if not parts or (size + f.size > target and parts[-1]):
-            parts.append([])
-            size = 0
-        parts[-1].append(f.path)
-        size += f.size
-    return parts
+    sizes = [max(f.size, 1) for f in files]
+    total = sum(sizes)
+    n = -(-total // max_partition_bytes)
+    if total > _SPREAD_BYTES and min_partitions > 1:
+        n = max(n, min_partitions)
+        n = -(-n // min_partitions) * min_partitions
+    n = max(1, min(n, len(files)))
+    parts: list[list[str]] = [[] for _ in range(n)]
+    seen = 0
+    for f, size in zip(files, sizes, strict=True):
+        # the partition whose share of the bytes holds the middle of this file
+        i = min(n - 1, (2 * seen + size) * n // (2 * total))
+        parts[i].append(f.path)
+        seen += size
+    return [p for p in parts if p]
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -217,14 +231,30 @@ def kind_schema(kind: Kind, columns: Sequence[str] | None = None) -> pa.Schema:
 
 
 def read_files(
-    paths: Sequence[str], kind: Kind, columns: Sequence[str] | None = None, batch_rows: int = 65_536
+    paths: Sequence[str],
+    kind: Kind,
+    columns: Sequence[str] | None = None,
+    batch_rows: int = 65_536,
+    filters: Sequence[RowFilter] = (),
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema (only ``columns``)."""
+    """The rows of ``paths`` as Arrow record batches of ``kind``'s schema (only ``columns``);
+    with ``filters`` (``bridge/_filters.py``, from :func:`~bridge._filters.usable`) without the
+    row groups and rows they rule out."""
+    import pyarrow.parquet as pq  # here: the driver's source process lists, only workers read
+
     schema = kind_schema(kind, columns)
     for path in paths:
         fs, p = _fs(path)
         pf = pq.ParquetFile(p, filesystem=fs) if fs is not None else pq.ParquetFile(p)
         present = set(pf.schema_arrow.names)
         wanted = [n for n in schema.names if n in present]
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=wanted):
+        groups = keep_row_groups(pf.metadata, filters) if filters else None
+        if groups == []:
+            continue
+        for read in pf.iter_batches(batch_size=batch_rows, columns=wanted, row_groups=groups):
+            batch = read
+            if filters and (mask := row_mask(read, filters)) is not None:
+                batch = read.filter(mask)
+                if not batch.num_rows:
+                    continue
             yield conform(batch, schema)

@@ -69,9 +69,39 @@ def test_batch_read_of_several_landing_zones_per_node(spark: Any, tmp_path: Path
     both = (
         spark.read.format("siftmq")
         .option("kind", "deliveries")
+        .schema("node string")  # a schema of some of the kind's columns: only those are read
         .load([str(tmp_path / "n1"), str(tmp_path / "n2")])
     )
+    assert both.columns == ["node"]
     assert {r["node"]: r["count"] for r in both.groupBy("node").count().collect()} == {"n1": 30, "n2": 20}
+
+
+def test_batch_read_with_pushed_filters(spark: Any, tmp_path: Path) -> None:
+    """``option("pushFilters", "true")``: the rows of the ``WHERE`` (which files and rows the
+    filters skip is tested without Spark in test_bridge_filters.py); without Spark's pushdown
+    setting the read fails naming it."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+
+    register(spark)
+    _commit(tmp_path, 0, 50)
+    _commit(tmp_path, 50, 100)
+    read = spark.read.format("siftmq").option("kind", "deliveries").option("pushFilters", "true")
+    late = F.col("time") >= F.lit(dt.datetime.fromtimestamp(1.8e9 + 90, dt.UTC))
+    where = late & (F.col("qos") == 0) & F.col("topic").startswith("a/")
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        assert sorted(r["message_id"] for r in read.load(str(tmp_path)).where(where).collect()) == [
+            90,
+            93,
+            96,
+            99,
+        ]
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    with pytest.raises(Exception, match="filterPushdown"):
+        read.load(str(tmp_path)).where(late).collect()
 
 
 def test_stream_resumes_exactly_once_from_its_checkpoint(spark: Any, tmp_path: Path) -> None:

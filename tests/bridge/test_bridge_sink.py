@@ -16,7 +16,7 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bridge import Bridge, Kind
-from bridge._landing import files_between, latest_offset, list_files, pack, read_files
+from bridge._landing import LandingFile, files_between, latest_offset, list_files, pack, read_files
 from bridge._sink import KEY_PROPERTY, SinkError, SinkOptions, publish_batches
 from broker import Broker
 from broker.hooks import Hooks
@@ -65,6 +65,14 @@ def test_pack_and_conform_missing_columns(tmp_path: Path) -> None:
     f = list_files(str(tmp_path / "l"), Kind.DELIVERIES)
     assert pack(f * 3, max_partition_bytes=1) == [[f[0].path]] * 3
     assert pack(f * 3) == [[f[0].path] * 3]
+    # runs of about equal bytes, in order, a multiple of min_partitions: no straggler task
+    files = [LandingFile("l", "t", i, f"p{i}", 250_000) for i in range(20)]
+    assert pack(files) == [[f"p{i}" for i in range(10)], [f"p{i}" for i in range(10, 20)]]
+    assert [len(p) for p in pack(files, max_partition_bytes=1 << 20)] == [3, 4, 3, 3, 4, 3]
+    assert [len(p) for p in pack(files, min_partitions=3)] == [7, 6, 7]
+    uneven = [LandingFile("l", "t", i, f"p{i}", s) for i, s in enumerate([9 << 20, 1, 1, 1, 5 << 20])]
+    assert pack(uneven) == [["p0"], ["p1", "p2", "p3", "p4"]]
+    assert pack(files[:3], min_partitions=8) == [["p0"], ["p1"], ["p2"]]  # one file is one task
     # a subscription_changes file from before its node column: read with node null
     import pyarrow.parquet as pq
 
@@ -295,3 +303,22 @@ def test_message_topics_follow_mqtt_matching() -> None:
     assert [m(t) for t in ("x/telemetry", "d1/status/x", "exact/b", "$SYS/status")] == [False] * 4
     with pytest.raises(ValueError, match="a wildcard must fill a level"):
         _TopicMatcher(("a/b#",))
+
+
+def test_a_schema_of_some_columns_reads_only_those() -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from bridge._datasource import SiftmqDataSource
+
+    source = SiftmqDataSource({"kind": "deliveries", "path": "/x"})
+    some = StructType([StructField("topic", StringType()), StructField("payload_size", LongType())])
+    assert source.reader(some).plan.columns == ("topic", "payload_size")  # type: ignore[attr-defined]
+    assert source.reader(source.schema()).plan.columns is None  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="column payload_size of deliveries is bigint, not string"):
+        source.reader(StructType([StructField("payload_size", StringType())]))
+    with pytest.raises(ValueError, match="nope"):
+        source.reader(StructType([StructField("nope", StringType())]))
+    named = SiftmqDataSource({"kind": "deliveries", "path": "/x", "columns": "topic"})
+    with pytest.raises(ValueError, match="is not option columns='topic'"):
+        named.reader(some)
+    assert named.reader(named.schema()).plan.columns == ("topic",)  # type: ignore[attr-defined]
