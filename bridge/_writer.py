@@ -111,64 +111,80 @@ def _node_column(node: str | None, n: int) -> pa.Array:
     return pa.nulls(n, pa.string()) if node is None else pa.repeat(pa.scalar(node, pa.string()), n)
 
 
+def _ints(col: Any, dtype: Any) -> np.ndarray[Any, Any]:
+    """A ``vec`` column of the delivery log as NumPy, without a copy (its buffer)."""
+    return np.frombuffer(col, dtype) if len(col) else np.zeros(0, dtype)
+
+
+def _strings(idx: np.ndarray[Any, Any], values: list[str]) -> pa.Array:
+    """The string column of indices ``idx`` into ``values`` (-1: null), as plain strings: the
+    distinct values are converted once, the rows are a ``take`` (no Python object per row)."""
+    table = pa.array(values, pa.string())
+    if idx.size and int(idx.min()) < 0:
+        return table.take(pa.array(idx, mask=idx < 0))
+    return table.take(pa.array(idx))
+
+
 def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa.Table]:
     """(deliveries, publications) tables of a batch of the log's columns.
 
-    One C conversion per column (``numpy.fromiter`` for numbers, which skips the type discovery
-    that ``pyarrow.array`` and ``numpy.array`` do on a list; pyarrow for strings and flags; no
-    Python work per row); the message's columns are repeated per delivery with ``take``.
+    The log's columns are typed vectors: each is read as NumPy without a copy; string columns
+    are indices into the batch's distinct values, turned into strings by one ``take`` each; the
+    message's columns are repeated per delivery by indexing.  No Python work per row.
     O(calls + deliveries)."""
     n = len(c.time)
-    times = np.fromiter(c.time, np.float64, n)
-    routes = np.fromiter(c.routes, np.int64, n)
-    c_time = _ts(times)
-    c_mid = pa.array(np.fromiter(c.message_id, np.int64, n))
-    c_pub = pa.array(c.publisher_id, pa.string())
-    c_topic = pa.array(c.topic, pa.string())
-    c_size = pa.array(np.fromiter(c.payload_size, np.int64, n))
+    times = _ints(c.time, np.float64)
+    routes = _ints(c.routes, np.int64)
+    mid = _ints(c.message_id, np.int64)
+    pub = _ints(c.publisher_id, np.int32)
+    topic = _ints(c.topic, np.int32)
+    size = _ints(c.payload_size, np.int64)
+    flags = _ints(c.flags, np.uint8)
     is_pub = routes >= 0
-    pub_cols = [
-        c_time,
-        c_mid,
-        c_pub,
-        c_topic,
-        c_size,
-        pa.array(np.fromiter(c.qos, np.int32, n)),
-        pa.array(c.retain, pa.bool_()),
-        pa.array(routes),
-    ]
-    if not is_pub.all():
-        keep = pa.array(np.flatnonzero(is_pub))
-        pub_cols = [col.take(keep) for col in pub_cols]
-    pub_cols.append(_node_column(node, len(pub_cols[0])))
-    pubs = pa.Table.from_arrays(pub_cols, schema=SCHEMAS[Kind.PUBLICATIONS])
-    if not c.subscriber:
-        return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
-    counts = np.fromiter(c.count, np.int64, n)
-    latency = np.maximum(times - np.fromiter(c.received, np.float64, n), 0.0)
-    if len(c.subscriber) == len(times) and bool((counts == 1).all()):  # no repetition needed
-        rep = [c_time, c_mid, c_pub, c_topic, c_size]
-        c_latency = pa.array(latency, pa.float64())
+    if c.publications() != n:
+        keep = np.flatnonzero(is_pub)
+        p_times, p_mid, p_pub, p_topic, p_size, p_flags, p_routes = (
+            a[keep] for a in (times, mid, pub, topic, size, flags, routes)
+        )
     else:
-        idx_np = np.repeat(np.arange(len(times), dtype=np.int64), counts)
-        idx = pa.array(idx_np)
-        rep = [col.take(idx) for col in (c_time, c_mid, c_pub, c_topic, c_size)]
-        c_latency = pa.array(latency[idx_np], pa.float64())
-    r_time, r_mid, r_pub, r_topic, r_size = rep
+        p_times, p_mid, p_pub, p_topic, p_size, p_flags, p_routes = times, mid, pub, topic, size, flags, routes
+    pubs = pa.Table.from_arrays(
+        [
+            _ts(p_times),
+            pa.array(p_mid),
+            _strings(p_pub, c.clients.values),
+            _strings(p_topic, c.topics.values),
+            pa.array(p_size),
+            pa.array((p_flags & 3).astype(np.int32)),
+            pa.array((p_flags & 4) != 0),
+            pa.array(p_routes),
+            _node_column(node, len(p_times)),
+        ],
+        schema=SCHEMAS[Kind.PUBLICATIONS],
+    )
+    m = c.deliveries()
+    if not m:
+        return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
+    counts = _ints(c.count, np.int32)
+    latency = np.maximum(times - _ints(c.received, np.float64), 0.0)
+    if m != n or not bool((counts == 1).all()):  # the message's columns repeated per delivery
+        rep = np.repeat(np.arange(n, dtype=np.int64), counts)
+        times, mid, pub, topic, size, latency = (a[rep] for a in (times, mid, pub, topic, size, latency))
+    d_flags = _ints(c.d_flags, np.uint8)
     deliveries = pa.Table.from_arrays(
         [
-            r_time,
-            r_mid,
-            r_pub,
-            pa.array(c.subscriber, pa.string()),
-            r_topic,
-            pa.array(c.topic_filter, pa.string()),
-            pa.array(c.selector, pa.string()),
-            pa.array(np.fromiter(c.d_qos, np.int32, len(c.d_qos))),
-            pa.array(c.d_retained, pa.bool_()),
-            r_size,
-            c_latency,
-            _node_column(node, len(c.subscriber)),
+            _ts(times),
+            pa.array(mid),
+            _strings(pub, c.clients.values),
+            _strings(_ints(c.subscriber, np.int32), c.clients.values),
+            _strings(topic, c.topics.values),
+            _strings(_ints(c.topic_filter, np.int32), c.filters.values),
+            _strings(_ints(c.selector, np.int32), c.filters.values),
+            pa.array((d_flags & 3).astype(np.int32)),
+            pa.array((d_flags & 4) != 0),
+            pa.array(size),
+            pa.array(latency, pa.float64()),
+            _node_column(node, m),
         ],
         schema=SCHEMAS[Kind.DELIVERIES],
     )

@@ -6,9 +6,17 @@ publication and keep a tuple per call and per delivery.  Profiled under publishe
 interpreted call, and CPython's cyclic GC, which counts every kept tuple as a new container and
 ran collections on the event loop to find out they held only scalars.  This log is the cheaper
 contract: a hook returns one from ``Hooks.delivery_log()`` and the compiled core appends each
-field to a list of its own (*columns*: floats, ints, strings, None, bools -- objects the cyclic
-GC does not track).  The reader converts whole columns with one C call each (``pyarrow.array``
-on a list of floats), with no per-row Python work.
+field to a column of its own.
+
+Typed columns (issue 27 item 7).  The columns are ``librt.vecs.vec`` arrays of native values
+(``float``, ``i64``, ``i32``, ``u8``: mypyc's packed vectors, appended to without boxing, one
+machine word per value), not lists of Python objects: the event loop allocates no float or int
+per row, and the reader turns each column into a NumPy/Arrow array with no copy and no work per
+row (``numpy.frombuffer`` on the vector's buffer).  Strings (client ids, topics, topic filters,
+content filters) are stored as an ``i32`` index into a table of the distinct values of the batch
+(:class:`Strings`: one dict lookup per value, hash cached in the ``str``), since a fleet has few
+distinct ids and topics per batch; -1 stands for None.  Small fields share one ``u8``:
+``flags`` = QoS | retain << 2.
 
 No lock (issue 27 item 7: two lock method calls per publication were a third of ``record``'s
 cost).  The reader swaps the columns object for an empty one (one attribute store, atomic under
@@ -29,7 +37,7 @@ Bound.  ``pending`` = rows accepted (deliveries plus publications) minus rows th
 reader that falls behind never makes the broker block or grow without bound.  When ``pending``
 crosses ``wake_rows`` the ``wake`` callback runs once (the reader's event).
 
-Costs: ``record`` O(1 + entries) list appends; ``take`` O(1).
+Costs: ``record`` O(1 + entries) vector appends and dict lookups; ``take`` O(1).
 The module is compiled with the rest of the hot path (``broker._build.HOT_MODULES``).
 """
 
@@ -39,39 +47,71 @@ import time
 from collections.abc import Callable
 from typing import Final
 
+from librt.vecs import append, vec
+from mypy_extensions import i32, i64, u8
+
 from broker.core._message import Message
 
-__all__ = ["DeliveryLog", "LogColumns"]
+__all__ = ["DeliveryLog", "LogColumns", "Strings"]
 
 # = broker.hooks.DeliveryEntry: (subscriber id, topic filter, selector, QoS, retained)
 Entry = tuple[str, str, str | None, int, bool]
+
+#: initial capacity of a batch's columns (they grow by doubling; the next batch starts with the
+#: size the previous one reached)
+_MIN_CAPACITY: Final = 1024
+
+
+class Strings:
+    """The distinct strings of a batch: ``values[i]`` for index ``i`` (first seen, first)."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.values: list[str] = []
+
+    def id(self, s: str) -> i32:
+        """The index of ``s`` (added on first sight).  O(1): one dict lookup."""
+        i = self.index.get(s, -1)
+        if i < 0:
+            i = len(self.values)
+            self.index[s] = i
+            self.values.append(s)
+        return i32(i)
+
+    def opt(self, s: str | None) -> i32:
+        """:meth:`id`, or -1 for None."""
+        return i32(-1) if s is None else self.id(s)
 
 
 class LogColumns:
     """The columns of a batch of ``record`` calls (call rows first, then delivery rows).
 
-    Call rows: ``time`` (wall clock of the call), ``message_id``, ``publisher_id``, ``topic``,
-    ``payload_size``, ``qos``, ``retain``, ``received`` (wall clock at receipt), ``routes``
-    (-1: not a publication), ``count`` (its delivery rows, which follow in order).
-    Delivery rows: ``subscriber``, ``topic_filter``, ``selector``, ``d_qos``, ``d_retained``.
-    """
+    Call rows: ``time`` (wall clock of the call), ``message_id``, ``publisher_id`` (index into
+    ``clients``, -1: None), ``topic`` (index into ``topics``), ``payload_size``, ``flags`` (QoS
+    | retain << 2), ``received`` (wall clock at receipt), ``routes`` (-1: not a publication),
+    ``count`` (its delivery rows, which follow in order).
+    Delivery rows: ``subscriber`` (index into ``clients``), ``topic_filter`` and ``selector``
+    (indices into ``filters``, -1: no selector), ``d_flags`` (QoS | retained << 2).
+    Every column is a ``vec`` (buffer protocol: ``numpy.frombuffer(c.time, numpy.float64)``)."""
 
-    def __init__(self) -> None:
-        self.time: list[float] = []
-        self.message_id: list[int] = []
-        self.publisher_id: list[str | None] = []
-        self.topic: list[str] = []
-        self.payload_size: list[int] = []
-        self.qos: list[int] = []
-        self.retain: list[bool] = []
-        self.received: list[float] = []
-        self.routes: list[int] = []
-        self.count: list[int] = []
-        self.subscriber: list[str] = []
-        self.topic_filter: list[str] = []
-        self.selector: list[str | None] = []
-        self.d_qos: list[int] = []
-        self.d_retained: list[bool] = []
+    def __init__(self, calls: i64 = _MIN_CAPACITY, deliveries: i64 = _MIN_CAPACITY) -> None:
+        self.time = vec[float](capacity=calls)
+        self.message_id = vec[i64](capacity=calls)
+        self.publisher_id = vec[i32](capacity=calls)
+        self.topic = vec[i32](capacity=calls)
+        self.payload_size = vec[i64](capacity=calls)
+        self.flags = vec[u8](capacity=calls)
+        self.received = vec[float](capacity=calls)
+        self.routes = vec[i64](capacity=calls)
+        self.count = vec[i32](capacity=calls)
+        self.subscriber = vec[i32](capacity=deliveries)
+        self.topic_filter = vec[i32](capacity=deliveries)
+        self.selector = vec[i32](capacity=deliveries)
+        self.d_flags = vec[u8](capacity=deliveries)
+        self.clients = Strings()
+        self.topics = Strings()
+        self.filters = Strings()
+        self.n_publications = 0
 
     def calls(self) -> int:
         return len(self.time)
@@ -80,26 +120,19 @@ class LogColumns:
         return len(self.subscriber)
 
     def publications(self) -> int:
-        return sum(1 for r in self.routes if r >= 0)
+        return self.n_publications
 
     def _check(self) -> None:
         n = len(self.time)
-        for col in (
-            self.message_id,
-            self.publisher_id,
-            self.topic,
-            self.payload_size,
-            self.qos,
-            self.retain,
-            self.received,
-            self.routes,
-            self.count,
-        ):
+        for col in (self.message_id, self.payload_size, self.routes):
             assert len(col) == n
+        for icol in (self.publisher_id, self.topic):
+            assert len(icol) == n
+        assert len(self.flags) == len(self.received) == len(self.count) == n
         m = len(self.subscriber)
-        for dcol in (self.topic_filter, self.selector, self.d_qos, self.d_retained):
-            assert len(dcol) == m
+        assert len(self.topic_filter) == len(self.selector) == len(self.d_flags) == m
         assert sum(self.count) == m
+        assert self.n_publications == sum(1 for r in self.routes if r >= 0)
 
 
 class DeliveryLog:
@@ -140,22 +173,25 @@ class DeliveryLog:
         self._busy = True
         try:
             c = self._cols
-            c.time.append(t)
-            c.message_id.append(msg.message_id)
-            c.publisher_id.append(msg.publisher_id)
-            c.topic.append(msg.topic)
-            c.payload_size.append(len(msg.payload))
-            c.qos.append(msg.qos)
-            c.retain.append(msg.retain)
-            c.received.append(msg.received)
-            c.routes.append(routes)
-            c.count.append(k)
-            for e in entries:
-                c.subscriber.append(e[0])
-                c.topic_filter.append(e[1])
-                c.selector.append(e[2])
-                c.d_qos.append(e[3])
-                c.d_retained.append(e[4])
+            c.time = append(c.time, t)
+            c.message_id = append(c.message_id, i64(msg.message_id))
+            c.publisher_id = append(c.publisher_id, c.clients.opt(msg.publisher_id))
+            c.topic = append(c.topic, c.topics.id(msg.topic))
+            c.payload_size = append(c.payload_size, i64(len(msg.payload)))
+            c.flags = append(c.flags, u8(msg.qos | (4 if msg.retain else 0)))
+            c.received = append(c.received, msg.received)
+            c.routes = append(c.routes, i64(routes))
+            c.count = append(c.count, i32(k))
+            if routes >= 0:
+                c.n_publications += 1
+            if k:
+                clients = c.clients
+                filters = c.filters
+                for e in entries:
+                    c.subscriber = append(c.subscriber, clients.id(e[0]))
+                    c.topic_filter = append(c.topic_filter, filters.id(e[1]))
+                    c.selector = append(c.selector, filters.opt(e[2]))
+                    c.d_flags = append(c.d_flags, u8(e[3] | (4 if e[4] else 0)))
         finally:
             self._busy = False
         if routes >= 0:
@@ -165,9 +201,12 @@ class DeliveryLog:
             self._wake()
 
     def take(self) -> LogColumns:
-        """Everything recorded so far (the log continues with empty columns).  O(1)."""
+        """Everything recorded so far (the log continues with empty columns, sized like these).
+        O(1)."""
         cols = self._cols
-        self._cols = LogColumns()
+        self._cols = LogColumns(
+            max(_MIN_CAPACITY, i64(len(cols.time))), max(_MIN_CAPACITY, i64(len(cols.subscriber)))
+        )
         while self._busy:  # a record() on ``cols`` let the GIL go (interpreted only): let it finish
             time.sleep(0)
         return cols
