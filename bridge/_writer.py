@@ -130,7 +130,8 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
 
     The log's columns are typed vectors: each is read as NumPy without a copy; string columns
     are indices into the batch's distinct values, turned into strings by one ``take`` each; the
-    message's columns are repeated per delivery by indexing.  No Python work per row.
+    message's columns are repeated per delivery by indexing with the delivery rows' ``call``.
+    No Python work per row.
     O(calls + deliveries)."""
     n = len(c.time)
     times = _ints(c.time, np.float64)
@@ -147,7 +148,15 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
             a[keep] for a in (times, mid, pub, topic, size, flags, routes)
         )
     else:
-        p_times, p_mid, p_pub, p_topic, p_size, p_flags, p_routes = times, mid, pub, topic, size, flags, routes
+        p_times, p_mid, p_pub, p_topic, p_size, p_flags, p_routes = (
+            times,
+            mid,
+            pub,
+            topic,
+            size,
+            flags,
+            routes,
+        )
     pubs = pa.Table.from_arrays(
         [
             _ts(p_times),
@@ -165,11 +174,10 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
     m = c.deliveries()
     if not m:
         return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
-    counts = _ints(c.count, np.int32)
     latency = np.maximum(times - _ints(c.received, np.float64), 0.0)
-    if m != n or not bool((counts == 1).all()):  # the message's columns repeated per delivery
-        rep = np.repeat(np.arange(n, dtype=np.int64), counts)
-        times, mid, pub, topic, size, latency = (a[rep] for a in (times, mid, pub, topic, size, latency))
+    call = _ints(c.call, np.int32)
+    if m != n or bool((call != np.arange(n, dtype=np.int64)).any()):  # not one delivery per call
+        times, mid, pub, topic, size, latency = (a[call] for a in (times, mid, pub, topic, size, latency))
     d_flags = _ints(c.d_flags, np.uint8)
     deliveries = pa.Table.from_arrays(
         [

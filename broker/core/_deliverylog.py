@@ -27,17 +27,32 @@ one.  Compiled, ``record`` never lets the GIL go (no call into Python code, no a
 cyclic GC tracks), so the reader never finds it busy; interpreted (``SIFTMQ_PURE=1``) it may,
 and then yields until it is done.
 
-Rows.  A ``record`` call adds one *call row* (the message's fields, the routes count and how
-many delivery rows follow) and one *delivery row* per entry.  ``routes >= 0`` marks a routed
-publication; ``-1`` a delivery written after its publication (a queued message, a retained
-message on SUBSCRIBE, a resumed session), whose call row only carries the message's fields.
+Rows.  A *call row* carries a message's fields, the routes count and the time; a *delivery
+row* the subscriber's and the index of its call row in the batch (``call``).  Two ways in:
+
+* a fan-out (``Core.publish``, a composite event's delivery): :meth:`DeliveryLog.begin` appends
+  the call row, each write of the fan-out appends its delivery row (:meth:`delivered`, straight
+  from ``Connection.write_publish``: no tuple, no list per delivery), and :meth:`end` fills in
+  the call row's time and routes.  Fan-outs nest (a sink may publish while it is called): each
+  delivery row points at its own call row, and ``begin`` returns the outer fan-out's call, which
+  ``end`` restores.  ``take`` waits until no fan-out is open, and a fan-out that began before a
+  ``take`` keeps appending to the batch it began in (``_fan_cols``), so a fan-out's rows are
+  never split between batches;
+* :meth:`record` (a call row and its entries at once: ``on_deliveries`` outside a broker, and a
+  delivery written after its publication).
+
+``routes >= 0`` marks a routed publication; ``-1`` a delivery written after its publication (a
+queued message, a retained message on SUBSCRIBE, a resumed session), whose call row only
+carries the message's fields.
 
 Bound.  ``pending`` = rows accepted (deliveries plus publications) minus rows the reader has
 ``release``-d (committed); at ``max_rows`` new records are dropped and counted per kind, so a
-reader that falls behind never makes the broker block or grow without bound.  When ``pending``
-crosses ``wake_rows`` the ``wake`` callback runs once (the reader's event).
+reader that falls behind never makes the broker block or grow without bound (a fan-out is
+accepted or refused whole at its ``begin``, so one may overshoot the bound by its deliveries).
+When ``pending`` reaches ``wake_rows`` the ``wake`` callback runs (once until the next ``take``).
 
-Costs: ``record`` O(1 + entries) vector appends and dict lookups; ``take`` O(1).
+Costs: ``begin``/``end`` O(1), ``delivered`` O(1) (four vector appends, three dict lookups),
+``record`` O(1 + entries); ``take`` O(1).
 The module is compiled with the rest of the hot path (``broker._build.HOT_MODULES``).
 """
 
@@ -84,15 +99,15 @@ class Strings:
 
 
 class LogColumns:
-    """The columns of a batch of ``record`` calls (call rows first, then delivery rows).
+    """The columns of a batch (call rows and delivery rows, see the module docstring).
 
     Call rows: ``time`` (wall clock of the call), ``message_id``, ``publisher_id`` (index into
     ``clients``, -1: None), ``topic`` (index into ``topics``), ``payload_size``, ``flags`` (QoS
-    | retain << 2), ``received`` (wall clock at receipt), ``routes`` (-1: not a publication),
-    ``count`` (its delivery rows, which follow in order).
-    Delivery rows: ``subscriber`` (index into ``clients``), ``topic_filter`` and ``selector``
-    (indices into ``filters``, -1: no selector), ``d_flags`` (QoS | retained << 2).
-    Every column is a ``vec`` (buffer protocol: ``numpy.frombuffer(c.time, numpy.float64)``)."""
+    | retain << 2), ``received`` (wall clock at receipt), ``routes`` (-1: not a publication).
+    Delivery rows: ``call`` (index of its call row), ``subscriber`` (index into ``clients``),
+    ``topic_filter`` and ``selector`` (indices into ``filters``, -1: no selector), ``d_flags``
+    (QoS | retained << 2).  Every column is a ``vec`` (buffer protocol:
+    ``numpy.frombuffer(c.time, numpy.float64)``)."""
 
     def __init__(self, calls: i64 = _MIN_CAPACITY, deliveries: i64 = _MIN_CAPACITY) -> None:
         self.time = vec[float](capacity=calls)
@@ -103,7 +118,7 @@ class LogColumns:
         self.flags = vec[u8](capacity=calls)
         self.received = vec[float](capacity=calls)
         self.routes = vec[i64](capacity=calls)
-        self.count = vec[i32](capacity=calls)
+        self.call = vec[i32](capacity=deliveries)
         self.subscriber = vec[i32](capacity=deliveries)
         self.topic_filter = vec[i32](capacity=deliveries)
         self.selector = vec[i32](capacity=deliveries)
@@ -122,25 +137,51 @@ class LogColumns:
     def publications(self) -> int:
         return self.n_publications
 
+    def add_call(self, t: float, msg: Message, routes: int) -> i32:
+        """Append a call row; returns its index."""
+        i = i32(len(self.time))
+        self.time = append(self.time, t)
+        self.message_id = append(self.message_id, i64(msg.message_id))
+        self.publisher_id = append(self.publisher_id, self.clients.opt(msg.publisher_id))
+        self.topic = append(self.topic, self.topics.id(msg.topic))
+        self.payload_size = append(self.payload_size, i64(len(msg.payload)))
+        self.flags = append(self.flags, u8(msg.qos | (4 if msg.retain else 0)))
+        self.received = append(self.received, msg.received)
+        self.routes = append(self.routes, i64(routes))
+        if routes >= 0:
+            self.n_publications += 1
+        return i
+
+    def add_delivery(  # noqa: PLR0917 (hot path: positional arguments)
+        self, call: i32, subscriber: str, topic_filter: str, selector: str | None, qos: int, retained: bool
+    ) -> None:
+        """Append a delivery row of call row ``call``."""
+        filters = self.filters
+        self.call = append(self.call, call)
+        self.subscriber = append(self.subscriber, self.clients.id(subscriber))
+        self.topic_filter = append(self.topic_filter, filters.id(topic_filter))
+        self.selector = append(self.selector, filters.opt(selector))
+        self.d_flags = append(self.d_flags, u8(qos | (4 if retained else 0)))
+
     def _check(self) -> None:
         n = len(self.time)
         for col in (self.message_id, self.payload_size, self.routes):
             assert len(col) == n
         for icol in (self.publisher_id, self.topic):
             assert len(icol) == n
-        assert len(self.flags) == len(self.received) == len(self.count) == n
+        assert len(self.flags) == len(self.received) == n
         m = len(self.subscriber)
-        assert len(self.topic_filter) == len(self.selector) == len(self.d_flags) == m
-        assert sum(self.count) == m
+        assert len(self.call) == len(self.topic_filter) == len(self.selector) == len(self.d_flags) == m
+        assert all(0 <= int(c) < int(n) for c in self.call)
         assert self.n_publications == sum(1 for r in self.routes if r >= 0)
 
 
 class DeliveryLog:
-    """Bounded columnar log of ``(time, message, entries, routes)`` records (module docstring).
+    """Bounded columnar log of publications and their deliveries (module docstring).
 
-    Written by the event loop (:meth:`record`), read by one other thread (:meth:`take`, then
-    :meth:`release` once the rows are safe).  ``dropped_deliveries``/``dropped_publications``
-    count what the bound refused."""
+    Written by the event loop (:meth:`begin`, :meth:`delivered`, :meth:`end`, :meth:`record`),
+    read by one other thread (:meth:`take`, then :meth:`release` once the rows are safe).
+    ``dropped_deliveries``/``dropped_publications`` count what the bound refused."""
 
     def __init__(self, max_rows: int, wake_rows: int, wake: Callable[[], None] | None = None) -> None:
         if max_rows < 1 or wake_rows < 1:
@@ -148,8 +189,14 @@ class DeliveryLog:
         self.max_rows: Final = max_rows
         self.wake_rows: Final = wake_rows
         self._wake = wake
+        self._woken = False  # wake ran since the last take
         self._cols = LogColumns()
-        self._busy = False  # record() is appending (see the module docstring)
+        self._busy = False  # appending (see the module docstring)
+        # the open fan-outs: how many, the batch they append to, the innermost one's call row
+        # (-1: refused at the bound, its deliveries are counted as dropped)
+        self._depth = 0
+        self._fan_cols = self._cols
+        self._fan_call: i32 = -1
         # rows accepted (event loop only) and released (reader only): pending = in - out
         self.rows_in = 0
         self.rows_out = 0
@@ -161,53 +208,85 @@ class DeliveryLog:
         """Rows accepted and not yet released (buffered here or held by the reader)."""
         return self.rows_in - self.rows_out
 
+    def _accepted(self, rows: int) -> None:
+        self.rows_in += rows
+        if not self._woken and self.rows_in - self.rows_out >= self.wake_rows and self._wake is not None:
+            self._woken = True
+            self._wake()
+
+    def begin(self, msg: Message) -> i32:
+        """Open the fan-out of publication ``msg`` (its call row); returns the outer fan-out's
+        call row, for :meth:`end`."""
+        outer = self._fan_call
+        if self._depth == 0:
+            self._fan_cols = self._cols
+        self._depth += 1
+        if self.rows_in - self.rows_out >= self.max_rows:
+            self._fan_call = -1
+            self.dropped_publications += 1
+            return outer
+        self._busy = True
+        try:
+            self._fan_call = self._fan_cols.add_call(0.0, msg, 0)
+        finally:
+            self._busy = False
+        self.rows_in += 1
+        return outer
+
+    def delivered(
+        self, subscriber: str, topic_filter: str, selector: str | None, qos: int, retained: bool
+    ) -> None:
+        """A delivery row of the innermost open fan-out."""
+        call = self._fan_call
+        if call < 0:
+            self.dropped_deliveries += 1
+            return
+        self._busy = True
+        try:
+            self._fan_cols.add_delivery(call, subscriber, topic_filter, selector, qos, retained)
+        finally:
+            self._busy = False
+        self.rows_in += 1
+
+    def end(self, outer: i32, t: float, routes: int) -> None:
+        """Close the innermost fan-out at wall time ``t`` with its ``routes`` count."""
+        call = self._fan_call
+        if call >= 0:
+            c = self._fan_cols
+            c.time[i64(call)] = t
+            c.routes[i64(call)] = i64(routes)
+        self._fan_call = outer
+        self._depth -= 1
+        self._accepted(0)
+
     def record(self, t: float, msg: Message, entries: list[Entry], routes: int) -> None:
         """Append one call row and a delivery row per entry (or drop and count at the bound)."""
-        n = self.rows_in - self.rows_out
         k = len(entries)
-        if n >= self.max_rows:
+        if self.rows_in - self.rows_out >= self.max_rows:
             self.dropped_deliveries += k
             if routes >= 0:
                 self.dropped_publications += 1
             return
         self._busy = True
         try:
-            c = self._cols
-            c.time = append(c.time, t)
-            c.message_id = append(c.message_id, i64(msg.message_id))
-            c.publisher_id = append(c.publisher_id, c.clients.opt(msg.publisher_id))
-            c.topic = append(c.topic, c.topics.id(msg.topic))
-            c.payload_size = append(c.payload_size, i64(len(msg.payload)))
-            c.flags = append(c.flags, u8(msg.qos | (4 if msg.retain else 0)))
-            c.received = append(c.received, msg.received)
-            c.routes = append(c.routes, i64(routes))
-            c.count = append(c.count, i32(k))
-            if routes >= 0:
-                c.n_publications += 1
-            if k:
-                clients = c.clients
-                filters = c.filters
-                for e in entries:
-                    c.subscriber = append(c.subscriber, clients.id(e[0]))
-                    c.topic_filter = append(c.topic_filter, filters.id(e[1]))
-                    c.selector = append(c.selector, filters.opt(e[2]))
-                    c.d_flags = append(c.d_flags, u8(e[3] | (4 if e[4] else 0)))
+            c = self._fan_cols if self._depth else self._cols
+            call = c.add_call(t, msg, routes)
+            for e in entries:
+                c.add_delivery(call, e[0], e[1], e[2], e[3], e[4])
         finally:
             self._busy = False
-        if routes >= 0:
-            k += 1
-        self.rows_in += k
-        if n < self.wake_rows <= n + k and self._wake is not None:
-            self._wake()
+        self._accepted(k + 1 if routes >= 0 else k)
 
     def take(self) -> LogColumns:
         """Everything recorded so far (the log continues with empty columns, sized like these).
-        O(1)."""
+        O(1), then waits while a fan-out on the taken batch is open (never, compiled, unless a
+        sink let the GIL go in the middle of one)."""
         cols = self._cols
         self._cols = LogColumns(
             max(_MIN_CAPACITY, i64(len(cols.time))), max(_MIN_CAPACITY, i64(len(cols.subscriber)))
         )
-        while self._busy:  # a record() on ``cols`` let the GIL go (interpreted only): let it finish
+        self._woken = False
+        while self._busy or self._depth:  # records on ``cols`` let the GIL go: let them finish
             time.sleep(0)
         return cols
 
