@@ -356,11 +356,21 @@ class _Sink:
         d = os.path.join(self.base, kind.value)
         final = os.path.join(d, name)
         tmp = os.path.join(d, f".{name}.tmp")
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, use_dictionary=_DICTIONARY[kind], write_statistics=_STATISTICS[kind])
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
+        # Encoded in memory (Arrow's own stream), then one write: through a Python file object
+        # pyarrow calls back into Python for every buffer it writes (470 against 250 us for a
+        # small file, a fixed cost of every round; issue 27 item 7).
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out, use_dictionary=_DICTIONARY[kind], write_statistics=_STATISTICS[kind])
+        data = out.getvalue()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        size = data.size
         os.replace(tmp, final)
         dfd = os.open(d, os.O_RDONLY)
         try:
