@@ -370,7 +370,7 @@ class _Sink:
             os.fsync(fd)
         finally:
             os.close(fd)
-        size = data.size
+        size = int(data.size)
         os.replace(tmp, final)
         dfd = os.open(d, os.O_RDONLY)
         try:
