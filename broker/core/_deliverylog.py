@@ -78,20 +78,30 @@ _MIN_CAPACITY: Final = 1024
 
 
 class Strings:
-    """The distinct strings of a batch: ``values[i]`` for index ``i`` (first seen, first)."""
+    """The distinct strings of a batch: ``values[i]`` for index ``i`` (first seen, first).
+
+    The last string asked for is remembered: the event loop handles a connection's packets in
+    a row, so consecutive records often carry the same publisher, topic, subscriber and filter
+    (a string comparison instead of a dict lookup)."""
 
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.values: list[str] = []
+        self.last = ""
+        self.last_i: i32 = -1
 
     def id(self, s: str) -> i32:
-        """The index of ``s`` (added on first sight).  O(1): one dict lookup."""
+        """The index of ``s`` (added on first sight).  O(1): one dict lookup at most."""
+        if s == self.last and self.last_i >= 0:
+            return self.last_i
         i = self.index.get(s, -1)
         if i < 0:
             i = len(self.values)
             self.index[s] = i
             self.values.append(s)
-        return i32(i)
+        self.last = s
+        self.last_i = i32(i)
+        return self.last_i
 
     def opt(self, s: str | None) -> i32:
         """:meth:`id`, or -1 for None."""
@@ -258,6 +268,30 @@ class DeliveryLog:
         self._fan_call = outer
         self._depth -= 1
         self._accepted(0)
+
+    def delivered_later(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        t: float,
+        msg: Message,
+        subscriber: str,
+        topic_filter: str,
+        selector: str | None,
+        qos: int,
+        retained: bool,
+    ) -> None:
+        """A delivery written after its publication (queued, retained, resumed session): its own
+        call row (routes -1) and the delivery row; :meth:`record` without the entry."""
+        if self.rows_in - self.rows_out >= self.max_rows:
+            self.dropped_deliveries += 1
+            return
+        self._busy = True
+        try:
+            c = self._fan_cols if self._depth else self._cols
+            call = c.add_call(t, msg, -1)
+            c.add_delivery(call, subscriber, topic_filter, selector, qos, retained)
+        finally:
+            self._busy = False
+        self._accepted(1)
 
     def record(self, t: float, msg: Message, entries: list[Entry], routes: int) -> None:
         """Append one call row and a delivery row per entry (or drop and count at the bound)."""

@@ -108,8 +108,11 @@ class Observers:
         """``msg`` was written to ``subscriber``: a delivery of the open fan-out, or one written
         after its publication (queued, retained, resumed session)."""
         direct = self.direct
-        if direct is not None and self.fan_msg is msg:
-            direct.delivered(subscriber, topic_filter, selector, qos, retain)
+        if direct is not None:
+            if self.fan_msg is msg:
+                direct.delivered(subscriber, topic_filter, selector, qos, retain)
+            else:
+                direct.delivered_later(clock.wall(), msg, subscriber, topic_filter, selector, qos, retain)
             return
         entry = (subscriber, topic_filter, selector, qos, retain)
         if self.fan_msg is msg:

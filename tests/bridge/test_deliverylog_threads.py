@@ -78,6 +78,8 @@ def test_reader_takes_every_row_once_and_whole(log_module: ModuleType) -> None:
                 for e in fan:
                     log.delivered(*e)
                 log.end(outer, 2.0, len(fan))
+            elif i % 4 == 0 and len(fan) == 1:  # one delivery written after its publication
+                log.delivered_later(2.0, msg, *fan[0])
             else:  # everything at once
                 log.record(2.0, msg, fan, len(fan) if i % 4 else -1)
     finally:
@@ -110,14 +112,17 @@ def test_nested_fan_outs_keep_their_own_rows(log_module: ModuleType) -> None:
     log.end(inner, 3.0, 1)
     log.delivered("s3", "a/+", None, 1, False)
     log.end(outer, 4.0, 2)
+    log.delivered_later(5.0, inner_msg, "s4", "a/#", None, 1, False)  # e.g. it was queued
     c: Any = log.take()
     c._check()
-    assert list(c.message_id) == [1, 2] and list(c.time) == [4.0, 3.0] and list(c.routes) == [2, 1]
-    assert [c.clients.values[i] for i in c.subscriber] == ["s1", "s2", "s3"]
-    assert list(c.call) == [0, 1, 0]
-    assert [c.filters.values[i] if i >= 0 else None for i in c.selector] == [None, "x > 1", None]
-    assert list(c.d_flags) == [1, 4, 1]  # QoS | retained << 2
-    assert log.pending == 5
+    assert list(c.message_id) == [1, 2, 2] and list(c.time) == [4.0, 3.0, 5.0]
+    assert list(c.routes) == [2, 1, -1] and c.publications() == 2
+    assert [c.clients.values[i] for i in c.subscriber] == ["s1", "s2", "s3", "s4"]
+    assert [c.clients.values[i] for i in c.publisher_id] == ["p", "q", "q"]
+    assert list(c.call) == [0, 1, 0, 2]
+    assert [c.filters.values[i] if i >= 0 else None for i in c.selector] == [None, "x > 1", None, None]
+    assert list(c.d_flags) == [1, 4, 1, 1]  # QoS | retained << 2
+    assert log.pending == 6
 
 
 def test_a_full_log_refuses_whole_fan_outs_and_counts_them(log_module: ModuleType) -> None:
