@@ -132,14 +132,20 @@ def writer_side(m: dict[str, Any], n: int, reps: int, all_statistics: bool) -> t
             msg = m["Message"](
                 topics[i], b"x" * 60, 1, False, publisher_id=f"p{i}", message_id=k, received=now
             )
-            log.record(now, msg, entries[i], 1)
+            # times a few microseconds apart, as in a broker (not one value for the whole round)
+            log.record(now + k * 5e-6, msg, entries[i], 1)
         cols = log.take()
         a = time.thread_time()
         deliveries, pubs = w._fanout_tables(cols, None)
         b = time.thread_time()
         for k, table in ((kind.DELIVERIES, deliveries), (kind.PUBLICATIONS, pubs)):
-            opts: dict[str, Any] = {"use_dictionary": w._DICTIONARY[k]}
-            if stats is not None and not all_statistics:
+            options = getattr(w, "_OPTIONS", None)  # the bridge's options (session 11)
+            opts: dict[str, Any] = (
+                dict(options[k]) if options is not None else {"use_dictionary": w._DICTIONARY[k]}
+            )
+            if all_statistics:
+                opts.pop("write_statistics", None)
+            elif stats is not None:
                 opts["write_statistics"] = stats[k]
             pq.write_table(table, io.BytesIO(), **opts)
         c = time.thread_time()
