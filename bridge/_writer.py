@@ -117,12 +117,39 @@ def _ints(col: Any, dtype: Any) -> np.ndarray[Any, Any]:
 
 
 def _strings(idx: np.ndarray[Any, Any], values: list[str]) -> pa.Array:
-    """The string column of indices ``idx`` into ``values`` (-1: null), as plain strings: the
-    distinct values are converted once, the rows are a ``take`` (no Python object per row)."""
+    """The string column of indices ``idx`` into ``values`` (-1: null), dictionary-encoded: the
+    indices as they are, the distinct values converted once (no Python object, no copy of a
+    string per row).  Written to Parquet as it is (``_LOG_SCHEMAS``)."""
     table = pa.array(values, pa.string())
     if idx.size and int(idx.min()) < 0:
-        return table.take(pa.array(idx, mask=idx < 0))
-    return table.take(pa.array(idx))
+        return pa.DictionaryArray.from_arrays(pa.array(idx, mask=idx < 0), table)
+    return pa.DictionaryArray.from_arrays(pa.array(idx), table)
+
+
+def _node_strings(node: str | None, n: int) -> pa.Array:
+    """``_node_column`` dictionary-encoded (for ``_LOG_SCHEMAS``)."""
+    if node is None:
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([node], pa.string()))
+
+
+def _dictionary_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable)
+            if pa.types.is_string(f.type)
+            else f
+            for f in schema
+        ]
+    )
+
+
+# The tables built from the delivery log have their string columns dictionary-encoded: the log
+# keeps strings as indices into the batch's distinct values, and Parquet's writer takes Arrow
+# dictionaries as its own dictionary pages (no hashing of every row's string).  The files are
+# written without the Arrow schema in their metadata (``store_schema=False``), so that every
+# reader (pyarrow, Spark) sees the Parquet types: plain strings, the kind's schema (SCHEMAS).
+_LOG_SCHEMAS = {kind: _dictionary_schema(SCHEMAS[kind]) for kind in (Kind.DELIVERIES, Kind.PUBLICATIONS)}
 
 
 def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa.Table]:
@@ -167,13 +194,13 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
             pa.array((p_flags & 3).astype(np.int32)),
             pa.array((p_flags & 4) != 0),
             pa.array(p_routes),
-            _node_column(node, len(p_times)),
+            _node_strings(node, len(p_times)),
         ],
-        schema=SCHEMAS[Kind.PUBLICATIONS],
+        schema=_LOG_SCHEMAS[Kind.PUBLICATIONS],
     )
     m = c.deliveries()
     if not m:
-        return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
+        return _LOG_SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
     latency = np.maximum(times - _ints(c.received, np.float64), 0.0)
     call = _ints(c.call, np.int32)
     if m != n or bool((call != np.arange(n, dtype=np.int64)).any()):  # not one delivery per call
@@ -192,9 +219,9 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
             pa.array((d_flags & 4) != 0),
             pa.array(size),
             pa.array(latency, pa.float64()),
-            _node_column(node, m),
+            _node_strings(node, m),
         ],
-        schema=SCHEMAS[Kind.DELIVERIES],
+        schema=_LOG_SCHEMAS[Kind.DELIVERIES],
     )
     return deliveries, pubs
 
@@ -336,6 +363,7 @@ def _write_options(kind: Kind) -> dict[str, Any]:
     }
     if kind in _ENCODING:
         opts["column_encoding"] = _ENCODING[kind]
+        opts["store_schema"] = False  # dictionary-encoded strings read back as strings
     return opts
 
 
