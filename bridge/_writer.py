@@ -188,7 +188,7 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
         [
             _ts(p_times),
             pa.array(p_mid),
-            _strings(p_pub, c.clients.values),
+            _strings(p_pub, c.publishers.values),
             _strings(p_topic, c.topics.values),
             pa.array(p_size),
             pa.array((p_flags & 3).astype(np.int32)),
@@ -210,8 +210,8 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
         [
             _ts(times),
             pa.array(mid),
-            _strings(pub, c.clients.values),
-            _strings(_ints(c.subscriber, np.int32), c.clients.values),
+            _strings(pub, c.publishers.values),
+            _strings(_ints(c.subscriber, np.int32), c.subscribers.values),
             _strings(topic, c.topics.values),
             _strings(_ints(c.topic_filter, np.int32), c.filters.values),
             _strings(_ints(c.selector, np.int32), c.filters.values),

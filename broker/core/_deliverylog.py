@@ -14,8 +14,10 @@ machine word per value), not lists of Python objects: the event loop allocates n
 per row, and the reader turns each column into a NumPy/Arrow array with no copy and no work per
 row (``numpy.frombuffer`` on the vector's buffer).  Strings (client ids, topics, topic filters,
 content filters) are stored as an ``i32`` index into a table of the distinct values of the batch
-(:class:`Strings`: one dict lookup per value, hash cached in the ``str``), since a fleet has few
-distinct ids and topics per batch; -1 stands for None.  Small fields share one ``u8``:
+(:class:`Strings`, one per column kind: publishers, subscribers, topics, filters; one dict
+lookup per value, none when it is the table's previous value, which is common because the event
+loop handles a connection's packets in a row), since a fleet has few distinct ids and topics
+per batch; -1 stands for None.  Small fields share one ``u8``:
 ``flags`` = QoS | retain << 2.
 
 No lock (issue 27 item 7: two lock method calls per publication were a third of ``record``'s
@@ -112,9 +114,9 @@ class LogColumns:
     """The columns of a batch (call rows and delivery rows, see the module docstring).
 
     Call rows: ``time`` (wall clock of the call), ``message_id``, ``publisher_id`` (index into
-    ``clients``, -1: None), ``topic`` (index into ``topics``), ``payload_size``, ``flags`` (QoS
+    ``publishers``, -1: None), ``topic`` (index into ``topics``), ``payload_size``, ``flags`` (QoS
     | retain << 2), ``received`` (wall clock at receipt), ``routes`` (-1: not a publication).
-    Delivery rows: ``call`` (index of its call row), ``subscriber`` (index into ``clients``),
+    Delivery rows: ``call`` (index of its call row), ``subscriber`` (index into ``subscribers``),
     ``topic_filter`` and ``selector`` (indices into ``filters``, -1: no selector), ``d_flags``
     (QoS | retained << 2).  Every column is a ``vec`` (buffer protocol:
     ``numpy.frombuffer(c.time, numpy.float64)``)."""
@@ -133,7 +135,9 @@ class LogColumns:
         self.topic_filter = vec[i32](capacity=deliveries)
         self.selector = vec[i32](capacity=deliveries)
         self.d_flags = vec[u8](capacity=deliveries)
-        self.clients = Strings()
+        # one table per column: each remembers its own last value (module docstring)
+        self.publishers = Strings()
+        self.subscribers = Strings()
         self.topics = Strings()
         self.filters = Strings()
         self.n_publications = 0
@@ -152,7 +156,7 @@ class LogColumns:
         i = i32(len(self.time))
         self.time = append(self.time, t)
         self.message_id = append(self.message_id, i64(msg.message_id))
-        self.publisher_id = append(self.publisher_id, self.clients.opt(msg.publisher_id))
+        self.publisher_id = append(self.publisher_id, self.publishers.opt(msg.publisher_id))
         self.topic = append(self.topic, self.topics.id(msg.topic))
         self.payload_size = append(self.payload_size, i64(len(msg.payload)))
         self.flags = append(self.flags, u8(msg.qos | (4 if msg.retain else 0)))
@@ -168,7 +172,7 @@ class LogColumns:
         """Append a delivery row of call row ``call``."""
         filters = self.filters
         self.call = append(self.call, call)
-        self.subscriber = append(self.subscriber, self.clients.id(subscriber))
+        self.subscriber = append(self.subscriber, self.subscribers.id(subscriber))
         self.topic_filter = append(self.topic_filter, filters.id(topic_filter))
         self.selector = append(self.selector, filters.opt(selector))
         self.d_flags = append(self.d_flags, u8(qos | (4 if retained else 0)))

@@ -117,8 +117,8 @@ def test_nested_fan_outs_keep_their_own_rows(log_module: ModuleType) -> None:
     c._check()
     assert list(c.message_id) == [1, 2, 2] and list(c.time) == [4.0, 3.0, 5.0]
     assert list(c.routes) == [2, 1, -1] and c.publications() == 2
-    assert [c.clients.values[i] for i in c.subscriber] == ["s1", "s2", "s3", "s4"]
-    assert [c.clients.values[i] for i in c.publisher_id] == ["p", "q", "q"]
+    assert [c.subscribers.values[i] for i in c.subscriber] == ["s1", "s2", "s3", "s4"]
+    assert [c.publishers.values[i] for i in c.publisher_id] == ["p", "q", "q"]
     assert list(c.call) == [0, 1, 0, 2]
     assert [c.filters.values[i] if i >= 0 else None for i in c.selector] == [None, "x > 1", None, None]
     assert list(c.d_flags) == [1, 4, 1, 1]  # QoS | retained << 2
