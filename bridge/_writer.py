@@ -17,13 +17,15 @@ delivery log like any other.
 
 Writer (one daemon thread). Every ``roll_interval`` seconds (default 0.5 s), or as soon as
 ``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it takes the log's columns and
-turns them into Arrow arrays (:func:`_fanout_tables`: one C conversion per column, the message's
-fields repeated per delivery with ``take``) and commits one Parquet file per kind: written under
+turns them into Arrow arrays (:func:`_fanout_tables`: the log's typed columns read as NumPy
+without a copy, strings as Arrow dictionaries of the batch's distinct values, the message's
+fields repeated per delivery by indexing) and commits one Parquet file per kind: written under
 a temporary name starting with ``.`` (Spark's and pyarrow's dataset readers ignore dot files),
 ``fsync``-ed, renamed to its final name, and the directory ``fsync``-ed. A reader therefore sees
 whole files or nothing. Tables larger than ``roll_rows`` rows are split. Cost: O(publications +
-deliveries) per round, about a hundred nanoseconds of GIL time per delivery (measured in
-docs/performance-bridge.md).
+deliveries) per round: about 35 ns per publication with one delivery to build both tables and
+140 ns to encode both files (benchmarks/bench_recording.py, docs/performance.md "Throughput with
+the shipped defaults"), plus ~2.4 ms per round (two Parquet files, their fsyncs).
 
 Back-pressure policy (documented in docs/bridge.md): the rows buffered and not yet committed are
 bounded by ``max_pending`` (deliveries and publications together; each record list apart).
@@ -453,7 +455,7 @@ class Bridge(Hooks):
     approximate size at which a file is rolled early; ``max_pending``: bound on the rows
     buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
-    Hot path cost: O(1) per publication (one tuple appended, whatever its fan-out).
+    Hot path cost: O(1) per publication and per delivery (typed appends into the delivery log).
 
     ``messages``: topic filters whose messages are landed whole, payload included, in
     ``messages/`` (issue 29: what a Spark job computes on, e.g. device telemetry).  Opt-in and
