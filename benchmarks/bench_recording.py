@@ -19,7 +19,9 @@ path, e.g. the commit before a change, run with that checkout's interpreter):
 
     .venv/bin/python benchmarks/bench_recording.py [--publications 200000] [--round 55000] [--root DIR]
 
-Timing only; nothing is asserted.  No network, no files.
+Times are the CPU time of the measuring thread (``time.thread_time``), so that other processes
+on a shared machine shift them less than wall time would.  Timing only; nothing is asserted.
+No network, no files.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def _imports(root: Path) -> dict[str, Any]:
     from bridge import _writer
     from bridge._schema import Kind
     from broker._config import BrokerConfig
+    from broker.core import _connection
     from broker.core._connection import Connection
     from broker.core._core import Core
     from broker.core._deliverylog import DeliveryLog
@@ -54,6 +57,7 @@ def _imports(root: Path) -> dict[str, Any]:
         "Kind": Kind,
         "BrokerConfig": BrokerConfig,
         "Connection": Connection,
+        "Callbacks": getattr(_connection, "Callbacks", None),
         "Core": Core,
         "DeliveryLog": DeliveryLog,
         "Message": Message,
@@ -80,11 +84,17 @@ def loop_side(m: dict[str, Any], n: int, with_log: bool) -> float:
     rec = Recorder() if with_log else None
     core = m["Core"](m["BrokerConfig"](sys_interval=0), [rec] if rec is not None else [])
     pubs, subs = [], []
+
+    def conn() -> Any:
+        if m["Callbacks"] is not None:  # Connection(core, link, now, peer)
+            return m["Connection"](core, m["Callbacks"](lambda _d: None, lambda: None), 0.0, "bench")
+        return m["Connection"](core, lambda _d: None, lambda: None, 0.0, "bench")
+
     for i in range(10):
-        s = m["Connection"](core, lambda _d: None, lambda: None, 0.0, "bench")
+        s = conn()
         s.received([m["Connect"](f"s{i}", protocol_level=4, keep_alive=0)], 0.0)
         s.received([m["Subscribe"](1, (m["SubscriptionRequest"](f"sat/{i}", 1),), m["Properties"]())], 0.0)
-        p = m["Connection"](core, lambda _d: None, lambda: None, 0.0, "bench")
+        p = conn()
         p.received([m["Connect"](f"p{i}", protocol_level=4, keep_alive=0)], 0.0)
         pubs.append(p)
         subs.append(s)
@@ -93,7 +103,7 @@ def loop_side(m: dict[str, Any], n: int, with_log: bool) -> float:
     packets = [m["Publish"](f"sat/{i}", payload, 1, packet_id=1) for i in range(10)]
     sessions = [core.sessions[f"s{i}"] for i in range(10)]
     puback = m["Puback"]
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     for k in range(n):
         i = k % 10
         pubs[i].received([packets[i]], 1.0)
@@ -104,7 +114,7 @@ def loop_side(m: dict[str, Any], n: int, with_log: bool) -> float:
         if rec is not None and k % 50_000 == 49_999:
             rec.log.take()
     core.flush()
-    return (time.perf_counter() - t0) / n * 1e9
+    return (time.thread_time() - t0) / n * 1e9
 
 
 def writer_side(m: dict[str, Any], n: int, reps: int, all_statistics: bool) -> tuple[float, float]:
@@ -122,17 +132,23 @@ def writer_side(m: dict[str, Any], n: int, reps: int, all_statistics: bool) -> t
             msg = m["Message"](
                 topics[i], b"x" * 60, 1, False, publisher_id=f"p{i}", message_id=k, received=now
             )
-            log.record(now, msg, entries[i], 1)
+            # times a few microseconds apart, as in a broker (not one value for the whole round)
+            log.record(now + k * 5e-6, msg, entries[i], 1)
         cols = log.take()
-        a = time.perf_counter()
+        a = time.thread_time()
         deliveries, pubs = w._fanout_tables(cols, None)
-        b = time.perf_counter()
+        b = time.thread_time()
         for k, table in ((kind.DELIVERIES, deliveries), (kind.PUBLICATIONS, pubs)):
-            opts: dict[str, Any] = {"use_dictionary": w._DICTIONARY[k]}
-            if stats is not None and not all_statistics:
+            options = getattr(w, "_OPTIONS", None)  # the bridge's options (session 11)
+            opts: dict[str, Any] = (
+                dict(options[k]) if options is not None else {"use_dictionary": w._DICTIONARY[k]}
+            )
+            if all_statistics:
+                opts.pop("write_statistics", None)
+            elif stats is not None:
                 opts["write_statistics"] = stats[k]
             pq.write_table(table, io.BytesIO(), **opts)
-        c = time.perf_counter()
+        c = time.thread_time()
         if r:  # the first round is cold (allocator, caches): left out
             build, encode = min(build, b - a), min(encode, c - b)
     return build / n * 1e9, encode / n * 1e9

@@ -17,13 +17,15 @@ delivery log like any other.
 
 Writer (one daemon thread). Every ``roll_interval`` seconds (default 0.5 s), or as soon as
 ``roll_rows`` rows (derived from ``roll_bytes``) are buffered, it takes the log's columns and
-turns them into Arrow arrays (:func:`_fanout_tables`: one C conversion per column, the message's
-fields repeated per delivery with ``take``) and commits one Parquet file per kind: written under
+turns them into Arrow arrays (:func:`_fanout_tables`: the log's typed columns read as NumPy
+without a copy, strings as Arrow dictionaries of the batch's distinct values, the message's
+fields repeated per delivery by indexing) and commits one Parquet file per kind: written under
 a temporary name starting with ``.`` (Spark's and pyarrow's dataset readers ignore dot files),
 ``fsync``-ed, renamed to its final name, and the directory ``fsync``-ed. A reader therefore sees
 whole files or nothing. Tables larger than ``roll_rows`` rows are split. Cost: O(publications +
-deliveries) per round, about a hundred nanoseconds of GIL time per delivery (measured in
-docs/performance-bridge.md).
+deliveries) per round: about 35 ns per publication with one delivery to build both tables and
+140 ns to encode both files (benchmarks/bench_recording.py, docs/performance.md "Throughput with
+the shipped defaults"), plus ~2.4 ms per round (two Parquet files, their fsyncs).
 
 Back-pressure policy (documented in docs/bridge.md): the rows buffered and not yet committed are
 bounded by ``max_pending`` (deliveries and publications together; each record list apart).
@@ -111,66 +113,117 @@ def _node_column(node: str | None, n: int) -> pa.Array:
     return pa.nulls(n, pa.string()) if node is None else pa.repeat(pa.scalar(node, pa.string()), n)
 
 
+def _ints(col: Any, dtype: Any) -> np.ndarray[Any, Any]:
+    """A ``vec`` column of the delivery log as NumPy, without a copy (its buffer)."""
+    return np.frombuffer(col, dtype) if len(col) else np.zeros(0, dtype)
+
+
+def _strings(idx: np.ndarray[Any, Any], values: list[str]) -> pa.Array:
+    """The string column of indices ``idx`` into ``values`` (-1: null), dictionary-encoded: the
+    indices as they are, the distinct values converted once (no Python object, no copy of a
+    string per row).  Written to Parquet as it is (``_LOG_SCHEMAS``)."""
+    table = pa.array(values, pa.string())
+    if idx.size and int(idx.min()) < 0:
+        return pa.DictionaryArray.from_arrays(pa.array(idx, mask=idx < 0), table)
+    return pa.DictionaryArray.from_arrays(pa.array(idx), table)
+
+
+def _node_strings(node: str | None, n: int) -> pa.Array:
+    """``_node_column`` dictionary-encoded (for ``_LOG_SCHEMAS``)."""
+    if node is None:
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([node], pa.string()))
+
+
+def _dictionary_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable)
+            if pa.types.is_string(f.type)
+            else f
+            for f in schema
+        ]
+    )
+
+
+# The tables built from the delivery log have their string columns dictionary-encoded: the log
+# keeps strings as indices into the batch's distinct values, and Parquet's writer takes Arrow
+# dictionaries as its own dictionary pages (no hashing of every row's string).  The files are
+# written without the Arrow schema in their metadata (``store_schema=False``), so that every
+# reader (pyarrow, Spark) sees the Parquet types: plain strings, the kind's schema (SCHEMAS).
+_LOG_SCHEMAS = {kind: _dictionary_schema(SCHEMAS[kind]) for kind in (Kind.DELIVERIES, Kind.PUBLICATIONS)}
+
+
 def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa.Table]:
     """(deliveries, publications) tables of a batch of the log's columns.
 
-    One C conversion per column (``numpy.fromiter`` for numbers, which skips the type discovery
-    that ``pyarrow.array`` and ``numpy.array`` do on a list; pyarrow for strings and flags; no
-    Python work per row); the message's columns are repeated per delivery with ``take``.
+    The log's columns are typed vectors: each is read as NumPy without a copy; string columns
+    are indices into the batch's distinct values, turned into strings by one ``take`` each; the
+    message's columns are repeated per delivery by indexing with the delivery rows' ``call``.
+    No Python work per row.
     O(calls + deliveries)."""
     n = len(c.time)
-    times = np.fromiter(c.time, np.float64, n)
-    routes = np.fromiter(c.routes, np.int64, n)
-    c_time = _ts(times)
-    c_mid = pa.array(np.fromiter(c.message_id, np.int64, n))
-    c_pub = pa.array(c.publisher_id, pa.string())
-    c_topic = pa.array(c.topic, pa.string())
-    c_size = pa.array(np.fromiter(c.payload_size, np.int64, n))
+    times = _ints(c.time, np.float64)
+    routes = _ints(c.routes, np.int64)
+    mid = _ints(c.message_id, np.int64)
+    pub = _ints(c.publisher_id, np.int32)
+    topic = _ints(c.topic, np.int32)
+    size = _ints(c.payload_size, np.int64)
+    flags = _ints(c.flags, np.uint8)
     is_pub = routes >= 0
-    pub_cols = [
-        c_time,
-        c_mid,
-        c_pub,
-        c_topic,
-        c_size,
-        pa.array(np.fromiter(c.qos, np.int32, n)),
-        pa.array(c.retain, pa.bool_()),
-        pa.array(routes),
-    ]
-    if not is_pub.all():
-        keep = pa.array(np.flatnonzero(is_pub))
-        pub_cols = [col.take(keep) for col in pub_cols]
-    pub_cols.append(_node_column(node, len(pub_cols[0])))
-    pubs = pa.Table.from_arrays(pub_cols, schema=SCHEMAS[Kind.PUBLICATIONS])
-    if not c.subscriber:
-        return SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
-    counts = np.fromiter(c.count, np.int64, n)
-    latency = np.maximum(times - np.fromiter(c.received, np.float64, n), 0.0)
-    if len(c.subscriber) == len(times) and bool((counts == 1).all()):  # no repetition needed
-        rep = [c_time, c_mid, c_pub, c_topic, c_size]
-        c_latency = pa.array(latency, pa.float64())
+    if c.publications() != n:
+        keep = np.flatnonzero(is_pub)
+        p_times, p_mid, p_pub, p_topic, p_size, p_flags, p_routes = (
+            a[keep] for a in (times, mid, pub, topic, size, flags, routes)
+        )
     else:
-        idx_np = np.repeat(np.arange(len(times), dtype=np.int64), counts)
-        idx = pa.array(idx_np)
-        rep = [col.take(idx) for col in (c_time, c_mid, c_pub, c_topic, c_size)]
-        c_latency = pa.array(latency[idx_np], pa.float64())
-    r_time, r_mid, r_pub, r_topic, r_size = rep
+        p_times, p_mid, p_pub, p_topic, p_size, p_flags, p_routes = (
+            times,
+            mid,
+            pub,
+            topic,
+            size,
+            flags,
+            routes,
+        )
+    pubs = pa.Table.from_arrays(
+        [
+            _ts(p_times),
+            pa.array(p_mid),
+            _strings(p_pub, c.publishers.values),
+            _strings(p_topic, c.topics.values),
+            pa.array(p_size),
+            pa.array((p_flags & 3).astype(np.int32)),
+            pa.array((p_flags & 4) != 0),
+            pa.array(p_routes),
+            _node_strings(node, len(p_times)),
+        ],
+        schema=_LOG_SCHEMAS[Kind.PUBLICATIONS],
+    )
+    m = c.deliveries()
+    if not m:
+        return _LOG_SCHEMAS[Kind.DELIVERIES].empty_table(), pubs
+    latency = np.maximum(times - _ints(c.received, np.float64), 0.0)
+    call = _ints(c.call, np.int32)
+    if m != n or bool((call != np.arange(n, dtype=np.int64)).any()):  # not one delivery per call
+        times, mid, pub, topic, size, latency = (a[call] for a in (times, mid, pub, topic, size, latency))
+    d_flags = _ints(c.d_flags, np.uint8)
     deliveries = pa.Table.from_arrays(
         [
-            r_time,
-            r_mid,
-            r_pub,
-            pa.array(c.subscriber, pa.string()),
-            r_topic,
-            pa.array(c.topic_filter, pa.string()),
-            pa.array(c.selector, pa.string()),
-            pa.array(np.fromiter(c.d_qos, np.int32, len(c.d_qos))),
-            pa.array(c.d_retained, pa.bool_()),
-            r_size,
-            c_latency,
-            _node_column(node, len(c.subscriber)),
+            _ts(times),
+            pa.array(mid),
+            _strings(pub, c.publishers.values),
+            _strings(_ints(c.subscriber, np.int32), c.subscribers.values),
+            _strings(topic, c.topics.values),
+            _strings(_ints(c.topic_filter, np.int32), c.filters.values),
+            _strings(_ints(c.selector, np.int32), c.filters.values),
+            pa.array((d_flags & 3).astype(np.int32)),
+            pa.array((d_flags & 4) != 0),
+            pa.array(size),
+            pa.array(latency, pa.float64()),
+            _node_strings(node, m),
         ],
-        schema=SCHEMAS[Kind.DELIVERIES],
+        schema=_LOG_SCHEMAS[Kind.DELIVERIES],
     )
     return deliveries, pubs
 
@@ -284,6 +337,41 @@ _STATISTICS: dict[Kind, list[str]] = {
 }
 
 
+# Columns whose values are unique per row: the time and the message id, which grow, stored as
+# deltas (DELTA_BINARY_PACKED: a few bits per row instead of 8 bytes), and the latency; none of
+# the three is compressed (Snappy finds next to nothing to take out of them and was a sixth of
+# the encoding's CPU).  Measured on a round of 55,000 publications with one delivery each, both
+# files (issue 27 item 7): 158-180 against 217 ns per publication, 0.48 MB against 1.17 MB.
+# Spark (3.3 and later) and pyarrow read DELTA_BINARY_PACKED.
+_UNIQUE = ("time", "message_id", "latency")
+_ENCODING: dict[Kind, dict[str, str]] = {
+    kind: {f.name: "DELTA_BINARY_PACKED" for f in SCHEMAS[kind] if f.name in ("time", "message_id")}
+    for kind in (Kind.DELIVERIES, Kind.PUBLICATIONS)
+}
+_COMPRESSION: dict[Kind, dict[str, str] | str] = {
+    kind: {f.name: "none" if f.name in _UNIQUE else "snappy" for f in SCHEMAS[kind]}
+    if kind in _ENCODING
+    else "snappy"
+    for kind in Kind
+}
+
+
+def _write_options(kind: Kind) -> dict[str, Any]:
+    """``pyarrow.parquet.write_table`` options of a kind's files."""
+    opts: dict[str, Any] = {
+        "use_dictionary": _DICTIONARY[kind],
+        "write_statistics": _STATISTICS[kind],
+        "compression": _COMPRESSION[kind],
+    }
+    if kind in _ENCODING:
+        opts["column_encoding"] = _ENCODING[kind]
+        opts["store_schema"] = False  # dictionary-encoded strings read back as strings
+    return opts
+
+
+_OPTIONS = {kind: _write_options(kind) for kind in Kind}
+
+
 class _Sink:
     """Commits one table as one file: temporary dot name, fsync, rename (local) or move (URI)."""
 
@@ -324,19 +412,27 @@ class _Sink:
             final = f"{self.base}/{kind.value}/{name}"
             tmp = f"{self.base}/{kind.value}/.{name}.tmp"
             with self.fs.open_output_stream(tmp) as out:
-                pq.write_table(
-                    table, out, use_dictionary=_DICTIONARY[kind], write_statistics=_STATISTICS[kind]
-                )
+                pq.write_table(table, out, **_OPTIONS[kind])
             self.fs.move(tmp, final)
             return int(self.fs.get_file_info(final).size)
         d = os.path.join(self.base, kind.value)
         final = os.path.join(d, name)
         tmp = os.path.join(d, f".{name}.tmp")
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f, use_dictionary=_DICTIONARY[kind], write_statistics=_STATISTICS[kind])
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
+        # Encoded in memory (Arrow's own stream), then one write: through a Python file object
+        # pyarrow calls back into Python for every buffer it writes (470 against 250 us for a
+        # small file, a fixed cost of every round; issue 27 item 7).
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out, **_OPTIONS[kind])
+        data = out.getvalue()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        size = int(data.size)
         os.replace(tmp, final)
         dfd = os.open(d, os.O_RDONLY)
         try:
@@ -359,7 +455,7 @@ class Bridge(Hooks):
     approximate size at which a file is rolled early; ``max_pending``: bound on the rows
     buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
-    Hot path cost: O(1) per publication (one tuple appended, whatever its fan-out).
+    Hot path cost: O(1) per publication and per delivery (typed appends into the delivery log).
 
     ``messages``: topic filters whose messages are landed whole, payload included, in
     ``messages/`` (issue 29: what a Spark job computes on, e.g. device telemetry).  Opt-in and

@@ -78,7 +78,6 @@ from broker.hooks import (
     CompositeChange,
     CompositeEventRecord,
     CompositeLoss,
-    DeliveryEntry,
 )
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
 
@@ -541,12 +540,10 @@ class Composites:
                 if not obs.recording:
                     core.deliver(s, out, qos, False, sub_ids, topic, None, now)
                     continue
-                outer = obs.fan_msg, obs.fan
-                fan: list[DeliveryEntry] = []
-                obs.fan_msg, obs.fan = out, fan
+                outer_msg, outer_fan = obs.fan_msg, obs.fan
+                outer_call = obs.begin(out)
                 core.deliver(s, out, qos, False, sub_ids, topic, None, now)
-                obs.fan_msg, obs.fan = outer
-                obs.deliveries_written(core.clock.wall(), out, fan, 1, core.stats)
+                obs.end(core.clock.wall(), out, 1, outer_msg, outer_fan, outer_call, core.stats)
 
     def _record(self, events: list[composite.CompositeEvent]) -> None:
         """One ``on_composite_event`` per event, with its subscription's occupancy now."""

@@ -318,7 +318,7 @@ class Connection:
     def _reason(self, text: str) -> Properties:
         return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
 
-    def write_publish(  # noqa: C901, PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
+    def write_publish(  # noqa: PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
         self,
         msg: Message,
         qos: int,
@@ -390,11 +390,9 @@ class Connection:
         obs = core.obs
         if obs.writes and self.session is not None:
             if obs.recording:
-                entry = (self.session.client_id, topic_filter, selector, qos, retain)
-                if obs.fan_msg is msg:
-                    obs.fan.append(entry)
-                else:  # written after its publication (queued, retained, resumed session)
-                    obs.deliveries_written(core.clock.wall(), msg, [entry], -1, core.stats)
+                obs.written(
+                    msg, self.session.client_id, topic_filter, selector, qos, retain, core.clock, core.stats
+                )
             if not obs.delivery:
                 return
             t = core.clock.wall()

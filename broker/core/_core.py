@@ -40,7 +40,7 @@ from broker.core._observers import Observers
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.durability._records import MessageState
-from broker.hooks import DeliveryEntry, Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
 
 if TYPE_CHECKING:
@@ -340,10 +340,7 @@ class Core:
         obs = self.obs
         outer_msg = obs.fan_msg  # an outer fan-out's, restored after this one: a sink may publish
         outer_fan = obs.fan
-        if obs.recording:  # record this fan-out's writes
-            obs.fan_msg = msg
-            fan: list[DeliveryEntry] = []
-            obs.fan = fan
+        outer_call = obs.begin(msg) if obs.recording else -1  # record this fan-out's writes
         sessions = self.sessions
         deliver = self.deliver
         may_receive = self.may_receive if obs.authorize else None
@@ -360,9 +357,7 @@ class Core:
         self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
         if obs.recording:
-            obs.fan_msg = outer_msg
-            obs.fan = outer_fan
-            obs.deliveries_written(self.clock.wall(), msg, fan, n, self.stats)
+            obs.end(self.clock.wall(), msg, n, outer_msg, outer_fan, outer_call, self.stats)
         if atoms is not None:
             self.composite.offer(msg, atoms, now)
         if obs.publication:

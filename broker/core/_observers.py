@@ -11,6 +11,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from mypy_extensions import i32
+
+from broker.core._clock import Clock
 from broker.core._deliverylog import DeliveryLog
 from broker.core._message import Message
 from broker.core._session import Stats
@@ -47,12 +50,75 @@ class Observers:
         self.deliveries = [h for h in over("on_deliveries") if logs[id(h)] is None]
         # whether the core records each fan-out's writes (for on_deliveries hooks or logs)
         self.recording = bool(self.deliveries or self.logs)
+        # The one log, with no on_deliveries hook beside it (a broker with the bridge): each
+        # write goes straight into it (DeliveryLog.begin/delivered/end), with no entry tuple or
+        # list per fan-out.  Otherwise the entries are collected in ``fan`` and recorded at the
+        # fan-out's end (``deliveries_written``).
+        self.direct: DeliveryLog | None = (
+            self.logs[0] if len(self.logs) == 1 and not self.deliveries else None
+        )
         self.authenticate = over("authenticate")
         self.authorize = over("authorize")
         self.writes = bool(self.delivery or self.recording)  # write_publish reports deliveries
         # The publication whose fan-out is being recorded for on_deliveries, and its entries.
         self.fan_msg: Message | None = None
         self.fan: list[DeliveryEntry] = []
+
+    def begin(self, msg: Message) -> i32:
+        """Open the fan-out of ``msg`` (the caller has kept ``fan_msg`` and ``fan`` to give
+        back to :meth:`end`); returns the direct log's outer call row (-1 without one)."""
+        self.fan_msg = msg
+        direct = self.direct
+        if direct is not None:
+            return direct.begin(msg)
+        self.fan = []
+        return -1
+
+    def end(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        t: float,
+        msg: Message,
+        routes: int,
+        outer_msg: Message | None,
+        outer_fan: list[DeliveryEntry],
+        outer_call: i32,
+        stats: Stats,
+    ) -> None:
+        """Close the fan-out of ``msg`` at wall time ``t`` and restore the outer one."""
+        self.fan_msg = outer_msg
+        direct = self.direct
+        if direct is not None:
+            direct.end(outer_call, t, routes)
+            return
+        fan = self.fan
+        self.fan = outer_fan
+        self.deliveries_written(t, msg, fan, routes, stats)
+
+    def written(  # noqa: PLR0917 (hot path: positional arguments)
+        self,
+        msg: Message,
+        subscriber: str,
+        topic_filter: str,
+        selector: str | None,
+        qos: int,
+        retain: bool,
+        clock: Clock,
+        stats: Stats,
+    ) -> None:
+        """``msg`` was written to ``subscriber``: a delivery of the open fan-out, or one written
+        after its publication (queued, retained, resumed session)."""
+        direct = self.direct
+        if direct is not None:
+            if self.fan_msg is msg:
+                direct.delivered(subscriber, topic_filter, selector, qos, retain)
+            else:
+                direct.delivered_later(clock.wall(), msg, subscriber, topic_filter, selector, qos, retain)
+            return
+        entry = (subscriber, topic_filter, selector, qos, retain)
+        if self.fan_msg is msg:
+            self.fan.append(entry)
+        else:
+            self.deliveries_written(clock.wall(), msg, [entry], -1, stats)
 
     def deliveries_written(
         self, t: float, msg: Message, entries: list[DeliveryEntry], routes: int, stats: Stats
