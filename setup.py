@@ -120,7 +120,12 @@ def ext_modules() -> list[object]:
         groups = [
             ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
         ]
-    return list(mypycify(paths, opt_level="3", separate=groups))
+    # mypyc's incremental cache (its IR beside mypy's metadata) in a directory of its own: in the
+    # shared .mypy_cache, `make typecheck` (run beside the build) rewrote a module's metadata,
+    # mypyc took that module as unchanged and loaded IR older than its C, and the next group's
+    # C referred to a symbol the other's export table no longer had (gcc error, pure Python)
+    cache = ["--cache-dir", os.path.join("build", "mypyc-cache")]
+    return list(mypycify(cache + paths, opt_level="3", separate=groups))
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
