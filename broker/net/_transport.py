@@ -136,13 +136,21 @@ class MQTTProtocol(asyncio.Protocol):
         sock = t.get_extra_info("socket")
         if sock is not None:
             self.fd = sock.fileno()
-            sndbuf = self.core.config.socket_send_buffer
-            if sndbuf:
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-                except OSError as exc:  # not a stream socket we can tune: keep the kernel's
-                    log.debug("SO_SNDBUF %d not set: %s", sndbuf, exc)
+            self._tune(sock)
         self._start(t.get_extra_info("peername"))
+
+    def _tune(self, sock: Any) -> None:
+        """The configured kernel send buffer (``socket_send_buffer``) on the socket."""
+        sndbuf = self.core.config.socket_send_buffer
+        if sndbuf:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+            except OSError as exc:  # not a stream socket we can tune: keep the kernel's
+                log.debug("SO_SNDBUF %d not set: %s", sndbuf, exc)
+
+    def _fileno(self) -> int:
+        """The socket's descriptor, for the ingress backlog probe (-1: none, e.g. WebSocket)."""
+        return self.fd
 
     def _start(self, peer: Any) -> None:
         """Create the protocol machine (and pass the listener's admission check).
@@ -206,8 +214,8 @@ class MQTTProtocol(asyncio.Protocol):
         decoder = self.decoder
         try:
             core.stats.bytes_received += len(data)
-            if len(data) >= PROBE_BYTES and self.fd >= 0 and core.config.ingress_shed_bytes:
-                self._probe(conn, len(data))
+            if len(data) >= PROBE_BYTES and core.config.ingress_shed_bytes and (fd := self._fileno()) >= 0:
+                self._probe(conn, len(data), fd)
             elif self.behind_since is not None or decoder.shed_keep >= 0:
                 self.behind_since = None
                 decoder.shed_keep = -1
@@ -231,7 +239,7 @@ class MQTTProtocol(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
 
-    def _probe(self, conn: Connection, read: int) -> None:
+    def _probe(self, conn: Connection, read: int, fd: int) -> None:
         """A large read: is the peer more than ``ingress_shed_bytes`` ahead of the broker?
 
         *Behind*: that much is still waiting in the kernel after the read (a burst the read
@@ -242,7 +250,7 @@ class MQTTProtocol(asyncio.Protocol):
         keeps routing at its own pace). docs/broker.md, "Flow control".
         One ioctl per read of at least PROBE_BYTES, none for small reads."""
         try:
-            behind = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            behind = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
         except OSError:
             return
         core = self.core

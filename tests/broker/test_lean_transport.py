@@ -21,7 +21,7 @@ import pytest
 import uvloop
 
 from broker import Broker
-from broker.net._lean import LeanTransport
+from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
 from broker.packets import (
     Auth,
@@ -49,7 +49,7 @@ def run(loop: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def protocols(b: Broker) -> list[MQTTProtocol]:
-    return list(b._open)
+    return b._protocols()
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -68,7 +68,7 @@ def test_roundtrip_in_order_on_a_lean_transport(loop: str) -> None:
                 assert got == payloads
                 ps = protocols(b)
                 assert len(ps) == 2
-                assert all(type(p.transport) is LeanTransport for p in ps)
+                assert all(type(p) is LeanProtocol and p.transport is p for p in ps)
                 await eventually(lambda: all(p.transport.get_write_buffer_size() == 0 for p in ps))  # type: ignore[union-attr]
                 # the peer address is the socket's: what the client sees as its own address
                 ours = {p.conn.peer for p in ps if p.conn is not None}
@@ -76,7 +76,7 @@ def test_roundtrip_in_order_on_a_lean_transport(loop: str) -> None:
                 assert b._listeners is not None
                 pollers = [a.poller for o in b._listeners for a in o.acceptors if a.poller is not None]
                 assert pollers and all(p._ep is not None and not p._ep.closed for p in pollers)
-            await eventually(lambda: not b.core.connections and not b._open)
+            await eventually(lambda: not b.core.connections and not b._protocols())
         # the listeners closed and their last connections gone: the epoll sets are closed too
         assert all(p._ep is None or p._ep.closed for p in pollers)
 
@@ -114,7 +114,7 @@ def test_backlog_pauses_and_resumes_the_protocol(loop: str) -> None:
                 got += dec.feed(await loop_.sock_recv(raw, 4096))
             (proto,) = protocols(b)
             t = proto.transport
-            assert type(t) is LeanTransport
+            assert type(t) is LeanProtocol
             async with aiomqtt.Client("127.0.0.1", b.port, identifier="lean-fast") as pub:
                 n = 0
                 while not proto.write_paused:
@@ -133,7 +133,7 @@ def test_backlog_pauses_and_resumes_the_protocol(loop: str) -> None:
                         await loop_.sock_sendall(raw, b"\x40\x02" + struct.pack("!H", p.packet_id or 0))
                 assert seqs == list(range(n))
                 await eventually(lambda: not proto.write_paused and t.get_write_buffer_size() == 0)
-                assert t._backlog is None  # released once empty
+                assert t.backlog is None  # released once empty
             raw.close()
             await eventually(lambda: not b.core.connections)
 
@@ -156,7 +156,7 @@ def test_lingering_close_delivers_the_disconnect(loop: str) -> None:
             assert [type(p) for p in got] == [Connack, Disconnect]
             assert got[-1].reason_code == ReasonCode.PROTOCOL_ERROR
             writer.close()
-            await eventually(lambda: not b.core.connections and not b._open)
+            await eventually(lambda: not b.core.connections and not b._protocols())
 
     run(loop, main)
 
@@ -180,6 +180,6 @@ def test_reset_by_peer_detaches_the_session(loop: str) -> None:
             raw.close()  # RST
             msg = await next_message(watch)
             assert msg.payload == b"gone"
-            await eventually(lambda: b.core.connected == 1 and len(b._open) == 1)
+            await eventually(lambda: b.core.connected == 1 and len(b._protocols()) == 1)
 
     run(loop, main)
