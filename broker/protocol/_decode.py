@@ -442,18 +442,36 @@ class Decoder:
     )
 
     def __init__(
-        self, version: int | None = None, max_packet_size: int = 268_435_455, server: bool = True
+        self,
+        version: int | None = None,
+        max_packet_size: int = 268_435_455,
+        server: bool = True,
+        connected: bool = False,
     ) -> None:
+        """``connected``: the stream's CONNECT was read already (by another decoder: a
+        connection that shares the decoders of its version while idle, ``idle()``)."""
         self.version = version
         self.max_packet_size = max_packet_size
         self.server = server
         # a partial packet's bytes; None while there is none (an idle connection holds no buffer)
         self._buf: bytearray | None = None
         self._need = 0
-        self._seen_connect = False
+        self._seen_connect = connected
         self._error: MalformedPacket | None = None
         self.shed_keep = -1
         self.shed_count = 0
+
+    def idle(self) -> bool:
+        """Between packets, after the CONNECT, not shedding, no error: this decoder holds
+        nothing of its stream but ``version`` and ``max_packet_size``, so any decoder made with
+        ``Decoder(version, max_packet_size, server, connected=True)`` continues it."""
+        return (
+            self._buf is None
+            and self._seen_connect
+            and self._error is None
+            and self.shed_keep < 0
+            and self.shed_count == 0
+        )
 
     def _check(self) -> None:
         """Invariants: a buffered partial packet is shorter than what it needs."""
