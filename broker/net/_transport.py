@@ -8,9 +8,10 @@ transport's high-water mark) mark a slow consumer: QoS 0 traffic to it is droppe
 counted, QoS 1/2 traffic queues in its session up to the configured bound.
 
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
-Between packets an idle connection holds no decoder: after a read that ended on a packet
-boundary its decoder goes back to a spare per protocol level (``_SPARES``; a decoder then
-holds nothing of its stream, ``Decoder.idle``) and the next read takes one (issue 27, item 2).
+Between packets an idle connection holds no decoder of its own: after a read that ended on
+a packet boundary it holds the shared decoder of its protocol level (a decoder then holds
+nothing of its stream; ``Decoder.settle``), and a read that leaves a packet incomplete gets
+its own again (issue 27, item 2).
 The protocol object is the connection's :class:`~broker.core._connection.Link` (``send_bytes``,
 ``shut``, ``throttle``): the machine holds this one object, not three bound-method callbacks,
 and the peer address is asked from the transport when it is shown (issue 27, item 2).
@@ -34,7 +35,6 @@ import logging
 import socket
 import struct
 import termios
-from collections import defaultdict
 from typing import Any, cast
 
 from broker.core._connection import Connection
@@ -66,20 +66,6 @@ log = logging.getLogger("broker")
 
 #: seconds a closing connection waits for the peer to close its side
 LINGER = 2.0
-
-#: spare decoders of idle connections: max_packet_size -> [one per protocol level (3, 4, 5)]
-_SPARES: defaultdict[int, list[Decoder | None]] = defaultdict(lambda: [None] * 6)
-
-
-def _spare(version: int, max_packet_size: int) -> Decoder:
-    """A decoder in the state of any idle connection of ``version`` after its CONNECT: the
-    spare one (taken), or a new one (``Decoder.idle``)."""
-    spares = _SPARES[max_packet_size]
-    d = spares[version]
-    if d is None:
-        return Decoder(version, max_packet_size=max_packet_size, server=True, connected=True)
-    spares[version] = None
-    return d
 
 
 def common_name(peercert: Any) -> str | None:
@@ -126,8 +112,9 @@ class MQTTProtocol(asyncio.Protocol):
     ) -> None:
         self.core = core
         # its own decoder until the CONNECT is read and whenever a packet is incomplete (or
-        # the stream is shedding); None between packets: ``_feed`` takes a spare one then
-        self.decoder: Decoder | None = Decoder(None, max_packet_size=core.config.max_packet_size, server=True)
+        # the stream is shedding), the shared one of its protocol level between packets
+        # (``Decoder.settle`` after every feed)
+        self.decoder = Decoder(None, max_packet_size=core.config.max_packet_size, server=True)
         self.transport: asyncio.Transport | None = None
         self.conn: Connection | None = None
         self.linger: asyncio.TimerHandle | None = None
@@ -232,8 +219,6 @@ class MQTTProtocol(asyncio.Protocol):
             return
         core = self.core
         decoder = self.decoder
-        if decoder is None:  # idle since its last read: a spare decoder of its version
-            decoder = self.decoder = _spare(conn.version, core.config.max_packet_size)
         try:
             core.stats.bytes_received += len(data)
             if len(data) >= PROBE_BYTES and core.config.ingress_shed_bytes and (fd := self._fileno()) >= 0:
@@ -248,18 +233,20 @@ class MQTTProtocol(asyncio.Protocol):
                     core.stats.publish_dropped += decoder.shed_count
                     decoder.shed_count = 0
             except MalformedPacket as exc:
+                self.decoder = decoder.settle()
                 conn.version = decoder.version or conn.version
                 conn.malformed(exc)
             else:
+                held = decoder.settle()  # the shared decoder while idle, its own while not
+                if held is not decoder:
+                    self.decoder = held
                 if self.screening and packets and self._screen(conn, packets):
                     core.flush()
                     return
                 conn.received(packets, self.core.clock.monotonic())
-            if decoder.idle() and decoder.version == conn.version:
-                self.decoder = None  # back to the spares: an idle connection holds no decoder
-                _SPARES[decoder.max_packet_size][conn.version] = decoder
             core.flush()
         except Exception:  # never into the event loop
+            self.decoder = self.decoder.settle()  # a shared decoder is left as it was found
             log.exception("connection %s: unexpected error", conn.peer)
             if self.transport is not None:
                 self.transport.abort()
@@ -281,8 +268,7 @@ class MQTTProtocol(asyncio.Protocol):
         core = self.core
         cfg = core.config
         mark = cfg.ingress_shed_bytes
-        decoder = self.decoder
-        assert decoder is not None  # its own while a read is handled (``_feed``)
+        decoder = self.decoder  # the shared one too: ``settle`` after the feed makes it its own
         now = core.clock.monotonic()
         if behind > mark:
             since = self.behind_since

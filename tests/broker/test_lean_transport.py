@@ -29,6 +29,8 @@ from broker.packets import (
     Connect,
     Decoder,
     Disconnect,
+    Pingreq,
+    Pingresp,
     Publish,
     ReasonCode,
     Subscribe,
@@ -187,38 +189,40 @@ def test_reset_by_peer_detaches_the_session(loop: str) -> None:
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_idle_connections_hold_no_decoder(loop: str) -> None:
-    """Between packets a connection gives its decoder back (``_SPARES``): a packet split over
-    two reads is still decoded whole (the connection keeps a decoder while it is incomplete),
-    v4 and v5 connections keep their own protocol level, and a second CONNECT after the
-    connection went idle is still the protocol error it was (0x82, then closed)."""
+    """Between packets a connection holds the shared decoder of its protocol level
+    (``Decoder.settle``): a packet split over two reads is still decoded whole (the connection
+    has its own decoder while it is incomplete), v4 and v5 connections keep their own protocol
+    level, and a second CONNECT after the connection went idle is still the protocol error it
+    was (0x82, then closed) without touching the other v5 connection."""
 
     async def main() -> None:
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
             streams = {}
-            for v in (4, 5):
+            for v in (4, 5, 55):  # 55: a second v5 connection
+                level = 5 if v == 55 else v
                 reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
-                writer.write(encode(Connect(f"lean-dec{v}", v, keep_alive=60), v))
-                writer.write(encode(Subscribe(1, (SubscriptionRequest(f"lean/dec{v}", 1),)), v))
-                dec = Decoder(v, server=False)
+                writer.write(encode(Connect(f"lean-dec{v}", level, keep_alive=60), level))
+                writer.write(encode(Subscribe(1, (SubscriptionRequest(f"lean/dec{v}", 1),)), level))
+                dec = Decoder(level, server=False)
                 got: list[Any] = []
                 while len(got) < 2:
                     got += dec.feed(await asyncio.wait_for(reader.read(4096), 5))
                 streams[v] = (reader, writer, dec)
             ps = protocols(b)
-            assert len(ps) == 2 and all(p.decoder is None for p in ps)
+            assert len(ps) == 3 and all(p.decoder.shared for p in ps)
             # the v4 client publishes to the v5 one, the packet split over two reads
             _, writer4, _ = streams[4]
             data = encode(Publish("lean/dec5", b"x" * 300, 1, packet_id=7), 4)
             writer4.write(data[:100])
             await writer4.drain()
-            await eventually(lambda: any(p.decoder is not None for p in protocols(b)))
+            await eventually(lambda: any(not p.decoder.shared for p in protocols(b)))
             writer4.write(data[100:])
             reader5, writer5, dec5 = streams[5]
             got = []
             while not got:
                 got += dec5.feed(await asyncio.wait_for(reader5.read(4096), 5))
             assert isinstance(got[0], Publish) and got[0].payload == b"x" * 300
-            await eventually(lambda: all(p.decoder is None for p in protocols(b)))
+            await eventually(lambda: all(p.decoder.shared for p in protocols(b)))
             # a second CONNECT on the idle v5 connection: DISCONNECT 0x82, then the end of stream
             writer5.write(encode(Connect("lean-dec5", 5), 5))
             got = []
@@ -226,6 +230,13 @@ def test_idle_connections_hold_no_decoder(loop: str) -> None:
                 got += dec5.feed(data)
             assert [type(p) for p in got][-1:] == [Disconnect]
             assert got[-1].reason_code == ReasonCode.PROTOCOL_ERROR
+            # that error stayed with its connection: the other v5 one (same shared decoder) reads on
+            reader55, writer55, dec55 = streams[55]
+            writer55.write(encode(Pingreq(), 5))
+            got = []
+            while not got:
+                got += dec55.feed(await asyncio.wait_for(reader55.read(4096), 5))
+            assert isinstance(got[0], Pingresp)
             for _, w, _ in streams.values():
                 w.close()
             await eventually(lambda: not b.core.connections and not b._protocols())
