@@ -172,8 +172,9 @@ class Connection(RareFields):
         # Journal.bound) and the packets read but not yet processed (``pending``, its own list
         # once a paused read leaves packets); ``bridge``: a mosquitto bridge (CONNECT level
         # 0x83/0x84: no echo, retain as published); the listener's slow-consumer policy; a
-        # fixed peer address; topic aliases (``client_alias_max``, ``alias_out``/``alias_in``:
-        # own dicts from a v5 CONNECT that allows them, ``negotiate``); ``problem_info``;
+        # fixed peer address; topic aliases (``client_alias_max``, ``alias_out``: its own dict
+        # from a v5 CONNECT that allows them, ``negotiate``; ``alias_in``: its own dict at the
+        # client's first alias); ``problem_info``;
         # ``will_on_close``; ``close_reason``; ``held``/``held_writes``: packets held for the
         # store's durable signal, deliveries among them; ``gated``: output withheld until the
         # held CONNACK is released (persisted session)
@@ -662,6 +663,8 @@ class Connection(RareFields):
                     self.disconnect, ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
                 )
             if topic:
+                if self.alias_in is NO_ALIASES_IN:  # its own map at its first alias
+                    self.alias_in = {}
                 self.alias_in[alias] = topic
             else:
                 known = self.alias_in.get(alias)
