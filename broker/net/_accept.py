@@ -174,7 +174,7 @@ class Acceptor:
         ssl_context: ssl.SSLContext | None,
         core: Core,
         limits: ConnectionLimits,
-        lean: Callable[[Poller], LeanProtocol] | None = None,
+        lean: Callable[[Poller, socket.socket], LeanProtocol] | None = None,
     ) -> None:
         """``lean``: makes the :class:`LeanProtocol` of an accepted plain-TCP socket;
         without it ``factory``'s protocols are served by ``loop.connect_accepted_socket``."""
@@ -245,7 +245,7 @@ class Acceptor:
             return
         if self.poller is not None and self.lean is not None:
             try:
-                self.lean(self.poller).start(conn)
+                self.lean(self.poller, conn).start()
             except Exception:
                 log.exception("accepted connection not set up")
                 conn.close()

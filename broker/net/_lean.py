@@ -6,13 +6,10 @@ transport table, a write buffer allocated up front); uvloop's C transport about 
 idle MQTT device needs none of that, so on plain-TCP listeners a connection is one
 :class:`LeanProtocol`: the :class:`~broker.net._transport.MQTTProtocol` that IS its own
 transport (``self.transport is self``; it owns the socket), so there is no second object,
-no protocol/transport references both ways, no descriptor held as a Python int twice and
-not even a ``socket.socket`` (88 B): the descriptor is all it keeps of the socket (``fd``;
-read and written with ``os.read``/``os.write``, a socket object made for the rare
-``getpeername``/``shutdown`` and detached after), and no per-connection write-buffer
-limits (the configured high-water mark and a quarter of it, asked from the config when
-needed). Its transport state (closing, half-closed, lost, reading paused, watched) is one
-small int of bits.
+no protocol/transport references both ways, no descriptor held as a Python int twice (the
+socket knows it) and no per-connection write-buffer limits (the configured high-water mark
+and a quarter of it, asked from the config when needed). Its transport state (closing,
+half-closed, lost, reading paused, watched) is one small int of bits.
 
 * **Reading**: the socket is watched by a :class:`Poller`, one ``select.epoll`` set per
   listening socket whose one descriptor the loop watches (``loop.add_reader``): the kernel
@@ -20,7 +17,7 @@ small int of bits.
   dict entry fd -> connection cost ~60 B with its int key), where a loop reader per socket
   costs a ``Handle``, a context, a bound method and a selector key (~0.4 KB on asyncio,
   ~0.6 KB on uvloop). Level-triggered: a socket with data left is reported again.
-  ``os.read`` takes 256 KiB at most per read, as asyncio; ``pause_reading``/
+  ``sock.recv`` takes 256 KiB at most per read, as asyncio; ``pause_reading``/
   ``resume_reading`` unregister and register the socket (flow control:
   ``MQTTProtocol._reading``). Without ``select.epoll`` (not Linux) the poller falls back to
   one loop reader per socket. End of stream: ``eof_received()``, then close unless it asks
@@ -29,7 +26,7 @@ small int of bits.
   ``start`` to ``connection_lost`` (watched or paused), so it is also the broker's registry
   of them (``Broker.stop`` closes them; a set of open protocols would cost ~105 B more per
   connection). TLS and WebSocket connections stay in the broker's set.
-* **Writing**: ``write`` sends at once with a non-blocking ``os.write``; what the socket
+* **Writing**: ``write`` sends at once with a non-blocking ``sock.send``; what the socket
   does not take goes into a ``bytearray`` backlog created on demand, and ``add_writer`` is
   registered only while there is a backlog. The backlog is dropped once it is empty (an idle
   connection holds no buffer). Above the high-water mark (``write_buffer_high``)
@@ -42,8 +39,8 @@ small int of bits.
   ``MQTTProtocol.shut``). A socket error while reading or writing is fatal: the connection is
   aborted and ``connection_lost`` gets the exception. The socket is closed after
   ``connection_lost``.
-* **Extra info**: ``peername`` and ``sockname`` (from the descriptor when asked); no
-  ``socket``, ``peercert`` None.
+* **Extra info**: ``socket``, ``peername`` and ``sockname`` (from the socket when asked),
+  ``peercert`` None.
 
 It implements the part of ``asyncio.Transport`` that ``MQTTProtocol`` (and the core's
 hung-consumer check, ``Connection.io``) uses, on any loop with ``add_reader``/``add_writer``
@@ -56,11 +53,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import select
 import socket
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from broker.core._core import Core
 from broker.net._admission import ListenerPolicy
@@ -74,8 +69,6 @@ log = logging.getLogger("broker")
 MAX_READ = 256 * 1024
 #: ready sockets handled per readiness of the poller at most (the rest: next loop turn)
 MAX_EVENTS = 1024
-
-_T = TypeVar("_T")
 
 # LeanProtocol.bits: its transport state
 _CLOSING = 1  # close/abort called: no more reading; connection_lost once the backlog is out
@@ -171,44 +164,39 @@ class Poller:
 class LeanProtocol(MQTTProtocol):
     """One accepted plain-TCP connection: protocol and transport (see the module docstring)."""
 
-    __slots__ = ("backlog", "bits", "poller")
+    __slots__ = ("backlog", "bits", "poller", "sock")
 
-    def __init__(self, core: Core, policy: ListenerPolicy | None, poller: Poller) -> None:
+    def __init__(
+        self, core: Core, policy: ListenerPolicy | None, poller: Poller, sock: socket.socket
+    ) -> None:
         super().__init__(core, policy, None)  # the poller is the registry
         self.poller = poller
+        self.sock: socket.socket | None = sock
         self.backlog: bytearray | None = None  # unsent bytes (None: none)
         self.bits = 0
-        # ``fd`` (MQTTProtocol's): the socket's descriptor, the only thing kept of the socket
-        # (a ``socket.socket`` costs 88 B; -1 once closed)
 
-    def start(self, sock: socket.socket) -> None:
-        """Tune the accepted socket and keep its descriptor, join the poller, create the
-        machine, then read (unless it paused or closed already): what ``connection_made``
-        does on a loop's transport. The socket object is detached (the descriptor is closed
-        by ``connection_lost``, or here if the set-up fails)."""
+    def start(self) -> None:
+        """Join the poller, tune the socket, create the machine, then read (unless it
+        paused or closed already): what ``connection_made`` does on a loop's transport."""
+        sock = self.sock
+        assert sock is not None
+        self.poller.attach(sock.fileno(), self)
+        self.transport = cast(asyncio.Transport, self)
         self._tune(sock)
-        try:
-            peer = sock.getpeername() if self.policy is not None else None
-        except OSError:  # the peer is gone already: it is closed like any other
-            peer = None
-        fd = self.fd = sock.detach()
-        try:
-            self.poller.attach(fd, self)
-            self.transport = cast(asyncio.Transport, self)
-            self._start(peer)
-        except BaseException:
-            self.fd = -1
-            os.close(fd)
-            raise
+        self._start(self.get_extra_info("peername") if self.policy is not None else None)
         if not self.bits & (_NOREAD | _CLOSING):
             self._watch(True)
+
+    def _fileno(self) -> int:
+        sock = self.sock
+        return -1 if sock is None else sock.fileno()
 
     def _watch(self, on: bool) -> None:
         """Register (True) or unregister the socket with the poller, if not so already."""
         if bool(self.bits & _WATCHED) is on:
             return
         self.bits ^= _WATCHED
-        fd = self.fd
+        fd = self._fileno()
         if fd < 0:
             return
         if on:
@@ -218,14 +206,19 @@ class LeanProtocol(MQTTProtocol):
 
     # ------------------------------------------------------------ information
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        """``peername`` and ``sockname`` (asked from the descriptor); no ``socket`` object."""
-        fd = self.fd
-        if fd < 0 or name not in {"peername", "sockname"}:
+        sock = self.sock
+        if sock is None:
             return default
         try:
-            return _on_socket(fd, lambda s: s.getpeername() if name == "peername" else s.getsockname())
+            if name == "socket":
+                return sock
+            if name == "peername":
+                return sock.getpeername()
+            if name == "sockname":
+                return sock.getsockname()
         except OSError:
             return default
+        return default
 
     def is_closing(self) -> bool:
         return bool(self.bits & _CLOSING)
@@ -248,11 +241,11 @@ class LeanProtocol(MQTTProtocol):
         self._watch(True)
 
     def _read_ready(self) -> None:
-        fd = self.fd
-        if self.bits & _LOST or fd < 0:
+        sock = self.sock
+        if self.bits & _LOST or sock is None:
             return
         try:
-            data = os.read(fd, MAX_READ)
+            data = sock.recv(MAX_READ)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -288,9 +281,10 @@ class LeanProtocol(MQTTProtocol):
             backlog += data
             self._pause_if_over()
             return
-        fd = self.fd
+        sock = self.sock
+        assert sock is not None
         try:
-            n = os.write(fd, data)
+            n = sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError as exc:
@@ -299,16 +293,17 @@ class LeanProtocol(MQTTProtocol):
         if n == len(data):
             return
         self.backlog = bytearray(memoryview(data)[n:])
-        self.poller.loop.add_writer(fd, self._write_ready)
+        self.poller.loop.add_writer(sock.fileno(), self._write_ready)
         self._pause_if_over()
 
     def _write_ready(self) -> None:
         backlog = self.backlog
-        fd = self.fd
-        if backlog is None or fd < 0 or self.bits & _LOST:
+        sock = self.sock
+        if backlog is None or sock is None or self.bits & _LOST:
             return
+        fd = sock.fileno()
         try:
-            n = os.write(fd, backlog)
+            n = sock.send(backlog)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
@@ -342,8 +337,9 @@ class LeanProtocol(MQTTProtocol):
             self._shutdown_write()
 
     def _shutdown_write(self) -> None:
-        if self.fd >= 0:
-            _on_socket(self.fd, lambda s: s.shutdown(socket.SHUT_WR))
+        sock = self.sock
+        if sock is not None:
+            sock.shutdown(socket.SHUT_WR)
 
     # ------------------------------------------------------------ closing
     def close(self) -> None:
@@ -363,7 +359,7 @@ class LeanProtocol(MQTTProtocol):
             return
         if self.backlog is not None:
             self.backlog = None
-            fd = self.fd
+            fd = self._fileno()
             if fd >= 0:
                 self.poller.loop.remove_writer(fd)
         self.bits |= _CLOSING
@@ -377,21 +373,12 @@ class LeanProtocol(MQTTProtocol):
         self.poller.loop.call_soon(self._call_connection_lost, exc)
 
     def _call_connection_lost(self, exc: Exception | None) -> None:
-        fd = self.fd
+        sock = self.sock
+        fd = -1 if sock is None else sock.fileno()
         try:
             self.connection_lost(exc)
         finally:
-            self.fd = -1
-            if fd >= 0:
-                os.close(fd)
+            self.sock = None
+            if sock is not None:
+                sock.close()
             self.poller.detach(fd, self)
-
-
-def _on_socket(fd: int, call: Callable[[socket.socket], _T]) -> _T:
-    """``call`` on a socket object for descriptor ``fd``, made for the call and detached after
-    (the descriptor stays open: a ``LeanProtocol`` keeps only the number)."""
-    s = socket.socket(fileno=fd)
-    try:
-        return call(s)
-    finally:
-        s.detach()
