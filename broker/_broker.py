@@ -208,9 +208,20 @@ class Broker:
         #: QoS 2 ids the store held under client ids without a session (an extension's own:
         #: the cluster keeps its peers' received ids so), by client id, as found at start
         self.restored_qos2_in: dict[str, set[int]] = {}
+        #: the open TLS and WebSocket connections (plain-TCP ones are in their listener's poller)
         self._open: set[MQTTProtocol] = set()
         for h in self.hooks:
             h.attach(self)
+
+    def _protocols(self) -> list[MQTTProtocol]:
+        """Every open network connection: the TLS/WebSocket set and the plain-TCP listeners'
+        pollers (``broker.net._lean``). O(connections + highest descriptor)."""
+        found: list[MQTTProtocol] = list(self._open)
+        for o in (self._listeners or []) + self._extra:
+            for a in o.acceptors:
+                if a.poller is not None:
+                    found += a.poller.protocols()
+        return found
 
     @property
     def port(self) -> int:
@@ -413,9 +424,10 @@ class Broker:
             self._timer.cancel()
         await self._send_owed()
         self.core.shutdown(self.core.clock.monotonic())
-        if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
-            await asyncio.wait([p.closed() for p in self._open], timeout=STOP_GRACE)
-        for p in list(self._open):
+        # clients get STOP_GRACE seconds to close their side, then are aborted
+        if protocols := self._protocols():
+            await asyncio.wait([p.closed() for p in protocols], timeout=STOP_GRACE)
+        for p in self._protocols():
             if p.transport is not None:
                 p.transport.abort()
         await wait_closed(self._listeners + self._extra)

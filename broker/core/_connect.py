@@ -78,8 +78,7 @@ def negotiate(conn: Connection, p: Connect) -> int | None:
         conn.client_alias_max = props.topic_alias_maximum or 0
         if conn.client_alias_max:
             conn.alias_out = {}
-        if cfg.topic_alias_maximum:
-            conn.alias_in = {}
+        # ``alias_in`` stays the shared empty map until the client sets its first alias
     conn.keep_alive = float(ka)
     if ka:
         core.conn_timers.file(conn, conn.last_rx + 1.5 * ka)

@@ -17,6 +17,9 @@ callbacks stored per connection), the peer address is asked from the transport w
 logged or shown (``peer``: not stored per connection), and the output list, the pending
 packets, the flow-control set and the topic-alias maps are shared empty containers until first
 written (``_check``); the output list goes back to the shared empty one after every flush.
+Eighteen fields that almost every idle device leaves at their defaults (flow control, topic
+aliases, held acknowledgements, the gate, flags, the close reason) live in a side object
+created the first time one of them is set (:mod:`broker.core._connrare`, ``RareFields``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
 from broker.core._connect import connect_refusal, hold_connack, negotiate
+from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._message import Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
@@ -139,16 +143,12 @@ class Callbacks:
         return ""
 
 
-#: shared empty containers of the connections that never need their own (issue 27, item 2:
-#: an idle connection holds no empty list, set or dict): written to never (``Connection._check``)
-NO_FEEDERS: Final[set[Connection]] = set()
-NO_ALIASES_OUT: Final[dict[str, int]] = {}
-NO_ALIASES_IN: Final[dict[int, str]] = {}
+#: the shared empty output list (issue 27, item 2: an idle connection holds no empty list,
+#: set or dict; the others are in ``broker.core._connrare``): written to never (``_check``)
 _NO_OUTPUT: Final[list[bytes]] = []
-_NO_PACKETS: Final[list[Packet]] = []
 
 
-class Connection:
+class Connection(RareFields):
     """The protocol machine of one network connection (sans-IO)."""
 
     def __init__(
@@ -161,21 +161,26 @@ class Connection:
     ) -> None:
         """``link``: the transport; ``peer``: a fixed peer address to show (unit tests), or
         None to ask the transport when needed (``Link.peername``)."""
+        super().__init__()  # the rarely used fields (``RareFields``): defaults until set
         self.core = core
         self.link = link
-        # flow control: as a receiver, since when its queue is over the high-water mark, the
-        # publishers paused for it, and whether it is a slow consumer; as a publisher, how
-        # many congested receivers it waits for and the packets read but not yet processed
-        self.congested_since: float | None = None
-        self.feeders: set[Connection] = NO_FEEDERS  # its own set once one is paused for it
-        self.slow = False
+        # rare (``broker.core._connrare``): flow control: as a receiver, since when its queue
+        # is over the high-water mark (``congested_since``), the publishers paused for it
+        # (``feeders``, its own set once one is paused for it), and whether it is a slow
+        # consumer (``slow``); as a publisher, how many congested receivers it waits for
+        # (``blockers``), paused until the store's writer catches up (``store_wait``,
+        # Journal.bound) and the packets read but not yet processed (``pending``, its own list
+        # once a paused read leaves packets); ``bridge``: a mosquitto bridge (CONNECT level
+        # 0x83/0x84: no echo, retain as published); the listener's slow-consumer policy; a
+        # fixed peer address; topic aliases (``client_alias_max``, ``alias_out``: its own dict
+        # from a v5 CONNECT that allows them, ``negotiate``; ``alias_in``: its own dict at the
+        # client's first alias); ``problem_info``;
+        # ``will_on_close``; ``close_reason``; ``held``/``held_writes``: packets held for the
+        # store's durable signal, deliveries among them; ``gated``: output withheld until the
+        # held CONNACK is released (persisted session)
         self.sent = 0  # bytes written; less the transport's (``io``) buffer: what the socket took
         self.io: WriteBuffer | None = None
-        self.bridge = False  # a mosquitto bridge (CONNECT level 0x83/0x84): no echo, retain as published
         self.clean_start = True  # the CONNECT's Clean Start (Clean Session) flag
-        self.blockers = 0
-        self.store_wait = False  # paused until the store's writer catches up (Journal.bound)
-        self.pending: list[Packet] = _NO_PACKETS  # its own list once a paused read leaves packets
         self.listener_policy = listener_policy
         self.policy = listener_policy or core.config.slow_consumer_policy
         self.fixed_peer = peer
@@ -193,15 +198,6 @@ class Connection:
         self.timer_key = -1  # its bucket in core.conn_timers (-1: none; core/_conntimers.py)
         self.window = core.config.max_inflight
         self.client_max_packet = 268_435_455
-        self.client_alias_max = 0
-        # topic aliases, own dicts from a v5 CONNECT that allows them (``negotiate``)
-        self.alias_out: dict[str, int] = NO_ALIASES_OUT
-        self.alias_in: dict[int, str] = NO_ALIASES_IN
-        self.problem_info = True
-        self.will_on_close = True
-        self.close_reason = "connection lost"
-        self.held = self.held_writes = 0  # packets held for the store's durable signal; deliveries
-        self.gated = False  # output withheld until the held CONNACK is released (persisted session)
         core.connections.add(self)
         core.conn_timers.file(self, self.connect_deadline)
         core.stats.connections_total += 1
@@ -216,7 +212,7 @@ class Connection:
         return self.fixed_peer if self.fixed_peer is not None else self.link.peername()
 
     def _check(self) -> None:
-        shared = (NO_FEEDERS, NO_ALIASES_OUT, NO_ALIASES_IN, _NO_OUTPUT, _NO_PACKETS)
+        shared = (NO_FEEDERS, NO_ALIASES_OUT, NO_ALIASES_IN, _NO_OUTPUT, NO_PACKETS)
         assert not any(shared), "a shared empty container was written"
 
     # ------------------------------------------------------------ output helpers
@@ -430,7 +426,7 @@ class Connection:
         """
         self.last_rx = self.clock = now
         if self.blockers or self.pending:  # paused: keep the order, process on resume
-            if self.pending is _NO_PACKETS:
+            if self.pending is NO_PACKETS:
                 self.pending = []
             self.pending.extend(packets)
             return
@@ -491,7 +487,7 @@ class Connection:
             return
         pending = self.pending
         if pending:
-            self.pending = _NO_PACKETS
+            self.pending = NO_PACKETS
             self.received(pending, self.clock)
         if not self.blockers and not self.pending:
             self.link.throttle(False)
@@ -665,6 +661,8 @@ class Connection:
                     self.disconnect, ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
                 )
             if topic:
+                if self.alias_in is NO_ALIASES_IN:  # its own map at its first alias
+                    self.alias_in = {}
                 self.alias_in[alias] = topic
             else:
                 known = self.alias_in.get(alias)
@@ -866,7 +864,7 @@ class Connection:
                 receiver.feeders.discard(self)
             self.blockers = 0
             core.stats.publishers_paused -= 1
-        self.pending = _NO_PACKETS
+        self.pending = NO_PACKETS
         s = self.session
         if s is not None and was_connected and s.conn is self:
             if keep_session:

@@ -23,8 +23,9 @@ ours and the same on both loops:
   ``LIMIT_LOG_INTERVAL`` (``Core.log_limit``).
 
 Each accepted socket of a plain-TCP MQTT listener (``lean``) becomes a
-:class:`~broker.net._lean.LeanTransport` at once (a slotted object on ``add_reader``: issue 27,
-item 2); on the other listeners (TLS, WebSocket) it becomes the loop's own transport with
+:class:`~broker.net._lean.LeanProtocol` at once (one slotted object, protocol and transport,
+read through the listener's epoll ``Poller``: issue 27, item 2); on the other listeners
+(TLS, WebSocket) it becomes the loop's own transport with
 ``loop.connect_accepted_socket`` (TLS by the loop's TLS when the listener has a context),
 which is what ``create_server`` does inside.
 Listening sockets are bound here with ``listen_backlog`` (the kernel caps it at
@@ -44,7 +45,7 @@ from collections.abc import Callable
 
 from broker.core._core import Core
 from broker.net._admission import ConnectionLimits
-from broker.net._lean import LeanTransport, Poller
+from broker.net._lean import LeanProtocol, Poller
 
 __all__ = [
     "RESERVE",
@@ -173,14 +174,14 @@ class Acceptor:
         ssl_context: ssl.SSLContext | None,
         core: Core,
         limits: ConnectionLimits,
-        lean: bool = False,
+        lean: Callable[[Poller, socket.socket], LeanProtocol] | None = None,
     ) -> None:
-        """``lean``: ``factory`` makes plain-TCP ``asyncio.Protocol`` objects (data_received),
-        served by :class:`LeanTransport`; otherwise by ``loop.connect_accepted_socket``."""
+        """``lean``: makes the :class:`LeanProtocol` of an accepted plain-TCP socket;
+        without it ``factory``'s protocols are served by ``loop.connect_accepted_socket``."""
         self.loop = loop
-        self.lean = lean and ssl_context is None
-        # the lean transports' read readiness, one epoll set per listening socket
-        self.poller = Poller(loop) if self.lean else None
+        self.lean = lean if ssl_context is None else None
+        # the lean connections' read readiness, one epoll set per listening socket
+        self.poller = Poller(loop) if self.lean is not None else None
         self.sock = sock
         self.factory = factory
         self.ssl = ssl_context
@@ -242,9 +243,9 @@ class Acceptor:
         except OSError:  # the peer is gone already
             conn.close()
             return
-        if self.poller is not None:
+        if self.poller is not None and self.lean is not None:
             try:
-                LeanTransport(self.loop, conn, self.factory(), self.poller).start()  # type: ignore[arg-type]
+                self.lean(self.poller, conn).start()
             except Exception:
                 log.exception("accepted connection not set up")
                 conn.close()

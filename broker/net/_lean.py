@@ -1,39 +1,51 @@
-"""A lean plain-TCP transport: one slotted object per connection (issue 27, item 2).
+"""Lean plain-TCP connections: one slotted object per connection (issue 27, item 2).
 
 asyncio's socket transport costs about 1.3 KB per idle connection (an instance ``__dict__``,
 an ``extra`` dict with the socket, sockname and peername, a weak reference in the loop's
 transport table, a write buffer allocated up front); uvloop's C transport about as much. An
-idle MQTT device needs none of that, so plain-TCP listeners use :class:`LeanTransport`:
+idle MQTT device needs none of that, so on plain-TCP listeners a connection is one
+:class:`LeanProtocol`: the :class:`~broker.net._transport.MQTTProtocol` that IS its own
+transport (``self.transport is self``; it owns the socket), so there is no second object,
+no protocol/transport references both ways, no descriptor held as a Python int twice (the
+socket knows it) and no per-connection write-buffer limits (the configured high-water mark
+and a quarter of it, asked from the config when needed). Its transport state (closing,
+half-closed, lost, reading paused, watched) is one small int of bits.
 
 * **Reading**: the socket is watched by a :class:`Poller`, one ``select.epoll`` set per
   listening socket whose one descriptor the loop watches (``loop.add_reader``): the kernel
-  holds the registrations, Python only a dict entry fd -> transport, where a loop reader per
-  socket costs a ``Handle``, a context, a bound method and a selector key (~0.4 KB on
-  asyncio, ~0.6 KB on uvloop). Level-triggered: a socket with data left is reported again.
+  holds the registrations, Python only a list slot indexed by the descriptor (8 bytes; a
+  dict entry fd -> connection cost ~60 B with its int key), where a loop reader per socket
+  costs a ``Handle``, a context, a bound method and a selector key (~0.4 KB on asyncio,
+  ~0.6 KB on uvloop). Level-triggered: a socket with data left is reported again.
   ``sock.recv`` takes 256 KiB at most per read, as asyncio; ``pause_reading``/
   ``resume_reading`` unregister and register the socket (flow control:
   ``MQTTProtocol._reading``). Without ``select.epoll`` (not Linux) the poller falls back to
-  one loop reader per socket. End of stream: ``protocol.eof_received()``, then close unless
-  it asks to keep the connection open.
+  one loop reader per socket. End of stream: ``eof_received()``, then close unless it asks
+  to keep the connection open.
+* **The open connections**: the poller's list holds every connection of its listener from
+  ``start`` to ``connection_lost`` (watched or paused), so it is also the broker's registry
+  of them (``Broker.stop`` closes them; a set of open protocols would cost ~105 B more per
+  connection). TLS and WebSocket connections stay in the broker's set.
 * **Writing**: ``write`` sends at once with a non-blocking ``sock.send``; what the socket
   does not take goes into a ``bytearray`` backlog created on demand, and ``add_writer`` is
   registered only while there is a backlog. The backlog is dropped once it is empty (an idle
-  connection holds no buffer). Above the high-water mark the protocol's ``pause_writing`` is
-  called, at or below the low-water mark ``resume_writing`` (asyncio's rules, including the
-  default low = high / 4); ``get_write_buffer_size`` is the backlog (hung-consumer detection,
-  ``Core.tick``).
+  connection holds no buffer). Above the high-water mark (``write_buffer_high``)
+  ``pause_writing`` is called, at or below a quarter of it ``resume_writing`` (asyncio's
+  rules with its default low-water mark); ``get_write_buffer_size`` is the backlog
+  (hung-consumer detection, ``Core.tick``).
 * **Closing**: ``close`` stops reading and calls ``connection_lost(None)`` (next loop turn)
   once the backlog has been written; ``abort`` drops the backlog and does it at once (next
   loop turn); ``write_eof`` half-closes after the backlog (the lingering close of
-  ``MQTTProtocol.shut``). A socket error while reading or writing is fatal: the transport is
+  ``MQTTProtocol.shut``). A socket error while reading or writing is fatal: the connection is
   aborted and ``connection_lost`` gets the exception. The socket is closed after
   ``connection_lost``.
-* **Extra info**: ``socket``, ``peername`` and ``sockname`` (from the socket when asked;
-  ``MQTTProtocol`` asks once), ``peercert`` None.
+* **Extra info**: ``socket``, ``peername`` and ``sockname`` (from the socket when asked),
+  ``peercert`` None.
 
-It implements the part of ``asyncio.Transport`` that ``MQTTProtocol`` uses, on any loop
-with ``add_reader``/``add_writer`` (asyncio's selector loops and uvloop). TLS and WebSocket
-listeners keep the loop's own transport (``broker.net._accept``).
+It implements the part of ``asyncio.Transport`` that ``MQTTProtocol`` (and the core's
+hung-consumer check, ``Connection.io``) uses, on any loop with ``add_reader``/``add_writer``
+(asyncio's selector loops and uvloop). TLS and WebSocket listeners keep the loop's own
+transport (``broker.net._accept``).
 """
 
 from __future__ import annotations
@@ -43,142 +55,158 @@ import contextlib
 import logging
 import select
 import socket
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["MAX_EVENTS", "MAX_READ", "LeanTransport", "Poller"]
+from broker.core._core import Core
+from broker.net._admission import ListenerPolicy
+from broker.net._transport import MQTTProtocol
+
+__all__ = ["MAX_EVENTS", "MAX_READ", "LeanProtocol", "Poller"]
 
 log = logging.getLogger("broker")
 
 #: bytes asked from the socket per read (asyncio's ``max_size``)
 MAX_READ = 256 * 1024
-#: default high-water mark of the write backlog (asyncio's)
-DEFAULT_HIGH = 64 * 1024
 #: ready sockets handled per readiness of the poller at most (the rest: next loop turn)
 MAX_EVENTS = 1024
 
+# LeanProtocol.bits: its transport state
+_CLOSING = 1  # close/abort called: no more reading; connection_lost once the backlog is out
+_EOF = 2  # write_eof called
+_LOST = 4  # connection_lost scheduled
+_NOREAD = 8  # reading paused (pause_reading)
+_WATCHED = 16  # registered with the poller (or a loop reader)
+
 
 class Poller:
-    """Read readiness of the lean transports of one listening socket, in one epoll set.
+    """Read readiness of the lean connections of one listening socket, in one epoll set.
 
-    ``attach``/``detach`` count the transports alive; ``release`` (the listener closed) closes
-    the epoll set once the last of them is gone (open connections outlive their listener).
+    ``attach``/``detach`` add and remove a connection (``protocols()``: those alive);
+    ``release`` (the listener closed) closes the epoll set once the last of them is gone
+    (open connections outlive their listener).
     """
 
-    __slots__ = ("_alive", "_ep", "_loop", "_readers", "_released")
+    __slots__ = ("_alive", "_conns", "_ep", "_released", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._readers: dict[int, LeanTransport] = {}
+        self.loop = loop
+        #: the open connections by descriptor (None: a free descriptor)
+        self._conns: list[LeanProtocol | None] = []
         self._alive = 0
         self._released = False
         self._ep = select.epoll() if hasattr(select, "epoll") else None
         if self._ep is not None:
             loop.add_reader(self._ep.fileno(), self._ready)
 
-    def attach(self) -> None:
+    def attach(self, fd: int, p: LeanProtocol) -> None:
+        conns = self._conns
+        if fd >= len(conns):
+            conns.extend([None] * max(fd + 1 - len(conns), len(conns)))  # doubling: amortised O(1)
+        conns[fd] = p
         self._alive += 1
 
-    def detach(self) -> None:
+    def detach(self, fd: int, p: LeanProtocol) -> None:
+        conns = self._conns
+        if 0 <= fd < len(conns) and conns[fd] is p:
+            conns[fd] = None
         self._alive -= 1
         if self._released and self._alive <= 0:
             self._close()
+
+    def protocols(self) -> list[LeanProtocol]:
+        """The open connections of this listening socket. O(highest descriptor)."""
+        return [p for p in self._conns if p is not None]
 
     def release(self) -> None:
         self._released = True
         if self._alive <= 0:
             self._close()
 
-    def watch(self, fd: int, t: LeanTransport) -> None:
+    def watch(self, fd: int, p: LeanProtocol) -> None:
         ep = self._ep
         if ep is None or ep.closed:
-            self._loop.add_reader(fd, t._read_ready)
+            self.loop.add_reader(fd, p._read_ready)
             return
-        self._readers[fd] = t
         ep.register(fd, select.EPOLLIN)
 
     def unwatch(self, fd: int) -> None:
         ep = self._ep
-        if ep is None or self._readers.pop(fd, None) is None:
-            self._loop.remove_reader(fd)
+        if ep is None or ep.closed:
+            self.loop.remove_reader(fd)
             return
-        if not ep.closed:
+        with contextlib.suppress(OSError):  # not registered (a loop reader then)
             ep.unregister(fd)
+            return
+        self.loop.remove_reader(fd)
 
     def _close(self) -> None:
         ep = self._ep
         if ep is None or ep.closed:
             return
         with contextlib.suppress(RuntimeError, ValueError):  # the loop is closed already
-            self._loop.remove_reader(ep.fileno())
+            self.loop.remove_reader(ep.fileno())
         ep.close()
 
     def _ready(self) -> None:
         ep = self._ep
         assert ep is not None
-        readers = self._readers
+        conns = self._conns
         for fd, _events in ep.poll(0, MAX_EVENTS):
-            t = readers.get(fd)
-            if t is not None:
+            p = conns[fd] if fd < len(conns) else None
+            if p is not None:
                 try:
-                    t._read_ready()
+                    p._read_ready()
                 except Exception:  # one connection's failure must not starve the others
-                    log.exception("lean transport: read failed")
-                    t.abort()
+                    log.exception("lean connection: read failed")
+                    p.abort()
 
 
-class LeanTransport(asyncio.Transport):
-    """The transport of one accepted plain-TCP socket (see the module docstring)."""
+class LeanProtocol(MQTTProtocol):
+    """One accepted plain-TCP connection: protocol and transport (see the module docstring)."""
 
-    __slots__ = (
-        "_backlog",
-        "_closing",
-        "_eof",
-        "_fd",
-        "_high",
-        "_loop",
-        "_lost",
-        "_low",
-        "_poller",
-        "_protocol",
-        "_reading",
-        "_sock",
-        "_write_paused",
-    )
+    __slots__ = ("backlog", "bits", "poller", "sock")
 
     def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        sock: socket.socket,
-        protocol: asyncio.Protocol,
-        poller: Poller,
+        self, core: Core, policy: ListenerPolicy | None, poller: Poller, sock: socket.socket
     ) -> None:
-        # asyncio.BaseTransport.__init__ would create the ``_extra`` dict: not called
-        self._loop = loop
-        self._poller = poller
-        poller.attach()
-        self._sock: socket.socket | None = sock
-        self._fd = sock.fileno()
-        self._protocol: asyncio.Protocol | None = protocol
-        self._backlog: bytearray | None = None  # unsent bytes (None: none)
-        self._closing = False  # close/abort called: no more reading or writing
-        self._eof = False  # write_eof called
-        self._lost = False  # connection_lost scheduled
-        self._reading = True
-        self._write_paused = False  # the protocol was told pause_writing
-        self._high = DEFAULT_HIGH
-        self._low = DEFAULT_HIGH // 4
+        super().__init__(core, policy, None)  # the poller is the registry
+        self.poller = poller
+        self.sock: socket.socket | None = sock
+        self.backlog: bytearray | None = None  # unsent bytes (None: none)
+        self.bits = 0
 
     def start(self) -> None:
-        """``connection_made``, then read (unless the protocol paused or closed already)."""
-        protocol = self._protocol
-        assert protocol is not None
-        protocol.connection_made(self)
-        if self._reading and not self._closing:
-            self._poller.watch(self._fd, self)
+        """Join the poller, tune the socket, create the machine, then read (unless it
+        paused or closed already): what ``connection_made`` does on a loop's transport."""
+        sock = self.sock
+        assert sock is not None
+        self.poller.attach(sock.fileno(), self)
+        self.transport = cast(asyncio.Transport, self)
+        self._tune(sock)
+        self._start(self.get_extra_info("peername") if self.policy is not None else None)
+        if not self.bits & (_NOREAD | _CLOSING):
+            self._watch(True)
+
+    def _fileno(self) -> int:
+        sock = self.sock
+        return -1 if sock is None else sock.fileno()
+
+    def _watch(self, on: bool) -> None:
+        """Register (True) or unregister the socket with the poller, if not so already."""
+        if bool(self.bits & _WATCHED) is on:
+            return
+        self.bits ^= _WATCHED
+        fd = self._fileno()
+        if fd < 0:
+            return
+        if on:
+            self.poller.watch(fd, self)
+        else:
+            self.poller.unwatch(fd)
 
     # ------------------------------------------------------------ information
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        sock = self._sock
+        sock = self.sock
         if sock is None:
             return default
         try:
@@ -193,192 +221,164 @@ class LeanTransport(asyncio.Transport):
         return default
 
     def is_closing(self) -> bool:
-        return self._closing
-
-    def get_protocol(self) -> asyncio.BaseProtocol:
-        assert self._protocol is not None
-        return self._protocol
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._protocol = protocol  # type: ignore[assignment]
+        return bool(self.bits & _CLOSING)
 
     # ------------------------------------------------------------ reading
     def is_reading(self) -> bool:
-        return self._reading and not self._closing
+        return not self.bits & (_NOREAD | _CLOSING)
 
     def pause_reading(self) -> None:
-        if self._closing or not self._reading:
+        if self.bits & (_NOREAD | _CLOSING):
             return
-        self._reading = False
-        self._poller.unwatch(self._fd)
+        self.bits |= _NOREAD
+        self._watch(False)
 
     def resume_reading(self) -> None:
-        if self._closing or self._reading:
+        bits = self.bits
+        if bits & _CLOSING or not bits & _NOREAD:
             return
-        self._reading = True
-        self._poller.watch(self._fd, self)
+        self.bits = bits & ~_NOREAD
+        self._watch(True)
 
     def _read_ready(self) -> None:
-        sock = self._sock
-        if self._lost or sock is None:
+        sock = self.sock
+        if self.bits & _LOST or sock is None:
             return
         try:
             data = sock.recv(MAX_READ)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._fatal(exc)
+            self._force_close(exc)
             return
-        protocol = self._protocol
-        assert protocol is not None
         if not data:
-            if protocol.eof_received():
+            if self.eof_received():
                 self.pause_reading()  # kept open for writing; nothing more to read
             else:
                 self.close()
             return
         try:
-            protocol.data_received(data)
+            self.data_received(data)
         except Exception as exc:  # MQTTProtocol catches its own; anything else ends the connection
-            self._loop.call_exception_handler(
-                {"message": "protocol.data_received() failed", "exception": exc, "transport": self}
+            self.poller.loop.call_exception_handler(
+                {"message": "protocol.data_received() failed", "exception": exc, "protocol": self}
             )
-            self._fatal(exc)
+            self._force_close(exc)
 
     # ------------------------------------------------------------ writing
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        if high is None:
-            high = DEFAULT_HIGH if low is None else 4 * low
-        if low is None:
-            low = high // 4
-        if not high >= low >= 0:
-            raise ValueError(f"high ({high!r}) must be >= low ({low!r}) must be >= 0")
-        self._high = high
-        self._low = low
-        self._pause_if_over()
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._low, self._high
-
     def get_write_buffer_size(self) -> int:
-        backlog = self._backlog
+        backlog = self.backlog
         return 0 if backlog is None else len(backlog)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._eof:
+        bits = self.bits
+        if bits & _EOF:
             raise RuntimeError("Cannot call write() after write_eof()")
-        if not data or self._lost:
+        if not data or bits & _LOST:
             return
-        backlog = self._backlog
+        backlog = self.backlog
         if backlog is not None:
             backlog += data
             self._pause_if_over()
             return
-        sock = self._sock
+        sock = self.sock
         assert sock is not None
         try:
             n = sock.send(data)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError as exc:
-            self._fatal(exc)
+            self._force_close(exc)
             return
         if n == len(data):
             return
-        self._backlog = bytearray(memoryview(data)[n:])
-        self._loop.add_writer(self._fd, self._write_ready)
+        self.backlog = bytearray(memoryview(data)[n:])
+        self.poller.loop.add_writer(sock.fileno(), self._write_ready)
         self._pause_if_over()
 
     def _write_ready(self) -> None:
-        backlog = self._backlog
-        sock = self._sock
-        if backlog is None or sock is None or self._lost:
+        backlog = self.backlog
+        sock = self.sock
+        if backlog is None or sock is None or self.bits & _LOST:
             return
+        fd = sock.fileno()
         try:
             n = sock.send(backlog)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
-            self._fatal(exc)
+            self._force_close(exc)
             return
         del backlog[:n]
-        if self._write_paused and len(backlog) <= self._low:
-            self._write_paused = False
-            if self._protocol is not None:
-                self._protocol.resume_writing()  # may write more (onto the backlog)
-        if self._backlog:
+        if self.write_paused and len(backlog) <= self.core.config.write_buffer_high // 4:
+            self.resume_writing()  # may write more (onto the backlog)
+        if self.backlog:
             return
-        self._backlog = None  # empty: released
-        self._loop.remove_writer(self._fd)
-        if self._closing:
+        self.backlog = None  # empty: released
+        self.poller.loop.remove_writer(fd)
+        bits = self.bits
+        if bits & _CLOSING:
             self._connection_lost(None)
-        elif self._eof:
+        elif bits & _EOF:
             self._shutdown_write()
 
     def _pause_if_over(self) -> None:
-        if not self._write_paused and self.get_write_buffer_size() > self._high:
-            self._write_paused = True
-            if self._protocol is not None:
-                self._protocol.pause_writing()
+        if not self.write_paused and self.get_write_buffer_size() > self.core.config.write_buffer_high:
+            self.pause_writing()
 
     def can_write_eof(self) -> bool:
         return True
 
     def write_eof(self) -> None:
-        if self._closing or self._eof:
+        if self.bits & (_CLOSING | _EOF):
             return
-        self._eof = True
-        if self._backlog is None:
+        self.bits |= _EOF
+        if self.backlog is None:
             self._shutdown_write()
 
     def _shutdown_write(self) -> None:
-        sock = self._sock
+        sock = self.sock
         if sock is not None:
             sock.shutdown(socket.SHUT_WR)
 
     # ------------------------------------------------------------ closing
     def close(self) -> None:
-        if self._closing:
+        if self.bits & _CLOSING:
             return
-        self._closing = True
-        if self._reading:
-            self._poller.unwatch(self._fd)
-        if self._backlog is None:
+        self.bits |= _CLOSING
+        self._watch(False)
+        if self.backlog is None:
             self._connection_lost(None)
 
     def abort(self) -> None:
         self._force_close(None)
 
-    def _fatal(self, exc: Exception) -> None:
-        """A socket error: the connection is over (``connection_lost(exc)``)."""
-        self._force_close(exc)
-
     def _force_close(self, exc: Exception | None) -> None:
-        if self._lost:
+        """``abort``, or a socket error (``exc``): the connection is over at once."""
+        if self.bits & _LOST:
             return
-        if self._backlog is not None:
-            self._backlog = None
-            self._loop.remove_writer(self._fd)
-        if not self._closing:
-            self._closing = True
-            if self._reading:
-                self._poller.unwatch(self._fd)
+        if self.backlog is not None:
+            self.backlog = None
+            fd = self._fileno()
+            if fd >= 0:
+                self.poller.loop.remove_writer(fd)
+        self.bits |= _CLOSING
+        self._watch(False)
         self._connection_lost(exc)
 
     def _connection_lost(self, exc: Exception | None) -> None:
-        if self._lost:
+        if self.bits & _LOST:
             return
-        self._lost = True
-        self._loop.call_soon(self._call_connection_lost, exc)
+        self.bits |= _LOST
+        self.poller.loop.call_soon(self._call_connection_lost, exc)
 
     def _call_connection_lost(self, exc: Exception | None) -> None:
-        protocol, sock = self._protocol, self._sock
-        self._protocol = None
-        self._sock = None
+        sock = self.sock
+        fd = -1 if sock is None else sock.fileno()
         try:
-            if protocol is not None:
-                protocol.connection_lost(exc)
+            self.connection_lost(exc)
         finally:
+            self.sock = None
             if sock is not None:
                 sock.close()
-            self._poller.detach()
+            self.poller.detach(fd, self)

@@ -47,6 +47,7 @@ from broker._config import Listener
 from broker.core._core import Core
 from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
+from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
 from broker.net._websocket import WebSocketProtocol
 
@@ -129,7 +130,10 @@ async def open_listener(
         factory = functools.partial(_lean_tls, loop, make, ctx)
         ctx = None  # TLS by _LeanTLS over a plain server
     socks = await bind(listener.host, listener.port, core.config.listen_backlog)
-    lean = listener.kind == "tcp" and not listener.tls  # plain MQTT over TCP: LeanTransport
+    # plain MQTT over TCP: a LeanProtocol per connection (the listener's poller registers it)
+    lean = (
+        functools.partial(LeanProtocol, core, policy) if listener.kind == "tcp" and not listener.tls else None
+    )
     acceptors = tuple(Acceptor(loop, sock, factory, ctx, core, limits, lean) for sock in socks)
     for a in acceptors:
         a.start()

@@ -8,6 +8,10 @@ transport's high-water mark) mark a slow consumer: QoS 0 traffic to it is droppe
 counted, QoS 1/2 traffic queues in its session up to the configured bound.
 
 Protocols rather than streams: no per-read task switches and no intermediate buffers.
+Between packets an idle connection holds no decoder of its own: after a read that ended on
+a packet boundary it holds the shared decoder of its protocol level (a decoder then holds
+nothing of its stream; ``Decoder.settle``), and a read that leaves a packet incomplete gets
+its own again (issue 27, item 2).
 The protocol object is the connection's :class:`~broker.core._connection.Link` (``send_bytes``,
 ``shut``, ``throttle``): the machine holds this one object, not three bound-method callbacks,
 and the peer address is asked from the transport when it is shown (issue 27, item 2).
@@ -108,6 +112,9 @@ class MQTTProtocol(asyncio.Protocol):
         registry: set[MQTTProtocol] | None = None,
     ) -> None:
         self.core = core
+        # its own decoder until the CONNECT is read and whenever a packet is incomplete (or
+        # the stream is shedding), the shared one of its protocol level between packets
+        # (``Decoder.settle`` after every feed)
         self.decoder = Decoder(None, max_packet_size=core.config.max_packet_size, server=True)
         self.transport: asyncio.Transport | None = None
         self.conn: Connection | None = None
@@ -138,13 +145,21 @@ class MQTTProtocol(asyncio.Protocol):
         sock = t.get_extra_info("socket")
         if sock is not None:
             self.fd = sock.fileno()
-            sndbuf = self.core.config.socket_send_buffer
-            if sndbuf:
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
-                except OSError as exc:  # not a stream socket we can tune: keep the kernel's
-                    log.debug("SO_SNDBUF %d not set: %s", sndbuf, exc)
+            self._tune(sock)
         self._start(t.get_extra_info("peername"))
+
+    def _tune(self, sock: Any) -> None:
+        """The configured kernel send buffer (``socket_send_buffer``) on the socket."""
+        sndbuf = self.core.config.socket_send_buffer
+        if sndbuf:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+            except OSError as exc:  # not a stream socket we can tune: keep the kernel's
+                log.debug("SO_SNDBUF %d not set: %s", sndbuf, exc)
+
+    def _fileno(self) -> int:
+        """The socket's descriptor, for the ingress backlog probe (-1: none, e.g. WebSocket)."""
+        return self.fd
 
     def _start(self, peer: Any) -> None:
         """Create the protocol machine (and pass the listener's admission check).
@@ -208,8 +223,8 @@ class MQTTProtocol(asyncio.Protocol):
         decoder = self.decoder
         try:
             core.stats.bytes_received += len(data)
-            if len(data) >= PROBE_BYTES and self.fd >= 0 and core.config.ingress_shed_bytes:
-                self._probe(conn, len(data))
+            if len(data) >= PROBE_BYTES and core.config.ingress_shed_bytes and (fd := self._fileno()) >= 0:
+                self._probe(conn, len(data), fd)
             elif self.behind_since is not None or decoder.shed_keep >= 0:
                 self.behind_since = None
                 decoder.shed_keep = -1
@@ -220,20 +235,25 @@ class MQTTProtocol(asyncio.Protocol):
                     core.stats.publish_dropped += decoder.shed_count
                     decoder.shed_count = 0
             except MalformedPacket as exc:
-                conn.version = self.decoder.version or conn.version
+                self.decoder = decoder.settle()
+                conn.version = decoder.version or conn.version
                 conn.malformed(exc)
             else:
+                held = decoder.settle()  # the shared decoder while idle, its own while not
+                if held is not decoder:
+                    self.decoder = held
                 if self.screening and packets and self._screen(conn, packets):
                     core.flush()
                     return
                 conn.received(packets, self.core.clock.monotonic())
             core.flush()
         except Exception:  # never into the event loop
+            self.decoder = self.decoder.settle()  # a shared decoder is left as it was found
             log.exception("connection %s: unexpected error", conn.peer)
             if self.transport is not None:
                 self.transport.abort()
 
-    def _probe(self, conn: Connection, read: int) -> None:
+    def _probe(self, conn: Connection, read: int, fd: int) -> None:
         """A large read: is the peer more than ``ingress_shed_bytes`` ahead of the broker?
 
         *Behind*: that much is still waiting in the kernel after the read (a burst the read
@@ -244,13 +264,13 @@ class MQTTProtocol(asyncio.Protocol):
         keeps routing at its own pace). docs/broker.md, "Flow control".
         One ioctl per read of at least PROBE_BYTES, none for small reads."""
         try:
-            behind = struct.unpack("i", fcntl.ioctl(self.fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            behind = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
         except OSError:
             return
         core = self.core
         cfg = core.config
         mark = cfg.ingress_shed_bytes
-        decoder = self.decoder
+        decoder = self.decoder  # the shared one too: ``settle`` after the feed makes it its own
         now = core.clock.monotonic()
         if behind > mark:
             since = self.behind_since

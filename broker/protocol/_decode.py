@@ -412,6 +412,11 @@ def _disconnect_or_auth(r: _Reader, ptype: int, server: bool) -> Disconnect | Au
     return Auth(code, props)
 
 
+#: the shared decoders of idle streams (``Decoder.settle``): by max_packet_size * 2 + server,
+#: then by protocol level
+_SHARED: Final[dict[int, list[Decoder | None]]] = {}
+
+
 class Decoder:
     """Streaming, sans-IO decoder: ``feed(bytes) -> list[Packet]``.
 
@@ -436,24 +441,76 @@ class Decoder:
         "_seen_connect",
         "max_packet_size",
         "server",
+        "shared",
         "shed_count",
         "shed_keep",
         "version",
     )
 
     def __init__(
-        self, version: int | None = None, max_packet_size: int = 268_435_455, server: bool = True
+        self,
+        version: int | None = None,
+        max_packet_size: int = 268_435_455,
+        server: bool = True,
+        connected: bool = False,
     ) -> None:
+        """``connected``: the stream's CONNECT was read already (by another decoder: see
+        ``settle``)."""
         self.version = version
+        self.shared = False  # the decoder of every idle stream of its kind (``settle``)
         self.max_packet_size = max_packet_size
         self.server = server
         # a partial packet's bytes; None while there is none (an idle connection holds no buffer)
         self._buf: bytearray | None = None
         self._need = 0
-        self._seen_connect = False
+        self._seen_connect = connected
         self._error: MalformedPacket | None = None
         self.shed_keep = -1
         self.shed_count = 0
+
+    def idle(self) -> bool:
+        """Between packets, after the CONNECT, not shedding, no error: this decoder holds
+        nothing of its stream but ``version``, ``max_packet_size`` and ``server``, so any
+        decoder made with ``Decoder(version, max_packet_size, server, connected=True)``
+        continues it."""
+        return (
+            self._buf is None
+            and self._seen_connect
+            and self._error is None
+            and self.shed_keep < 0
+            and self.shed_count == 0
+        )
+
+    def settle(self) -> Decoder:
+        """The decoder the stream continues with after a ``feed`` (issue 27, item 2: an idle
+        connection holds no decoder of its own). An idle decoder gives way to the *shared*
+        one of its kind (version, maximum packet size, side), which every idle stream of
+        that kind holds; a shared decoder that is not idle after a feed (a packet left
+        incomplete, an error, shedding) hands that state to a new decoder of the stream's
+        own and is idle again. The caller holds the result. Feeds never interleave (one
+        ``feed`` then one ``settle`` per read, synchronously), so one shared decoder per
+        kind is enough. O(1)."""
+        if self.shared:
+            if self.idle():
+                return self
+            own = Decoder(self.version, self.max_packet_size, self.server, True)
+            own._buf, own._need, own._error = self._buf, self._need, self._error
+            own.shed_keep, own.shed_count = self.shed_keep, self.shed_count
+            self._buf, self._need, self._error = None, 0, None
+            self.shed_keep, self.shed_count = -1, 0
+            return own
+        v = self.version
+        if v is None or not self.idle():
+            return self
+        key = self.max_packet_size * 2 + int(self.server)
+        kinds = _SHARED.get(key)
+        if kinds is None:
+            kinds = _SHARED[key] = [None] * 6
+        shared = kinds[v]
+        if shared is None:
+            shared = kinds[v] = Decoder(v, self.max_packet_size, self.server, True)
+            shared.shared = True
+        return shared
 
     def _check(self) -> None:
         """Invariants: a buffered partial packet is shorter than what it needs."""

@@ -21,7 +21,7 @@ import pytest
 import uvloop
 
 from broker import Broker
-from broker.net._lean import LeanTransport
+from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
 from broker.packets import (
     Auth,
@@ -29,6 +29,8 @@ from broker.packets import (
     Connect,
     Decoder,
     Disconnect,
+    Pingreq,
+    Pingresp,
     Publish,
     ReasonCode,
     Subscribe,
@@ -49,7 +51,7 @@ def run(loop: str, main: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def protocols(b: Broker) -> list[MQTTProtocol]:
-    return list(b._open)
+    return b._protocols()
 
 
 @pytest.mark.parametrize("loop", LOOPS)
@@ -68,7 +70,7 @@ def test_roundtrip_in_order_on_a_lean_transport(loop: str) -> None:
                 assert got == payloads
                 ps = protocols(b)
                 assert len(ps) == 2
-                assert all(type(p.transport) is LeanTransport for p in ps)
+                assert all(type(p) is LeanProtocol and p.transport is p for p in ps)
                 await eventually(lambda: all(p.transport.get_write_buffer_size() == 0 for p in ps))  # type: ignore[union-attr]
                 # the peer address is the socket's: what the client sees as its own address
                 ours = {p.conn.peer for p in ps if p.conn is not None}
@@ -76,7 +78,7 @@ def test_roundtrip_in_order_on_a_lean_transport(loop: str) -> None:
                 assert b._listeners is not None
                 pollers = [a.poller for o in b._listeners for a in o.acceptors if a.poller is not None]
                 assert pollers and all(p._ep is not None and not p._ep.closed for p in pollers)
-            await eventually(lambda: not b.core.connections and not b._open)
+            await eventually(lambda: not b.core.connections and not b._protocols())
         # the listeners closed and their last connections gone: the epoll sets are closed too
         assert all(p._ep is None or p._ep.closed for p in pollers)
 
@@ -114,7 +116,7 @@ def test_backlog_pauses_and_resumes_the_protocol(loop: str) -> None:
                 got += dec.feed(await loop_.sock_recv(raw, 4096))
             (proto,) = protocols(b)
             t = proto.transport
-            assert type(t) is LeanTransport
+            assert type(t) is LeanProtocol
             async with aiomqtt.Client("127.0.0.1", b.port, identifier="lean-fast") as pub:
                 n = 0
                 while not proto.write_paused:
@@ -133,7 +135,7 @@ def test_backlog_pauses_and_resumes_the_protocol(loop: str) -> None:
                         await loop_.sock_sendall(raw, b"\x40\x02" + struct.pack("!H", p.packet_id or 0))
                 assert seqs == list(range(n))
                 await eventually(lambda: not proto.write_paused and t.get_write_buffer_size() == 0)
-                assert t._backlog is None  # released once empty
+                assert t.backlog is None  # released once empty
             raw.close()
             await eventually(lambda: not b.core.connections)
 
@@ -156,7 +158,7 @@ def test_lingering_close_delivers_the_disconnect(loop: str) -> None:
             assert [type(p) for p in got] == [Connack, Disconnect]
             assert got[-1].reason_code == ReasonCode.PROTOCOL_ERROR
             writer.close()
-            await eventually(lambda: not b.core.connections and not b._open)
+            await eventually(lambda: not b.core.connections and not b._protocols())
 
     run(loop, main)
 
@@ -180,6 +182,63 @@ def test_reset_by_peer_detaches_the_session(loop: str) -> None:
             raw.close()  # RST
             msg = await next_message(watch)
             assert msg.payload == b"gone"
-            await eventually(lambda: b.core.connected == 1 and len(b._open) == 1)
+            await eventually(lambda: b.core.connected == 1 and len(b._protocols()) == 1)
+
+    run(loop, main)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_idle_connections_hold_no_decoder(loop: str) -> None:
+    """Between packets a connection holds the shared decoder of its protocol level
+    (``Decoder.settle``): a packet split over two reads is still decoded whole (the connection
+    has its own decoder while it is incomplete), v4 and v5 connections keep their own protocol
+    level, and a second CONNECT after the connection went idle is still the protocol error it
+    was (0x82, then closed) without touching the other v5 connection."""
+
+    async def main() -> None:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            streams = {}
+            for v in (4, 5, 55):  # 55: a second v5 connection
+                level = 5 if v == 55 else v
+                reader, writer = await asyncio.open_connection("127.0.0.1", b.port)
+                writer.write(encode(Connect(f"lean-dec{v}", level, keep_alive=60), level))
+                writer.write(encode(Subscribe(1, (SubscriptionRequest(f"lean/dec{v}", 1),)), level))
+                dec = Decoder(level, server=False)
+                got: list[Any] = []
+                while len(got) < 2:
+                    got += dec.feed(await asyncio.wait_for(reader.read(4096), 5))
+                streams[v] = (reader, writer, dec)
+            ps = protocols(b)
+            assert len(ps) == 3 and all(p.decoder.shared for p in ps)
+            # the v4 client publishes to the v5 one, the packet split over two reads
+            _, writer4, _ = streams[4]
+            data = encode(Publish("lean/dec5", b"x" * 300, 1, packet_id=7), 4)
+            writer4.write(data[:100])
+            await writer4.drain()
+            await eventually(lambda: any(not p.decoder.shared for p in protocols(b)))
+            writer4.write(data[100:])
+            reader5, writer5, dec5 = streams[5]
+            got = []
+            while not got:
+                got += dec5.feed(await asyncio.wait_for(reader5.read(4096), 5))
+            assert isinstance(got[0], Publish) and got[0].payload == b"x" * 300
+            await eventually(lambda: all(p.decoder.shared for p in protocols(b)))
+            # a second CONNECT on the idle v5 connection: DISCONNECT 0x82, then the end of stream
+            writer5.write(encode(Connect("lean-dec5", 5), 5))
+            got = []
+            while data := await asyncio.wait_for(reader5.read(4096), 5):
+                got += dec5.feed(data)
+            assert [type(p) for p in got][-1:] == [Disconnect]
+            assert got[-1].reason_code == ReasonCode.PROTOCOL_ERROR
+            # that error stayed with its connection: the other v5 one (same shared decoder) reads on
+            reader55, writer55, dec55 = streams[55]
+            writer55.write(encode(Pingreq(), 5))
+            got = []
+            while not got:
+                got += dec55.feed(await asyncio.wait_for(reader55.read(4096), 5))
+            assert isinstance(got[0], Pingresp)
+            for _, w, _ in streams.values():
+                w.close()
+            await eventually(lambda: not b.core.connections and not b._protocols())
 
     run(loop, main)
