@@ -453,7 +453,7 @@ class Broker:
         message to PUBLISH, sent the message again, routed as a new one (the nemesis's QoS 2
         duplicates after a ``leave``, issue 30; docs/fault.md).
         """
-        for p in self._open:
+        for p in self._protocols():  # plain TCP (the listeners' pollers), TLS and WebSocket
             p.stop_reading()
         journal = self.core.journal
         store = journal.store
