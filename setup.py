@@ -23,10 +23,15 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import sys
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
+
+#: mypyc's incremental cache: its own, not the .mypy_cache that ``make typecheck`` rewrites
+#: beside the build (mypyc took a module's rewritten metadata as its own and reused old IR)
+MYPYC_CACHE = os.path.join("build", "mypyc-cache")
 
 
 def hot_modules() -> list[str]:
@@ -81,10 +86,26 @@ class OptionalBuildExt(build_ext):
             self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
-        remove_orphans(os.path.dirname(os.path.abspath(__file__)))
+        here = os.path.dirname(os.path.abspath(__file__))
+        remove_orphans(here)
         remove_orphans(os.path.abspath(self.build_lib))
+        inplace = self.inplace  # setuptools' run clears it while building, and on failure leaves it so
+        if not inplace and self._reuse_inplace(here):
+            return
         try:
-            super().run()
+            try:
+                super().run()
+            except Exception:
+                # mypyc's incremental mode (its IR cache) can generate C whose calls into
+                # another library name symbols missing from that library's export table (seen
+                # with mypy 2.4 when every module came from the cache): once more, from fresh IR
+                if not os.path.isdir(MYPYC_CACHE):
+                    raise
+                print("siftmq: compiling failed; again without mypyc's cache", file=sys.stderr)
+                shutil.rmtree(MYPYC_CACHE)
+                ext_modules()  # rewrites the C files at the same paths as self.extensions'
+                self.inplace, self.compiler = inplace, None  # as before the first attempt
+                super().run()
             # date every extension by this build (an unchanged shim is not relinked), so that
             # broker._build.stale_modules compares sources with the build that saw them
             for ext in self.extensions:
@@ -94,11 +115,32 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:  # any build failure means: stay pure Python
             # and really so: an extension left from an earlier build would shadow the sources
             # that failed to compile (stale code that looks built)
-            for ext in self.extensions:
-                path = self.get_ext_fullpath(ext.name)
-                if os.path.exists(path):
-                    os.remove(path)
+            for self.inplace in {inplace, False}:  # the copies in the sources and in build_lib
+                for ext in self.extensions:
+                    path = self.get_ext_fullpath(ext.name)
+                    if os.path.exists(path):
+                        os.remove(path)
+            self.inplace = inplace
             print(f"siftmq: compiling the hot path failed ({exc}); using pure Python", file=sys.stderr)
+
+    def _reuse_inplace(self, here: str) -> bool:
+        """A wheel built beside an in-place build (``make wheel`` after ``make build``) takes
+        its extensions, compiled from these very sources, instead of compiling them again:
+        every in-place extension must exist and be newer than every hot module and this file."""
+        self.inplace = True
+        built = [self.get_ext_fullpath(ext.name) for ext in self.extensions]
+        self.inplace = False
+        if not built or not all(os.path.exists(p) for p in built):
+            return False
+        sources = [os.path.join(here, m) for m in hot_modules()] + [os.path.abspath(__file__)]
+        if min(os.path.getmtime(p) for p in built) < max(os.path.getmtime(p) for p in sources):
+            return False
+        for ext, path in zip(self.extensions, built, strict=True):
+            target = self.get_ext_fullpath(ext.name)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(path, target)
+        print("siftmq: the in-place compiled hot path is current; the wheel takes it", file=sys.stderr)
+        return True
 
 
 def ext_modules() -> list[object]:
@@ -120,12 +162,7 @@ def ext_modules() -> list[object]:
         groups = [
             ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
         ]
-    # mypyc's incremental cache (its IR beside mypy's metadata) in a directory of its own: in the
-    # shared .mypy_cache, `make typecheck` (run beside the build) rewrote a module's metadata,
-    # mypyc took that module as unchanged and loaded IR older than its C, and the next group's
-    # C referred to a symbol the other's export table no longer had (gcc error, pure Python)
-    cache = ["--cache-dir", os.path.join("build", "mypyc-cache")]
-    return list(mypycify(cache + paths, opt_level="3", separate=groups))
+    return list(mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level="3", separate=groups))
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
