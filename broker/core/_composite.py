@@ -70,6 +70,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import composite
+from broker.core._atom_ids import Atom, Recent, event_key, origin_in
 from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
 from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, at_position, shown
@@ -149,6 +150,15 @@ class Composites:
         #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
         self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
         self._by_expression: dict[str, set[tuple[str, str]]] = {}
+        #: in a cluster (set by it): this process's origin id prefix (broker.core._atom_ids);
+        #: atoms are then identified, offered at most once, and events delivered at most once
+        self.origin_tag: str | None = None
+        #: the origin id of the link copy being injected (set and cleared by the cluster)
+        self.origin: str | None = None
+        self._atoms_seen = Recent()
+        self._events_seen = Recent()
+        self.duplicate_atoms = 0  # atoms offered again (same origin id), not offered
+        self.duplicate_events = 0  # remote events delivered already (same key), dropped
         #: the journal of the durable (persisted sessions') composite subscriptions
         self.log = CompositeLog(self)
         self._observe()
@@ -329,6 +339,10 @@ class Composites:
         subscriber of it (``$composite/<name>``); returns the number delivered."""
         core = self.core
         n = 0
+        key = event_key(expression, body)
+        if key is not None and not self._events_seen.add(key):
+            self.duplicate_events += 1  # merged twice (two cores, a redelivered atom): once
+            return 0
         for client_id, name in sorted(self._by_expression.get(expression, ())):
             s = core.sessions.get(client_id)
             if s is None:
@@ -444,6 +458,8 @@ class Composites:
             "$SYS/broker/composite/offers": str(self.offers),
             "$SYS/broker/composite/events": str(self.events),
             "$SYS/broker/composite/refused": str(self.refused),
+            "$SYS/broker/composite/duplicate_atoms": str(self.duplicate_atoms),
+            "$SYS/broker/composite/duplicate_events": str(self.duplicate_events),
         }
 
     def _check(self) -> None:
@@ -475,6 +491,15 @@ class Composites:
         for delivery; the engine gets the wall clock).  ``msg`` itself is the component
         (``composite.ComponentLike``: no copy).  One Python frame besides the engine's when
         the offer completes nothing and is not journalled (the common case)."""
+        tag = self.origin_tag
+        component: composite.ComponentLike = msg
+        if tag is not None:  # a cluster's node: atoms identified, offered at most once
+            oid = self.origin or origin_in(msg.properties) or f"{tag}.{msg.message_id}"
+            self.origin = None
+            if not self._atoms_seen.add(oid):
+                self.duplicate_atoms += 1
+                return
+            component = Atom(msg.topic, msg.payload, msg.qos, oid)
         self.offers += 1
         log = self.log
         durable = log.atoms
@@ -484,9 +509,9 @@ class Composites:
             return
         eng = self.engine
         if len(atom_ids) == 1:
-            events = eng.offer(atom_ids[0], msg, self.core.clock.wall())
+            events = eng.offer(atom_ids[0], component, self.core.clock.wall())
         else:
-            events = eng.offer_many(atom_ids, msg, self.core.clock.wall())
+            events = eng.offer_many(atom_ids, component, self.core.clock.wall())
         if journal:  # a QoS 0 offer: kept for the next OFFERS row
             pending = log.pending
             pending.append(msg)
