@@ -38,12 +38,24 @@ import orjson
 
 from broker.packets import Properties
 
-__all__ = ["ORIGIN_PROPERTY", "RECENT_MAX", "Atom", "Recent", "boot_tag", "event_key", "split_origin"]
+__all__ = [
+    "ORIGIN_PROPERTY",
+    "RECENT_MAX",
+    "RECENT_PER_ATOM",
+    "Atom",
+    "Recent",
+    "boot_tag",
+    "event_key",
+    "origin_in",
+    "split_origin",
+]
 
 #: the MQTT 5 user property carrying a publication's origin id over a link
 ORIGIN_PROPERTY: Final = "siftmq-origin"
 #: ids each bounded set keeps (per node: about 100 bytes each, 6.5 MB at most)
 RECENT_MAX: Final = 65_536
+#: origin ids kept per atom for a replica's synchronisation (cluster._placement)
+RECENT_PER_ATOM: Final = 1_024
 
 
 def boot_tag(node: str) -> str:
