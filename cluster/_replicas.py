@@ -194,7 +194,10 @@ class Replicas:
 
     def _first(self, expression: str, m: _Mine, members: list[str]) -> bool:
         """Whether this replica is the one that starts a group's merge state: the smallest ID
-        of the members heard of (none is synchronised), seed 001's core."""
+        of the members heard of (none is synchronised), seed 001's core, on the side of a
+        majority of the CSSU (a replica cut off with a minority waits for the core)."""
+        if not self.p.quorate(self.p._code(expression), members):
+            return False
         return all(self.p.me <= x for x in self._heard(expression, members))
 
     def sync_asked(self, expression: str, src: str) -> None:
