@@ -19,8 +19,9 @@ lost or merged twice shifts every later pair.  Here:
   majority of the CSSU (:meth:`cluster._placement.Placement.quorate`).  A core that stops,
   restarts, is cut off or is paused is replaced by the next one, which already holds the
   merge state; the old one does not take over again after a restart (its ``since`` is new).
-  Members that do not emit keep the events they computed for :data:`REPLAY_S`; a member
-  that becomes core sends them (the access nodes drop those already delivered,
+  Members that do not emit keep the events they computed for :data:`REPLAY_S`, minus those
+  up to the last one the core says (in its heartbeats) it sent; a member that becomes core
+  sends the rest (about a refresh's worth; the access nodes drop those already delivered,
   ``Composites.deliver_remote``), which covers the events the old core merged but did not
   get out.
 * **A new replica synchronises.**  A member that starts merging (restarted, or newly in the
@@ -52,7 +53,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.core._atom_ids import Atom
+from broker.core._atom_ids import Atom, event_key
 
 if TYPE_CHECKING:
     from broker._broker import LocalCompositeSubscription
@@ -95,7 +96,10 @@ class Replicas:
         self.peers: dict[str, dict[str, tuple[float, bool, int]]] = {}
         self.ticks = 0
         self.emitting: set[str] = set()
-        self.recent: dict[str, deque[tuple[float, str, int]]] = {}
+        #: expression -> (time, body, qos, key) of the events computed lately
+        self.recent: dict[str, deque[tuple[float, str, int, str | None]]] = {}
+        #: expression -> key of the last event this node sent (told in its heartbeats)
+        self.last_sent: dict[str, str | None] = {}
         self.held: list[tuple[Message, list[int], str]] = []
         self.syncs = 0  # synchronisations from a core
         self.takeovers = 0  # times this node became the core of an expression
@@ -109,16 +113,30 @@ class Replicas:
     def stopped(self, expression: str) -> None:
         self.mine.pop(expression, None)
         self.recent.pop(expression, None)
+        self.last_sent.pop(expression, None)
         self.emitting.discard(expression)
         self._release()
 
     def states(self, t: Csgt) -> dict[str, list[Any]]:
         """What the heartbeats of table ``t`` say about this node's replicas."""
-        return {e: [m.since, m.synced] for e, m in self.mine.items() if e in t.rows}
+        return {e: [m.since, m.synced, self.last_sent.get(e)] for e, m in self.mine.items() if e in t.rows}
 
     def heard(self, src: str, states: dict[str, list[Any]]) -> None:
-        for expr, (since, synced) in states.items():
+        for expr, (since, synced, *last) in states.items():
             self.peers.setdefault(expr, {})[src] = (float(since), bool(synced), self.ticks)
+            if last and last[0] is not None:
+                self._sent_by_core(expr, str(last[0]))
+
+    def _sent_by_core(self, expression: str, key: str) -> None:
+        """A member sent the event ``key``: this replica's events up to it need no replay
+        (a takeover then sends about a refresh's worth of events, not :data:`REPLAY_S`; an
+        access node restarted meanwhile has forgotten what it delivered)."""
+        q = self.recent.get(expression)
+        if not q or all(k != key for _t, _b, _q, k in q):
+            return
+        while q:
+            if q.popleft()[3] == key:
+                break
 
     def core(self, expression: str, members: list[str]) -> str | None:
         """The member that emits ``expression``'s events among ``members``: the
@@ -150,7 +168,7 @@ class Replicas:
         now = time.monotonic()
         for expr in expressions - self.emitting:
             self.takeovers += 1
-            kept = [(b, q) for t, b, q in self.recent.get(expr, ()) if now - t <= REPLAY_S]
+            kept = [(b, q) for t, b, q, _k in self.recent.get(expr, ()) if now - t <= REPLAY_S]
             log.info("composite %s: core here, %d recent events sent again", expr[:60], len(kept))
             for body, qos in kept:
                 self.replayed += 1
@@ -159,11 +177,15 @@ class Replicas:
 
     def emitted(self, expression: str, body: str, qos: int) -> bool:
         """An event this node's replica computed: kept for a takeover; True if it is sent."""
+        key = event_key(expression, body.encode())
+        if expression in self.emitting:
+            self.last_sent[expression] = key
+            return True
         q = self.recent.get(expression)
         if q is None:
             q = self.recent[expression] = deque(maxlen=RECENT_EVENTS)
-        q.append((time.monotonic(), body, qos))
-        return expression in self.emitting
+        q.append((time.monotonic(), body, qos, key))
+        return False
 
     # ------------------------------------------------------------ synchronisation
     def tick(self) -> None:
