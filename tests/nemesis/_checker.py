@@ -58,6 +58,8 @@ class Report:
     #: of those, the pairs FIFO pairing makes of the order the brokers received the atoms in
     #: (a publisher's resends after a reconnection overtaken by its new messages)
     composite_publisher_order: int = 0
+    #: events delivered again with DUP (the subscriber's QoS 1 session: at least once)
+    composite_redelivered: int = 0
     composite_missing: int = 0  # acknowledged pairs whose event never came
     backlog_resumed: list[float] = field(default_factory=list)
     last_delivery_after_heal: float = 0.0
@@ -86,6 +88,7 @@ class Report:
             "composite mispaired by the publishers' order": self.composite_publisher_order,
             "composite mispaired by the brokers": len(self.composite_mispaired)
             - self.composite_publisher_order,
+            "composite redelivered with DUP (QoS 1, allowed)": self.composite_redelivered,
             "composite pairs acknowledged without event": self.composite_missing,
             "examples lost": self.lost[:5] + self.lost_shared[:5],
         }
@@ -150,7 +153,8 @@ def _composite(h: History, r: Report) -> None:
     """The composite subscription ``jc/a & jc/b``: the publishers ``ca`` and ``cb`` publish
     ``ca:<k>`` and ``cb:<k>`` at the same rate, so the k-th event must pair ``ca:k`` with
     ``cb:k`` (docs/composite.md: oldest instances first) unless an atom was lost or doubled
-    on the way; an event delivered twice is doubled.
+    on the way; an event delivered twice is doubled, unless the second copy is a QoS 1
+    redelivery of the subscriber's session (DUP: at least once, counted apart).
 
     A mispaired event is classified as the publishers' order when it pairs the n-th
     acknowledged ``ca`` with the n-th acknowledged ``cb``: a publisher acknowledged out of
@@ -171,6 +175,9 @@ def _composite(h: History, r: Report) -> None:
             parts = tuple(sorted(c["payload"] for c in json.loads(f["payload"])["components"]))
         except (ValueError, KeyError, TypeError):
             r.composite_mispaired.append(f["payload"][:80])
+            continue
+        if seen[parts] and f.get("dup"):  # the subscriber's session resent it: at least once
+            r.composite_redelivered += 1
             continue
         seen[parts] += 1
         ks = {p.rpartition(":")[2] for p in parts}
