@@ -92,6 +92,12 @@ class OptionalBuildExt(build_ext):
                 if os.path.exists(path):
                     os.utime(path)
         except Exception as exc:  # any build failure means: stay pure Python
+            # and really so: an extension left from an earlier build would shadow the sources
+            # that failed to compile (stale code that looks built)
+            for ext in self.extensions:
+                path = self.get_ext_fullpath(ext.name)
+                if os.path.exists(path):
+                    os.remove(path)
             print(f"siftmq: compiling the hot path failed ({exc}); using pure Python", file=sys.stderr)
 
 

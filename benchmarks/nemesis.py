@@ -42,6 +42,11 @@ def main() -> int:
         default=100_000,
         help="max_queued_messages of every node (a queue must hold what a restart brings at once)",
     )
+    ap.add_argument(
+        "--stock-paho",
+        action="store_true",
+        help="paho's own client, without the harness's fix of its QoS 2 resend (tests/nemesis/_cluster.py)",
+    )
     ap.add_argument("--out", type=Path, default=None, help="write the summary and faults here (JSON)")
     ap.add_argument("--history", action="store_true", help="--out gets every event (large)")
     ap.add_argument("--keep", type=Path, default=None, help="run in this directory and keep it (logs)")
@@ -67,6 +72,7 @@ def main() -> int:
         serve=serve,
         broker=f"max_queued_messages = {args.max_queued_messages}\n",
         final_wait_s=60.0,
+        stock_paho=args.stock_paho,
         log=lambda s: print(time.strftime("%H:%M:%S"), s, file=sys.stderr, flush=True),
     )
     if args.keep is not None:  # data directories and node logs kept for a post-mortem

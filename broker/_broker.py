@@ -29,6 +29,7 @@ from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
 from broker.core._session import Session
+from broker.durability._records import StoreError
 from broker.durability._store import Store
 from broker.hooks import Hooks
 from broker.net._accept import connection_capacity, descriptor_limit
@@ -410,6 +411,7 @@ class Broker:
             self._http = None
         if self._timer is not None:
             self._timer.cancel()
+        await self._send_owed()
         self.core.shutdown(self.core.clock.monotonic())
         if self._open:  # clients get STOP_GRACE seconds to close their side, then are aborted
             await asyncio.wait([p.closed() for p in self._open], timeout=STOP_GRACE)
@@ -427,6 +429,29 @@ class Broker:
             except Exception:
                 log.exception("hook %s.stop failed", type(h).__name__)
         log.info("stopped")
+
+    async def _send_owed(self) -> None:
+        """Graceful stop, before the connections close: nothing more is read from them, and
+        what the store's commit still holds back (PUBACK, PUBREC, PUBCOMP, QoS 2 deliveries:
+        ``Journal.hold``) is sent once durable, at most ``STOP_GRACE`` later.
+
+        Closing first dropped them while the store's close committed what they answer: a
+        PUBCOMP lost that way leaves the publisher with a PUBREL to resend for an id the
+        restarted broker no longer knows, and paho-mqtt 2.2, whose failed reconnects reset the
+        message to PUBLISH, sent the message again, routed as a new one (the nemesis's QoS 2
+        duplicates after a ``leave``, issue 30; docs/fault.md).
+        """
+        for p in self._open:
+            p.stop_reading()
+        journal = self.core.journal
+        store = journal.store
+        if store is None or not journal.holding:
+            return
+        try:
+            await asyncio.wait_for(store.durable(), STOP_GRACE)
+        except (TimeoutError, StoreError):
+            return  # a failed commit refuses them (Journal._release); a slow one: not waited for
+        await asyncio.sleep(0)  # the release is scheduled on the loop with the durable signal
 
     async def __aenter__(self) -> Broker:
         await self.start()

@@ -396,9 +396,8 @@ class PeerLink:
         match pkt:
             case Publish():
                 self._publish(pkt)
-            case Pubrel(packet_id=pid):
-                self.qos2.discard(self.peer, pid)
-                self._ack(None, encode(Pubcomp(pid), 5))
+            case Pubrel(packet_id=pid):  # PUBCOMP once the release is durable (cluster._qos2)
+                self._ack(self.qos2.discard(self.peer, pid), encode(Pubcomp(pid), 5))
             case Suback(packet_id=pid, reason_codes=codes):
                 self._acked(pid)
                 bad = [c for c in codes if c >= 0x80]

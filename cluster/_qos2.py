@@ -22,6 +22,7 @@ anyway, and the sets are in memory only.
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Protocol
 
 __all__ = ["IN_PREFIX", "ReceivedQos2"]
@@ -33,6 +34,7 @@ IN_PREFIX = "$cluster-in/"
 class _Store(Protocol):
     def qos2_received(self, client_id: str, packet_id: int) -> None: ...
     def qos2_released(self, client_id: str, packet_id: int) -> None: ...
+    def sync(self) -> concurrent.futures.Future[None]: ...
 
 
 class ReceivedQos2:
@@ -60,13 +62,17 @@ class ReceivedQos2:
         if self.store is not None:
             self.store.qos2_received(IN_PREFIX + peer, pid)
 
-    def discard(self, peer: str, pid: int) -> None:
-        """``peer`` released ``pid`` (PUBREL)."""
+    def discard(self, peer: str, pid: int) -> concurrent.futures.Future[None] | None:
+        """``peer`` released ``pid`` (PUBREL): the store's signal that the release is durable
+        (the PUBCOMP waits for it, as the broker's own does: a stale id restored after a crash
+        would swallow the peer's next message under that id), or None if nothing was written."""
         ids = self.of(peer)
         if pid in ids:
             ids.discard(pid)
             if self.store is not None:
                 self.store.qos2_released(IN_PREFIX + peer, pid)
+                return self.store.sync()
+        return None
 
     def clear(self, peer: str) -> None:
         """``peer``'s session for us was new: nothing it sent before counts."""

@@ -92,6 +92,11 @@ class Journal:
         self.resumed_as_stored = False
 
     @property
+    def holding(self) -> bool:
+        """Some packets wait for the store's commit (or their deliveries' acknowledgements)."""
+        return bool(self._queues)
+
+    @property
     def submitted(self) -> int:
         """Writes submitted so far (compare before/after to know whether a step wrote)."""
         return 0 if self.store is None else self.store.submitted

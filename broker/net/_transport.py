@@ -95,6 +95,7 @@ class MQTTProtocol(asyncio.Protocol):
         "refusal",
         "registry",
         "screening",
+        "stopping",
         "throttled",
         "transport",
         "write_paused",
@@ -119,6 +120,7 @@ class MQTTProtocol(asyncio.Protocol):
         self.behind_since: float | None = None  # the kernel backlog above the mark since
         self.hot_until = 0.0  # shedding without a new grace until then (SHED_MEMORY)
         self.throttled = False  # flow control paused this publisher (``throttle``)
+        self.stopping = False  # the broker stops: nothing more is read (``stop_reading``)
         self.write_paused = False  # the peer does not read what we write
         self.done: asyncio.Future[None] | None = None  # created on demand: ``closed``
 
@@ -309,7 +311,7 @@ class MQTTProtocol(asyncio.Protocol):
         t = self.transport
         if t is None or t.is_closing():
             return
-        if self.throttled or self.write_paused:
+        if self.throttled or self.write_paused or self.stopping:
             if t.is_reading():
                 t.pause_reading()
         elif not t.is_reading():
@@ -318,6 +320,11 @@ class MQTTProtocol(asyncio.Protocol):
     def throttle(self, pause: bool) -> None:
         """Flow control pauses (True) or resumes (False) this publisher (``Link``)."""
         self.throttled = pause
+        self._reading()
+
+    def stop_reading(self) -> None:
+        """Graceful stop: read nothing more (``Broker.stop`` sends what is owed, then closes)."""
+        self.stopping = True
         self._reading()
 
     def pause_writing(self) -> None:

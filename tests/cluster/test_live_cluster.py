@@ -259,6 +259,22 @@ async def test_garbage_datagrams_on_the_overlay_port_are_dropped() -> None:
             assert [m.payload for m in await drain(sub)] == [b"1"]
 
 
+async def test_a_reply_to_a_cancelled_overlay_call_is_dropped_quietly() -> None:
+    """A graceful stop cancels the overlay's refresh while its socket still reads: a reply that
+    comes after that used to raise InvalidStateError in rpcudp (a traceback in the node's log,
+    and the call's entry kept for good)."""
+    async with cluster(2) as bs:
+        proto = node_of(bs[0]).overlay.server.protocol
+        peer = ("127.0.0.1", node_of(bs[1]).port)
+        ok, _ = await proto.ping(peer, proto.source_node.id)
+        assert ok  # an answered call
+        before = set(proto._outstanding)
+        call = proto.ping(peer, proto.source_node.id)
+        (msg_id,) = set(proto._outstanding) - before
+        call.cancel()  # abandoned before its reply
+        await eventually(lambda: msg_id not in proto._outstanding)
+
+
 async def test_sys_cluster_topics() -> None:
     async with (
         cluster(2, sys_interval=0.2) as bs,

@@ -54,3 +54,21 @@ def test_the_set_is_shared_with_links_and_memory_only_without_a_store() -> None:
     assert 5 in live  # a new link of the same peer reads the same set
     ids.discard("aa", 5)
     assert not live
+
+
+def test_a_release_gives_the_durable_signal_its_pubcomp_waits_for(tmp_path: Path) -> None:
+    """The link answers a peer's PUBREL once the release is committed: a PUBCOMP before it,
+    then a crash, and the restored (stale) id would swallow the peer's next message that
+    reuses the packet id."""
+    store = Store(tmp_path / "broker.db")
+    try:
+        ids = ReceivedQos2()
+        ids.attach(store, {})
+        ids.received("aa", 4)
+        durable = ids.discard("aa", 4)
+        assert durable is not None
+        durable.result(10)
+        assert store.load().qos2_in == {}
+        assert ids.discard("aa", 4) is None  # released already: nothing to wait for
+    finally:
+        store.close()

@@ -1,5 +1,6 @@
 """A persisted broker in a child process that a test may ``kill -9`` (the crash tests' one
-way to start it): the child prints its port, the test reads it and gets the process."""
+way to start it), or stop with SIGTERM (``Broker.stop``, as ``siftmq serve`` does): the child
+prints its port, the test reads it and gets the process."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 20.0
 
 _SCRIPT = """
-import ast, asyncio, sys
+import ast, asyncio, signal, sys
 from broker import Broker
 
 async def main() -> None:
     options = ast.literal_eval(sys.argv[2])
     b = Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=sys.argv[1], **options)
     await b.start()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("PORT", b.port, flush=True)
-    await asyncio.Event().wait()
+    await stop.wait()
+    await b.stop()
 
 asyncio.run(main())
 """

@@ -1,4 +1,5 @@
-"""Exactly once for QoS 2 survives a ``kill -9`` between routing and the store's commit (issue 30).
+"""Exactly once for QoS 2 survives a ``kill -9`` between routing and the store's commit, and a
+graceful stop sends the PUBCOMP it owes (issue 30).
 
 A persisted publisher's QoS 2 message used to reach the subscribers (and the cluster's links)
 before the store committed its packet id: a crash in between, then the publisher's resend
@@ -20,6 +21,7 @@ from pathlib import Path
 from broker.packets import (
     Connack,
     Connect,
+    Disconnect,
     Packet,
     Pingreq,
     Pingresp,
@@ -151,3 +153,46 @@ async def test_a_queued_qos2_copy_drained_before_the_commit_waits_for_it(tmp_pat
     recv.handle(None, [*before, *await sub.closed()])
     await pub.close()
     await _restart_and_count(db, recv, one)
+
+
+async def test_a_graceful_stop_sends_the_pubcomp_it_owes_before_it_closes(tmp_path: Path) -> None:
+    """SIGTERM while the PUBCOMP of a released QoS 2 id waits for the store's commit.  The stop
+    used to close the connection first (the PUBCOMP dropped) and then the store, whose close
+    committed the release: the restarted broker no longer knew the id, and the publisher,
+    which must resend its PUBREL, was left without an answer; paho-mqtt 2.2 resent the PUBLISH
+    instead (after failed reconnects), which was then routed again as a new message: the
+    nemesis's QoS 2 duplicates after a ``leave`` (docs/fault.md).  Now what the commit holds
+    back leaves before the DISCONNECT."""
+    db = tmp_path / "broker.db"
+    proc, port = await _start(db)
+    try:
+        # a persisted subscriber that never acknowledges: a delivery to it is a young row, so
+        # the store's writer waits its commit delay (0.5 s) before the commit
+        slow, _ = await RawClient.connect(port, "s", clean_start=True, properties=EXPIRY)
+        await slow.subscribe(SubscriptionRequest("x/q1", 1))
+        obs, _ = await RawClient.connect(port, "o")
+        await obs.subscribe(SubscriptionRequest("x/mark", 0))
+        pub, _ = await RawClient.connect(port, "p", clean_start=True, properties=EXPIRY)
+        pub.send(Publish("x/q2", b"once", 2, packet_id=7))
+        rec = await pub.recv_where(lambda p: isinstance(p, Pubrec))
+        assert isinstance(rec, Pubrec) and rec.packet_id == 7
+        pub.send(Publish("x/q1", b"young", 1, packet_id=8))
+        pub.send(Pubrel(7))  # released; its PUBCOMP waits for the commit with the young row
+        pub.send(Publish("x/mark", b"read", 0))
+        mark = await obs.recv_where(lambda p: isinstance(p, Publish))
+        assert isinstance(mark, Publish) and mark.payload == b"read"  # the PUBREL was handled
+        proc.send_signal(signal.SIGTERM)
+        got = await pub.closed()
+        assert await asyncio.wait_for(proc.wait(), TIMEOUT) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    names = [f"{type(p).__name__}({getattr(p, 'packet_id', '')})" for p in got]
+    assert "Pubcomp(7)" in names, names
+    last = got[-1]
+    assert isinstance(last, Disconnect) and names.index("Pubcomp(7)") < len(names) - 1, names
+    comp = got[names.index("Pubcomp(7)")]
+    assert isinstance(comp, Pubcomp) and comp.reason_code == 0, comp
+    for c in (slow, obs):
+        await c.close()

@@ -67,6 +67,9 @@ class Options:
     #: msg/s per publisher a 5 s restart is 1,250 messages.  The run reports the overflows.
     broker: str = "max_queued_messages = 100000\n"
     composite: bool = True  # a composite subscription jc/a & jc/b and its atom publishers
+    #: paho's own client, without ``PahoClient``'s fix of its QoS 2 resend after failed
+    #: reconnects (the PUBLISH again after its PUBREL: duplicates no broker can prevent)
+    stock_paho: bool = False
     log: Callable[[str], None] = lambda _s: None
 
 
@@ -86,7 +89,7 @@ def run(root: Path, opts: Options) -> Result:
     rng = random.Random(opts.seed)
     h = History()
     net = Network(opts.nodes)
-    cluster = Cluster(net, root, serve=opts.serve, broker=opts.broker)
+    cluster = Cluster(net, root, serve=opts.serve, broker=opts.broker, stock_paho=opts.stock_paho)
     subs: list[Subscriber] = []
     pubs: list[Publisher] = []
     schedule: list[tuple[float, str, list[int]]] = []
@@ -287,6 +290,7 @@ def summary(res: Result, opts: Options) -> dict[str, Any]:
         "fault_s": opts.fault_s,
         "settle_s": opts.settle_s,
         "rate per publisher": opts.rate,
+        "clients": "paho-mqtt (stock)" if opts.stock_paho else "paho-mqtt with the QoS 2 resend fix",
         "schedule": [(round(t, 1), f, u) for t, f, u in res.schedule],
         "wall_s": round(res.wall_s, 1),
         "all delivered after the last heal (s)": round(res.converged_s, 2),
