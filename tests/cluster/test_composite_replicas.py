@@ -26,6 +26,17 @@ def _buffered(b: Broker, expression: str) -> int:
     return sum(len(parts) for parts in buffers.values())
 
 
+def _routes_held(b: Broker, at: Broker, expression: str) -> bool:
+    """Whether ``b``'s replica of ``expression`` is synchronised and ``at`` holds its atoms'
+    filters for ``b``'s link."""
+    node = node_of(b)
+    placement = node.placement
+    assert placement is not None
+    mine = placement.replicas.mine.get(expression)
+    link = node.links.get(bytes.fromhex(node_of(at).name))
+    return mine is not None and mine.synced and link is not None and {"rep/a", "rep/b"} <= set(link._held)
+
+
 async def test_a_new_replica_pairs_what_the_old_members_buffered() -> None:
     expression = "rep/a & rep/b"
     async with cluster(5) as bs:
@@ -39,18 +50,21 @@ async def test_a_new_replica_pairs_what_the_old_members_buffered() -> None:
         access = later[1]
         async with aiomqtt.Client("127.0.0.1", access.port, identifier="pairs") as c:
             await c.subscribe(f"$composite/p/{expression}", qos=1)
-            await eventually(lambda: core_of(bs, canon) in first, timeout=15)
+            await eventually(lambda: core_of(bs, canon) in first, timeout=30)
+            # every member's atom routes held at the publisher's node (a replica whose route
+            # is not there yet misses the atom: the documented race of cluster._replicas)
+            await eventually(lambda: all(_routes_held(b, access, canon) for b in first), timeout=30)
             async with aiomqtt.Client("127.0.0.1", access.port, identifier="pub") as p:
                 await p.publish("rep/a", b"a1", qos=1)
-                await eventually(lambda: all(_buffered(b, canon) == 1 for b in first), timeout=10)
+                await eventually(lambda: all(_buffered(b, canon) == 1 for b in first), timeout=30)
                 # the members go one by one; each newcomer copies the state
                 await first[2].stop()
-                await eventually(lambda: _buffered(later[0], canon) == 1, timeout=15)
+                await eventually(lambda: _buffered(later[0], canon) == 1, timeout=30)
                 await first[1].stop()
-                await eventually(lambda: _buffered(later[1], canon) == 1, timeout=15)
+                await eventually(lambda: _buffered(later[1], canon) == 1, timeout=30)
                 await first[0].stop()
                 # neither later node ever received a1 from its publisher: only the copies
-                await eventually(lambda: core_of(later, canon) is not None, timeout=15)
+                await eventually(lambda: core_of(later, canon) is not None, timeout=30)
                 await p.publish("rep/b", b"b1", qos=1)
                 got = await drain(c, quiet=1.0)
         events = [json.loads(m.payload) for m in got]
