@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker._config import Listener
-from broker.core._message import PEER_PREFIX, Message
+from broker.core._atom_ids import ORIGIN_PROPERTY, boot_tag, split_origin
+from broker.core._message import PEER_PREFIX, Message, Route
 from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
@@ -100,6 +101,7 @@ class ClusterNode(Hooks):
         # one converging register per retained topic (issue 30, finding 3)
         self.retained = RetainedRegister(self.name, data_dir, self._store_retained)
         self._injecting = False  # a peer's message is being published here
+        self._origin_tag = ""  # this process's origin id prefix (broker.core._atom_ids)
         self.placement: Placement | None = None
         self.takeover: Takeover | None = None
         self.table = RouteTable()
@@ -126,6 +128,9 @@ class ClusterNode(Hooks):
         broker.core.peer_queue_limit = max(self.link_queue, broker.core.config.max_queued_messages)
         broker.core.peer_pace_limit = self.rpc_timeout
         broker.core.retain_hook = self._retain_hook
+        # atoms identified across nodes (broker.core._atom_ids, docs/composite.md)
+        self._origin_tag = broker.core.composite.origin_tag = boot_tag(self.name)
+        broker.core.stamp_hook = self._stamp
         broker.core.sys_sources.append(self.sys_values)
         self.placement = Placement(
             self.name, self.overlay, broker, self._send_control, self.alpha, forget=float(self.peer_expiry)
@@ -365,6 +370,11 @@ class ClusterNode(Hooks):
             props = dataclasses.replace(props, topic_alias=None)
         if replay:  # retained messages come from the register (cluster._retained), not here
             return None
+        origin = None
+        if props.user_properties:  # the origin id: for composite atoms, not for subscribers
+            origin, users = split_origin(props)
+            if origin is not None:
+                props = dataclasses.replace(props, user_properties=users)
         msg = Message.create(p.topic, p.payload, p.qos, p.retain, props, None, now)
         journal = core.journal
         before = journal.submitted
@@ -376,10 +386,12 @@ class ClusterNode(Hooks):
         # with it: a crash before that commit, then the peer's resend, would deliver it twice
         defer = p.qos == 2 and journal.defer(True)
         self._injecting = True
+        core.composite.origin = origin
         try:
             core.publish(msg, now, routes)
         finally:
             self._injecting = False
+            core.composite.origin = None
             deferred = journal.deferred() if defer else None
         self.injected += 1
         if p.qos == 2 and p.packet_id is not None:
@@ -393,6 +405,35 @@ class ClusterNode(Hooks):
         if store is not None and journal.submitted != before:
             return store.sync()
         return None
+
+    def _stamp(self, msg: Message, routes: list[Route]) -> Message:
+        """``Core.stamp_hook``: a local client's QoS 1/2 publication that crosses a link gets
+        its origin id (``<tag>.<message number>``) as a user property of the link copies."""
+        if (
+            self._injecting
+            or msg.topic.startswith("$")
+            or not any(r.client_id.startswith(PEER_PREFIX) for r in routes)
+        ):
+            return msg
+        props = msg.properties
+        props = dataclasses.replace(
+            props,
+            user_properties=(
+                *props.user_properties,
+                (ORIGIN_PROPERTY, f"{self._origin_tag}.{msg.message_id}"),
+            ),
+        )
+        return Message(
+            msg.topic,
+            msg.payload,
+            msg.qos,
+            msg.retain,
+            props,
+            msg.publisher_id,
+            msg.message_id,
+            msg.received,
+            msg.expires_at,
+        )
 
     def _inject_plain(self, peer: str, run: list[Publish]) -> None:
         """:meth:`_inject` for a run of plain QoS 0 copies of one read (no subscription

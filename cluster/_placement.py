@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cluster._groups import group_code
+from cluster._replicas import Replicas
 
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription
@@ -113,6 +114,9 @@ class Placement:
         self.clock = clock
         self._sizes: dict[int, tuple[int, float | None]] = {}
         self.stepped_down = 0  # times this node was the smallest ID it saw without a quorum
+        # replicas (issue 30: exactly-once merging, docs/cluster.md): every member merges,
+        # one emits; see :class:`Replicas`
+        self.replicas = Replicas(self)
 
     # ------------------------------------------------------------ CompositeDelegate
     def subscribe(self, client_id: str, name: str, expression: str, qos: int) -> None:
@@ -161,6 +165,11 @@ class Placement:
                 t = self.tables.get(int(msg["code"]))
                 if t is None or t.digest() != msg["digest"]:
                     self.send(str(msg["src"]), {"t": "fetch", "code": msg["code"], "src": self.me})
+                self.replicas.heard(str(msg["src"]), msg.get("m") or {})
+            case "sync?":
+                self.replicas.sync_asked(str(msg["expr"]), str(msg["src"]))
+            case "sync":
+                self.replicas.synced_from(str(msg["expr"]), msg)
             case "fetch":
                 t = self.tables.get(int(msg["code"]))
                 rows = [] if t is None else t.dump()
@@ -199,11 +208,13 @@ class Placement:
                 del self.tables[code]
                 continue
             digest = t.digest()
+            mine = self.replicas.states(t)
             for m in self.members(code):
                 if m != self.me:
                     self.heartbeats += 1
-                    self.send(m, {"t": "hb", "code": code, "digest": digest, "src": self.me})
+                    self.send(m, {"t": "hb", "code": code, "digest": digest, "src": self.me, "m": mine})
         self.reconcile()
+        self.replicas.tick()
 
     def quorate(self, code: int, members: list[str]) -> bool:
         """Whether ``members`` (the CSSU this node sees) are a majority of the group's CSSU:
@@ -223,34 +234,44 @@ class Placement:
         return len(members) > size // 2
 
     def reconcile(self) -> None:
-        """Match exactly the expressions of the tables this node is the core of (the smallest
-        ID of the CSSU it sees, if that is a majority of the CSSU)."""
+        """Match (as a replica) exactly the expressions of the tables this node is a member
+        of; emit the events of those it is the core of: the synchronised replica that has
+        merged longest among the members it sees (smallest ID on a tie), if those are a
+        majority of the CSSU (:class:`Replicas`)."""
         wanted: set[str] = set()
+        emit: set[str] = set()
         for code, t in self.tables.items():
             members = self.members(code)
             quorum = self.quorate(code, members)  # every time: it tracks the CSSU's size
-            if members and members[0] == self.me:
-                if not quorum:
-                    if any(e in self.matching for e in t.rows):
-                        self.stepped_down += 1
-                        log.warning(
-                            "composite group %x: %d of its CSSU reachable, no quorum: not matching",
-                            code,
-                            len(members),
-                        )
-                    continue
-                wanted.update(e for e, r in t.rows.items() if r.subscribers)
+            if self.me not in members:
+                continue
+            exprs = [e for e, r in t.rows.items() if r.subscribers]
+            wanted.update(exprs)
+            core = [e for e in exprs if self.replicas.core(e, members) == self.me]
+            if core and not quorum:
+                if any(e in self.replicas.emitting for e in core):
+                    self.stepped_down += 1
+                    log.warning(
+                        "composite group %x: %d of its CSSU reachable, no quorum: not emitting",
+                        code,
+                        len(members),
+                    )
+                continue
+            emit.update(core)
         for expr in [e for e in self.matching if e not in wanted]:
             _sub, task = self.matching.pop(expr)
             task.cancel()
+            self.replicas.stopped(expr)
         for expr in wanted - set(self.matching):
             self._match(expr)
+        self.replicas.emit(emit & set(self.matching))
 
     def _match(self, expression: str) -> None:
         name = hashlib.sha1(expression.encode()).hexdigest()[:16]
         sub = self.broker.subscribe_composite(expression, qos=1, name=name)
         task = asyncio.create_task(self._forward(expression, sub), name=f"cssu core {name}")
         self.matching[expression] = (sub, task)
+        self.replicas.started(expression, sub)
 
     async def _forward(self, expression: str, sub: LocalCompositeSubscription) -> None:
         """Run the in-process composite subscription; send each event to the access nodes."""
@@ -262,13 +283,23 @@ class Placement:
                     if row is None:
                         continue
                     body = msg.payload.decode()
-                    for node in sorted(row.subscribers):
-                        self.events_sent += 1
-                        self.send(node, {"t": "ev", "expr": expression, "body": body, "qos": msg.qos})
+                    if not self.replicas.emitted(expression, body, msg.qos):
+                        continue  # a replica's event: kept for a takeover, not sent
+                    self.send_event(expression, body, msg.qos)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("composite core for %s failed", expression[:80])
+
+    def send_event(self, expression: str, body: str, qos: int) -> None:
+        """A composite event to every access node of ``expression``."""
+        t = self.tables.get(self._code(expression))
+        row = None if t is None else t.rows.get(expression)
+        if row is None:
+            return
+        for node in sorted(row.subscribers):
+            self.events_sent += 1
+            self.send(node, {"t": "ev", "expr": expression, "body": body, "qos": qos})
 
     async def close(self) -> None:
         tasks = [task for _, task in self.matching.values()]
@@ -282,10 +313,11 @@ class Placement:
     def sys_values(self) -> dict[str, str]:
         return {
             "$SYS/cluster/cssu/tables": str(len(self.tables)),
-            "$SYS/cluster/cssu/core_of": str(len(self.matching)),
+            "$SYS/cluster/cssu/core_of": str(len(self.replicas.emitting)),
             "$SYS/cluster/cssu/events_sent": str(self.events_sent),
             "$SYS/cluster/cssu/heartbeats": str(self.heartbeats),
             "$SYS/cluster/cssu/stepped_down": str(self.stepped_down),
+            **self.replicas.sys_values(),
         }
 
 

@@ -106,7 +106,7 @@ class Part:
             text, encoding = c.payload.decode("utf-8"), "text"
         except UnicodeDecodeError:
             text, encoding = base64.b64encode(c.payload).decode("ascii"), "base64"
-        return {
+        out: dict[str, object] = {
             "element": self.element,
             "topic": c.topic,
             "payload": text,
@@ -114,6 +114,10 @@ class Part:
             "qos": c.qos,
             "arrival": self.arrival,
         }
+        origin = getattr(c, "origin", None)
+        if origin is not None:  # the atom's identity in a cluster (docs/composite.md)
+            out["origin"] = origin
+        return out
 
 
 class CompositeEvent:

@@ -66,10 +66,12 @@ never produced again.  docs/composite.md, "What persists".
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import composite
+from broker.core._atom_ids import RECENT_PER_ATOM, Atom, Recent, event_key, origin_in
 from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
 from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, at_position, shown
@@ -148,6 +150,18 @@ class Composites:
         #: (client id, name) -> (canonical expression, qos) of the delegated subscriptions
         self.delegated: dict[tuple[str, str], tuple[str, int]] = {}
         self._by_expression: dict[str, set[tuple[str, str]]] = {}
+        #: in a cluster (set by it): this process's origin id prefix (broker.core._atom_ids);
+        #: atoms are then identified, offered at most once, and events delivered at most once
+        self.origin_tag: str | None = None
+        #: the origin id of the link copy being injected (set and cleared by the cluster)
+        self.origin: str | None = None
+        self._atoms_seen = Recent()
+        self._by_atom: dict[int, deque[str]] = {}  # atom id -> origin ids offered lately
+        #: set by the cluster: ``(message, atom ids, origin id)`` -> True if it keeps the offer
+        self.hold: Callable[[Message, list[int], str], bool] | None = None
+        self._events_seen = Recent()
+        self.duplicate_atoms = 0  # atoms offered again (same origin id), not offered
+        self.duplicate_events = 0  # remote events delivered already (same key), dropped
         #: the journal of the durable (persisted sessions') composite subscriptions
         self.log = CompositeLog(self)
         self._observe()
@@ -328,6 +342,10 @@ class Composites:
         subscriber of it (``$composite/<name>``); returns the number delivered."""
         core = self.core
         n = 0
+        key = event_key(expression, body)
+        if key is not None and not self._events_seen.add(key):
+            self.duplicate_events += 1  # merged twice (two cores, a redelivered atom): once
+            return 0
         for client_id, name in sorted(self._by_expression.get(expression, ())):
             s = core.sessions.get(client_id)
             if s is None:
@@ -443,6 +461,8 @@ class Composites:
             "$SYS/broker/composite/offers": str(self.offers),
             "$SYS/broker/composite/events": str(self.events),
             "$SYS/broker/composite/refused": str(self.refused),
+            "$SYS/broker/composite/duplicate_atoms": str(self.duplicate_atoms),
+            "$SYS/broker/composite/duplicate_events": str(self.duplicate_events),
         }
 
     def _check(self) -> None:
@@ -474,6 +494,66 @@ class Composites:
         for delivery; the engine gets the wall clock).  ``msg`` itself is the component
         (``composite.ComponentLike``: no copy).  One Python frame besides the engine's when
         the offer completes nothing and is not journalled (the common case)."""
+        tag = self.origin_tag
+        if tag is None:
+            self.offer_now(msg, atom_ids, now, msg)
+            return
+        # a cluster's node: atoms identified, offered at most once, held while a replica
+        # of their composite subscription is being synchronised (cluster._placement)
+        oid = self.origin or origin_in(msg.properties) or f"{tag}.{msg.message_id}"
+        self.origin = None
+        if not self._atoms_seen.add(oid):
+            self.duplicate_atoms += 1
+            return
+        hold = self.hold
+        if hold is not None and hold(msg, atom_ids, oid):
+            return
+        self.offer_now(msg, atom_ids, now, Atom(msg.topic, msg.payload, msg.qos, oid))
+
+    def seen(self, origin: str) -> bool:
+        """Whether an atom of origin id ``origin`` was offered here lately (or is held)."""
+        return origin in self._atoms_seen
+
+    def mark_seen(self, origins: list[str]) -> None:
+        """Count ``origins`` as offered (a replica synchronised from another member)."""
+        for o in origins:
+            self._atoms_seen.add(o)
+
+    def recent_origins(self, atom_id: int) -> list[str]:
+        """The origin ids last offered to atom ``atom_id`` (oldest first)."""
+        return list(self._by_atom.get(atom_id, ()))
+
+    def install(self, parts: list[tuple[str, Atom]]) -> int:
+        """Offer buffered instances copied from another node's engine, ``(element, atom)``
+        oldest first, to this engine's atoms of those elements (a replica's synchronisation,
+        cluster._placement); their origin ids count as offered.  Returns the number of
+        composite events that produced (none when the copy is a consistent state)."""
+        eng = self.engine
+        n = 0
+        now = self.core.clock.monotonic()
+        for element, atom in parts:
+            self._atoms_seen.add(atom.origin)
+            atom_id = eng.atom_id(element)
+            if atom_id is None:
+                continue
+            events = eng.offer(atom_id, atom, self.core.clock.wall())
+            if events:
+                n += len(events)
+                self._deliver(events, now)
+        return n
+
+    def offer_now(
+        self, msg: Message, atom_ids: list[int], now: float, component: composite.ComponentLike
+    ) -> None:
+        """:meth:`offer` without identification, deduplication and holding."""
+        if component is not msg:
+            by_atom = self._by_atom
+            origin: str = component.origin  # type: ignore[attr-defined]
+            for a in atom_ids:
+                q = by_atom.get(a)
+                if q is None:
+                    q = by_atom[a] = deque(maxlen=RECENT_PER_ATOM)
+                q.append(origin)
         self.offers += 1
         log = self.log
         durable = log.atoms
@@ -483,9 +563,9 @@ class Composites:
             return
         eng = self.engine
         if len(atom_ids) == 1:
-            events = eng.offer(atom_ids[0], msg, self.core.clock.wall())
+            events = eng.offer(atom_ids[0], component, self.core.clock.wall())
         else:
-            events = eng.offer_many(atom_ids, msg, self.core.clock.wall())
+            events = eng.offer_many(atom_ids, component, self.core.clock.wall())
         if journal:  # a QoS 0 offer: kept for the next OFFERS row
             pending = log.pending
             pending.append(msg)

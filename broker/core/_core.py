@@ -139,6 +139,8 @@ class Core:
         #: asked before a published retained message is stored (False: not stored, still
         #: routed): a cluster keeps one converging register per topic (docs/cluster.md)
         self.retain_hook: Callable[[Message], bool] | None = None
+        #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
+        self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -337,6 +339,12 @@ class Core:
             self.journal.retained(msg, now)
         if routes is None:
             routes = router.route(msg)
+        # a cluster stamps a QoS 1/2 publication that crosses a link with its origin id
+        # (broker.core._atom_ids); the stamped copy goes to the links (and to composite atoms)
+        stamped = msg
+        stamp = self.stamp_hook
+        if stamp is not None and msg.qos:
+            stamped = stamp(msg, routes)
         obs = self.obs
         outer_msg = obs.fan_msg  # an outer fan-out's, restored after this one: a sink may publish
         outer_fan = obs.fan
@@ -349,7 +357,8 @@ class Core:
             s = sessions.get(r.client_id)
             if s is not None:
                 if may_receive is None or may_receive(s, msg.topic):
-                    deliver(s, msg, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+                    m = stamped if stamped is not msg and r.client_id.startswith(PEER_PREFIX) else msg
+                    deliver(s, m, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
             elif r.client_id.startswith(ATOM_CLIENT):
                 if atoms is None:
                     atoms = []
@@ -359,7 +368,7 @@ class Core:
         if obs.recording:
             obs.end(self.clock.wall(), msg, n, outer_msg, outer_fan, outer_call, self.stats)
         if atoms is not None:
-            self.composite.offer(msg, atoms, now)
+            self.composite.offer(stamped, atoms, now)
         if obs.publication:
             pub = Publication(
                 self.clock.wall(),

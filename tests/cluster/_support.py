@@ -72,8 +72,9 @@ def tables_of(b: Broker) -> int:
 
 
 def core_of(bs: list[Broker], expression: str) -> Broker | None:
-    """The broker that matches ``expression`` now (the core of its CSSU)."""
-    cores = [b for b in bs if expression in (node_of(b).placement.matching if node_of(b).placement else {})]
+    """The broker that emits ``expression``'s events now (the core of its CSSU; every member
+    merges, cluster._replicas)."""
+    cores = [b for b in bs if (p := node_of(b).placement) is not None and expression in p.replicas.emitting]
     assert len(cores) <= 1
     return cores[0] if cores else None
 
