@@ -453,17 +453,23 @@ class Broker:
         message to PUBLISH, sent the message again, routed as a new one (the nemesis's QoS 2
         duplicates after a ``leave``, issue 30; docs/fault.md).
         """
-        for p in self._protocols():  # plain TCP (the listeners' pollers), TLS and WebSocket
-            p.stop_reading()
         journal = self.core.journal
         store = journal.store
         if store is None or not journal.holding:
             return
+        protocols = self._protocols()  # plain TCP (the listeners' pollers), TLS and WebSocket
+        for p in protocols:
+            p.stop_reading()
         try:
             await asyncio.wait_for(store.durable(), STOP_GRACE)
+            await asyncio.sleep(0)  # the release is scheduled on the loop with the durable signal
         except (TimeoutError, StoreError):
-            return  # a failed commit refuses them (Journal._release); a slow one: not waited for
-        await asyncio.sleep(0)  # the release is scheduled on the loop with the durable signal
+            pass  # a failed commit refuses them (Journal._release); a slow one: not waited for
+        finally:
+            # reading again, so that the clients' EOF after the DISCONNECT (core.shutdown, at
+            # once, no await between) is seen: a connection not read waited out STOP_GRACE
+            for p in protocols:
+                p.stop_reading(False)
 
     async def __aenter__(self) -> Broker:
         await self.start()

@@ -342,9 +342,10 @@ class MQTTProtocol(asyncio.Protocol):
         self.throttled = pause
         self._reading()
 
-    def stop_reading(self) -> None:
-        """Graceful stop: read nothing more (``Broker.stop`` sends what is owed, then closes)."""
-        self.stopping = True
+    def stop_reading(self, stop: bool = True) -> None:
+        """Graceful stop: read nothing more while ``Broker.stop`` sends what is owed (``False``:
+        read again, once the connections are shut, to see the clients close)."""
+        self.stopping = stop
         self._reading()
 
     def pause_writing(self) -> None:
