@@ -75,7 +75,10 @@ LONGEST_UNITS = (
     "tests/fault/test_durable_acks.py",
     "tests/fault/test_crash_loop.py",
     "tests/fault/test_composite_kill.py",
+    "tests/cluster/test_composite_restart.py",
     "tests/cluster/test_cluster_sessions.py",
+    "tests/cluster/test_composite_replicas.py",
+    "tests/fault/test_qos2_crash.py",
     "tests/topics/test_topics_index_model.py",
     "tests/broker/test_client_cli.py",
 )
