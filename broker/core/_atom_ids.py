@@ -24,9 +24,12 @@ Three pieces make merging idempotent:
   cores that merge the same atoms into the same pairs (the doubled events of issue 30: an
   interim core, then the restarted core with its backlog) therefore deliver once.
 
-Both sets are bounded by count (:data:`RECENT_MAX`, FIFO eviction, O(1) per operation), not
-persisted: a duplicate arriving after ``RECENT_MAX`` newer ids, or after a restart of the node
-that keeps the set, is not recognised.
+Both sets are bounded by count (:data:`RECENT_MAX`, FIFO eviction, O(1) per operation): a
+duplicate arriving after ``RECENT_MAX`` newer ids is not recognised.  The atom set is not
+persisted (a restarted core gets its replicas' state, ``cluster._replicas``); the keys of
+events delivered to durable (persisted sessions') subscriptions are, with those sessions
+(``broker.core._composite_log``, ``DELIVERED`` rows and the snapshot), so a restarted access
+node still drops an event a new core sends again.
 """
 
 from __future__ import annotations
@@ -107,6 +110,10 @@ class Recent:
 
     def __contains__(self, key: str) -> bool:
         return key in self._keys
+
+    def keys(self) -> list[str]:
+        """The keys, oldest first.  O(n)."""
+        return list(self._keys)
 
     def __len__(self) -> int:
         return len(self._keys)

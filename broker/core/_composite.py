@@ -346,6 +346,9 @@ class Composites:
         if key is not None and not self._events_seen.add(key):
             self.duplicate_events += 1  # merged twice (two cores, a redelivered atom): once
             return 0
+        store = core.journal.store
+        before = 0 if store is None else store.submitted
+        durable = False
         for client_id, name in sorted(self._by_expression.get(expression, ())):
             s = core.sessions.get(client_id)
             if s is None:
@@ -355,9 +358,17 @@ class Composites:
             msg = Message.create(topic, body, qos, False, NO_PROPERTIES, None, now)
             sub_ids = self.clients.get(client_id, {}).get(name, ())
             core.deliver(s, msg, min(qos, sub_qos), False, sub_ids, topic, None, now)
+            durable = durable or (client_id, name) in self.log.keys
             n += 1
+        if durable and key is not None and store is not None:  # kept across a restart
+            self.log.delivered(key, store.submitted - before)
         self.events += n > 0
         return n
+
+    def seen_events(self, keys: list[str]) -> None:
+        """Remote events delivered before (restored from the journal): dropped if sent again."""
+        for key in keys:
+            self._events_seen.add(key)
 
     def remove(
         self, client_id: str, name: str, action: CompositeAction = CompositeAction.UNSUBSCRIBE

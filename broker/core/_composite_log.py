@@ -24,6 +24,8 @@ buffers and counters survive a restart and a ``kill -9`` (issue 16, item 5; docs
   6 ``OFFERS``         QoS 0 offers, ``data``: JSON {"clock": [...], "atoms": [atom id or ids,
                        ...], "elements": {atom id: element text}, "topics": [...], "sizes":
                        [payload length, ...]}; ``payload``: the payloads, concatenated
+  7 ``DELIVERED``      ``data``: the key of a remote composite event (``event_key``) delivered
+                       to a durable (delegated) subscription; ``writes``: its stored messages
   ===================  ======================================================================
 
 What is journalled, and when it is durable:
@@ -47,6 +49,13 @@ What is journalled, and when it is durable:
   messages are durable together: after a crash, either both or neither.  A QoS 1/2
   publication's PUBACK/PUBREC waits for that commit (the connection sees that the store was
   written).  Offers that touch no durable subscription write nothing.
+* A composite event matched at another node (the cluster's core) and delivered here to a
+  delegated subscription of a persisted session writes a ``DELIVERED`` row with the event's
+  key, committed with the messages it stored.  The keys of the last :data:`EVENTS_MAX` such
+  events are in the snapshot too, so after a restart (even ``kill -9``) an event a new core
+  sends again (about a refresh's worth, ``cluster._replicas``) is still recognised and
+  dropped (issue 30: the one doubled event of nemesis run 9, after a ``leave`` of the access
+  node).
 * Replay (:meth:`CompositeLog.load`, at start): the snapshot, then the rows above its
   ``journal`` through :func:`composite.replay` (no event delivered again: the events the
   replayed offers completed were delivered or stored before the crash), then the subscriptions
@@ -69,6 +78,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 import composite
+from broker.core._atom_ids import Recent
 
 if TYPE_CHECKING:
     from broker.core._composite import Composites
@@ -76,7 +86,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELEGATE",
+    "DELIVERED",
     "DURABLE",
+    "EVENTS_MAX",
     "OFFER",
     "OFFERS",
     "OFFER_MANY",
@@ -90,7 +102,10 @@ __all__ = [
 #: the engine partition of the journalled (durable) composite subscriptions
 DURABLE = 1
 #: journal row kinds
-OFFER, OFFER_MANY, SUBSCRIBE, UNSUBSCRIBE, DELEGATE, OFFERS = 1, 2, 3, 4, 5, 6
+OFFER, OFFER_MANY, SUBSCRIBE, UNSUBSCRIBE, DELEGATE, OFFERS, DELIVERED = 1, 2, 3, 4, 5, 6, 7
+#: keys of remote events delivered to durable subscriptions that a snapshot keeps (the last
+#: ones; a new core sends again about a refresh's worth of events: far fewer)
+EVENTS_MAX = 16_384
 #: QoS 0 offers kept for one ``OFFERS`` row at most
 PENDING_MAX = 256
 #: format of :meth:`CompositeLog.dump` (1: snapshots without journal, every subscription in
@@ -119,6 +134,8 @@ class CompositeLog:
         self.pending_clock: list[float] = []
         self.pending_atoms: list[int | list[int]] = []
         self.replayed = 0  # rows replayed by the last load
+        #: keys of the remote events delivered to durable subscriptions lately (oldest first)
+        self.events = Recent(EVENTS_MAX)
 
     @property
     def store(self) -> Store | None:
@@ -239,6 +256,12 @@ class CompositeLog:
             kind, data = OFFER_MANY, _json(eng.elements_of(sorted(set(atom_ids))))
         self._write(kind, eng.clock, comp.topic, comp.payload, comp.qos, data, writes)
 
+    def delivered(self, key: str, writes: int) -> None:
+        """The remote composite event ``key`` was delivered to durable subscriptions;
+        ``writes``: the store operations the deliveries queued (committed with the row)."""
+        self.events.add(key)
+        self._write(DELIVERED, self.comps.engine.clock, data=key, writes=writes)
+
     # ------------------------------------------------------------ snapshot and replay
     def dump(self, keep: Callable[[Hashable], bool] | None = None) -> bytes:
         """The snapshot: the durable keys' composite subscriptions (``keep``: other keys,
@@ -274,6 +297,7 @@ class CompositeLog:
             "engine": data,
             "clients": clients,
             "delegated": delegated,
+            "events": self.events.keys(),
         }
         return orjson.dumps(doc)
 
@@ -294,14 +318,20 @@ class CompositeLog:
                 gc.enable()
 
     def _load(self, raw: bytes | None, rows: list[tuple[Any, ...]], keep: Callable[[str], bool]) -> int:
-        eng, clients, delegated, after = _read(raw, self.comps.engine)
+        eng, clients, delegated, after, keys = _read(raw, self.comps.engine)
+        events = Recent(EVENTS_MAX)
+        for key in keys:
+            events.add(key)
         seq = after
         replayed = 0
         for row in rows:
             if row[0] <= after:
                 continue
             seq = max(seq, int(row[0]))
-            _apply_row(eng, row, clients, delegated)
+            if row[1] == DELIVERED:
+                events.add(str(row[6]))
+            else:
+                _apply_row(eng, row, clients, delegated)
             replayed += 1
         # sessions that did not come back (expired while the broker was down, ...)
         for cid in [c for c in clients if not keep(c)]:
@@ -310,6 +340,8 @@ class CompositeLog:
                 eng.unsubscribe((cid, name))
         self.seq = seq
         self.rows = self.replayed = replayed
+        self.events = events
+        self.comps.seen_events(events.keys())
         return self._install(eng, clients, delegated)
 
     def _install(
@@ -375,17 +407,21 @@ class CompositeLog:
                 assert got is None or (got[4] == DURABLE) == ((cid, name) in self.keys)
 
 
+_Clients = dict[str, dict[str, tuple[int, ...]]]
+
+
 def _read(
     raw: bytes | None, current: composite.CompositeEngine
-) -> tuple[composite.CompositeEngine, dict[str, dict[str, tuple[int, ...]]], dict[Key, tuple[str, int]], int]:
+) -> tuple[composite.CompositeEngine, _Clients, dict[Key, tuple[str, int]], int, list[str]]:
     """A snapshot (:meth:`CompositeLog.dump`; None: none) as (engine, client id -> name ->
-    subscription identifiers, delegated key -> (expression, QoS), last journal row in it).
+    subscription identifiers, delegated key -> (expression, QoS), last journal row in it,
+    keys of the remote events delivered to durable subscriptions, oldest first).
     Every subscription it restores is in the durable partition.  Without a snapshot, an empty
     engine with ``current``'s defaults."""
     clients: dict[str, dict[str, tuple[int, ...]]] = {}
     delegated: dict[Key, tuple[str, int]] = {}
     if raw is None:
-        return composite.CompositeEngine(current.window, current.max_buffer), clients, delegated, 0
+        return composite.CompositeEngine(current.window, current.max_buffer), clients, delegated, 0, []
     doc = orjson.loads(raw)
     version = doc.get("version")
     if version not in (1, SNAPSHOT_VERSION):
@@ -406,7 +442,8 @@ def _read(
     for cid, name, expression, qos in doc.get("delegated", ()):
         delegated[(cid, name)] = (expression, int(qos))
         clients.setdefault(cid, {})[name] = tuple(ids.get(cid, {}).get(name, ()))
-    return eng, clients, delegated, int(doc.get("journal", 0))
+    events = [str(k) for k in doc.get("events", ())]
+    return eng, clients, delegated, int(doc.get("journal", 0)), events
 
 
 def _atom_ids(eng: composite.CompositeEngine, expression: str) -> tuple[int, ...]:
