@@ -62,6 +62,9 @@ class Report:
     composite_redelivered: int = 0
     composite_missing: int = 0  # acknowledged pairs whose event never came
     backlog_resumed: list[float] = field(default_factory=list)
+    #: fault -> seconds from each heal until every node gave that cycle's retained value
+    retained_converged: dict[str, list[float]] = field(default_factory=dict)
+    retained_not_converged: list[int] = field(default_factory=list)  # cycles, within settle_s
     last_delivery_after_heal: float = 0.0
 
     @property
@@ -80,6 +83,13 @@ class Report:
             "reorders": len(self.reorders),
             "unacknowledged but delivered": self.unacked_delivered,
             "retained problems": self.retained_problems,
+            "retained identical on every node after a heal (s, max)": round(
+                max((x for v in self.retained_converged.values() for x in v), default=0.0), 2
+            ),
+            "retained convergence by fault (s, max)": {
+                k: round(max(v), 2) for k, v in sorted(self.retained_converged.items())
+            },
+            "retained not converged within settle (cycles)": self.retained_not_converged,
             "longest ack gap of a healthy publisher (s)": round(max(self.max_stall.values(), default=0.0), 2),
             "backlog resumed after heal (s, max)": round(max(self.backlog_resumed, default=0.0), 2),
             "composite events": self.composite_events,
@@ -208,6 +218,11 @@ def _retained(h: History, r: Report, published: set[str]) -> None:
     finals = {tuple(v[-1:]) for v in r.retained_reads.values()}
     if published and len(finals) > 1:
         r.retained_problems.append(f"nodes disagree: {r.retained_reads}")
+    for _t, f in h.of("retained_converged"):
+        if f["after"] is None:
+            r.retained_not_converged.append(f["cycle"])
+        else:
+            r.retained_converged.setdefault(f["fault"], []).append(f["after"])
 
 
 def _faulted(h: History) -> list[tuple[float, float, set[int]]]:

@@ -441,6 +441,36 @@ def publish_retained(cluster: Cluster, node: int, topic: str, value: str, histor
         _close(c)
 
 
+def first_retained(cluster: Cluster, node: int, topic: str, wait: float = 0.5) -> str | None:
+    """The retained value a fresh subscriber of ``topic`` at ``node`` receives first (None: none
+    within ``wait`` seconds of connecting, or the node cannot be reached)."""
+    n = cluster.nodes[node]
+    got: list[str] = []
+    arrived = threading.Event()
+
+    def on_message(_c: object, _u: object, m: mqtt.MQTTMessage) -> None:
+        if m.retain:
+            got.append(m.payload.decode())
+            arrived.set()
+
+    c = _client(f"conv-{node}-{time.monotonic_ns()}")
+    c.on_message = on_message
+    c.on_connect = lambda cl, *_a: cl.subscribe(topic, qos=1)
+
+    def go() -> None:
+        _connect(c, cluster.net.addresses[node], n.port, persistent=False)
+        c.loop_start()
+
+    try:
+        in_namespace(cluster.net.namespaces[node], go)
+        arrived.wait(wait)
+        return got[0] if got else None
+    except OSError:  # a node not listening yet (restarting)
+        return None
+    finally:
+        _close(c)
+
+
 def read_retained(cluster: Cluster, node: int, topic: str, history: History, wait: float = 1.0) -> list[str]:
     """What a fresh subscriber of ``topic`` at ``node`` receives as retained messages within
     ``wait`` seconds of its SUBACK (recorded as a ``retained`` event)."""

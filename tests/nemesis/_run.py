@@ -16,9 +16,11 @@ node in every cycle.  Faults:
 ``pause``        SIGSTOP, SIGCONT at the heal
 ``leave``        stopped with SIGTERM (leaves), started again at the heal (joins)
 
-After the last cycle the publishers stop, the run waits (bounded) until every acknowledged
-message reached the subscribers that must have it, reads the retained topic at every node, and
-checks the history (:mod:`tests.nemesis._checker`).
+After each heal, fresh subscribers at every node read the retained topic in rounds until every
+node gives the cycle's value (``retained_converged`` events: seconds after the heal, or None
+if not within ``settle_s``).  After the last cycle the publishers stop, the run waits
+(bounded) until every acknowledged message reached the subscribers that must have it, reads
+the retained topic at every node, and checks the history (:mod:`tests.nemesis._checker`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from tests.nemesis._cluster import (
     Publisher,
     Subscriber,
     _close,
+    first_retained,
     publish_retained,
     read_retained,
 )
@@ -129,8 +132,11 @@ def run(root: Path, opts: Options) -> Result:
             publish_retained(cluster, node, RETAINED_TOPIC, value, h)
             time.sleep(opts.fault_s)  # the fault's duration: the nemesis's clock, not a wait
             undo[0]()
+            healed_at = time.monotonic()
             h.add("heal", cycle=cycle)
-            time.sleep(opts.settle_s)
+            after = _retained_converged(cluster, value, healed_at + opts.settle_s)
+            h.add("retained_converged", cycle=cycle, fault=fault, after=after)
+            time.sleep(max(0.0, healed_at + opts.settle_s - time.monotonic()))
         for p in pubs:
             p.stop()
         healed = h.of("heal")[-1][0] if h.of("heal") else 0.0
@@ -193,6 +199,29 @@ def _apply(
         cluster.kill(a, signal.SIGTERM)
         return (lambda: cluster.start(a)), [a]
     raise ValueError(f"unknown fault {fault!r}")
+
+
+def _retained_converged(cluster: Cluster, value: str, deadline: float) -> float | None:
+    """Seconds from now until a fresh subscriber at every node gets ``value`` (the cycle's
+    retained publication, the newest: every node must end with it) as the retained message,
+    read in rounds (one reader per node at once); None if not by ``deadline``.  The time is
+    taken at the end of the round that saw every node agree (an upper bound)."""
+    start = time.monotonic()
+    n = len(cluster.nodes)
+    while time.monotonic() < deadline:
+        got: list[str | None] = [None] * n
+        readers = [threading.Thread(target=_read_into, args=(cluster, i, got)) for i in range(n)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+        if all(v == value for v in got):
+            return time.monotonic() - start
+    return None
+
+
+def _read_into(cluster: Cluster, node: int, got: list[str | None]) -> None:
+    got[node] = first_retained(cluster, node, RETAINED_TOPIC)
 
 
 def _wait_links(cluster: Cluster, h: History, timeout: float = 30.0) -> None:
