@@ -129,6 +129,7 @@ class PeerLink:
         self._acks: asyncio.Queue[tuple[concurrent.futures.Future[None] | None, bytes]] = asyncio.Queue()
         self._acks_queued = 0  # acknowledgements in _acks (a later one must wait behind them)
         self._closing = False
+        self._wake = asyncio.Event()  # cuts the wait before a reconnection short (wake)
         self._task: asyncio.Task[None] | None = None
         self.up = asyncio.Event()
         self._unacked: set[int] = set()  # SUBSCRIBE / UNSUBSCRIBE packet ids not acknowledged
@@ -218,9 +219,14 @@ class PeerLink:
         return self._pid
 
     # ------------------------------------------------------------ connection
+    def wake(self) -> None:
+        """The peer answers again (it re-entered the overlay): retry now if waiting."""
+        self._wake.set()
+
     async def run(self) -> None:
         delay = 0.05
         while not self._closing:
+            connects = self.connects
             try:
                 await self._session()
                 delay = 0.05
@@ -234,7 +240,11 @@ class PeerLink:
                 self.up.clear()
             if self._closing:
                 return
-            await asyncio.sleep(delay)
+            if self.connects != connects:  # a session was established: a new outage
+                delay = 0.05
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
             delay = min(delay * 2, 2.0)
 
     async def _session(self) -> None:

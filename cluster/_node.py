@@ -107,12 +107,15 @@ class ClusterNode(Hooks):
         self.table = RouteTable()
         self.links: dict[bytes, PeerLink] = {}
         self.checker = TokenChecker(secret)
-        self.overlay = Overlay(self.node_id, secret, rpc_timeout=rpc_timeout)
+        probe = max(0.05, refresh / 4)  # a lost node is pinged this often (cluster._overlay)
+        self.overlay = Overlay(self.node_id, secret, rpc_timeout=rpc_timeout, probe_every=probe)
         self.broker: Broker | None = None
         self.port: int | None = None
         self.injected = 0
         self.refused_links = 0
         self._task: asyncio.Task[None] | None = None
+        self._sync_soon = False  # a _sync_links is scheduled (a member joined)
+        self._rejoined: set[bytes] = set()  # ids of the members that joined since
         self._closing: set[asyncio.Task[None]] = set()
         self._bare: dict[tuple[int, ...], Properties] = {}
         self._diverted: dict[str, Any] = {}
@@ -169,6 +172,7 @@ class ClusterNode(Hooks):
         self._sync_links()
         self._delegate_restored()
         self._task = asyncio.create_task(self._maintain(), name="cluster membership")
+        self.overlay.on_member = self._member_joined
         log.info(
             "cluster node %s on %s:%d (udp+tcp), %d peer(s) known",
             self.name[:8],
@@ -227,6 +231,29 @@ class ClusterNode(Hooks):
                 self.placement.tick()
                 for expression in self.placement.local:  # idempotent: repairs a lost one
                     self.placement.subscribe_again(expression)
+
+    def _member_joined(self, node_id: bytes) -> None:
+        """A node entered the overlay's routing table (new, or back after a partition or a
+        restart): its link is made on the next turn of the loop, not at the next refresh,
+        which may wait a failure timeout for pings to silent nodes (retained values and link
+        backlogs after a heal, issue 30)."""
+        if self._task is None:
+            return
+        self._rejoined.add(node_id)
+        if not self._sync_soon:
+            self._sync_soon = True
+            asyncio.get_running_loop().call_soon(self._sync_now)
+
+    def _sync_now(self) -> None:
+        self._sync_soon = False
+        rejoined, self._rejoined = self._rejoined, set()
+        if self._task is None:
+            return
+        self._sync_links()
+        for node_id in rejoined:  # a link waiting to reconnect tries now
+            link = self.links.get(node_id)
+            if link is not None:
+                link.wake()
 
     def _sync_links(self) -> None:
         """One link per member the overlay knows; the link of a member that left closes."""
