@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker._extras import Extra, lazy_names, require
-
 from bridge._jar import spark_jar, with_spark_jar
+from broker._extras import Extra, lazy_names, require
 
 if TYPE_CHECKING:
     from bridge._schema import SCHEMAS, Kind, spark_schema

@@ -33,7 +33,15 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["JAR", "PROVIDER_CLASS", "PYTHON_SOURCE", "build_jar", "jar_is_current", "spark_jar", "with_spark_jar"]
+__all__ = [
+    "JAR",
+    "PROVIDER_CLASS",
+    "PYTHON_SOURCE",
+    "build_jar",
+    "jar_is_current",
+    "spark_jar",
+    "with_spark_jar",
+]
 
 _HERE = Path(__file__).resolve().parent
 #: where the jar is built and shipped (package data of ``bridge``)
@@ -121,7 +129,8 @@ def build_jar(root: Path, jar: Path) -> str | None:
     sources = sorted(str(p) for p in (src / "java").rglob("*.java"))
     with tempfile.TemporaryDirectory(prefix="siftmq-jar-") as tmp:
         classes = Path(tmp) / "classes"
-        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", f"{jars}/*", "-d", str(classes)]
+        cmd = [javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-cp", f"{jars}/*"]
+        cmd += ["-d", str(classes)]
         done = subprocess.run([*cmd, *sources], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             return f"javac failed:\n{done.stdout}{done.stderr}"

@@ -66,7 +66,7 @@ final class LandingRead {
 
   /** The documented schema of {@code kind} (every column nullable). */
   static StructType kindSchema(String kind) {
-    StructType s = SCHEMAS.get(kind);
+    StructType s = kind == null ? null : SCHEMAS.get(kind);
     if (s == null) {
       String names = String.join(", ", SCHEMAS.keySet());
       throw new IllegalArgumentException(kind == null
