@@ -89,6 +89,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--running", type=int, default=4, help="new files per round of running queries (0: skip)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE for every siftmq read")
+    ap.add_argument("--running-only", action="store_true", help="only the running queries (--running)")
     ap.add_argument("--landing", help="keep the landing zone in this directory, reused if it has FILES files")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-source-"))
@@ -147,6 +148,8 @@ def main() -> None:
     for mode, run in (("batch", batch), ("stream", stream)):
         for src in srcs:
             variants[(mode, src)] = lambda run=run, src=src: run(src)
+    if args.running_only:
+        variants.clear()
     for fn in variants.values():  # warm-up: JVM JIT, Python workers
         fn()
     wall: dict[tuple[str, str], list[float]] = {k: [] for k in variants}
@@ -158,14 +161,15 @@ def main() -> None:
             wall[key].append(time.perf_counter() - t)
             cpu[key].append(_tree_cpu() - c)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores)")
-    print("| read | source | median s | CPU s (process tree) | ratio to the file source |")
-    print("|---|---|---|---|---|")
-    for mode in ("batch", "stream"):
-        f = statistics.median(wall[(mode, "file")])
-        for src in srcs:
-            w, c = statistics.median(wall[(mode, src)]), statistics.median(cpu[(mode, src)])
-            print(f"| {mode} | {src} | {w:.2f} | {c:.1f} | {w / f:.2f} |")
-    print("all runs (s):", {f"{k[0]}/{k[1]}": [round(x, 2) for x in v] for k, v in wall.items()})
+    if variants:
+        print("| read | source | median s | CPU s (process tree) | ratio to the file source |")
+        print("|---|---|---|---|---|")
+        for mode in ("batch", "stream"):
+            f = statistics.median(wall[(mode, "file")])
+            for src in srcs:
+                w, c = statistics.median(wall[(mode, src)]), statistics.median(cpu[(mode, src)])
+                print(f"| {mode} | {src} | {w:.2f} | {c:.1f} | {w / f:.2f} |")
+        print("all runs (s):", {f"{k[0]}/{k[1]}": [round(x, 2) for x in v] for k, v in wall.items()})
     if args.running:
         _running(spark, root, args.running, args.rows, args.reps, formats)
     spark.stop()

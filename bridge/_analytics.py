@@ -1,12 +1,15 @@
 """Spark Structured Streaming analytics over the bridge's landing zone.
 
 Sources: one streaming DataFrame per record kind, the ``siftmq`` data source
-(``spark.readStream.format("siftmq").option("kind", K).load(LANDINGS)``, ``bridge/_datasource.py``,
-issue 29; until then Spark's Parquet file source) with the declared schemas
-(:func:`bridge.spark_schema`), over one landing zone or several (one per cluster node) read as
-one.  The writer commits files atomically under their final name, and dot files are ignored, so
-a micro-batch never sees a half-written file.  A checkpoint written by the file source cannot
-be resumed by this source: use a fresh ``--output`` (or delete ``OUTPUT/_checkpoints``).
+(``spark.readStream.format("siftmq").option("kind", K).load(LANDINGS)``, issue 29): the JVM
+provider (``bridge/_jar.py``: Spark's own file stream source underneath) in the sessions of
+:func:`spark_session` when its jar was built, else the Python data source
+(``bridge/_datasource.py``), with the declared schemas (:func:`bridge.spark_schema`), over one
+landing zone or several (one per cluster node) read as one.  The writer commits files
+atomically under their final name, and dot files are ignored, so a micro-batch never sees a
+half-written file.  A checkpoint belongs to the source that wrote it (Spark's file source,
+the JVM provider or the Python source: their offsets differ): after a change of
+source use a fresh ``--output`` (or delete ``OUTPUT/_checkpoints``).
 
 Jobs (one streaming query each, each with its own checkpoint under ``OUTPUT/_checkpoints/``):
 
