@@ -42,9 +42,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * reader, filter pushdown and partitioning are Spark's.
  *
  * <ul>
- *   <li>Batch reads ({@code spark.read}): a {@link TableProvider} whose table is Spark's
- *       {@link ParquetTable} over the kind's directory of every landing zone ({@code load(L)} and
- *       {@code load([L1, L2])}: the data source V2 path, which hands a provider every path).
+ *   <li>Batch reads ({@code spark.read}) of one landing zone: Spark's Parquet file source (V1,
+ *       {@link RelationProvider}: the relation of {@code spark.read.parquet(<landing>/<kind>)}).
+ *       Of several ({@code load([L1, L2])}): a {@link TableProvider} (data source V2, which hands
+ *       a provider every path; V1 sees one) whose table is Spark's {@link ParquetTable} over the
+ *       kind's directory of every landing zone.
  *   <li>Streams ({@code spark.readStream}): a {@link StreamSourceProvider} whose source is Spark's
  *       file stream source over one glob of those directories: its offsets are the file log in the
  *       query's checkpoint ({@code sources/0/}), so a restarted query resumes exactly once.
@@ -99,6 +101,11 @@ public final class SiftmqProvider
       return new NoTable(schema);
     }
     LandingRead read = LandingRead.of(properties, schema, true);
+    if (read.landings.size() == 1) {
+      // one landing zone: Spark falls back to V1 (createRelation below), Spark's file source
+      // itself, the very plan of spark.read.parquet; V1 would not see a second path
+      return new NoTable(schema);
+    }
     SparkSession spark = SparkSession.active();
     List<String> dirs = read.existingKindDirs(spark.sparkContext().hadoopConfiguration());
     Class<? extends FileFormat> fallback = ParquetFileFormat.class;
@@ -151,16 +158,17 @@ public final class SiftmqProvider
   private static BaseRelation v1Relation(
       SQLContext sqlContext, scala.collection.immutable.Map<String, String> parameters, StructType given) {
     LandingRead read = LandingRead.of(javaMap(parameters), given, true);
-    Map<String, String> options = new HashMap<>(read.parquetOptions);
-    options.put("path", read.kindGlob());
-    return parquet(sqlContext.sparkSession(), read, options).resolveRelation(false, true, false);
+    SparkSession spark = sqlContext.sparkSession();
+    List<String> dirs = read.existingKindDirs(spark.sparkContext().hadoopConfiguration());
+    return parquet(spark, read, dirs, read.parquetOptions).resolveRelation(false, true, false);
   }
 
-  private static DataSource parquet(SparkSession spark, LandingRead read, Map<String, String> options) {
+  private static DataSource parquet(
+      SparkSession spark, LandingRead read, List<String> paths, Map<String, String> options) {
     return new DataSource(
         spark,
         "parquet",
-        seq(List.of()),
+        seq(paths),
         Option.apply(read.schema),
         seq(List.of()),
         Option.empty(),
@@ -191,7 +199,7 @@ public final class SiftmqProvider
     LandingRead read = LandingRead.of(javaMap(parameters), schema.isDefined() ? schema.get() : null, true);
     Map<String, String> options = new HashMap<>(read.parquetOptions);
     options.put("path", read.kindGlob());
-    return parquet(sqlContext.sparkSession(), read, options).createSource(metadataPath);
+    return parquet(sqlContext.sparkSession(), read, List.of(), options).createSource(metadataPath);
   }
 
   // ---- writes: the Python sink
