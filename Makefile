@@ -6,11 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.siftmq-installed
 # the hot path compiled with mypyc (setup.py; the list lives in broker/_build.py)
 BUILT := $(VENV)/.siftmq-compiled
+# the JVM provider of format("siftmq"), package data (bridge/_jar.py)
+JAR := bridge/jvm/siftmq-spark.jar
 HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build wheel system-packages node-clients cluster
+.PHONY: run test lint typecheck unit setup build jar wheel system-packages node-clients cluster
 
 setup: $(STAMP)
 
@@ -27,7 +29,14 @@ $(STAMP): pyproject.toml setup.py
 	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[dev]'
 	touch $(STAMP)
 
-build: $(BUILT)
+build: $(BUILT) $(JAR)
+
+# the JVM provider of format("siftmq") (bridge/_jar.py): compiled when javac is there (~5-20 s),
+# else a warning and no jar (the Python data source reads, and this step runs again next time)
+jar: $(JAR)
+
+$(JAR): bridge/_schema.py bridge/_jar.py $(shell find bridge/jvm/src -type f) | $(STAMP)
+	$(PY) setup.py -q build_jar
 
 $(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
 	$(PY) setup.py -q build_ext --inplace
@@ -45,7 +54,7 @@ WHEEL := dist/.siftmq-wheel
 
 wheel: $(WHEEL)
 
-$(WHEEL): $(BUILT) pyproject.toml setup.py $(shell find broker topics content composite bridge cluster -name "*.py")
+$(WHEEL): $(BUILT) $(JAR) pyproject.toml setup.py $(shell find broker topics content composite bridge cluster -name "*.py")
 	mkdir -p dist && rm -f dist/siftmq-*.whl
 	$(PY) -m build --wheel --no-isolation --outdir dist . >dist/build.log 2>&1 || { cat dist/build.log; exit 1; }
 	touch $(WHEEL)

@@ -11,6 +11,12 @@ that mypyc cannot compile yet (generic dataclasses in ``topics._index``).
 - ``SIFTMQ_PURE=1``: build without compiling (the pure-Python package, same behaviour).
 - No mypyc, or a C compiler that fails: a warning, and the pure-Python package.
 
+The JVM provider of ``format("siftmq")`` (``bridge/_jar.py``, Java sources in ``bridge/jvm/src``):
+``setup.py build_jar`` (``make build``) compiles ``bridge/jvm/siftmq-spark.jar`` in place, and
+``build_py`` puts it into a wheel (the in-place jar when it is current, else compiled there).
+No javac, or no pyspark/pyarrow in the build environment: a warning, no jar (the Python data
+source serves reads).
+
 Build time (it is on the critical path of ``make test``, docs/development.md): mypyc writes one
 C file per shared library and gcc compiles each on one core (-O2 or -g0 saved nothing), so the
 hot path is one shared library per package folder (``broker/core``, ``broker/protocol``,
@@ -22,12 +28,17 @@ the libraries go through mypyc's export tables; the same-run benchmarks showed n
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import shutil
 import sys
+from pathlib import Path
+from types import ModuleType
+from typing import ClassVar
 
-from setuptools import setup
+from setuptools import Command, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 #: mypyc's incremental cache: its own, not the .mypy_cache that ``make typecheck`` rewrites
 #: beside the build (mypyc took a module's rewritten metadata as its own and reused old IR)
@@ -165,4 +176,57 @@ def ext_modules() -> list[object]:
     return list(mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level="3", separate=groups))
 
 
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
+def jar_module() -> ModuleType:
+    """``bridge/_jar.py`` loaded by path (standard library only): the package is not importable
+    while it is being built."""
+    path = Path(__file__).resolve().parent / "bridge" / "_jar.py"
+    spec = importlib.util.spec_from_file_location("_siftmq_build_jar", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_jar(target: Path) -> None:
+    """``target``: the provider's jar, compiled unless the in-place one is current (then copied);
+    a warning when it cannot be built."""
+    jar = jar_module()
+    root = Path(__file__).resolve().parent
+    if jar.jar_is_current(root, jar.JAR):
+        if target.resolve() != jar.JAR.resolve():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(jar.JAR, target)
+        return
+    why = jar.build_jar(root, target)
+    if why is not None:
+        print(f"siftmq: no JVM provider jar ({why}); format('siftmq') reads with Python", file=sys.stderr)
+
+
+class BuildJar(Command):
+    """``setup.py build_jar``: ``bridge/jvm/siftmq-spark.jar`` in place (``make build``)."""
+
+    description = "compile the JVM provider of format('siftmq') in place"
+    user_options: ClassVar[list[tuple[str, str | None, str]]] = []
+
+    def initialize_options(self) -> None:
+        pass
+
+    def finalize_options(self) -> None:
+        pass
+
+    def run(self) -> None:
+        make_jar(jar_module().JAR)
+
+
+class BuildPyWithJar(build_py):
+    """The wheel's ``bridge/jvm/siftmq-spark.jar`` (package data)."""
+
+    def run(self) -> None:
+        super().run()
+        make_jar(Path(self.build_lib) / "bridge" / "jvm" / "siftmq-spark.jar")
+
+
+setup(
+    ext_modules=ext_modules(),
+    cmdclass={"build_ext": OptionalBuildExt, "build_jar": BuildJar, "build_py": BuildPyWithJar},
+)

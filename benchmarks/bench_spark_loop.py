@@ -42,6 +42,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from benchmarks.bench_spark_sink import _free_port, _wait_port
+from bridge import jvm_provider
 from bridge._analytics import spark_session
 from bridge._loop import LoopOptions, alerts_query
 
@@ -53,6 +54,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--roll", type=float, default=0.5)
     ap.add_argument("--trigger", type=float, default=0.5)
+    ap.add_argument(
+        "--source",
+        default="siftmq",
+        help="the read's format: siftmq (the JVM provider when the session has its jar) or siftmq_python",
+    )
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-loop-"))
     repo = Path(__file__).resolve().parents[1]
@@ -67,7 +73,8 @@ def main() -> None:
         spark = spark_session("local[2]")
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")
         o = LoopOptions(url=f"mqtt://127.0.0.1:{port}", window=10.0, trigger=args.trigger)
-        query = alerts_query(spark, str(root / "landing"), str(root / "ck"), o)
+        query = alerts_query(spark, str(root / "landing"), str(root / "ck"), o, source=args.source)
+        print(f"source {args.source}, JVM provider in the session: {jvm_provider(spark)}", flush=True)
         deadline = time.monotonic() + 180
         while query.lastProgress is None and time.monotonic() < deadline:
             query.awaitTermination(0.1)  # the query's start (its Python source process) is not measured
@@ -125,7 +132,8 @@ def main() -> None:
         pub.loop_stop()
         got = sorted(delays.values())
         print(
-            f"roll {args.roll} s, trigger {args.trigger} s, load average {os.getloadavg()[0]:.1f} (2 cores): "
+            f"source {args.source}, roll {args.roll} s, trigger {args.trigger} s, "
+            f"load average {os.getloadavg()[0]:.1f} (2 cores): "
             f"{len(got)} of {len(sent)} probes alerted"
         )
         if got:
@@ -156,6 +164,8 @@ def _stages(landing: Path, sent: dict[int, float], delays: dict[int, float], pro
     for p in progress:
         end = p["sources"][0]["endOffset"]
         end = json.loads(end) if isinstance(end, str) else end
+        if not isinstance(end, dict) or str(landing) not in end:
+            return  # not the Python source's offsets (the JVM provider's are a file log index)
         start = datetime.datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
         batches.append((start, end.get(str(landing), {})))
     land, wait, batch = [], [], []

@@ -1,5 +1,11 @@
 """Reading the landing zone: ``format("siftmq")`` against Spark's Parquet file source it replaced.
 
+Three sources (Session 12): ``file`` (Spark's Parquet file source over ``LANDING/deliveries``),
+``jvm`` (``format("siftmq")`` in a session with the JVM provider's jar, ``bridge/_jar.py``:
+Spark's own Parquet source underneath) and ``python`` (the Python data source, registered as
+``siftmq_python`` beside the JVM provider; ``siftmq`` in a session without the jar, when only
+``python`` runs).  ``+columns``: with ``option("columns", "topic,payload_size")``.
+
 Run from the repository root:
     .venv/bin/python benchmarks/bench_spark_source.py [--files 40] [--rows 25000] [--reps 3] [--landing DIR]
 
@@ -38,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
-from bridge import Bridge, register, spark_schema
+from bridge import Bridge, jvm_provider, register, spark_schema
 from bridge._analytics import spark_session
 from bridge._schema import Kind
 from tests.bridge.records import delivery, feed
@@ -83,6 +89,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--running", type=int, default=4, help="new files per round of running queries (0: skip)")
     ap.add_argument("--source-option", action="append", default=[], help="KEY=VALUE for every siftmq read")
+    ap.add_argument("--running-only", action="store_true", help="only the running queries (--running)")
     ap.add_argument("--landing", help="keep the landing zone in this directory, reused if it has FILES files")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-source-"))
@@ -104,46 +111,29 @@ def main() -> None:
     want = args.files * args.rows
     extra = dict(kv.split("=", 1) for kv in args.source_option)
 
-    def siftmq_batch() -> Any:
-        return spark.read.format("siftmq").options(**extra).option("kind", "deliveries").load(str(land))
+    jvm = jvm_provider(spark)
+    formats = {"jvm": "siftmq", "python": "siftmq_python"} if jvm else {"python": "siftmq"}
+    print(f"sources: file, {', '.join(formats)} (JVM provider jar: {jvm})", flush=True)
 
-    def file_batch() -> Any:
-        return spark.read.schema(schema).parquet(str(land / "deliveries"))
-
-    def siftmq_stream() -> Any:
-        return spark.readStream.format("siftmq").options(**extra).option("kind", "deliveries").load(str(land))
-
-    def pruned_batch() -> Any:
-        return (
-            spark.read.format("siftmq")
-            .options(**extra)
-            .option("kind", "deliveries")
-            .option("columns", "topic,payload_size")
-            .load(str(land))
-        )
-
-    def pruned_stream() -> Any:
-        return (
-            spark.readStream.format("siftmq")
-            .options(**extra)
-            .option("kind", "deliveries")
-            .option("columns", "topic,payload_size")
-            .load(str(land))
-        )
-
-    def file_stream() -> Any:
-        return spark.readStream.schema(schema).parquet(str(land / "deliveries"))
+    def source(src: str, streaming: bool) -> Any:
+        if src == "file":
+            r = spark.readStream if streaming else spark.read
+            return r.schema(schema).parquet(str(land / "deliveries"))
+        name, _, cols = src.partition("+")
+        r = (spark.readStream if streaming else spark.read).format(formats[name]).options(**extra)
+        r = r.option("kind", "deliveries")
+        return (r.option("columns", "topic,payload_size") if cols else r).load(str(land))
 
     counter = iter(range(10**6))
 
-    def batch(make: Any) -> None:
-        rows = _agg(make()).collect()
+    def batch(src: str) -> None:
+        rows = _agg(source(src, False)).collect()
         assert sum(r["n"] for r in rows) == want
 
-    def stream(make: Any) -> None:
+    def stream(src: str) -> None:
         got: list[int] = []
         q = (
-            _agg(make())
+            _agg(source(src, True))
             .writeStream.outputMode("complete")
             .foreachBatch(lambda df, _: got.append(sum(r["n"] for r in df.collect())))
             .option("checkpointLocation", str(root / f"ck{next(counter)}"))
@@ -153,14 +143,13 @@ def main() -> None:
         q.awaitTermination()
         assert got[-1] == want, got
 
-    variants = {
-        ("batch", "file"): lambda: batch(file_batch),
-        ("batch", "siftmq"): lambda: batch(siftmq_batch),
-        ("stream", "file"): lambda: stream(file_stream),
-        ("stream", "siftmq"): lambda: stream(siftmq_stream),
-        ("batch", "siftmq+columns"): lambda: batch(pruned_batch),
-        ("stream", "siftmq+columns"): lambda: stream(pruned_stream),
-    }
+    srcs = ["file", *[f"{f}{c}" for f in formats for c in ("", "+columns")]]
+    variants: dict[tuple[str, str], Any] = {}
+    for mode, run in (("batch", batch), ("stream", stream)):
+        for src in srcs:
+            variants[(mode, src)] = lambda run=run, src=src: run(src)
+    if args.running_only:
+        variants.clear()
     for fn in variants.values():  # warm-up: JVM JIT, Python workers
         fn()
     wall: dict[tuple[str, str], list[float]] = {k: [] for k in variants}
@@ -172,23 +161,27 @@ def main() -> None:
             wall[key].append(time.perf_counter() - t)
             cpu[key].append(_tree_cpu() - c)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores)")
-    print("| read | source | median s | CPU s (process tree) | ratio to the file source |")
-    print("|---|---|---|---|---|")
-    for mode in ("batch", "stream"):
-        f = statistics.median(wall[(mode, "file")])
-        for src in ("file", "siftmq", "siftmq+columns"):
-            w, c = statistics.median(wall[(mode, src)]), statistics.median(cpu[(mode, src)])
-            print(f"| {mode} | {src} | {w:.2f} | {c:.1f} | {w / f:.2f} |")
-    print("all runs (s):", {f"{k[0]}/{k[1]}": [round(x, 2) for x in v] for k, v in wall.items()})
+    if variants:
+        print("| read | source | median s | CPU s (process tree) | ratio to the file source |")
+        print("|---|---|---|---|---|")
+        for mode in ("batch", "stream"):
+            f = statistics.median(wall[(mode, "file")])
+            for src in srcs:
+                w, c = statistics.median(wall[(mode, src)]), statistics.median(cpu[(mode, src)])
+                print(f"| {mode} | {src} | {w:.2f} | {c:.1f} | {w / f:.2f} |")
+        print("all runs (s):", {f"{k[0]}/{k[1]}": [round(x, 2) for x in v] for k, v in wall.items()})
     if args.running:
-        _running(spark, root, args.running, args.rows, args.reps)
+        _running(spark, root, args.running, args.rows, args.reps, formats)
     spark.stop()
 
 
-def _running(spark: Any, root: Path, files: int, rows: int, reps: int) -> None:
-    """Micro-batches of running queries (module docstring); prints the table."""
+def _running(spark: Any, root: Path, files: int, rows: int, reps: int, formats: dict[str, str]) -> None:
+    """Micro-batches of running queries (module docstring); prints the table.  The JVM provider
+    runs once (Spark prunes its columns: ``+columns`` is the same read), the Python source
+    with and without ``columns``."""
     schema = spark_schema(Kind.DELIVERIES)
-    lands = {name: root / f"running-{name}" for name in ("file", "siftmq", "siftmq+columns")}
+    names = ["file", *(["jvm"] if "jvm" in formats else []), "python", "python+columns"]
+    lands = {name: root / f"running-{name}" for name in names}
     staging = root / "running-staging"  # files are written here, then renamed in together
     writer = Bridge(staging, roll_interval=3600, roll_bytes=1 << 40)
     for land in lands.values():
@@ -197,8 +190,8 @@ def _running(spark: Any, root: Path, files: int, rows: int, reps: int) -> None:
     def reader(name: str) -> Any:
         if name == "file":
             return spark.readStream.schema(schema).parquet(str(lands[name] / "deliveries"))
-        r = spark.readStream.format("siftmq").option("kind", "deliveries")
-        if name == "siftmq+columns":
+        r = spark.readStream.format(formats[name.partition("+")[0]]).option("kind", "deliveries")
+        if name.endswith("+columns"):
             r = r.option("columns", "topic,payload_size")
         return r.load(str(lands[name]))
 

@@ -14,6 +14,10 @@ Writes a landing zone of FILES bridge files of ROWS deliveries, then in one Spar
   the JVM converts the Arrow batches to rows);
 * the SQL metrics of the scan node (Python time, rows and bytes received) from the executed plan.
 
+Session 12: the sources are ``file``, ``jvm`` (``format("siftmq")`` with the JVM provider's jar:
+Spark's Parquet source underneath; absent without the jar) and ``python`` (the Python data
+source, ``siftmq_python`` beside the JVM provider), ``+columns`` with option ``columns``.
+
 And, in this process without Spark: the pyarrow read of all files (``read_files``), all columns
 and two, i.e. the floor of the Python side of ``run``; and the import time of the source module
 in a fresh interpreter (what each Python worker that unpickles the source pays once).
@@ -35,12 +39,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_spark_source import _agg, _landing  # type: ignore[import-not-found]
 
-from bridge import register, spark_schema
+from bridge import jvm_provider, register, spark_schema
 from bridge._analytics import spark_session
 from bridge._landing import kind_schema, list_files, read_files
 from bridge._schema import Kind
 
 COLUMNS = "topic,payload_size"
+
+#: source -> format name, set in main(): ``jvm`` only in a session with the jar
+FORMATS: dict[str, str] = {}
+
+
+def _reader(spark: Any, src: str, streaming: bool = False) -> Any:
+    """``spark.read``/``readStream`` of source ``src`` (``jvm``, ``python``, ``python+columns``,
+    ``python+pushFilters``) over kind deliveries, ``load`` still to call."""
+    name, _, extra = src.partition("+")
+    r = (spark.readStream if streaming else spark.read).format(FORMATS[name]).option("kind", "deliveries")
+    if extra == "columns":
+        r = r.option("columns", COLUMNS)
+    elif extra == "pushFilters":
+        r = r.option("pushFilters", "true")
+    return r
 
 
 def _metrics(plan: Any) -> dict[str, str]:
@@ -182,12 +201,11 @@ def _filtered(spark: Any, land: Path, schema: Any, rows: int, reps: int) -> None
     def make(src: str) -> Any:
         if src == "file":
             return spark.read.schema(schema).parquet(str(land / "deliveries"))
-        r = spark.read.format("siftmq").option("kind", "deliveries")
-        return (r.option("pushFilters", "true") if src == "siftmq+pushFilters" else r).load(str(land))
+        return _reader(spark, src).load(str(land))
 
-    srcs = ("file", "siftmq", "siftmq+pushFilters")
+    srcs = ("file", *(("jvm",) if "jvm" in FORMATS else ()), "python", "python+pushFilters")
     print("| filter | " + " | ".join(srcs) + " | rows |")
-    print("|---|---|---|---|---|")
+    print("|---|" + "---|" * (len(srcs) + 1))
     for label, cond in wheres.items():
         times: dict[str, list[float]] = {s: [] for s in srcs}
         counts = set()
@@ -256,18 +274,18 @@ def main() -> None:
         k, v = kv.split("=", 1)
         spark.conf.set(k, v)
     register(spark)
+    jvm = jvm_provider(spark)
+    FORMATS.update({"jvm": "siftmq", "python": "siftmq_python"} if jvm else {"python": "siftmq"})
+    print(f"sources: file, {', '.join(FORMATS)}", flush=True)
     schema = spark_schema(Kind.DELIVERIES)
     want = args.files * args.rows
 
     def make(src: str) -> Any:
         if src == "file":
             return spark.read.schema(schema).parquet(str(land / "deliveries"))
-        r = spark.read.format("siftmq").option("kind", "deliveries")
-        if src == "siftmq+columns":
-            r = r.option("columns", COLUMNS)
-        return r.load(str(land))
+        return _reader(spark, src).load(str(land))
 
-    srcs = ("file", "siftmq", "siftmq+columns")
+    srcs = ("file", *(("jvm",) if "jvm" in FORMATS else ()), "python", "python+columns")
     phases: dict[str, dict[str, list[float]]] = {s: {"load": [], "plan": [], "run": []} for s in srcs}
     last: dict[str, dict[str, str]] = {}
     for rep in range(args.reps + 1):
@@ -294,7 +312,7 @@ def main() -> None:
         print(f"| {src} | {m['load']:.3f} | {m['plan']:.3f} | {m['run']:.3f} | {sum(m.values()):.3f} |")
     for src in srcs:
         print(src, "metrics:", last[src])
-    every: dict[str, list[float]] = {"file": [], "siftmq": []}
+    every: dict[str, list[float]] = {s: [] for s in srcs if "+" not in s}
     for rep in range(args.reps + 1):
         for src, runs in every.items():
             from pyspark.sql import functions as F
@@ -306,8 +324,9 @@ def main() -> None:
                 runs.append(time.perf_counter() - t)
     e = {s: statistics.median(v) for s, v in every.items()}
     print(
-        f"batch using every column (sum(hash(*columns))): file {e['file']:.3f} s, siftmq "
-        f"{e['siftmq']:.3f} s, ratio {e['siftmq'] / e['file']:.2f}; all {every}"
+        "batch using every column (sum(hash(*columns))): "
+        + ", ".join(f"{s} {v:.3f} s (ratio {v / e['file']:.2f})" for s, v in e.items())
+        + f"; all {every}"
     )
     if args.filters:
         _filtered(spark, land, schema, args.files * args.rows, args.reps)
@@ -317,8 +336,7 @@ def main() -> None:
             if src == "file":
                 df = spark.readStream.schema(schema).parquet(str(land / "deliveries"))
             else:
-                r = spark.readStream.format("siftmq").option("kind", "deliveries")
-                df = (r.option("columns", COLUMNS) if src == "siftmq+columns" else r).load(str(land))
+                df = _reader(spark, src, streaming=True).load(str(land))
             res = _stream(spark, df, root / f"ck-{src}-{rep}", want)
             if rep:
                 streams[src].append(res)

@@ -1,12 +1,15 @@
 """Spark Structured Streaming analytics over the bridge's landing zone.
 
 Sources: one streaming DataFrame per record kind, the ``siftmq`` data source
-(``spark.readStream.format("siftmq").option("kind", K).load(LANDINGS)``, ``bridge/_datasource.py``,
-issue 29; until then Spark's Parquet file source) with the declared schemas
-(:func:`bridge.spark_schema`), over one landing zone or several (one per cluster node) read as
-one.  The writer commits files atomically under their final name, and dot files are ignored, so
-a micro-batch never sees a half-written file.  A checkpoint written by the file source cannot
-be resumed by this source: use a fresh ``--output`` (or delete ``OUTPUT/_checkpoints``).
+(``spark.readStream.format("siftmq").option("kind", K).load(LANDINGS)``, issue 29): the JVM
+provider (``bridge/_jar.py``: Spark's own file stream source underneath) in the sessions of
+:func:`spark_session` when its jar was built, else the Python data source
+(``bridge/_datasource.py``), with the declared schemas (:func:`bridge.spark_schema`), over one
+landing zone or several (one per cluster node) read as one.  The writer commits files
+atomically under their final name, and dot files are ignored, so a micro-batch never sees a
+half-written file.  A checkpoint belongs to the source that wrote it (Spark's file source,
+the JVM provider or the Python source: their offsets differ): after a change of
+source use a fresh ``--output`` (or delete ``OUTPUT/_checkpoints``).
 
 Jobs (one streaming query each, each with its own checkpoint under ``OUTPUT/_checkpoints/``):
 
@@ -64,6 +67,7 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 
 from bridge._composite import build_composite, composite_summary, composite_view
+from bridge._jar import with_spark_jar
 from bridge._results import RESULT_KEYS, results
 from bridge._schema import Kind, spark_schema
 
@@ -117,7 +121,8 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
     """A SparkSession tuned for small runs: no UI, loopback driver, and few shuffle partitions
     (1 on a local master: each partition is a task and a state store per micro-batch, and
     with 1 the measured micro-batch of topic_rate went from 0.42 to 0.33 s; 2 on a cluster).
-    A streaming query keeps the partition count recorded in its checkpoint."""
+    A streaming query keeps the partition count recorded in its checkpoint.  With the jar of the
+    JVM provider of ``format("siftmq")`` when it was built (:func:`bridge.with_spark_jar`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -140,6 +145,7 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
         )
     if (options := _driver_log_options()) is not None:
         builder = builder.config("spark.driver.extraJavaOptions", options)
+    builder = with_spark_jar(builder)  # format("siftmq") on the JVM when the jar was built
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
     from bridge._sink import SinkOptions
 
-__all__ = ["SiftmqDataSource"]
+__all__ = ["PythonSiftmqDataSource", "SiftmqDataSource"]
 
 
 def _landings(options: dict[str, str]) -> list[str]:
@@ -247,14 +247,21 @@ class _Published(WriterCommitMessage):
 
 
 class _BatchWriter(DataSourceArrowWriter):
-    def __init__(self, options: SinkOptions) -> None:
+    """A batch write: its own random "query id" and batch 0; or, for a micro-batch that the JVM
+    provider's stream sink writes as a batch (``SiftmqProvider.java``), the streaming query's id
+    and the batch id it passes as options ``siftmq.queryId``/``siftmq.batchId``."""
+
+    def __init__(self, options: SinkOptions, query_id: str | None = None, batch_id: int = 0) -> None:
         self.options = options
-        self.write_id = uuid.uuid4().hex  # the "query id" of a batch write
+        self.write_id = query_id or uuid.uuid4().hex
+        self.batch_id = batch_id
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from bridge._sink import publish_batches
 
-        partition, rows = publish_batches(self.options, iterator, query_id=self.write_id, batch_id=0)
+        partition, rows = publish_batches(
+            self.options, iterator, query_id=self.write_id, batch_id=self.batch_id
+        )
         return _Published(partition, rows)
 
 
@@ -317,9 +324,25 @@ class SiftmqDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         from bridge._sink import SinkOptions
 
-        return _BatchWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))
+        opts = {k.lower(): v for k, v in self.options.items()}
+        raw = opts.get("siftmq.batchid", "0")
+        try:
+            batch_id = int(raw)
+        except ValueError:
+            raise ValueError(f"siftmq sink: option siftmq.batchId={raw!r} is not an integer") from None
+        parsed = SinkOptions.parse(dict(self.options), schema.fieldNames())
+        return _BatchWriter(parsed, opts.get("siftmq.queryid"), batch_id)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
         from bridge._sink import SinkOptions
 
         return _StreamWriter(SinkOptions.parse(dict(self.options), schema.fieldNames()))
+
+
+class PythonSiftmqDataSource(SiftmqDataSource):
+    """The same source under the name ``siftmq_python``: in a session with the JVM provider
+    (``bridge/_jar.py``), which holds the name ``siftmq`` and writes through this one."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "siftmq_python"

@@ -106,8 +106,14 @@ def _scorer(o: LoopOptions) -> Any:
     return apply
 
 
-def alerts_query(spark: Any, landing: str | list[str], checkpoint: str, o: LoopOptions) -> Any:
-    """Start the loop's streaming query (returns the ``StreamingQuery``)."""
+def alerts_query(
+    spark: Any, landing: str | list[str], checkpoint: str, o: LoopOptions, source: str = "siftmq"
+) -> Any:
+    """Start the loop's streaming query (returns the ``StreamingQuery``).  It reads with
+    ``format(source)`` (``siftmq``: the JVM provider when the session has its jar, else the
+    Python source; ``siftmq_python``: the Python source) and publishes with the Python sink,
+    ``format("siftmq_python")``, directly: through the JVM provider each micro-batch would be a
+    batch write of its own, planned anew (docs/performance-bridge.md, "Session 12")."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import StructType
@@ -120,7 +126,7 @@ def alerts_query(spark: Any, landing: str | list[str], checkpoint: str, o: LoopO
     used = ("time", "topic", "payload")  # Spark prunes no column of a Python source: say which
     full = spark_schema(Kind.MESSAGES)
     readings = (
-        spark.readStream.format("siftmq")
+        spark.readStream.format(source)
         .schema(StructType([full[c] for c in used]))  # given: no Python process asked for it
         .option("kind", "messages")
         .option("columns", ",".join(used))
@@ -138,7 +144,7 @@ def alerts_query(spark: Any, landing: str | list[str], checkpoint: str, o: LoopO
         _scorer(o), _ALERT_SCHEMA, _STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout
     )
     writer = (
-        alerts.writeStream.format("siftmq")
+        alerts.writeStream.format("siftmq_python")
         .queryName("siftmq_alerts")
         .outputMode("append")
         .option("checkpointLocation", checkpoint)

@@ -13,7 +13,9 @@ Times are stored as ``timestamp[us, UTC]`` so Spark reads them as ``TimestampTyp
 them as event time; the broker latency is stored in seconds (``double``).
 
 The Spark ``StructType`` schemas are derived from the Arrow schemas by :func:`spark_schema`
-(pyspark is imported only there), so the two can never disagree.
+(pyspark is imported only there), so the two can never disagree; :func:`spark_ddl` writes the
+same schema as Spark DDL without pyspark, for the JVM provider's jar (``bridge/_jar.py``: the
+build puts it in the jar's ``schemas.properties``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["COMPOSITE_KINDS", "SCHEMAS", "Kind", "spark_schema"]
+__all__ = ["COMPOSITE_KINDS", "SCHEMAS", "Kind", "spark_ddl", "spark_schema"]
 
 
 class Kind(enum.Enum):
@@ -160,3 +162,22 @@ def spark_schema(kind: Kind) -> Any:
         _STRINGS: T.ArrayType(T.StringType(), True),
     }
     return T.StructType([T.StructField(f.name, mapping[f.type], True) for f in SCHEMAS[kind]])
+
+
+#: Spark SQL type names of the Arrow types above (DDL)
+_DDL: dict[pa.DataType, str] = {
+    _TS: "TIMESTAMP",
+    pa.int64(): "BIGINT",
+    pa.int32(): "INT",
+    pa.string(): "STRING",
+    pa.bool_(): "BOOLEAN",
+    pa.float64(): "DOUBLE",
+    pa.binary(): "BINARY",
+    _STRINGS: "ARRAY<STRING>",
+}
+
+
+def spark_ddl(kind: Kind) -> str:
+    """The Spark schema of ``kind`` as DDL (``time TIMESTAMP, ...``; names quoted: ``end`` and
+    ``window`` are keywords), the same as :func:`spark_schema` without importing pyspark."""
+    return ", ".join(f"`{f.name}` {_DDL[f.type]}" for f in SCHEMAS[kind])
