@@ -8,28 +8,34 @@ STAMP := $(VENV)/.siftmq-installed
 BUILT := $(VENV)/.siftmq-compiled
 # the JVM provider of format("siftmq"), package data (bridge/_jar.py)
 JAR := bridge/jvm/siftmq-spark.jar
+# the byte code of the installed dependencies (pip installs them without, below)
+PYC := $(VENV)/.siftmq-bytecode
+# the suite's own byte code (test modules as pytest rewrites them), written before its workers start
+TESTPYC := $(VENV)/.siftmq-test-bytecode
 HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test lint typecheck unit setup build jar wheel system-packages node-clients cluster
+.PHONY: run test lint typecheck unit setup build jar bytecode wheel system-packages node-clients cluster
 
-setup: $(STAMP)
+setup: $(STAMP) $(PYC)
 
 # installed without compiling (SIFTMQ_PURE=1): the compile step below runs in the venv, so an
 # edit rebuilds only the extensions instead of reinstalling the project. Set-up time
 # (docs/development.md): --no-build-isolation, since a pure editable install needs only
 # setuptools (installed first), not the isolated environment of pyproject.toml's build
-# requirements (mypy, numpy, ... installed a second time, ~6 s). Byte-compiling stays (~11 s):
-# without it, Spark's first Python workers compiled pyspark and pandas at start-up and missed
-# Spark's connect-back timeout on a loaded machine
+# requirements (mypy, numpy, ... installed a second time, ~6 s). --no-compile: pip would
+# byte-compile the ~5,700 modules of the dependencies one by one before the build can start
+# (~11-15 s of CPU); $(PYC) compiles them on both cores beside the mypyc build instead. They
+# must be compiled before any test: without it, Spark's first Python workers compiled pyspark
+# and pandas at start-up and missed Spark's connect-back timeout on a loaded machine
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'
-	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation -e '.[dev]'
+	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-compile -e '.[dev]'
 	touch $(STAMP)
 
-build: $(BUILT) $(JAR)
+build: $(BUILT) $(JAR) $(PYC)
 
 # the JVM provider of format("siftmq") (bridge/_jar.py): compiled when javac is there (~5-20 s),
 # else a warning and no jar (the Python data source reads, and this step runs again next time)
@@ -37,6 +43,12 @@ jar: $(JAR)
 
 $(JAR): bridge/_schema.py bridge/_jar.py $(shell find bridge/jvm/src -type f) | $(STAMP)
 	$(PY) setup.py -q build_jar
+
+bytecode: $(PYC)
+
+$(PYC): $(STAMP)
+	$(PY) -m compileall -q -j0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
+	touch $(PYC)
 
 $(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
 	$(PY) setup.py -q build_ext --inplace
@@ -59,11 +71,11 @@ $(WHEEL): $(BUILT) $(JAR) pyproject.toml setup.py $(shell find broker topics con
 	$(PY) -m build --wheel --no-isolation --outdir dist . >dist/build.log 2>&1 || { cat dist/build.log; exit 1; }
 	touch $(WHEEL)
 
-run: $(BUILT)
+run: $(BUILT) $(PYC)
 	$(VENV)/bin/siftmq serve --host $(HOST) --port $(PORT) --metrics-listen $(HOST):$(METRICS_PORT)
 
 # a 3-node cluster on this machine (docs/cluster.md): MQTT on 1883-1885
-cluster: $(BUILT)
+cluster: $(BUILT) $(PYC)
 	scripts/cluster.sh
 
 lint: $(STAMP)
@@ -106,11 +118,25 @@ node-clients:
 # three workers: 192 s, same tests, same machine; 2026-11-27, 1,102 tests: three workers 182 s,
 # four 164 s, in place, one after the other); a test file's tests on one worker (module
 # fixtures, ports 0 anyway), the files using the Spark session on one worker (tests/conftest.py)
-unit: $(BUILT) $(WHEEL) system-packages node-clients
+#
+# Byte code: the suite starts hundreds of Python processes (its workers, brokers and cluster
+# nodes as subprocesses, CLIs, Spark's Python workers); with PYTHONDONTWRITEBYTECODE set (as in
+# this machine's environment) each compiled every module of ours it imported, and each worker
+# rewrote and compiled all 120 test modules (~3 s of CPU of its ~5 s collection). The suite
+# writes its byte code (gitignored __pycache__/), and $(TESTPYC) collects the suite once
+# beforehand, so that the four workers read the test modules' byte code instead of each
+# rewriting them at the same time
+unit: export PYTHONDONTWRITEBYTECODE :=
+unit: $(BUILT) $(PYC) $(TESTPYC) $(WHEEL) system-packages node-clients
 	$(PY) -m pytest -n 4 --dist loadfile
 
-# The set-up steps run side by side (mypy, ruff and the system packages while mypyc compiles;
-# the wheel after the in-place build, whose C files it reuses), then the tests on both cores.
+$(TESTPYC): $(BUILT) $(PYC) $(shell find tests -name "*.py" -not -path "*/node_modules/*")
+	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -p no:xdist -p no:cacheprovider --collect-only -q \
+	  >$(VENV)/collect.log 2>&1 && touch $@ || echo "collecting the tests failed (the test run reports it)"
+
+# The set-up steps run side by side (the dependencies' byte code, mypy, ruff and the system
+# packages while mypyc compiles; the wheel and the suite's byte code after the in-place build,
+# whose C files the wheel reuses), then the tests on both cores.
 test:
-	@$(MAKE) --no-print-directory -j3 -Otarget lint typecheck wheel system-packages node-clients
+	@$(MAKE) --no-print-directory -j3 -Otarget wheel bytecode typecheck lint $(TESTPYC) system-packages node-clients
 	@$(MAKE) --no-print-directory unit

@@ -5,7 +5,11 @@ The JVMs the suite starts (local Spark, a standalone master, worker and executor
 the client compiler only and the serial collector: over the suite's tiny inputs they spend
 most of their CPU in C2 compiler and GC threads, and on 2 cores with xdist those threads
 take the other worker's core (the standalone test went from 92 to 60 s, a Spark module from
-68 to 55 s). Only the suite does this; `siftmq analytics` keeps the JVM's defaults.
+68 to 55 s). They also skip the verification of the byte code of the class path's classes
+(Spark's jars, from the pyspark wheel; the JDK's own classes are never verified): a local
+Spark session's start and first queries took 6.9-7.1 s of JVM CPU instead of 8.0-8.2 s
+(docs/development.md, "Suite time"). Only the suite does this; `siftmq analytics` keeps the
+JVM's defaults.
 
 Scheduling (xdist, ``--dist loadfile`` in the Makefile): each test file is one unit of work,
 except that the files using the session-scoped ``spark`` fixture are one unit together: one
@@ -32,7 +36,10 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+os.environ.setdefault(
+    "JAVA_TOOL_OPTIONS",
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote",
+)
 
 
 # the files whose tests use the session-scoped ``spark`` fixture (tests/bridge/conftest.py);
@@ -53,34 +60,48 @@ SPARK_SESSION_FILES = frozenset(
 #: tests, which put the one-test standalone-Spark file (about a minute) last, after every
 #: other unit had finished: the run then waited for it on one worker while the other idled.
 #: Sending these first lets the short units fill in around them.  A stale entry costs time,
-#: never correctness.  The list: every unit above ~5 s in a `--junitxml` run of the whole
-#: suite (docs/development.md, "Where the suite's time goes"), except that the two Spark units
-#: lead: each starts JVMs whose start-up overlaps best with the other workers' short units.
+#: never correctness.  The list: every unit above ~11 s in a run of the whole suite on four
+#: workers at a load average of ~16 (session 12, docs/development.md, "Suite time"; about
+#: 4 s on a quiet machine), longest first, except that the two Spark units lead: each starts
+#: JVMs whose start-up overlaps best with the other workers' short units.
 LONGEST_UNITS = (
     "tests/bridge/test_bridge_standalone.py",
     "spark-session",
-    "tests/cluster/test_cluster_handover.py",
     "tests/content/test_engines_model.py",
-    "tests/cluster/test_cluster_processes.py",
+    "tests/cluster/test_cluster_handover.py",
     "tests/cluster/test_partitions.py",
-    "tests/cluster/test_live_cluster.py",
-    "tests/nemesis/test_nemesis.py",
-    "tests/interop/test_interop_matrix.py",
-    "tests/content/test_poset.py",
-    "tests/composite/test_engine_model.py",
-    "tests/packaging/test_wheel.py",
     "tests/content/test_ic_index.py",
-    "tests/security/test_cli_auth.py",
+    "tests/content/test_betree.py",
+    "tests/cluster/test_cluster_processes.py",
     "tests/content/test_hema.py",
-    "tests/fault/test_durable_acks.py",
-    "tests/fault/test_crash_loop.py",
+    "tests/content/test_poset.py",
     "tests/fault/test_composite_kill.py",
-    "tests/cluster/test_composite_restart.py",
-    "tests/cluster/test_cluster_sessions.py",
-    "tests/cluster/test_composite_replicas.py",
-    "tests/fault/test_qos2_crash.py",
-    "tests/topics/test_topics_index_model.py",
+    "tests/packaging/test_wheel.py",
+    "tests/cluster/test_live_cluster.py",
+    "tests/broker/test_composite_broker_model.py",
+    "tests/composite/test_engine_model.py",
+    "tests/fault/test_durable_acks.py",
+    "tests/interop/test_interop_matrix.py",
     "tests/broker/test_client_cli.py",
+    "tests/broker/test_codec.py",
+    "tests/topics/test_topics_index_model.py",
+    "tests/nemesis/test_nemesis.py",
+    "tests/store/test_store_cancel_pairs.py",
+    "tests/fault/test_crash_loop.py",
+    "tests/security/test_cli_auth.py",
+    "tests/store/test_store_model.py",
+    "tests/content/test_baselines004.py",
+    "tests/cluster/test_moving.py",
+    "tests/fault/test_restart_storm.py",
+    "tests/cluster/test_composite_restart.py",
+    "tests/bridge/test_bridge_model.py",
+    "tests/broker/test_codec_fuzz.py",
+    "tests/fault/test_descriptors.py",
+    "tests/content/test_rein.py",
+    "tests/fault/test_qos2_crash.py",
+    "tests/cluster/test_cluster_sessions.py",
+    "tests/fault/test_fleet_faults.py",
+    "tests/composite/test_syntax.py",
 )
 
 

@@ -76,9 +76,11 @@ class Feeder:
         self.name = name
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, f"feed-{name}", protocol=mqtt.MQTTv5)
         self.c.max_inflight_messages_set(20)
+        self.c.on_publish = self._on_puback
         self.c.connect("127.0.0.1", port)
         self.c.loop_start()
         self.sent: list[tuple[bytes, mqtt.MQTTMessageInfo]] = []
+        self.pubacks: set[int] = set()
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -94,9 +96,18 @@ class Feeder:
             k += 1
             time.sleep(0.005)  # pacing of the load, not a wait for a condition
 
-    def acked(self) -> set[bytes]:
+    def _on_puback(self, _c: object, _u: object, mid: int, _rc: object, _p: object) -> None:
         with self.lock:
-            return {p for p, info in self.sent if info.is_published()}
+            self.pubacks.add(mid)
+
+    def acked(self) -> set[bytes]:
+        """The payloads whose PUBACK came (paho's ``on_publish``).  Not ``is_published()``: a
+        publish made while the client was disconnected from a stopped node returns
+        MQTT_ERR_NO_CONN (paho queues it and sends it after reconnecting), and its
+        ``is_published()`` then raises even once it is acknowledged.  Message ids are unique
+        here: a test publishes far fewer than 65,535 messages per feeder."""
+        with self.lock:
+            return {p for p, info in self.sent if info.mid in self.pubacks}
 
     def stop(self) -> None:
         self.done.set()
