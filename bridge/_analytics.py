@@ -52,6 +52,7 @@ composite view).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -117,12 +118,18 @@ def _driver_log_options() -> str | None:
     return f"-Dlog4j2.configurationFile=file:{path}"
 
 
+#: environment variable: ``python`` makes the sessions siftmq builds (``siftmq analytics``) leave
+#: the JVM provider's jar out, so that ``format("siftmq")`` is the Python data source
+SOURCE_ENV = "SIFTMQ_SPARK_SOURCE"
+
+
 def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") -> Any:
     """A SparkSession tuned for small runs: no UI, loopback driver, and few shuffle partitions
     (1 on a local master: each partition is a task and a state store per micro-batch, and
     with 1 the measured micro-batch of topic_rate went from 0.42 to 0.33 s; 2 on a cluster).
     A streaming query keeps the partition count recorded in its checkpoint.  With the jar of the
-    JVM provider of ``format("siftmq")`` when it was built (:func:`bridge.with_spark_jar`)."""
+    JVM provider of ``format("siftmq")`` when it was built (:func:`bridge.with_spark_jar`) and
+    :data:`SOURCE_ENV` is not ``python``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -145,7 +152,8 @@ def spark_session(master: str = "local[2]", app_name: str = "siftmq-analytics") 
         )
     if (options := _driver_log_options()) is not None:
         builder = builder.config("spark.driver.extraJavaOptions", options)
-    builder = with_spark_jar(builder)  # format("siftmq") on the JVM when the jar was built
+    if os.environ.get(SOURCE_ENV, "").lower() != "python":
+        builder = with_spark_jar(builder)  # format("siftmq") on the JVM when the jar was built
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
@@ -177,9 +185,11 @@ def landing_reader(spark: Any, landing: Landings) -> Callable[..., Any]:
     analytics query names the columns it uses (the source's ``columns`` option): a query
     over two of the twelve columns of ``deliveries`` reads and ships two
     (docs/performance-bridge.md)."""
-    from bridge import register
+    from bridge import jvm_provider, register
 
     register(spark)
+    source = "the JVM provider" if jvm_provider(spark) else "the Python data source"
+    logging.getLogger("siftmq").info('format("siftmq") reads with %s', source)
     paths = json.dumps(_paths(landing))  # readStream.load takes one path: the list as an option
     cores = str(spark.sparkContext.defaultParallelism)  # a micro-batch over 256 KiB: one task a core
 

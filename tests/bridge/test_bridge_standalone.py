@@ -5,6 +5,7 @@ the real CLI over a real bridge output, exact counts checked, the cluster stoppe
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import queue
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge._analytics import results
+from bridge._analytics import SOURCE_ENV, results
 from tests.bridge.test_bridge_end_to_end import N, _traffic
 
 pytestmark = pytest.mark.spark
@@ -137,10 +138,19 @@ async def test_analytics_on_a_standalone_cluster(
         "--results",
         "subscriber_rate,top_topics,active_filters",
     ]
+    # without the JVM provider's jar: format("siftmq") is the Python data source, registered by
+    # bridge.register as "siftmq" (a user's own session without the jar), and the landing
+    # zone is read in the executors' Python workers, which import siftmq (the local session
+    # of the other Spark tests has the jar)
+    env = {**env, SOURCE_ENV: "python"}
     done = await asyncio.to_thread(
         subprocess.run, cmd, env=env, capture_output=True, text=True, timeout=240, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # the Python source's offset (bridge/_landing.py: landing zone -> writer tag -> sequence),
+    # not the JVM file stream source's {"logOffset": n}
+    offset = (out / "_checkpoints" / "top_topics" / "offsets" / "0").read_text().splitlines()[-1]
+    assert list(json.loads(offset)) == [str(landing)]
     # no Python warning from the driver, nor from the executors' Python workers (their stderr
     # is the executor's log; pyspark's padding FutureWarning was printed on every run)
     logs = [done.stderr, *(p.read_text(errors="replace") for p in (tmp_path / "work").glob("app-*/*/stderr"))]
