@@ -148,9 +148,10 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
         if lost is not None:
             if result[0]:
                 lost.pop(node.id, None)
-            elif node.id in lost:  # a probe unanswered: no news (and no warning per probe)
+            elif self.router.is_new_node(node):  # not in the table: a probe unanswered, no news
+                lost.setdefault(node.id, (node, time.monotonic()))
                 return result
-            else:
+            else:  # a member silent: Kademlia drops it below; probed from now on
                 lost[node.id] = (node, time.monotonic())
         return super().handle_call_response(result, node)
 
@@ -159,6 +160,8 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
         # healed partition, a restart): the cluster connects its link now, not at its next
         # refresh (which may be blocked for a failure timeout in pings to silent nodes)
         new = bool(self.router.is_new_node(node))
+        if self.lost is not None:  # it answers or asks: alive
+            self.lost.pop(node.id, None)
         super().welcome_if_new(node)
         if new and self.on_member is not None:
             self.on_member(node.id)

@@ -48,3 +48,31 @@ async def test_a_lost_member_is_probed_and_readmitted_at_its_first_answer() -> N
         a.stop()
         b.stop()
         await asyncio.sleep(0)  # the cancelled probe loops end
+
+
+async def test_a_member_back_by_its_own_request_is_dropped_again_when_silent() -> None:
+    """B comes back by contacting A (not through A's probes, which are slow here); when B goes
+    silent again, A's next refresh drops it again (a member must not stay in the table because
+    it was once lost)."""
+    a_id, b_id = secrets.token_bytes(20), secrets.token_bytes(20)
+    a = Overlay(a_id, SECRET, rpc_timeout=0.3, probe_every=3600)
+    port_a, port_b = _free_udp_port(), _free_udp_port()
+    await a.start("127.0.0.1", port_a, [])
+    b = Overlay(b_id, SECRET, rpc_timeout=0.3)
+    try:
+        await b.start("127.0.0.1", port_b, [("127.0.0.1", port_a)])
+        await eventually(lambda: b_id in a.members())
+        b.stop()
+        await a.refresh()
+        assert b_id not in a.members() and b_id in a.lost
+        b = Overlay(b_id, SECRET, rpc_timeout=0.3)
+        await b.start("127.0.0.1", port_b, [("127.0.0.1", port_a)])  # B's bootstrap asks A
+        await eventually(lambda: b_id in a.members())
+        assert b_id not in a.lost
+        b.stop()
+        await a.refresh()
+        assert b_id not in a.members()
+    finally:
+        a.stop()
+        b.stop()
+        await asyncio.sleep(0)
