@@ -114,8 +114,8 @@ class ClusterNode(Hooks):
         self.injected = 0
         self.refused_links = 0
         self._task: asyncio.Task[None] | None = None
-        self._sync_soon = False  # a _sync_links is scheduled (a member joined)
-        self._rejoined: set[bytes] = set()  # ids of the members that joined since
+        #: ids of the members that joined since the last _sync_now (non-empty: one is scheduled)
+        self._rejoined: set[bytes] = set()
         self._closing: set[asyncio.Task[None]] = set()
         self._bare: dict[tuple[int, ...], Properties] = {}
         self._diverted: dict[str, Any] = {}
@@ -239,13 +239,11 @@ class ClusterNode(Hooks):
         backlogs after a heal, issue 30)."""
         if self._task is None:
             return
-        self._rejoined.add(node_id)
-        if not self._sync_soon:
-            self._sync_soon = True
+        if not self._rejoined:
             asyncio.get_running_loop().call_soon(self._sync_now)
+        self._rejoined.add(node_id)
 
     def _sync_now(self) -> None:
-        self._sync_soon = False
         rejoined, self._rejoined = self._rejoined, set()
         if self._task is None:
             return

@@ -148,7 +148,9 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
         if lost is not None:
             if result[0]:
                 lost.pop(node.id, None)
-            elif self.router.is_new_node(node):  # not in the table: a probe unanswered, no news
+            elif self.router.is_new_node(node):
+                # not in the table (a probe of a lost node, or a node never admitted): nothing
+                # for Kademlia to drop, and no warning per probe; probed from its first silence
                 lost.setdefault(node.id, (node, time.monotonic()))
                 return result
             else:  # a member silent: Kademlia drops it below; probed from now on
