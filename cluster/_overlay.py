@@ -34,7 +34,6 @@ import functools
 import hashlib
 import hmac
 import logging
-import os
 import secrets
 import socket
 import time
@@ -45,6 +44,8 @@ from typing import Any, Final
 from kademlia.network import Server
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
+
+from broker._files import private_dir, write_private
 
 __all__ = ["LOST_PROBED", "MAX_DATAGRAM", "Overlay", "load_node_id"]
 
@@ -72,10 +73,8 @@ def load_node_id(data_dir: Path | None) -> bytes:
     except FileNotFoundError:
         pass
     node_id = secrets.token_bytes(20)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(node_id.hex() + "\n")
-    os.replace(tmp, path)
+    private_dir(data_dir)  # 0700 / 0600 whatever the umask (broker/_files.py)
+    write_private(path, (node_id.hex() + "\n").encode())
     return node_id
 
 

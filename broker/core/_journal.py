@@ -413,11 +413,13 @@ class Journal:
         if batch is not None and batch[1] is held:
             self._held = None
         exc = fut.exception()
-        if exc is not None and not self.failed:
+        if exc is None:
+            self.failed = False  # the store recovered (it logs so): the next failure logs again
+        elif not self.failed:
             self.failed = True
             log.error(
-                "persistent store failed (%s): QoS 1/2 messages that must be stored are no longer "
-                "acknowledged; their publishers are disconnected (0x80)",
+                "persistent store failed (%s): QoS 1/2 messages that must be stored are not "
+                "acknowledged until it recovers; their publishers are disconnected (0x80)",
                 exc,
             )
         conns: dict[Connection, None] = {}

@@ -71,6 +71,20 @@ which is what "an acknowledged QoS 1/2 message is durable before its PUBACK/PUBR
 means.  Group commit pays that fsync once per batch.  ``synchronous="NORMAL"`` is available
 for deployments that accept losing the last commits on power loss.
 
+A full disk
+-----------
+A commit that fails (``SQLITE_FULL``: the disk or the file system's quota is full; an I/O
+error) loses nothing: its transaction is rolled back, its operations stay queued in order
+ahead of newer ones, and the round's signal fails, so the broker acknowledges nothing that
+needs the store (publishers of such messages are disconnected with 0x80 and resend).  The
+writer retries the whole backlog after ``retry_min`` seconds, doubling up to ``retry_max``;
+a round due meanwhile fails its signal at once.  The first commit that succeeds ends the
+failure: the store has then caught up with everything, and acknowledgements resume, without
+a restart.  Logged once per episode (the real cause, then the recovery) and counted
+(:attr:`Store.failures`, :attr:`Store.failed_commits`, :attr:`Store.recoveries`; ``$SYS`` and
+``/metrics``, docs/persistence.md).  While failed, the operations kept grow with the traffic
+that is being refused.
+
 Complexity: each operation is O(log n) in SQLite's B-trees (primary keys cover every
 update and delete); :meth:`Store.load` is O(size of the database).
 """
@@ -79,7 +93,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
+import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -90,6 +107,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
+from broker._files import open_private, private_dir, tighten
 from broker.core._message import Message, SubOptions
 from broker.durability._records import (
     DB_NAME,
@@ -108,6 +126,8 @@ from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate
 from broker.packets import Will
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
+
+log = logging.getLogger("broker")
 
 # ---------------------------------------------------------------------------- operations
 _SQL = SQL  # the statements by operation name (tests replay operations with it)
@@ -280,13 +300,18 @@ class Store:
         max_backlog: int = 100_000,
         commit_delay: float = 0.0,
         migrations: Sequence[str] = MIGRATIONS,
+        retry_min: float = 0.1,
+        retry_max: float = 2.0,
     ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
         self.path = str(path)
         self.max_batch = max_batch
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if self.path != ":memory:":  # private whatever the umask (broker/_files.py)
+            parent = private_dir(Path(self.path).parent)
+            tighten(parent, *(self.path + x for x in ("", "-wal", "-shm")), recursive=False)
+            # created here, 0600: SQLite gives -wal and -shm the database file's mode
+            os.close(open_private(self.path, os.O_RDWR))
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             if self.path != ":memory:":
@@ -319,7 +344,18 @@ class Store:
         self._async_waiter: (
             tuple[concurrent.futures.Future[None], asyncio.AbstractEventLoop, asyncio.Future[None]] | None
         ) = None
-        self._failure: BaseException | None = None
+        self._failure: BaseException | None = None  # the last failed commit's error, until one succeeds
+        #: operations of failed commits, in order, retried ahead of newer ones (``_commit``)
+        self._pending: list[_Op] = []
+        self._retry_at = 0.0  # monotonic time of the next retry while failed
+        self._retry_delay = 0.0
+        self._failed_since = 0.0
+        #: back-off between retries of a failed commit (seconds; doubles up to ``retry_max``)
+        self.retry_min = retry_min
+        self.retry_max = retry_max
+        self.failures = 0  # episodes: a commit failed after one succeeded (or at start)
+        self.failed_commits = 0  # commits that failed, retries included
+        self.recoveries = 0  # episodes ended by a successful commit
         #: a new, increasing sequence number for an :class:`OutgoingRecord` per call
         #: (``itertools.count``: atomic under the GIL, so thread-safe, and no Python frame)
         self.next_seq: Callable[[], int] = itertools.count(self._max_seq() + 1).__next__
@@ -393,42 +429,107 @@ class Store:
         call that returned the swapped-out future is in the list at the swap, so it is
         committed now (in transactions of at most ``max_batch`` operations) before that
         future is resolved.
+
+        A failed commit (the disk is full, ...) keeps its operations, in order, ahead of
+        everything queued later (``_pending``) and fails the round's signal; the writer then
+        retries the whole backlog after a back-off (``retry_min`` doubling up to
+        ``retry_max``), and a round due before the retry fails its signal at once without
+        touching the database.  The first commit that succeeds ends the failure: nothing was
+        lost, the signals after it succeed again (module doc, "A full disk").
         """
         tokens = self._tokens
-        db = self._db
-        sql = SQL
-        max_batch = self.max_batch
         delay = self.commit_delay
         stop = False
         while not stop:
-            stop = tokens.get() == _STOP
+            if self._pending:  # failed: retry at _retry_at even if no round is due before
+                with contextlib.suppress(queue.Empty):
+                    stop = tokens.get(timeout=max(0.0, self._retry_at - time.monotonic())) == _STOP
+            else:
+                stop = tokens.get() == _STOP
             if delay and not stop and (self._by_pid or self._by_seq):
                 time.sleep(delay)  # let acknowledgements cancel the young inserts (module doc)
             current, ops = self._take()
-            error = self._failure
-            for batch in _batches(ops, max_batch):
-                if error is not None:
-                    break
-                try:
-                    with self._lock:
-                        db.execute("BEGIN")
-                        try:
-                            for name, group in groupby(batch, itemgetter(0)):
-                                db.executemany(sql[name], [args for _, args in group])
-                        except BaseException:
-                            db.execute("ROLLBACK")
-                            raise
-                        db.execute("COMMIT")
-                    self.commits += 1
-                    self.operations += len(batch)
-                except BaseException as exc:  # the disk is full, the file vanished, ...
-                    error = self._failure = exc
+            error: BaseException | None = None
+            if self._pending:
+                ops = self._pending + ops
+                if not stop and time.monotonic() < self._retry_at:  # in the back-off: refuse
+                    self._pending = ops
+                    error = self._failure
+            if error is None:
+                error = self._commit(ops)
             if not current.set_running_or_notify_cancel():
                 continue
             if error is None:
                 current.set_result(None)
             else:
                 current.set_exception(StoreError(f"commit failed: {error}"))
+
+    def _commit(self, ops: list[_Op]) -> BaseException | None:
+        """Writer: commit ``ops`` in transactions; on a failure keep the operations from the
+        failed transaction on in ``_pending`` and schedule the retry.  Returns the error."""
+        db = self._db
+        sql = SQL
+        batches = _batches(ops, self.max_batch)
+        for k, batch in enumerate(batches):
+            try:
+                with self._lock:
+                    _rollback(db)  # a failed ROLLBACK may have left one open
+                    db.execute("BEGIN")
+                    try:
+                        for name, group in groupby(batch, itemgetter(0)):
+                            db.executemany(sql[name], [args for _, args in group])
+                        db.execute("COMMIT")
+                    except BaseException:
+                        _rollback(db)  # not a bare ROLLBACK: it would hide the real cause
+                        raise
+                self.commits += 1
+                self.operations += len(batch)
+            except Exception as exc:  # the disk is full, the file vanished, ...
+                self._pending = [op for b in batches[k:] for op in b]
+                self._failed_commit(exc)
+                return exc
+        self._pending = []
+        if self._failure is not None:
+            self._recovered()
+        return None
+
+    def _failed_commit(self, exc: BaseException) -> None:
+        """Writer: a commit failed; count it, log the first of an episode, back off."""
+        self.failed_commits += 1
+        now = time.monotonic()
+        if self._failure is None:
+            self.failures += 1
+            self._failed_since = now
+            self._retry_delay = self.retry_min
+            log.error(
+                "store %s: commit failed (%s); nothing more is acknowledged that needs the store, "
+                "its writes are kept and retried every %g..%g s: it recovers by itself once the "
+                "cause is gone (no restart needed)",
+                self.path,
+                exc,
+                self.retry_min,
+                self.retry_max,
+            )
+        else:
+            self._retry_delay = min(self._retry_delay * 2, self.retry_max)
+        self._failure = exc
+        self._retry_at = now + self._retry_delay
+
+    def _recovered(self) -> None:
+        """Writer: the first commit after a failure succeeded."""
+        self.recoveries += 1
+        log.warning(
+            "store %s: recovered after %.1f s (%d failed commits): writes and acknowledgements resume",
+            self.path,
+            time.monotonic() - self._failed_since,
+            self.failed_commits,
+        )
+        self._failure = None
+
+    @property
+    def failed(self) -> bool:
+        """A commit failed and no later one succeeded yet (the writer is retrying)."""
+        return self._failure is not None
 
     @property
     def backlog(self) -> int:
@@ -724,7 +825,7 @@ class Store:
                 }
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
         return LoadedState(sessions, entries, outgoing, qos2, retained, expired, crashed)
 
@@ -755,7 +856,7 @@ class Store:
                 db.execute("DELETE FROM retained WHERE expires_at IS NOT NULL AND expires_at <= ?", (wall,))
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                _rollback(db)
                 raise
         return gone
 
@@ -783,6 +884,15 @@ class Store:
                 "SELECT client_id FROM entries GROUP BY client_id HAVING COUNT(DISTINCT seq) != COUNT(*)"
             ).fetchall()
             assert not db.execute("SELECT 1 FROM qos2_in WHERE packet_id < 1 OR packet_id > 65535").fetchall()
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it does by itself on some
+    errors, SQLITE_FULL among them: an unconditional ROLLBACK would then raise "no
+    transaction is active" and hide the real cause)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 def _session_of(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
