@@ -413,15 +413,7 @@ class Journal:
         if batch is not None and batch[1] is held:
             self._held = None
         exc = fut.exception()
-        if exc is None:
-            self.failed = False  # the store recovered (it logs so): the next failure logs again
-        elif not self.failed:
-            self.failed = True
-            log.error(
-                "persistent store failed (%s): QoS 1/2 messages that must be stored are not "
-                "acknowledged until it recovers; their publishers are disconnected (0x80)",
-                exc,
-            )
+        self.failed = exc is not None  # the store logs the cause and the recovery, once each
         conns: dict[Connection, None] = {}
         for entry in held:
             if not entry.done:

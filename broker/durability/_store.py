@@ -502,8 +502,9 @@ class Store:
             self._failed_since = now
             self._retry_delay = self.retry_min
             log.error(
-                "store %s: commit failed (%s); nothing more is acknowledged that needs the store, "
-                "its writes are kept and retried every %g..%g s: it recovers by itself once the "
+                "persistent store failed (%s: commit failed: %s): QoS 1/2 messages that must be "
+                "stored are not acknowledged (the broker disconnects their publishers, 0x80); "
+                "its writes are kept and retried every %g..%g s, it recovers by itself once the "
                 "cause is gone (no restart needed)",
                 self.path,
                 exc,
@@ -519,7 +520,8 @@ class Store:
         """Writer: the first commit after a failure succeeded."""
         self.recoveries += 1
         log.warning(
-            "store %s: recovered after %.1f s (%d failed commits): writes and acknowledgements resume",
+            "persistent store recovered (%s, after %.1f s, %d failed commits): writes and "
+            "acknowledgements resume",
             self.path,
             time.monotonic() - self._failed_since,
             self.failed_commits,
