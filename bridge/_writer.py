@@ -691,8 +691,8 @@ class Bridge(Hooks):
                     if not self._write_failing:  # once per episode: the next rounds retry
                         self._write_failing = True
                         _log.error(
-                            "bridge: writing %s failed (%s); %d records kept, retried every round "
-                            "until it succeeds",
+                            "bridge: writing %s failed (%s); %d records kept for retry (every round, "
+                            "until a write succeeds)",
                             kind.value,
                             exc,
                             sum(t.num_rows for _, t, _ in queue),
