@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
-from broker._files import private_dir, shared_access, tighten
+from broker._files import private_dir, shared_access, tighten_data_dir
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -284,7 +284,7 @@ def _serve(args: argparse.Namespace) -> int:
         args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
     )
     _raise_descriptors()
-    tighten(data_dir)  # what an older siftmq left readable by others (broker/_files.py)
+    tighten_data_dir(data_dir)  # what an older siftmq left readable by others (broker/_files.py)
     hooks: list[Hooks] = []
     ctx = ServeContext(args, serve_opts, data_dir)
     try:

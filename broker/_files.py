@@ -12,8 +12,8 @@ creates ``-wal`` and ``-shm`` with the mode of the database file, so creating ``
 here first (0600) makes its companions private too.
 
 Files and directories an older version left with group or other permissions are tightened at
-start (:func:`tighten`): the owner's permissions are kept, group's and others' removed; one
-log line says how many.
+start (:func:`tighten`, :func:`tighten_data_dir`): the owner's permissions are kept, group's
+and others' removed; one log line says how many.
 
 Files the operator provides are only checked (:func:`shared_access`): a password or ACL file
 that group or others may read gets a start-up warning (it holds password hashes / the
@@ -39,6 +39,7 @@ __all__ = [
     "private_dir",
     "shared_access",
     "tighten",
+    "tighten_data_dir",
     "write_private",
 ]
 
@@ -132,6 +133,17 @@ def tighten(*paths: str | Path, recursive: bool = True) -> int:
             changed,
         )
     return changed
+
+
+def tighten_data_dir(data_dir: str | Path) -> int:
+    """:func:`tighten` of ``data_dir`` itself and the files directly in it (the store, composite
+    snapshots, the cluster's files); its subdirectories are their writers' (the bridge tightens
+    its landing zone; ``siftmq analytics`` output is Spark's).  O(entries of the directory)."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        return 0
+    files = [p for p in root.iterdir() if p.is_file() and not p.is_symlink()]
+    return tighten(root, *files, recursive=False)
 
 
 def shared_access(path: str | Path) -> str | None:

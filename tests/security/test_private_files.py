@@ -222,6 +222,14 @@ def test_a_cluster_secret_file_readable_by_others_is_refused(tmp_path: Path) -> 
 
 
 def test_a_password_file_readable_by_others_is_warned_about(tmp_path: Path) -> None:
+    """... and ``siftmq serve`` tightens the data directory and the files directly in it that
+    an older version left readable (its subdirectories are their writers': Spark's output)."""
+    data = tmp_path / "data"
+    (data / "analytics").mkdir(parents=True)
+    (data / "cluster-node-id").write_text("ab" * 20 + "\n")
+    (data / "analytics" / "part-0.json").write_text("{}")
+    for p in (data, data / "cluster-node-id"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
     pw = tmp_path / "passwd.txt"
     r = subprocess.run([*CLI, "passwd", "-c", "-b", str(pw), "alice", "pw"], capture_output=True, check=False)
     assert r.returncode == 0
@@ -229,7 +237,8 @@ def test_a_password_file_readable_by_others_is_warned_about(tmp_path: Path) -> N
     acl = tmp_path / "acl.txt"
     acl.write_text("user alice\ntopic readwrite #\n")
     acl.chmod(0o600)
-    node = _Serve("--no-bridge", "--no-persistence", "--password-file", str(pw), "--acl-file", str(acl))
+    files = ("--password-file", str(pw), "--acl-file", str(acl))
+    node = _Serve("--no-bridge", "--no-persistence", "--data-dir", str(data), *files)
     try:
         node.wait_for(r"listening on 127\.0\.0\.1:(\d+)")
     finally:
@@ -238,3 +247,13 @@ def test_a_password_file_readable_by_others_is_warned_about(tmp_path: Path) -> N
     warned = [line for line in node.seen if "accessible by group or others" in line]
     assert len(warned) == 1, node.seen
     assert "password file" in warned[0] and "mode 0644" in warned[0]
+    modes = _modes(data)
+    assert (modes["."], modes["cluster-node-id"]) == (0o700, 0o600)
+    assert modes["analytics/part-0.json"] == 0o666 & ~_umask()  # not the broker's: left alone
+    assert sum("now private to this user" in line for line in node.seen) == 1
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
