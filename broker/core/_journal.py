@@ -23,7 +23,6 @@ redelivers a message that was acknowledged, as QoS 1 allows).
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -48,8 +47,6 @@ if TYPE_CHECKING:
     from broker.core._core import Core
 
 __all__ = ["Journal"]
-
-log = logging.getLogger("broker")
 
 
 class Held:

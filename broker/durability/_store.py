@@ -590,6 +590,13 @@ class Store:
             if self.path != ":memory:" and self._failure is None:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
+        if self._pending:  # the last attempt failed too
+            log.warning(
+                "persistent store %s closed while failed: %d operations were never committed "
+                "(nothing that needed them was acknowledged)",
+                self.path,
+                len(self._pending),
+            )
 
     def __enter__(self) -> Store:
         return self

@@ -178,7 +178,9 @@ async def test_full_disk_refuses_cleanly_and_recovers_without_restart(
     assert bridge_failed == sum(r.getMessage().startswith("bridge: writing resumed") for r in bridge_records)
 
 
-def test_a_transaction_larger_than_the_free_space_reports_the_disk_full(small_fs: Path) -> None:
+def test_a_transaction_larger_than_the_free_space_reports_the_disk_full(
+    small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """SQLite rolls a transaction back by itself when the disk fills inside it: the store's own
     ROLLBACK must not replace the real cause with "cannot rollback - no transaction is active"."""
     store = Store(small_fs / "data" / "broker.db")
@@ -195,3 +197,5 @@ def test_a_transaction_larger_than_the_free_space_reports_the_disk_full(small_fs
             store.sync().result(timeout=30.0)
     finally:
         store.close()
+    # it never fits: closing says what was never committed (and so never acknowledged)
+    assert "closed while failed: 800 operations were never committed" in caplog.text
