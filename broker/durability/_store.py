@@ -350,6 +350,7 @@ class Store:
         self._retry_at = 0.0  # monotonic time of the next retry while failed
         self._retry_delay = 0.0
         self._failed_since = 0.0
+        self._failed_before = 0  # failed_commits before the current episode
         #: back-off between retries of a failed commit (seconds; doubles up to ``retry_max``)
         self.retry_min = retry_min
         self.retry_max = retry_max
@@ -451,9 +452,9 @@ class Store:
             current, ops = self._take()
             error: BaseException | None = None
             if self._pending:
-                ops = self._pending + ops
+                self._pending.extend(ops)  # behind the failed ones, in order (O(new ops))
+                ops = self._pending
                 if not stop and time.monotonic() < self._retry_at:  # in the back-off: refuse
-                    self._pending = ops
                     error = self._failure
             if error is None:
                 error = self._commit(ops)
@@ -484,7 +485,7 @@ class Store:
                         raise
                 self.commits += 1
                 self.operations += len(batch)
-            except Exception as exc:  # the disk is full, the file vanished, ...
+            except BaseException as exc:  # the disk is full, the file vanished, ...
                 self._pending = [op for b in batches[k:] for op in b]
                 self._failed_commit(exc)
                 return exc
@@ -500,6 +501,7 @@ class Store:
         if self._failure is None:
             self.failures += 1
             self._failed_since = now
+            self._failed_before = self.failed_commits - 1
             self._retry_delay = self.retry_min
             log.error(
                 "persistent store failed (%s: commit failed: %s): QoS 1/2 messages that must be "
@@ -524,7 +526,7 @@ class Store:
             "acknowledgements resume",
             self.path,
             time.monotonic() - self._failed_since,
-            self.failed_commits,
+            self.failed_commits - self._failed_before,
         )
         self._failure = None
 

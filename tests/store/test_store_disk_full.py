@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,3 +201,35 @@ def test_a_transaction_larger_than_the_free_space_reports_the_disk_full(
         store.close()
     # it never fits: closing says what was never committed (and so never acknowledged)
     assert re.search(r"closed while failed: \d+ operations were never committed", caplog.text)
+
+
+def test_writes_queued_while_failed_are_committed_in_order_after_the_recovery(tmp_path: Path) -> None:
+    """The writes of the failed commit and those queued during the back-off are kept, in
+    order, and committed by the first retry that succeeds (SQLite's ``max_page_count`` stands
+    for the full disk here: lowered, then raised again, with no restart of the store)."""
+    store = Store(tmp_path / "data" / "broker.db", retry_min=0.05, retry_max=0.2)
+    try:
+        with store._lock:
+            pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+            store._db.execute(f"PRAGMA max_page_count={pages}")
+        for i in range(50):
+            store.set_retained(MessageRecord(f"t/{i % 5}", b"%d" % i + b"x" * 4000, 1, True))
+        with pytest.raises(StoreError, match="full"):
+            store.sync().result(timeout=10.0)
+        assert store.failed
+        store.delete_retained("t/0")  # queued during the failure: must come after the inserts
+        with pytest.raises(StoreError):
+            store.sync().result(timeout=10.0)
+        with store._lock:
+            store._db.execute("PRAGMA max_page_count=1073741823")
+        deadline = time.monotonic() + 10.0
+        while store.failed:
+            assert time.monotonic() < deadline, "never recovered"
+            time.sleep(0.01)
+        store.sync().result(timeout=10.0)
+        retained = store.load().retained
+        assert sorted(retained) == ["t/1", "t/2", "t/3", "t/4"]
+        assert [retained[f"t/{k}"].payload[:2] for k in range(1, 5)] == [b"46", b"47", b"48", b"49"]
+        assert (store.failures, store.recoveries) == (1, 1)
+    finally:
+        store.close()
