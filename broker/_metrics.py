@@ -45,6 +45,12 @@ class CoreCollector(Collector):
                 yield GaugeMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name} (now)", value)
             else:
                 yield CounterMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name}", value)
+        for source in core.metric_sources:
+            for name, by_reason in source().items():
+                family = CounterMetricFamily(f"siftmq_{name}", f"{name} by reason", labels=["reason"])
+                for reason, count in sorted(by_reason.items()):
+                    family.add_metric([reason], float(count))
+                yield family
         yield GaugeMetricFamily("siftmq_connections", "open network connections", len(core.connections))
         yield GaugeMetricFamily("siftmq_sessions", "sessions (connected and kept)", len(core.sessions))
         yield GaugeMetricFamily("siftmq_retained_messages", "retained messages", len(core.router.retained))
