@@ -47,7 +47,9 @@ makes it answer the replayer's address, and nothing else.
 inside the window (:class:`NonceCache`), at most ``limit`` of them: when full, the oldest is
 forgotten and every message not newer than it is refused as ``stale`` from then on (so
 forgetting never lets a replay in; under that load a message delayed more than the cache's
-span is refused).  O(1) amortised per message.
+span is refused).  The cache lives in memory only, so a checker refuses every message stamped
+before it was built (``since``, default its construction): no replay across a restart.  O(1)
+amortised per message.
 
 What this does not do: encrypt (without TLS on the cluster listener the traffic is readable);
 stop a member (anyone holding the secret) from lying; stop an attacker on the cluster network
@@ -119,10 +121,12 @@ class NonceCache:
     stamp forgotten for room (``floor``), and a pair seen before; else remembers it.
     O(1) amortised (each pair is inserted and evicted once)."""
 
-    def __init__(self, window: float = WINDOW, limit: int = _MAX_SEEN) -> None:
+    def __init__(self, window: float = WINDOW, limit: int = _MAX_SEEN, since: float = float("-inf")) -> None:
         self.window = window
         self.limit = limit
-        self.floor = float("-inf")
+        #: stamps up to this are refused: the newest forgotten, or the start of this process
+        #: (the nonces of its previous life are not known: no replay across a restart)
+        self.floor = since - 0.002  # stamps are whole ms: one sent just after ``since`` passes
         self._seen: OrderedDict[tuple[bytes, bytes], float] = OrderedDict()
 
     def __len__(self) -> int:
@@ -177,12 +181,20 @@ class TokenChecker:
     """Verifies the link tokens addressed to node ``me`` (hex id) and remembers their nonces
     inside the window (bounded memory); ``refused`` counts the refusals by reason."""
 
-    def __init__(self, secret: bytes, me: str, window: float = WINDOW, limit: int = _MAX_SEEN) -> None:
+    def __init__(
+        self,
+        secret: bytes,
+        me: str,
+        window: float = WINDOW,
+        limit: int = _MAX_SEEN,
+        since: float | None = None,
+    ) -> None:
         self.secret = secret
         self.me = me
         self.refused = _counters()
         self.last_refusal: Refusal | None = None
-        self._nonces = NonceCache(window, limit)
+        # tokens stamped before ``since`` (default: now) are stale (NonceCache.floor)
+        self._nonces = NonceCache(window, limit, time.time() if since is None else since)
 
     def check(self, client_id: str, token: bytes | None, now: float | None = None) -> str | None:
         """None when ``token`` is valid for ``client_id`` here, else why not (O(1) amortised)."""
@@ -268,12 +280,20 @@ class DatagramGuard:
     :meth:`forget` (timeout) or :data:`WINDOW` passes.  ``refused`` counts the datagrams
     dropped, by reason.  O(1) amortised per datagram besides the MAC over its bytes."""
 
-    def __init__(self, key: bytes, me: bytes, window: float = WINDOW, limit: int = _MAX_SEEN) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        me: bytes,
+        window: float = WINDOW,
+        limit: int = _MAX_SEEN,
+        since: float | None = None,
+    ) -> None:
         self.key = key
         self.me = me
         self.window = window
         self.refused = _counters()
-        self._nonces = NonceCache(window, limit)
+        # datagrams stamped before ``since`` (default: now) are stale (NonceCache.floor)
+        self._nonces = NonceCache(window, limit, time.time() if since is None else since)
         self._pending: dict[bytes, _Pending] = {}
 
     def request(self, body: bytes, dest: bytes, now: float) -> bytes:

@@ -39,7 +39,7 @@ def reply_to(req: bytes, value: object) -> bytes:
 # ---------------------------------------------------------------- link tokens
 def test_a_token_round_trips_once_at_its_destination_only() -> None:
     client = f"$cluster/{A.hex()}"
-    at_b, at_c = TokenChecker(SECRET, B.hex()), TokenChecker(SECRET, C.hex())
+    at_b, at_c = TokenChecker(SECRET, B.hex(), since=0), TokenChecker(SECRET, C.hex(), since=0)
     token = make_token(SECRET, client, B.hex(), now=T0)
     assert at_c.check(client, token, T0 + 1) == "cluster token for another node (replayed from another link?)"
     assert at_b.check(client, token, T0 + 1) is None
@@ -50,7 +50,7 @@ def test_a_token_round_trips_once_at_its_destination_only() -> None:
 
 def test_tampered_stale_and_foreign_tokens_are_refused() -> None:
     client = f"$cluster/{A.hex()}"
-    at_b = TokenChecker(SECRET, B.hex())
+    at_b = TokenChecker(SECRET, B.hex(), since=0)
     good = make_token(SECRET, client, B.hex(), now=T0).decode()
     sender, dest, stamp, nonce, mac = good.split(".")
     redirected = f"{sender}.{C.hex()}.{stamp}.{nonce}.{mac}".encode()  # dest rewritten
@@ -95,7 +95,7 @@ def test_the_nonce_cache_is_bounded_and_forgetting_never_lets_a_replay_in() -> N
 # ---------------------------------------------------------------- overlay datagrams
 def guards() -> tuple[DatagramGuard, DatagramGuard, DatagramGuard]:
     key = datagram_key(SECRET)
-    return DatagramGuard(key, A), DatagramGuard(key, B), DatagramGuard(key, C)
+    return DatagramGuard(key, A, since=0), DatagramGuard(key, B, since=0), DatagramGuard(key, C, since=0)
 
 
 def test_a_request_and_its_reply_round_trip_once() -> None:
@@ -127,7 +127,7 @@ def test_tampered_foreign_and_stale_datagrams_are_refused() -> None:
         tampered = bytearray(sealed)
         tampered[i] ^= 1
         assert b.open(bytes(tampered), T0) is Refusal.BAD_MAC
-    foreign = DatagramGuard(datagram_key(b"another-secret"), A).request(request("ping", A), B, T0)
+    foreign = DatagramGuard(datagram_key(b"another-secret"), A, since=0).request(request("ping", A), B, T0)
     assert b.open(foreign, T0) is Refusal.BAD_MAC
     assert b.open(b"\x00" * 30, T0) is Refusal.MALFORMED
     assert b.open(sealed, T0 + WINDOW + 1) is Refusal.STALE
@@ -175,9 +175,22 @@ def test_a_reply_is_bound_to_its_request() -> None:
 
 @pytest.mark.parametrize("limit", [2, 5])
 def test_pending_requests_are_bounded(limit: int) -> None:
-    a = DatagramGuard(datagram_key(SECRET), A, limit=limit)
+    a = DatagramGuard(datagram_key(SECRET), A, limit=limit, since=0)
     for _ in range(limit + 3):
         a.request(request("ping", A), B, T0)
     assert a.pending() == limit
     a.forget(b"none", T0 + WINDOW + 1)  # the ones older than the window go
     assert a.pending() == 0
+
+
+def test_nothing_stamped_before_a_checker_started_is_accepted() -> None:
+    """The nonces seen by a node's previous life are gone: what was captured before its
+    restart is stale to the new one, even inside the window."""
+    client = f"$cluster/{A.hex()}"
+    token = make_token(SECRET, client, B.hex(), now=T0)
+    restarted = TokenChecker(SECRET, B.hex(), since=T0 + 5)
+    assert restarted.check(client, token, T0 + 6) == "cluster token outside the clock window (clocks apart?)"
+    assert restarted.check(client, make_token(SECRET, client, B.hex(), now=T0 + 6), T0 + 6) is None
+    a = DatagramGuard(datagram_key(SECRET), A, since=0)
+    sealed = a.request(request("ping", A), B, T0)
+    assert DatagramGuard(datagram_key(SECRET), B, since=T0 + 5).open(sealed, T0 + 6) is Refusal.STALE
