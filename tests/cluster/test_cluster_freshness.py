@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import secrets
 import socket
 import time
 import urllib.request
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiomqtt
+import pytest
 import umsgpack
 
 from broker import Broker
@@ -37,6 +40,7 @@ from tests.waiting import eventually
 
 _SENDER = slice(17, 37)  # tag (16), version (1), sender id (20), destination id (20)
 _DEST = slice(37, 57)
+_KIND = 89  # then time (8), nonce (12), reply-to (12): rpcudp's kind byte (0: request)
 
 
 @dataclass
@@ -122,7 +126,7 @@ class Probe(asyncio.DatagramProtocol):
 
     async def barrier(self, to: tuple[str, int]) -> list[bytes]:
         """Ping ``to`` (first contact) and wait for the answer: what came before it."""
-        body = b"\x00" + b"\x11" * 20 + umsgpack.packb(["ping", [self.guard.me]])
+        body = b"\x00" + secrets.token_bytes(20) + umsgpack.packb(["ping", [self.guard.me]])
         self.transport.sendto(self.guard.request(body, ZERO_ID, _now()), to)
         checked = 0
         answer: list[int] = []
@@ -182,9 +186,13 @@ def _refused(b: Broker, why: Refusal) -> int:
 async def test_a_captured_datagram_is_not_answered_again_nor_elsewhere() -> None:
     async with a_through_relay() as (a, b, c, relay, _):
         a_id, b_id = node_of(a).node_id, node_of(b).node_id
+
         # a request A addressed to B by its id (the crawl's FIND_NODE, then the pings)
-        await eventually(lambda: any(d[_DEST] == b_id and d[_SENDER] == a_id for d in relay.from_a))
-        captured = next(d for d in relay.from_a if d[_DEST] == b_id)
+        def to_b() -> list[bytes]:
+            return [d for d in relay.from_a if d[_DEST] == b_id and d[_SENDER] == a_id and d[_KIND] == 0]
+
+        await eventually(lambda: bool(to_b()))
+        captured = to_b()[0]
         b_addr = ("127.0.0.1", node_of(b).port)
         c_addr = ("127.0.0.1", node_of(c).port)
         loop = asyncio.get_running_loop()
@@ -253,7 +261,9 @@ async def test_a_captured_link_connect_is_refused_by_another_node() -> None:
             await counted(ops)
 
 
-async def test_first_contact_pings_are_answered_without_admitting_the_sender() -> None:
+async def test_first_contact_pings_are_answered_without_admitting_the_sender(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A node joining through a seed address pings it at the zero destination: answered (the
     joiner learns the id), but the sender only becomes a member with a request addressed to
     the node by its id, so a captured first-contact ping opens no link to its replayer."""
@@ -266,6 +276,10 @@ async def test_first_contact_pings_are_answered_without_admitting_the_sender() -
             assert not node_of(b).links
         finally:
             transport.close()
+        caplog.set_level(logging.WARNING, "siftmq.cluster")
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # not even parsed
-            s.sendto(b"\x00" * 9000, ("127.0.0.1", node_of(b).port or 0))
-        await eventually(lambda: _refused(b, Refusal.MALFORMED) == 1)
+            for _ in range(3):
+                s.sendto(b"\x00" * 9000, ("127.0.0.1", node_of(b).port or 0))
+        await eventually(lambda: _refused(b, Refusal.MALFORMED) == 3)
+        # counted each time, logged once (rate-limited)
+        assert sum("dropped: malformed" in r.getMessage() for r in caplog.records) == 1
