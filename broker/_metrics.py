@@ -6,7 +6,9 @@ thread. Nothing is counted on the hot path for it: a collector reads the core's 
 (:class:`~broker.core._session.Stats`, the same numbers as ``$SYS``) when Prometheus scrapes.
 Every field of ``Stats`` is exported, so a counter added to the core appears without a change
 here: ``siftmq_<field>_total`` for counters, ``siftmq_<field>`` for the gauges in
-:data:`GAUGES`; plus a few gauges read from the core's state. Reads from the scrape thread
+:data:`GAUGES`; plus a few gauges read from the core's state, and the labelled counters of the
+packages above the core (``Core.metric_sources``: ``siftmq_<name>_total{reason="..."}``, e.g.
+the cluster's refused datagrams and link tokens). Reads from the scrape thread
 are of ints and ``len()`` of containers, which the GIL keeps consistent.
 """
 
@@ -45,6 +47,12 @@ class CoreCollector(Collector):
                 yield GaugeMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name} (now)", value)
             else:
                 yield CounterMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name}", value)
+        for source in core.metric_sources:
+            for name, by_reason in source().items():
+                family = CounterMetricFamily(f"siftmq_{name}", f"{name} by reason", labels=["reason"])
+                for reason, count in sorted(by_reason.items()):
+                    family.add_metric([reason], float(count))
+                yield family
         yield GaugeMetricFamily("siftmq_connections", "open network connections", len(core.connections))
         yield GaugeMetricFamily("siftmq_sessions", "sessions (connected and kept)", len(core.sessions))
         yield GaugeMetricFamily("siftmq_retained_messages", "retained messages", len(core.router.retained))
