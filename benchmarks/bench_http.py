@@ -10,9 +10,12 @@ populated core. This process runs ``--connections`` keep-alive HTTP connections,
 sending one request after the other (closed loop) for ``--seconds`` per phase; phases
 alternate legacy / h11 for ``--rounds`` rounds against the machine's drift. Reported per
 server and endpoint: requests/s, latency p50 / p99, and the broker process's CPU time per
-request (the cost that does not depend on the share of a core the machine leaves it). Then,
-in this process, the parser alone: parse one request and write its response (sans-IO, no
-socket), old vs new.
+request (the cost that does not depend on the share of a core the machine leaves it). Then
+(``--attacks``, on by default) the findings against both listeners at once: 260 partial
+heads then ``/metrics``; 260 event streams then ``/metrics`` and ``/api/overview``;
+``Content-Length: ²``, ``//[x/``, a good request pipelined before a bad one; a slowloris head
+(one byte per 0.5 s, watched for 30 s). Last, in this process, the parser alone: parse one
+request and write its response (sans-IO, no socket), old vs new.
 
     .venv/bin/python benchmarks/bench_http.py [--seconds 3] [--rounds 4] [--connections 4]
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import subprocess
 import sys
@@ -97,6 +101,120 @@ async def phase(
     return len(lat), lat, cpu / max(len(lat), 1) / 1e-6 if wall else 0.0
 
 
+HOST = b"Host: 127.0.0.1\r\n"
+
+
+async def _status(port: int, data: bytes) -> tuple[str, float]:
+    """(the status of the answer to ``data`` on a new connection or what happened, ms)."""
+    t0 = time.perf_counter()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        return f"connect: {exc.strerror}", 0.0
+    try:
+        writer.write(data)
+        async with asyncio.timeout(10):
+            head = await reader.readuntil(b"\r\n\r\n")
+        return head.split(b" ", 2)[1].decode(), (time.perf_counter() - t0) * 1e3
+    except TimeoutError:
+        return "no answer", (time.perf_counter() - t0) * 1e3
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return "closed", (time.perf_counter() - t0) * 1e3
+    finally:
+        writer.close()
+
+
+async def attacks(port: int, slow_for: float) -> list[tuple[str, str]]:
+    """The findings of issue 37 item 5 against one listener: (case, outcome)."""
+    out: list[tuple[str, str]] = []
+    metrics = b"GET /metrics HTTP/1.1\r\n" + HOST + b"\r\n"
+    overview = b"GET /api/overview HTTP/1.1\r\n" + HOST + b"\r\n"
+    writers: list[asyncio.StreamWriter] = []
+    # 260 partial heads, then /metrics
+    for _ in range(260):
+        _, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"GET /metrics HTTP/1.1\r\n" + HOST + b"X-Slow: ")
+        writers.append(w)
+    st, ms = await _status(port, metrics)
+    out.append(("260 partial heads, then GET /metrics", f"{st} in {ms:.1f} ms"))
+    for w in writers:
+        w.close()
+    writers.clear()
+    await asyncio.sleep(1)  # let the listener see the closes before the next case
+    # 260 event streams, one after the other, then /metrics and the API
+    codes: dict[str, int] = {}
+    for _ in range(260):
+        try:
+            reader, w = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            codes["connect refused"] = codes.get("connect refused", 0) + 1
+            continue
+        writers.append(w)
+        w.write(b"GET /api/events HTTP/1.1\r\n" + HOST + b"\r\n")
+        try:
+            async with asyncio.timeout(10):
+                head = await reader.readuntil(b"\r\n\r\n")
+            code = head.split(b" ", 2)[1].decode()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            code = "closed"
+        codes[code] = codes.get(code, 0) + 1
+    out.append(("260 event streams", ", ".join(f"{n} x {c}" for c, n in sorted(codes.items()))))
+    st, ms = await _status(port, metrics)
+    st2, ms2 = await _status(port, overview)
+    out.append(("... then GET /metrics, GET /api/overview", f"{st} in {ms:.1f} ms, {st2} in {ms2:.1f} ms"))
+    for w in writers:
+        w.close()
+    writers.clear()
+    await asyncio.sleep(1)
+    # malformed requests
+    for name, data in (
+        (
+            "Content-Length: \u00b2 (latin-1 byte B2)",
+            b"GET / HTTP/1.1\r\n" + HOST + b"Content-Length: \xb2\r\n\r\n",
+        ),
+        (
+            "Content-Length: \u00b2 (UTF-8)",
+            b"GET / HTTP/1.1\r\n" + HOST + b"Content-Length: \xc2\xb2\r\n\r\n",
+        ),
+        ("GET //[x/", b"GET //[x/ HTTP/1.1\r\n" + HOST + b"\r\n"),
+    ):
+        st, _ = await _status(port, data)
+        out.append((name, st))
+    reader, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(metrics + b"GET / HTTP/1.1\r\n" + HOST + b"Content-Length: \xb2\r\n\r\n")
+    seen = []
+    with contextlib.suppress(TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+        async with asyncio.timeout(10):
+            while len(seen) < 2:
+                head = await reader.readuntil(b"\r\n\r\n")
+                seen.append(head.split(b" ", 2)[1].decode())
+                low = head.lower()
+                if b"content-length:" in low:
+                    i = low.index(b"content-length:") + 15
+                    await reader.readexactly(int(low[i : low.index(b"\r\n", i)]))
+    w.close()
+    out.append(("GET /metrics pipelined before a bad request", " then ".join(seen) or "nothing"))
+    # slowloris: one byte every 0.5 s
+    reader, w = await asyncio.open_connection("127.0.0.1", port)
+    t0 = time.perf_counter()
+    verdict = f"still open after {slow_for:g} s"
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(slow_for):
+            for ch in b"GET /metrics HTTP/1.1\r\n" + HOST + b"X-Slow: " + b"a" * 1000:
+                w.write(bytes([ch]))
+                try:
+                    async with asyncio.timeout(0.5):
+                        got = await reader.read(100)
+                except TimeoutError:
+                    continue
+                first = got.split(b"\r\n", 1)[0].decode(errors="replace")
+                verdict = f"closed after {time.perf_counter() - t0:.1f} s ({first or 'no answer'})"
+                break
+    w.close()
+    out.append(("slowloris head, 1 byte / 0.5 s", verdict))
+    return out
+
+
 def parser_only(n: int) -> dict[str, float]:
     """µs to parse one request and write its response, sans-IO (no socket, no handler)."""
     import _http_legacy as old
@@ -136,6 +254,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--connections", type=int, default=4)
     ap.add_argument("--clients", type=int, default=1000)
+    ap.add_argument(
+        "--attacks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the findings (partial heads, streams, malformed, slowloris) against both",
+    )
     args = ap.parse_args()
     code = SERVER.format(bench=str(ROOT / "benchmarks"), clients=args.clients)
     proc = subprocess.Popen(
@@ -180,6 +304,15 @@ def main() -> None:
                 f"h11 / legacy {path}: req/s x{hi[0] / lo[0]:.2f}, p50 x{hi[1] / lo[1]:.2f}, "
                 f"CPU per request x{hi[3] / lo[3]:.2f}"
             )
+        if args.attacks:
+
+            async def both() -> list[list[tuple[str, str]]]:
+                return list(await asyncio.gather(attacks(legacy_port, 30), attacks(h11_port, 30)))
+
+            old_out, new_out = asyncio.run(both())
+            print(f"\n{'attack':44} | {'legacy parser (main)':34} | h11 listener")
+            for (case, a), (_, b) in zip(old_out, new_out, strict=True):
+                print(f"{case:44} | {a:34} | {b}")
         po = parser_only(2000)
         print(
             f"parser only (parse one request + write a 2 kB response): legacy {po['legacy']:.1f} us, "

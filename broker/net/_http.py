@@ -95,6 +95,9 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
 #: the blank line ending a request head (h11 accepts a bare LF too)
 _HEAD_END = re.compile(rb"\n\r?\n")
 
+#: seconds a refused connection's remaining input is read and dropped before the close
+LINGER = 2.0
+
 #: seconds between two log lines of the same kind of refusal (as ``Core.log_limit``)
 LOG_INTERVAL = 10.0
 
@@ -499,6 +502,19 @@ class HttpServer:
             )
             raise _Closed from None
 
+    async def _refuse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> None:
+        """Write a final error answer and close gently: our side first (FIN), then what the
+        peer still sends is read and dropped for at most :data:`LINGER` seconds, so that
+        closing with unread bytes (a reset) does not destroy the answer before the peer reads
+        it (a slowloris still trickling, a body not read after 413)."""
+        await self._write(writer, data)
+        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            async with asyncio.timeout(LINGER):
+                while await reader.read(65536):
+                    pass
+
     async def _read(self, reader: asyncio.StreamReader, hc: HttpConnection, deadline: float | None) -> None:
         """Feed ``hc`` the next bytes: ``deadline`` (loop time) ends a request, else the
         idle timeout ends the wait (raises :class:`_Closed` after answering 408 or not)."""
@@ -532,7 +548,7 @@ class HttpServer:
                     return
                 self.stats.bad_requests += 1
                 self.log_limit("bad requests", f"{exc.status} to {peer}: {exc.reason}")
-                await self._write(writer, error_bytes(exc.status, exc.reason))
+                await self._refuse(reader, writer, error_bytes(exc.status, exc.reason))
                 return
             if req is None:
                 if hc.eof:
@@ -543,9 +559,8 @@ class HttpServer:
                     await self._read(reader, hc, deadline)
                 except _Closed:
                     if deadline is not None and not hc.eof:
-                        writer.write(
-                            error_bytes(408, f"request not complete within {lim.request_timeout:g} s")
-                        )
+                        reason = f"request not complete within {lim.request_timeout:g} s"
+                        await self._refuse(reader, writer, error_bytes(408, reason))
                     raise
                 continue
             deadline = None

@@ -66,6 +66,7 @@ def test_a_good_request_before_a_bad_one_is_parsed_first() -> None:
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 70000\r\n\r\n", 413),
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1x\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: \xc2\xb2\r\n\r\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: \xb2\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
         (b"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
         (b"GET / HTTP/3\r\n\r\n", 400),

@@ -198,6 +198,7 @@ async def test_event_streams_beyond_their_cap_do_not_take_the_listener(b: Broker
 
 # ---------------------------------------------------------------- malformed requests
 BAD = [
+    (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \xb2\r\n\r\n", 400),  # latin-1 superscript 2
     (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \xc2\xb2\r\n\r\n", 400),
     (b"GET //[x/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404),  # a path like any (no page)
     (b"GET //[x/?q=[ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404),
@@ -248,7 +249,7 @@ async def test_a_good_request_pipelined_before_a_bad_one_is_answered(b: Broker) 
             + HOST
             + b"\r\nGET / HTTP/1.1\r\n"
             + HOST
-            + b"Content-Length: \xc2\xb2\r\n\r\n"
+            + b"Content-Length: \xb2\r\n\r\n"
         )
         assert [await read_status(reader) for _ in range(3)] == [200, 200, 400]
         async with asyncio.timeout(10):
@@ -297,7 +298,7 @@ def exchange(p: int, data: bytes) -> bytes:
 
 _TOKENS = st.sampled_from(
     [b"GET", b"POST", b"HEAD", b" ", b"/", b"//", b"[", b"%", b"%zz", b"?", b"#", b":", b"\r\n", b"\n",
-     b"\r", b"\x00", b"\xc2\xb2", b"\xff", b"HTTP/1.1", b"HTTP/1.0", b"HTTP/9.9", b"Host: 127.0.0.1",
+     b"\r", b"\x00", b"\xc2\xb2", b"\xb2", b"\xff", b"HTTP/1.1", b"HTTP/1.0", b"HTTP/9.9", b"Host: 127.0.0.1",
      b"Content-Length: ", b"Transfer-Encoding: chunked", b"Connection: close", b"0", b"-1", b"1",
      b"99999999999", b"/metrics", b"/api/clients?limit=", b"/api/events", b"a"]
 )  # fmt: skip
