@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.net._http import HttpConnection, HttpError, Request, Response, encode_head
+from broker.net._http import HttpConnection, HttpError, HttpLimits, Request, Response, encode_head
 
 
 def _all(hc: HttpConnection) -> list[Request]:
@@ -110,3 +110,18 @@ def test_h11_response_carries_the_security_headers_once() -> None:
     text = out.decode().lower()
     assert text.count("cache-control") == 1 and "x-content-type-options: nosniff" in text
     assert "content-length: 4" in text and text.endswith("\r\n\r\n")  # HEAD: no body
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"max_streams": 0},
+        {"max_unauthenticated": 300},
+        {"request_timeout": 0},
+        {"idle_timeout": -1.0},
+        {"max_connections": 0},
+    ],
+)
+def test_limits_are_checked(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="http"):
+        HttpLimits(**bad)  # type: ignore[arg-type]
