@@ -73,17 +73,11 @@ for deployments that accept losing the last commits on power loss.
 
 A full disk
 -----------
-A commit that fails (``SQLITE_FULL``: the disk or the file system's quota is full; an I/O
-error) loses nothing: its transaction is rolled back, its operations stay queued in order
-ahead of newer ones, and the round's signal fails, so the broker acknowledges nothing that
-needs the store (publishers of such messages are disconnected with 0x80 and resend).  The
-writer retries the whole backlog after ``retry_min`` seconds, doubling up to ``retry_max``;
-a round due meanwhile fails its signal at once.  The first commit that succeeds ends the
-failure: the store has then caught up with everything, and acknowledgements resume, without
-a restart.  Logged once per episode (the real cause, then the recovery) and counted
-(:attr:`Store.failures`, :attr:`Store.failed_commits`, :attr:`Store.recoveries`; ``$SYS`` and
-``/metrics``, docs/persistence.md).  While failed, the operations kept grow with the traffic
-that is being refused.
+A failed commit (``SQLITE_FULL``, an I/O error) loses nothing and fails its round's signal
+(nothing that needs the store is acknowledged); the writer keeps its operations and retries
+them with back-off until a commit succeeds, so the store recovers without a restart
+(:meth:`Store._run`).  Logged once per episode (the cause, then the recovery) and counted
+(:attr:`Store.failures`, ``failed_commits``, ``recoveries``; docs/persistence.md).
 
 Complexity: each operation is O(log n) in SQLite's B-trees (primary keys cover every
 update and delete); :meth:`Store.load` is O(size of the database).
@@ -121,8 +115,10 @@ from broker.durability._records import (
     StoreError,
     decode_properties,
     encode_properties,
+    outgoing_of_row,
+    session_of_row,
 )
-from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate
+from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate, rollback
 from broker.packets import Will
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
@@ -474,14 +470,14 @@ class Store:
         for k, batch in enumerate(batches):
             try:
                 with self._lock:
-                    _rollback(db)  # a failed ROLLBACK may have left one open
+                    rollback(db)  # a failed ROLLBACK may have left one open
                     db.execute("BEGIN")
                     try:
                         for name, group in groupby(batch, itemgetter(0)):
                             db.executemany(sql[name], [args for _, args in group])
                         db.execute("COMMIT")
                     except BaseException:
-                        _rollback(db)  # not a bare ROLLBACK: it would hide the real cause
+                        rollback(db)  # not a bare ROLLBACK: it would hide the real cause
                         raise
                 self.commits += 1
                 self.operations += len(batch)
@@ -807,7 +803,7 @@ class Store:
                     r[0] for r in db.execute("SELECT client_id FROM sessions WHERE disconnected_at IS NULL")
                 }
                 db.execute("UPDATE sessions SET disconnected_at = ? WHERE disconnected_at IS NULL", (wall,))
-                sessions = {r.client_id: r for r in map(_session_of, db.execute("SELECT * FROM sessions"))}
+                sessions = {r.client_id: r for r in map(session_of_row, db.execute("SELECT * FROM sessions"))}
                 entries: dict[str, list[EntryRecord]] = {}
                 for row in db.execute(
                     "SELECT client_id, topic_filter, positive, qos, no_local, retain_as_published, "
@@ -823,7 +819,7 @@ class Store:
                     entries.setdefault(cid, []).append(EntryRecord(row[1], opts))
                 outgoing: dict[str, list[OutgoingRecord]] = {}
                 for row in db.execute("SELECT * FROM outgoing ORDER BY client_id, seq"):
-                    r = _outgoing_of(row)
+                    r = outgoing_of_row(row)
                     outgoing.setdefault(r.client_id, []).append(r)
                 qos2: dict[str, set[int]] = {}
                 for cid, pid in db.execute("SELECT client_id, packet_id FROM qos2_in"):
@@ -836,7 +832,7 @@ class Store:
                 }
                 db.execute("COMMIT")
             except BaseException:
-                _rollback(db)
+                rollback(db)
                 raise
         return LoadedState(sessions, entries, outgoing, qos2, retained, expired, crashed)
 
@@ -860,14 +856,14 @@ class Store:
                     "AND expiry_interval != 4294967295 AND disconnected_at + expiry_interval <= ?",
                     (wall,),
                 ).fetchall()
-                gone = [_session_of(r) for r in rows]
+                gone = [session_of_row(r) for r in rows]
                 for s in gone:
                     for table in ("sessions", "entries", "outgoing", "qos2_in"):
                         db.execute(f"DELETE FROM {table} WHERE client_id = ?", (s.client_id,))
                 db.execute("DELETE FROM retained WHERE expires_at IS NOT NULL AND expires_at <= ?", (wall,))
                 db.execute("COMMIT")
             except BaseException:
-                _rollback(db)
+                rollback(db)
                 raise
         return gone
 
@@ -895,43 +891,3 @@ class Store:
                 "SELECT client_id FROM entries GROUP BY client_id HAVING COUNT(DISTINCT seq) != COUNT(*)"
             ).fetchall()
             assert not db.execute("SELECT 1 FROM qos2_in WHERE packet_id < 1 OR packet_id > 65535").fetchall()
-
-
-def _rollback(db: sqlite3.Connection) -> None:
-    """Roll back the open transaction, if SQLite has not already (it does by itself on some
-    errors, SQLITE_FULL among them: an unconditional ROLLBACK would then raise "no
-    transaction is active" and hide the real cause)."""
-    if db.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            db.execute("ROLLBACK")
-
-
-def _session_of(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
-    (cid, level, expiry, disc, user, next_pid, wt, wp, wq, wr, wprops, wdue) = row
-    will = None if wt is None else Will(wt, wp, wq, bool(wr), decode_properties(wprops))
-    return SessionRecord(cid, level, expiry, disc, user, next_pid, will, wdue)
-
-
-def _outgoing_of(row: tuple[Any, ...]) -> OutgoingRecord:
-    (
-        cid,
-        seq,
-        _direction,
-        state,
-        pid,
-        topic,
-        payload,
-        mqos,
-        mretain,
-        props,
-        pub,
-        exp,
-        qos,
-        retain,
-        ids,
-        tf,
-        sel,
-    ) = row
-    msg = MessageRecord(topic, payload, mqos, bool(mretain), decode_properties(props), pub, exp)
-    sub_ids = tuple(int(x) for x in ids.split(",")) if ids else ()
-    return OutgoingRecord(cid, seq, MessageState(state), pid, msg, qos, bool(retain), sub_ids, tf, sel)
