@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 import topics
+from broker.core._bans import ban_refusal
 from broker.core._session import ConnectionState
 from broker.packets import Connack, Connect, ReasonCode
 
@@ -36,6 +37,8 @@ def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[Reaso
         return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id"
     if v == 5 and p.properties.authentication_method is not None:
         return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+    if (banned := ban_refusal(conn, p, client_id)) is not None:  # bans: broker/core/_bans.py
+        return banned
     verdict = core._opinion(core.obs.authenticate, "authenticate", client_id, p.username, p.password)
     if verdict is False or (verdict is None and not cfg.allow_anonymous and p.username is None):
         return ReasonCode.NOT_AUTHORIZED, "not authorized"

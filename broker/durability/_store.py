@@ -16,13 +16,13 @@ holds everything a restarted broker needs to rebuild its state:
   sent, or PUBREC received (PUBREL sent); ordered by a store-wide sequence number.
 * ``qos2_in``: packet ids of incoming QoS 2 PUBLISHes awaiting PUBREL (method A, MQTT 5
   section 4.3.3: the message was routed, only the id is remembered).
-* ``retained``: topic -> retained message (properties, wall-clock expiry).
+* ``retained``: topic -> retained message (properties, wall-clock expiry); ``bans``: the admin
+  API's bans (kind, value, wall-clock expiry, reason; ``broker/core/_bans.py``).
 * ``schema_version``: one row; :data:`MIGRATIONS` upgrades older files step by step and a
   file written by a newer siftmq is refused with :class:`StoreVersionError`.
 
-Times: the broker core runs on ``time.monotonic()``, which does not survive a restart, so
-every stored deadline is wall-clock (``time.time()``); :func:`message_record` and
-:meth:`MessageRecord.to_message` convert.
+Times: stored deadlines are wall-clock (``time.time()``; the core's ``time.monotonic()`` does
+not survive a restart); :func:`message_record` and :meth:`MessageRecord.to_message` convert.
 
 Group commit
 ------------
@@ -33,9 +33,8 @@ commits.  :meth:`Store.sync` returns a :class:`concurrent.futures.Future` that c
 when every operation submitted before the call is committed (all callers between two
 commits share one future, so a commit costs one wake-up, not one per waiter), so the
 broker sends PUBACK/PUBREC from the future's callback (``loop.call_soon_threadsafe``) or
-after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync):
-throughput grows with concurrency while each acknowledgement still waits for its own data
-(docs/performance-store.md).
+after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync): more
+throughput, each acknowledgement still waits for its own data (docs/performance-store.md).
 
 Operations wait in a list (``Store._ops``) that the writer swaps out whole under a lock, one
 round at a time.  While a message's ``outgoing`` insert is still in that list, the later
@@ -59,10 +58,8 @@ long before taking the round, so that subscribers that keep up acknowledge (and 
 first.  An acknowledgement that waits for this commit waits that much longer; a round with
 no such delivery pending starts at once.
 
-A dedicated thread was chosen over ``asyncio.to_thread`` per batch: the SQLite connection
-stays on one thread, batches form naturally while the previous commit is in its fsync (no
-timer, no added latency when idle), and the store also works without an event loop (unit
-tests, the sans-IO core).  The cost is one long-lived thread per store.
+A dedicated thread, not ``asyncio.to_thread`` per batch: one thread per SQLite connection,
+batches form during the previous fsync, and no event loop is needed (unit tests, sans-IO core).
 
 Durability: ``PRAGMA synchronous=FULL`` by default.  In WAL mode ``NORMAL`` only syncs at
 checkpoints, so a commit survives a process crash (``kill -9``: the WAL pages are in the OS
@@ -754,6 +751,16 @@ class Store:
 
     def delete_retained(self, topic: str) -> None:
         self._op("unretain", (topic,))
+
+    def ban(self, kind: str, value: str, row: tuple[Any, ...] | None) -> None:
+        """Store the ban row ``(kind, value, expires_at, reason, created_at)``, or lift it (None)."""
+        self._op("ban", row) if row is not None else self._op("unban", (kind, value))
+
+    def bans(self) -> list[tuple[Any, ...]]:
+        """Every stored ban row (committed data; read at start). O(bans)."""
+        self.sync().result()
+        with self._lock:
+            return self._db.execute("SELECT * FROM bans").fetchall()
 
     # ------------------------------------------------------------------ composite journal
     def composite_record(self, row: tuple[Any, ...]) -> None:
