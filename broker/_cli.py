@@ -1,4 +1,4 @@
-"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``version`` (this
+"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``ctl``, ``version`` (this
 package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._backup_cli import register as register_backup
 
     register_backup(sub)
+    from broker._ctl_cli import register as register_ctl
+
+    register_ctl(sub)
     version = sub.add_parser(
         "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
     )
