@@ -28,7 +28,9 @@ What each area does to the broker:
 * **publish** -- ``Broker.publish`` (no publisher client id).
 * **bans** -- ``core.bans`` (``broker/core/_bans.py``), stored in the store's ``bans`` table
   (kept in memory only without a store); matching connected clients are disconnected
-  (MQTT 5: 0x8A Banned).
+  (MQTT 5: DISCONNECT 0x98 Administrative action with the reason string ``banned: ...``:
+  0x8A Banned is valid in a CONNACK only, MQTT 5 section 3.14.2.1) and refused at their next
+  CONNECT (CONNACK 0x8A).
 * **users / acl** -- the password file and ACL file of the broker's
   :class:`broker.auth.FileAuth` are rewritten (``PasswordFile.save``; the ACL file edited
   line by line and parsed before it is written, atomically, mode 0600), then
@@ -445,7 +447,10 @@ class Admin:
         for s in list(core.sessions.values()):
             conn = s.conn
             if conn is not None and core.bans.match(s.client_id, s.username, conn.peer, now) is ban:
-                conn.disconnect(ReasonCode.BANNED, "banned" + (f": {ban.reason}" if ban.reason else ""))
+                # 0x8A Banned is a CONNACK code only (MQTT 5 section 3.14.2.1): DISCONNECT 0x98
+                conn.disconnect(
+                    ReasonCode.ADMINISTRATIVE_ACTION, "banned" + (f": {ban.reason}" if ban.reason else "")
+                )
                 kicked.append(s.client_id)
         core.flush()
         log.warning(
