@@ -186,7 +186,7 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:  # noqa: PLR091
     users.add_parser("list", help="users of the password file")
     c = users.add_parser("add", help="create a user or change its password")
     c.add_argument("name")
-    c.add_argument("--password", required=True)
+    c.add_argument("--password", dest="new_password", required=True, help="the user's password")
     users.add_parser("remove", help="delete a user").add_argument("name")
 
     acl = verbs.add_parser("acl", help="list, add, remove ACL rules").add_subparsers(
@@ -283,7 +283,7 @@ def dispatch(client: Client, args: argparse.Namespace) -> Any:  # noqa: C901, PL
         case "users", "list":
             return client.call("GET", "/users")
         case "users", "add":
-            return client.call("POST", "/users", {"username": args.name, "password": args.password})
+            return client.call("POST", "/users", {"username": args.name, "password": args.new_password})
         case "users", "remove":
             return client.call("DELETE", "/users", query={"username": args.name})
         case "acl", "list":
