@@ -69,7 +69,7 @@ async def b(tmp_path: Path) -> AsyncIterator[Broker]:
 ROOT = ("root", "rootpw")
 
 
-async def test_every_verb(b: Broker) -> None:  # noqa: PLR0915 (one verb after the other)
+async def test_every_verb(b: Broker) -> None:
     async def run(*argv: str) -> Any:
         code, out, err = await ctl(b, *argv, login=ROOT)
         assert code == 0, (argv, code, err)
