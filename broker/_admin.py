@@ -136,6 +136,9 @@ class Admin:
         self.may_read = may_read
         self.auth = next((h for h in broker.hooks if isinstance(h, FileAuth)), None)
         self._files = asyncio.Lock()  # one rewrite of the password/ACL file at a time
+        bans = self.core.bans
+        # CONNECTs refused by a ban: siftmq_banned_total{reason="connect"} in /metrics
+        self.core.metric_sources.append(lambda: {"banned": {"connect": bans.refused}})
 
     async def handle(self, req: Request, user: str | None, csrf: str) -> Response:
         ep, tail, other = routes.find(req.method, req.path)

@@ -79,6 +79,8 @@ async def test_ban_kicks_the_connected_client_and_refuses_its_reconnect(
     _, again4 = await RawClient.connect(b.port, "victim", 4, username="mallory")
     assert again4.reason_code is ReasonCode.NOT_AUTHORIZED
     assert b.core.bans.refused == 2
+    metrics = await http.get(hport(b), "/metrics")
+    assert b'siftmq_banned_total{reason="connect"} 2.0' in metrics.body
     # others still get in unless the ban covers them (the address ban covers everyone here)
     _, other = await RawClient.connect(b.port, "bystander", 5)
     assert other.reason_code is (ReasonCode.BANNED if kind == "address" else ReasonCode.SUCCESS)
