@@ -26,8 +26,9 @@ What each area does to the broker:
   without delivering anything (in a cluster, where each node keeps its own register, an
   empty retained message is published instead, so every node forgets it).
 * **publish** -- ``Broker.publish`` (no publisher client id).
-* **bans** -- ``core.bans`` (``broker/core/_bans.py``), stored in the store's ``bans`` table
-  (kept in memory only without a store); matching connected clients are disconnected
+* **bans** -- ``core.bans`` (``broker/core/_bans.py``), stored in the store's ``bans``
+  table (without a store: the JSON file ``BrokerConfig.bans_file``, else memory only);
+  matching connected clients are disconnected
   (MQTT 5: DISCONNECT 0x98 Administrative action with the reason string ``banned: ...``:
   0x8A Banned is valid in a CONNACK only, MQTT 5 section 3.14.2.1) and refused at their next
   CONNECT (CONNACK 0x8A).
@@ -47,6 +48,7 @@ import ipaddress
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -104,12 +106,43 @@ def _json(body: object, status: int = 200) -> Response:
 
 
 async def load_bans(broker: Broker) -> None:
-    """Read the stored bans into ``core.bans`` (at start, after the store opened)."""
+    """Read the stored bans into ``core.bans`` at start: the store's ``bans`` table, else the
+    ``bans_file`` (a file that cannot be read is logged and ignored: the broker starts)."""
     store = broker.core.journal.store
-    if store is None:
+    if store is not None:
+        rows = await asyncio.to_thread(store.bans)
+    elif broker.config.bans_file is not None:
+        path = Path(broker.config.bans_file)
+        try:
+            rows = orjson.loads(await asyncio.to_thread(path.read_bytes))
+        except FileNotFoundError:
+            return
+        except (OSError, orjson.JSONDecodeError) as exc:
+            log.error("bans file %s cannot be read, starting without bans: %s", path, exc)
+            return
+    else:
         return
-    for kind, value, expires_at, reason, created_at in await asyncio.to_thread(store.bans):
-        broker.core.bans.add(Ban(BanKind(kind), value, expires_at, reason, created_at))
+    for row in rows:
+        try:
+            kind, value, expires_at, reason, created_at = row
+            broker.core.bans.add(
+                Ban(BanKind(kind), canonical(BanKind(kind), value), expires_at, reason, created_at)
+            )
+        except (TypeError, ValueError) as exc:
+            log.error("bad ban %r ignored: %s", row, exc)
+
+
+def _save_bans(broker: Broker, changed: Ban, gone: bool) -> None:
+    """Persist one ban change: a row of the store's ``bans`` table, or the whole
+    ``bans_file`` rewritten (atomically, 0600; O(bans)); nothing without either."""
+    store = broker.core.journal.store
+    kind = changed.kind.value
+    if store is not None:
+        row = (kind, changed.value, changed.expires_at, changed.reason, changed.created_at)
+        store.ban(kind, changed.value, None if gone else row)
+    elif broker.config.bans_file is not None:
+        rows = [(b.kind.value, b.value, b.expires_at, b.reason, b.created_at) for b in broker.core.bans.all()]
+        write_private(broker.config.bans_file, orjson.dumps(rows, option=orjson.OPT_INDENT_2))
 
 
 def _page(keys: list[str], q: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -427,10 +460,8 @@ class Admin:
         return _json({"bans": [ban.to_json(now) for ban in self.core.bans.all()]})
 
     def _sweep(self, now: float) -> None:
-        store = self.core.journal.store
         for gone in self.core.bans.sweep(now):
-            if store is not None:
-                store.ban(gone.kind.value, gone.value, None)
+            _save_bans(self.broker, gone, True)
 
     async def h_ban(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
         kind = BanKind(b["kind"])
@@ -443,9 +474,7 @@ class Admin:
         ban = Ban(kind, value, None if expiry is None else now + expiry, b.get("reason", ""), now)
         core = self.core
         core.bans.add(ban)
-        store = core.journal.store
-        if store is not None:
-            store.ban(kind.value, value, (kind.value, value, ban.expires_at, ban.reason, ban.created_at))
+        _save_bans(self.broker, ban, False)
         kicked = []
         for s in list(core.sessions.values()):
             conn = s.conn
@@ -467,11 +496,10 @@ class Admin:
             value = canonical(kind, q["value"])
         except ValueError as exc:
             raise Refused(400, f"value: {exc}") from None
-        if self.core.bans.remove(kind, value) is None:
+        gone = self.core.bans.remove(kind, value)
+        if gone is None:
             raise Refused(404, f"no {kind.value} ban {value[:100]!r}")
-        store = self.core.journal.store
-        if store is not None:
-            store.ban(kind.value, value, None)
+        _save_bans(self.broker, gone, True)
         return _json({"removed": {"kind": kind.value, "value": value}})
 
     # ------------------------------------------------------------ users

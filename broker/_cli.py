@@ -269,6 +269,8 @@ def _serve(args: argparse.Namespace) -> int:
     persistence = not args.no_persistence and serve_opts.get("persistence", True)
     if persistence and cfg.store_path is None:
         changes["store_path"] = str(data_dir / "broker.db")
+    elif not persistence and cfg.bans_file is None:
+        changes["bans_file"] = str(data_dir / "bans.json")  # the admin API's bans (docs/admin.md)
     try:
         cfg = _with_listeners(dataclasses.replace(cfg, **changes), args)
         auth = _file_auth(

@@ -130,6 +130,24 @@ async def test_bans_survive_a_restart_with_the_store(tmp_path: Path) -> None:
     await RawClient.close_all()
 
 
+async def test_bans_survive_a_restart_in_the_bans_file_without_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "bans.json"
+    kw: dict[str, Any] = {"sys_interval": 0, "metrics_listen": "127.0.0.1:0", "bans_file": str(path)}
+    async with Broker(host="127.0.0.1", port=0, **kw) as b1:
+        await ok(b1, "POST", "/bans", {"kind": "address", "value": "198.51.100.0/24", "reason": "r"})
+        await ok(b1, "POST", "/bans", {"kind": "client_id", "value": "bot"})
+        await ok(b1, "DELETE", "/bans", kind="address", value="198.51.100.0/24")
+    assert path.stat().st_mode & 0o777 == 0o600
+    async with Broker(host="127.0.0.1", port=0, **kw) as b2:
+        assert [x["value"] for x in (await ok(b2, "GET", "/bans"))["bans"]] == ["bot"]
+        _, ack = await RawClient.connect(b2.port, "bot", 5)
+        assert ack.reason_code is ReasonCode.BANNED
+    path.write_text("{not json")  # a damaged file: logged, the broker starts without bans
+    async with Broker(host="127.0.0.1", port=0, **kw) as b3:
+        assert (await ok(b3, "GET", "/bans"))["bans"] == []
+    await RawClient.close_all()
+
+
 # ---------------------------------------------------------------------------- retained
 async def test_deleted_retained_message_is_not_delivered_to_a_new_subscriber(b: Broker) -> None:
     async with mqtt(b, "pub") as pub:
