@@ -61,6 +61,7 @@ from broker._files import write_private
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
 from broker.core._bans import Ban, BanKind, canonical, peer_address
+from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._message import Message
 from broker.hooks import SubscriptionAction
 from broker.net._http import Request, Response
@@ -315,6 +316,8 @@ class Admin:
         s = self._session(b["client_id"])
         if s.sink is not None:
             raise Refused(409, "an in-process subscriber's subscriptions are its code's")
+        if b["filter"].startswith(COMPOSITE_PREFIX):
+            raise Refused(400, "filter: composite subscriptions are made by their client (SUBSCRIBE)")
         req = SubscriptionRequest(b["filter"], b.get("qos", 0))
         got = core.router.subscribe(s.client_id, s.selectors_for(req.topic_filter, None), req, None, None)
         if not got.ok:
@@ -441,11 +444,11 @@ class Admin:
                     payload_format_indicator=p.get("payload_format_indicator"),
                     message_expiry_interval=p.get("message_expiry_interval"),
                     content_type=p.get("content_type"),
-                    response_topic=p.get("response_topic") and self._topic(p["response_topic"]),
+                    response_topic=self._topic(p["response_topic"]) if "response_topic" in p else None,
                     correlation_data=p["correlation_data"].encode() if "correlation_data" in p else None,
-                    user_properties=tuple((kv[0], kv[1]) for kv in p.get("user_properties", ())),
+                    user_properties=tuple(_pair(kv) for kv in p.get("user_properties", ())),
                 )
-            except IndexError:
+            except ValueError:
                 raise Refused(400, "properties.user_properties: pairs [name, value] expected") from None
         qos = b.get("qos", 0)
         if qos > self.broker.config.maximum_qos:
@@ -644,6 +647,12 @@ class Admin:
         if not await self._rewrite_acl(edit):
             raise Refused(404, "no such rule", {k: v for k, v in q.items()})
         return _json({"removed": q})
+
+
+def _pair(kv: list[str]) -> tuple[str, str]:
+    if len(kv) != 2:
+        raise ValueError("a pair")
+    return kv[0], kv[1]
 
 
 def _entry_row(client_id: str, e: Any) -> dict[str, Any]:

@@ -393,6 +393,30 @@ async def test_acl_rule_added_and_removed_takes_effect_at_once(secured: Broker) 
     assert _file(b, "acl_file")[1] == 0o600
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "query"),
+    [
+        ("POST", "/users", {"username": "a:b", "password": "p"}, None),
+        ("POST", "/users", {"username": "", "password": "p"}, None),
+        ("POST", "/users", {"username": "x"}, None),
+        ("POST", "/users", {"username": "x", "password": 5}, None),
+        ("POST", "/acl", {"user": "alice", "filter": "a/#/b"}, None),
+        ("POST", "/acl", {"user": "alice", "filter": "a", "access": "all"}, None),
+        ("POST", "/acl", {"user": " alice", "filter": "a"}, None),
+        ("POST", "/acl", {"filter": "a\nuser x"}, None),
+        ("DELETE", "/acl", None, {"filter": "a", "pattern": "maybe"}),
+    ],
+)
+async def test_bad_users_and_acl_input_is_400_and_changes_nothing(
+    secured: Broker, method: str, path: str, body: object, query: dict[str, str] | None
+) -> None:
+    before = _file(secured, "password_file")[0], _file(secured, "acl_file")[0]
+    r = await call(hport(secured), method, API + path, body, query, ADMIN)
+    assert r.status == 400, (r.status, r.body)
+    assert isinstance(r.json()["error"], str)
+    assert (_file(secured, "password_file")[0], _file(secured, "acl_file")[0]) == before
+
+
 async def test_users_and_acl_without_files_are_409(b: Broker) -> None:
     r = await call(hport(b), "POST", API + "/users", {"username": "u", "password": "p"})
     assert r.status == 409 and "password file" in r.json()["error"]
@@ -434,6 +458,10 @@ BAD: list[tuple[str, str, object, dict[str, str] | None, int]] = [
     ("POST", "/publish", {"topic": "a", "payload": "x", "payload_base64": "eA=="}, None, 400),
     ("POST", "/publish", {"topic": "a", "properties": {"user_properties": [["k"]]}}, None, 400),
     ("POST", "/publish", {"topic": "a", "properties": {"nope": 1}}, None, 400),
+    ("POST", "/publish", {"topic": "a", "properties": {"user_properties": [["k", "v", "w"]]}}, None, 400),
+    ("POST", "/publish", {"topic": "a", "properties": {"response_topic": ""}}, None, 400),
+    ("POST", "/publish", {"topic": "a", "properties": {"message_expiry_interval": -1}}, None, 400),
+    ("POST", "/subscriptions", {"client_id": "c", "filter": "$composite/x"}, None, 400),
     ("POST", "/publish", {"payload": "x"}, None, 400),
     ("POST", "/bans", {"kind": "ip", "value": "x"}, None, 400),
     ("POST", "/bans", {"kind": "address", "value": "999.1.1.1"}, None, 400),
