@@ -285,6 +285,8 @@ class Admin:
 
     # ------------------------------------------------------------ subscriptions
     async def h_subscriptions(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        """One client's entries in order (paged by position), or every client's entry of
+        exactly ``filter`` (cursor: client id); the latter is O(sessions + entries)."""
         index = self.core.router.index
         cid, f = q.get("client_id"), q.get("filter")
         if (cid is None) == (f is None):
