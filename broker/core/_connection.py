@@ -32,7 +32,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
-from broker.core._connect import connect_refusal, hold_connack, negotiate
+from broker.core._connect import authenticate, connect_refusal, hold_connack, negotiate
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._message import Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
@@ -514,10 +514,7 @@ class Connection(RareFields):
 
     def _dispatch(self, p: Packet, now: float) -> None:
         if self.state is ConnectionState.AWAIT_CONNECT:
-            if not isinstance(p, Connect):
-                self.close("first packet is not CONNECT")
-                return
-            self._on_connect(p, now)
+            self._before_connack(p, now)
             return
         match p:
             case Publish():
@@ -546,16 +543,26 @@ class Connection(RareFields):
                 self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unexpected {type(p).__name__}")
 
     # ------------------------------------------------------------ CONNECT
+    def _before_connack(self, p: Packet, now: float) -> None:
+        """A packet of a connection not yet connected: the CONNECT, or one that follows a
+        CONNECT whose authentication is pending (kept, in order, for after the verdict)."""
+        if self.authenticating:
+            if self.pending is NO_PACKETS:
+                self.pending = []
+            self.pending.append(p)
+            return
+        if not isinstance(p, Connect):
+            self.close("first packet is not CONNECT")
+            return
+        self._on_connect(p, now)
+
     def _refuse(self, code: ReasonCode, reason: str) -> None:
         self.send(Connack(False, code, self._reason(reason)))
         self.close(f"CONNECT refused: {reason}")
 
     def _on_connect(self, p: Connect, now: float) -> None:
-        """CONNECT: refused (CONNACK with a reason, close) or the session attached, the
-        limits of both sides negotiated, and the CONNACK sent (after the commit of a
-        persisted session)."""
-        core = self.core
-        cfg = core.config
+        """CONNECT: refused (CONNACK with a reason, close) or authenticated (at once, or held
+        while a hook's check runs: core/_connect.py) and then :meth:`accept`-ed."""
         self.version = v = p.protocol_level
         if v == 5:
             self.problem_info = p.properties.request_problem_information != 0
@@ -565,10 +572,20 @@ class Connection(RareFields):
             self.close("CONNECT with a zero-length will topic")
             return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        refusal = connect_refusal(self, p, client_id)
+        refusal = connect_refusal(self, p, now)
         if refusal is not None:
             self._refuse(*refusal)
             return
+        authenticate(self, p, client_id, now)
+
+    def accept(self, p: Connect, client_id: str, authenticated: bool, now: float) -> None:
+        """An authenticated CONNECT: the session attached, the limits of both sides
+        negotiated, and the CONNACK sent (after the commit of a persisted session).  The
+        session keeps the user name only if it was ``authenticated`` (a hook said True), so
+        the authorize hooks never see a merely claimed name."""
+        core = self.core
+        cfg = core.config
+        v = p.protocol_level
         self.bridge = p.bridge
         self.clean_start = p.clean_start
         expiry = (p.properties.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
@@ -579,7 +596,7 @@ class Connection(RareFields):
         present = core.attach(self, client_id, p.clean_start, capped, now)
         session = self.session
         assert session is not None
-        session.username = p.username
+        session.username = p.username if authenticated else None
         session.will = p.will
         session.version = v
         if cfg.slow_consumer_rules:
