@@ -88,7 +88,7 @@ class CheckPool:
     The threads start on first use; :meth:`close` stops them (pending work is cancelled).
     """
 
-    __slots__ = ("_executor", "max_pending", "pending", "workers")
+    __slots__ = ("_executor", "checks", "max_pending", "pending", "workers")
 
     def __init__(self, workers: int = DEFAULT_WORKERS, max_pending: int = DEFAULT_MAX_PENDING) -> None:
         if workers < 1 or max_pending < workers:
@@ -96,6 +96,7 @@ class CheckPool:
         self.workers = workers
         self.max_pending = max_pending
         self.pending = 0
+        self.checks = 0  # submitted so far (a test sees a remembered login cost no check)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
 
     def submit(self, fn: Callable[..., _T], *args: object) -> asyncio.Future[_T]:
@@ -108,6 +109,7 @@ class CheckPool:
                 self.workers, thread_name_prefix="siftmq-auth"
             )
         self.pending += 1
+        self.checks += 1
         future = asyncio.wrap_future(executor.submit(fn, *args))
         future.add_done_callback(self._finished)
         return future

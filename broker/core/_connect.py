@@ -3,7 +3,7 @@ authenticates, and the limits an accepted one negotiates (MQTT 5 section 3.1.4, 
 MQTT 3.1 and 3.1.1 rules).  Functions of a :class:`~broker.core._connection.Connection`,
 kept apart so the machine's module stays one concern: the packets of a connection.
 
-Authentication (issue 37, docs/security.md) runs in three steps:
+Authentication (issue 37, docs/security.md) runs in three steps from :func:`on_connect`:
 
 1. :func:`connect_refusal` -- protocol, client id, authentication method, then the
    per-address back-off of failed logins (``core.login_backoff``, core/_backoff.py): a
@@ -20,8 +20,9 @@ Authentication (issue 37, docs/security.md) runs in three steps:
 3. the verdict decides: refused (0x87 not authorized; a failed login counts towards the
    back-off; 0x88 server unavailable when a hook raised ``AuthUnavailable``), or accepted
    with the user name *authenticated* only if a hook said True (or the listener took it from
-   a verified client certificate): the session keeps the user name only then, so the
-   ``authorize`` hooks (the ACL) never see a name the client merely claimed.
+   a verified client certificate): ``Session.authenticated``; the ``authorize`` hooks (the
+   ACL) get the user name only then, never a name the client merely claimed, and the store
+   keeps only authenticated names (a restored session keeps its rights).
 
 Cost: O(hooks) per CONNECT; the back-off is one dict probe per CONNECT with credentials.
 """
@@ -31,21 +32,52 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import secrets
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import topics
 from broker.core._backoff import address_of
+from broker.core._connrare import NO_PACKETS
 from broker.core._session import ConnectionState
 from broker.hooks import AuthUnavailable
-from broker.packets import Connack, Connect, ReasonCode
+from broker.packets import Connack, Connect, Packet, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["authenticate", "connect_refusal", "hold_connack", "negotiate"]
+__all__ = ["authenticate", "connect_refusal", "hold_connack", "negotiate", "on_connect"]
 
 log = logging.getLogger("broker")
+
+
+def on_connect(conn: Connection, p: Packet, now: float) -> None:
+    """A packet of a connection not yet connected: a packet behind a CONNECT being
+    authenticated is kept, in order, for after the verdict; else the CONNECT is refused
+    (CONNACK with a reason, close) or authenticated (at once, or held while a hook's check
+    runs) and then ``Connection.accept``-ed; anything else first closes the connection."""
+    if conn.authenticating:
+        if conn.pending is NO_PACKETS:
+            conn.pending = []
+        conn.pending.append(p)
+        return
+    if not isinstance(p, Connect):
+        conn.close("first packet is not CONNECT")
+        return
+    conn.version = v = p.protocol_level
+    if v == 5:
+        conn.problem_info = p.properties.request_problem_information != 0
+    if v != 5 and p.will is not None and not p.will.topic:
+        # a will flag with an empty will topic breaks 3.1/3.1.1 [MQTT-3.1.2-9]: close, as
+        # mosquitto does (a refusing CONNACK would point users at their credentials)
+        conn.close("CONNECT with a zero-length will topic")
+        return
+    client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
+    refusal = connect_refusal(conn, p, now)
+    if refusal is not None:
+        conn._refuse(*refusal)
+        return
+    authenticate(conn, p, client_id, now)
 
 
 def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCode, str] | None:

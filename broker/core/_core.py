@@ -174,10 +174,13 @@ class Core:
         return None
 
     def authorize(self, session: Session, action: str, topic: str) -> bool:
+        """The authorize hooks' decision, asked with the session's user name only if it was
+        authenticated (``Session.authenticated``; docs/security.md, "Who is a user")."""
         if not self.obs.authorize:
             return True
+        user = session.username if session.authenticated else None
         return (
-            self._opinion(self.obs.authorize, "authorize", session.client_id, session.username, action, topic)
+            self._opinion(self.obs.authorize, "authorize", session.client_id, user, action, topic)
             is not False
         )
 

@@ -124,6 +124,7 @@ class Session:
     """
 
     __slots__ = (
+        "authenticated",
         "client_id",
         "conn",
         "expires_at",
@@ -153,6 +154,9 @@ class Session:
         self.will_due: float | None = None
         self.expires_at: float | None = None
         self.username: str | None = None
+        #: an authenticate hook said True to the CONNECT's user name (or the listener took it
+        #: from a verified certificate): only then do the authorize hooks get ``username``
+        self.authenticated = False
         # topic filter -> selector of that subscription
         self.selectors: dict[str, str] = _NO_SELECTORS if lean else {}
         self.sink: Sink | None = None

@@ -35,7 +35,8 @@ async def test_authenticate_and_login_memo(tmp_path: Path) -> None:
     assert await first is True
     assert set(auth._logged_in) == {"alice"}
     assert auth.authenticate("c", "alice", b"pw1") is True  # memoised: one HMAC, answered at once
-    assert await verdict(auth.authenticate("c", "alice", b"pw2")) is False  # the memo never lets another password in
+    # the memo never lets another password in
+    assert await verdict(auth.authenticate("c", "alice", b"pw2")) is False
     assert await verdict(auth.authenticate("c", "alice", None)) is False
     assert await verdict(auth.authenticate("c", "bob", b"pw1")) is False
     assert auth.check("alice", b"pw1") and not auth.check("alice", b"pw2")
@@ -53,7 +54,8 @@ async def test_reload_swaps_files_and_keeps_the_old_ones_on_error(tmp_path: Path
     write_passwords(pw, {"alice": "new"})
     acl.write_text("user alice\ntopic write b/#\n")
     auth.reload()
-    assert await verdict(auth.authenticate("c", "alice", b"old")) is False  # the memo was dropped with the file
+    # the memo was dropped with the file
+    assert await verdict(auth.authenticate("c", "alice", b"old")) is False
     assert await verdict(auth.authenticate("c", "alice", b"new")) is True
     assert auth.authorize("c", "alice", "publish", "a/b") is False
     assert auth.authorize("c", "alice", "publish", "b/c") is True
