@@ -156,14 +156,22 @@ class FileAuth(Hooks):
     def attach(self, broker: Broker) -> None:
         """Say once, when the broker is built, that an ACL without a password file trusts no
         user name: every client is anonymous to it unless another hook verifies names."""
-        if self.acl is not None and self.passwords is None:
-            others = [type(h).__name__ for h in broker.hooks if h is not self and _overrides_authenticate(h)]
-            log.warning(
-                "ACL file %s without a password file: user names are not verified, so the ACL "
-                "treats every client as anonymous ('user' sections and %%u patterns never match%s)",
-                self.acl_file,
-                f" unless one of {', '.join(others)} authenticates the name" if others else "",
-            )
+        if self.acl is None or self.passwords is not None:
+            return
+        listeners = broker.config.effective_listeners()
+        identity = [li for li in listeners if li.use_identity_as_username]
+        if len(identity) == len(listeners):
+            return  # every user name comes from a verified client certificate
+        others = [type(h).__name__ for h in broker.hooks if h is not self and _overrides_authenticate(h)]
+        unless = [f"one of {', '.join(others)} authenticates the name"] if others else []
+        if identity:
+            unless.append("it comes from a client certificate (use_identity_as_username)")
+        log.warning(
+            "ACL file %s without a password file: user names are not verified, so the ACL "
+            "treats every client as anonymous ('user' sections and %%u patterns never match%s)",
+            self.acl_file,
+            f" unless {' or '.join(unless)}" if unless else "",
+        )
 
     async def stop(self) -> None:
         self.pool.close()

@@ -15,6 +15,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
+from broker._config import Listener
 from broker._passwd import PasswordFile, Scrypt
 from broker.auth import FileAuth
 from broker.hooks import Hooks
@@ -139,15 +140,21 @@ async def test_acl_without_password_file_says_so_in_one_line_at_start(
     assert "treats every client as anonymous" in lines[0].getMessage()
     # with a password file there is nothing to say
     caplog.clear()
-    FileAuth(password_file=write_passwords(tmp_path / "pw", {"admin": "x"}), acl_file=acl, params=FAST)
+    pw = write_passwords(tmp_path / "pw", {"admin": "x"})
     async with Broker(
-        host="127.0.0.1",
-        port=0,
-        hooks=[FileAuth(password_file=tmp_path / "pw", acl_file=acl, params=FAST)],
-        sys_interval=0,
+        host="127.0.0.1", port=0, hooks=[FileAuth(password_file=pw, acl_file=acl, params=FAST)], sys_interval=0
     ):
         pass
     assert not [r for r in caplog.records if "without a password file" in r.getMessage()]
+    # nor when every listener takes the user name from a verified client certificate; a
+    # plain listener beside one is named as the exception
+    cert = {"certfile": "c.pem", "keyfile": "c.key", "cafile": "ca.pem", "require_client_cert": True}
+    identity = Listener("tcp", "127.0.0.1", 0, use_identity_as_username=True, **cert)  # type: ignore[arg-type]
+    Broker(listeners=(identity,), hooks=[FileAuth(acl_file=acl)])
+    assert not [r for r in caplog.records if "without a password file" in r.getMessage()]
+    Broker(listeners=(identity, Listener("tcp", "127.0.0.1", 0)), hooks=[FileAuth(acl_file=acl)])
+    (line,) = [r.getMessage() for r in caplog.records if "without a password file" in r.getMessage()]
+    assert "unless it comes from a client certificate" in line
 
 
 # ------------------------------------------------------------ item 2: checks off the loop
