@@ -141,9 +141,8 @@ async def test_acl_without_password_file_says_so_in_one_line_at_start(
     # with a password file there is nothing to say
     caplog.clear()
     pw = write_passwords(tmp_path / "pw", {"admin": "x"})
-    async with Broker(
-        host="127.0.0.1", port=0, hooks=[FileAuth(password_file=pw, acl_file=acl, params=FAST)], sys_interval=0
-    ):
+    quiet = FileAuth(password_file=pw, acl_file=acl, params=FAST)
+    async with Broker(host="127.0.0.1", port=0, hooks=[quiet], sys_interval=0):
         pass
     assert not [r for r in caplog.records if "without a password file" in r.getMessage()]
     # nor when every listener takes the user name from a verified client certificate; a
