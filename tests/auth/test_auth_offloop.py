@@ -328,3 +328,35 @@ async def test_the_back_off_ends_and_the_right_password_gets_in(tmp_path: Path) 
         c, ack = await RawClient.connect(b.port, "alice-1", username="alice", password=b"right")
         await c.close()
         assert ack.reason_code is ReasonCode.SUCCESS
+
+
+async def test_the_store_keeps_only_authenticated_user_names(tmp_path: Path) -> None:
+    """A persisted session of a verified ``admin`` keeps its name (and its rights: a message
+    for ``inbox/admin/...`` is queued for it after a restart); one that merely claimed a name
+    (``bob``, whom no hook verifies) comes back without one."""
+    from broker.packets import Properties
+
+    acl = tmp_path / "acl"
+    acl.write_text(ACL)
+    keep = Properties(session_expiry_interval=3600)
+    config = {"host": "127.0.0.1", "port": 0, "sys_interval": 0, "store_path": str(tmp_path / "b.db")}
+    hooks = [Trusting(), FileAuth(acl_file=acl, allow_anonymous=True)]
+    async with Broker(hooks=hooks, **config) as b:  # type: ignore[arg-type]
+        for cid, user, password, ok in (
+            ("admin-p", "admin", b"s3cret", ReasonCode.GRANTED_QOS_1),
+            ("claims-p", "bob", None, ReasonCode.NOT_AUTHORIZED),  # %u does not apply
+        ):
+            c, ack = await RawClient.connect(
+                b.port, cid, username=user, password=password, clean_start=False, properties=keep
+            )
+            assert ack.reason_code is ReasonCode.SUCCESS
+            assert (await c.subscribe(f"inbox/{user}/#")).reason_codes == (ok,)
+            await c.close()
+        await eventually(lambda: all(s.conn is None for s in b.core.sessions.values()))
+    hooks = [Trusting(), FileAuth(acl_file=acl, allow_anonymous=True)]
+    async with Broker(hooks=hooks, **config) as b:  # type: ignore[arg-type]
+        verified, claimed = b.core.sessions["admin-p"], b.core.sessions["claims-p"]
+        assert (verified.username, verified.authenticated) == ("admin", True)
+        assert (claimed.username, claimed.authenticated) == (None, False)
+        await b.publish("inbox/admin/1", b"for admin", qos=1)
+        assert [o.msg.payload for o in verified.queue] == [b"for admin"]
