@@ -18,7 +18,7 @@ from broker import Broker
 from broker._config import Listener
 from broker._passwd import PasswordFile, Scrypt
 from broker.auth import FileAuth
-from broker.hooks import Hooks
+from broker.hooks import AuthUnavailable, AuthVerdict, Hooks
 from broker.packets import (
     Connack,
     Connect,
@@ -360,3 +360,60 @@ async def test_the_store_keeps_only_authenticated_user_names(tmp_path: Path) -> 
         assert (claimed.username, claimed.authenticated) == (None, False)
         await b.publish("inbox/admin/1", b"for admin", qos=1)
         assert [o.msg.payload for o in verified.queue] == [b"for admin"]
+
+
+class ServiceLike(Hooks):
+    """An async authenticate hook, as an HTTP auth service's would be (issue 39's seam):
+    answers after yielding to the loop; None for names it does not know."""
+
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> AuthVerdict:
+        if username is None:
+            return None
+        return self._ask(username, password)
+
+    async def _ask(self, username: str, password: bytes | None) -> bool | None:
+        await asyncio.sleep(0)
+        match username:
+            case "svc":
+                return password == b"token"
+            case "down":
+                raise AuthUnavailable("service unreachable")
+            case "broken":
+                raise RuntimeError("bug in the hook")
+        return None
+
+
+class Fallback(Hooks):
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
+        return True if username == "local" else None
+
+
+@pytest.mark.parametrize(
+    ("user", "password", "code", "authenticated"),
+    [
+        ("svc", b"token", ReasonCode.SUCCESS, True),
+        ("svc", b"nope", ReasonCode.NOT_AUTHORIZED, None),
+        ("local", None, ReasonCode.SUCCESS, True),  # the async hook said None: the next decides
+        ("stranger", None, ReasonCode.SUCCESS, False),  # nobody verified it: accepted, unauthenticated
+        ("down", b"x", ReasonCode.SERVER_UNAVAILABLE, None),
+        ("broken", b"x", ReasonCode.NOT_AUTHORIZED, None),
+    ],
+)
+async def test_an_async_hook_decides_passes_or_fails(
+    user: str, password: bytes | None, code: ReasonCode, authenticated: bool | None
+) -> None:
+    async with Broker(host="127.0.0.1", port=0, hooks=[ServiceLike(), Fallback()], sys_interval=0) as b:
+        c, ack = await RawClient.connect(b.port, "c1", username=user, password=password)
+        try:
+            assert ack.reason_code is code
+            if authenticated is not None:
+                assert b.core.sessions["c1"].authenticated is authenticated
+            st = b.core.stats
+            assert (st.auth_failures, st.refused_auth_busy, st.hook_errors) == (
+                int(user == "svc" and code is ReasonCode.NOT_AUTHORIZED),
+                int(user == "down"),
+                int(user == "broken"),
+            )
+            assert st.auth_pending == 0
+        finally:
+            await c.close()
