@@ -217,14 +217,6 @@ class FileAuth(Hooks):
             self._logged_in[username] = self._mac(username, password)
         return ok
 
-    def check(self, username: str, password: bytes | None) -> bool:
-        """The same decision as :meth:`authenticate` for a user, synchronously (scrypt on the
-        calling thread: for tools and tests, never on the event loop); no memo is written."""
-        passwords = self.passwords
-        if passwords is None:
-            return False
-        return passwords.verify(username, password)
-
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
         acl = self.acl
         if acl is None:
