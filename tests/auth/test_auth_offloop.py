@@ -1,8 +1,9 @@
 """Issue 37, items 3 and 4: the ACL trusts only authenticated user names; password checks run
 off the event loop, bounded, with a per-address back-off of failed logins.
 
-Real brokers (``Broker`` on port 0) and real MQTT over loopback: raw clients
-(``tests/rawclient.py``) where the order of packets on the wire is the point, aiomqtt elsewhere.
+Real brokers (``Broker`` on port 0, one ``siftmq serve``) and real MQTT over loopback with raw
+clients (``tests/rawclient.py``): the order and the codes of the packets on the wire are the
+point (aiomqtt/paho clients cover the same hook in tests/auth/test_auth_e2e.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import logging
 import re
 from pathlib import Path
 
-import aiomqtt
 import pytest
 
 from broker import Broker
@@ -33,8 +33,6 @@ from broker.packets import (
 from tests.auth.helpers import FAST, write_passwords
 from tests.rawclient import RawClient
 from tests.waiting import eventually
-
-V5 = aiomqtt.ProtocolVersion.V5
 
 #: about 0.9 s of scrypt per check on the build machine (p multiplies the time, not the
 #: 16 MiB of memory): a check is pending for far longer than a few PINGREQ round trips
