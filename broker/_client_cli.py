@@ -57,6 +57,8 @@ __all__ = ["TIMEOUT_STATUS", "register"]
 TIMEOUT_STATUS = 27
 #: a bad input found before connecting
 _BAD_INPUT_STATUS = 2
+#: paho's reason code for a 3.1.1 CONNACK return code -> that return code
+_V3_CONNACK = {0x84: 1, 0x85: 2, 0x88: 3, 0x86: 4, 0x87: 5}
 _VERSIONS = {"mqttv5": 5, "5": 5, "mqttv311": 4, "311": 4, "mqttv31": 3, "31": 3}
 
 
@@ -550,10 +552,12 @@ class _Session:
         assigned = getattr(props, "AssignedClientIdentifier", None) if props is not None else None
         if assigned:
             self.client_id = assigned
-        self.say(f"Client {self.client_id} received CONNACK ({int(rc.value)})")
+        code = int(rc.value) if self.conn.version == 5 else _V3_CONNACK.get(int(rc.value), int(rc.value))
+        self.say(f"Client {self.client_id} received CONNACK ({code})")
         if rc.is_failure:
-            # mosquitto's clients exit with the CONNACK's return / reason code
-            self.fail(f"connection refused: {_reason(rc, props)}", int(rc.value) or 1)
+            # mosquitto's clients exit with the CONNACK's reason code (3.1.1: its return code)
+            why = _reason(rc, props) if self.conn.version == 5 else f"{rc} (return code {code})"
+            self.fail(f"connection refused: {why}", code or 1)
             return
         self.connected = True
         for ready in self.on_ready:
