@@ -218,3 +218,27 @@ async def test_inputs_refused_before_connecting_alike(tmp_path: Path, broker: st
             assert (status, out) == (status_wanted, "") and "a/#" in err, (family, err)
             status, out, err = await run(*_sub(family), *at, "-t", "a/#/b", "-W", "5")
             assert (status, out) == (status_wanted, "") and "a/#/b" in err, (family, err)
+
+
+async def test_refusals_in_acknowledgements_differ_as_documented() -> None:
+    """A PUBLISH the broker refuses (MQTT 5 PUBACK 0x87: a broker-owned ``$SYS`` topic) and a
+    SUBSCRIBE it refuses (SUBACK 0x8F: a bad selector sent as a raw user property, past
+    siftmq sub's own check): mosquitto's clients print a warning and exit 0; ours print the
+    reason code and the broker's reason string and exit 1 (docs/operations.md)."""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        at = ["-h", "127.0.0.1", "-p", str(b.port), "-V", "mqttv5"]
+        publish = [*at, "-t", "$SYS/x", "-m", "x", "-q", "1"]
+        status, _, err = await run(*_pub("mosquitto"), *publish)
+        assert status == 0 and "Not authorized" in err, err
+        status, _, err = await run(*_pub("siftmq"), *publish)
+        assert status == 1, err
+        assert (
+            one_line(err, "pub") == "siftmq pub: PUBLISH refused: Not authorized (0x87): broker-owned topic"
+        )
+        subscribe = [*at, "-t", "f/t", "-D", "subscribe", "user-property", "filter", "temp >", "-W", "10"]
+        status, out, err = await run(*_sub("mosquitto"), *subscribe)
+        assert (status, out) == (0, "") and "All subscription requests were denied" in err, err
+        status, out, err = await run(*_sub("siftmq"), *subscribe)
+        assert (status, out) == (1, "") and "refused: Topic filter invalid (0x8f): " in one_line(
+            err, "sub"
+        ), err
