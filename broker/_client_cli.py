@@ -484,7 +484,6 @@ class _Session:
     """One paho client, driven in this thread by :meth:`run`; callbacks record outcomes in
     ``failure`` (the first refusal), ``connected`` and ``closing``."""
 
-    command: str
     conn: _Connection
     client: Any = None
     client_id: str = ""
@@ -497,7 +496,6 @@ class _Session:
     def open(self) -> None:
         import paho.mqtt.client as mqtt
         from paho.mqtt.enums import CallbackAPIVersion
-        from paho.mqtt.packettypes import PacketTypes
 
         conn = self.conn
         protocol = {5: mqtt.MQTTv5, 4: mqtt.MQTTv311, 3: mqtt.MQTTv31}[conn.version]
@@ -522,11 +520,8 @@ class _Session:
         c.on_disconnect = self._on_disconnect
         if conn.debug:
             c.on_log = self._on_log
-        props = None
-        if conn.version == 5:
-            props = _properties(PacketTypes.CONNECT, ())
         try:
-            c.connect(conn.host, conn.port, conn.keepalive, properties=props)
+            c.connect(conn.host, conn.port, conn.keepalive)
         except OSError as exc:
             raise _Refused(f"cannot connect to {conn.host}:{conn.port}: {exc.strerror or exc}") from None
 
@@ -607,7 +602,7 @@ class _Session:
 def _pub_session(plan: _PubPlan) -> None:
     from paho.mqtt.packettypes import PacketTypes
 
-    s = _Session("pub", plan.conn)
+    s = _Session(plan.conn)
     acked: dict[int, Any] = {}
 
     def on_publish(_c: Any, _u: Any, mid: int, rc: Any, props: Any = None) -> None:
@@ -637,7 +632,7 @@ def _sub_session(plan: _SubPlan) -> None:
     from paho.mqtt.packettypes import PacketTypes
 
     start = time.monotonic()
-    s = _Session("sub", plan.conn)
+    s = _Session(plan.conn)
     received = [0]
     pending: dict[int, list[str]] = {}
     out = sys.stdout.buffer

@@ -75,3 +75,24 @@ async def test_refused_connection_and_bad_arguments_exit_non_zero() -> None:
     assert code == 0 and all(
         f in out for f in ("-h HOST", "-t TOPIC", "-m MESSAGE", "-q", "-r", "--cafile", "-D")
     )
+
+
+async def test_tls_with_cafile_and_mqtts_url(tmp_path: Path) -> None:
+    """--cafile and -L mqtts://... connect with TLS (the URL's scheme alone turns it on)."""
+    from broker import BrokerConfig, Listener
+    from tests.security.helpers import make_certs
+
+    certs = make_certs(tmp_path)
+    listener = Listener("tcp", "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key))
+    async with Broker(config=BrokerConfig(listeners=(listener,), sys_interval=0)) as b:
+        port = str(b.ports[0])
+        code, _, err = await _run(
+            "pub", "-p", port, "-h", "127.0.0.1", "--cafile", str(certs.ca), "-t", "s/t", "-m", "tls", "-r"
+        )
+        assert code == 0, err
+        url = f"mqtts://127.0.0.1:{port}/s/#"
+        code, out, err = await _run("sub", "-L", url, "--cafile", str(certs.ca), "-C", "1", "-v")
+        assert (code, out) == (0, "s/t tls\n"), err
+        # without the CA the server's certificate is refused: one line, status 1
+        code, _, err = await _run("sub", "-L", url, "-C", "1")
+        assert code == 1 and err.startswith("siftmq sub: ") and len(err.splitlines()) == 1, err
