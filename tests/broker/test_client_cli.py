@@ -96,3 +96,23 @@ async def test_tls_with_cafile_and_mqtts_url(tmp_path: Path) -> None:
         # without the CA the server's certificate is refused: one line, status 1
         code, _, err = await _run("sub", "-L", url, "-C", "1")
         assert code == 1 and err.startswith("siftmq sub: ") and len(err.splitlines()) == 1, err
+
+
+async def test_mqtt31_and_debug_lines() -> None:
+    """-V mqttv31 (a client id is made up: MQTT 3.1 has no assigned ids) and -d's packet lines
+    in mosquitto's words."""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        at = ("-h", "127.0.0.1", "-p", str(b.port), "-V", "mqttv31")
+        code, _, err = await _run("pub", *at, "-t", "v31/t", "-m", "old", "-r", "-q", "1")
+        assert code == 0, err
+        code, out, err = await _run("sub", *at, "-i", "old-timer", "-t", "v31/#", "-C", "1", "-d")
+        assert code == 0, err
+        lines = out.splitlines()
+        assert lines[:5] == [
+            "Client old-timer sending CONNECT",
+            "Client old-timer received CONNACK (0)",
+            "Client old-timer sending SUBSCRIBE (d0, m1)",
+            "Client old-timer received SUBACK",
+            "Subscribed (mid: 1): 0",
+        ], out
+        assert "old" in lines and lines[-1] == "Client old-timer sending DISCONNECT", out
