@@ -464,7 +464,8 @@ def _paho_client_class() -> Any:
     import paho.mqtt.client as mqtt
 
     class Client(mqtt.Client):
-        pubrec_failures: dict[int, int]
+        #: packet id -> (reason code, properties) of a PUBREC with an error code
+        pubrec_failures: dict[int, tuple[int, Any]]
 
         @staticmethod
         def _filter_wildcard_len_check(sub: bytes) -> Any:
@@ -473,7 +474,13 @@ def _paho_client_class() -> Any:
         def _handle_pubrec(self) -> Any:
             packet = bytes(self._in_packet["packet"])
             if self._protocol == mqtt.MQTTv5 and len(packet) > 2 and packet[2] >= 0x80:
-                self.pubrec_failures[int.from_bytes(packet[:2], "big")] = packet[2]
+                from paho.mqtt.packettypes import PacketTypes
+                from paho.mqtt.properties import Properties
+
+                props: Any = Properties(PacketTypes.PUBREC)  # type: ignore[no-untyped-call]
+                if len(packet) > 3:
+                    props.unpack(packet[3:])
+                self.pubrec_failures[int.from_bytes(packet[:2], "big")] = (packet[2], props)
             return super()._handle_pubrec()
 
     return Client
@@ -610,7 +617,9 @@ def _pub_session(plan: _PubPlan) -> None:
         if failed is not None:
             from paho.mqtt.reasoncodes import ReasonCode
 
-            s.fail(f"PUBLISH refused (PUBREC): {_reason(ReasonCode(PacketTypes.PUBREC, identifier=failed))}")
+            code, pubrec = failed
+            pubrec_rc = ReasonCode(PacketTypes.PUBREC, identifier=code)
+            s.fail(f"PUBLISH refused (PUBREC): {_reason(pubrec_rc, pubrec)}")
         elif rc is not None and rc.is_failure:
             s.fail(f"PUBLISH refused: {_reason(rc, props)}")
         acked[mid] = rc
