@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import secrets
 import sys
 import time
@@ -57,6 +58,10 @@ __all__ = ["TIMEOUT_STATUS", "register"]
 TIMEOUT_STATUS = 27
 #: a bad input found before connecting
 _BAD_INPUT_STATUS = 2
+#: paho's log of a PUBLISH: "(d0, q1, r0, m1), 'b'a'', [properties=..., ]... (1 bytes)"
+_PAHO_PUBLISH = re.compile(r"\((d\d, q\d, r\d, m\d+)\), '(.*)',(?: properties=.*,)? \.\.\. +\((\d+) bytes\)$")
+#: paho's log of an acknowledgement: "(Mid: 1)"
+_PAHO_MID = re.compile(r"\(Mid: (\d+)\)")
 #: paho's reason code for a 3.1.1 CONNACK return code -> that return code
 _V3_CONNACK = {0x84: 1, 0x85: 2, 0x88: 3, 0x86: 4, 0x87: 5}
 _VERSIONS = {"mqttv5": 5, "5": 5, "mqttv311": 4, "311": 4, "mqttv31": 3, "31": 3}
@@ -533,16 +538,29 @@ class _Session:
             raise _Refused(f"cannot connect to {conn.host}:{conn.port}: {exc.strerror or exc}") from None
 
     def _on_log(self, _c: Any, _u: Any, _level: int, text: str) -> None:
-        """paho's "Sending X (...)" / "Received X (...)" as mosquitto's "Client <id> sending X"."""
+        """paho's "Sending X (...)" / "Received X (...)" in mosquitto's words: "Client <id>
+        sending X (details)" (CONNACK, SUBSCRIBE and a publisher's PUBACK / PUBCOMP are printed
+        where their details are known: :meth:`_on_connect`, the subscriber, the publisher)."""
         verb, _, rest = text.partition(" ")
         if verb not in {"Sending", "Received"}:
             return
         packet, _, details = rest.partition(" ")
-        if packet == "CONNACK":
-            return  # printed by _on_connect with mosquitto's details: the reason code
-        detail = details.split(")", 1)[0] + ")" if details.startswith("(") and packet != "CONNECT" else ""
-        line = f"Client {self.client_id} {verb.lower()} {packet}" + (f" {detail}" if detail else "")
-        self.say(line)
+        sending = verb == "Sending"
+        if packet in {"CONNACK", "SUBSCRIBE"} or (not sending and packet in {"PUBACK", "PUBCOMP"}):
+            return
+        who = f"Client {self.client_id} {verb.lower()} {packet}"
+        if packet == "PUBLISH" and (m := _PAHO_PUBLISH.match(details)):
+            flags, topic, size = m.groups()
+            topic = topic[2:-1] if topic.startswith(("b'", 'b"')) else topic  # paho shows bytes
+            self.say(f"{who} ({flags}, '{topic}', ... ({size} bytes))")
+        elif (m := _PAHO_MID.match(details)) is not None:
+            mid = m[1]
+            if not sending:
+                self.say(f"{who} (Mid: {mid})")
+            else:
+                self.say(f"{who} (m{mid}, rc0)" if packet in {"PUBACK", "PUBREC"} else f"{who} (m{mid})")
+        else:
+            self.say(who)
 
     def say(self, line: str) -> None:
         """A ``-d`` line on stdout, as mosquitto prints them."""
@@ -613,6 +631,9 @@ def _pub_session(plan: _PubPlan) -> None:
     acked: dict[int, Any] = {}
 
     def on_publish(_c: Any, _u: Any, mid: int, rc: Any, props: Any = None) -> None:
+        if plan.qos:  # as mosquitto: "received PUBACK (Mid: 1, RC:0)"
+            ack = "PUBACK" if plan.qos == 1 else "PUBCOMP"
+            s.say(f"Client {s.client_id} received {ack} (Mid: {mid}, RC:{int(getattr(rc, 'value', 0))})")
         failed = s.client.pubrec_failures.pop(mid, None)
         if failed is not None:
             from paho.mqtt.reasoncodes import ReasonCode
@@ -652,6 +673,10 @@ def _sub_session(plan: _SubPlan) -> None:
             props = _properties(PacketTypes.SUBSCRIBE, sub.user_properties)
             _, mid = s.client.subscribe(sub.topic_filter, plan.qos, properties=props)
             pending[mid] = [sub.topic_filter]
+            s.say(
+                f"Client {s.client_id} sending SUBSCRIBE (Mid: {mid}, Topic: {sub.topic_filter}, "
+                f"QoS: {plan.qos}, Options: 0x00)"
+            )
 
     def on_subscribe(_c: Any, _u: Any, mid: int, codes: Any, props: Any = None) -> None:
         filters = pending.pop(mid, ["?"])

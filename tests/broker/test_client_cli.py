@@ -111,7 +111,7 @@ async def test_mqtt31_and_debug_lines() -> None:
         assert lines[:5] == [
             "Client old-timer sending CONNECT",
             "Client old-timer received CONNACK (0)",
-            "Client old-timer sending SUBSCRIBE (d0, m1)",
+            "Client old-timer sending SUBSCRIBE (Mid: 1, Topic: v31/#, QoS: 0, Options: 0x00)",
             "Client old-timer received SUBACK",
             "Subscribed (mid: 1): 0",
         ], out

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
 from collections.abc import AsyncIterator
@@ -242,3 +243,36 @@ async def test_refusals_in_acknowledgements_differ_as_documented() -> None:
         assert (status, out) == (1, "") and "refused: Topic filter invalid (0x8f): " in one_line(
             err, "sub"
         ), err
+
+
+@pytest.mark.parametrize("broker", ["siftmq", "mosquitto"])
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
+async def test_debug_lines_alike(tmp_path: Path, broker: str, version: str) -> None:
+    """-d prints the same packet lines as mosquitto's clients, QoS 0, 1 and 2 (client ids the
+    broker assigns differ per run: they are compared as <assigned>).  The one difference:
+    ``sub`` prints a QoS 1/2 message before its PUBACK / PUBCOMP line, mosquitto_sub after."""
+
+    def lines(out: str) -> list[str]:
+        return [re.sub(r"^Client (?!\(null\))\S+", "Client <assigned>", line) for line in out.splitlines()]
+
+    async with _broker(broker, tmp_path) as port:
+        at = ["-h", "127.0.0.1", "-p", str(port), "-V", version]
+        for qos in ("0", "1", "2"):
+            outs = {}
+            for family in FAMILIES:
+                status, out, err = await run(
+                    *_pub(family), *at, "-t", "d/x", "-m", "hi", "-q", qos, "-r", "-d"
+                )
+                assert status == 0, err
+                outs[family] = lines(out)
+            assert outs["siftmq"] == outs["mosquitto"], outs
+            for family in FAMILIES:
+                status, out, err = await run(
+                    *_sub(family), *at, "-t", "d/#", "-q", qos, "-C", "1", "-v", "-d"
+                )
+                assert status == 0, err
+                outs[family] = lines(out)
+            assert sorted(outs["siftmq"]) == sorted(outs["mosquitto"]), outs
+            assert outs["siftmq"][:5] == outs["mosquitto"][:5], outs  # CONNECT ... Subscribed
+        status, _, err = await run(*_pub("mosquitto"), *at, "-t", "d/x", "-n", "-r")
+        assert status == 0, err
