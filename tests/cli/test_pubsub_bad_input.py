@@ -171,3 +171,17 @@ async def test_a_connection_the_broker_closes_exits_1() -> None:
 async def test_debug_flag_shows_packets_and_keeps_errors_one_line() -> None:
     status, out, err = await run(SIFTMQ, "sub", *NOWHERE, "-d", "-t", "a/#/b")
     assert (status, out) == (2, "") and one_line(err, "sub")
+
+
+@pytest.mark.parametrize("version", ["mqttv5", "mqttv311"])
+async def test_a_publish_the_broker_drops_the_connection_for_exits_1(version: str) -> None:
+    """A QoS 1 PUBLISH over the broker's packet size: the broker closes the connection (MQTT 5
+    with DISCONNECT 0x95) instead of a PUBACK; pub said nothing and exited 0 before.  (QoS 0
+    has no acknowledgement: like mosquitto_pub, pub is done once it is written.)"""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, max_packet_size=200) as b:
+        at = ("-h", "127.0.0.1", "-p", str(b.port), "-V", version)
+        status, _, err = await run(SIFTMQ, "pub", *at, "-q", "1", "-t", "big", "-m", "x" * 1000)
+        line = one_line(err, "pub")
+        assert status == 1 and "connection lost: " in line, err
+        if version == "mqttv5":
+            assert "Packet too large (0x95)" in line, line
