@@ -456,3 +456,21 @@ async def test_siftmq_serve_with_only_an_acl_file(tmp_path: Path) -> None:
     said = [x for x in lines if "without a password file" in x]
     assert len(said) == 1, lines
     assert "treats every client as anonymous" in said[0]
+
+
+async def test_stopping_the_broker_while_a_check_runs(tmp_path: Path) -> None:
+    """A graceful stop does not wait for a pending password check: the held connection is
+    closed without a CONNACK and the check's late outcome is dropped."""
+    auth = FileAuth(password_file=slow_passwords(tmp_path / "pw", {"alice": "right"}), workers=1)
+    b = Broker(host="127.0.0.1", port=0, hooks=[auth], sys_interval=0)
+    await b.start()
+    c = await RawClient.open(b.port)
+    try:
+        c.send(Connect("held", 5, username="alice", password=b"right"))
+        await eventually(lambda: b.core.stats.auth_pending == 1, timeout=10.0)
+        await asyncio.wait_for(b.stop(), 10.0)
+        assert await c.closed(timeout=10.0) == []
+        assert b.core.stats.auth_pending == 0
+        assert "held" not in b.core.sessions
+    finally:
+        await c.close()
