@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import content
 import topics
 from broker._config import BrokerConfig
+from broker.core._backoff import LoginBackoff
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
@@ -144,6 +145,15 @@ class Core:
         self.retain_hook: Callable[[Message], bool] | None = None
         #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
+        #: failed logins per source address and their back-off (core/_backoff.py)
+        self.login_backoff = LoginBackoff(
+            cfg.auth_failures, cfg.auth_failure_window, cfg.auth_backoff, cfg.auth_backoff_max
+        )
+        #: set by the transport adapter (``Broker``): ``await_check(awaitable, done)`` awaits an
+        #: authenticate hook's awaitable off this sans-IO core and calls ``done(outcome)`` on
+        #: the loop with its result or its exception, then flushes (core/_connect.py); None:
+        #: no adapter, an awaitable verdict refuses the CONNECT
+        self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -167,10 +177,13 @@ class Core:
         return None
 
     def authorize(self, session: Session, action: str, topic: str) -> bool:
+        """The authorize hooks' decision, asked with the session's user name only if it was
+        authenticated (``Session.authenticated``; docs/security.md, "Who is a user")."""
         if not self.obs.authorize:
             return True
+        user = session.username if session.authenticated else None
         return (
-            self._opinion(self.obs.authorize, "authorize", session.client_id, session.username, action, topic)
+            self._opinion(self.obs.authorize, "authorize", session.client_id, user, action, topic)
             is not False
         )
 
@@ -640,6 +653,10 @@ class Core:
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
             "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
+            "$SYS/broker/connections/refused/auth_backoff": str(st.refused_auth_backoff),
+            "$SYS/broker/connections/refused/auth_busy": str(st.refused_auth_busy),
+            "$SYS/broker/connections/auth_failures": str(st.auth_failures),
+            "$SYS/broker/connections/auth_pending": str(st.auth_pending),
             "$SYS/broker/connections/accept_pauses": str(st.accept_pauses),
             "$SYS/broker/connections/connect_timeouts": str(st.connect_timeouts),
             "$SYS/broker/connections/keepalive_timeouts": str(st.keepalive_timeouts),
@@ -746,6 +763,8 @@ class Core:
             conn._check()
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
         self.conn_timers._check(self.connections)
+        self.login_backoff._check()
+        assert all(c.state is ConnectionState.AWAIT_CONNECT for c in self.connections if c.authenticating)
         assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
         assert not (NO_FEEDERS or NO_ALIASES_IN or NO_ALIASES_OUT), "a shared empty container was written"
         # flow control: the congested set, the feeder edges and the pause gauge agree

@@ -307,7 +307,7 @@ class MQTTProtocol(asyncio.Protocol):
         if policy.identity:
             cn = None if self.transport is None else common_name(self.transport.get_extra_info("peercert"))
             if cn is not None:
-                packets[0] = first = dataclasses.replace(first, username=cn)
+                packets[0] = first = dataclasses.replace(first, username=cn, identity=True)
             elif refusal is None:  # never fall back to the user name the client claims
                 refusal = policy.refuse_anonymous(Refusal.NO_IDENTITY)
         if refusal is None and first.username is None and not policy.anonymous:
