@@ -329,10 +329,15 @@ class Core:
         )
 
     # ------------------------------------------------------------ publish / deliver
-    def publish(self, msg: Message, now: float, routes: list[Route] | None = None) -> int:
+    def publish(
+        self, msg: Message, now: float, routes: list[Route] | None = None, internal: bool = False
+    ) -> int:
         """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
 
-        ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
+        ``routes``: the router's answer computed beforehand (``Router.route_batch``).
+        ``internal``: the broker's own publication (``$SYS``, a cluster's control messages),
+        counted in ``Stats.messages_internal``, not in ``messages_received`` (the clients'
+        traffic, issue 38).  O(routes)."""
         router = self.router
         if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
             router.store_retained(msg)
@@ -363,7 +368,10 @@ class Core:
                 if atoms is None:
                     atoms = []
                 atoms.extend(r.subscription_ids)
-        self.stats.messages_received += 1
+        if internal:
+            self.stats.messages_internal += 1
+        else:
+            self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
         if obs.recording:
             obs.end(self.clock.wall(), msg, n, outer_msg, outer_fan, outer_call, self.stats)
@@ -624,6 +632,7 @@ class Core:
             "$SYS/broker/clients/connected": str(self.connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/messages/received": str(st.messages_received),
+            "$SYS/broker/messages/internal": str(st.messages_internal),
             "$SYS/broker/messages/sent": str(st.messages_sent),
             "$SYS/broker/messages/dropped": str(st.publish_dropped),
             "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
@@ -689,7 +698,8 @@ class Core:
 
     def publish_sys(self, now: float) -> None:
         for topic, value in self.sys_values(now).items():
-            self.publish(Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now), now)
+            msg = Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now)
+            self.publish(msg, now, None, True)
         st = self.stats
         if st.publish_dropped or st.queue_overflow:
             log.info(
