@@ -8,8 +8,9 @@ so the broker never imports them.
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, and the keys
-of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
+``data_dir``, ``log_level``, ``log_format`` (``text`` or ``json``: ``broker._logging``),
+``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
+bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
+from broker._logging import LogFormat
+from broker._logging import configure as configure_logging
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -108,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="negative entries on UNSUBSCRIBE (default on; --no-partial-unsubscribe = pure MQTT)",
     )
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    serve.add_argument(
+        "--log-format",
+        default=None,
+        choices=("text", "json"),
+        help="text (default) or json: one object a line",
+    )
     serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
     serve.add_argument(
         "--no-persistence",
@@ -230,7 +239,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
 
 
 #: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset({"data_dir", "log_level", "persistence", "password_file", "acl_file"})
+_SERVE_KEYS = frozenset({"data_dir", "log_level", "log_format", "persistence", "password_file", "acl_file"})
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -273,8 +282,12 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
-    level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    level = str(args.log_level or serve_opts.get("log_level") or "INFO").upper()
+    try:  # broker._logging: text or one JSON object a line, to stderr
+        configure_logging(level, LogFormat(args.log_format or serve_opts.get("log_format") or "text"))
+    except ValueError as exc:
+        print(f"siftmq serve: bad configuration: log_level / log_format: {exc}", file=sys.stderr)
+        return 2
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"

@@ -1,7 +1,9 @@
 """CONNECT decisions of the protocol machine (sans-IO): why a CONNECT is refused, and the
 limits an accepted one negotiates (MQTT 5 section 3.1.4, 3.2.2.3; MQTT 3.1 and 3.1.1 rules).
 Functions of a :class:`~broker.core._connection.Connection`, kept apart so the machine's
-module stays one concern: the packets of a connection.
+module stays one concern: the packets of a connection; and the log lines of a client's
+connection (``client.connected``, ``client.disconnected``, ``client.refused``: events of
+``--log-format json``, :mod:`broker._logging`).
 """
 
 from __future__ import annotations
@@ -11,15 +13,46 @@ import logging
 from typing import TYPE_CHECKING
 
 import topics
+from broker._logging import address, fields
 from broker.core._session import ConnectionState
 from broker.packets import Connack, Connect, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["connect_refusal", "hold_connack", "negotiate"]
+__all__ = ["connect_refusal", "hold_connack", "log_client", "log_refusal", "negotiate"]
 
 log = logging.getLogger("broker")
+
+
+def log_client(conn: Connection, event: str, client_id: str, what: str, reason: str | None) -> None:
+    """A client connected or disconnected: one DEBUG line with its ``event``, id, address and
+    ``reason`` (``--log-format json``, :mod:`broker._logging`); nothing below DEBUG. O(1).
+    At DEBUG a connected client's address is kept (``fixed_peer``): a closed socket has none."""
+    if log.isEnabledFor(logging.DEBUG):
+        peer = conn.peer
+        if conn.fixed_peer is None and peer:
+            conn.fixed_peer = peer
+        where = address(peer)
+        tail = "" if reason is None else f": {reason}"
+        log.debug(
+            "client %s %s (%s)%s", client_id, what, where, tail, extra=fields(event, client_id, where, reason)
+        )
+
+
+def log_refusal(  # noqa: PLR0917 (a log site's fields)
+    conn: Connection,
+    kind: str,
+    event: str,
+    client_id: str | None,
+    what: str,
+    reason: str,
+    level: int = logging.INFO,
+) -> None:
+    """Bad input or a refused CONNECT of ``conn``: at most one line per ``kind`` every 10 s
+    (``Core.log_limit``) with its ``event`` and fields. O(1)."""
+    where = address(conn.peer)
+    conn.core.log_limit(kind, client_id, f"({where}) {what}", level, event, where, reason)
 
 
 def connect_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import content
 import topics
 from broker._config import BrokerConfig
+from broker._logging import fields
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
@@ -680,9 +681,19 @@ class Core:
             st.refused_subscription_quota += 1
             self.log_limit(limit, client_id, "max_subscriptions_per_client reached")
 
-    def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
+    def log_limit(  # noqa: PLR0917 (a log site's fields)
+        self,
+        kind: str,
+        client_id: str | None,
+        what: str,
+        level: int = logging.WARNING,
+        event: str | None = None,
+        address: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
-        flood under abuse); the ``$SYS`` counters count every refusal."""
+        flood under abuse); the ``$SYS`` counters count every refusal.  The record's ``event``
+        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  O(1)."""
         now = self.clock.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
@@ -694,6 +705,7 @@ class Core:
                 what,
                 kind,
                 LIMIT_LOG_INTERVAL,
+                extra=fields(event or "limit." + kind, client_id, address, reason or kind),
             )
 
     def publish_sys(self, now: float) -> None:

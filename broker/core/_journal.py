@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import content
+from broker._logging import fields
 from broker.core._message import Message
 from broker.core._session import PUBLISH_SENT, PUBREL_SENT, AckWaiter, ConnectionState, Outgoing, Session
 from broker.durability._records import (
@@ -419,6 +420,7 @@ class Journal:
                 "persistent store failed (%s): QoS 1/2 messages that must be stored are no longer "
                 "acknowledged; their publishers are disconnected (0x80)",
                 exc,
+                extra=fields("store.failed", reason=str(exc)),
             )
         conns: dict[Connection, None] = {}
         for entry in held:
