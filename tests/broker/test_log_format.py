@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
+import pytest
 from paho.mqtt.reasoncodes import ReasonCode as PahoReason
 
 from broker._cli import main
@@ -172,3 +173,30 @@ def test_json_formatter_keys_fields_and_exceptions() -> None:
     record = logging.LogRecord("broker", logging.INFO, __file__, 1, "m %s", ("x",), None)
     assert text.format(record) == "m x"
     assert json.loads(JsonFormatter().format(record))["message"] == "m x"
+
+
+def test_rate_limited_lines_carry_their_event_in_both_formats(caplog: pytest.LogCaptureFixture) -> None:
+    """``Core.log_limit`` names ``limit.<kind>`` (or the site's event); the limiter acts before
+    a record exists, so the JSON and the text lines are the same lines."""
+    from broker._config import BrokerConfig
+    from broker.core._clock import ManualClock
+    from broker.core._core import LIMIT_LOG_INTERVAL, Core
+
+    clock = ManualClock(monotonic=100.0, wall=5_000.0)
+    core = Core(BrokerConfig(sys_interval=0), clock=clock)
+    with caplog.at_level(logging.INFO, logger="broker"):
+        core.log_limit("queue", "c1", "queue full")
+        core.log_limit("queue", "c2", "queue full")  # within 10 s: not logged
+        core.log_limit("connect_refused", "c3", "refused", logging.INFO, "client.refused", "[::1]:5", "bad")
+        clock.advance(LIMIT_LOG_INTERVAL)
+        core.log_limit("queue", "c4", "queue full")
+    records = caplog.records
+    assert [(r.event, r.client_id) for r in records] == [  # type: ignore[attr-defined]
+        ("limit.queue", "c1"),
+        ("client.refused", "c3"),
+        ("limit.queue", "c4"),
+    ]
+    as_json = [json.loads(JsonFormatter().format(r)) for r in records]
+    assert as_json[0]["reason"] == "queue" and as_json[0]["level"] == "WARNING"
+    assert (as_json[1]["address"], as_json[1]["reason"], as_json[1]["level"]) == ("[::1]:5", "bad", "INFO")
+    assert all(j["message"] == r.getMessage() for j, r in zip(as_json, records, strict=True))
