@@ -64,6 +64,7 @@ EVENTS: Final = frozenset(
         "limit.",  # limit.<kind> of Core.log_limit: limit.topic_levels, limit.queue, ...
         "store.failed",
         "store.sweep_failed",
+        "hook.failed",
         "cluster.link_up",
         "cluster.link_down",
         "cluster.link_refused",

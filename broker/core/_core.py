@@ -52,6 +52,8 @@ __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+#: the ``extra`` of a failed hook's log line (``--log-format json``: broker._logging)
+_HOOK_FAILED = fields("hook.failed")
 #: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
 TICK_SLACK = 0.001
 
@@ -150,7 +152,7 @@ class Core:
                 getattr(h, name)(*args)
             except Exception:
                 self.stats.hook_errors += 1
-                log.exception("hook %s.%s failed", type(h).__name__, name)
+                log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
 
     def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
         for h in hooks:
@@ -158,7 +160,7 @@ class Core:
                 answer = getattr(h, name)(*args)
             except Exception:
                 self.stats.hook_errors += 1
-                log.exception("hook %s.%s failed", type(h).__name__, name)
+                log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
                 return False
             if answer is not None:
                 return bool(answer)
