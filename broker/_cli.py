@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
-from broker._logging import LogFormat
+from broker._logging import HeldRecords, LogFormat
 from broker._logging import configure as configure_logging
 from broker.plugins import Plugin, ServeContext, load_plugins
 
@@ -282,11 +282,7 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
-    level = str(args.log_level or serve_opts.get("log_level") or "INFO").upper()
-    try:  # broker._logging: text or one JSON object a line, to stderr
-        configure_logging(level, LogFormat(args.log_format or serve_opts.get("log_format") or "text"))
-    except ValueError as exc:
-        print(f"siftmq serve: bad configuration: log_level / log_format: {exc}", file=sys.stderr)
+    if not _logging_set_up(args, serve_opts):
         return 2
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
@@ -311,6 +307,21 @@ def _serve(args: argparse.Namespace) -> int:
         return int(run(_run(cfg, hooks, auth is not None)))
     except KeyboardInterrupt:
         return 0
+
+
+def _logging_set_up(args: argparse.Namespace, serve_opts: dict[str, Any]) -> bool:
+    """Log level and format (``broker._logging``: text, or one JSON object a line, to stderr),
+    then the lines held while the command line was parsed; False (said) when they are bad."""
+    level = str(args.log_level or serve_opts.get("log_level") or "INFO").upper()
+    try:
+        configure_logging(level, LogFormat(args.log_format or serve_opts.get("log_format") or "text"))
+    except ValueError as exc:
+        print(f"siftmq serve: bad configuration: log_level / log_format: {exc}", file=sys.stderr)
+        return False
+    held: HeldRecords | None = getattr(args, "held_records", None)
+    if held is not None:
+        held.replay()
+    return True
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -417,13 +428,22 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.version:
-        return _version(args)
-    if args.command is None:
-        parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
-    result = args.func(args)
+    held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
+    logging.getLogger().addHandler(held)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    finally:
+        logging.getLogger().removeHandler(held)
+    args.held_records = held
+    try:
+        if args.version:
+            return _version(args)
+        if args.command is None:
+            parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
+        result = args.func(args)
+    finally:
+        held.replay()  # if serve did not (another command, or it stopped before logging)
     return int(result or 0)
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "EVENTS",
     "FIELDS",
     "TEXT_FORMAT",
+    "HeldRecords",
     "JsonFormatter",
     "LogFormat",
     "address",
@@ -118,9 +119,30 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class HeldRecords(logging.Handler):
+    """Records logged before the log format is known (a plugin's load warning while the
+    command line is parsed), handed to the configured handlers later by :meth:`replay`, so
+    that with ``--log-format json`` those lines are JSON too. O(records held)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def replay(self) -> None:
+        """Log the held records again (through the root's handlers now, or Python's last
+        resort when there are none), once."""
+        records, self.records = self.records, []
+        for record in records:
+            logging.getLogger(record.name).handle(record)
+
+
 def configure(level: str | int, log_format: LogFormat, stream: IO[str] | None = None) -> logging.Handler:
     """The root logger writes ``log_format`` lines at ``level`` to ``stream`` (stderr); a
-    handler installed before (by an earlier call) is replaced, not doubled."""
+    handler installed before (by an earlier call) is replaced, not doubled. With JSON,
+    ``warnings`` go through logging too (logger ``py.warnings``)."""
     root = logging.getLogger()
     for h in list(root.handlers):
         if getattr(h, "_siftmq", False):
@@ -130,4 +152,6 @@ def configure(level: str | int, log_format: LogFormat, stream: IO[str] | None = 
     handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON else logging.Formatter(TEXT_FORMAT))
     root.addHandler(handler)
     root.setLevel(level)
+    # Python's warnings (a library's DeprecationWarning) become records: JSON lines as well
+    logging.captureWarnings(log_format is LogFormat.JSON)
     return handler

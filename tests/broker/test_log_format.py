@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import pytest
 from paho.mqtt.reasoncodes import ReasonCode as PahoReason
 
 from broker._cli import main
-from broker._logging import JsonFormatter, LogFormat, configure, fields
+from broker._logging import HeldRecords, JsonFormatter, LogFormat, configure, fields
 from tests.auth.helpers import write_passwords
 
 T = 15.0
@@ -155,10 +156,15 @@ def test_json_formatter_keys_fields_and_exceptions() -> None:
         except RuntimeError:
             log.exception("failed")
         log.debug("below the level")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")  # the suite makes warnings errors
+            warnings.warn("old API", DeprecationWarning, stacklevel=1)
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
-    plain, limit, failed = [json.loads(x) for x in stream.getvalue().splitlines()]
+        logging.captureWarnings(False)
+    plain, limit, failed, warned = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert warned["logger"] == "py.warnings" and "old API" in warned["message"]
     assert plain["event"] == "log" and plain["message"] == "plain 1" and plain["logger"] == "broker.test"
     assert "client_id" not in plain and "exception" not in plain
     assert (limit["event"], limit["client_id"], limit["address"], limit["reason"]) == (
@@ -200,3 +206,32 @@ def test_rate_limited_lines_carry_their_event_in_both_formats(caplog: pytest.Log
     assert as_json[0]["reason"] == "queue" and as_json[0]["level"] == "WARNING"
     assert (as_json[1]["address"], as_json[1]["reason"], as_json[1]["level"]) == ("[::1]:5", "bad", "INFO")
     assert all(j["message"] == r.getMessage() for j, r in zip(as_json, records, strict=True))
+
+
+def test_records_held_while_parsing_are_replayed_in_the_chosen_format() -> None:
+    """A plugin's load warning comes before ``--log-format`` is known: held, then replayed
+    through the JSON handler (every stderr line stays JSON)."""
+    root = logging.getLogger()
+    level = root.level
+    held = HeldRecords()
+    root.addHandler(held)
+    try:
+        logging.getLogger("siftmq").warning("plugin %s could not be loaded", "x")
+    finally:
+        root.removeHandler(held)
+    assert len(held.records) == 1
+    stream = io.StringIO()
+    handler = configure("INFO", LogFormat.JSON, stream)
+    try:
+        held.replay()
+        held.replay()  # once
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    (line,) = stream.getvalue().splitlines()
+    record = json.loads(line)
+    assert (record["logger"], record["level"], record["message"]) == (
+        "siftmq",
+        "WARNING",
+        "plugin x could not be loaded",
+    )
