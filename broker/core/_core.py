@@ -108,6 +108,9 @@ class Core:
         self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
         self.sys_sources: list[Callable[[], dict[str, str]]] = []
+        #: more ``/metrics`` counters (broker._metrics): name -> {reason -> count}, exported as
+        #: ``siftmq_<name>_total{reason="..."}`` (the cluster's refused datagrams and tokens)
+        self.metric_sources: list[Callable[[], dict[str, dict[str, int]]]] = []
         # composite subscriptions (issue 16): atoms live in the router's index
         self.composite = Composites(self)
         # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
