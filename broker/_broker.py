@@ -349,6 +349,14 @@ class Broker:
             if was_enabled:
                 gc.enable()
         self._sweeper = asyncio.create_task(self._sweep(store))
+        core.sys_sources.append(
+            lambda: {
+                "$SYS/broker/store/failed": str(int(store.failed)),
+                "$SYS/broker/store/failures": str(store.failures),
+                "$SYS/broker/store/failed_commits": str(store.failed_commits),
+                "$SYS/broker/store/recoveries": str(store.recoveries),
+            }
+        )
         if path != ":memory:":
             self.composite_saver = CompositeSaver(core.composite, store, path + ".composite")
             await self.composite_saver.load(self._persisted)
@@ -365,7 +373,8 @@ class Broker:
             try:
                 gone = await asyncio.to_thread(store.sweep, core.clock.wall() - SWEEP_INTERVAL)
             except Exception:
-                log.exception("store sweep failed", extra=fields("store.sweep_failed"))
+                if not store.failed:  # a failed store has logged its cause and retries
+                    log.exception("store sweep failed", extra=fields("store.sweep_failed"))
                 continue
             now = self.core.clock.monotonic()
             for rec in gone:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
+from broker._files import private_dir, shared_access, tighten_data_dir
 from broker._logging import HeldRecords, LogFormat
 from broker._logging import configure as configure_logging
 from broker.plugins import Plugin, ServeContext, load_plugins
@@ -288,7 +289,11 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
         )
+    _warn_shared(
+        args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
+    )
     _raise_descriptors()
+    tighten_data_dir(data_dir)  # what an older siftmq left readable by others (broker/_files.py)
     hooks: list[Hooks] = []
     ctx = ServeContext(args, serve_opts, data_dir)
     try:
@@ -301,7 +306,7 @@ def _serve(args: argparse.Namespace) -> int:
         hooks.append(auth)
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
-        Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)
+        private_dir(Path(cfg.store_path).parent)  # 0700 whatever the umask (broker/_files.py)
     try:
         run = _pick_runner(args.no_uvloop)
         return int(run(_run(cfg, hooks, auth is not None)))
@@ -390,6 +395,15 @@ def _file_auth(password_file: str | None, acl_file: str | None) -> Hooks | None:
     from broker.auth import FileAuth
 
     return FileAuth(password_file=password_file, acl_file=acl_file, allow_anonymous=True)
+
+
+def _warn_shared(password_file: str | None, acl_file: str | None) -> None:
+    """One warning per password or ACL file that group or others may read (a warning, not an
+    error: docs/security.md, "Files on disk")."""
+    for path, what in ((password_file, "password file"), (acl_file, "ACL file")):
+        shared = None if path is None else shared_access(path)
+        if shared is not None:
+            log.warning("%s %s", what, shared)
 
 
 def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:

@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from broker._files import open_private
 from broker._logging import fields
 from broker.durability._records import StoreError
 
@@ -67,7 +68,8 @@ def _read_file(path: str) -> bytes | None:
 
 
 def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
+    # 0600 whatever the umask: the snapshot holds subscribers' state (broker/_files.py)
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

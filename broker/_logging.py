@@ -64,6 +64,7 @@ EVENTS: Final = frozenset(
         "client.protocol_violation",
         "limit.",  # limit.<kind> of Core.log_limit: limit.topic_levels, limit.queue, ...
         "store.failed",
+        "store.recovered",
         "store.sweep_failed",
         "hook.failed",
         "cluster.link_up",

@@ -23,13 +23,11 @@ redelivers a message that was acknowledged, as QoS 1 allows).
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import content
-from broker._logging import fields
 from broker.core._message import Message
 from broker.core._session import PUBLISH_SENT, PUBREL_SENT, AckWaiter, ConnectionState, Outgoing, Session
 from broker.durability._records import (
@@ -49,8 +47,6 @@ if TYPE_CHECKING:
     from broker.core._core import Core
 
 __all__ = ["Journal"]
-
-log = logging.getLogger("broker")
 
 
 class Held:
@@ -414,14 +410,7 @@ class Journal:
         if batch is not None and batch[1] is held:
             self._held = None
         exc = fut.exception()
-        if exc is not None and not self.failed:
-            self.failed = True
-            log.error(
-                "persistent store failed (%s): QoS 1/2 messages that must be stored are no longer "
-                "acknowledged; their publishers are disconnected (0x80)",
-                exc,
-                extra=fields("store.failed", reason=str(exc)),
-            )
+        self.failed = exc is not None  # the store logs the cause and the recovery, once each
         conns: dict[Connection, None] = {}
         for entry in held:
             if not entry.done:
