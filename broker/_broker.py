@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import topics
 from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
+from broker._logging import fields
 from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
@@ -398,7 +399,7 @@ class Broker:
                 gone = await asyncio.to_thread(store.sweep, core.clock.wall() - SWEEP_INTERVAL)
             except Exception:
                 if not store.failed:  # a failed store has logged its cause and retries
-                    log.exception("store sweep failed")
+                    log.exception("store sweep failed", extra=fields("store.sweep_failed"))
                 continue
             now = self.core.clock.monotonic()
             for rec in gone:
@@ -485,7 +486,7 @@ class Broker:
                 await h.stop()
             except Exception:
                 log.exception("hook %s.stop failed", type(h).__name__)
-        log.info("stopped")
+        log.info("stopped", extra=fields("broker.stopped"))
 
     async def _send_owed(self) -> None:
         """Graceful stop, before the connections close: nothing more is read from them, and

@@ -226,6 +226,10 @@ class BrokerConfig:
     #: users of the password file who may use the dashboard (its admin role); with a password
     #: file, or on a listener that is not loopback, nobody else gets in (403)
     dashboard_admins: tuple[str, ...] = ()
+    #: seconds between two points of the dashboard's server-side history (docs/dashboard.md)
+    dashboard_history_interval: float = 5.0
+    #: points of that history kept (a ring per series; 180 x 5 s = the last 15 minutes)
+    dashboard_history_points: int = 180
     #: HTTP listener (``metrics_listen``): open connections at most, in all (docs/security.md,
     #: "HTTP listener"); beyond it the longest-waiting unauthenticated one is closed, or 503
     http_max_connections: int = 256
@@ -297,6 +301,8 @@ class BrokerConfig:
             raise ValueError("auth_backoff must be > 0 and <= auth_backoff_max")
         if not 0 <= self.store_commit_delay <= 1:
             raise ValueError("store_commit_delay must be between 0 and 1 second")
+        if self.dashboard_history_interval <= 0 or self.dashboard_history_points < 1:
+            raise ValueError("dashboard_history_interval must be > 0 and dashboard_history_points >= 1")
 
     @property
     def high_water(self) -> int:

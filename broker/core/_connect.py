@@ -25,6 +25,10 @@ Authentication (issue 37, docs/security.md) runs in three steps from :func:`on_c
    keeps only authenticated names (a restored session keeps its rights).
 
 Cost: O(hooks) per CONNECT; the back-off is one dict probe per CONNECT with credentials.
+
+Also the log lines of a client's connection (``client.connected``,
+``client.disconnected``, ``client.refused``: events of ``--log-format json``,
+:mod:`broker._logging`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import topics
+from broker._logging import address, fields
 from broker.core._backoff import address_of
 from broker.core._connrare import NO_PACKETS
 from broker.core._session import ConnectionState
@@ -46,9 +51,47 @@ from broker.packets import Connack, Connect, Packet, ReasonCode
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["authenticate", "connect_refusal", "hold_connack", "negotiate", "on_connect"]
+__all__ = [
+    "authenticate",
+    "connect_refusal",
+    "hold_connack",
+    "log_client",
+    "log_refusal",
+    "negotiate",
+    "on_connect",
+]
 
 log = logging.getLogger("broker")
+
+
+def log_client(conn: Connection, event: str, client_id: str, what: str, reason: str | None) -> None:
+    """A client connected or disconnected: one DEBUG line with its ``event``, id, address and
+    ``reason`` (``--log-format json``, :mod:`broker._logging`); nothing below DEBUG. O(1).
+    At DEBUG a connected client's address is kept (``fixed_peer``): a closed socket has none."""
+    if log.isEnabledFor(logging.DEBUG):
+        peer = conn.peer
+        if conn.fixed_peer is None and peer:
+            conn.fixed_peer = peer
+        where = address(peer)
+        tail = "" if reason is None else f": {reason}"
+        log.debug(
+            "client %s %s (%s)%s", client_id, what, where, tail, extra=fields(event, client_id, where, reason)
+        )
+
+
+def log_refusal(  # noqa: PLR0917 (a log site's fields)
+    conn: Connection,
+    kind: str,
+    event: str,
+    client_id: str | None,
+    what: str,
+    reason: str,
+    level: int = logging.INFO,
+) -> None:
+    """Bad input or a refused CONNECT of ``conn``: at most one line per ``kind`` every 10 s
+    (``Core.log_limit``) with its ``event`` and fields. O(1)."""
+    where = address(conn.peer)
+    conn.core.log_limit(kind, client_id, f"({where}) {what}", level, event, where, reason)
 
 
 def on_connect(conn: Connection, p: Packet, now: float) -> None:
@@ -75,7 +118,7 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
     client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
     refusal = connect_refusal(conn, p, now)
     if refusal is not None:
-        conn._refuse(*refusal)
+        conn._refuse(refusal[0], refusal[1], p.client_id)
         return
     authenticate(conn, p, client_id, now)
 
@@ -203,7 +246,7 @@ class _Login:
             conn.resume()  # the packets read after the CONNECT, in order; then read again
 
     def refuse(self, code: ReasonCode, reason: str) -> None:
-        self.conn._refuse(code, reason)
+        self.conn._refuse(code, reason, self.connect.client_id)
 
     def unavailable(self, hook: str) -> None:
         """A hook cannot decide now (saturated, its service down): 0x88 / 3.1.1 return code 3."""

@@ -102,6 +102,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from broker._files import open_private, private_dir, tighten
+from broker._logging import fields
 from broker.core._message import Message, SubOptions
 from broker.durability._records import (
     DB_NAME,
@@ -508,6 +509,7 @@ class Store:
                 exc,
                 self.retry_min,
                 self.retry_max,
+                extra=fields("store.failed", reason=str(exc)),
             )
         else:
             self._retry_delay = min(self._retry_delay * 2, self.retry_max)
@@ -523,6 +525,7 @@ class Store:
             self.path,
             time.monotonic() - self._failed_since,
             self.failed_commits - self._failed_before,
+            extra=fields("store.recovered"),
         )
         self._failure = None
 
@@ -594,6 +597,7 @@ class Store:
                 "(nothing that needed them was acknowledged)",
                 self.path,
                 len(self._pending),
+                extra=fields("store.failed", reason="closed while failed"),
             )
 
     def __enter__(self) -> Store:
