@@ -8,8 +8,9 @@ so the broker never imports them.
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, and the keys
-of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
+``data_dir``, ``log_level``, ``log_format`` (``text`` or ``json``: ``broker._logging``),
+``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
+bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
@@ -45,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
+from broker._logging import HeldRecords, LogFormat
+from broker._logging import configure as configure_logging
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -109,6 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="negative entries on UNSUBSCRIBE (default on; --no-partial-unsubscribe = pure MQTT)",
     )
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    serve.add_argument(
+        "--log-format",
+        default=None,
+        choices=("text", "json"),
+        help="text (default) or json: one object a line",
+    )
     serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
     serve.add_argument(
         "--no-persistence",
@@ -234,7 +243,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
 
 
 #: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset({"data_dir", "log_level", "persistence", "password_file", "acl_file"})
+_SERVE_KEYS = frozenset({"data_dir", "log_level", "log_format", "persistence", "password_file", "acl_file"})
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -267,10 +276,7 @@ def _serve(args: argparse.Namespace) -> int:
     changes.update(_dashboard_options(args))
     data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
     persistence = not args.no_persistence and serve_opts.get("persistence", True)
-    if persistence and cfg.store_path is None:
-        changes["store_path"] = str(data_dir / "broker.db")
-    elif not persistence and cfg.bans_file is None:
-        changes["bans_file"] = str(data_dir / "bans.json")  # the admin API's bans (docs/admin.md)
+    changes.update(_data_files(cfg, data_dir, persistence))
     try:
         cfg = _with_listeners(dataclasses.replace(cfg, **changes), args)
         auth = _file_auth(
@@ -279,8 +285,8 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
-    level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    if not _logging_set_up(args, serve_opts):
+        return 2
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
@@ -308,6 +314,31 @@ def _serve(args: argparse.Namespace) -> int:
         return int(run(_run(cfg, hooks, auth is not None)))
     except KeyboardInterrupt:
         return 0
+
+
+def _logging_set_up(args: argparse.Namespace, serve_opts: dict[str, Any]) -> bool:
+    """Log level and format (``broker._logging``: text, or one JSON object a line, to stderr),
+    then the lines held while the command line was parsed; False (said) when they are bad."""
+    level = str(args.log_level or serve_opts.get("log_level") or "INFO").upper()
+    try:
+        configure_logging(level, LogFormat(args.log_format or serve_opts.get("log_format") or "text"))
+    except ValueError as exc:
+        print(f"siftmq serve: bad configuration: log_level / log_format: {exc}", file=sys.stderr)
+        return False
+    held: HeldRecords | None = getattr(args, "held_records", None)
+    if held is not None:
+        held.replay()
+    return True
+
+
+def _data_files(cfg: BrokerConfig, data_dir: Path, persistence: bool) -> dict[str, Any]:
+    """The store (``D/broker.db``) or, with ``--no-persistence``, the admin API's bans file
+    (``D/bans.json``, docs/admin.md) as BrokerConfig changes."""
+    if persistence and cfg.store_path is None:
+        return {"store_path": str(data_dir / "broker.db")}
+    if not persistence and cfg.bans_file is None:
+        return {"bans_file": str(data_dir / "bans.json")}
+    return {}
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -423,13 +454,22 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.version:
-        return _version(args)
-    if args.command is None:
-        parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
-    result = args.func(args)
+    held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
+    logging.getLogger().addHandler(held)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    finally:
+        logging.getLogger().removeHandler(held)
+    args.held_records = held
+    try:
+        if args.version:
+            return _version(args)
+        if args.command is None:
+            parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
+        result = args.func(args)
+    finally:
+        held.replay()  # if serve did not (another command, or it stopped before logging)
     return int(result or 0)
 
 

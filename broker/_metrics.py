@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["GAUGES", "CoreCollector", "HttpCollector", "parse_listen", "registry_for"]
 
 #: fields of ``Stats`` that go up and down (the others only grow)
-GAUGES = frozenset({"publishers_paused", "slow_consumers"})
+GAUGES = frozenset({"auth_pending", "publishers_paused", "slow_consumers"})
 
 
 class CoreCollector(Collector):

@@ -1,9 +1,10 @@
 """Bans: clients refused at CONNECT by client id, user name, address or network (issue 39).
 
 Sans-IO: a :class:`BanList` is plain data the core asks at CONNECT time
-(:func:`ban_refusal`, called from one line of ``connect_refusal`` in
-``broker/core/_connect.py``) and the admin API (``broker/_admin.py``) edits; persistence
-(the store's ``bans`` table, or nothing without a store) is the caller's.
+(:func:`ban_refusal`, called from one statement of ``connect_refusal`` in
+``broker/core/_connect.py``, before any authenticate hook) and the admin API
+(``broker/_admin.py``) edits; persistence (the store's ``bans`` table, the ``bans_file``)
+is the caller's.
 
 A :class:`Ban` has a ``kind`` (:class:`BanKind`: ``client_id``, ``username``, ``address``),
 a ``value`` (an exact client id, an exact user name, or an IP address / CIDR network in
@@ -146,16 +147,16 @@ class BanList:
         return found
 
 
-def ban_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
+def ban_refusal(conn: Connection, p: Connect) -> tuple[ReasonCode, str] | None:
     """(0x8A Banned, the reason) when a ban matches this CONNECT, else None (one dict probe
     when there are no bans). The codec sends 0x8A as return code 5 to MQTT 3.1/3.1.1."""
     core = conn.core
     bans = core.bans
     if not len(bans):
         return None
-    ban = bans.match(client_id, p.username, conn.peer, core.clock.wall())
+    ban = bans.match(p.client_id, p.username, conn.peer, core.clock.wall())
     if ban is None:
         return None
     bans.refused += 1
-    core.log_limit("banned", client_id, f"banned by {ban.kind.value} {ban.value[:100]!r}")
+    core.log_limit("banned", p.client_id, f"banned by {ban.kind.value} {ban.value[:100]!r}")
     return ReasonCode.BANNED, "banned" + (f": {ban.reason[:200]}" if ban.reason else "")

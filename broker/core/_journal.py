@@ -102,8 +102,9 @@ class Journal:
     def _record(self, s: Session, now: float, wall: float) -> SessionRecord:
         due = None if s.will_due is None else wall + (s.will_due - now)
         disconnected = None if s.conn is not None else wall
+        user = s.username if s.authenticated else None  # the store keeps verified names only
         return SessionRecord(
-            s.client_id, s.version, s.expiry_interval, disconnected, s.username, s.next_pid, s.will, due
+            s.client_id, s.version, s.expiry_interval, disconnected, user, s.next_pid, s.will, due
         )
 
     def connected(self, s: Session, now: float) -> bool:
@@ -479,6 +480,7 @@ class Journal:
         s.persisted = True
         s.version = r.protocol_level
         s.next_pid, s.username, s.will = r.next_pid, r.username, r.will
+        s.authenticated = r.username is not None  # stored only when it was authenticated
         exp = r.expires_at()
         if exp is not None:
             s.expires_at = now + (exp - wall)
