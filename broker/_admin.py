@@ -58,6 +58,7 @@ from broker import _admin_routes as routes
 from broker import _dashboard_data as data
 from broker._acl import AccessList, AclError
 from broker._files import write_private
+from broker._logging import fields
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
 from broker.core._bans import Ban, BanKind, canonical, peer_address
@@ -201,7 +202,8 @@ class Admin:
             log.exception("admin API %s %s failed", req.method, req.path[:100])
             return error(500, "internal error (logged)")
         if ep.changes and result.status < 300:
-            log.info("admin %s %s by %s", req.method, req.path[:100], user or "local")
+            what = f"{req.method} {req.path[:100]}"
+            log.info("admin %s by %s", what, user or "local", extra=fields("admin.change", reason=what))
         return result
 
     # ------------------------------------------------------------ meta
@@ -491,7 +493,12 @@ class Admin:
                 kicked.append(s.client_id)
         core.flush()
         log.warning(
-            "ban %s %r added by %s; %d clients disconnected", kind.value, value, user or "local", len(kicked)
+            "ban %s %r added by %s; %d clients disconnected",
+            kind.value,
+            value,
+            user or "local",
+            len(kicked),
+            extra=fields("admin.ban", reason=f"{kind.value} {value}"),
         )
         return _json({"ban": ban.to_json(now), "disconnected": kicked[: data.MAX_LIMIT]}, 201)
 

@@ -157,6 +157,5 @@ def ban_refusal(conn: Connection, p: Connect) -> tuple[ReasonCode, str] | None:
     ban = bans.match(p.client_id, p.username, conn.peer, core.clock.wall())
     if ban is None:
         return None
-    bans.refused += 1
-    core.log_limit("banned", p.client_id, f"banned by {ban.kind.value} {ban.value[:100]!r}")
+    bans.refused += 1  # logged by the refusal (client.refused, rate-limited)
     return ReasonCode.BANNED, "banned" + (f": {ban.reason[:200]}" if ban.reason else "")
