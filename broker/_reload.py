@@ -1,0 +1,323 @@
+"""Reload without restart (issue 38, item 4): ``await broker.reload()``, SIGHUP to ``siftmq
+serve``, ``siftmq reload``.
+
+What one reload reads again, all or nothing:
+
+* the password and ACL files of every :class:`broker.auth.FileAuth` hook
+  (``FileAuth.reload``, which swaps both in only when both parse).  The ACL is asked on every
+  PUBLISH and SUBSCRIBE and on every delivery (``"receive"``, ``Core.may_receive``), so a
+  rule added or removed applies to the next operation of connections already open; a
+  changed password applies at the next CONNECT (open connections stay: they authenticated);
+* the certificate, key and CA files of every TLS listener (MQTT over TLS, WSS): new
+  contexts are built and, once all are read, replace the old ones for the next handshakes
+  (``broker.net._listeners.prepare_tls_reload``); open TLS connections keep theirs;
+* the limits of :data:`LIVE_FIELDS`, when a new :class:`~broker.BrokerConfig` is given
+  (``siftmq serve`` reads its ``--config`` file again and applies the flags over it).  The
+  other fields need a restart: a reload that finds them changed keeps the old values and
+  names them in its log line.
+
+The order makes it atomic: TLS contexts are built first (nothing swapped), then the auth
+files are re-read (swapped by ``FileAuth.reload`` only when both parse; with several hooks a
+failure after the first would leave it swapped, so hooks are reloaded last of the checks),
+then the TLS contexts and the limits go in.  A failure keeps every old setting, logs ONE
+error line naming the file and line (``reload: /etc/siftmq/acl.conf:7: ...``) and counts
+``$SYS/broker/reloads/failed``; a success logs one info line of what changed and counts
+``$SYS/broker/reloads/done`` (``/metrics``: ``siftmq_reloads_total{reason="done"|"failed"}``).
+
+``siftmq serve`` writes its process id to a pid file (``--pid-file``; by default
+``<data-dir>/siftmq.pid`` when persistence is on) and reloads on SIGHUP; ``siftmq reload``
+sends that SIGHUP (``--pid PID``, ``--pid-file PATH`` or ``--data-dir DIR``).
+
+Cost: a reload is O(size of the files + listeners + config fields), on the event loop
+(the files are small); nothing is added to the PUBLISH path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import logging
+import os
+import re
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.auth import FileAuth
+from broker.net._listeners import prepare_tls_reload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from broker._broker import Broker
+    from broker._config import BrokerConfig
+
+__all__ = [
+    "LIVE_FIELDS",
+    "PID_FILE_NAME",
+    "ReloadCounters",
+    "ReloadResult",
+    "install_sighup",
+    "read_pid_file",
+    "register",
+    "reload_broker",
+    "remove_pid_file",
+    "write_pid_file",
+]
+
+log = logging.getLogger("broker")
+
+#: ``BrokerConfig`` fields a reload changes on the running broker, and from when they apply.
+#: Any other changed field needs a restart (docs/operations.md, "Reload").
+LIVE_FIELDS: dict[str, str] = {
+    "max_inflight": "new connections",
+    "max_packet_size": "new connections",
+    "connect_timeout": "new connections",
+    "socket_send_buffer": "new connections",
+    "max_session_expiry": "next CONNECT",
+    "allow_anonymous": "next CONNECT",
+    "slow_consumer_policy": "new connections",
+    "slow_consumer_rules": "next CONNECT",
+    "max_queued_messages": "at once",
+    "queue_high_water": "at once",
+    "queue_low_water": "at once",
+    "slow_consumer_grace": "at once",
+    "hung_consumer_time": "at once",
+    "write_buffer_high": "at once",
+    "ingress_shed_bytes": "at once",
+    "ingress_shed_grace": "at once",
+    "max_connections": "at once",
+    "connection_rate": "at once",
+    "connection_burst": "at once",
+}
+
+#: the pid file ``siftmq serve`` writes in its data directory
+PID_FILE_NAME = "siftmq.pid"
+
+# "PATH, line N: what" (broker._acl / broker._passwd errors) -> "PATH:N: what"
+_WHERE = re.compile(r"^(?P<path>.*?), line (?P<line>\d+): ")
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    """What one reload did: ``ok``; ``changed`` (human-readable items: files read, limits
+    changed); ``restart`` (config fields that changed but need a restart, not applied);
+    ``error`` (the failure, ``file:line: what``, when not ``ok``)."""
+
+    ok: bool
+    changed: tuple[str, ...] = ()
+    restart: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ReloadCounters:
+    """Reloads done and failed, for ``$SYS`` (``Core.sys_sources``) and ``/metrics``
+    (``Core.metric_sources``)."""
+
+    done: int = 0
+    failed: int = 0
+
+    def sys_values(self) -> dict[str, str]:
+        return {"$SYS/broker/reloads/done": str(self.done), "$SYS/broker/reloads/failed": str(self.failed)}
+
+    def metric_values(self) -> dict[str, dict[str, int]]:
+        return {"reloads": {"done": self.done, "failed": self.failed}}
+
+
+def _where(exc: BaseException) -> str:
+    """The error as ``file:line: what`` (the parsers say ``file, line N: what``)."""
+    text = str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or text}"
+    return _WHERE.sub(lambda m: f"{m['path']}:{m['line']}: ", text, count=1)
+
+
+def _config_changes(old: BrokerConfig, new: BrokerConfig) -> tuple[dict[str, object], list[str]]:
+    """The live fields that differ (name -> new value) and the others that differ (names)."""
+    live: dict[str, object] = {}
+    restart: list[str] = []
+    for f in dataclasses.fields(old):
+        before, after = getattr(old, f.name), getattr(new, f.name)
+        if before == after:
+            continue
+        if f.name in LIVE_FIELDS:
+            live[f.name] = after
+        else:
+            restart.append(f.name)
+    return live, restart
+
+
+def _auth_summary(hook: FileAuth) -> list[str]:
+    out: list[str] = []
+    if hook.password_file is not None and hook.passwords is not None:
+        out.append(f"password file {hook.password_file} ({len(hook.passwords.entries)} users)")
+    if hook.acl_file is not None and hook.acl is not None:
+        acl = hook.acl
+        rules = len(acl.anonymous) + len(acl.patterns) + sum(len(r) for r in acl.users.values())
+        out.append(f"ACL file {hook.acl_file} ({rules} rules)")
+    return out
+
+
+def _apply_config(broker: Broker, cfg: BrokerConfig) -> None:
+    """Put ``cfg`` in place of the running config (only live fields differ). O(listeners)."""
+    broker.config = cfg
+    core = broker.core
+    core.config = cfg
+    core.high_water = cfg.high_water
+    core.low_water = cfg.low_water
+    seen: set[int] = set()
+    for o in (broker._listeners or []) + broker._extra:
+        for a in o.acceptors:
+            limits = a.limits
+            if id(limits) in seen:
+                continue
+            seen.add(id(limits))
+            limits.max_connections = cfg.max_connections
+            limits.rate = cfg.connection_rate
+            limits.burst = float(max(1, cfg.connection_burst))
+
+
+async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> ReloadResult:
+    """Re-read the auth files and TLS files, and apply ``config``'s live fields (see the
+    module docstring).  Never raises for a bad file: the result says what failed, the old
+    settings stay, one error line is logged."""
+    counters = broker.reload_counters
+    try:
+        tls = prepare_tls_reload(broker._listeners or [])
+        live: dict[str, object] = {}
+        restart: list[str] = []
+        if config is not None:
+            live, restart = _config_changes(broker.config, config)
+        changed: list[str] = []
+        for hook in broker.hooks:
+            if isinstance(hook, FileAuth):
+                read_again: Callable[[], object] = hook.reload
+                done = read_again()
+                if inspect.isawaitable(done):  # should FileAuth.reload become a coroutine
+                    await done
+                changed += _auth_summary(hook)
+    except (OSError, ValueError) as exc:
+        counters.failed += 1
+        error = _where(exc)
+        log.error("reload: %s (old settings kept)", error)
+        return ReloadResult(False, error=error)
+    tls.apply()
+    if tls.contexts:
+        changed.append(f"TLS files of {len(tls.contexts)} listener(s)")
+    if config is not None:
+        keep = {name: getattr(broker.config, name) for name in restart}
+        _apply_config(broker, dataclasses.replace(config, **keep))
+        changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
+    counters.done += 1
+    text = "; ".join(changed) or "nothing to read"
+    if restart:
+        text += "; changed but not applied, need a restart: " + ", ".join(restart)
+    log.info("reload: %s", text)
+    return ReloadResult(True, tuple(changed), tuple(restart))
+
+
+# ------------------------------------------------------------------ pid file, `siftmq reload`
+
+
+def write_pid_file(path: Path) -> None:
+    """Write this process's id to ``path`` (atomically: a temporary file renamed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{os.getpid()}\n", encoding="ascii")
+    tmp.replace(path)
+
+
+def remove_pid_file(path: Path) -> None:
+    """Remove ``path`` if it still names this process (a newer broker's is left alone)."""
+    with contextlib.suppress(OSError, ValueError):
+        if read_pid_file(path) == os.getpid():
+            path.unlink()
+
+
+def read_pid_file(path: Path) -> int:
+    """The process id in ``path``; raises OSError or ValueError."""
+    text = path.read_text(encoding="ascii").strip()
+    pid = int(text)
+    if pid <= 0:
+        raise ValueError(f"{path}: not a process id: {text!r}")
+    return pid
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``siftmq reload`` to the command line."""
+    p = sub.add_parser(
+        "reload",
+        help="make a running 'siftmq serve' re-read its password, ACL and TLS files and limits",
+        description=_reload_command.__doc__,
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--pid", type=int, default=None, help="process id of the broker")
+    g.add_argument("--pid-file", type=Path, default=None, help="pid file written by 'siftmq serve'")
+    g.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"the broker's data directory: its {PID_FILE_NAME} (default ./siftmq-data)",
+    )
+    p.set_defaults(func=_reload_command)
+
+
+def _reload_command(args: argparse.Namespace) -> int:
+    """Send SIGHUP to a running 'siftmq serve': it re-reads the password file, the ACL file,
+    the TLS certificates and keys, and the live limits of its --config file (docs/operations.md,
+    "Reload"). The outcome is in the broker's log and in $SYS/broker/reloads/."""
+    pid: int = args.pid
+    if pid is None:
+        path: Path = args.pid_file or (args.data_dir or Path("siftmq-data")) / PID_FILE_NAME
+        try:
+            pid = read_pid_file(path)
+        except (OSError, ValueError) as exc:
+            print(f"siftmq reload: no broker pid: {exc}", file=sys.stderr)
+            return 2
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        print(f"siftmq reload: no process {pid} (stale pid file?)", file=sys.stderr)
+        return 1
+    except PermissionError:
+        print(f"siftmq reload: not allowed to signal process {pid}", file=sys.stderr)
+        return 1
+    print(f"siftmq reload: SIGHUP sent to {pid}")
+    return 0
+
+
+def install_sighup(
+    broker: Broker, reconfigure: Callable[[], BrokerConfig] | None
+) -> asyncio.Task[None] | None:
+    """Reload ``broker`` on every SIGHUP (``siftmq serve``); ``reconfigure`` returns the
+    config to apply (the ``--config`` file read again) or raises ValueError/OSError, which
+    fails that reload like a bad file.  Signals that arrive during a reload coalesce into
+    one more.  Returns the task doing it (cancel it at stop)."""
+    loop = asyncio.get_running_loop()
+    wanted = asyncio.Event()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, wanted.set)
+    except (NotImplementedError, AttributeError, RuntimeError):  # no SIGHUP (Windows)
+        return None
+
+    async def serve() -> None:
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            config = None
+            if reconfigure is not None:
+                try:
+                    config = reconfigure()
+                except (OSError, ValueError, TypeError) as exc:
+                    broker.reload_counters.failed += 1
+                    log.error("reload: %s (old settings kept)", _where(exc))
+                    continue
+            await broker.reload(config)
+
+    return asyncio.create_task(serve())
