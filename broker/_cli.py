@@ -14,7 +14,8 @@ bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  SIGHUP (``siftmq reload``, ``broker._reload``) re-reads the password,
 ACL and TLS files and the live limits of ``--config``; the process id is in ``--pid-file``
-(default ``<data-dir>/siftmq.pid`` with persistence).  uvloop is used when installed (``--no-uvloop`` to turn it off).
+(default ``<data-dir>/siftmq.pid`` with persistence).  uvloop is used when installed (``--no-uvloop``
+to turn it off).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
 
 Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
@@ -450,7 +451,7 @@ async def _run(
     reconfigure: Callable[[], BrokerConfig] | None = None,
 ) -> int:
     from broker._broker import Broker
-    from broker._reload import install_sighup, remove_pid_file, write_pid_file
+    from broker._reload import SighupReloads
 
     if not authenticated:
         exposed = [li.url for li in cfg.effective_listeners() if not li.loopback]
@@ -462,23 +463,16 @@ async def _run(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloads = SighupReloads(reconfigure, pid_file)  # SIGHUP: broker.reload() (siftmq reload)
+    reloads.install()
     try:
         async with Broker(config=cfg, hooks=hooks) as broker:
-            reloader = install_sighup(broker, reconfigure)  # SIGHUP: broker.reload()
-            if pid_file is not None:
-                try:
-                    write_pid_file(pid_file)
-                except OSError as exc:
-                    log.warning("cannot write the pid file %s (siftmq reload needs --pid): %s", pid_file, exc)
-                    pid_file = None
+            reloads.start(broker)
             try:
                 await stop.wait()
                 log.info("signal received, stopping")
             finally:
-                if reloader is not None:
-                    reloader.cancel()
-                if pid_file is not None:
-                    remove_pid_file(pid_file)
+                reloads.close()
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, exc)
         return 1

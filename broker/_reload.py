@@ -62,7 +62,7 @@ __all__ = [
     "PID_FILE_NAME",
     "ReloadCounters",
     "ReloadResult",
-    "install_sighup",
+    "SighupReloads",
     "read_pid_file",
     "register",
     "reload_broker",
@@ -292,32 +292,54 @@ def _reload_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def install_sighup(
-    broker: Broker, reconfigure: Callable[[], BrokerConfig] | None
-) -> asyncio.Task[None] | None:
-    """Reload ``broker`` on every SIGHUP (``siftmq serve``); ``reconfigure`` returns the
-    config to apply (the ``--config`` file read again) or raises ValueError/OSError, which
-    fails that reload like a bad file.  Signals that arrive during a reload coalesce into
-    one more.  Returns the task doing it (cancel it at stop)."""
-    loop = asyncio.get_running_loop()
-    wanted = asyncio.Event()
-    try:
-        loop.add_signal_handler(signal.SIGHUP, wanted.set)
-    except (NotImplementedError, AttributeError, RuntimeError):  # no SIGHUP (Windows)
-        return None
+class SighupReloads:
+    """SIGHUP -> :meth:`Broker.reload` for ``siftmq serve``, and its pid file.
 
-    async def serve() -> None:
+    :meth:`install` right away, before the broker starts (SIGHUP's default action ends the
+    process, and a store restore can take a while: a ``systemctl reload`` then must not kill
+    it; one arriving before :meth:`start` is done just after it); :meth:`start` once the
+    broker serves (writes the pid file); :meth:`close` at stop (removes it; the handler stays,
+    so a late SIGHUP during the graceful stop is ignored).  ``reconfigure`` returns the config
+    to apply (the ``--config`` file read again) or raises ValueError/OSError/TypeError, which
+    fails that reload like a bad file.  Signals during a reload coalesce into one more.
+    """
+
+    def __init__(self, reconfigure: Callable[[], BrokerConfig] | None, pid_file: Path | None) -> None:
+        self.reconfigure = reconfigure
+        self.pid_file = pid_file
+        self.wanted = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def install(self) -> None:
+        with contextlib.suppress(NotImplementedError, AttributeError, RuntimeError):  # no SIGHUP
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self.wanted.set)
+
+    def start(self, broker: Broker) -> None:
+        self.task = asyncio.create_task(self._serve(broker))
+        if self.pid_file is not None:
+            try:
+                write_pid_file(self.pid_file)
+            except OSError as exc:
+                log.warning("cannot write the pid file (siftmq reload needs --pid then): %s", exc)
+                self.pid_file = None
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        if self.pid_file is not None:
+            remove_pid_file(self.pid_file)
+
+    async def _serve(self, broker: Broker) -> None:
         while True:
-            await wanted.wait()
-            wanted.clear()
+            await self.wanted.wait()
+            self.wanted.clear()
             config = None
-            if reconfigure is not None:
+            if self.reconfigure is not None:
                 try:
-                    config = reconfigure()
+                    config = self.reconfigure()
                 except (OSError, ValueError, TypeError) as exc:
                     broker.reload_counters.failed += 1
                     log.error("reload: %s (old settings kept)", _where(exc))
                     continue
             await broker.reload(config)
-
-    return asyncio.create_task(serve())
