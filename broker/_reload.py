@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from broker._files import private_dir, write_private
 from broker.auth import FileAuth
 from broker.net._listeners import prepare_tls_reload
 
@@ -226,11 +227,10 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
 
 
 def write_pid_file(path: Path) -> None:
-    """Write this process's id to ``path`` (atomically: a temporary file renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"{os.getpid()}\n", encoding="ascii")
-    tmp.replace(path)
+    """Write this process's id to ``path``: atomically, mode 0600 in a 0700 directory when it
+    makes one, as every file of the data directory (``broker._files``)."""
+    private_dir(path.parent)
+    write_private(path, f"{os.getpid()}\n".encode("ascii"))
 
 
 def remove_pid_file(path: Path) -> None:

@@ -422,6 +422,7 @@ async def test_sighup_reloads_passwords_acl_and_limits_of_siftmq_serve(
         )
         mark = len(serve.lines)
         await sighup(data)
+        assert (data / "siftmq.pid").stat().st_mode & 0o777 == 0o600  # private, as the data dir's files
         done = await serve.line(r"INFO +broker: reload: (.*)", mark)
         assert "password file" in done[1] and "ACL file" in done[1] and "max_inflight=7" in done[1]
         assert "need a restart: max_topic_levels" in done[1]
