@@ -40,6 +40,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import re
 import signal
 import sys
 import tomllib
@@ -351,7 +352,18 @@ def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[
     config_file: Path | None = args.config
     if config_file is None:
         return None
-    return lambda: _with_listeners(dataclasses.replace(load_toml(config_file), **changes), args)
+
+    def reconfigure() -> BrokerConfig:
+        try:
+            cfg = load_toml(config_file)
+        except tomllib.TOMLDecodeError as exc:  # "... (at line 3, column 14)" -> "FILE:3: ..."
+            text, line = str(exc), ""
+            if where := re.search(r" \(at line (\d+), column \d+\)$", text):
+                text, line = text.removesuffix(where[0]), f":{where[1]}"
+            raise ValueError(f"{config_file}{line}: {text}") from exc
+        return _with_listeners(dataclasses.replace(cfg, **changes), args)
+
+    return reconfigure
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:

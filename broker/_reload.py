@@ -139,8 +139,21 @@ def _where(exc: BaseException) -> str:
     return _WHERE.sub(lambda m: f"{m['path']}:{m['line']}: ", text, count=1)
 
 
+def _same_kind(before: object, after: object) -> bool:
+    """Whether ``after`` may replace ``before`` (the running value of a live field): the same
+    type (an int for a float too).  ``BrokerConfig`` does not check the types of what a TOML
+    file gives it, and a string where the broker computes with a number would break every new
+    connection, not the reload."""
+    if isinstance(before, bool) or isinstance(after, bool):
+        return type(before) is type(after)
+    if isinstance(before, float):
+        return isinstance(after, int | float)
+    return type(before) is type(after)
+
+
 def _config_changes(old: BrokerConfig, new: BrokerConfig) -> tuple[dict[str, object], list[str]]:
-    """The live fields that differ (name -> new value) and the others that differ (names)."""
+    """The live fields that differ (name -> new value) and the others that differ (names);
+    ValueError for a live field of the wrong type.  O(fields)."""
     live: dict[str, object] = {}
     restart: list[str] = []
     for f in dataclasses.fields(old):
@@ -148,6 +161,8 @@ def _config_changes(old: BrokerConfig, new: BrokerConfig) -> tuple[dict[str, obj
         if before == after:
             continue
         if f.name in LIVE_FIELDS:
+            if not _same_kind(before, after):
+                raise ValueError(f"{f.name}: expected {type(before).__name__}, found {after!r}")
             live[f.name] = after
         else:
             restart.append(f.name)

@@ -280,6 +280,19 @@ async def test_live_limits_apply_to_new_connections_and_restart_fields_are_repor
         assert ack.reason_code == ReasonCode.QUOTA_EXCEEDED
 
 
+async def test_a_live_limit_of_the_wrong_type_fails_the_reload_and_applies_nothing() -> None:
+    """A TOML file may give a string where a number belongs (``BrokerConfig`` does not check
+    types): taken live, it would break every new connection; the reload refuses it instead."""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        bad = b.config.replace(max_packet_size=2000, max_inflight="7")
+        result = await b.reload(bad)
+        assert not result.ok and result.error == "max_inflight: expected int, found '7'"
+        assert (b.core.config.max_packet_size, b.core.config.max_inflight) == (268_435_455, 20)
+        _, ack = await RawClient.connect(b.port, "after")  # new connections are served as before
+        assert ack.reason_code == ReasonCode.SUCCESS and ack.properties.maximum_packet_size is None
+        assert (b.reload_counters.done, b.reload_counters.failed) == (0, 1)
+
+
 @pytest.mark.parametrize("kind", ["tcp", "ws"])
 async def test_tls_reload_new_handshakes_see_the_new_certificate_old_connections_keep_theirs(
     two_certs: TwoCerts, tmp_path: Path, kind: str
@@ -447,6 +460,16 @@ async def test_sighup_reloads_passwords_acl_and_limits_of_siftmq_serve(
         assert (m.topic.value, m.payload) == ("extra/after", b"still allowed")
         complaints = [x for x in serve.lines[mark:] if re.search(r" (ERROR|WARNING) ", x)]
         assert len(complaints) == 1, complaints
+
+        # a configuration file that is not TOML: file:line too, nothing applied (not the new
+        # ACL either, which would refuse extra/#)
+        (tmp_path / "acl").write_text(ACL)
+        (tmp_path / "siftmq.toml").write_text("[broker]\nsys_interval = 0\nmax_inflight 8\n")
+        mark = len(serve.lines)
+        await sighup(data)
+        toml = re.escape(str(tmp_path / "siftmq.toml"))
+        await serve.line(rf"ERROR +broker: reload: {toml}:3: Expected '=' after a key", mark)
+        assert granted(await c.subscribe("extra/#", qos=1)) == [1]
     assert serve.proc.returncode is None
     await serve.stop()
     assert serve.proc.returncode == 0
