@@ -33,6 +33,7 @@ from tests.waiting import eventually, next_message
 
 V5 = aiomqtt.ProtocolVersion.V5
 T = 10.0
+START = 60.0  # seconds a `siftmq serve` child may take to start on a loaded machine
 
 ACL = "user alice\ntopic readwrite home/alice/#\n"
 ACL_MORE = ACL + "topic readwrite extra/#\n"
@@ -190,6 +191,26 @@ async def test_password_changed_applies_at_the_next_connect_and_connected_client
             await new.publish("home/alice/door", b"open", qos=1)
         m = await next_message(old, T)  # the connection made with the old password still receives
         assert (m.topic.value, m.payload) == ("home/alice/door", b"open")
+
+
+async def test_dashboard_logins_follow_a_reloaded_password_file(tmp_path: Path) -> None:
+    from tests.dashboard import httpclient as http
+
+    auth = make_auth(tmp_path)
+    async with Broker(
+        host="127.0.0.1",
+        port=0,
+        hooks=[auth],
+        sys_interval=0,
+        metrics_listen="127.0.0.1:0",
+        dashboard_admins=("alice",),
+    ) as b:
+        assert b.metrics_port is not None
+        assert (await http.get(b.metrics_port, "/api/overview", http.basic("alice", "one"))).status == 200
+        write_passwords(tmp_path / "passwd", {"alice": "two"})
+        assert (await b.reload()).ok
+        assert (await http.get(b.metrics_port, "/api/overview", http.basic("alice", "one"))).status == 401
+        assert (await http.get(b.metrics_port, "/api/overview", http.basic("alice", "two"))).status == 200
 
 
 @pytest.mark.parametrize(
@@ -359,7 +380,7 @@ class Serve:
         while line := await stream.readline():
             self.lines.append(line.decode(errors="replace").rstrip("\n"))
 
-    async def line(self, pattern: str, start: int = 0) -> re.Match[str]:
+    async def line(self, pattern: str, start: int = 0, timeout: float = T) -> re.Match[str]:
         """The first log line from ``start`` on that matches ``pattern`` (waits for it)."""
         found: list[re.Match[str]] = []
 
@@ -368,7 +389,7 @@ class Serve:
             return bool(found)
 
         try:
-            await eventually(seen, T)
+            await eventually(seen, timeout)
         except TimeoutError:
             raise AssertionError(f"no log line {pattern!r} in {self.lines[start:]}") from None
         return found[0]
@@ -409,14 +430,14 @@ def serve_certs(two_certs: TwoCerts, tmp_path: Path) -> Iterator[TwoCerts]:
 
 async def sighup(data: Path) -> None:
     """``siftmq reload --data-dir DATA`` (the pid file ``siftmq serve`` wrote there)."""
-    await eventually((data / "siftmq.pid").exists, T)
+    await eventually((data / "siftmq.pid").exists, START)
     assert await asyncio.to_thread(main, ["reload", "--data-dir", str(data)]) == 0
 
 
 async def test_sighup_reloads_passwords_acl_and_limits_of_siftmq_serve(
     serve_certs: TwoCerts, serve: Serve, tmp_path: Path
 ) -> None:
-    port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)"))[1])
+    port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START))[1])
     data = tmp_path / "data"
 
     def client(ident: str, password: str) -> aiomqtt.Client:
@@ -479,7 +500,7 @@ async def test_sighup_reloads_passwords_acl_and_limits_of_siftmq_serve(
 async def test_sighup_replaces_the_tls_certificate_of_siftmq_serve(
     serve_certs: TwoCerts, serve: Serve, tmp_path: Path
 ) -> None:
-    port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\+tls\)"))[1])
+    port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\+tls\)", timeout=START))[1])
     ctx = serve_certs.client_context()
     async with aiomqtt.Client(
         "127.0.0.1", port, identifier="tls-old", username="alice", password="one", tls_context=ctx
