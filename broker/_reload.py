@@ -208,8 +208,11 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
         tls = prepare_tls_reload(broker._listeners or [])
         live: dict[str, object] = {}
         restart: list[str] = []
+        final = None
         if config is not None:
             live, restart = _config_changes(broker.config, config)
+            # what needs a restart keeps its running value (validated here, before any swap)
+            final = dataclasses.replace(config, **{name: getattr(broker.config, name) for name in restart})
         changed: list[str] = []
         for hook in broker.hooks:
             if isinstance(hook, FileAuth):
@@ -218,17 +221,16 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
                 if inspect.isawaitable(done):  # should FileAuth.reload become a coroutine
                     await done
                 changed += _auth_summary(hook)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:
         counters.failed += 1
-        error = _where(exc)
+        error = _where(exc) if isinstance(exc, OSError | ValueError) else f"{type(exc).__name__}: {exc}"
         log.error("reload: %s (old settings kept)", error)
         return ReloadResult(False, error=error)
     tls.apply()
     if tls.contexts:
         changed.append(f"TLS files of {len(tls.contexts)} listener(s)")
-    if config is not None:
-        keep = {name: getattr(broker.config, name) for name in restart}
-        _apply_config(broker, dataclasses.replace(config, **keep))
+    if final is not None:
+        _apply_config(broker, final)
         changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
     counters.done += 1
     text = "; ".join(changed) or "nothing to read"
@@ -315,7 +317,7 @@ class SighupReloads:
     it; one arriving before :meth:`start` is done just after it); :meth:`start` once the
     broker serves (writes the pid file); :meth:`close` at stop (removes it; the handler stays,
     so a late SIGHUP during the graceful stop is ignored).  ``reconfigure`` returns the config
-    to apply (the ``--config`` file read again) or raises ValueError/OSError/TypeError, which
+    to apply (the ``--config`` file read again) or raises (ValueError, OSError, ...), which
     fails that reload like a bad file.  Signals during a reload coalesce into one more.
     """
 
@@ -353,7 +355,7 @@ class SighupReloads:
             if self.reconfigure is not None:
                 try:
                     config = self.reconfigure()
-                except (OSError, ValueError, TypeError) as exc:
+                except Exception as exc:
                     broker.reload_counters.failed += 1
                     log.error("reload: %s (old settings kept)", _where(exc))
                     continue
