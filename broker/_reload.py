@@ -95,6 +95,10 @@ LIVE_FIELDS: dict[str, str] = {
     "max_connections": "at once",
     "connection_rate": "at once",
     "connection_burst": "at once",
+    "auth_failures": "at once",
+    "auth_failure_window": "at once",
+    "auth_backoff": "at once",
+    "auth_backoff_max": "at once",
 }
 
 #: the pid file ``siftmq serve`` writes in its data directory
@@ -187,6 +191,8 @@ def _apply_config(broker: Broker, cfg: BrokerConfig) -> None:
     core.config = cfg
     core.high_water = cfg.high_water
     core.low_water = cfg.low_water
+    backoff = (cfg.auth_failures, cfg.auth_failure_window, cfg.auth_backoff, cfg.auth_backoff_max)
+    core.login_backoff.retune(*backoff)
     seen: set[int] = set()
     for o in (broker._listeners or []) + broker._extra:
         for a in o.acceptors:

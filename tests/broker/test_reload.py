@@ -25,6 +25,7 @@ from broker._cli import main
 from broker._config import Listener
 from broker._metrics import registry_for
 from broker.auth import FileAuth
+from broker.core._backoff import LoginBackoff
 from broker.packets import Connack, Connect, Disconnect, Publish, ReasonCode
 from tests.auth.helpers import FAST, write_passwords
 from tests.rawclient import RawClient
@@ -299,6 +300,33 @@ async def test_live_limits_apply_to_new_connections_and_restart_fields_are_repor
         assert ack.reason_code == ReasonCode.SUCCESS
         _, ack = await RawClient.connect(b.port, "third")
         assert ack.reason_code == ReasonCode.QUOTA_EXCEEDED
+
+
+async def test_login_back_off_limits_change_live(secured: Broker) -> None:
+    """``auth_failures`` lowered to 1 by a reload: the next failed login from this address
+    backs it off, so even the right password is refused at once for ``auth_backoff``."""
+    assert (await secured.reload(secured.config.replace(auth_failures=1, auth_backoff=60.0))).ok
+    with pytest.raises(aiomqtt.MqttCodeError):
+        async with alice(secured, "guess", "wrong"):
+            pass
+    with pytest.raises(aiomqtt.MqttCodeError):
+        async with alice(secured, "right-but-blocked", "one"):
+            pass
+    assert secured.core.stats.refused_auth_backoff == 1
+
+
+def test_login_back_off_retune_keeps_running_back_offs_and_cuts_counts() -> None:
+    b = LoginBackoff(failures=5, window=60.0, base=10.0, cap=100.0)
+    for t in range(5):
+        b.failed("a", float(t))  # the fifth starts a back-off of 10 s (until t=14)
+    for t in range(3):
+        b.failed("b", float(t))  # three failures counted
+    b.retune(2, 60.0, 1.0, 100.0)
+    b._check()
+    assert b.blocked("a", 5.0) == pytest.approx(9.0)  # the running back-off runs to its end
+    assert b.failed("b", 5.0) == 1.0  # one more failure now reaches the lowered count
+    with pytest.raises(ValueError):
+        b.retune(2, 60.0, 10.0, 1.0)
 
 
 async def test_a_live_limit_of_the_wrong_type_fails_the_reload_and_applies_nothing() -> None:
