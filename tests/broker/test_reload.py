@@ -392,6 +392,44 @@ async def test_tls_reload_with_a_broken_key_keeps_the_old_certificate(
         assert b.reload_counters.failed == 1
 
 
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> bytes:
+    """A TLS handshake in memory (two SSLObjects over BIOs); the server's certificate (DER)."""
+    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    srv = server.wrap_bio(s_in, s_out, server_side=True)
+    cli = client.wrap_bio(c_in, c_out, server_hostname="localhost")
+    done = [False, False]
+    for _ in range(10):
+        for i, (obj, out, peer_in) in enumerate(((cli, c_out, s_in), (srv, s_out, c_in))):
+            try:
+                obj.do_handshake()
+                done[i] = True
+            except ssl.SSLWantReadError:
+                pass
+            peer_in.write(out.read())
+        if all(done):
+            break
+    cert = cli.getpeercert(binary_form=True)
+    assert cert is not None
+    return cert
+
+
+def test_why_new_contexts_an_in_place_load_cert_chain_with_a_bad_key_breaks_the_live_one(
+    two_certs: TwoCerts, tmp_path: Path
+) -> None:
+    """The reason the reload builds new contexts (docs/operations.md, "Reload"): on the context
+    in use, ``load_cert_chain`` with a broken key fails after it took the new certificate, and
+    every later handshake fails; a failed new context leaves the old one whole."""
+    live = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    live.load_cert_chain(*map(str, two_certs.first))
+    assert _handshake(live, two_certs.client_context()) == der(two_certs.first[0])
+    bad_key = tmp_path / "bad.key"
+    bad_key.write_text("-----BEGIN PRIVATE KEY-----\nbroken\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(ssl.SSLError):
+        live.load_cert_chain(str(two_certs.second[0]), str(bad_key))
+    with pytest.raises(ssl.SSLError):
+        _handshake(live, two_certs.client_context())
+
+
 # ------------------------------------------------------------------ siftmq serve, SIGHUP
 
 
