@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker._files import private_dir, write_private
+from broker._logging import fields
 from broker.auth import FileAuth
 from broker.net._listeners import prepare_tls_reload
 
@@ -143,6 +144,12 @@ def _where(exc: BaseException) -> str:
     return _WHERE.sub(lambda m: f"{m['path']}:{m['line']}: ", text, count=1)
 
 
+def _failed(counters: ReloadCounters, error: str) -> None:
+    """A failed reload: counted, and its one error line (event ``reload.failed``)."""
+    counters.failed += 1
+    log.error("reload: %s (old settings kept)", error, extra=fields("reload.failed", reason=error))
+
+
 def _same_kind(before: object, after: object) -> bool:
     """Whether ``after`` may replace ``before`` (the running value of a live field): the same
     type (an int for a float too).  ``BrokerConfig`` does not check the types of what a TOML
@@ -228,9 +235,8 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
                     await done
                 changed += _auth_summary(hook)
     except Exception as exc:
-        counters.failed += 1
         error = _where(exc) if isinstance(exc, OSError | ValueError) else f"{type(exc).__name__}: {exc}"
-        log.error("reload: %s (old settings kept)", error)
+        _failed(counters, error)
         return ReloadResult(False, error=error)
     tls.apply()
     if tls.contexts:
@@ -242,7 +248,7 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
     text = "; ".join(changed) or "nothing to read"
     if restart:
         text += "; changed but not applied, need a restart: " + ", ".join(restart)
-    log.info("reload: %s", text)
+    log.info("reload: %s", text, extra=fields("reload.done"))
     return ReloadResult(True, tuple(changed), tuple(restart))
 
 
@@ -362,7 +368,6 @@ class SighupReloads:
                 try:
                     config = self.reconfigure()
                 except Exception as exc:
-                    broker.reload_counters.failed += 1
-                    log.error("reload: %s (old settings kept)", _where(exc))
+                    _failed(broker.reload_counters, _where(exc))
                     continue
             await broker.reload(config)

@@ -238,8 +238,11 @@ async def test_a_file_that_does_not_parse_keeps_the_old_settings_and_logs_one_er
             result = await secured.reload()
         assert not result.ok
         assert result.error is not None and result.error.startswith(f"{path}:{line}: "), result.error
-        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-        assert errors == [f"reload: {result.error} (old settings kept)"]
+        errors = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.getMessage() for r in errors] == [f"reload: {result.error} (old settings kept)"]
+        assert [(getattr(r, "event", None), getattr(r, "reason", None)) for r in errors] == [
+            ("reload.failed", result.error)  # the JSON log format's keys (broker._logging)
+        ]
         assert not [
             r for r in caplog.records if r.getMessage().startswith("reload:") and r.levelno < logging.ERROR
         ]
@@ -276,8 +279,10 @@ async def test_live_limits_apply_to_new_connections_and_restart_fields_are_repor
         assert result.ok, result
         assert result.restart == ("max_topic_levels",)
         assert any(x.startswith("max_packet_size=2000") for x in result.changed)
-        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("reload:")]
+        records = [r for r in caplog.records if r.getMessage().startswith("reload:")]
+        lines = [r.getMessage() for r in records]
         assert len(lines) == 1 and "need a restart: max_topic_levels" in lines[0], lines
+        assert getattr(records[0], "event", None) == "reload.done"
         assert b.config.max_topic_levels == 201  # not applied
         assert b.core.config.max_packet_size == 2000
 
