@@ -12,6 +12,10 @@ the protocol class of its kind:
 :class:`~broker.net._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
 ``Connection`` machine.
 
+A reload (``broker._reload``) re-reads the TLS files into new contexts
+(:func:`prepare_tls_reload`) and, only when every one loaded, hands them to the accept path
+(:meth:`TlsReload.apply`): later handshakes use them, accepted connections keep their own.
+
 Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 
 * ``max_connections`` -- open network connections across all listeners; the one over the
