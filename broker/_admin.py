@@ -57,7 +57,7 @@ import topics
 from broker import _admin_routes as routes
 from broker import _dashboard_data as data
 from broker._acl import AccessList, AclError
-from broker._files import write_private
+from broker._files import private_dir, write_private
 from broker._logging import fields
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
@@ -144,7 +144,17 @@ def _save_bans(broker: Broker, changed: Ban, gone: bool) -> None:
         store.ban(kind, changed.value, None if gone else row)
     elif broker.config.bans_file is not None:
         rows = [(b.kind.value, b.value, b.expires_at, b.reason, b.created_at) for b in broker.core.bans.all()]
-        write_private(broker.config.bans_file, orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+        path = Path(broker.config.bans_file)
+        try:
+            private_dir(path.parent)  # the data directory (0700) when nothing else made it
+            write_private(path, orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+        except OSError as exc:
+            log.error(
+                "bans file %s not written: %s", path, exc, extra=fields("admin.failed", reason=str(exc))
+            )
+            raise Refused(
+                409, f"changed in memory, not saved (lost at a restart): {exc.strerror}", str(path)
+            ) from None
 
 
 def _page(keys: list[str], q: dict[str, Any]) -> tuple[list[str], str | None]:
