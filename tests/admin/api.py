@@ -4,10 +4,9 @@ bytes): ``await call(port, "POST", "/api/v1/bans", {...})`` fetches the X-CSRF-T
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from urllib.parse import urlencode
-
-import orjson
 
 from tests.dashboard import httpclient as http
 
@@ -32,7 +31,7 @@ async def call(
 ) -> http.Reply:
     h = {"Host": "127.0.0.1", "Connection": "close", **(headers or {})}
     target = path + ("?" + urlencode(query) if query else "")
-    data = b"" if body is None else (body if isinstance(body, bytes) else orjson.dumps(body))
+    data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
     if method != "GET":
         h.setdefault("Content-Type", "application/json")
         if csrf:

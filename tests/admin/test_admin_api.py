@@ -7,6 +7,7 @@ of persistent sessions, publish, paging, the CSRF and login rules, a table of ba
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -521,3 +522,56 @@ async def test_the_api_is_open_on_loopback_without_a_password_file(b: Broker) ->
     # a DNS name as Host is refused (no DNS rebinding), as for the dashboard
     r = await call(hport(b), "GET", API + "/clients", headers={"Host": "evil.example"})
     assert r.status == 403
+
+
+# ---------------------------------------------------------------------------- never a 500
+ODD: list[object] = [
+    "",
+    "#",
+    "+/+",
+    "a/#/b",
+    "\x00",
+    "$SYS/x",
+    "x" * 5000,
+    0,
+    -1,
+    2**70,
+    1.5,
+    True,
+    None,
+    [],
+    {},
+]
+
+
+async def test_no_endpoint_answers_500_to_odd_values(b: Broker) -> None:
+    """Every declared query parameter and body field of every route gets each odd value (the
+    other required fields a plausible one): the answer is never a 500."""
+    from broker._admin_routes import ROUTES
+
+    plausible = {"client_id": "c", "filter": "a/#", "topic": "a", "kind": "client_id", "value": "v"}
+    plausible |= {"username": "u", "password": "p", "user": "u", "access": "read", "qos": 1}
+    statuses: set[int] = set()
+    async with mqtt(b, "c", V311, clean_session=False):
+        await b.publish("a", b"x", retain=True)
+        for ep in ROUTES:
+            if ep.handler == "openapi":
+                continue
+            names = [p.name for p in ep.params if p.where == "query"]
+            fields = list(ep.body["properties"]) if ep.body is not None else []
+            for name in names + fields:
+                for odd in ODD:
+                    if name in names:
+                        query = {n: plausible.get(n, "1") for n in names if n != name}
+                        query[name] = odd if isinstance(odd, str) else json.dumps(odd)
+                        body: object = None
+                    else:
+                        query = {}
+                        required = ep.body["required"] if ep.body is not None else []
+                        body = {n: plausible.get(n, "x") for n in required if n != name}
+                        body[name] = odd  # type: ignore[index]
+                    path = ep.path.replace("{client_id}", "c")
+                    r = await call(hport(b), ep.method, path, body if ep.body is not None else None, query)
+                    assert r.status < 500, (ep.method, path, name, odd, r.status, r.body)
+                    statuses.add(r.status)
+    assert {200, 400} <= statuses
