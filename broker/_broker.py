@@ -276,6 +276,10 @@ class Broker:
             await h.start()
         if self.config.store_path is not None:
             await self._open_store(self.config.store_path)
+        if self.config.store_path is not None or self.config.bans_file is not None:
+            from broker._admin import load_bans
+
+            await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:
             self._listeners = await open_listeners(self.core, self._open)
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind

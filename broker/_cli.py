@@ -1,4 +1,4 @@
-"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``version`` (this
+"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``ctl``, ``version`` (this
 package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._backup_cli import register as register_backup
 
     register_backup(sub)
+    from broker._ctl_cli import register as register_ctl
+
+    register_ctl(sub)
     from broker._reload import register as register_reload
 
     register_reload(sub)
@@ -286,8 +289,7 @@ def _serve(args: argparse.Namespace) -> int:
     changes.update(_dashboard_options(args))
     data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
     persistence = not args.no_persistence and serve_opts.get("persistence", True)
-    if persistence and cfg.store_path is None:
-        changes["store_path"] = str(data_dir / "broker.db")
+    changes.update(_data_files(cfg, data_dir, persistence))
     try:
         cfg = _with_listeners(dataclasses.replace(cfg, **changes), args)
         auth = _file_auth(
@@ -342,6 +344,16 @@ def _logging_set_up(args: argparse.Namespace, serve_opts: dict[str, Any]) -> boo
     if held is not None:
         held.replay()
     return True
+
+
+def _data_files(cfg: BrokerConfig, data_dir: Path, persistence: bool) -> dict[str, Any]:
+    """The store (``D/broker.db``) or, with ``--no-persistence``, the admin API's bans file
+    (``D/bans.json``, docs/admin.md) as BrokerConfig changes."""
+    if persistence and cfg.store_path is None:
+        return {"store_path": str(data_dir / "broker.db")}
+    if not persistence and cfg.bans_file is None:
+        return {"bans_file": str(data_dir / "bans.json")}
+    return {}
 
 
 def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[[], BrokerConfig] | None:

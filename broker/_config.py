@@ -211,6 +211,9 @@ class BrokerConfig:
     #: ``":memory:"`` = in-memory (tests), else a file path (``siftmq serve --data-dir D``
     #: uses ``D/broker.db``).
     store_path: str | None = None
+    #: JSON file of the admin API's bans when there is no store (docs/admin.md, "Bans";
+    #: ``siftmq serve --no-persistence`` uses ``D/bans.json``); None and no store: in memory
+    bans_file: str | None = None
     #: store operations queued for the writer thread above which the publishers that write
     #: are paused until the next commit (the store's queue stays bounded; docs/persistence.md)
     store_max_backlog: int = 100_000

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 import topics
 from broker._logging import address, fields
 from broker.core._backoff import address_of
+from broker.core._bans import ban_refusal
 from broker.core._connrare import NO_PACKETS
 from broker.core._session import ConnectionState
 from broker.hooks import AuthUnavailable
@@ -126,7 +127,8 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
 def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCode, str] | None:
     """Why a CONNECT is refused before any authenticate hook is asked (reason code, reason),
     or None (in the order of the checks of MQTT 5 section 3.1.4: protocol, client id,
-    authentication method; then the back-off of the client's address)."""
+    authentication method; then the bans, ``core/_bans.py``, and the back-off of the client's
+    address)."""
     core = conn.core
     v = p.protocol_level
     if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
@@ -137,6 +139,8 @@ def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCod
         return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id"
     if v == 5 and p.properties.authentication_method is not None:
         return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+    if (banned := ban_refusal(conn, p)) is not None:  # bans: broker/core/_bans.py, docs/admin.md
+        return banned
     if (p.username is not None or p.password is not None) and core.login_backoff.failures:
         peer = conn.peer
         left = core.login_backoff.blocked(address_of(peer), now)
