@@ -74,7 +74,7 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --port: invalid ..."; the flag alone reads better
-        message = re.sub(r"^argument ([^:]+): ", r"\1: ", message)
+        message = re.sub(r"^argument ([^:]+): (\1 )?", lambda m: m.group(2) or f"{m.group(1)}: ", message)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -549,12 +549,14 @@ def main(argv: list[str] | None = None) -> int:
     runtime failure); the traceback only with ``--debug`` or log level DEBUG.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    prog: str = getattr(args, "prog", "siftmq")
+    if extra:  # said by the command they were given to (argparse names the top level)
+        parser.exit(2, f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
     if args.version:
         return _version(args)
     if args.command is None:
         parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
-    prog: str = getattr(args, "prog", "siftmq")
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

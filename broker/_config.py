@@ -8,6 +8,7 @@ not a silently ignored option.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import fnmatch
@@ -29,6 +30,7 @@ __all__ = [
     "Listener",
     "Option",
     "check_policy",
+    "flag_type",
     "load_toml",
     "option",
     "option_of",
@@ -237,6 +239,20 @@ class Option:
             return self.check(flag, value)
         except ConfigError:
             raise ConfigError(flag, text, self.expected) from None
+
+
+def flag_type(flag: str, opt: Option) -> Callable[[str], Any]:
+    """An argparse ``type=`` for ``flag`` that parses with ``opt``: a bad value is argparse's
+    usage error (status 2) saying ``FLAG VALUE: expected WHAT`` (``broker._cli.Parser``)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return opt.parse(flag, text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = opt.kind.name.lower()
+    return parse
 
 
 def split_hostport(text: str) -> tuple[str, int] | None:
