@@ -71,11 +71,8 @@ class BridgePlugin:
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
-        roll = opts.get("bridge_roll_interval") or 0.5
-        if args.bridge_roll_interval is not None:
-            roll = self.serve_options["bridge_roll_interval"].parse(
-                "--bridge-roll-interval", args.bridge_roll_interval
-            )
+        # flags and keys checked against serve_options by ``siftmq serve``
+        roll = args.bridge_roll_interval or opts.get("bridge_roll_interval") or 0.5
         assert isinstance(roll, float)
         wanted = args.bridge if args.bridge is not None else opts.get("bridge")
         if wanted is not None and not wanted:

@@ -344,26 +344,22 @@ def _serve(args: argparse.Namespace) -> int:
         level = SERVE_OPTIONS["log_level"].parse(
             "--log-level", args.log_level or serve_opts.get("log_level") or "INFO"
         )
+        _plugin_flags(args, plugins)
     except OSError as exc:
         raise CommandError(_os_error(exc)) from exc
     except ValueError as exc:  # ConfigError and the records' rules across fields
         raise CommandError(str(exc)) from exc
+    args.log_level = level  # main prints tracebacks at DEBUG
+    hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level))
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         _check_store(Path(cfg.store_path), data_dir if args.data_dir or "data_dir" in serve_opts else None)
-    args.log_level = level  # main prints tracebacks at DEBUG
     logging.basicConfig(level=str(level), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    _HELD.replay()
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
         )
     _raise_descriptors()
-    hooks: list[Hooks] = []
-    ctx = ServeContext(args, serve_opts, data_dir)
-    try:
-        for plugin in plugins:
-            hooks.extend(plugin.serve_hooks(ctx))
-    except ValueError as exc:
-        raise CommandError(str(exc)) from exc
     if auth is not None:  # after the plugins': the cluster authenticates its own links
         hooks.append(auth)
     _log_build()
@@ -372,6 +368,55 @@ def _serve(args: argparse.Namespace) -> int:
         return int(run(_run(cfg, hooks, auth is not None)))
     except KeyboardInterrupt:
         return 0
+
+
+def _plugin_flags(args: argparse.Namespace, plugins: list[Plugin]) -> None:
+    """The plugins' flags of their ``[serve]`` keys (``--cluster-listen`` for
+    ``cluster_listen``), parsed with the key's Option in place: a plugin finds them checked."""
+    for plugin in plugins:
+        for key, opt in (getattr(plugin, "serve_options", None) or {}).items():
+            value = getattr(args, key, None)
+            if isinstance(value, str):
+                setattr(args, key, opt.parse("--" + key.replace("_", "-"), value))
+
+
+class _Held(logging.Handler):
+    """Log records held while the plugins set up (before the log is configured): dropped when
+    the set-up fails, so that its error is the only line; replayed once the log is set up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def replay(self) -> None:
+        records, self.records = self.records, []
+        for record in records:
+            logging.getLogger(record.name).handle(record)
+
+
+_HELD = _Held()
+
+
+def _plugin_hooks(plugins: list[Plugin], ctx: ServeContext, level: str) -> list[Hooks]:
+    """Every plugin's hooks (their log held in :data:`_HELD`); a bad option is a
+    CommandError (status 2), a missing extra ``MissingExtra``."""
+    root = logging.getLogger()
+    before = root.level
+    root.addHandler(_HELD)
+    root.setLevel(level)
+    hooks: list[Hooks] = []
+    try:
+        for plugin in plugins:
+            hooks.extend(plugin.serve_hooks(ctx))
+    except ValueError as exc:
+        raise CommandError(str(exc)) from exc
+    finally:
+        root.removeHandler(_HELD)
+        root.setLevel(before)
+    return hooks
 
 
 def _os_error(exc: OSError) -> str:

@@ -113,16 +113,8 @@ class ClusterPlugin:
         secret = _secret(
             args.cluster_secret_file or opts.get("cluster_secret_file"), opts.get("cluster_secret")
         )
-        expiry = opts.get("cluster_peer_expiry", 60)
-        if args.cluster_peer_expiry is not None:
-            expiry = self.serve_options["cluster_peer_expiry"].parse(
-                "--cluster-peer-expiry", args.cluster_peer_expiry
-            )
-        takeover = opts.get("cluster_takeover_timeout", 2.0)
-        if args.cluster_takeover_timeout is not None:
-            takeover = self.serve_options["cluster_takeover_timeout"].parse(
-                "--cluster-takeover-timeout", args.cluster_takeover_timeout
-            )
+        expiry = _given(args.cluster_peer_expiry, opts.get("cluster_peer_expiry", 60))
+        takeover = _given(args.cluster_takeover_timeout, opts.get("cluster_takeover_timeout", 2.0))
         refresh = opts.get("cluster_refresh", 2.0)
         failure = opts.get("cluster_failure_timeout", 5.0)
         link_queue = opts.get("cluster_link_queue", 1_000_000)
@@ -148,6 +140,12 @@ class ClusterPlugin:
                 link_queue=link_queue,
             ),
         )
+
+
+def _given(flag: object, key: object) -> object:
+    """The flag's value (checked by ``siftmq serve`` against the key's Option) when given,
+    else the ``[serve]`` key's (checked at load) or its default."""
+    return key if flag is None else flag
 
 
 def _secret(path: object, inline: object) -> bytes:
