@@ -350,9 +350,11 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ConfigError and the records' rules across fields
         raise CommandError(str(exc)) from exc
     args.log_level = level  # main prints tracebacks at DEBUG
-    hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level))
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         _check_store(Path(cfg.store_path), data_dir if args.data_dir or "data_dir" in serve_opts else None)
+    else:
+        _check_directory(data_dir, "--data-dir")
+    hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level))
     logging.basicConfig(level=str(level), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
     _HELD.replay()
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
@@ -442,23 +444,36 @@ def _check_files(cfg: BrokerConfig, **files: str | None) -> None:
             raise ValueError(f"{key} {name}: cannot read it (permission denied)")
 
 
-def _check_store(path: Path, data_dir: Path | None) -> None:
-    """The store's directory exists or can be made, and a store already there is a database
-    this process may write (CommandError: one line naming the file and what to do)."""
-    where = f"--data-dir {data_dir}" if data_dir is not None else f"store {path}"
-    directory = path.parent
+def _check_directory(directory: Path, where: str) -> None:
+    """``directory`` is one or can be made (CommandError naming ``where`` otherwise)."""
+    if where == "--data-dir":
+        where = f"--data-dir {directory}"
     if directory.exists() and not directory.is_dir():
         raise CommandError(f"{where}: {directory} is a file, not a directory")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CommandError(f"{where}: cannot create {directory}: {exc.strerror or exc}") from exc
+
+
+def _check_store(path: Path, data_dir: Path | None) -> None:
+    """The store's directory exists or can be made, and a store already there is a database
+    this process may write (CommandError: one line naming the file and what to do)."""
+    where = f"--data-dir {data_dir}" if data_dir is not None else f"store {path}"
+    directory = path.parent
+    _check_directory(directory, where)
     if not path.exists():
         if not os.access(directory, os.W_OK | os.X_OK):
             raise CommandError(f"{where}: cannot write in {directory} (permission denied)")
         return
     if not path.is_file():
         raise CommandError(f"store {path}: not a file")
+    if not os.access(path, os.R_OK | os.W_OK) or not os.access(directory, os.W_OK | os.X_OK):
+        raise CommandError(
+            f"store {path}: read-only (the broker writes it and its -wal file beside it): "
+            "give the broker's user write access to the file and its directory",
+            1,
+        )
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -471,12 +486,6 @@ def _check_store(path: Path, data_dir: Path | None) -> None:
             '(docs/operations.md, "Backup and restore") or move it away',
             1,
         ) from exc
-    if not os.access(path, os.R_OK | os.W_OK) or not os.access(directory, os.W_OK | os.X_OK):
-        raise CommandError(
-            f"store {path}: read-only (the broker writes it and its -wal file beside it): "
-            "give the broker's user write access to the file and its directory",
-            1,
-        )
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:

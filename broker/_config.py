@@ -62,6 +62,8 @@ class Kind(Enum):
     STRS = "a list of strings"
     CHOICE = "one of"
     HOSTPORT = "HOST:PORT"
+    #: a list of HOST:PORT, or one string of them separated by commas
+    HOSTPORTS = "HOST:PORT[,HOST:PORT...]"
     PATH = "a path"
     #: ``[[listeners]]`` tables (:class:`Listener` records)
     LISTENERS = "an array of [[listeners]] tables"
@@ -154,6 +156,8 @@ class Option:
                     text += f" <= {_number(hi)}"
             case Kind.HOSTPORT:
                 text = "HOST:PORT with a port 0..65535"
+            case Kind.HOSTPORTS:
+                text = "HOST:PORT[,HOST:PORT...] with ports 0..65535"
             case _:
                 text = self.kind.value
         if self.unit:
@@ -182,12 +186,8 @@ class Option:
                 if isinstance(value, Path):
                     return True, str(value)
                 return isinstance(value, str) and value != "", value
-            case Kind.STRS:
-                if isinstance(value, str):  # one string is a list of one
-                    return True, (value,)
-                if not isinstance(value, list | tuple):
-                    return False, None
-                return all(isinstance(v, str) for v in value), tuple(value)
+            case Kind.STRS | Kind.HOSTPORTS | Kind.LISTENERS:
+                return self._convert_list(value)
             case Kind.CHOICE:
                 if not isinstance(value, str):
                     return False, None
@@ -195,13 +195,22 @@ class Option:
                 return text in self.allowed(), text
             case Kind.HOSTPORT:
                 return isinstance(value, str) and split_hostport(value) is not None, value
-            case Kind.LISTENERS:
-                if not isinstance(value, list | tuple):
-                    return False, None
-                return all(isinstance(v, Listener) for v in value), tuple(value)
             case Kind.ANY:
                 return True, value
         return False, None  # pragma: no cover (every kind is matched)
+
+    def _convert_list(self, value: object) -> tuple[bool, object]:
+        items = [value] if isinstance(value, str) else value  # one string is a list of one
+        if not isinstance(items, list | tuple):
+            return False, None
+        if self.kind is Kind.LISTENERS:
+            return all(isinstance(v, Listener) for v in items), tuple(items)
+        if not all(isinstance(v, str) for v in items):
+            return False, None
+        if self.kind is Kind.STRS:
+            return True, tuple(items)
+        parts = tuple(p.strip() for item in items for p in item.split(",") if p.strip())
+        return all(split_hostport(p) is not None for p in parts), parts
 
     def _convert_number(self, value: object) -> tuple[bool, object]:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -580,7 +589,12 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def check_table(
-    table: Mapping[str, Any], schema: Mapping[str, Option], where: str, source: str
+    table: Mapping[str, Any],
+    schema: Mapping[str, Option],
+    where: str,
+    source: str,
+    *,
+    say_where: bool = False,
 ) -> dict[str, Any]:
     """The keys of ``table`` (dashes allowed) validated against ``schema``: name -> normalized
     value. Unknown keys and bad values raise :class:`ConfigError` / ValueError naming
@@ -596,7 +610,7 @@ def check_table(
         try:
             out[name] = opt.check(key, value)
         except ConfigError as exc:
-            raise exc.located(source) from None
+            raise exc.located(f"{source}: {where}" if say_where else source) from None
     return out
 
 
@@ -647,9 +661,9 @@ def _listeners(source: str, value: Any) -> tuple[Listener, ...]:
     schema = {f.name: option_of(Listener, f.name) for f in dataclasses.fields(Listener)}
     out = []
     for i, table in enumerate(value):
-        fields = check_table(table, schema, f"listener {i + 1}", source)
+        fields = check_table(table, schema, f"listener {i + 1}", source, say_where=True)
         try:
             out.append(Listener(**fields))
         except ValueError as exc:
-            raise ValueError(f"{source}: listener {i + 1}: {exc}") from None
+            raise ValueError(f"{source}: listener {i + 1}: {str(exc).removeprefix('listener: ')}") from None
     return tuple(out)

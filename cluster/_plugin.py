@@ -45,7 +45,7 @@ class ClusterPlugin:
     #: the ``[serve]`` keys, checked at load like every option (``broker._config.Option``)
     serve_options: Mapping[str, Option] = {
         "cluster_listen": Option(Kind.HOSTPORT),
-        "join": Option(Kind.STRS),
+        "join": Option(Kind.HOSTPORTS),
         "cluster_secret_file": Option(Kind.PATH),
         "cluster_secret": Option(Kind.STR),
         "cluster_peer_expiry": Option(Kind.INT, lo=1, unit="seconds"),
