@@ -22,6 +22,16 @@ clients without a user name are accepted on loopback listeners only unless
 ``--allow-anonymous`` (every listener) or ``--no-allow-anonymous`` (none).  The durable
 store is ``<data-dir>/broker.db`` unless ``--no-persistence``.
 
+Errors (docs/operations.md, "Bad input"): every command fails the same way, through
+:func:`main`: one line ``siftmq COMMAND: what is wrong`` on stderr, status 2 for usage and
+configuration (argparse's own errors too: :class:`Parser`) and 1 for runtime failures (a port
+in use, a store it cannot use); the traceback only with ``--debug`` or log level DEBUG. A
+command raises :class:`CommandError` (or ``ConfigError``, ``MissingExtra``, ``OSError``)
+instead of printing. ``serve`` checks everything it can before it starts anything (the
+configuration against the schema of ``broker._config``, the files it names, the data
+directory, the store), and holds the plugins' set-up log until then, so that a bad input is
+the only line it prints.
+
 Optional extras (``broker._extras``): a feature whose extra is not installed
 (``--cluster-listen`` without ``cluster``, ``siftmq analytics`` without ``spark``) is one line
 naming the ``pip install`` command and exit status 2; ``--metrics-listen`` without ``metrics``

@@ -1,9 +1,24 @@
-"""Broker configuration: one frozen record, built from keyword arguments, flags or TOML.
+"""Broker configuration: one frozen record, built from keyword arguments, flags or TOML, and the
+one schema every option is checked against.
 
 ``BrokerConfig`` is what :class:`broker.Broker` and ``siftmq serve`` run with.  Every field
 has an embedded default; :func:`load_toml` reads a ``[broker]`` table (or top-level keys)
 from a TOML file with :mod:`tomllib` and refuses unknown keys, so a typo is an error and
 not a silently ignored option.
+
+**The schema.** Each field is declared once, with its :class:`Option` (type, range, allowed
+values, unit)::
+
+    max_inflight: int = option(20, Kind.INT, lo=1, hi=65535, unit="messages")
+
+``__post_init__`` checks every field against its Option (O(fields), at construction only: the
+hot path reads plain slots), so a bad value from any source -- a TOML key, a flag of ``siftmq
+serve`` (:meth:`Option.parse`), a keyword argument of ``Broker(...)`` -- is the same
+:class:`ConfigError` (a ValueError): ``FILE: key = value: expected WHAT``. The ``[serve]``
+keys of the CLI are :data:`SERVE_OPTIONS`, a plugin declares its own as ``serve_options``
+(name -> Option), and docs/config-reference.md is generated from all of them
+(scripts/config_reference.py). Adding an option is one line here (and a flag in
+``broker._cli._OPTIONS`` if it has one); the reference is then regenerated.
 """
 
 from __future__ import annotations

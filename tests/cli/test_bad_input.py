@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -345,9 +346,14 @@ def _run_process(case: Case, argv: list[str], directory: Path) -> Outcome:
         d = str(directory / "d")
         script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
         command = ["unshare", "-m", "sh", "-c", script, "sh", d, *command]
-    r = subprocess.run(
-        command, cwd=directory, env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    try:
+        r = subprocess.run(
+            command, cwd=directory, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+    except subprocess.TimeoutExpired as exc:  # it accepted the input and served: killed
+        out = exc.stderr
+        stderr = out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+        return Outcome(-9, stderr + "\n(still running after 60 s: killed)")
     return Outcome(r.returncode, r.stderr)
 
 
@@ -361,6 +367,9 @@ def _run_in_process(argv: list[str], directory: Path) -> Outcome:
                 status = main(argv)
             except SystemExit as exc:
                 status = exc.code if isinstance(exc.code, int) else 1
+            except Exception:  # what escaped main: the case fails with it
+                err.write(traceback.format_exc())
+                status = -1
     finally:
         os.chdir(cwd)
     return Outcome(status, err.getvalue())
