@@ -452,6 +452,34 @@ def _check_files(cfg: BrokerConfig, **files: str | None) -> None:
             raise ValueError(f"{key} {name}: not a file")
         if not os.access(path, os.R_OK):
             raise ValueError(f"{key} {name}: cannot read it (permission denied)")
+    for li in cfg.listeners:
+        _check_tls(li.certfile, li.keyfile, li.cafile)
+
+
+def _check_tls(certfile: str | None, keyfile: str | None, cafile: str | None) -> None:
+    """The PEM files of a TLS listener load (ValueError naming them otherwise), so that a bad
+    certificate is a configuration error before anything starts, not a failed listener."""
+    import ssl
+
+    if certfile is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except ssl.SSLError as exc:
+        what = "not a PEM certificate chain and its key"
+        raise ValueError(f"certfile {certfile}, keyfile {keyfile}: {what}{_reason(exc)}") from exc
+    if cafile is not None:
+        try:
+            context.load_verify_locations(cafile)
+        except ssl.SSLError as exc:
+            raise ValueError(f"cafile {cafile}: not PEM CA certificates{_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """`` (REASON)`` of an ssl.SSLError that has a readable one (not OpenSSL's library name)."""
+    reason = getattr(exc, "reason", None)
+    return f" ({reason.replace('_', ' ').lower()})" if reason and reason != "PEM_LIB" else ""
 
 
 def _check_directory(directory: Path, where: str) -> None:

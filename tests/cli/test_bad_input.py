@@ -132,6 +132,16 @@ CASES: list[Case] = [
     # --- serve: files named by flags ---
     Case(("serve", "--password-file", "missing.txt"), 2, "password_file missing.txt: no such file"),
     Case(("serve", "--acl-file", "acl/"), 2, "acl_file acl/: not a file", {"acl/": ""}),
+    Case(
+        ("serve", "--password-file", "p.txt"), 2, "p.txt, line 1: expected 'username:", {"p.txt": "alice\n"}
+    ),
+    Case(("serve", "--acl-file", "a.acl"), 2, "a.acl, line 1: missing topic filter", {"a.acl": "topic\n"}),
+    Case(
+        ("serve", "--tls-port", "0", "--tls-cert", "c.pem", "--tls-key", "c.pem"),
+        2,
+        "certfile c.pem, keyfile c.pem: not a PEM certificate chain and its key",
+        {"c.pem": "not a certificate\n"},
+    ),
     Case(("serve", "--config", "missing.toml"), 2, "missing.toml: no such file"),
     Case(("serve", "--config", "c.toml"), 2, "c.toml: is a directory", {"c.toml/": ""}),
     # --- serve: the data directory and the store ---
