@@ -8,8 +8,9 @@ so the broker never imports them.
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, and the keys
-of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
+``data_dir``, ``log_level``, ``log_format`` (``text`` or ``json``: ``broker._logging``),
+``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
+bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
@@ -58,6 +59,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from broker._config import SERVE_OPTIONS, ConfigError, Kind, Option
 from broker._extras import Extra, MissingExtra, available
+from broker._files import private_dir, shared_access, tighten_data_dir
+from broker._logging import HeldRecords, LogFormat
+from broker._logging import configure as configure_logging
 from broker.plugins import Plugin, ServeContext, Subparsers, load_plugins
 
 if TYPE_CHECKING:
@@ -143,6 +147,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="negative entries on UNSUBSCRIBE (default on; --no-partial-unsubscribe = pure MQTT)",
     )
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    serve.add_argument(
+        "--log-format",
+        default=None,
+        choices=("text", "json"),
+        help="text (default) or json: one object a line",
+    )
     serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
     serve.add_argument(
         "--no-persistence",
@@ -354,6 +364,9 @@ def _serve(args: argparse.Namespace) -> int:
         level = SERVE_OPTIONS["log_level"].parse(
             "--log-level", args.log_level or serve_opts.get("log_level") or "INFO"
         )
+        log_format = SERVE_OPTIONS["log_format"].parse(
+            "--log-format", args.log_format or serve_opts.get("log_format") or "text"
+        )
         _plugin_flags(args, plugins)
     except OSError as exc:
         raise CommandError(_os_error(exc)) from exc
@@ -364,17 +377,23 @@ def _serve(args: argparse.Namespace) -> int:
         _check_store(Path(cfg.store_path), data_dir if args.data_dir or "data_dir" in serve_opts else None)
     else:
         _check_directory(data_dir, "--data-dir")
-    hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level))
-    logging.basicConfig(level=str(level), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
-    _HELD.replay()
+    held: HeldRecords = getattr(args, "held_records", None) or HeldRecords()
+    hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level), held)
+    configure_logging(str(level), LogFormat(str(log_format)))
+    held.replay()  # the lines held while the command line was parsed and the plugins set up
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
         )
+    _warn_shared(
+        args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
+    )
     _raise_descriptors()
     if auth is not None:  # after the plugins': the cluster authenticates its own links
         hooks.append(auth)
     _log_build()
+    if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
+        private_dir(Path(cfg.store_path).parent)  # 0700 whatever the umask (broker/_files.py)
     try:
         run = _pick_runner(args.no_uvloop)
         return int(run(_run(cfg, hooks, auth is not None)))
@@ -392,41 +411,28 @@ def _plugin_flags(args: argparse.Namespace, plugins: list[Plugin]) -> None:
                 setattr(args, key, opt.parse("--" + key.replace("_", "-"), value))
 
 
-class _Held(logging.Handler):
-    """Log records held while the plugins set up (before the log is configured): dropped when
-    the set-up fails, so that its error is the only line; replayed once the log is set up."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def replay(self) -> None:
-        records, self.records = self.records, []
-        for record in records:
-            logging.getLogger(record.name).handle(record)
-
-
-_HELD = _Held()
-
-
-def _plugin_hooks(plugins: list[Plugin], ctx: ServeContext, level: str) -> list[Hooks]:
-    """Every plugin's hooks (their log held in :data:`_HELD`); a bad option is a
-    CommandError (status 2), a missing extra ``MissingExtra``."""
+def _plugin_hooks(plugins: list[Plugin], ctx: ServeContext, level: str, held: HeldRecords) -> list[Hooks]:
+    """Every plugin's hooks, their set-up log held in ``held`` until the log is configured
+    (dropped when the set-up fails, so that its error is the only line); a bad option is a
+    CommandError (status 2), a missing extra ``MissingExtra``. What an older siftmq left
+    readable by others in the data directory is tightened first (broker/_files.py)."""
     root = logging.getLogger()
     before = root.level
-    root.addHandler(_HELD)
+    root.addHandler(held)
     root.setLevel(level)
     hooks: list[Hooks] = []
     try:
+        tighten_data_dir(ctx.data_dir)
         for plugin in plugins:
             hooks.extend(plugin.serve_hooks(ctx))
     except ValueError as exc:
+        held.records.clear()
         raise CommandError(str(exc)) from exc
+    except BaseException:
+        held.records.clear()
+        raise
     finally:
-        root.removeHandler(_HELD)
+        root.removeHandler(held)
         root.setLevel(before)
     return hooks
 
@@ -489,7 +495,7 @@ def _check_directory(directory: Path, where: str) -> None:
     if directory.exists() and not directory.is_dir():
         raise CommandError(f"{where}: {directory} is a file, not a directory")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dir(directory)  # 0700 whatever the umask, its missing parents too (broker/_files.py)
     except OSError as exc:
         raise CommandError(f"{where}: cannot create {directory}: {exc.strerror or exc}") from exc
 
@@ -594,6 +600,15 @@ def _file_auth(password_file: str | None, acl_file: str | None) -> Hooks | None:
     return FileAuth(password_file=password_file, acl_file=acl_file, allow_anonymous=True)
 
 
+def _warn_shared(password_file: str | None, acl_file: str | None) -> None:
+    """One warning per password or ACL file that group or others may read (a warning, not an
+    error: docs/security.md, "Files on disk")."""
+    for path, what in ((password_file, "password file"), (acl_file, "ACL file")):
+        shared = None if path is None else shared_access(path)
+        if shared is not None:
+            log.warning("%s %s", what, shared)
+
+
 def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
     if not no_uvloop:
         try:
@@ -640,15 +655,29 @@ def main(argv: list[str] | None = None) -> int:
     status 2 (usage, configuration: argparse's errors too, through :class:`Parser`) or 1 (a
     runtime failure); the traceback only with ``--debug`` or log level DEBUG.
     """
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
+    logging.getLogger().addHandler(held)
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+    finally:
+        logging.getLogger().removeHandler(held)
+    args.held_records = held
     prog: str = getattr(args, "prog", "siftmq")
-    if extra:  # said by the command they were given to (argparse names the top level)
-        parser.exit(2, f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
-    if args.version:
-        return _version(args)
-    if args.command is None:
-        parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
+    try:
+        if extra:  # said by the command they were given to (argparse names the top level)
+            parser.exit(2, f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
+        if args.version:
+            return _version(args)
+        if args.command is None:
+            parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
+        return _run_command(args, prog)
+    finally:
+        held.replay()  # if serve did not (another command, or it stopped before logging)
+
+
+def _run_command(args: argparse.Namespace, prog: str) -> int:
+    """``args.func(args)``, its failure said in one line (:func:`main`)."""
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

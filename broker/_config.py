@@ -517,6 +517,23 @@ class BrokerConfig:
     #: users of the password file who may use the dashboard (its admin role); with a password
     #: file, or on a listener that is not loopback, nobody else gets in (403)
     dashboard_admins: tuple[str, ...] = option((), Kind.STRS)
+    #: seconds between two points of the dashboard's server-side history (docs/dashboard.md)
+    dashboard_history_interval: float = option(5.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: points of that history kept (a ring per series; 180 x 5 s = the last 15 minutes)
+    dashboard_history_points: int = option(180, Kind.INT, lo=1, unit="points")
+    #: HTTP listener (``metrics_listen``): open connections at most, in all (docs/security.md,
+    #: "HTTP listener"); beyond it the longest-waiting unauthenticated one is closed, or 503
+    http_max_connections: int = option(256, Kind.INT, lo=1, unit="connections")
+    #: HTTP connections without valid credentials yet (or with their first request incomplete)
+    #: at most; a new one beyond closes the longest waiting: partial heads cannot lock out /metrics
+    http_max_unauthenticated: int = option(64, Kind.INT, lo=1, unit="connections")
+    #: dashboard event streams (``/api/events``) open at once; one more is answered 503
+    http_max_streams: int = option(32, Kind.INT, lo=0, unit="streams")
+    #: seconds an HTTP request (head and body) may take from its first byte (a new connection:
+    #: from its accept); beyond it 408 and close (slowloris)
+    http_request_timeout: float = option(10.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: seconds an HTTP keep-alive connection may stay idle between requests
+    http_idle_timeout: float = option(30.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
     #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
     listeners: tuple[Listener, ...] = option((), Kind.LISTENERS)
     #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is
@@ -534,6 +551,19 @@ class BrokerConfig:
     #: seconds a new network connection may take to send its CONNECT; then it is closed and
     #: counted in ``$SYS/broker/connections/connect_timeouts``.
     connect_timeout: float = option(30.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: failed logins (an authenticate hook said no) from one source address within
+    #: ``auth_failure_window`` seconds after which its CONNECTs with a user name or password
+    #: are refused at once, unchecked, for ``auth_backoff`` seconds, doubling with each further
+    #: back-off up to ``auth_backoff_max`` (docs/security.md, "Failed logins"; counted in
+    #: ``$SYS/broker/connections/refused/auth_backoff``); 0 = no back-off.
+    auth_failures: int = option(5, Kind.INT, lo=0, unit="logins")
+    #: seconds in which ``auth_failures`` failed logins start a back-off.
+    auth_failure_window: float = option(60.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: seconds of an address's first back-off (then doubled each time).
+    auth_backoff: float = option(1.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: longest back-off, seconds; also how long an address must stay quiet to start again
+    #: from ``auth_backoff``.
+    auth_backoff_max: float = option(300.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -542,6 +572,8 @@ class BrokerConfig:
             if not sep or not pattern or policy not in SLOW_CONSUMER_POLICIES:
                 policies = "|".join(SLOW_CONSUMER_POLICIES)
                 raise ConfigError("slow_consumer_rules", rule, f"PATTERN={policies}")
+        if self.auth_backoff > self.auth_backoff_max:  # each field's range: its Option
+            raise ValueError("auth_backoff must be <= auth_backoff_max")
 
     @property
     def high_water(self) -> int:
@@ -577,6 +609,7 @@ _FIELDS = {f.name for f in dataclasses.fields(BrokerConfig)}
 SERVE_OPTIONS: Mapping[str, Option] = {
     "data_dir": Option(Kind.PATH),
     "log_level": Option(Kind.CHOICE, choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), upper=True),
+    "log_format": Option(Kind.CHOICE, choices=("text", "json")),
     "persistence": Option(Kind.BOOL),
     "password_file": Option(Kind.PATH),
     "acl_file": Option(Kind.PATH),

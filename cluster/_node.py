@@ -32,6 +32,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -45,7 +46,7 @@ from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
 from cluster._link import PeerLink
-from cluster._overlay import Overlay, load_node_id
+from cluster._overlay import Overlay, freshness_metrics, freshness_values, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
 from cluster._qos2 import ReceivedQos2
@@ -106,7 +107,7 @@ class ClusterNode(Hooks):
         self.takeover: Takeover | None = None
         self.table = RouteTable()
         self.links: dict[bytes, PeerLink] = {}
-        self.checker = TokenChecker(secret)
+        self.checker = TokenChecker(secret, self.name)  # refuses tokens for other nodes
         probe = max(0.05, refresh / 4)  # a lost node is pinged this often (cluster._overlay)
         self.overlay = Overlay(self.node_id, secret, rpc_timeout=rpc_timeout, probe_every=probe)
         self.broker: Broker | None = None
@@ -135,6 +136,8 @@ class ClusterNode(Hooks):
         self._origin_tag = broker.core.composite.origin_tag = boot_tag(self.name)
         broker.core.stamp_hook = self._stamp
         broker.core.sys_sources.append(self.sys_values)
+        broker.core.sys_sources.append(functools.partial(freshness_values, self.overlay, self.checker))
+        broker.core.metric_sources.append(functools.partial(freshness_metrics, self.overlay, self.checker))
         self.placement = Placement(
             self.name, self.overlay, broker, self._send_control, self.alpha, forget=float(self.peer_expiry)
         )
@@ -370,7 +373,7 @@ class ClusterNode(Hooks):
         why = self.checker.check(client_id, password)
         if why is not None:
             self.refused_links += 1
-            log.warning("cluster link %s refused: %s", client_id[:30], why)
+            self._core.log_limit(f"cluster_token_{self.checker.last_refusal}", client_id[:30], why)
             return False
         return True
 
@@ -526,7 +529,7 @@ class ClusterNode(Hooks):
         core = self._core
         now = core.clock.monotonic()
         msg_ = Message.create(CTL_PREFIX + dest, encode_control(msg), 1, False, NO_PROPERTIES, None, now)
-        core.publish(msg_, now)
+        core.publish(msg_, now, None, True)  # internal: not the clients' messages_received
         core.flush()
 
     def _control(self, payload: bytes) -> None:

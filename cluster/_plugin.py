@@ -19,6 +19,7 @@ from typing import cast
 
 from broker._config import ConfigError, Kind, Option, split_hostport
 from broker._extras import Extra, require
+from broker._files import shared_access
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
@@ -151,6 +152,11 @@ def _given(flag: object, key: object) -> object:
 def _secret(path: object, inline: object) -> bytes:
     if path is not None:
         try:
+            # whoever reads the secret can join as a peer, trusted with every message: a file
+            # group or others may read is refused (docs/security.md, "Files on disk")
+            shared = shared_access(str(path))
+            if shared is not None:
+                raise ValueError(f"--cluster-secret-file: {shared}")
             secret = Path(str(path)).read_bytes().strip()
         except OSError as exc:
             raise ValueError(f"--cluster-secret-file: {exc}") from None

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from broker._files import open_private, write_private
+
 __all__ = ["Hlc", "RetainedRegister", "Stamp"]
 
 log = logging.getLogger("siftmq.cluster")
@@ -166,10 +168,9 @@ class RetainedRegister:
         if path is None:
             return
         self.close()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{h} {o} {t}\n" for t, (h, o) in sorted(self.stamps.items())), "utf-8")
-        tmp.replace(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        text = "".join(f"{h} {o} {t}\n" for t, (h, o) in sorted(self.stamps.items()))
+        write_private(path, text.encode())  # 0600 whatever the umask (broker/_files.py)
+        self._fd = open_private(path, os.O_WRONLY | os.O_APPEND)
 
 
 def _message(topic: str, payload: bytes, qos: int, expiry: int | None, stamp: Stamp) -> dict[str, Any]:

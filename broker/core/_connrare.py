@@ -5,12 +5,13 @@ attribute costs 8 bytes in every connection whether it is ever used or not. Most
 state is the same for almost every idle device: flow control (congested since, the paused
 publishers, slow, the blockers, the store gate, the packets read while paused), topic
 aliases (MQTT 5 clients that allow them), the acknowledgements held for the store's
-durable signal, the gated CONNACK of a persisted session, the mosquitto-bridge flag, the
+durable signal, the gated CONNACK of a persisted session, the CONNECT held while an
+authenticate hook's awaitable runs (``authenticating``), the mosquitto-bridge flag, the
 MQTT 5 request-problem-information flag, the will-on-close flag, the close reason, the
-listener's slow-consumer policy and a fixed peer address (unit tests). Those 18 fields
+listener's slow-consumer policy and a fixed peer address (unit tests). Those 19 fields
 live in one :class:`Rare` object that a connection creates the first time one of them is
 set to something other than its default (:class:`RareFields`): an idle connection holds one
-``None`` instead of 18 slots (136 B less).
+``None`` instead of 19 slots (144 B less).
 
 The fields stay attributes to every reader and writer (``conn.blockers += 1``,
 ``conn.feeders is NO_FEEDERS``): :class:`RareFields` defines them as properties whose
@@ -58,6 +59,7 @@ class Rare:
         self.held = 0
         self.held_writes = 0
         self.gated = False
+        self.authenticating = False
         self.bridge = False
         self.problem_info = True
         self.will_on_close = True
@@ -215,6 +217,16 @@ class RareFields:
     def gated(self, value: bool) -> None:
         if value or self.rare is not None:
             self._rare().gated = value
+
+    @property
+    def authenticating(self) -> bool:
+        r = self.rare
+        return False if r is None else r.authenticating
+
+    @authenticating.setter
+    def authenticating(self, value: bool) -> None:
+        if value or self.rare is not None:
+            self._rare().authenticating = value
 
     @property
     def bridge(self) -> bool:

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker._config import Listener
+from broker._logging import address, fields
 from broker.core._core import Core
 from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
@@ -138,7 +139,13 @@ async def open_listener(
     for a in acceptors:
         a.start()
     port = socks[0].getsockname()[1]
-    log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
+    log.info(
+        "listening on %s:%d (%s)",
+        listener.host,
+        port,
+        listener.kind + "+tls" * listener.tls,
+        extra=fields("broker.listening", address=address((listener.host, port))),
+    )
     return OpenListener(listener, acceptors, port)
 
 
