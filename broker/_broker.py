@@ -26,6 +26,7 @@ import topics
 from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
 from broker._logging import fields
+from broker._reload import ReloadCounters, ReloadResult, reload_broker
 from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
@@ -214,6 +215,11 @@ class Broker:
         #: authenticate hooks' awaitables being awaited (core/_connect.py: the CONNECT is held)
         self._checks: set[asyncio.Task[None]] = set()
         self.core.await_check = self._await_check
+        #: reloads done / failed (``Broker.reload``; ``$SYS/broker/reloads/``)
+        self.reload_counters = ReloadCounters()
+        self._reloading = asyncio.Lock()
+        self.core.sys_sources.append(self.reload_counters.sys_values)
+        self.core.metric_sources.append(self.reload_counters.metric_values)
         for h in self.hooks:
             h.attach(self)
 
@@ -300,6 +306,15 @@ class Broker:
         )
         self._extra.append(opened)
         return opened.port
+
+    async def reload(self, config: BrokerConfig | None = None) -> ReloadResult:
+        """Re-read the password and ACL files (``FileAuth`` hooks) and the TLS files of the
+        listeners, and apply the live fields of ``config`` (``broker._reload.LIVE_FIELDS``;
+        other changed fields are reported as needing a restart), all or nothing: a file that
+        does not parse keeps every old setting and is named in the result and in one error
+        line. Open connections stay. One reload at a time (docs/operations.md, "Reload")."""
+        async with self._reloading:
+            return await reload_broker(self, config)
 
     async def _start_http(self, listen: str) -> None:
         """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""

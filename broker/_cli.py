@@ -12,7 +12,10 @@ a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]``
 ``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
 bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
-hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
+hooks' ``stop`` awaited).  SIGHUP (``siftmq reload``, ``broker._reload``) re-reads the password,
+ACL and TLS files and the live limits of ``--config``; the process id is in ``--pid-file``
+(default ``<data-dir>/siftmq.pid`` with persistence).  uvloop is used when installed (``--no-uvloop``
+to turn it off).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
 
 Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
@@ -155,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
     serve.add_argument(
+        "--pid-file",
+        type=Path,
+        default=None,
+        help="process id file for 'siftmq reload' (default <data-dir>/siftmq.pid with persistence)",
+    )
+    serve.add_argument(
         "--no-persistence",
         action="store_true",
         default=None,
@@ -176,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._backup_cli import register as register_backup
 
     register_backup(sub)
+    from broker._reload import register as register_reload
+
+    register_reload(sub)
     version = sub.add_parser(
         "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
     )
@@ -394,9 +406,11 @@ def _serve(args: argparse.Namespace) -> int:
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         private_dir(Path(cfg.store_path).parent)  # 0700 whatever the umask (broker/_files.py)
+    pid_file = args.pid_file or (data_dir / "siftmq.pid" if persistence else None)
+    reconfigure = _reconfigure(args, changes)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, hooks, auth is not None)))
+        return int(run(_run(cfg, hooks, auth is not None, pid_file, reconfigure)))
     except KeyboardInterrupt:
         return 0
 
@@ -532,6 +546,22 @@ def _check_store(path: Path, data_dir: Path | None) -> None:
         ) from exc
 
 
+def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[[], BrokerConfig] | None:
+    """What a SIGHUP applies (``broker._reload``): the ``--config`` file read again with the
+    same flags over it (None without ``--config``: the files are re-read, no limits change)."""
+    from broker._config import load_toml
+
+    config_file: Path | None = args.config
+    if config_file is None:
+        return None
+
+    def reconfigure() -> BrokerConfig:  # the schema's one-line ValueError, "FILE:3: ..." for TOML
+        cfg = load_toml(config_file)
+        return _with_listeners(dataclasses.replace(cfg, **changes), args)
+
+    return reconfigure
+
+
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--[no-]dashboard`` and ``--dashboard-admin`` as BrokerConfig changes."""
     changes: dict[str, Any] = {}
@@ -621,8 +651,15 @@ def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
     return asyncio.run
 
 
-async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> int:
+async def _run(
+    cfg: BrokerConfig,
+    hooks: list[Hooks],
+    authenticated: bool,
+    pid_file: Path | None = None,
+    reconfigure: Callable[[], BrokerConfig] | None = None,
+) -> int:
     from broker._broker import Broker
+    from broker._reload import SighupReloads
 
     if not authenticated:
         exposed = [li.url for li in cfg.effective_listeners() if not li.loopback]
@@ -634,10 +671,16 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloads = SighupReloads(reconfigure, pid_file)  # SIGHUP: broker.reload() (siftmq reload)
+    reloads.install()
     try:
-        async with Broker(config=cfg, hooks=hooks):
-            await stop.wait()
-            log.info("signal received, stopping")
+        async with Broker(config=cfg, hooks=hooks) as broker:
+            reloads.start(broker)
+            try:
+                await stop.wait()
+                log.info("signal received, stopping")
+            finally:
+                reloads.close()
     except sqlite3.Error as exc:
         raise CommandError(f"store {cfg.store_path}: {exc}", 1) from exc
     except OSError as exc:

@@ -29,6 +29,7 @@ import difflib
 import fnmatch
 import ipaddress
 import math
+import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -632,8 +633,13 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: TOML syntax error: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:  # "... (at line 3, column 14)" -> "FILE:3: ... (column 14)"
+        text = str(exc)
+        where = re.search(r" \(at line (\d+), column (\d+)\)$", text)
+        if where is None:
+            raise ValueError(f"{path}: not valid TOML: {text}") from None
+        text = text.removesuffix(where[0])
+        raise ValueError(f"{path}:{where[1]}: {text} (column {where[2]}: not valid TOML)") from None
 
 
 def check_table(

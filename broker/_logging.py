@@ -67,6 +67,8 @@ EVENTS: Final = frozenset(
         "store.recovered",
         "store.sweep_failed",
         "hook.failed",
+        "reload.done",
+        "reload.failed",
         "cluster.link_up",
         "cluster.link_down",
         "cluster.link_refused",

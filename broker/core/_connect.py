@@ -290,9 +290,11 @@ class _Login:
                 self.client_id,
                 f"({peer}) {core.login_backoff.failures} failed logins: CONNECTs with credentials "
                 f"from its address refused unchecked for {period:g} s",
+                logging.WARNING,
+                "auth.backoff",
+                address(peer),
             )
-        else:
-            core.log_limit("auth_failure", self.client_id, f"({peer}) login failed", logging.INFO)
+        # the refusal itself is logged by Connection._refuse (client.refused, rate-limited)
 
 
 def _will_refusal(
