@@ -62,7 +62,7 @@ class Case:
         words = [a for a in self.argv if not a.startswith("-")]
         if self.argv and self.argv[0] == "analytics" and len(words) > 1 and words[1] in _ANALYTICS:
             return "siftmq analytics " + words[1]
-        known = {"serve", "passwd", "backup", "version", "analytics"}
+        known = {"serve", "passwd", "backup", "version", "analytics", "reload"}
         return f"siftmq {self.argv[0]}" if self.argv and self.argv[0] in known else "siftmq"
 
     @property
@@ -311,6 +311,9 @@ CASES: list[Case] = [
         ("backup", "--db", "bad.db", "out.db"), 2, "file is not a database", {"bad.db": b"not sqlite\n" * 400}
     ),
     Case(("version", "--bogus"), 2, "unrecognized arguments: --bogus"),
+    Case(("reload", "--pid", "abc"), 2, "--pid: invalid int value: 'abc'"),
+    Case(("reload", "--data-dir", "nope"), 2, "no broker pid"),
+    Case(("reload", "--pid", "4194304"), 1, "no process 4194304"),
     Case(("analytics", "--trigger", "0"), 2, "--trigger 0: expected a number > 0 (seconds)"),
     Case(("analytics", "--window", "10s"), 2, "--window 10s: expected NUMBER UNIT"),
     Case(("analytics", "report", "--bogus"), 2, "unrecognized arguments: --bogus"),
