@@ -288,8 +288,11 @@ class Broker:
         if self.config.metrics_listen is not None:
             try:
                 await self._start_http(self.config.metrics_listen)
-            except BaseException:
+            except BaseException as exc:
                 await self.stop()
+                if isinstance(exc, OSError):  # say which listener: not the MQTT one
+                    where = f"metrics listener {self.config.metrics_listen}"
+                    raise OSError(exc.errno, exc.strerror or str(exc), where) from exc
                 raise
         _log_capacity(self.config.max_connections)
         self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
