@@ -8,7 +8,8 @@ so the broker never imports them.
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, and the keys
+``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, the
+``auth_http_*``/``auth_jwt_*`` keys of :mod:`broker.authn` (``SERVE_KEYS``), and the keys
 of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
@@ -45,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
+from broker.authn import SERVE_KEYS as _AUTHN_KEYS
+from broker.authn import hooks_from_serve_options
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -231,7 +234,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
 
 
 #: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset({"data_dir", "log_level", "persistence", "password_file", "acl_file"})
+_SERVE_KEYS = frozenset({"data_dir", "log_level", "persistence", "password_file", "acl_file"}) | _AUTHN_KEYS
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -271,6 +274,7 @@ def _serve(args: argparse.Namespace) -> int:
         auth = _file_auth(
             args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
         )
+        backends = hooks_from_serve_options(serve_opts)  # auth_http_* / auth_jwt_* (broker.authn)
     except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
@@ -293,14 +297,15 @@ def _serve(args: argparse.Namespace) -> int:
     except (ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
-    if auth is not None:  # after the plugins': the cluster authenticates its own links
+    hooks.extend(backends)  # after the plugins': the cluster authenticates its own links
+    if auth is not None:
         hooks.append(auth)
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
         private_dir(Path(cfg.store_path).parent)  # 0700 whatever the umask (broker/_files.py)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, hooks, auth is not None)))
+        return int(run(_run(cfg, hooks, auth is not None or bool(backends))))
     except KeyboardInterrupt:
         return 0
 

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVE_KEYS",
+    "SERVE_KEY_HELP",
     "Grant",
     "HttpAuth",
     "JwtAuth",
@@ -79,26 +80,28 @@ __all__ = [
 
 log = logging.getLogger("broker")
 
-#: the ``[serve]`` keys of ``siftmq serve`` that build these hooks (docs/broker.md)
-SERVE_KEYS = frozenset(
-    {
-        "auth_http_url",
-        "auth_http_timeout",
-        "auth_http_retries",
-        "auth_http_cache_ttl",
-        "auth_http_negative_ttl",
-        "auth_http_cache_size",
-        "auth_http_headers",
-        "auth_jwt_key_file",
-        "auth_jwt_jwks_file",
-        "auth_jwt_algorithms",
-        "auth_jwt_audience",
-        "auth_jwt_issuer",
-        "auth_jwt_username_claim",
-        "auth_jwt_acl_claim",
-        "auth_jwt_leeway",
-    }
-)
+#: the ``[serve]`` keys of ``siftmq serve`` that build these hooks, with their meaning
+#: (docs/config-reference.md is generated from it; docs/security.md explains them)
+SERVE_KEY_HELP: dict[str, str] = {
+    "auth_http_url": "URL of the HTTP auth service: HttpAuth POSTs each CONNECT's JSON there (broker.authn)",
+    "auth_http_timeout": "seconds for the auth service's whole decision, retries included (default 5); "
+    "no answer by then: refused 0x88 server unavailable",
+    "auth_http_retries": "further attempts after a connection error or a 5xx, within the timeout (default 1)",
+    "auth_http_cache_ttl": "seconds an allow of the auth service is remembered (default 60; 0: not cached)",
+    "auth_http_negative_ttl": "seconds a deny of the auth service is remembered (default 5; 0: not cached)",
+    "auth_http_cache_size": "verdicts of the auth service remembered at most, LRU (default 10000)",
+    "auth_http_headers": "a table of HTTP headers sent to the auth service (e.g. an API key)",
+    "auth_jwt_key_file": "JwtAuth: the CONNECT password is a JWT verified with this HS* secret "
+    "or PEM public key",
+    "auth_jwt_jwks_file": "JwtAuth: verify the JWT with the key of this JWKS file named by its kid",
+    "auth_jwt_algorithms": "JWT algorithms accepted (default [\"HS256\"]; 'none' is refused)",
+    "auth_jwt_audience": "the JWT's aud must be this (default: aud not checked)",
+    "auth_jwt_issuer": "the JWT's iss must be this (default: iss not checked)",
+    "auth_jwt_username_claim": "claim the CONNECT user name must equal (default username, else sub)",
+    "auth_jwt_acl_claim": "claim holding the client's rules (default acl; docs/security.md)",
+    "auth_jwt_leeway": "seconds of clock skew allowed for the JWT's exp and nbf (default 0)",
+}
+SERVE_KEYS = frozenset(SERVE_KEY_HELP)
 
 #: pending (authenticated, not yet connected) grants kept at most (LRU)
 _PENDING_LIMIT = 10_000
