@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker._acl import ClientRules, inner_filter
 from broker._extras import Extra, require
+from broker.auth import CheckPool
 from broker.hooks import AuthRequest, AuthUnavailable, AuthVerdict, Hooks
 
 if TYPE_CHECKING:
@@ -278,6 +279,8 @@ class HttpAuth(_Grants):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         require(Extra.AUTH, "HttpAuth")
+        import httpx  # at build time: an import on the event loop would stall it
+
         if timeout <= 0 or retries < 0 or cache_ttl < 0 or negative_ttl < 0 or cache_size < 0:
             raise ValueError("HttpAuth: timeout > 0, retries/cache_ttl/negative_ttl/cache_size >= 0")
         if max_pending < 1:
@@ -296,6 +299,7 @@ class HttpAuth(_Grants):
         self.requests = 0
         self.hits = 0
         self.unavailable = 0
+        self._httpx = httpx
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._key = secrets.token_bytes(32)
@@ -371,8 +375,7 @@ class HttpAuth(_Grants):
 
     async def _post(self, r: AuthRequest) -> tuple[bool | None, Grant | None]:
         """The service's verdict and grant; raises AuthUnavailable (fail-closed)."""
-        import httpx
-
+        httpx = self._httpx
         client = self._client
         if client is None:
             client = self._client = httpx.AsyncClient(
@@ -435,7 +438,12 @@ class JwtAuth(_Grants):
     key; ``jwks_file``: a JWKS (one of the two); ``algorithms``: accepted ``alg`` values;
     ``audience``/``issuer``: required ``aud``/``iss`` when given; ``username_claim``: the claim
     the user name must equal (``sub`` when the token lacks it); ``acl_claim``: the rules;
-    ``superuser_claim``; ``leeway``: seconds of clock skew allowed for ``exp``/``nbf``."""
+    ``superuser_claim``; ``leeway``: seconds of clock skew allowed for ``exp``/``nbf``;
+    ``pool``: a :class:`~broker.auth.CheckPool` to verify on instead of the event loop."""
+
+    async def stop(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
     def __init__(
         self,
@@ -449,9 +457,10 @@ class JwtAuth(_Grants):
         acl_claim: str = "acl",
         superuser_claim: str = "is_superuser",
         leeway: float = 0.0,
+        pool: CheckPool | None = None,
     ) -> None:
         require(Extra.AUTH, "JwtAuth")
-        import jwt
+        import jwt  # at build time: an import on the event loop would stall it
 
         if (key_file is None) == (jwks_file is None):
             raise ValueError("JwtAuth: give exactly one of key_file and jwks_file")
@@ -469,6 +478,9 @@ class JwtAuth(_Grants):
         self.acl_claim = acl_claim
         self.superuser_claim = superuser_claim
         self.leeway = leeway
+        #: threads to verify on (None: on the event loop; see the module docstring)
+        self.pool = pool
+        self._jwt = jwt
         self.key: Any = None
         self.jwks: jwt.PyJWKSet | None = None
         self.failures = 0  # tokens refused (tests)
@@ -483,8 +495,7 @@ class JwtAuth(_Grants):
             self.jwks = jwt.PyJWKSet.from_json(Path(jwks_file).read_text())
 
     def _key_for(self, token: str) -> Any:
-        import jwt
-
+        jwt = self._jwt
         jwks = self.jwks
         if jwks is None:
             return self.key
@@ -500,14 +511,33 @@ class JwtAuth(_Grants):
         raise jwt.InvalidTokenError(f"unknown kid {kid!r}")
 
     def authenticate_request(self, request: AuthRequest) -> AuthVerdict:
-        """Verify the token on the loop (tens of microseconds; see the module docstring)."""
-        import jwt
-
-        password = request.password
-        if password is None:
+        """Verify the token on the loop (tens of microseconds), or with ``pool`` given on its
+        threads (an awaitable; :class:`AuthUnavailable` when the pool is full)."""
+        if request.password is None:
             return None  # no token: no opinion (anonymous rules apply)
+        pool = self.pool
+        if pool is None:
+            return self._decided(request, self._verify(request))
+        return self._offloaded(request, pool.submit(self._verify, request))
+
+    async def _offloaded(self, request: AuthRequest, check: asyncio.Future[Grant | str]) -> bool:
+        return self._decided(request, await check)
+
+    def _decided(self, request: AuthRequest, outcome: Grant | str) -> bool:
+        """Record the outcome on the loop: the client's grant, or the refusal (a reason)."""
+        if isinstance(outcome, str):
+            self.failures += 1
+            log.debug("JWT of %r refused: %s", request.client_id, outcome)
+            self._denied(request.client_id)
+            return False
+        self._granted(request.client_id, outcome)
+        return True
+
+    def _verify(self, request: AuthRequest) -> Grant | str:
+        """The grant of a valid token, or why it is refused; touches no state (thread-safe)."""
+        jwt = self._jwt
         try:
-            token = password.decode("ascii")
+            token = (request.password or b"").decode("ascii")
             claims = jwt.decode(
                 token,
                 self._key_for(token),
@@ -519,19 +549,13 @@ class JwtAuth(_Grants):
             )
             name = claims.get(self.username_claim, claims.get("sub"))
             if name is not None and not isinstance(name, str):
-                raise jwt.InvalidTokenError(f"claim {self.username_claim!r} is not a string")
+                return f"claim {self.username_claim!r} is not a string"
             if request.username is not None and name != request.username:
-                raise jwt.InvalidTokenError("the user name is not the token's")
-            grant = _grant(
-                claims.get(self.superuser_claim), claims.get(self.acl_claim), name, request.client_id
-            )
+                return "the user name is not the token's"
+            acl = claims.get(self.acl_claim)
+            return _grant(claims.get(self.superuser_claim), acl, name, request.client_id)
         except (jwt.InvalidTokenError, UnicodeDecodeError, ValueError) as exc:
-            self.failures += 1
-            log.debug("JWT of %r refused: %s", request.client_id, exc)
-            self._denied(request.client_id)
-            return False
-        self._granted(request.client_id, grant)
-        return True
+            return f"{type(exc).__name__}: {exc}"
 
 
 # ------------------------------------------------------------------ siftmq serve

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from broker import Broker
+from broker.auth import CheckPool
 from broker.authn import JwtAuth
 from broker.packets import ReasonCode
 from tests.rawclient import RawClient
@@ -98,15 +99,18 @@ def test_alg_none_and_unknown_algorithms_are_refused_when_built(tmp_path: Path) 
         JwtAuth(algorithms=["HS256"])
 
 
-async def test_rs256_key_file_and_no_algorithm_confusion(tmp_path: Path) -> None:
+@pytest.mark.parametrize("offload", [False, True])
+async def test_rs256_key_file_and_no_algorithm_confusion(tmp_path: Path, offload: bool) -> None:
     """An RS256 public key file: a token signed with the private key is in; a token HMAC-signed
-    with the public key's PEM as secret (the classic confusion) and an ES256 one are out."""
+    with the public key's PEM as secret (the classic confusion) and an ES256 one are out.
+    The same verdicts with the verification on a CheckPool's threads (``offload``)."""
     private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     (tmp_path / "rs.pem").write_bytes(pem)
-    auth = JwtAuth(tmp_path / "rs.pem", algorithms=["RS256"])
+    pool = CheckPool() if offload else None
+    auth = JwtAuth(tmp_path / "rs.pem", algorithms=["RS256"], pool=pool)
     other = ec.generate_private_key(ec.SECP256R1())
     async with Broker(host="127.0.0.1", port=0, hooks=[auth], sys_interval=0, auth_failures=0) as b:
         assert await login(b.port, jwt.encode(claims(), private, "RS256")) is ReasonCode.SUCCESS
@@ -116,6 +120,8 @@ async def test_rs256_key_file_and_no_algorithm_confusion(tmp_path: Path) -> None
         forged = f"{head}.{body}.{b64(sig)}"
         assert await login(b.port, forged) is ReasonCode.NOT_AUTHORIZED
         assert await login(b.port, jwt.encode(claims(), other, "ES256")) is ReasonCode.NOT_AUTHORIZED
+        assert auth.failures == 2
+        assert pool is None or pool.checks == 3
 
 
 async def test_es256_jwks_by_kid(tmp_path: Path) -> None:
