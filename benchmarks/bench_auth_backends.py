@@ -175,10 +175,25 @@ BROKER = """
 import asyncio, sys
 from broker import Broker
 from broker.authn import HttpAuth
+from broker.hooks import Hooks
+
+class Sleepy(Hooks):  # the peer: the same wait, no HTTP
+    def __init__(self, delay):
+        self.delay = delay
+
+    def authenticate(self, client_id, username, password):
+        return self.answer()
+
+    async def answer(self):
+        await asyncio.sleep(self.delay)
+        return True
 
 async def main():
     timeout, retries = float(sys.argv[2]), int(sys.argv[3])
-    auth = HttpAuth(sys.argv[1], timeout=timeout, retries=retries, cache_ttl=0, negative_ttl=0)
+    if sys.argv[1].startswith("sleep:"):
+        auth = Sleepy(float(sys.argv[1][6:]))
+    else:
+        auth = HttpAuth(sys.argv[1], timeout=timeout, retries=retries, cache_ttl=0, negative_ttl=0)
     async with Broker(host="127.0.0.1", port=0, hooks=[auth], sys_interval=0, auth_failures=0) as b:
         print(b.port, flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -240,7 +255,8 @@ def timeouts(clients: int) -> dict[str, Any]:
     }
 
 
-def pinger(port: int, seconds: float) -> list[float]:
+def pinger(port: int) -> socket.socket:
+    """An MQTT 5 session (connected before the storm: its CONNECT would queue behind it)."""
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.settimeout(60)
@@ -250,6 +266,11 @@ def pinger(port: int, seconds: float) -> list[float]:
     while not got:
         got = dec.feed(s.recv(4096))
     assert isinstance(got[0], Connack) and got[0].reason_code == 0, got
+    return s
+
+
+def pings(s: socket.socket, seconds: float) -> list[float]:
+    """PINGREQ -> PINGRESP round trips (seconds each) for ``seconds``, one at a time."""
     ping = encode(Pingreq(), 5)
     rtts: list[float] = []
     end = time.perf_counter() + seconds
@@ -259,7 +280,6 @@ def pinger(port: int, seconds: float) -> list[float]:
         while len(data) < 2:
             data += s.recv(16)
         rtts.append(time.perf_counter() - t0)
-    s.close()
     return rtts
 
 
@@ -295,10 +315,40 @@ async def storm_main(port: int, rate: float, seconds: float) -> None:
     print(json.dumps({"sent": i, "outcomes": dict(outcomes)}), flush=True)
 
 
+def service_main(delay: float) -> None:
+    """The slow service in its own process (its threads must not share the pinger's GIL)."""
+    with service(delay=delay) as url:
+        print(url, flush=True)
+        sys.stdin.read()
+
+
+@contextmanager
+def service_process(delay: float) -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--service-delay", str(delay)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+
+
 def storm(seconds: float, rate: float, delay: float) -> dict[str, Any]:
+    """HttpAuth against the slow service, then the peer: a hook that waits as long, no HTTP."""
+    with service_process(delay) as url:
+        report = {"HttpAuth, slow service": storm_one(url, seconds, rate, delay)}
+    report["peer: a hook sleeping as long (no HTTP)"] = storm_one(f"sleep:{delay}", seconds, rate, delay)
+    return report
+
+
+def storm_one(url: str, seconds: float, rate: float, delay: float) -> dict[str, Any]:
     out: dict[str, Any] = {"service delay ms": delay * 1e3, "storm CONNECTs/s": rate}
-    with service(delay=delay) as url, broker(url, 5.0, 0) as port:
-        quiet = pinger(port, seconds)
+    with broker(url, 5.0, 0) as port:
+        ping = pinger(port)
+        quiet = pings(ping, seconds)
         out["quiet"] = {"round trips/s": len(quiet) / seconds, **pct(quiet)}
         load = subprocess.Popen(
             [sys.executable, __file__, "--storm-port", str(port), "--rate", str(rate),
@@ -306,7 +356,8 @@ def storm(seconds: float, rate: float, delay: float) -> dict[str, Any]:
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         time.sleep(0.5)  # the storm under way (a benchmark's ramp, not a test's wait)
-        loud = pinger(port, seconds)
+        loud = pings(ping, seconds)
+        ping.close()
         stdout, _ = load.communicate(timeout=120)
         out["storm"] = {"round trips/s": len(loud) / seconds, **pct(loud)}
         out["storm outcomes"] = json.loads(stdout.strip().splitlines()[-1])
@@ -322,16 +373,25 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=200.0)
     ap.add_argument("--delay", type=float, default=0.5)
     ap.add_argument("--storm-port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--service-delay", type=float, default=-1.0, help=argparse.SUPPRESS)
+    ap.add_argument("--only", choices=("decision", "jwt", "timeout", "storm"), default=None)
     args = ap.parse_args()
+    if args.service_delay >= 0:
+        service_main(args.service_delay)
+        return 0
     if args.storm_port:
         asyncio.run(storm_main(args.storm_port, args.rate, args.seconds))
         return 0
     report: dict[str, Any] = {"python": sys.version.split()[0]}
-    report["1. decision from cache (ms)"] = asyncio.run(decision(args.decisions))
-    with tempfile.TemporaryDirectory() as tmp:
-        report["2. JWT verification (ms)"] = asyncio.run(jwt_costs(args.decisions // 4, Path(tmp)))
-    report["3. hanging service"] = timeouts(args.clients)
-    report["4. PINGREQ during a CONNECT storm, slow service"] = storm(args.seconds, args.rate, args.delay)
+    if args.only in (None, "decision"):
+        report["1. decision from cache (ms)"] = asyncio.run(decision(args.decisions))
+    if args.only in (None, "jwt"):
+        with tempfile.TemporaryDirectory() as tmp:
+            report["2. JWT verification (ms)"] = asyncio.run(jwt_costs(args.decisions // 4, Path(tmp)))
+    if args.only in (None, "timeout"):
+        report["3. hanging service"] = timeouts(args.clients)
+    if args.only in (None, "storm"):
+        report["4. PINGREQ during a CONNECT storm, slow service"] = storm(args.seconds, args.rate, args.delay)
     print(json.dumps(report, indent=2))
     return 0
 
