@@ -4,11 +4,15 @@ one line and exit status 2."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import jwt
+import pytest
 
+from broker._extras import MissingExtra
+from broker.authn import HttpAuth
 from tests.security.test_cli_auth import run, serve, try_connect
 
 SECRET = b"a-test-secret-of-64-bytes-length-enough-for-HS512-and-the-rest!!"
@@ -36,3 +40,12 @@ def test_a_bad_auth_value_is_one_line_and_status_2(tmp_path: Path) -> None:
     r = run("serve", "--port", "0", "--no-persistence", "--config", str(conf))
     assert r.returncode == 2
     assert "'none' is refused" in r.stderr
+
+
+def test_without_the_auth_extra_building_a_backend_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpx absent (``sys.modules`` entry None: ``find_spec`` finds nothing): one line naming
+    ``pip install 'siftmq[auth]'``, an ImportError."""
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    with pytest.raises(MissingExtra, match=r"HttpAuth needs the 'auth' extra \(httpx is not installed\): "
+                       r"pip install 'siftmq\[auth\]'"):  # fmt: skip
+        HttpAuth("http://127.0.0.1:1/auth")
