@@ -40,6 +40,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -203,7 +205,7 @@ asyncio.run(main())
 
 
 @contextmanager
-def broker(url: str, timeout: float, retries: int) -> Iterator[int]:
+def broker(url: str, timeout: float, retries: int) -> Iterator[tuple[int, psutil.Process]]:
     proc = subprocess.Popen(
         [sys.executable, "-c", BROKER, url, str(timeout), str(retries)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -211,7 +213,7 @@ def broker(url: str, timeout: float, retries: int) -> Iterator[int]:
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     try:
-        yield int(proc.stdout.readline())
+        yield int(proc.stdout.readline()), psutil.Process(proc.pid)
     finally:
         proc.stdin.close()
         try:
@@ -237,7 +239,7 @@ def connack_time(port: int, client_id: str) -> tuple[float, int]:
 
 def timeouts(clients: int) -> dict[str, Any]:
     timeout = 1.0
-    with service(hang=threading.Event()) as url, broker(url, timeout, 3) as port:
+    with service(hang=threading.Event()) as url, broker(url, timeout, 3) as (port, _):
         results: list[tuple[float, int]] = []
         threads = [
             threading.Thread(target=lambda i=i: results.append(connack_time(port, f"t-{i}")))
@@ -346,9 +348,11 @@ def storm(seconds: float, rate: float, delay: float) -> dict[str, Any]:
 
 def storm_one(url: str, seconds: float, rate: float, delay: float) -> dict[str, Any]:
     out: dict[str, Any] = {"service delay ms": delay * 1e3, "storm CONNECTs/s": rate}
-    with broker(url, 5.0, 0) as port:
+    with broker(url, 5.0, 1) as (port, ps):
         ping = pinger(port)
+        cpu0 = sum(ps.cpu_times()[:2])
         quiet = pings(ping, seconds)
+        cpu1 = sum(ps.cpu_times()[:2])
         out["quiet"] = {"round trips/s": len(quiet) / seconds, **pct(quiet)}
         load = subprocess.Popen(
             [sys.executable, __file__, "--storm-port", str(port), "--rate", str(rate),
@@ -356,10 +360,16 @@ def storm_one(url: str, seconds: float, rate: float, delay: float) -> dict[str, 
             stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         time.sleep(0.5)  # the storm under way (a benchmark's ramp, not a test's wait)
+        cpu2 = sum(ps.cpu_times()[:2])
         loud = pings(ping, seconds)
+        cpu3 = sum(ps.cpu_times()[:2])
         ping.close()
         stdout, _ = load.communicate(timeout=120)
         out["storm"] = {"round trips/s": len(loud) / seconds, **pct(loud)}
+        out["broker CPU % of a core"] = {
+            "quiet": 100 * (cpu1 - cpu0) / seconds,
+            "storm": 100 * (cpu3 - cpu2) / seconds,
+        }
         out["storm outcomes"] = json.loads(stdout.strip().splitlines()[-1])
     out["p99 ratio storm/quiet"] = out["storm"]["p99"] / out["quiet"]["p99"]
     return out

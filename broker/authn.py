@@ -104,6 +104,9 @@ SERVE_KEY_HELP: dict[str, str] = {
 }
 SERVE_KEYS = frozenset(SERVE_KEY_HELP)
 
+#: seconds between two log lines of an unavailable auth service
+LOG_EVERY = 10.0
+
 #: pending (authenticated, not yet connected) grants kept at most (LRU)
 _PENDING_LIMIT = 10_000
 
@@ -299,6 +302,7 @@ class HttpAuth(_Grants):
         self.requests = 0
         self.hits = 0
         self.unavailable = 0
+        self._logged_at = -LOG_EVERY
         self._httpx = httpx
         self._transport = transport
         #: built now, not at the first CONNECT: it loads the CA bundle (about 0.1 s of CPU)
@@ -340,8 +344,15 @@ class HttpAuth(_Grants):
         if self.pending >= self.max_pending:
             self.unavailable += 1
             raise AuthUnavailable(f"{self.pending} HTTP auth requests pending")
+        # a task of its own, counted until it is done whatever happens to it (even cancelled
+        # before it ran: a coroutine closed unstarted would never run a ``finally``)
+        task = asyncio.get_running_loop().create_task(self._ask(request, key))
         self.pending += 1
-        return self._ask(request, key)
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, _task: object) -> None:
+        self.pending -= 1
 
     def _remember(self, client_id: str, verdict: bool | None, grant: Grant | None) -> None:
         if verdict is True and grant is not None:
@@ -350,10 +361,7 @@ class HttpAuth(_Grants):
             self._denied(client_id)
 
     async def _ask(self, r: AuthRequest, key: bytes) -> bool | None:
-        try:
-            verdict, grant = await self._post(r)
-        finally:
-            self.pending -= 1
+        verdict, grant = await self._post(r)
         ttl = self.cache_ttl if verdict else self.negative_ttl
         if ttl > 0 and self.cache_size > 0:
             cache = self._cache
@@ -407,11 +415,21 @@ class HttpAuth(_Grants):
                         continue
                     return self._verdict(r, resp.status_code, resp.content)
         except TimeoutError as exc:
-            self.unavailable += 1
-            raise AuthUnavailable(f"auth service {self.url}: no answer within {self.timeout:g} s") from exc
-        except AuthUnavailable:
-            self.unavailable += 1
+            why = AuthUnavailable(f"auth service {self.url}: no answer within {self.timeout:g} s")
+            self._down(why)
+            raise why from exc
+        except AuthUnavailable as why:
+            self._down(why)
             raise
+
+    def _down(self, why: AuthUnavailable) -> None:
+        """Count an unavailable answer; log why at most once per ``LOG_EVERY`` seconds."""
+        self.unavailable += 1
+        now = time.monotonic()
+        if now >= self._logged_at + LOG_EVERY:
+            self._logged_at = now
+            log.warning("%s (%d refused 0x88 so far; next such line in %g s at the earliest)",
+                        why, self.unavailable, LOG_EVERY)  # fmt: skip
 
     def _verdict(self, r: AuthRequest, status: int, content: bytes) -> tuple[bool | None, Grant | None]:
         if status >= 300:
