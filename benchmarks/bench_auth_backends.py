@@ -318,10 +318,35 @@ async def storm_main(port: int, rate: float, seconds: float) -> None:
 
 
 def service_main(delay: float) -> None:
-    """The slow service in its own process (its threads must not share the pinger's GIL)."""
-    with service(delay=delay) as url:
-        print(url, flush=True)
-        sys.stdin.read()
+    """The slow service in its own process: asyncio, HTTP/1.1 keep-alive, each answer after
+    ``delay`` s (an ``asyncio.sleep``: thousands wait at once without a thread each)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                await asyncio.sleep(delay)
+                body = b'{"result": "allow"}'
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+                )
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
+        print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/auth", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+    asyncio.run(main())
 
 
 @contextmanager
