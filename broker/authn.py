@@ -220,6 +220,9 @@ class _Grants(Hooks):
         if grant is not None:
             self._grants[client_id] = grant
             self._connected[client_id] = self._connected.get(client_id, 0) + 1
+        else:  # another hook let this client in: an older connection's grant is not its own
+            self._grants.pop(client_id, None)
+            self._connected.pop(client_id, None)
 
     def on_disconnect(self, client_id: str, reason: str) -> None:
         n = self._connected.get(client_id)

@@ -191,3 +191,37 @@ async def test_superuser_may_do_anything() -> None:
                 assert (await c.subscribe("#")).reason_codes == (ReasonCode.GRANTED_QOS_1,)
             finally:
                 await c.close()
+
+
+async def test_rules_follow_the_connection_through_a_takeover() -> None:
+    """A client id taken over by a connection with other rules gets the new rules (the old
+    connection's disconnect comes after and must not drop them); one let in by another hook
+    gets none of the service's."""
+    from broker.hooks import Hooks
+
+    class Local(Hooks):
+        def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
+            return True if username == "local" else None
+
+    with auth_service() as svc:
+        auth = HttpAuth(svc.url, cache_ttl=0, negative_ttl=0)
+        async with Broker(host="127.0.0.1", port=0, hooks=[Local(), auth], sys_interval=0) as b:
+            svc.answer = (200, {"result": "allow", "acl": [{"action": "publish", "topic": "a/#"}]})
+            first, ack = await RawClient.connect(b.port, "dev", username="u1", password=b"p")
+            assert ack.reason_code is ReasonCode.SUCCESS
+            svc.answer = (200, {"result": "allow", "acl": [{"action": "publish", "topic": "b/#"}]})
+            second, ack = await RawClient.connect(b.port, "dev", username="u2", password=b"p")
+            try:
+                assert ack.reason_code is ReasonCode.SUCCESS
+                await first.closed()  # taken over
+                assert (await second.publish1("b/x")).reason_code in ACCEPTED
+                assert (await second.publish1("a/x")).reason_code is ReasonCode.NOT_AUTHORIZED
+            finally:
+                await second.close()
+            await eventually(lambda: "dev" not in auth._grants)  # gone with its connection
+            third, ack = await RawClient.connect(b.port, "dev", username="local")
+            try:
+                assert ack.reason_code is ReasonCode.SUCCESS
+                assert (await third.publish1("a/x")).reason_code in ACCEPTED  # no rules of ours
+            finally:
+                await third.close()
