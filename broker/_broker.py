@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import topics
 from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
+from broker._logging import fields
+from broker._reload import ReloadCounters, ReloadResult, reload_broker
 from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
@@ -213,6 +215,11 @@ class Broker:
         #: authenticate hooks' awaitables being awaited (core/_connect.py: the CONNECT is held)
         self._checks: set[asyncio.Task[None]] = set()
         self.core.await_check = self._await_check
+        #: reloads done / failed (``Broker.reload``; ``$SYS/broker/reloads/``)
+        self.reload_counters = ReloadCounters()
+        self._reloading = asyncio.Lock()
+        self.core.sys_sources.append(self.reload_counters.sys_values)
+        self.core.metric_sources.append(self.reload_counters.metric_values)
         for h in self.hooks:
             h.attach(self)
 
@@ -269,6 +276,10 @@ class Broker:
             await h.start()
         if self.config.store_path is not None:
             await self._open_store(self.config.store_path)
+        if self.config.store_path is not None or self.config.bans_file is not None:
+            from broker._admin import load_bans
+
+            await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:
             self._listeners = await open_listeners(self.core, self._open)
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
@@ -277,8 +288,11 @@ class Broker:
         if self.config.metrics_listen is not None:
             try:
                 await self._start_http(self.config.metrics_listen)
-            except BaseException:
+            except BaseException as exc:
                 await self.stop()
+                if isinstance(exc, OSError):  # say which listener: not the MQTT one
+                    where = f"metrics listener {self.config.metrics_listen}"
+                    raise OSError(exc.errno, exc.strerror or str(exc), where) from exc
                 raise
         _log_capacity(self.config.max_connections)
         self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
@@ -296,6 +310,15 @@ class Broker:
         )
         self._extra.append(opened)
         return opened.port
+
+    async def reload(self, config: BrokerConfig | None = None) -> ReloadResult:
+        """Re-read the password and ACL files (``FileAuth`` hooks) and the TLS files of the
+        listeners, and apply the live fields of ``config`` (``broker._reload.LIVE_FIELDS``;
+        other changed fields are reported as needing a restart), all or nothing: a file that
+        does not parse keeps every old setting and is named in the result and in one error
+        line. Open connections stay. One reload at a time (docs/operations.md, "Reload")."""
+        async with self._reloading:
+            return await reload_broker(self, config)
 
     async def _start_http(self, listen: str) -> None:
         """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
@@ -398,7 +421,7 @@ class Broker:
                 gone = await asyncio.to_thread(store.sweep, core.clock.wall() - SWEEP_INTERVAL)
             except Exception:
                 if not store.failed:  # a failed store has logged its cause and retries
-                    log.exception("store sweep failed")
+                    log.exception("store sweep failed", extra=fields("store.sweep_failed"))
                 continue
             now = self.core.clock.monotonic()
             for rec in gone:
@@ -485,7 +508,7 @@ class Broker:
                 await h.stop()
             except Exception:
                 log.exception("hook %s.stop failed", type(h).__name__)
-        log.info("stopped")
+        log.info("stopped", extra=fields("broker.stopped"))
 
     async def _send_owed(self) -> None:
         """Graceful stop, before the connections close: nothing more is read from them, and

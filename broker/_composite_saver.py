@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker._files import open_private
+from broker._logging import fields
 from broker.durability._records import StoreError
 
 if TYPE_CHECKING:
@@ -135,7 +136,9 @@ class CompositeSaver:
         try:
             n = comps.load(raw, rows, keep)
         except (ValueError, KeyError, TypeError, IndexError):
-            log.exception("composite snapshot %s and journal not restored", self.path)
+            log.exception(
+                "composite snapshot %s and journal not restored", self.path, extra=fields("store.failed")
+            )
             if raw is not None:
                 await asyncio.to_thread(os.replace, self.path, self.path + ".bad")
             comps.log.seq = max((int(r[0]) for r in rows), default=0)
@@ -196,7 +199,7 @@ class CompositeSaver:
             await asyncio.to_thread(_install, tmp, self.path)
             self.store.composite_trim(seq)
         except (OSError, StoreError):
-            log.exception("composite snapshot %s not written", self.path)
+            log.exception("composite snapshot %s not written", self.path, extra=fields("store.failed"))
             return False
         log_.rows -= rows
         self.snapshots += 1

@@ -628,13 +628,13 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
         algorithms = options.get("auth_jwt_algorithms", ["HS256"])
         if isinstance(algorithms, str):
             algorithms = [algorithms]
-        if not isinstance(algorithms, list) or not all(isinstance(a, str) for a in algorithms):
+        if not isinstance(algorithms, list | tuple) or not all(isinstance(a, str) for a in algorithms):
             raise ValueError("[serve] auth_jwt_algorithms must be a list of names")
         hooks.append(
             JwtAuth(
                 key_file,
                 jwks_file,
-                algorithms=algorithms,
+                algorithms=list(algorithms),
                 audience=text("auth_jwt_audience"),
                 issuer=text("auth_jwt_issuer"),
                 username_claim=text("auth_jwt_username_claim") or "username",

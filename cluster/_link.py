@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from broker._logging import address, fields
 from broker.packets import (
     NO_PROPERTIES,
     Connack,
@@ -234,8 +235,20 @@ class PeerLink:
                 self.last_error = f"{type(exc).__name__}: {exc}"
             except _Refused as exc:
                 self.last_error = str(exc)
-                log.warning("cluster link to %s refused: %s", self.peer[:8], exc)
+                log.warning(
+                    "cluster link to %s refused: %s",
+                    self.peer[:8],
+                    exc,
+                    extra=fields("cluster.link_refused", address=self._where(), reason=str(exc)),
+                )
             finally:
+                if self.connected and not self._closing:
+                    log.info(
+                        "cluster link to %s down: %s",
+                        self.peer[:8],
+                        self.last_error or "closed",
+                        extra=fields("cluster.link_down", address=self._where(), reason=self.last_error),
+                    )
                 self.connected = False
                 self.up.clear()
             if self._closing:
@@ -246,6 +259,10 @@ class PeerLink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
             delay = min(delay * 2, 2.0)
+
+    def _where(self) -> str:
+        """The peer node's id and address, for the log's ``address`` field."""
+        return f"{self.peer[:8]}@{address(tuple(self.address))}"
 
     async def _session(self) -> None:
         """One connection: the MQTT session over a protocol whose ``data_received`` decodes,
@@ -308,7 +325,12 @@ class PeerLink:
         )
         self._subscribe(transport, [f"$cluster/ctl/{self.client_id[9:]}"], CTL_ID, 0)
         self.up.set()
-        log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
+        log.info(
+            "cluster link to %s up (%s:%d)",
+            self.peer[:8],
+            *self.address,
+            extra=fields("cluster.link_up", address=self._where()),
+        )
         self.on_up(self.peer)
         ping = asyncio.create_task(self._pinger(transport))
         try:

@@ -81,6 +81,17 @@ class LoginBackoff:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def retune(self, failures: int, window: float, base: float, cap: float) -> None:
+        """New parameters (a reload: ``broker._reload``), keeping every address's state: a
+        back-off running now runs to its end; counts at or above a lowered ``failures`` are
+        cut to one below it, so the next failure starts a back-off. O(addresses)."""
+        if failures < 0 or window <= 0 or base <= 0 or cap < base:
+            raise ValueError("login back-off: failures >= 0, window > 0, 0 < base <= cap")
+        self.failures, self.window, self.base, self.cap = failures, window, base, cap
+        top = max(failures, 1) - 1
+        for entry in self._entries.values():
+            entry.failures = min(entry.failures, top)
+
     def _check(self) -> None:
         assert len(self._entries) <= self.addresses
         for entry in self._entries.values():

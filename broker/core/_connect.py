@@ -25,6 +25,10 @@ Authentication (issue 37, docs/security.md) runs in three steps from :func:`on_c
    keeps only authenticated names (a restored session keeps its rights).
 
 Cost: O(hooks) per CONNECT; the back-off is one dict probe per CONNECT with credentials.
+
+Also the log lines of a client's connection (``client.connected``,
+``client.disconnected``, ``client.refused``: events of ``--log-format json``,
+:mod:`broker._logging`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import topics
+from broker._logging import address, fields
 from broker.core._backoff import address_of
+from broker.core._bans import ban_refusal
 from broker.core._connrare import NO_PACKETS
 from broker.core._session import ConnectionState
 from broker.hooks import AuthRequest, AuthUnavailable, Hooks
@@ -46,9 +52,48 @@ from broker.packets import Connack, Connect, Packet, ReasonCode
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["auth_request", "authenticate", "connect_refusal", "hold_connack", "negotiate", "on_connect"]
+__all__ = [
+    "auth_request",
+    "authenticate",
+    "connect_refusal",
+    "hold_connack",
+    "log_client",
+    "log_refusal",
+    "negotiate",
+    "on_connect",
+]
 
 log = logging.getLogger("broker")
+
+
+def log_client(conn: Connection, event: str, client_id: str, what: str, reason: str | None) -> None:
+    """A client connected or disconnected: one DEBUG line with its ``event``, id, address and
+    ``reason`` (``--log-format json``, :mod:`broker._logging`); nothing below DEBUG. O(1).
+    At DEBUG a connected client's address is kept (``fixed_peer``): a closed socket has none."""
+    if log.isEnabledFor(logging.DEBUG):
+        peer = conn.peer
+        if conn.fixed_peer is None and peer:
+            conn.fixed_peer = peer
+        where = address(peer)
+        tail = "" if reason is None else f": {reason}"
+        log.debug(
+            "client %s %s (%s)%s", client_id, what, where, tail, extra=fields(event, client_id, where, reason)
+        )
+
+
+def log_refusal(  # noqa: PLR0917 (a log site's fields)
+    conn: Connection,
+    kind: str,
+    event: str,
+    client_id: str | None,
+    what: str,
+    reason: str,
+    level: int = logging.INFO,
+) -> None:
+    """Bad input or a refused CONNECT of ``conn``: at most one line per ``kind`` every 10 s
+    (``Core.log_limit``) with its ``event`` and fields. O(1)."""
+    where = address(conn.peer)
+    conn.core.log_limit(kind, client_id, f"({where}) {what}", level, event, where, reason)
 
 
 def on_connect(conn: Connection, p: Packet, now: float) -> None:
@@ -75,7 +120,7 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
     client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
     refusal = connect_refusal(conn, p, now)
     if refusal is not None:
-        conn._refuse(*refusal)
+        conn._refuse(refusal[0], refusal[1], p.client_id)
         return
     authenticate(conn, p, client_id, now)
 
@@ -83,7 +128,8 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
 def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCode, str] | None:
     """Why a CONNECT is refused before any authenticate hook is asked (reason code, reason),
     or None (in the order of the checks of MQTT 5 section 3.1.4: protocol, client id,
-    authentication method; then the back-off of the client's address)."""
+    authentication method; then the bans, ``core/_bans.py``, and the back-off of the client's
+    address)."""
     core = conn.core
     v = p.protocol_level
     if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
@@ -94,6 +140,8 @@ def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCod
         return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id"
     if v == 5 and p.properties.authentication_method is not None:
         return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+    if (banned := ban_refusal(conn, p)) is not None:  # bans: broker/core/_bans.py, docs/admin.md
+        return banned
     if (p.username is not None or p.password is not None) and core.login_backoff.failures:
         peer = conn.peer
         left = core.login_backoff.blocked(address_of(peer), now)
@@ -271,7 +319,7 @@ class _Login:
             conn.resume()  # the packets read after the CONNECT, in order; then read again
 
     def refuse(self, code: ReasonCode, reason: str) -> None:
-        self.conn._refuse(code, reason)
+        self.conn._refuse(code, reason, self.connect.client_id)
 
     def unavailable(self, hook: str) -> None:
         """A hook cannot decide now (saturated, its service down): 0x88 / 3.1.1 return code 3."""
@@ -315,9 +363,11 @@ class _Login:
                 self.client_id,
                 f"({peer}) {core.login_backoff.failures} failed logins: CONNECTs with credentials "
                 f"from its address refused unchecked for {period:g} s",
+                logging.WARNING,
+                "auth.backoff",
+                address(peer),
             )
-        else:
-            core.log_limit("auth_failure", self.client_id, f"({peer}) login failed", logging.INFO)
+        # the refusal itself is logged by Connection._refuse (client.refused, rate-limited)
 
 
 def _will_refusal(

@@ -31,7 +31,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
-from broker.core._connect import hold_connack, negotiate, on_connect
+from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._message import Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
@@ -500,7 +500,7 @@ class Connection(RareFields):
     def malformed(self, exc: MalformedPacket) -> None:
         """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
         self.core.stats.malformed += 1
-        self.core.log_limit("malformed", self.client_id, f"({self.peer}) {exc}", logging.INFO)
+        log_refusal(self, "malformed", "client.malformed", self.client_id, str(exc), str(exc))
         if (
             self.state is ConnectionState.AWAIT_CONNECT
             and exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
@@ -542,9 +542,11 @@ class Connection(RareFields):
                 self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unexpected {type(p).__name__}")
 
     # ------------------------------------------------------------ CONNECT
-    def _refuse(self, code: ReasonCode, reason: str) -> None:
+    def _refuse(self, code: ReasonCode, reason: str, client_id: str | None = None) -> None:
         self.send(Connack(False, code, self._reason(reason)))
         self.close(f"CONNECT refused: {reason}")
+        what = f"CONNECT refused: {reason} ({code.name})"  # one line per 10 s (bad passwords)
+        log_refusal(self, "connect_refused", "client.refused", client_id, what, reason)
 
     def accept(self, p: Connect, client_id: str, authenticated: bool, now: float) -> None:
         """An authenticated CONNECT: the session attached, the limits of both sides
@@ -598,7 +600,7 @@ class Connection(RareFields):
             core.journal.hold(self, connack)
         else:
             self.send(connack)
-        log.debug("client %s connected (v%d, %s)", client_id, v, self.peer)
+        log_client(self, "client.connected", client_id, f"connected (v{v})", None)
         if core.obs.connect:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
@@ -772,7 +774,8 @@ class Connection(RareFields):
 
     def _violation(self, what: str) -> None:
         """An ack that does not fit its packet id's flow [MQTT-4.8.0-1]: 0x82, close (logged)."""
-        self.core.log_limit("protocol_violation", self.client_id, what)
+        w = logging.WARNING
+        log_refusal(self, "protocol_violation", "client.protocol_violation", self.client_id, what, what, w)
         self.disconnect(ReasonCode.PROTOCOL_ERROR, what)
 
     def _on_puback(self, p: Puback, now: float) -> None:
@@ -866,6 +869,8 @@ class Connection(RareFields):
                         core.pending_wills.add(s)
             else:
                 core.detach(s, self.will_on_close, now)
+        if was_connected and s is not None:
+            log_client(self, "client.disconnected", s.client_id, "disconnected", self.close_reason)
         if was_connected and core.obs.disconnect and s is not None:
             core._call(core.obs.disconnect, "on_disconnect", s.client_id, self.close_reason)
         if self.outbox or self.close_requested:

@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING
 import content
 import topics
 from broker._config import BrokerConfig
+from broker._logging import fields
 from broker.core._backoff import LoginBackoff
+from broker.core._bans import BanList
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
@@ -52,6 +54,8 @@ __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+#: the ``extra`` of a failed hook's log line (``--log-format json``: broker._logging)
+_HOOK_FAILED = fields("hook.failed")
 #: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
 TICK_SLACK = 0.001
 
@@ -102,6 +106,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        #: bans checked at CONNECT (broker/core/_bans.py; edited by the admin API)
+        self.bans = BanList()
         #: this broker's node id in a cluster (set by the cluster; the bridge records it)
         self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
@@ -162,7 +168,7 @@ class Core:
                 getattr(h, name)(*args)
             except Exception:
                 self.stats.hook_errors += 1
-                log.exception("hook %s.%s failed", type(h).__name__, name)
+                log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
 
     def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
         for h in hooks:
@@ -170,7 +176,7 @@ class Core:
                 answer = getattr(h, name)(*args)
             except Exception:
                 self.stats.hook_errors += 1
-                log.exception("hook %s.%s failed", type(h).__name__, name)
+                log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
                 return False
             if answer is not None:
                 return bool(answer)
@@ -345,10 +351,15 @@ class Core:
         )
 
     # ------------------------------------------------------------ publish / deliver
-    def publish(self, msg: Message, now: float, routes: list[Route] | None = None) -> int:
+    def publish(
+        self, msg: Message, now: float, routes: list[Route] | None = None, internal: bool = False
+    ) -> int:
         """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
 
-        ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
+        ``routes``: the router's answer computed beforehand (``Router.route_batch``).
+        ``internal``: the broker's own publication (``$SYS``, a cluster's control messages),
+        counted in ``Stats.messages_internal``, not in ``messages_received`` (the clients'
+        traffic, issue 38).  O(routes)."""
         router = self.router
         if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
             router.store_retained(msg)
@@ -379,7 +390,10 @@ class Core:
                 if atoms is None:
                     atoms = []
                 atoms.extend(r.subscription_ids)
-        self.stats.messages_received += 1
+        if internal:
+            self.stats.messages_internal += 1
+        else:
+            self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
         if obs.recording:
             obs.end(self.clock.wall(), msg, n, outer_msg, outer_fan, outer_call, self.stats)
@@ -640,6 +654,7 @@ class Core:
             "$SYS/broker/clients/connected": str(self.connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/messages/received": str(st.messages_received),
+            "$SYS/broker/messages/internal": str(st.messages_internal),
             "$SYS/broker/messages/sent": str(st.messages_sent),
             "$SYS/broker/messages/dropped": str(st.publish_dropped),
             "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
@@ -691,9 +706,19 @@ class Core:
             st.refused_subscription_quota += 1
             self.log_limit(limit, client_id, "max_subscriptions_per_client reached")
 
-    def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
+    def log_limit(  # noqa: PLR0917 (a log site's fields)
+        self,
+        kind: str,
+        client_id: str | None,
+        what: str,
+        level: int = logging.WARNING,
+        event: str | None = None,
+        address: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
-        flood under abuse); the ``$SYS`` counters count every refusal."""
+        flood under abuse); the ``$SYS`` counters count every refusal.  The record's ``event``
+        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  O(1)."""
         now = self.clock.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
@@ -705,11 +730,13 @@ class Core:
                 what,
                 kind,
                 LIMIT_LOG_INTERVAL,
+                extra=fields(event or "limit." + kind, client_id, address, reason or kind),
             )
 
     def publish_sys(self, now: float) -> None:
         for topic, value in self.sys_values(now).items():
-            self.publish(Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now), now)
+            msg = Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now)
+            self.publish(msg, now, None, True)
         st = self.stats
         if st.publish_dropped or st.queue_overflow:
             log.info(

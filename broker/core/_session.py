@@ -238,8 +238,9 @@ _NO_SELECTORS: Final[dict[str, str]] = {}
 class Stats:
     """Broker counters (published under ``$SYS/broker/``)."""
 
-    messages_received: int = 0
+    messages_received: int = 0  # PUBLISHes of clients (and their wills, Broker.publish, peers' copies)
     messages_sent: int = 0
+    messages_internal: int = 0  # the broker's own: $SYS rounds, cluster control (not received)
     publish_dropped: int = 0  # QoS 0 dropped for slow consumers / oversize / expiry
     queue_overflow: int = 0  # QoS 1/2 dropped or clients disconnected for a full queue
     bytes_received: int = 0

@@ -37,6 +37,7 @@ import struct
 import termios
 from typing import Any, cast
 
+from broker._logging import address
 from broker.core._connection import Connection
 from broker.core._core import Core
 from broker.net._admission import ListenerPolicy, Refusal
@@ -322,7 +323,15 @@ class MQTTProtocol(asyncio.Protocol):
         props = Properties(reason_string=refusal.text) if v == 5 else NO_PROPERTIES
         conn.send(Connack(False, code, props))
         conn.close(f"CONNECT refused: {refusal.text}")
-        log.info("connection %s (%s): CONNECT refused: %s", first.client_id, conn.peer, refusal.text)
+        self.core.log_limit(  # rate-limited, as the core's refusals (one line per 10 s)
+            "connect_refused",
+            first.client_id,
+            f"({conn.peer}) CONNECT refused: {refusal.text} ({code.name})",
+            logging.INFO,
+            "client.refused",
+            address(conn.peer),
+            refusal.text,
+        )
         return True
 
     def _reading(self) -> None:
