@@ -93,3 +93,27 @@ def test_auth_request_is_frozen(tmp_path: Path) -> None:
     r = AuthRequest("c", None, None, None, None, "", None, 5)
     with pytest.raises(AttributeError):
         r.username = "x"  # type: ignore[misc]
+
+
+async def test_http_auth_sends_the_certificate_subject(certs: Certs) -> None:
+    """HttpAuth's body carries what the TLS listener verified: the subject and its CN."""
+    from broker.authn import HttpAuth
+    from tests.auth.authservice import auth_service
+
+    tls = Listener(
+        "tcp", "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key),
+        cafile=str(certs.ca), require_client_cert=True,
+    )  # fmt: skip
+    with auth_service() as svc:
+        cfg = BrokerConfig(listeners=(tls,), sys_interval=0)
+        async with Broker(config=cfg, hooks=[HttpAuth(svc.url)]) as b:
+            port = b.port
+            ctx = certs.client_context(with_cert=True)
+            async with aiomqtt.Client(
+                "127.0.0.1", b.port, identifier="tls-2", protocol=aiomqtt.ProtocolVersion.V311,
+                tls_context=ctx, username="alice", password="pw",
+            ):  # fmt: skip
+                pass
+        (body,) = svc.bodies
+        assert (body["cert_subject"], body["cert_common_name"]) == ("CN=alice", "alice")
+        assert (body["listener_port"], body["protocol"], body["clientid"]) == (port, 4, "tls-2")
