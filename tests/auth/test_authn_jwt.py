@@ -171,3 +171,24 @@ async def test_claims_become_the_clients_rules(tmp_path: Path, acl: object) -> N
         # a token whose acl claim is malformed is refused, not half-applied
         bad = jwt.encode(claims(acl="everything"), SECRET, "HS256")
         assert await login(b.port, bad) is ReasonCode.NOT_AUTHORIZED
+
+
+async def test_superuser_claim_sub_as_the_name_and_leeway(tmp_path: Path) -> None:
+    """``is_superuser`` allows everything despite a narrow ``acl``; without a ``username``
+    claim ``sub`` is the name; ``leeway`` accepts a token expired a moment ago, not longer."""
+    auth = JwtAuth(hs_key(tmp_path), leeway=30)
+    now = int(time.time())
+    root = hs({"sub": "root", "exp": now + 600, "is_superuser": True, "acl": {"pub": ["x"]}})
+    async with Broker(host="127.0.0.1", port=0, hooks=[auth], sys_interval=0, auth_failures=0) as b:
+        c, ack = await RawClient.connect(b.port, "c1", username="root", password=root.encode())
+        try:
+            assert ack.reason_code is ReasonCode.SUCCESS
+            assert (await c.publish1("any/topic")).reason_code in ACCEPTED
+            assert (await c.subscribe("#")).reason_codes == (ReasonCode.GRANTED_QOS_1,)
+        finally:
+            await c.close()
+        assert (
+            await login(b.port, hs({"sub": "root", "exp": now + 600}), "alice") is ReasonCode.NOT_AUTHORIZED
+        )
+        assert await login(b.port, hs(claims(exp=now - 10))) is ReasonCode.SUCCESS  # within the leeway
+        assert await login(b.port, hs(claims(exp=now - 120))) is ReasonCode.NOT_AUTHORIZED
