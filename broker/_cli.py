@@ -9,7 +9,8 @@ so the broker never imports them.
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
 ``data_dir``, ``log_level``, ``log_format`` (``text`` or ``json``: ``broker._logging``),
-``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
+``persistence``, ``password_file``, ``acl_file``, the ``auth_http_*``/``auth_jwt_*`` keys
+of :mod:`broker.authn`, and the keys of plugins, e.g. the
 bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  SIGHUP (``siftmq reload``, ``broker._reload``) re-reads the password,
@@ -65,6 +66,7 @@ from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
 from broker._logging import HeldRecords, LogFormat
 from broker._logging import configure as configure_logging
+from broker.authn import hooks_from_serve_options
 from broker.plugins import Plugin, ServeContext, Subparsers, load_plugins
 
 if TYPE_CHECKING:
@@ -375,6 +377,7 @@ def _serve(args: argparse.Namespace) -> int:
         acl_file = args.acl_file or serve_opts.get("acl_file")
         _check_files(cfg, password_file=password_file, acl_file=acl_file)
         auth = _file_auth(password_file, acl_file)
+        backends = hooks_from_serve_options(serve_opts)  # auth_http_* / auth_jwt_* (broker.authn)
         level = SERVE_OPTIONS["log_level"].parse(
             "--log-level", args.log_level or serve_opts.get("log_level") or "INFO"
         )
@@ -403,7 +406,8 @@ def _serve(args: argparse.Namespace) -> int:
         args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
     )
     _raise_descriptors()
-    if auth is not None:  # after the plugins': the cluster authenticates its own links
+    hooks.extend(backends)  # after the plugins': the cluster authenticates its own links
+    if auth is not None:
         hooks.append(auth)
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
@@ -412,7 +416,7 @@ def _serve(args: argparse.Namespace) -> int:
     reconfigure = _reconfigure(args, changes)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, hooks, auth is not None, pid_file, reconfigure)))
+        return int(run(_run(cfg, hooks, auth is not None or bool(backends), pid_file, reconfigure)))
     except KeyboardInterrupt:
         return 0
 

@@ -617,6 +617,22 @@ SERVE_OPTIONS: Mapping[str, Option] = {
     "persistence": Option(Kind.BOOL),
     "password_file": Option(Kind.PATH),
     "acl_file": Option(Kind.PATH),
+    # the HTTP and JWT auth backends (broker.authn; meanings in authn.SERVE_KEY_HELP)
+    "auth_http_url": Option(Kind.STR),
+    "auth_http_timeout": Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds"),
+    "auth_http_retries": Option(Kind.INT, lo=0, hi=10),
+    "auth_http_cache_ttl": Option(Kind.FLOAT, lo=0, unit="seconds"),
+    "auth_http_negative_ttl": Option(Kind.FLOAT, lo=0, unit="seconds"),
+    "auth_http_cache_size": Option(Kind.INT, lo=0),
+    "auth_http_headers": Option(Kind.ANY),
+    "auth_jwt_key_file": Option(Kind.PATH),
+    "auth_jwt_jwks_file": Option(Kind.PATH),
+    "auth_jwt_algorithms": Option(Kind.STRS),
+    "auth_jwt_audience": Option(Kind.STR),
+    "auth_jwt_issuer": Option(Kind.STR),
+    "auth_jwt_username_claim": Option(Kind.STR),
+    "auth_jwt_acl_claim": Option(Kind.STR),
+    "auth_jwt_leeway": Option(Kind.FLOAT, lo=0, unit="seconds"),
 }
 
 

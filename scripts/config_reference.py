@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from broker import _cli  # noqa: E402
+from broker import _cli, authn  # noqa: E402
 from broker._config import BrokerConfig, Listener, option_of  # noqa: E402
 
 TARGET = ROOT / "docs" / "config-reference.md"
@@ -154,7 +154,7 @@ def generate() -> str:
     schema = _cli.serve_schema(plugins)
     owners: dict[str, str] = dict.fromkeys(_cli._SERVE_KEYS, "")
     #: the meaning of keys that have no flag, from the plugin (``serve_key_help``, optional)
-    toml_only: dict[str, str] = {}
+    toml_only: dict[str, str] = dict(authn.SERVE_KEY_HELP)
     for plugin in plugins:
         owners.update(dict.fromkeys(plugin.serve_keys, plugin.name))
         toml_only.update(getattr(plugin, "serve_key_help", {}))
