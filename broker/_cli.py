@@ -123,6 +123,8 @@ _OPTIONS: list[tuple[str, str]] = [
     ("metrics_listen", "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
     ("listen_backlog", "listen backlog of the listening sockets (capped by net.core.somaxconn)"),
     ("connect_timeout", "seconds a new connection may take to send CONNECT (default 30)"),
+    ("shared_subscription_strategy", "which member of a shared group gets a message (default round_robin)"),
+    ("shared_subscription_seed", "seed of the random shared subscription strategy"),
 ]
 
 
@@ -171,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, text in _OPTIONS:  # parsed with the field's Option in _serve (one message for every source)
         serve.add_argument("--" + name.replace("_", "-"), default=None, help=text)
+    serve.add_argument(
+        "--shared-subscription-group-strategy",
+        action="append",
+        default=None,
+        metavar="GROUP=STRATEGY",
+        help="the strategy of one shared group (repeatable; overrides --shared-subscription-strategy)",
+    )
     _add_security_options(serve)
     plugins = load_plugins()
     for plugin in plugins:
@@ -575,8 +584,11 @@ def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--[no-]dashboard`` and ``--dashboard-admin`` as BrokerConfig changes."""
+    """``--[no-]dashboard``, ``--dashboard-admin`` and ``--shared-subscription-group-strategy``
+    (the repeatable flags) as BrokerConfig changes."""
     changes: dict[str, Any] = {}
+    if args.shared_subscription_group_strategy:
+        changes["shared_subscription_group_strategy"] = tuple(args.shared_subscription_group_strategy)
     if args.dashboard is not None:
         changes["dashboard"] = args.dashboard
     if args.dashboard_admin:

@@ -39,6 +39,7 @@ from typing import Any, Literal, TypeVar, cast
 
 __all__ = [
     "SERVE_OPTIONS",
+    "SHARED_STRATEGIES",
     "SLOW_CONSUMER_POLICIES",
     "BrokerConfig",
     "ConfigError",
@@ -51,6 +52,7 @@ __all__ = [
     "option",
     "option_of",
     "read_toml",
+    "shared_group_strategies",
     "split_hostport",
 ]
 
@@ -66,6 +68,24 @@ def check_policy(policy: str) -> None:
         raise ValueError(
             f"slow-consumer policy must be one of {', '.join(SLOW_CONSUMER_POLICIES)}, not {policy!r}"
         )
+
+
+#: the strategies of shared subscription groups (docs/broker.md, "Shared subscriptions";
+#: the values of ``broker.core._shared.Strategy``)
+SHARED_STRATEGIES = ("round_robin", "random", "sticky", "hash_clientid", "hash_topic", "local")
+
+
+def shared_group_strategies(rules: tuple[str, ...]) -> dict[str, str]:
+    """``("g1=sticky", ...)`` as ``{"g1": "sticky"}``; :class:`ConfigError` on a malformed
+    rule. O(rules)."""
+    out: dict[str, str] = {}
+    for rule in rules:
+        group, sep, name = rule.partition("=")
+        if not sep or not group or any(c in group for c in "/+#") or name not in SHARED_STRATEGIES:
+            strategies = "|".join(SHARED_STRATEGIES)
+            raise ConfigError("shared_subscription_group_strategy", rule, f"GROUP={strategies}")
+        out[group] = name
+    return out
 
 
 class Kind(Enum):
@@ -568,9 +588,19 @@ class BrokerConfig:
     #: longest back-off, seconds; also how long an address must stay quiet to start again
     #: from ``auth_backoff``.
     auth_backoff_max: float = option(300.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: which member of a shared subscription group (``$share/<group>/<filter>``) gets a
+    #: message: ``round_robin``, ``random``, ``sticky``, ``hash_clientid``, ``hash_topic`` or
+    #: ``local`` (cluster: members on this node first); docs/broker.md, "Shared subscriptions".
+    shared_subscription_strategy: str = option("round_robin", Kind.CHOICE, choices=SHARED_STRATEGIES)
+    #: per group ``"GROUP=STRATEGY"``, overriding ``shared_subscription_strategy`` (in TOML also a
+    #: table: ``shared_subscription_group_strategy = { g1 = "sticky" }``).
+    shared_subscription_group_strategy: tuple[str, ...] = option((), Kind.STRS)
+    #: seed of the ``random`` strategy (None: a fresh one per start; set it to reproduce).
+    shared_subscription_seed: int | None = option(None, Kind.INT, optional=True)
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        shared_group_strategies(self.shared_subscription_group_strategy)
         for rule in self.slow_consumer_rules:
             pattern, sep, policy = rule.rpartition("=")
             if not sep or not pattern or policy not in SLOW_CONSUMER_POLICIES:
@@ -699,6 +729,8 @@ def config_from_toml(
         name = key.replace("-", "_")
         if name == "listeners":
             changes[name] = _listeners(source, value)
+        elif name == "shared_subscription_group_strategy" and isinstance(value, dict):  # a table
+            plain[key] = [f"{k}={v}" for k, v in value.items()]
         elif name not in _FIELDS and isinstance(value, dict):  # another package's table at top level
             continue
         else:
