@@ -236,6 +236,7 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", default=None, help="server certificate chain (PEM) of the TLS listeners")
     g.add_argument("--tls-key", default=None, help="private key (PEM) of --tls-cert")
     g.add_argument("--tls-ca", default=None, help="CA certificates (PEM) that verify client certificates")
+    g.add_argument("--tls-crl", default=None, help="certificate revocation list (PEM) of --tls-ca's CA")
     g.add_argument(
         "--require-client-cert",
         action="store_true",
@@ -294,6 +295,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     touched = (
         args.tls_cert,
         args.tls_ca,
+        args.tls_crl,
         args.require_client_cert,
         args.use_identity_as_username,
         args.ws_path,
@@ -303,7 +305,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     if any(tls for _, _, tls in extra) and (args.tls_cert is None or args.tls_key is None):
         raise ValueError("--tls-port and --wss-port need --tls-cert and --tls-key")
     base = list(cfg.effective_listeners())
-    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca}
+    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca, "crlfile": args.tls_crl}
     tls["require_client_cert"] = bool(args.require_client_cert)
     tls["use_identity_as_username"] = bool(args.use_identity_as_username)
     for kind, port, secure in extra:

@@ -349,7 +349,8 @@ class Listener:
 
     ``kind`` is ``"tcp"`` (MQTT over TCP) or ``"ws"`` (MQTT over WebSocket, subprotocol
     ``mqtt``, served on ``ws_path``).  ``certfile``/``keyfile`` turn TLS on (``mqtts``/``wss``);
-    ``cafile`` verifies client certificates (required when ``require_client_cert``).
+    ``cafile`` verifies client certificates (required when ``require_client_cert``), and
+    ``crlfile`` lists the revoked ones.
     ``allow_anonymous`` None means: clients without a user name are accepted only on a
     loopback listener (127.0.0.0/8, ::1, ``localhost``).  ``use_identity_as_username``: the
     verified client certificate's CN is the user name (docs/security.md, "TLS").
@@ -367,6 +368,10 @@ class Listener:
     keyfile: str | None = option(None, Kind.PATH, optional=True)
     #: CA certificates (PEM) that verify client certificates.
     cafile: str | None = option(None, Kind.PATH, optional=True)
+    #: certificate revocation list(s) (PEM) of ``cafile``'s CA: a revoked client certificate is
+    #: refused at the handshake (the leaf is checked; an expired CRL refuses every client
+    #: certificate, as OpenSSL does: renew it before its next update). Needs ``cafile``.
+    crlfile: str | None = option(None, Kind.PATH, optional=True)
     #: TLS clients must present a certificate that ``cafile`` verifies.
     require_client_cert: bool = option(False, Kind.BOOL)
     #: HTTP path of a WebSocket listener.
@@ -390,6 +395,8 @@ class Listener:
             raise ValueError("listener: certfile and keyfile go together")
         if self.certfile is None and (self.cafile is not None or self.require_client_cert):
             raise ValueError("listener: client certificates need TLS (certfile)")
+        if self.crlfile is not None and self.cafile is None:
+            raise ValueError("listener: crlfile needs cafile (the CA whose revocations it lists)")
         if self.require_client_cert and self.cafile is None:
             raise ValueError("listener: require_client_cert needs cafile")
         if self.use_identity_as_username and not self.require_client_cert:

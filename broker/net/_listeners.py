@@ -80,7 +80,8 @@ class OpenListener:
 
 
 def ssl_context(listener: Listener) -> ssl.SSLContext:
-    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``)."""
+    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``,
+    checked against the revocation list ``crlfile`` if any: issue 39 item 6)."""
     assert listener.certfile is not None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -88,6 +89,9 @@ def ssl_context(listener: Listener) -> ssl.SSLContext:
     if listener.cafile is not None:
         ctx.load_verify_locations(listener.cafile)
         ctx.verify_mode = ssl.CERT_REQUIRED if listener.require_client_cert else ssl.CERT_OPTIONAL
+    if listener.crlfile is not None:  # a revoked client certificate fails the handshake
+        ctx.load_verify_locations(listener.crlfile)
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     return ctx
 
 
@@ -220,7 +224,7 @@ def prepare_tls_reload(opened: list[OpenListener]) -> TlsReload:
         try:
             ctx = ssl_context(li)
         except (OSError, ssl.SSLError) as exc:
-            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile) if f is not None)
+            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile, li.crlfile) if f is not None)
             raise ValueError(f"{files}: {exc}") from exc
         out.append((o, ctx))
     return TlsReload(tuple(out))
