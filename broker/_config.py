@@ -388,6 +388,11 @@ class Listener:
     slow_consumer_policy: str | None = option(
         None, Kind.CHOICE, choices=SLOW_CONSUMER_POLICIES, optional=True
     )
+    #: every connection starts with a PROXY protocol header (v1 or v2) from a load balancer,
+    #: whose client address is then the connection's address everywhere (logs, dashboard,
+    #: rate limits); a connection without one is closed. Trusts whoever can connect here:
+    #: bind it where only the balancer reaches it (docs/security.md, "PROXY protocol").
+    proxy_protocol: bool = option(False, Kind.BOOL)
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -395,6 +400,11 @@ class Listener:
             raise ValueError("listener: certfile and keyfile go together")
         if self.certfile is None and (self.cafile is not None or self.require_client_cert):
             raise ValueError("listener: client certificates need TLS (certfile)")
+        if self.proxy_protocol and self.certfile is not None:
+            raise ValueError(
+                "listener: proxy_protocol on a TLS listener is not supported (terminate TLS at the "
+                "load balancer and send PROXY on a plain listener)"
+            )
         if self.crlfile is not None and self.cafile is None:
             raise ValueError("listener: crlfile needs cafile (the CA whose revocations it lists)")
         if self.require_client_cert and self.cafile is None:
@@ -604,6 +614,9 @@ class BrokerConfig:
     shared_subscription_group_strategy: tuple[str, ...] = option((), Kind.STRS)
     #: seed of the ``random`` strategy (None: a fresh one per start; set it to reproduce).
     shared_subscription_seed: int | None = option(None, Kind.INT, optional=True)
+    #: seconds a connection on a ``proxy_protocol`` listener may take to send its PROXY
+    #: header; then it is closed and counted (``$SYS/broker/connections/refused/proxy_header``).
+    proxy_header_timeout: float = option(5.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
 
     def __post_init__(self) -> None:
         _check_fields(self)

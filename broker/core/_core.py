@@ -678,6 +678,7 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/connections/refused/proxy_header": str(st.refused_proxy_header),
             "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
             "$SYS/broker/connections/refused/auth_backoff": str(st.refused_auth_backoff),
             "$SYS/broker/connections/refused/auth_busy": str(st.refused_auth_busy),

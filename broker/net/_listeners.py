@@ -146,7 +146,11 @@ async def open_listener(
     """Open one listener (the broker's own, or one a plugin adds: ``Broker.listen``)."""
     loop = asyncio.get_running_loop()
     policy = ListenerPolicy(
-        limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
+        limits,
+        listener.anonymous,
+        listener.use_identity_as_username,
+        listener.slow_consumer_policy,
+        listener.proxy_protocol,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
@@ -171,7 +175,7 @@ async def open_listener(
         "listening on %s:%d (%s)",
         listener.host,
         port,
-        listener.kind + "+tls" * listener.tls,
+        listener.kind + "+tls" * listener.tls + "+proxy" * listener.proxy_protocol,
         extra=fields("broker.listening", address=address((listener.host, port))),
     )
     return OpenListener(listener, acceptors, port)
