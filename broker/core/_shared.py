@@ -107,18 +107,18 @@ class SharedPolicy:
         groups = self._groups
         return groups.get(group, self.strategy) if groups else self.strategy
 
-    def _turn(self, key: tuple[str, str]) -> int:
-        n = self._rr.get(key, 0)
-        self._rr[key] = n + 1
-        return n
-
     def pick(self, key: tuple[str, str], group: Members, publisher: str | None, topic: str) -> int:
         """The index in ``group.members`` (not empty) of the member that gets a message
         published by ``publisher`` on ``topic``. O(1) (plus the CRC of the hashed string)."""
         n = len(group.members)
-        match self.strategy_of(key[0]):
+        groups = self._groups
+        strategy = groups.get(key[0], self.strategy) if groups else self.strategy
+        rr = self._rr
+        match strategy:
             case Strategy.ROUND_ROBIN:
-                return self._turn(key) % n
+                turn = rr.get(key, 0)
+                rr[key] = turn + 1
+                return turn % n
             case Strategy.RANDOM:
                 return self._rng.randrange(n)
             case Strategy.STICKY:
@@ -127,7 +127,9 @@ class SharedPolicy:
                     i = group.positions.get(chosen)
                     if i is not None:
                         return i
-                i = self._turn(key) % n
+                turn = rr.get(key, 0)
+                rr[key] = turn + 1
+                i = turn % n
                 self._sticky[key] = group.members[i][0]
                 return i
             case Strategy.HASH_CLIENTID:
@@ -135,7 +137,7 @@ class SharedPolicy:
             case Strategy.HASH_TOPIC:
                 return zlib.crc32(topic.encode()) % n
             case Strategy.LOCAL:
+                turn = rr.get(key, 0)
+                rr[key] = turn + 1
                 local = group.local
-                if local:
-                    return local[self._turn(key) % len(local)]
-                return self._turn(key) % n
+                return local[turn % len(local)] if local else turn % n
