@@ -125,6 +125,7 @@ _OPTIONS: list[tuple[str, str]] = [
     ("connect_timeout", "seconds a new connection may take to send CONNECT (default 30)"),
     ("shared_subscription_strategy", "which member of a shared group gets a message (default round_robin)"),
     ("shared_subscription_seed", "seed of the random shared subscription strategy"),
+    ("proxy_header_timeout", "seconds a proxy_protocol listener waits for the PROXY header"),
 ]
 
 

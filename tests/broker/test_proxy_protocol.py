@@ -216,6 +216,8 @@ async def test_missing_or_malformed_header_closes_and_is_counted(caplog: pytest.
         assert await connect_after(proxy_port, b"PROXY TCP4 1.2.3.4 nope 1 2\r\n", "bad") == (None, False)
         assert await connect_after(proxy_port, SIGNATURE + b"\x21\x12\x00\x00", "udp") == (None, False)
         assert b.core.stats.refused_proxy_header == 3
+        sys_values = b.core.sys_values(b.core.clock.monotonic())
+        assert sys_values["$SYS/broker/connections/refused/proxy_header"] == "3"
         assert not {"plain", "bad", "udp"} & set(b.core.sessions)
         lines = [r.getMessage() for r in caplog.records if "proxy_header" in r.getMessage()]
         assert len(lines) == 1, lines  # rate-limited: one line for the three
