@@ -120,7 +120,7 @@ class SharedPolicy:
                 rr[key] = turn + 1
                 return turn % n
             case Strategy.RANDOM:
-                return self._rng.randrange(n)
+                return int(self._rng.random() * n)  # randrange(n) costs twice as much
             case Strategy.STICKY:
                 chosen = self._sticky.get(key)
                 if chosen is not None:
