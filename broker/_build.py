@@ -25,6 +25,7 @@ HOT_MODULES = (
     "broker.core._clock",
     "broker.core._message",
     "broker.core._session",
+    "broker.core._shared",
     "broker.core._router",
     "broker.durability._store",
     "broker.core._deliverylog",

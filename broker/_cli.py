@@ -125,6 +125,9 @@ _OPTIONS: list[tuple[str, str]] = [
     ("metrics_listen", "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
     ("listen_backlog", "listen backlog of the listening sockets (capped by net.core.somaxconn)"),
     ("connect_timeout", "seconds a new connection may take to send CONNECT (default 30)"),
+    ("shared_subscription_strategy", "which member of a shared group gets a message (default round_robin)"),
+    ("shared_subscription_seed", "seed of the random shared subscription strategy"),
+    ("proxy_header_timeout", "seconds a proxy_protocol listener waits for the PROXY header"),
 ]
 
 
@@ -173,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, text in _OPTIONS:  # parsed with the field's Option in _serve (one message for every source)
         serve.add_argument("--" + name.replace("_", "-"), default=None, help=text)
+    serve.add_argument(
+        "--shared-subscription-group-strategy",
+        action="append",
+        default=None,
+        metavar="GROUP=STRATEGY",
+        help="the strategy of one shared group (repeatable; overrides --shared-subscription-strategy)",
+    )
     _add_security_options(serve)
     plugins = load_plugins()
     for plugin in plugins:
@@ -229,6 +239,7 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
     g.add_argument("--tls-cert", default=None, help="server certificate chain (PEM) of the TLS listeners")
     g.add_argument("--tls-key", default=None, help="private key (PEM) of --tls-cert")
     g.add_argument("--tls-ca", default=None, help="CA certificates (PEM) that verify client certificates")
+    g.add_argument("--tls-crl", default=None, help="certificate revocation list (PEM) of --tls-ca's CA")
     g.add_argument(
         "--require-client-cert",
         action="store_true",
@@ -287,6 +298,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     touched = (
         args.tls_cert,
         args.tls_ca,
+        args.tls_crl,
         args.require_client_cert,
         args.use_identity_as_username,
         args.ws_path,
@@ -296,7 +308,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     if any(tls for _, _, tls in extra) and (args.tls_cert is None or args.tls_key is None):
         raise ValueError("--tls-port and --wss-port need --tls-cert and --tls-key")
     base = list(cfg.effective_listeners())
-    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca}
+    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca, "crlfile": args.tls_crl}
     tls["require_client_cert"] = bool(args.require_client_cert)
     tls["use_identity_as_username"] = bool(args.use_identity_as_username)
     for kind, port, secure in extra:
@@ -579,8 +591,11 @@ def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--[no-]dashboard`` and ``--dashboard-admin`` as BrokerConfig changes."""
+    """``--[no-]dashboard``, ``--dashboard-admin`` and ``--shared-subscription-group-strategy``
+    (the repeatable flags) as BrokerConfig changes."""
     changes: dict[str, Any] = {}
+    if args.shared_subscription_group_strategy:
+        changes["shared_subscription_group_strategy"] = tuple(args.shared_subscription_group_strategy)
     if args.dashboard is not None:
         changes["dashboard"] = args.dashboard
     if args.dashboard_admin:

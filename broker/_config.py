@@ -39,6 +39,7 @@ from typing import Any, Literal, TypeVar, cast
 
 __all__ = [
     "SERVE_OPTIONS",
+    "SHARED_STRATEGIES",
     "SLOW_CONSUMER_POLICIES",
     "BrokerConfig",
     "ConfigError",
@@ -51,6 +52,7 @@ __all__ = [
     "option",
     "option_of",
     "read_toml",
+    "shared_group_strategies",
     "split_hostport",
 ]
 
@@ -66,6 +68,24 @@ def check_policy(policy: str) -> None:
         raise ValueError(
             f"slow-consumer policy must be one of {', '.join(SLOW_CONSUMER_POLICIES)}, not {policy!r}"
         )
+
+
+#: the strategies of shared subscription groups (docs/broker.md, "Shared subscriptions";
+#: the values of ``broker.core._shared.Strategy``)
+SHARED_STRATEGIES = ("round_robin", "random", "sticky", "hash_clientid", "hash_topic", "local")
+
+
+def shared_group_strategies(rules: tuple[str, ...]) -> dict[str, str]:
+    """``("g1=sticky", ...)`` as ``{"g1": "sticky"}``; :class:`ConfigError` on a malformed
+    rule. O(rules)."""
+    out: dict[str, str] = {}
+    for rule in rules:
+        group, sep, name = rule.partition("=")
+        if not sep or not group or any(c in group for c in "/+#") or name not in SHARED_STRATEGIES:
+            strategies = "|".join(SHARED_STRATEGIES)
+            raise ConfigError("shared_subscription_group_strategy", rule, f"GROUP={strategies}")
+        out[group] = name
+    return out
 
 
 class Kind(Enum):
@@ -329,7 +349,8 @@ class Listener:
 
     ``kind`` is ``"tcp"`` (MQTT over TCP) or ``"ws"`` (MQTT over WebSocket, subprotocol
     ``mqtt``, served on ``ws_path``).  ``certfile``/``keyfile`` turn TLS on (``mqtts``/``wss``);
-    ``cafile`` verifies client certificates (required when ``require_client_cert``).
+    ``cafile`` verifies client certificates (required when ``require_client_cert``), and
+    ``crlfile`` lists the revoked ones.
     ``allow_anonymous`` None means: clients without a user name are accepted only on a
     loopback listener (127.0.0.0/8, ::1, ``localhost``).  ``use_identity_as_username``: the
     verified client certificate's CN is the user name (docs/security.md, "TLS").
@@ -347,6 +368,10 @@ class Listener:
     keyfile: str | None = option(None, Kind.PATH, optional=True)
     #: CA certificates (PEM) that verify client certificates.
     cafile: str | None = option(None, Kind.PATH, optional=True)
+    #: certificate revocation list(s) (PEM) of ``cafile``'s CA: a revoked client certificate is
+    #: refused at the handshake (the leaf is checked; an expired CRL refuses every client
+    #: certificate, as OpenSSL does: renew it before its next update). Needs ``cafile``.
+    crlfile: str | None = option(None, Kind.PATH, optional=True)
     #: TLS clients must present a certificate that ``cafile`` verifies.
     require_client_cert: bool = option(False, Kind.BOOL)
     #: HTTP path of a WebSocket listener.
@@ -363,6 +388,11 @@ class Listener:
     slow_consumer_policy: str | None = option(
         None, Kind.CHOICE, choices=SLOW_CONSUMER_POLICIES, optional=True
     )
+    #: every connection starts with a PROXY protocol header (v1 or v2) from a load balancer,
+    #: whose client address is then the connection's address everywhere (logs, dashboard,
+    #: rate limits); a connection without one is closed. Trusts whoever can connect here:
+    #: bind it where only the balancer reaches it (docs/security.md, "PROXY protocol").
+    proxy_protocol: bool = option(False, Kind.BOOL)
 
     def __post_init__(self) -> None:
         _check_fields(self)
@@ -370,6 +400,13 @@ class Listener:
             raise ValueError("listener: certfile and keyfile go together")
         if self.certfile is None and (self.cafile is not None or self.require_client_cert):
             raise ValueError("listener: client certificates need TLS (certfile)")
+        if self.proxy_protocol and self.certfile is not None:
+            raise ValueError(
+                "listener: proxy_protocol on a TLS listener is not supported (terminate TLS at the "
+                "load balancer and send PROXY on a plain listener)"
+            )
+        if self.crlfile is not None and self.cafile is None:
+            raise ValueError("listener: crlfile needs cafile (the CA whose revocations it lists)")
         if self.require_client_cert and self.cafile is None:
             raise ValueError("listener: require_client_cert needs cafile")
         if self.use_identity_as_username and not self.require_client_cert:
@@ -568,9 +605,22 @@ class BrokerConfig:
     #: longest back-off, seconds; also how long an address must stay quiet to start again
     #: from ``auth_backoff``.
     auth_backoff_max: float = option(300.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
+    #: which member of a shared subscription group (``$share/<group>/<filter>``) gets a
+    #: message: ``round_robin``, ``random``, ``sticky``, ``hash_clientid``, ``hash_topic`` or
+    #: ``local`` (cluster: members on this node first); docs/broker.md, "Shared subscriptions".
+    shared_subscription_strategy: str = option("round_robin", Kind.CHOICE, choices=SHARED_STRATEGIES)
+    #: per group ``"GROUP=STRATEGY"``, overriding ``shared_subscription_strategy`` (in TOML also a
+    #: table: ``shared_subscription_group_strategy = { g1 = "sticky" }``).
+    shared_subscription_group_strategy: tuple[str, ...] = option((), Kind.STRS)
+    #: seed of the ``random`` strategy (None: a fresh one per start; set it to reproduce).
+    shared_subscription_seed: int | None = option(None, Kind.INT, optional=True)
+    #: seconds a connection on a ``proxy_protocol`` listener may take to send its PROXY
+    #: header; then it is closed and counted (``$SYS/broker/connections/refused/proxy_header``).
+    proxy_header_timeout: float = option(5.0, Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
 
     def __post_init__(self) -> None:
         _check_fields(self)
+        shared_group_strategies(self.shared_subscription_group_strategy)
         for rule in self.slow_consumer_rules:
             pattern, sep, policy = rule.rpartition("=")
             if not sep or not pattern or policy not in SLOW_CONSUMER_POLICIES:
@@ -715,6 +765,8 @@ def config_from_toml(
         name = key.replace("-", "_")
         if name == "listeners":
             changes[name] = _listeners(source, value)
+        elif name == "shared_subscription_group_strategy" and isinstance(value, dict):  # a table
+            plain[key] = [f"{k}={v}" for k, v in value.items()]
         elif name not in _FIELDS and isinstance(value, dict):  # another package's table at top level
             continue
         else:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._config import BrokerConfig
+from broker._config import BrokerConfig, shared_group_strategies
 from broker._logging import fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
@@ -42,6 +42,7 @@ from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
+from broker.core._shared import SharedPolicy, Strategy
 from broker.durability._records import MessageState
 from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
@@ -85,8 +86,18 @@ class Core:
         limits = SubscribeLimits(
             cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
         )
+        groups = shared_group_strategies(cfg.shared_subscription_group_strategy)
+        shared = SharedPolicy(
+            Strategy(cfg.shared_subscription_strategy),
+            {g: Strategy(n) for g, n in groups.items()},
+            cfg.shared_subscription_seed,
+        )
         self.router = Router(
-            cfg.partial_unsubscribe, cfg.content_engine, batch_min=cfg.content_batch_min, limits=limits
+            cfg.partial_unsubscribe,
+            cfg.content_engine,
+            batch_min=cfg.content_batch_min,
+            limits=limits,
+            shared=shared,
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
@@ -667,6 +678,7 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/connections/refused/proxy_header": str(st.refused_proxy_header),
             "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
             "$SYS/broker/connections/refused/auth_backoff": str(st.refused_auth_backoff),
             "$SYS/broker/connections/refused/auth_busy": str(st.refused_auth_busy),

@@ -259,6 +259,8 @@ class Stats:
     refused_auth_backoff: int = 0
     refused_auth_busy: int = 0
     auth_pending: int = 0  # gauge
+    # PROXY protocol listeners: connections closed for a missing, malformed or late header
+    refused_proxy_header: int = 0
     # descriptors (issue 27; broker.net._accept): connections closed unanswered at accept
     # because the process is out of descriptors, and the pauses of accepting that followed
     refused_descriptors: int = 0

@@ -102,7 +102,7 @@ class ConnectionLimits:
 class ListenerPolicy:
     """What one listener admits: the shared limits plus its anonymous-client rule."""
 
-    __slots__ = ("anonymous", "identity", "limits", "slow_consumer")
+    __slots__ = ("anonymous", "identity", "limits", "proxy", "slow_consumer")
 
     def __init__(
         self,
@@ -110,6 +110,7 @@ class ListenerPolicy:
         anonymous: bool,
         identity: bool = False,
         slow_consumer: str | None = None,
+        proxy: bool = False,
     ) -> None:
         self.limits = limits
         self.anonymous = anonymous
@@ -117,6 +118,8 @@ class ListenerPolicy:
         self.identity = identity
         #: the listener's slow-consumer policy (None: the broker's)
         self.slow_consumer = slow_consumer
+        #: connections start with a PROXY protocol header (admission waits for its address)
+        self.proxy = proxy
 
     def admit(self, ip: str, now: float) -> Refusal | None:
         return self.limits.admit(ip, now)

@@ -80,7 +80,8 @@ class OpenListener:
 
 
 def ssl_context(listener: Listener) -> ssl.SSLContext:
-    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``)."""
+    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``,
+    checked against the revocation list ``crlfile`` if any: issue 39 item 6)."""
     assert listener.certfile is not None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -88,6 +89,9 @@ def ssl_context(listener: Listener) -> ssl.SSLContext:
     if listener.cafile is not None:
         ctx.load_verify_locations(listener.cafile)
         ctx.verify_mode = ssl.CERT_REQUIRED if listener.require_client_cert else ssl.CERT_OPTIONAL
+    if listener.crlfile is not None:  # a revoked client certificate fails the handshake
+        ctx.load_verify_locations(listener.crlfile)
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     return ctx
 
 
@@ -142,7 +146,11 @@ async def open_listener(
     """Open one listener (the broker's own, or one a plugin adds: ``Broker.listen``)."""
     loop = asyncio.get_running_loop()
     policy = ListenerPolicy(
-        limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
+        limits,
+        listener.anonymous,
+        listener.use_identity_as_username,
+        listener.slow_consumer_policy,
+        listener.proxy_protocol,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
@@ -167,7 +175,7 @@ async def open_listener(
         "listening on %s:%d (%s)",
         listener.host,
         port,
-        listener.kind + "+tls" * listener.tls,
+        listener.kind + "+tls" * listener.tls + "+proxy" * listener.proxy_protocol,
         extra=fields("broker.listening", address=address((listener.host, port))),
     )
     return OpenListener(listener, acceptors, port)
@@ -220,7 +228,7 @@ def prepare_tls_reload(opened: list[OpenListener]) -> TlsReload:
         try:
             ctx = ssl_context(li)
         except (OSError, ssl.SSLError) as exc:
-            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile) if f is not None)
+            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile, li.crlfile) if f is not None)
             raise ValueError(f"{files}: {exc}") from exc
         out.append((o, ctx))
     return TlsReload(tuple(out))
