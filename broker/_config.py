@@ -68,6 +68,10 @@ class Listener:
     #: ``disconnect``); None = the broker's ``slow_consumer_policy`` (docs/broker.md, "Flow
     #: control"). A matching ``slow_consumer_rules`` pattern still wins.
     slow_consumer_policy: str | None = None
+    #: serve cluster peer links only: a CONNECT whose client id is not ``$cluster/<node>``
+    #: is refused (CONNACK 0x87 / 5), counted and logged; the cluster's token check refuses
+    #: the rest (the cluster's link listener; docs/cluster.md, "Security").
+    peers_only: bool = False
 
     def __post_init__(self) -> None:
         if self.slow_consumer_policy is not None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import topics
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import Message, Route
+from broker.core._message import INTERNAL_PREFIXES, PEER_PREFIX, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
 from broker.hooks import Delivery
@@ -77,6 +77,10 @@ __all__ = [
     "Reader",
     "Writer",
 ]
+
+#: PUBLISH topic prefixes that belong to the broker (``_may_publish_reserved``): one
+#: ``startswith`` per PUBLISH, the same cost as before for topics not starting with ``$``
+_RESERVED_PUBLISH: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 
 log = logging.getLogger("broker")
 
@@ -565,6 +569,9 @@ class Connection(RareFields):
             self.close("CONNECT with a zero-length will topic")
             return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
+        if client_id.startswith(PEER_PREFIX) and not self._verified_peer(client_id, p.password):
+            self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
+            return
         refusal = connect_refusal(self, p, client_id)
         if refusal is not None:
             self._refuse(*refusal)
@@ -617,6 +624,21 @@ class Connection(RareFields):
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
             self._resend(now)
+
+    def _verified_peer(self, client_id: str, password: bytes | None) -> bool:
+        """A client id ``$cluster/<node>`` is a cluster peer's link: accepted only with a
+        token of the cluster's secret (``Core.peer_auth``, set by the cluster; a broker
+        without a cluster refuses them all), and then marked (``peer_link``), the mark the
+        internal-topic checks consult. Refusals are counted and logged (rate-limited). O(1)."""
+        core = self.core
+        check = core.peer_auth
+        why = "no cluster on this broker" if check is None else check(client_id, password)
+        if why is not None:
+            core.stats.refused_non_peer += 1
+            core.log_limit("peer_link", client_id[:60], f"CONNECT as a cluster link refused: {why}")
+            return False
+        self.peer_link = True
+        return True
 
     def _resend(self, now: float) -> None:
         """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""
@@ -687,7 +709,7 @@ class Connection(RareFields):
             return partial(self.send_ordered, Pubrec(pid), False)
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
             return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-        if topic.startswith(("$SYS", "$share/")) and not self._may_publish_reserved(topic):
+        if topic.startswith(_RESERVED_PUBLISH) and not self._may_publish_reserved(topic):
             # broker-owned topics: refused (v5 0x87; 3.1.1 acknowledged and dropped), counted
             core.stats.refused_reserved_publish += 1
             core.log_limit("reserved_topic", s.client_id, "PUBLISH to a broker-owned topic refused")
@@ -710,7 +732,11 @@ class Connection(RareFields):
     def _may_publish_reserved(self, topic: str) -> bool:
         """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
         when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
-        bridges) to ``$SYS/broker/connection/<its client id>/state``."""
+        bridges) to ``$SYS/broker/connection/<its client id>/state``.  The internal prefixes
+        (``$cluster/``, ``$cluster-in/``: the cluster's control plane) only a verified peer
+        link may use, whatever a hook or an ACL says (docs/cluster.md, "Security")."""
+        if topic.startswith(INTERNAL_PREFIXES):
+            return self.peer_link
         s = self.session
         assert s is not None
         if topic == f"$SYS/broker/connection/{s.client_id}/state":

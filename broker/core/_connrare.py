@@ -6,6 +6,7 @@ state is the same for almost every idle device: flow control (congested since, t
 publishers, slow, the blockers, the store gate, the packets read while paused), topic
 aliases (MQTT 5 clients that allow them), the acknowledgements held for the store's
 durable signal, the gated CONNACK of a persisted session, the mosquitto-bridge flag, the
+cluster peer-link mark, the
 MQTT 5 request-problem-information flag, the will-on-close flag, the close reason, the
 listener's slow-consumer policy and a fixed peer address (unit tests). Those 18 fields
 live in one :class:`Rare` object that a connection creates the first time one of them is
@@ -59,6 +60,7 @@ class Rare:
         self.held_writes = 0
         self.gated = False
         self.bridge = False
+        self.peer_link = False
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = LOST
@@ -215,6 +217,18 @@ class RareFields:
     def gated(self, value: bool) -> None:
         if value or self.rare is not None:
             self._rare().gated = value
+
+    @property
+    def peer_link(self) -> bool:
+        """A cluster peer's link whose token the cluster verified at CONNECT (``Core.peer_auth``):
+        the only kind of client that may use the broker's internal topics (``$cluster/...``)."""
+        r = self.rare
+        return False if r is None else r.peer_link
+
+    @peer_link.setter
+    def peer_link(self, value: bool) -> None:
+        if value or self.rare is not None:
+            self._rare().peer_link = value
 
     @property
     def bridge(self) -> bool:

@@ -141,6 +141,10 @@ class Core:
         self.retain_hook: Callable[[Message], bool] | None = None
         #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
+        #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
+        #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not
+        #: (``Connection._verified_peer``); None: no cluster, every such client id refused
+        self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -654,6 +658,8 @@ class Core:
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
+            "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
+            "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }

@@ -39,6 +39,7 @@ from typing import Any, cast
 
 from broker.core._connection import Connection
 from broker.core._core import Core
+from broker.core._message import PEER_PREFIX
 from broker.net._admission import ListenerPolicy, Refusal
 from broker.packets import (
     NO_PROPERTIES,
@@ -310,6 +311,10 @@ class MQTTProtocol(asyncio.Protocol):
                 packets[0] = first = dataclasses.replace(first, username=cn)
             elif refusal is None:  # never fall back to the user name the client claims
                 refusal = policy.refuse_anonymous(Refusal.NO_IDENTITY)
+        if refusal is None and policy.peers_only and not first.client_id.startswith(PEER_PREFIX):
+            refusal = Refusal.NOT_PEER
+            self.core.stats.refused_non_peer += 1
+            self.core.log_limit("not_peer", first.client_id[:60], f"({conn.peer}) {refusal.text}")
         if refusal is None and first.username is None and not policy.anonymous:
             refusal = policy.refuse_anonymous(Refusal.ANONYMOUS)
         if refusal is None:
@@ -322,7 +327,8 @@ class MQTTProtocol(asyncio.Protocol):
         props = Properties(reason_string=refusal.text) if v == 5 else NO_PROPERTIES
         conn.send(Connack(False, code, props))
         conn.close(f"CONNECT refused: {refusal.text}")
-        log.info("connection %s (%s): CONNECT refused: %s", first.client_id, conn.peer, refusal.text)
+        if refusal is not Refusal.NOT_PEER:  # that one is logged above, rate-limited
+            log.info("connection %s (%s): CONNECT refused: %s", first.client_id, conn.peer, refusal.text)
         return True
 
     def _reading(self) -> None:
