@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import topics
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import INTERNAL_PREFIXES, PEER_PREFIX, Message, Route
+from broker.core._message import INTERNAL_CLIENT_PREFIXES, INTERNAL_PREFIXES, PEER_PREFIX, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
 from broker.hooks import Delivery
@@ -569,9 +569,17 @@ class Connection(RareFields):
             self.close("CONNECT with a zero-length will topic")
             return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        if client_id.startswith(PEER_PREFIX) and not self._verified_peer(client_id, p.password):
-            self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
-            return
+        if client_id.startswith("$"):  # the broker's own client ids (issue 37)
+            if client_id.startswith(PEER_PREFIX) and not self._verified_peer(client_id, p.password):
+                self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
+                return
+            if client_id.startswith(INTERNAL_CLIENT_PREFIXES):
+                core.stats.refused_reserved_client_id += 1
+                core.log_limit(
+                    "reserved_client_id", client_id[:60], "CONNECT with an internal client id refused"
+                )
+                self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id reserved by the broker")
+                return
         refusal = connect_refusal(self, p, client_id)
         if refusal is not None:
             self._refuse(*refusal)

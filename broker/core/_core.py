@@ -660,6 +660,7 @@ class Core:
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
             "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
             "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
+            "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }

@@ -275,6 +275,7 @@ class Stats:
     refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/..., $share/..., $cluster/... (issue 21, 37)
     refused_reserved_subscribe: int = 0  # SUBSCRIBEs to the internal $cluster/... by non-peers (issue 37)
     refused_non_peer: int = 0  # CONNECTs refused as not a verified cluster peer link (issue 37)
+    refused_reserved_client_id: int = 0  # CONNECTs taking an internal client id ($local/...) (issue 37)
     # a cluster's peers (cluster._node; issue 37): values refused (a retained stamp too far
     # ahead), messages that could not be parsed (dropped, the link goes on), link restarts
     cluster_peer_values_refused: int = 0

@@ -91,3 +91,20 @@ async def test_a_link_client_id_is_refused_without_a_cluster(open_broker: Broker
     assert isinstance(ack, Connack) and ack.reason_code == RC.NOT_AUTHORIZED  # 3.1.1: return code 5
     assert open_broker.core.stats.refused_non_peer == 1
     assert "$cluster/0123abcd" not in open_broker.core.sessions
+
+
+@pytest.mark.parametrize("version", [5, 4])
+async def test_the_brokers_own_client_ids_cannot_be_taken(open_broker: Broker, version: int) -> None:
+    """An in-process subscription's session (``$local/<n>``) and a peer's QoS 2 store rows
+    (``$cluster-in/<peer>``) keep their client ids: a network CONNECT with one is refused
+    (0x85 / 3.1.1 return code 2) and the in-process subscriber keeps its messages."""
+    async with open_broker.subscribe("plant/#") as local:
+        for cid in (local.client_id, "$cluster-in/0123abcd"):
+            c = await RawClient.open(open_broker.port, version)
+            c.send(Connect(cid, protocol_level=version))
+            ack = await c.recv()
+            assert isinstance(ack, Connack) and ack.reason_code == RC.CLIENT_IDENTIFIER_NOT_VALID
+        assert open_broker.core.stats.refused_reserved_client_id == 2
+        await open_broker.publish("plant/valve", b"1", qos=1)
+        got = await local.get(timeout=5)
+        assert got.payload == b"1"
