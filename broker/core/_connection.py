@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import topics
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import INTERNAL_CLIENT_PREFIXES, INTERNAL_PREFIXES, PEER_PREFIX, Message, Route
+from broker.core._internal import client_id_refusal
+from broker.core._message import INTERNAL_PREFIXES, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
 from broker.hooks import Delivery
@@ -569,17 +570,10 @@ class Connection(RareFields):
             self.close("CONNECT with a zero-length will topic")
             return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        if client_id.startswith("$"):  # the broker's own client ids (issue 37)
-            if client_id.startswith(PEER_PREFIX) and not self._verified_peer(client_id, p.password):
-                self._refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
-                return
-            if client_id.startswith(INTERNAL_CLIENT_PREFIXES):
-                core.stats.refused_reserved_client_id += 1
-                core.log_limit(
-                    "reserved_client_id", client_id[:60], "CONNECT with an internal client id refused"
-                )
-                self._refuse(ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id reserved by the broker")
-                return
+        refusal = client_id_refusal(self, client_id, p.password)  # $cluster/... (issue 37)
+        if refusal is not None:
+            self._refuse(*refusal)
+            return
         refusal = connect_refusal(self, p, client_id)
         if refusal is not None:
             self._refuse(*refusal)
@@ -632,21 +626,6 @@ class Connection(RareFields):
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
             self._resend(now)
-
-    def _verified_peer(self, client_id: str, password: bytes | None) -> bool:
-        """A client id ``$cluster/<node>`` is a cluster peer's link: accepted only with a
-        token of the cluster's secret (``Core.peer_auth``, set by the cluster; a broker
-        without a cluster refuses them all), and then marked (``peer_link``), the mark the
-        internal-topic checks consult. Refusals are counted and logged (rate-limited). O(1)."""
-        core = self.core
-        check = core.peer_auth
-        why = "no cluster on this broker" if check is None else check(client_id, password)
-        if why is not None:
-            core.stats.refused_non_peer += 1
-            core.log_limit("peer_link", client_id[:60], f"CONNECT as a cluster link refused: {why}")
-            return False
-        self.peer_link = True
-        return True
 
     def _resend(self, now: float) -> None:
         """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""

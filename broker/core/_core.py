@@ -143,7 +143,7 @@ class Core:
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
         #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
         #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not
-        #: (``Connection._verified_peer``); None: no cluster, every such client id refused
+        #: (``broker.core._internal.client_id_refusal``); None: no cluster, every such client id refused
         self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
 
     # ------------------------------------------------------------ hooks

@@ -19,29 +19,15 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.core._composite import COMPOSITE_PREFIX
-from broker.core._message import INTERNAL_PREFIXES, SHARE_PREFIX, Message, split_filter_prefix, split_share
+from broker.core._internal import internal_filter
+from broker.core._message import SHARE_PREFIX, Message
 from broker.hooks import SubscriptionAction
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, Suback, Subscribe, Unsuback, Unsubscribe
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["internal_filter", "on_subscribe", "on_unsubscribe"]
-
-
-def internal_filter(topic_filter: str) -> bool:
-    """Does ``topic_filter`` name the broker's internal topics (``$cluster/...``), itself or
-    behind a ``$filter/<selector>/`` or ``$share/<group>/`` prefix?  O(length); False at
-    once for a filter not starting with ``$`` (a malformed prefix is the router's to refuse)."""
-    if not topic_filter.startswith("$"):
-        return False
-    try:
-        _, full = split_filter_prefix(topic_filter)
-        share = split_share(full)
-    except ValueError:
-        return False
-    plain = full if share is None else share[1]
-    return plain.startswith(INTERNAL_PREFIXES)
+__all__ = ["on_subscribe", "on_unsubscribe"]
 
 
 def on_subscribe(conn: Connection, p: Subscribe, now: float) -> None:

@@ -1,0 +1,75 @@
+"""The broker's internal names: who may use them (sans-IO; issue 37, docs/cluster.md "Security").
+
+The broker uses a few names of its own that clients must not take:
+
+* topics ``$cluster/...`` (a cluster's control plane, ``$cluster/ctl/<node>``) and
+  ``$cluster-in/...``: only a connection marked as a verified cluster **peer link** may
+  PUBLISH (``Connection._may_publish_reserved``) or SUBSCRIBE (:func:`internal_filter`, asked
+  by ``on_subscribe``) there, whatever an ACL or an authorize hook says;
+* client ids ``$cluster/<node>``: a peer's link, accepted only with a token of the cluster's
+  secret (``Core.peer_auth``, set by the cluster; without a cluster, refused), then marked
+  (``Connection.peer_link``);
+* client ids ``$local/<n>`` (in-process subscriptions) and ``$cluster-in/<peer>`` (a peer's
+  received QoS 2 ids in the store): never taken by a network client.
+
+Functions of a :class:`~broker.core._connection.Connection` (CONNECT and SUBSCRIBE time
+only: PUBLISH's fast path is one ``startswith`` for topics not starting with ``$``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.core._message import (
+    INTERNAL_CLIENT_PREFIXES,
+    INTERNAL_PREFIXES,
+    PEER_PREFIX,
+    split_filter_prefix,
+    split_share,
+)
+from broker.packets import ReasonCode
+
+if TYPE_CHECKING:
+    from broker.core._connection import Connection
+
+__all__ = ["client_id_refusal", "internal_filter"]
+
+
+def client_id_refusal(
+    conn: Connection, client_id: str, password: bytes | None
+) -> tuple[ReasonCode, str] | None:
+    """Why a CONNECT with ``client_id`` is refused because the id is the broker's, or None
+    (then a ``$cluster/`` id is a verified peer link: ``conn.peer_link`` is set).  Refusals
+    are counted and logged (rate-limited). O(1) (an HMAC for a link's token)."""
+    if not client_id.startswith("$"):
+        return None
+    core = conn.core
+    if client_id.startswith(PEER_PREFIX):
+        check = core.peer_auth
+        why = "no cluster on this broker" if check is None else check(client_id, password)
+        if why is not None:
+            core.stats.refused_non_peer += 1
+            core.log_limit("peer_link", client_id[:60], f"CONNECT as a cluster link refused: {why}")
+            return ReasonCode.NOT_AUTHORIZED, "not authorized"
+        conn.peer_link = True
+        return None
+    if client_id.startswith(INTERNAL_CLIENT_PREFIXES):
+        core.stats.refused_reserved_client_id += 1
+        core.log_limit("reserved_client_id", client_id[:60], "internal client id refused")
+        return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id reserved by the broker"
+    return None
+
+
+def internal_filter(topic_filter: str) -> bool:
+    """Does ``topic_filter`` name the broker's internal topics (``$cluster/...``), itself or
+    behind a ``$filter/<selector>/`` or ``$share/<group>/`` prefix?  O(length); False at
+    once for a filter not starting with ``$`` (a malformed prefix is the router's to refuse)."""
+    if not topic_filter.startswith("$"):
+        return False
+    try:
+        _, full = split_filter_prefix(topic_filter)
+        share = split_share(full)
+    except ValueError:
+        return False
+    plain = full if share is None else share[1]
+    return plain.startswith(INTERNAL_PREFIXES)
