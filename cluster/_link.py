@@ -159,7 +159,7 @@ class PeerLink:
     def _ended(self, task: asyncio.Task[None]) -> None:
         """The task ended: expected when closing; otherwise (``run`` catches every
         ``Exception``, so something got past it) logged and started again after a pause."""
-        if self._closing or task is not self._task:
+        if self._closing or task is not self._task or self._loop.is_closed():
             return
         exc = None if task.cancelled() else task.exception()
         self.restarts += 1

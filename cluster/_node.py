@@ -573,7 +573,7 @@ class ClusterNode(Hooks):
                 self._core.stats.cluster_peer_values_refused += 1
                 self._core.log_limit(
                     "cluster_stamp",
-                    None,
+                    "$cluster",
                     f"cluster: retained value for {msg['topic'][:60]!r} refused: its stamp is more "
                     f"than {MAX_AHEAD_MS / 1000:g} s ahead of this node's clock",
                 )
@@ -591,7 +591,7 @@ class ClusterNode(Hooks):
             core.stats.cluster_link_restarts += 1
         else:
             core.stats.cluster_peer_unparseable += 1
-        core.log_limit(f"cluster_{kind}", None, detail)
+        core.log_limit(f"cluster_{kind}", "$cluster", detail)
 
     def _flush(self) -> None:
         self._core.flush()

@@ -79,8 +79,8 @@ __all__ = [
     "Writer",
 ]
 
-#: PUBLISH topic prefixes that belong to the broker (``_may_publish_reserved``): one
-#: ``startswith`` per PUBLISH, the same cost as before for topics not starting with ``$``
+#: PUBLISH topic prefixes that belong to the broker (``_may_publish_reserved``, asked only
+#: for topics starting with ``$``: one ``startswith("$")`` per ordinary PUBLISH)
 _RESERVED_PUBLISH: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 
 log = logging.getLogger("broker")
@@ -696,7 +696,7 @@ class Connection(RareFields):
             return partial(self.send_ordered, Pubrec(pid), False)
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
             return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-        if topic.startswith(_RESERVED_PUBLISH) and not self._may_publish_reserved(topic):
+        if topic.startswith("$") and not self._may_publish_reserved(topic):
             # broker-owned topics: refused (v5 0x87; 3.1.1 acknowledged and dropped), counted
             core.stats.refused_reserved_publish += 1
             core.log_limit("reserved_topic", s.client_id, "PUBLISH to a broker-owned topic refused")
@@ -719,9 +719,10 @@ class Connection(RareFields):
     def _may_publish_reserved(self, topic: str) -> bool:
         """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
         when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
-        bridges) to ``$SYS/broker/connection/<its client id>/state``.  The internal prefixes
-        (``$cluster/``, ``$cluster-in/``: the cluster's control plane) only a verified peer
-        link may use, whatever a hook or an ACL says (docs/cluster.md, "Security")."""
+        bridges) to ``$SYS/broker/connection/<its client id>/state``; ``$cluster/...`` only a
+        verified peer link, whatever a hook says (broker/core/_internal.py). Other ``$``: free."""
+        if not topic.startswith(_RESERVED_PUBLISH):
+            return True
         if topic.startswith(INTERNAL_PREFIXES):
             return self.peer_link
         s = self.session
