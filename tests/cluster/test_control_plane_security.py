@@ -22,6 +22,7 @@ import pytest
 
 from broker import Broker
 from broker.packets import Connack, Connect, ReasonCode, SubscriptionRequest
+from tests.broker.test_metrics import _scrape
 from tests.cluster._support import cluster, drain, links_up, node_of
 from tests.rawclient import RawClient
 from tests.waiting import eventually
@@ -234,3 +235,37 @@ async def test_raw_v5_reason_codes_for_the_control_plane() -> None:
         sub = await c.subscribe(SubscriptionRequest("$cluster/ctl/#", 1))
         assert list(sub.reason_codes) == [ReasonCode.NOT_AUTHORIZED]
         await c.close()
+
+
+async def test_the_counters_are_in_sys_and_metrics() -> None:
+    """Each refusal of issue 37 in ``$SYS`` and in /metrics (``siftmq_<field>_total``)."""
+    async with cluster(2, metrics_listen="127.0.0.1:0") as bs:
+        n1, n2 = node_of(bs[0]), node_of(bs[1])
+        c, _ = await RawClient.connect(bs[1].port or 0, "raw", 5)
+        await c.publish1(f"$cluster/ctl/{n1.name}", b"{}")
+        await c.subscribe(SubscriptionRequest("$cluster/#", 1))
+        await c.close()
+        plain = await RawClient.open(n2.port or 0, 5)
+        plain.send(Connect("plain", protocol_level=5, username="u", password=b"p"))
+        assert isinstance(await plain.recv(), Connack)
+        await plain.close()
+        n1._send_control(n2.name, {"t": "ret"})
+        n1._send_control(n2.name, _ret("a/b", b"x", int(time.time() * 1000) + 3_600_000, n1.name))
+        stats = bs[1].core.stats
+        await eventually(
+            lambda: stats.cluster_peer_unparseable == 1 and stats.cluster_peer_values_refused == 1
+        )
+        sys = bs[1].core.sys_values(bs[1].core.clock.monotonic())
+        assert sys["$SYS/broker/publish/refused/reserved"] == "1"
+        assert sys["$SYS/broker/subscriptions/refused/reserved"] == "1"
+        assert sys["$SYS/broker/connections/refused/not_peer"] == "1"
+        assert sys["$SYS/cluster/control/unparseable"] == "1"
+        assert sys["$SYS/cluster/retained/refused_ahead"] == "1"
+        assert sys["$SYS/cluster/links/restarts"] == "0"
+        assert bs[1].metrics_port is not None
+        values = await asyncio.to_thread(_scrape, bs[1].metrics_port)
+        for name in ("refused_reserved_publish", "refused_reserved_subscribe", "refused_non_peer"):
+            assert values[f"siftmq_{name}_total"] == 1, name
+        assert values["siftmq_cluster_peer_unparseable_total"] == 1
+        assert values["siftmq_cluster_peer_values_refused_total"] == 1
+        assert values["siftmq_cluster_link_restarts_total"] == 0
