@@ -275,11 +275,20 @@ class Broker:
     async def _start_http(self, listen: str) -> None:
         """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
         from broker._dashboard import Dashboard
-        from broker.net._http import parse_listen, serve_http
+        from broker.net._http import HttpLimits, parse_listen, serve_http
 
         host, port = parse_listen(listen)
+        cfg = self.config
+        limits = HttpLimits(
+            max_connections=cfg.http_max_connections,
+            max_unauthenticated=cfg.http_max_unauthenticated,
+            max_streams=cfg.http_max_streams,
+            request_timeout=cfg.http_request_timeout,
+            idle_timeout=cfg.http_idle_timeout,
+        )
         dashboard = Dashboard(self, host)
-        self._http = await serve_http(host, port, dashboard.handle)
+        self._http = await serve_http(host, port, dashboard.handle, limits)
+        dashboard.http = self._http
         self.dashboard = dashboard
         dashboard.start()
         log.info("metrics on http://%s:%d/metrics", host, self._http.port)

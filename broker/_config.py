@@ -230,6 +230,19 @@ class BrokerConfig:
     #: users of the password file who may use the dashboard (its admin role); with a password
     #: file, or on a listener that is not loopback, nobody else gets in (403)
     dashboard_admins: tuple[str, ...] = ()
+    #: HTTP listener (``metrics_listen``): open connections at most, in all (docs/security.md,
+    #: "HTTP listener"); beyond it the longest-waiting unauthenticated one is closed, or 503
+    http_max_connections: int = 256
+    #: HTTP connections without valid credentials yet (or with their first request incomplete)
+    #: at most; a new one beyond closes the longest waiting: partial heads cannot lock out /metrics
+    http_max_unauthenticated: int = 64
+    #: dashboard event streams (``/api/events``) open at once; one more is answered 503
+    http_max_streams: int = 32
+    #: seconds an HTTP request (head and body) may take from its first byte (a new connection:
+    #: from its accept); beyond it 408 and close (slowloris)
+    http_request_timeout: float = 10.0
+    #: seconds an HTTP keep-alive connection may stay idle between requests
+    http_idle_timeout: float = 30.0
     #: the listening sockets; empty = one plain TCP listener on ``host``:``port``.
     listeners: tuple[Listener, ...] = ()
     #: open network connections across all listeners (0 = unlimited); beyond it CONNECT is

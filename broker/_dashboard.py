@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 import ipaddress
@@ -55,7 +56,7 @@ import orjson
 from broker import _dashboard_data as data
 from broker._extras import Extra, MissingExtra, require
 from broker.auth import FileAuth
-from broker.net._http import Request, Response
+from broker.net._http import HttpServer, Request, Response
 from broker.packets import ReasonCode
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class Dashboard:
         self._seen = 0.0  # monotonic time of the last request that needs the sampler
         self._last: tuple[float, int, int] | None = None
         self.watchers = 0
+        #: the listener serving this dashboard (its counters go to /metrics; set by the broker)
+        self.http: HttpServer | None = None
         #: CPU time (this thread) spent sampling and answering requests: the dashboard's own
         #: cost, read by benchmarks/bench_dashboard.py
         self.cpu_seconds = 0.0
@@ -229,6 +232,12 @@ class Dashboard:
         refused, user = await self._login(req)
         if refused is not None:
             return refused
+        resp = await self._answer(req, user)
+        # valid credentials: the connection leaves the HTTP listener's unauthenticated pool
+        return dataclasses.replace(resp, authenticated=True) if self.auth_required else resp
+
+    async def _answer(self, req: Request, user: str | None) -> Response:
+        path = req.path
         asset = self.assets.get(path)
         if asset is not None:
             if req.method == "POST":
@@ -254,7 +263,7 @@ class Dashboard:
             return Response.text(
                 501, "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
             )
-        return Response(200, generate_latest(registry_for(self.core)), CONTENT_TYPE_LATEST)
+        return Response(200, generate_latest(registry_for(self.core, self.http)), CONTENT_TYPE_LATEST)
 
     async def _login(self, req: Request) -> tuple[Response | None, str | None]:
         """(a refusal, or None and the user name: None when no login is required)."""
@@ -274,14 +283,23 @@ class Dashboard:
         mac = hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
         known = self._verified.get(user)
         if known is None or not hmac.compare_digest(known, mac):
-            async with self._scrypt:  # scrypt off the loop, two at a time
-                ok = await asyncio.to_thread(passwords.verify, user, password)
+            # scrypt off the loop, two at a time; the slot is held until the thread ends even
+            # when the request is cancelled (the listener closed its connection)
+            await self._scrypt.acquire()
+            check = asyncio.ensure_future(asyncio.to_thread(passwords.verify, user, password))
+            check.add_done_callback(self._scrypt_done)
+            ok = await asyncio.shield(check)
             if not ok:
                 return _error(401, "wrong user name or password", _REALM), None
             self._verified[user] = mac
         if user not in self.admins:
             return _error(403, f"user {user!r} is not a dashboard admin (dashboard_admins)"), user
         return None, user
+
+    def _scrypt_done(self, check: asyncio.Future[bool]) -> None:
+        self._scrypt.release()
+        if not check.cancelled():
+            check.exception()  # retrieved: a cancelled request's failed check is not "never retrieved"
 
     @staticmethod
     def _ip_literal(req: Request) -> bool:

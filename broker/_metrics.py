@@ -6,7 +6,9 @@ thread. Nothing is counted on the hot path for it: a collector reads the core's 
 (:class:`~broker.core._session.Stats`, the same numbers as ``$SYS``) when Prometheus scrapes.
 Every field of ``Stats`` is exported, so a counter added to the core appears without a change
 here: ``siftmq_<field>_total`` for counters, ``siftmq_<field>`` for the gauges in
-:data:`GAUGES`; plus a few gauges read from the core's state. Reads from the scrape thread
+:data:`GAUGES`; plus a few gauges read from the core's state, and the labelled counters of the
+packages above the core (``Core.metric_sources``: ``siftmq_<name>_total{reason="..."}``, e.g.
+the cluster's refused datagrams and link tokens). Reads from the scrape thread
 are of ints and ``len()`` of containers, which the GIL keeps consistent.
 """
 
@@ -19,12 +21,12 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from broker.net._http import parse_listen
+from broker.net._http import HttpServer, HttpStats, parse_listen
 
 if TYPE_CHECKING:
     from broker.core._core import Core
 
-__all__ = ["GAUGES", "CoreCollector", "parse_listen", "registry_for"]
+__all__ = ["GAUGES", "CoreCollector", "HttpCollector", "parse_listen", "registry_for"]
 
 #: fields of ``Stats`` that go up and down (the others only grow)
 GAUGES = frozenset({"publishers_paused", "slow_consumers"})
@@ -45,6 +47,12 @@ class CoreCollector(Collector):
                 yield GaugeMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name} (now)", value)
             else:
                 yield CounterMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name}", value)
+        for source in core.metric_sources:
+            for name, by_reason in source().items():
+                family = CounterMetricFamily(f"siftmq_{name}", f"{name} by reason", labels=["reason"])
+                for reason, count in sorted(by_reason.items()):
+                    family.add_metric([reason], float(count))
+                yield family
         yield GaugeMetricFamily("siftmq_connections", "open network connections", len(core.connections))
         yield GaugeMetricFamily("siftmq_sessions", "sessions (connected and kept)", len(core.sessions))
         yield GaugeMetricFamily("siftmq_retained_messages", "retained messages", len(core.router.retained))
@@ -59,8 +67,33 @@ class CoreCollector(Collector):
             yield CounterMetricFamily("siftmq_store_commits", "store transactions committed", store.commits)
 
 
-def registry_for(core: Core) -> CollectorRegistry:
-    """A registry holding only this broker's collector (no process-global metrics)."""
+class HttpCollector(Collector):
+    """The HTTP listener's own counters (``broker.net._http``): ``siftmq_http_<field>_total``
+    for each field of :class:`~broker.net._http.HttpStats` (refused, evicted, timed-out
+    connections, bad requests) and gauges of its pools. O(number of counters)."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        srv = self.server
+        for f in dataclasses.fields(HttpStats):
+            doc = f"HTTP listener: {f.name.replace('_', ' ')}"
+            yield CounterMetricFamily(f"siftmq_http_{f.name}", doc, float(getattr(srv.stats, f.name)))
+        yield GaugeMetricFamily("siftmq_http_connections", "HTTP listener: open connections", len(srv.slots))
+        yield GaugeMetricFamily(
+            "siftmq_http_unauthenticated_connections",
+            "HTTP listener: connections without valid credentials yet",
+            len(srv.unauthenticated),
+        )
+        yield GaugeMetricFamily("siftmq_http_streams", "HTTP listener: open event streams", srv.streams)
+
+
+def registry_for(core: Core, http: HttpServer | None = None) -> CollectorRegistry:
+    """A registry holding only this broker's collectors (no process-global metrics): the
+    core's, and the HTTP listener's when given."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CoreCollector(core))
+    if http is not None:
+        registry.register(HttpCollector(http))
     return registry

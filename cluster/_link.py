@@ -335,7 +335,7 @@ class PeerLink:
             KEEP_ALIVE,
             None,
             "siftmq-cluster",
-            make_token(self.secret, self.client_id),
+            make_token(self.secret, self.client_id, self.peer),  # bound to this peer (cluster._auth)
             props,
         )
         transport.write(encode(connect, 5))

@@ -40,6 +40,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -53,7 +54,7 @@ from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
 from cluster._control import BadControl, check
 from cluster._link import PeerLink
-from cluster._overlay import Overlay, load_node_id
+from cluster._overlay import Overlay, freshness_metrics, freshness_values, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
 from cluster._qos2 import ReceivedQos2
@@ -114,7 +115,7 @@ class ClusterNode(Hooks):
         self.takeover: Takeover | None = None
         self.table = RouteTable()
         self.links: dict[bytes, PeerLink] = {}
-        self.checker = TokenChecker(secret)
+        self.checker = TokenChecker(secret, self.name)  # refuses tokens for other nodes
         probe = max(0.05, refresh / 4)  # a lost node is pinged this often (cluster._overlay)
         self.overlay = Overlay(self.node_id, secret, rpc_timeout=rpc_timeout, probe_every=probe)
         self.broker: Broker | None = None
@@ -144,6 +145,8 @@ class ClusterNode(Hooks):
         self._origin_tag = broker.core.composite.origin_tag = boot_tag(self.name)
         broker.core.stamp_hook = self._stamp
         broker.core.sys_sources.append(self.sys_values)
+        broker.core.sys_sources.append(functools.partial(freshness_values, self.overlay, self.checker))
+        broker.core.metric_sources.append(functools.partial(freshness_metrics, self.overlay, self.checker))
         self.placement = Placement(
             self.name, self.overlay, broker, self._send_control, self.alpha, forget=float(self.peer_expiry)
         )
@@ -383,10 +386,11 @@ class ClusterNode(Hooks):
 
     def _peer_auth(self, client_id: str, password: bytes | None) -> str | None:
         """``Core.peer_auth``: None when ``password`` is a valid token of the secret for the
-        link ``client_id``, else why not (counted; the core logs, rate-limited). O(1)."""
+        link ``client_id``, else why not (counted, and logged rate-limited per reason). O(1)."""
         why = self.checker.check(client_id, password)
         if why is not None:
             self.refused_links += 1
+            self._core.log_limit(f"cluster_token_{self.checker.last_refusal}", client_id[:30], why)
         return why
 
     # ------------------------------------------------------------ injection

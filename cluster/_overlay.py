@@ -20,19 +20,27 @@ partition waited for the next refresh's lookups, which themselves waited a failu
 for the seeds still unreachable: retained values converged 2.05-2.17 s after a heal of a
 partition in a 100-fault nemesis run (refresh 1 s; target 2 x refresh), docs/fault.md.
 
-The UDP port is hardened (issue 17: "not an attack surface"): every datagram carries an
-HMAC-SHA256 tag (first 16 bytes) keyed by the cluster secret and is dropped unread when the
-tag is wrong or the datagram is over :data:`MAX_DATAGRAM` bytes; the DHT's ``STORE`` and
-``FIND_VALUE`` RPCs, which siftmq does not use, are refused (no one can make a node hold data),
-and the wire format is msgpack (``umsgpack``), never pickle.
+The UDP port is hardened (issue 17: "not an attack surface"; issue 37: fresh and bound):
+every datagram is sealed by :class:`~cluster._auth.DatagramGuard` (an HMAC keyed by the
+cluster secret over the sender id, the destination id, a timestamp, a nonce and, in a reply,
+the request's nonce) and dropped unparsed when it is over :data:`MAX_DATAGRAM` bytes, its MAC
+is wrong, it is addressed to another node, it is outside the clock window, it was seen before,
+or it is a reply to no request of ours; each drop is counted by reason
+(``Overlay.refused``, ``$SYS/cluster/overlay/dropped/<reason>``) and logged at most once per
+:data:`~broker.core._core.LIMIT_LOG_INTERVAL` per reason.  The protocol therefore receives
+and answers datagrams itself (:meth:`_Protocol.datagram_received`) instead of rpcudp's
+``_solve_datagram``, and sends its requests through :meth:`_Protocol._call`, which knows the
+id of the node asked; rpcudp's bare ``ping(address, ...)`` (the bootstrap's, to a seed
+address) goes to the zero destination, which a receiver answers without admitting the sender
+(docs/cluster.md, "Security").  The DHT's ``STORE`` and ``FIND_VALUE`` RPCs, which siftmq
+does not use, are refused (no one can make a node hold data), and the wire format is msgpack
+(``umsgpack``), never pickle.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
-import hmac
 import logging
 import os
 import secrets
@@ -42,11 +50,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+import umsgpack
 from kademlia.network import Server
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
-__all__ = ["LOST_PROBED", "MAX_DATAGRAM", "Overlay", "load_node_id"]
+from broker.core._core import LIMIT_LOG_INTERVAL
+from cluster._auth import ZERO_ID, DatagramGuard, Opened, Refusal, TokenChecker, datagram_key
+
+__all__ = ["LOST_PROBED", "MAX_DATAGRAM", "Overlay", "freshness_metrics", "freshness_values", "load_node_id"]
 
 log = logging.getLogger("siftmq.cluster")
 
@@ -54,7 +66,9 @@ log = logging.getLogger("siftmq.cluster")
 MAX_DATAGRAM: Final = 8192
 #: seconds a node that stopped answering is probed (then only the refresh's lookups find it)
 LOST_PROBED: Final = 300.0
-_TAG = 16
+#: the RPCs answered (rpc_stun, which tells a node its address, is not)
+_RPCS: Final = frozenset({"ping", "find_node", "find_value", "store"})
+_NO_ANSWER: Final = object()
 
 
 def load_node_id(data_dir: Path | None) -> bytes:
@@ -79,16 +93,17 @@ def load_node_id(data_dir: Path | None) -> bytes:
     return node_id
 
 
-class _SignedTransport:
-    """Wraps the datagram transport: appends the HMAC tag to everything sent."""
+class _SealingTransport:
+    """Wraps the datagram transport: what rpcudp sends (its requests) is sealed by the
+    protocol's guard for the node being asked (:attr:`_Protocol.asking`)."""
 
-    def __init__(self, transport: asyncio.DatagramTransport, key: bytes) -> None:
+    def __init__(self, transport: asyncio.DatagramTransport, proto: _Protocol) -> None:
         self._t = transport
-        self._key = key
+        self._proto = proto
 
     def sendto(self, data: bytes, addr: Any = None) -> None:
-        tag = hmac.new(self._key, data, hashlib.sha256).digest()[:_TAG]
-        self._t.sendto(tag + data, addr)
+        proto = self._proto
+        self._t.sendto(proto.guard.request(data, proto.asking, time.time()), addr)
 
     def close(self) -> None:
         self._t.close()
@@ -98,31 +113,124 @@ class _SignedTransport:
 
 
 class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
-    """Kademlia's protocol with signed datagrams, a size bound and no DHT storage."""
+    """Kademlia's protocol with sealed datagrams, a size bound and no DHT storage."""
 
     key: bytes = b""
-    dropped = 0
     #: called when a node joins the routing table (set by :class:`Overlay`)
     on_member: Callable[[bytes], None] | None = None
     #: nodes that stopped answering: id -> (node, since) (set by :class:`Overlay`)
     lost: dict[bytes, tuple[Node, float]] | None = None
 
+    def __init__(self, source_node: Node, storage: Any, ksize: int) -> None:
+        super().__init__(source_node, storage, ksize)
+        self.guard = DatagramGuard(self.key, source_node.id)
+        #: the id of the node the request being sent goes to (zero: an address only)
+        self.asking = ZERO_ID
+        self.raw: asyncio.DatagramTransport | None = None
+        self._logged: dict[Refusal, float] = {}
+
+    @property
+    def dropped(self) -> int:
+        """Datagrams dropped, every reason."""
+        return sum(self.guard.refused.values())
+
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(_SignedTransport(transport, self.key))
+        self.raw = transport
+        super().connection_made(_SealingTransport(transport, self))
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        if len(data) > MAX_DATAGRAM or len(data) <= _TAG:
-            type(self).dropped += 1
+        guard = self.guard
+        if len(data) > MAX_DATAGRAM:
+            guard.refused[Refusal.MALFORMED] += 1
+            self._refused(Refusal.MALFORMED, addr)
             return
-        tag, body = data[:_TAG], data[_TAG:]
-        if not hmac.compare_digest(tag, hmac.new(self.key, body, hashlib.sha256).digest()[:_TAG]):
-            type(self).dropped += 1
+        now = time.time()
+        opened = guard.open(data, now)
+        if isinstance(opened, Refusal):
+            self._refused(opened, addr)
             return
-        super().datagram_received(body, addr)
+        body = opened.body
+        msg_id = body[1:21]
+        try:
+            payload = umsgpack.unpackb(body[21:])
+        except Exception:  # a member's bug: authentic, unreadable
+            guard.refused[Refusal.MALFORMED] += 1
+            self._refused(Refusal.MALFORMED, addr)
+            return
+        if body[0] == 1:
+            self._accept_response(msg_id, payload, addr)
+            return
+        try:
+            response = self._answer(opened, payload, addr)
+        except Exception as exc:  # bad arguments from a member: no answer, the node goes on
+            log.debug("overlay request from %s: %r", addr, exc)
+            response = _NO_ANSWER
+        if response is _NO_ANSWER:
+            guard.refused[Refusal.MALFORMED] += 1
+            self._refused(Refusal.MALFORMED, addr)
+            return
+        if self.raw is not None:
+            reply = b"\x01" + msg_id + umsgpack.packb(response)
+            self.raw.sendto(guard.reply(reply, opened, now), addr)
+
+    def _answer(self, opened: Opened, payload: Any, addr: Any) -> Any:
+        """The answer to an accepted request (``_NO_ANSWER``: none). A request's ``nodeid``
+        argument must be its sender's id (the one the MAC covers)."""
+        match payload:
+            case [str(name), [bytes(nodeid), *args]] if nodeid == opened.sender:
+                pass
+            case _:
+                return _NO_ANSWER
+        if opened.first_contact:  # a ping to the zero destination (guard): answered only
+            return self.source_node.id
+        func = getattr(self, f"rpc_{name}", None) if name in _RPCS else None
+        if func is None:
+            return _NO_ANSWER
+        return func(addr, nodeid, *args)
+
+    def _refused(self, why: Refusal, addr: Any) -> None:
+        """Log a dropped datagram at most once per reason per LIMIT_LOG_INTERVAL."""
+        now = time.monotonic()
+        last = self._logged.get(why)
+        if last is None or now - last >= LIMIT_LOG_INTERVAL:
+            self._logged[why] = now
+            log.warning(
+                "cluster overlay: datagram from %s dropped: %s (further %s drops not logged for %g s)",
+                addr,
+                why.value,
+                why.value,
+                LIMIT_LOG_INTERVAL,
+            )
+
+    def _call(self, node: Node, name: str, *args: Any) -> Any:
+        """Send RPC ``name`` to ``node`` (its id in the datagram's destination): the future of
+        rpcudp's ``(answered, result)``."""
+        self.asking = node.id
+        try:
+            return getattr(self, name)((node.ip, node.port), self.source_node.id, *args)
+        finally:
+            self.asking = ZERO_ID
+
+    async def call_ping(self, node_to_ask: Node) -> Any:
+        result = await self._call(node_to_ask, "ping")
+        return self.handle_call_response(result, node_to_ask)
+
+    async def call_find_node(self, node_to_ask: Node, node_to_find: Node) -> Any:
+        result = await self._call(node_to_ask, "find_node", node_to_find.id)
+        return self.handle_call_response(result, node_to_ask)
+
+    async def call_find_value(self, node_to_ask: Node, node_to_find: Node) -> Any:
+        result = await self._call(node_to_ask, "find_value", node_to_find.id)
+        return self.handle_call_response(result, node_to_ask)
+
+    async def call_store(self, node_to_ask: Node, key: bytes, value: Any) -> Any:
+        result = await self._call(node_to_ask, "store", key, value)
+        return self.handle_call_response(result, node_to_ask)
 
     def _timeout(self, msg_id: bytes) -> None:
         # rpcudp sets the result of a future that may be cancelled already (a lookup
         # abandoned at stop): InvalidStateError in a loop callback. Skip those.
+        self.guard.forget(msg_id, time.time())
         entry = self._outstanding.get(msg_id)
         if entry is None or entry[0].done():
             self._outstanding.pop(msg_id, None)
@@ -186,8 +294,7 @@ class Overlay:
         rpc_timeout: float = 5.0,
         probe_every: float = 0.25,
     ) -> None:
-        key = hashlib.sha256(b"siftmq-cluster-udp|" + secret).digest()
-        proto = type("_KeyedProtocol", (_Protocol,), {"key": key})
+        proto = type("_KeyedProtocol", (_Protocol,), {"key": datagram_key(secret)})
         self.server = Server(ksize=ksize, node_id=node_id)
         self.server.protocol_class = proto
         self.node_id = node_id
@@ -283,6 +390,30 @@ class Overlay:
     @staticmethod
     def node(node_id: bytes, host: str, port: int) -> Node:
         return Node(node_id, host, port)
+
+    def refused(self) -> dict[Refusal, int]:
+        """Datagrams dropped since :meth:`start`, by reason (O(1))."""
+        proto = self.server.protocol
+        return dict.fromkeys(Refusal, 0) if proto is None else dict(proto.guard.refused)
+
+
+def freshness_values(overlay: Overlay, checker: TokenChecker) -> dict[str, str]:
+    """``$SYS/cluster/overlay/dropped/<reason>`` and ``$SYS/cluster/links/refused/<reason>``."""
+    out = {f"$SYS/cluster/overlay/dropped/{why}": str(n) for why, n in overlay.refused().items()}
+    for why, n in checker.refused.items():
+        if why is not Refusal.UNSOLICITED:
+            out[f"$SYS/cluster/links/refused/{why}"] = str(n)
+    return out
+
+
+def freshness_metrics(overlay: Overlay, checker: TokenChecker) -> dict[str, dict[str, int]]:
+    """The same counters for ``/metrics`` (``Core.metric_sources``): ``siftmq_<name>_total``
+    by ``reason``."""
+    tokens = {str(why): n for why, n in checker.refused.items() if why is not Refusal.UNSOLICITED}
+    return {
+        "cluster_overlay_dropped": {str(why): n for why, n in overlay.refused().items()},
+        "cluster_link_tokens_refused": tokens,
+    }
 
 
 async def _resolve(host: str, port: int) -> tuple[str, int]:

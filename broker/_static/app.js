@@ -110,7 +110,12 @@ function connectEvents() {
     }
     drawCharts();
   });
-  es.onerror = () => setStatus("reconnecting…", "down");
+  es.onerror = () => {
+    setStatus("reconnecting…", "down");
+    // a refused stream (503: the listener's event streams are all taken) is not retried by
+    // the browser itself: open a new one after the Retry-After of the listener (10 s)
+    if (es.readyState === EventSource.CLOSED) setTimeout(connectEvents, 10000);
+  };
 }
 
 // ------------------------------------------------------------------ clients

@@ -105,6 +105,9 @@ class Core:
         self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
         self.sys_sources: list[Callable[[], dict[str, str]]] = []
+        #: more ``/metrics`` counters (broker._metrics): name -> {reason -> count}, exported as
+        #: ``siftmq_<name>_total{reason="..."}`` (the cluster's refused datagrams and tokens)
+        self.metric_sources: list[Callable[[], dict[str, dict[str, int]]]] = []
         # composite subscriptions (issue 16): atoms live in the router's index
         self.composite = Composites(self)
         # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
@@ -142,8 +145,9 @@ class Core:
         #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
         #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
-        #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not
-        #: (``broker.core._internal.client_id_refusal``); None: no cluster, every such client id refused
+        #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not (and it
+        #: logs that, rate-limited; ``broker.core._internal.client_id_refusal``); None: no
+        #: cluster, every such client id refused
         self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
 
     # ------------------------------------------------------------ hooks

@@ -40,16 +40,18 @@ def client_id_refusal(
 ) -> tuple[ReasonCode, str] | None:
     """Why a CONNECT with ``client_id`` is refused because the id is the broker's, or None
     (then a ``$cluster/`` id is a verified peer link: ``conn.peer_link`` is set).  Refusals
-    are counted and logged (rate-limited). O(1) (an HMAC for a link's token)."""
+    are counted and logged (rate-limited; a link's bad token by the cluster's check). O(1)
+    (an HMAC for a link's token)."""
     if not client_id.startswith("$"):
         return None
     core = conn.core
     if client_id.startswith(PEER_PREFIX):
         check = core.peer_auth
         why = "no cluster on this broker" if check is None else check(client_id, password)
-        if why is not None:
+        if why is not None:  # the cluster's check logs its own refusals (rate-limited)
             core.stats.refused_non_peer += 1
-            core.log_limit("peer_link", client_id[:60], f"CONNECT as a cluster link refused: {why}")
+            if check is None:
+                core.log_limit("peer_link", client_id[:60], f"CONNECT as a cluster link refused: {why}")
             return ReasonCode.NOT_AUTHORIZED, "not authorized"
         conn.peer_link = True
         return None

@@ -224,7 +224,7 @@ async def test_link_ids_need_the_secret_and_links_cannot_publish() -> None:
             ):
                 pass
         # a valid token is single-use: a replay is refused
-        token = make_token(SECRET, fake).decode()
+        token = make_token(SECRET, fake, node_of(bs[0]).name).decode()
         async with aiomqtt.Client(
             "127.0.0.1", port, identifier=fake, username="siftmq-cluster", password=token
         ):
