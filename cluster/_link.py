@@ -23,7 +23,7 @@ the next packet; bytes that do not decode as MQTT end the connection (its stream
 and are reported the same way before the reconnection.  Any other exception ending a
 connection is logged (one line at ERROR, the traceback at DEBUG), reported as a
 ``"restart"``, and the link reconnects with back-off; should the task itself end while the
-link is open, it is started again.
+link is open, it is started again (after 1 s, doubling to 30 s while no session comes up).
 
 The receive side is an :class:`asyncio.Protocol`: each read is decoded, injected into the
 local broker and flushed to the local subscribers inside ``data_received``, with the garbage
@@ -123,6 +123,8 @@ class PeerLink:
         self.problem = problem or _log_problem
         self.restarts = 0  # times an unexpected error ended a connection or the task
         self.bad = 0  # packets from the peer that could not be used (dropped)
+        self._restart_delay = 1.0  # before the task is started again (``_ended``)
+        self._restart_connects = -1  # ``connects`` at the last restart (none since: back off)
         self.on_up = on_up  # the link is up (its route subscriptions sent): on_up(peer)
         self.session_expiry = session_expiry
         self.connected = False
@@ -169,7 +171,10 @@ class PeerLink:
         self.problem("restart", f"link task to {self.peer[:8]} ended: {exc!r}")
         self.connected = False
         self.up.clear()
-        self._loop.call_later(1.0, self._restart)
+        # back-off: 1 s, doubling to 30 s while the task keeps ending without a session
+        delay = self._restart_delay if self.connects == self._restart_connects else 1.0
+        self._restart_delay, self._restart_connects = min(2 * delay, 30.0), self.connects
+        self._loop.call_later(delay, self._restart)
 
     def _restart(self) -> None:
         if not self._closing:
