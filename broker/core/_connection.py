@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import topics
 from broker.core._connect import connect_refusal, hold_connack, negotiate
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._internal import client_id_refusal
+from broker.core._internal import internal_refusal
 from broker.core._message import INTERNAL_PREFIXES, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
@@ -570,7 +570,7 @@ class Connection(RareFields):
             self.close("CONNECT with a zero-length will topic")
             return
         client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        refusal = client_id_refusal(self, client_id, p.password)  # $cluster/... (issue 37)
+        refusal = internal_refusal(self, p, client_id)  # $cluster/... (issue 37)
         if refusal is not None:
             self._refuse(*refusal)
             return

@@ -146,7 +146,7 @@ class Core:
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
         #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
         #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not (and it
-        #: logs that, rate-limited; ``broker.core._internal.client_id_refusal``); None: no
+        #: logs that, rate-limited; ``broker.core._internal.internal_refusal``); None: no
         #: cluster, every such client id refused
         self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
 

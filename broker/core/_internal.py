@@ -10,7 +10,9 @@ The broker uses a few names of its own that clients must not take:
   secret (``Core.peer_auth``, set by the cluster; without a cluster, refused), then marked
   (``Connection.peer_link``);
 * client ids ``$local/<n>`` (in-process subscriptions) and ``$cluster-in/<peer>`` (a peer's
-  received QoS 2 ids in the store): never taken by a network client.
+  received QoS 2 ids in the store): never taken by a network client;
+* a will on an internal topic: refused at CONNECT (the broker would publish it for the
+  client), even for a peer link (links set no will).
 
 Functions of a :class:`~broker.core._connection.Connection` (CONNECT and SUBSCRIBE time
 only: PUBLISH's fast path is one ``startswith`` for topics not starting with ``$``).
@@ -27,27 +29,31 @@ from broker.core._message import (
     split_filter_prefix,
     split_share,
 )
-from broker.packets import ReasonCode
+from broker.packets import Connect, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["client_id_refusal", "internal_filter"]
+__all__ = ["internal_filter", "internal_refusal"]
 
 
-def client_id_refusal(
-    conn: Connection, client_id: str, password: bytes | None
-) -> tuple[ReasonCode, str] | None:
-    """Why a CONNECT with ``client_id`` is refused because the id is the broker's, or None
-    (then a ``$cluster/`` id is a verified peer link: ``conn.peer_link`` is set).  Refusals
-    are counted and logged (rate-limited; a link's bad token by the cluster's check). O(1)
-    (an HMAC for a link's token)."""
+def internal_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[ReasonCode, str] | None:
+    """Why a CONNECT is refused for the broker's internal names, or None: a client id that
+    is the broker's, or a will on an internal topic (a will is published by the broker when
+    the connection ends: without this check, a control message). When None, a ``$cluster/``
+    id is a verified peer link (``conn.peer_link`` set).  Refusals are counted and logged
+    (rate-limited; a link's bad token by the cluster's check). O(1) (an HMAC for a token)."""
+    core = conn.core
+    will = p.will
+    if will is not None and will.topic.startswith(INTERNAL_PREFIXES):
+        core.stats.refused_reserved_publish += 1
+        core.log_limit("reserved_topic", client_id[:60], "a will on an internal topic refused")
+        return ReasonCode.NOT_AUTHORIZED, "will topic not authorized"
     if not client_id.startswith("$"):
         return None
-    core = conn.core
     if client_id.startswith(PEER_PREFIX):
         check = core.peer_auth
-        why = "no cluster on this broker" if check is None else check(client_id, password)
+        why = "no cluster on this broker" if check is None else check(client_id, p.password)
         if why is not None:  # the cluster's check logs its own refusals (rate-limited)
             core.stats.refused_non_peer += 1
             if check is None:

@@ -31,7 +31,7 @@ Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 * peers only (``Listener.peers_only``, the cluster's link listener) -- a CONNECT whose client
   id is not a cluster link's (``$cluster/<node>``) gets CONNACK 0x87 / 5 Not authorized,
   counted in ``refused_non_peer`` and logged (rate-limited); the core then refuses a link
-  whose token the cluster does not verify (``broker.core._internal.client_id_refusal``).
+  whose token the cluster does not verify (``broker.core._internal.internal_refusal``).
 
 Each refusal is counted in ``Core.stats`` and published under
 ``$SYS/broker/connections/refused/``.

@@ -21,7 +21,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from broker.packets import Connack, Connect, ReasonCode, SubscriptionRequest
+from broker.packets import Connack, Connect, ReasonCode, SubscriptionRequest, Will
 from tests.broker.test_metrics import _scrape
 from tests.cluster._support import cluster, drain, links_up, node_of
 from tests.rawclient import RawClient
@@ -276,3 +276,20 @@ async def test_the_counters_are_in_sys_and_metrics() -> None:
         assert values["siftmq_cluster_peer_unparseable_total"] == 1
         assert values["siftmq_cluster_peer_values_refused_total"] == 1
         assert values["siftmq_cluster_link_restarts_total"] == 0
+
+
+async def test_a_will_cannot_carry_a_forged_control_message() -> None:
+    """A will on ``$cluster/ctl/<node>`` would be published by the broker itself when the
+    client's connection drops: the CONNECT is refused, and the forged value never served."""
+    async with cluster(2) as bs:
+        n1, n2 = node_of(bs[0]), node_of(bs[1])
+        forged = json.dumps(_ret("plant/valve", b"forged", 10**15, "ff" * 20)).encode()
+        c = await RawClient.open(bs[0].port or 0, 5)
+        c.send(Connect("willer", protocol_level=5, will=Will(f"$cluster/ctl/{n2.name}", forged, 1, False)))
+        ack = await c.recv()
+        await c.close()  # no DISCONNECT: a will would go now
+        assert isinstance(ack, Connack) and ack.reason_code == ReasonCode.NOT_AUTHORIZED
+        async with aiomqtt.Client("127.0.0.1", bs[0].port, identifier="w") as w:
+            await w.publish("plant/valve", b"legit", qos=1, retain=True)
+        await eventually(lambda: n2.retained.stamps.get("plant/valve", (0, ""))[1] == n1.name, timeout=10)
+        assert await _retained_at(bs[1], "plant/valve") == [b"legit"]

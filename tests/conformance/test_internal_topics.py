@@ -19,7 +19,7 @@ import pytest_asyncio
 from broker import Broker
 from broker.auth import FileAuth
 from broker.hooks import Hooks
-from broker.packets import Connack, Connect, Publish, Pubrec, ReasonCode, SubscriptionRequest
+from broker.packets import Connack, Connect, Publish, Pubrec, ReasonCode, SubscriptionRequest, Will
 from tests.rawclient import RawClient
 
 RC = ReasonCode
@@ -108,3 +108,21 @@ async def test_the_brokers_own_client_ids_cannot_be_taken(open_broker: Broker, v
         await open_broker.publish("plant/valve", b"1", qos=1)
         got = await local.get(timeout=5)
         assert got.payload == b"1"
+
+
+@pytest.mark.parametrize("version", [5, 4])
+async def test_a_will_on_an_internal_topic_is_refused(open_broker: Broker, version: int) -> None:
+    """The broker publishes a will itself when the connection ends: on ``$cluster/...`` it
+    would be a control message no PUBLISH check ever saw, so the CONNECT is refused."""
+    c = await RawClient.open(open_broker.port, version)
+    will = Will("$cluster/ctl/0123abcd", b'{"t":"ret?","src":"spy"}', 1, False)
+    c.send(Connect(f"willer{version}", protocol_level=version, will=will))
+    ack = await c.recv()
+    assert isinstance(ack, Connack) and ack.reason_code == RC.NOT_AUTHORIZED  # 3.1.1: return code 5
+    assert f"willer{version}" not in open_broker.core.sessions
+    assert open_broker.core.stats.refused_reserved_publish == 1
+    # a will elsewhere is accepted as before
+    _ok, ack = await RawClient.connect(
+        open_broker.port, "willer", version, will=Will("plant/gone", b"1", 1, False)
+    )
+    assert ack.reason_code == RC.SUCCESS
