@@ -18,13 +18,15 @@ import asyncio
 import gc
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import topics
 from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
+from broker._logging import fields
+from broker._reload import ReloadCounters, ReloadResult, reload_broker
 from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
@@ -210,8 +212,38 @@ class Broker:
         self.restored_qos2_in: dict[str, set[int]] = {}
         #: the open TLS and WebSocket connections (plain-TCP ones are in their listener's poller)
         self._open: set[MQTTProtocol] = set()
+        #: authenticate hooks' awaitables being awaited (core/_connect.py: the CONNECT is held)
+        self._checks: set[asyncio.Task[None]] = set()
+        self.core.await_check = self._await_check
+        #: reloads done / failed (``Broker.reload``; ``$SYS/broker/reloads/``)
+        self.reload_counters = ReloadCounters()
+        self._reloading = asyncio.Lock()
+        self.core.sys_sources.append(self.reload_counters.sys_values)
+        self.core.metric_sources.append(self.reload_counters.metric_values)
         for h in self.hooks:
             h.attach(self)
+
+    def _await_check(self, check: Awaitable[bool | None], done: Callable[[object], None]) -> None:
+        """Await an authenticate hook's awaitable in a task of its own (the core holds the
+        CONNECT; nothing else waits) and feed its outcome back: ``done(result or exception)``
+        on the loop, then a flush, as for any other event of the core."""
+
+        async def run() -> None:
+            try:
+                outcome: object = await check
+            except BaseException as exc:  # the core decides: hook error, busy; cancelled at stop
+                outcome = exc
+            try:
+                done(outcome)
+                self.core.flush()
+            except Exception:
+                log.exception("authentication outcome failed")
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
 
     def _protocols(self) -> list[MQTTProtocol]:
         """Every open network connection: the TLS/WebSocket set and the plain-TCP listeners'
@@ -271,6 +303,15 @@ class Broker:
         )
         self._extra.append(opened)
         return opened.port
+
+    async def reload(self, config: BrokerConfig | None = None) -> ReloadResult:
+        """Re-read the password and ACL files (``FileAuth`` hooks) and the TLS files of the
+        listeners, and apply the live fields of ``config`` (``broker._reload.LIVE_FIELDS``;
+        other changed fields are reported as needing a restart), all or nothing: a file that
+        does not parse keeps every old setting and is named in the result and in one error
+        line. Open connections stay. One reload at a time (docs/operations.md, "Reload")."""
+        async with self._reloading:
+            return await reload_broker(self, config)
 
     async def _start_http(self, listen: str) -> None:
         """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
@@ -348,6 +389,14 @@ class Broker:
             if was_enabled:
                 gc.enable()
         self._sweeper = asyncio.create_task(self._sweep(store))
+        core.sys_sources.append(
+            lambda: {
+                "$SYS/broker/store/failed": str(int(store.failed)),
+                "$SYS/broker/store/failures": str(store.failures),
+                "$SYS/broker/store/failed_commits": str(store.failed_commits),
+                "$SYS/broker/store/recoveries": str(store.recoveries),
+            }
+        )
         if path != ":memory:":
             self.composite_saver = CompositeSaver(core.composite, store, path + ".composite")
             await self.composite_saver.load(self._persisted)
@@ -364,7 +413,8 @@ class Broker:
             try:
                 gone = await asyncio.to_thread(store.sweep, core.clock.wall() - SWEEP_INTERVAL)
             except Exception:
-                log.exception("store sweep failed")
+                if not store.failed:  # a failed store has logged its cause and retries
+                    log.exception("store sweep failed", extra=fields("store.sweep_failed"))
                 continue
             now = self.core.clock.monotonic()
             for rec in gone:
@@ -432,6 +482,8 @@ class Broker:
         if self._timer is not None:
             self._timer.cancel()
         await self._send_owed()
+        for task in list(self._checks):  # held CONNECTs: their connections close below
+            task.cancel()
         self.core.shutdown(self.core.clock.monotonic())
         # clients get STOP_GRACE seconds to close their side, then are aborted
         if protocols := self._protocols():
@@ -449,7 +501,7 @@ class Broker:
                 await h.stop()
             except Exception:
                 log.exception("hook %s.stop failed", type(h).__name__)
-        log.info("stopped")
+        log.info("stopped", extra=fields("broker.stopped"))
 
     async def _send_owed(self) -> None:
         """Graceful stop, before the connections close: nothing more is read from them, and

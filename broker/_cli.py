@@ -8,10 +8,14 @@ so the broker never imports them.
 
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
-``data_dir``, ``log_level``, ``persistence``, ``password_file``, ``acl_file``, and the keys
-of plugins, e.g. the bridge's ``bridge`` and ``bridge_roll_interval``),
+``data_dir``, ``log_level``, ``log_format`` (``text`` or ``json``: ``broker._logging``),
+``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
+bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
-hooks' ``stop`` awaited).  uvloop is used when installed (``--no-uvloop`` to turn it off).
+hooks' ``stop`` awaited).  SIGHUP (``siftmq reload``, ``broker._reload``) re-reads the password,
+ACL and TLS files and the live limits of ``--config``; the process id is in ``--pid-file``
+(default ``<data-dir>/siftmq.pid`` with persistence).  uvloop is used when installed (``--no-uvloop``
+to turn it off).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
 
 Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
@@ -36,6 +40,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import re
 import signal
 import sys
 import tomllib
@@ -44,6 +49,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker._extras import Extra, MissingExtra, available
+from broker._files import private_dir, shared_access, tighten_data_dir
+from broker._logging import HeldRecords, LogFormat
+from broker._logging import configure as configure_logging
 from broker.plugins import Plugin, ServeContext, load_plugins
 
 if TYPE_CHECKING:
@@ -108,7 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="negative entries on UNSUBSCRIBE (default on; --no-partial-unsubscribe = pure MQTT)",
     )
     serve.add_argument("--log-level", default=None, help="DEBUG, INFO (default), WARNING, ERROR")
+    serve.add_argument(
+        "--log-format",
+        default=None,
+        choices=("text", "json"),
+        help="text (default) or json: one object a line",
+    )
     serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
+    serve.add_argument(
+        "--pid-file",
+        type=Path,
+        default=None,
+        help="process id file for 'siftmq reload' (default <data-dir>/siftmq.pid with persistence)",
+    )
     serve.add_argument(
         "--no-persistence",
         action="store_true",
@@ -131,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._backup_cli import register as register_backup
 
     register_backup(sub)
+    from broker._reload import register as register_reload
+
+    register_reload(sub)
     version = sub.add_parser(
         "version", help="version, compiled hot-path modules, installed extras", description=_version.__doc__
     )
@@ -230,7 +253,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
 
 
 #: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset({"data_dir", "log_level", "persistence", "password_file", "acl_file"})
+_SERVE_KEYS = frozenset({"data_dir", "log_level", "log_format", "persistence", "password_file", "acl_file"})
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -273,13 +296,17 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError, MissingExtra) as exc:
         print(f"siftmq serve: {exc}", file=sys.stderr)
         return 2
-    level = (args.log_level or serve_opts.get("log_level") or "INFO").upper()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    if not _logging_set_up(args, serve_opts):
+        return 2
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
         )
+    _warn_shared(
+        args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
+    )
     _raise_descriptors()
+    tighten_data_dir(data_dir)  # what an older siftmq left readable by others (broker/_files.py)
     hooks: list[Hooks] = []
     ctx = ServeContext(args, serve_opts, data_dir)
     try:
@@ -292,12 +319,51 @@ def _serve(args: argparse.Namespace) -> int:
         hooks.append(auth)
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
-        Path(cfg.store_path).parent.mkdir(parents=True, exist_ok=True)
+        private_dir(Path(cfg.store_path).parent)  # 0700 whatever the umask (broker/_files.py)
+    pid_file = args.pid_file or (data_dir / "siftmq.pid" if persistence else None)
+    reconfigure = _reconfigure(args, changes)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, hooks, auth is not None)))
+        return int(run(_run(cfg, hooks, auth is not None, pid_file, reconfigure)))
     except KeyboardInterrupt:
         return 0
+
+
+def _logging_set_up(args: argparse.Namespace, serve_opts: dict[str, Any]) -> bool:
+    """Log level and format (``broker._logging``: text, or one JSON object a line, to stderr),
+    then the lines held while the command line was parsed; False (said) when they are bad."""
+    level = str(args.log_level or serve_opts.get("log_level") or "INFO").upper()
+    try:
+        configure_logging(level, LogFormat(args.log_format or serve_opts.get("log_format") or "text"))
+    except ValueError as exc:
+        print(f"siftmq serve: bad configuration: log_level / log_format: {exc}", file=sys.stderr)
+        return False
+    held: HeldRecords | None = getattr(args, "held_records", None)
+    if held is not None:
+        held.replay()
+    return True
+
+
+def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[[], BrokerConfig] | None:
+    """What a SIGHUP applies (``broker._reload``): the ``--config`` file read again with the
+    same flags over it (None without ``--config``: the files are re-read, no limits change)."""
+    from broker._config import load_toml
+
+    config_file: Path | None = args.config
+    if config_file is None:
+        return None
+
+    def reconfigure() -> BrokerConfig:
+        try:
+            cfg = load_toml(config_file)
+        except tomllib.TOMLDecodeError as exc:  # "... (at line 3, column 14)" -> "FILE:3: ..."
+            text, line = str(exc), ""
+            if where := re.search(r" \(at line (\d+), column \d+\)$", text):
+                text, line = text.removesuffix(where[0]), f":{where[1]}"
+            raise ValueError(f"{config_file}{line}: {text}") from exc
+        return _with_listeners(dataclasses.replace(cfg, **changes), args)
+
+    return reconfigure
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -368,6 +434,15 @@ def _file_auth(password_file: str | None, acl_file: str | None) -> Hooks | None:
     return FileAuth(password_file=password_file, acl_file=acl_file, allow_anonymous=True)
 
 
+def _warn_shared(password_file: str | None, acl_file: str | None) -> None:
+    """One warning per password or ACL file that group or others may read (a warning, not an
+    error: docs/security.md, "Files on disk")."""
+    for path, what in ((password_file, "password file"), (acl_file, "ACL file")):
+        shared = None if path is None else shared_access(path)
+        if shared is not None:
+            log.warning("%s %s", what, shared)
+
+
 def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
     if not no_uvloop:
         try:
@@ -380,8 +455,15 @@ def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
     return asyncio.run
 
 
-async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> int:
+async def _run(
+    cfg: BrokerConfig,
+    hooks: list[Hooks],
+    authenticated: bool,
+    pid_file: Path | None = None,
+    reconfigure: Callable[[], BrokerConfig] | None = None,
+) -> int:
     from broker._broker import Broker
+    from broker._reload import SighupReloads
 
     if not authenticated:
         exposed = [li.url for li in cfg.effective_listeners() if not li.loopback]
@@ -393,10 +475,16 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloads = SighupReloads(reconfigure, pid_file)  # SIGHUP: broker.reload() (siftmq reload)
+    reloads.install()
     try:
-        async with Broker(config=cfg, hooks=hooks):
-            await stop.wait()
-            log.info("signal received, stopping")
+        async with Broker(config=cfg, hooks=hooks) as broker:
+            reloads.start(broker)
+            try:
+                await stop.wait()
+                log.info("signal received, stopping")
+            finally:
+                reloads.close()
     except OSError as exc:
         log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, exc)
         return 1
@@ -404,13 +492,22 @@ async def _run(cfg: BrokerConfig, hooks: list[Hooks], authenticated: bool) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.version:
-        return _version(args)
-    if args.command is None:
-        parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
-    result = args.func(args)
+    held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
+    logging.getLogger().addHandler(held)
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    finally:
+        logging.getLogger().removeHandler(held)
+    args.held_records = held
+    try:
+        if args.version:
+            return _version(args)
+        if args.command is None:
+            parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
+        result = args.func(args)
+    finally:
+        held.replay()  # if serve did not (another command, or it stopped before logging)
     return int(result or 0)
 
 

@@ -230,6 +230,10 @@ class BrokerConfig:
     #: users of the password file who may use the dashboard (its admin role); with a password
     #: file, or on a listener that is not loopback, nobody else gets in (403)
     dashboard_admins: tuple[str, ...] = ()
+    #: seconds between two points of the dashboard's server-side history (docs/dashboard.md)
+    dashboard_history_interval: float = 5.0
+    #: points of that history kept (a ring per series; 180 x 5 s = the last 15 minutes)
+    dashboard_history_points: int = 180
     #: HTTP listener (``metrics_listen``): open connections at most, in all (docs/security.md,
     #: "HTTP listener"); beyond it the longest-waiting unauthenticated one is closed, or 503
     http_max_connections: int = 256
@@ -260,6 +264,19 @@ class BrokerConfig:
     #: seconds a new network connection may take to send its CONNECT; then it is closed and
     #: counted in ``$SYS/broker/connections/connect_timeouts``.
     connect_timeout: float = 30.0
+    #: failed logins (an authenticate hook said no) from one source address within
+    #: ``auth_failure_window`` seconds after which its CONNECTs with a user name or password
+    #: are refused at once, unchecked, for ``auth_backoff`` seconds, doubling with each further
+    #: back-off up to ``auth_backoff_max`` (docs/security.md, "Failed logins"; counted in
+    #: ``$SYS/broker/connections/refused/auth_backoff``); 0 = no back-off.
+    auth_failures: int = 5
+    #: seconds in which ``auth_failures`` failed logins start a back-off.
+    auth_failure_window: float = 60.0
+    #: seconds of an address's first back-off (then doubled each time).
+    auth_backoff: float = 1.0
+    #: longest back-off, seconds; also how long an address must stay quiet to start again
+    #: from ``auth_backoff``.
+    auth_backoff_max: float = 300.0
 
     def __post_init__(self) -> None:
         check_policy(self.slow_consumer_policy)
@@ -282,8 +299,14 @@ class BrokerConfig:
             raise ValueError("listen_backlog must be >= 1")
         if self.connect_timeout <= 0:
             raise ValueError("connect_timeout must be > 0")
+        if self.auth_failures < 0 or self.auth_failure_window <= 0:
+            raise ValueError("auth_failures must be >= 0 and auth_failure_window > 0")
+        if not 0 < self.auth_backoff <= self.auth_backoff_max:
+            raise ValueError("auth_backoff must be > 0 and <= auth_backoff_max")
         if not 0 <= self.store_commit_delay <= 1:
             raise ValueError("store_commit_delay must be between 0 and 1 second")
+        if self.dashboard_history_interval <= 0 or self.dashboard_history_points < 1:
+            raise ValueError("dashboard_history_interval must be > 0 and dashboard_history_points >= 1")
 
     @property
     def high_water(self) -> int:

@@ -101,6 +101,7 @@ def overview(core: Core, now: float, rss: int) -> dict[str, Any]:
         "retained": len(core.router.retained),
         "messages_received": st.messages_received,
         "messages_sent": st.messages_sent,
+        "messages_internal": st.messages_internal,
         "bytes_received": st.bytes_received,
         "bytes_sent": st.bytes_sent,
         "publishers_paused": st.publishers_paused,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["GAUGES", "CoreCollector", "HttpCollector", "parse_listen", "registry_for"]
 
 #: fields of ``Stats`` that go up and down (the others only grow)
-GAUGES = frozenset({"publishers_paused", "slow_consumers"})
+GAUGES = frozenset({"auth_pending", "publishers_paused", "slow_consumers"})
 
 
 class CoreCollector(Collector):
@@ -65,6 +65,22 @@ class CoreCollector(Collector):
                 "siftmq_store_backlog", "store operations waiting for the writer thread", store.backlog
             )
             yield CounterMetricFamily("siftmq_store_commits", "store transactions committed", store.commits)
+            yield GaugeMetricFamily(
+                "siftmq_store_failed",
+                "1 while the store's commits fail (retried until one succeeds)",
+                float(store.failed),
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_failures", "times the store's commits began to fail", store.failures
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_failed_commits",
+                "store commits that failed, retries included",
+                store.failed_commits,
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_recoveries", "times the store recovered from failing commits", store.recoveries
+            )
 
 
 class HttpCollector(Collector):

@@ -33,7 +33,7 @@ and one atom over a period, and the sum of all of them is exact.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from broker.core._message import Message
 
 __all__ = [
+    "AuthUnavailable",
+    "AuthVerdict",
     "CompositeAction",
     "CompositeChange",
     "CompositeEventRecord",
@@ -58,6 +60,21 @@ __all__ = [
 DeliveryEntry: TypeAlias = tuple[str, str, str | None, int, bool]
 """One delivery of a message in :meth:`Hooks.on_deliveries`: (subscriber id, the topic filter
 of the subscription that matched, its selector or None, QoS of this delivery, retained flag)."""
+
+
+AuthVerdict: TypeAlias = bool | Awaitable[bool | None] | None
+"""What :meth:`Hooks.authenticate` returns: True (allow), False (deny), None (no opinion), or
+an awaitable of one of them when the decision takes time (a password hash, an auth service):
+the broker then holds the CONNECT, awaits it off its protocol core, and goes on when it is
+done (docs/security.md, "Password checks off the event loop")."""
+
+
+class AuthUnavailable(Exception):
+    """Raised by :meth:`Hooks.authenticate` (or by the awaitable it returned) when it cannot
+    decide now -- its checks are saturated, its auth service is unreachable: the CONNECT is
+    refused with 0x88 Server unavailable (MQTT 3.1.1: return code 3) and counted in
+    ``$SYS/broker/connections/refused/auth_busy``, and it does not count as a failed login.
+    Any other exception of a hook refuses the CONNECT as not authorized (0x87 / 5)."""
 
 
 class SubscriptionAction(enum.Enum):
@@ -176,8 +193,14 @@ class Hooks:
 
     ``authenticate``/``authorize`` return True (allow), False (deny) or None (no opinion);
     the first hook with an opinion decides, and with no opinion the broker's own
-    configuration decides.  ``start`` runs before the listeners open and ``stop`` after
-    they closed and every session was handled, so a hook can flush what it buffered.
+    configuration decides.  ``authenticate`` may also return an awaitable of its opinion
+    (:data:`AuthVerdict`): the CONNECT waits for it, nothing else waits.  A client's user
+    name is *authenticated* when an ``authenticate`` hook said True to its CONNECT (or the
+    listener took it from a verified client certificate, ``use_identity_as_username``);
+    ``authorize`` receives the user name only then, else None: a name a client merely
+    claims never selects rights (docs/security.md, "Who is a user").  ``start`` runs before
+    the listeners open and ``stop`` after they closed and every session was handled, so a hook
+    can flush what it buffered.
     """
 
     async def start(self) -> None:
@@ -258,10 +281,17 @@ class Hooks:
         kept that CPython's cyclic GC tracks."""
         return None
 
-    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
-        """Allow or deny a CONNECT."""
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> AuthVerdict:
+        """Allow or deny a CONNECT: True, False, None (no opinion), or an awaitable of one of
+        them for a check that takes time (it must not block the event loop: run a slow hash
+        in a thread, as :class:`broker.auth.FileAuth` does; raise :class:`AuthUnavailable`
+        to refuse with "server unavailable").  The CONNECT is held until it is done (the
+        listener's ``connect_timeout`` still applies) and the hooks after this one are asked
+        only if it says None.  Failed logins count towards the per-address back-off
+        (``BrokerConfig.auth_failures``)."""
         return None
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
-        """Allow or deny ``action`` ("publish" or "subscribe") on a topic name or filter."""
+        """Allow or deny ``action`` ("publish", "subscribe" or "receive") on a topic name or
+        filter; ``username`` is the *authenticated* user name, None if there is none."""
         return None

@@ -42,6 +42,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
+from broker._logging import address, fields
 from broker.packets import (
     NO_PROPERTIES,
     Connack,
@@ -276,7 +277,12 @@ class PeerLink:
                 self.last_error = f"{type(exc).__name__}: {exc}"
             except _Refused as exc:
                 self.last_error = str(exc)
-                log.warning("cluster link to %s refused: %s", self.peer[:8], exc)
+                log.warning(
+                    "cluster link to %s refused: %s",
+                    self.peer[:8],
+                    exc,
+                    extra=fields("cluster.link_refused", address=self._where(), reason=str(exc)),
+                )
             except MalformedPacket as exc:  # the stream is lost: a new connection
                 self.last_error = f"malformed packet: {exc}"
                 self.bad += 1
@@ -288,6 +294,13 @@ class PeerLink:
                 log.debug("cluster link to %s: the failure", self.peer[:8], exc_info=exc)
                 self.problem("restart", f"link to {self.peer[:8]}: {self.last_error[:200]}")
             finally:
+                if self.connected and not self._closing:
+                    log.info(
+                        "cluster link to %s down: %s",
+                        self.peer[:8],
+                        self.last_error or "closed",
+                        extra=fields("cluster.link_down", address=self._where(), reason=self.last_error),
+                    )
                 self.connected = False
                 self.up.clear()
             if self._closing:
@@ -298,6 +311,10 @@ class PeerLink:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
             delay = min(delay * 2, 2.0)
+
+    def _where(self) -> str:
+        """The peer node's id and address, for the log's ``address`` field."""
+        return f"{self.peer[:8]}@{address(tuple(self.address))}"
 
     async def _session(self) -> None:
         """One connection: the MQTT session over a protocol whose ``data_received`` decodes,
@@ -360,7 +377,12 @@ class PeerLink:
         )
         self._subscribe(transport, [f"$cluster/ctl/{self.client_id[9:]}"], CTL_ID, 0)
         self.up.set()
-        log.info("cluster link to %s up (%s:%d)", self.peer[:8], *self.address)
+        log.info(
+            "cluster link to %s up (%s:%d)",
+            self.peer[:8],
+            *self.address,
+            extra=fields("cluster.link_up", address=self._where()),
+        )
         self.on_up(self.peer)
         ping = asyncio.create_task(self._pinger(transport))
         try:

@@ -545,7 +545,7 @@ class ClusterNode(Hooks):
         core = self._core
         now = core.clock.monotonic()
         msg_ = Message.create(CTL_PREFIX + dest, encode_control(msg), 1, False, NO_PROPERTIES, None, now)
-        core.publish(msg_, now)
+        core.publish(msg_, now, None, True)  # internal: not the clients' messages_received
         core.flush()
 
     def _control(self, sender: str, payload: bytes) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from broker._extras import Extra, require
+from broker._files import shared_access
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
@@ -152,6 +153,11 @@ def _seconds(opts: Mapping[str, object], key: str, default: float) -> float:
 def _secret(path: object, inline: object) -> bytes:
     if path is not None:
         try:
+            # whoever reads the secret can join as a peer, trusted with every message: a file
+            # group or others may read is refused (docs/security.md, "Files on disk")
+            shared = shared_access(str(path))
+            if shared is not None:
+                raise ValueError(f"--cluster-secret-file: {shared}")
             secret = Path(str(path)).read_bytes().strip()
         except OSError as exc:
             raise ValueError(f"--cluster-secret-file: {exc}") from None

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import topics
+from broker._files import open_private, write_private
 from cluster._auth import WINDOW
 from cluster._control import BadControl
 
@@ -192,10 +193,9 @@ class RetainedRegister:
         if path is None:
             return
         self.close()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(f"{h} {o} {t}\n" for t, (h, o) in sorted(self.stamps.items())), "utf-8")
-        tmp.replace(path)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        text = "".join(f"{h} {o} {t}\n" for t, (h, o) in sorted(self.stamps.items()))
+        write_private(path, text.encode())  # 0600 whatever the umask (broker/_files.py)
+        self._fd = open_private(path, os.O_WRONLY | os.O_APPEND)
 
 
 def _values(msg: dict[str, Any]) -> tuple[str, bytes, int, int | None, Stamp]:

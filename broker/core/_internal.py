@@ -14,8 +14,10 @@ The broker uses a few names of its own that clients must not take:
 * a will on an internal topic: refused at CONNECT (the broker would publish it for the
   client), even for a peer link (links set no will).
 
-Functions of a :class:`~broker.core._connection.Connection` (CONNECT and SUBSCRIBE time
-only: PUBLISH's fast path is one ``startswith`` for topics not starting with ``$``).
+Functions of a :class:`~broker.core._connection.Connection`, called at CONNECT (by
+``broker.core._connect.on_connect``, after the protocol checks, before the authenticate
+hooks) and SUBSCRIBE; PUBLISH's fast path is one ``startswith`` for topics not starting
+with ``$``.
 """
 
 from __future__ import annotations
@@ -41,29 +43,26 @@ def internal_refusal(conn: Connection, p: Connect, client_id: str) -> tuple[Reas
     """Why a CONNECT is refused for the broker's internal names, or None: a client id that
     is the broker's, or a will on an internal topic (a will is published by the broker when
     the connection ends: without this check, a control message). When None, a ``$cluster/``
-    id is a verified peer link (``conn.peer_link`` set).  Refusals are counted and logged
-    (rate-limited; a link's bad token by the cluster's check). O(1) (an HMAC for a token)."""
+    id is a verified peer link (``conn.peer_link`` set).  Refusals are counted here and
+    logged by the caller (``Connection._refuse``, rate-limited; a bad link token's reason by
+    the cluster's check). O(1) (an HMAC for a token)."""
     core = conn.core
     will = p.will
     if will is not None and will.topic.startswith(INTERNAL_PREFIXES):
         core.stats.refused_reserved_publish += 1
-        core.log_limit("reserved_topic", client_id[:60], "a will on an internal topic refused")
         return ReasonCode.NOT_AUTHORIZED, "will topic not authorized"
     if not client_id.startswith("$"):
         return None
     if client_id.startswith(PEER_PREFIX):
         check = core.peer_auth
         why = "no cluster on this broker" if check is None else check(client_id, p.password)
-        if why is not None:  # the cluster's check logs its own refusals (rate-limited)
+        if why is not None:  # the cluster's check logs its reason (rate-limited)
             core.stats.refused_non_peer += 1
-            if check is None:
-                core.log_limit("peer_link", client_id[:60], f"CONNECT as a cluster link refused: {why}")
             return ReasonCode.NOT_AUTHORIZED, "not authorized"
         conn.peer_link = True
         return None
     if client_id.startswith(INTERNAL_CLIENT_PREFIXES):
         core.stats.refused_reserved_client_id += 1
-        core.log_limit("reserved_client_id", client_id[:60], "internal client id refused")
         return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "client id reserved by the broker"
     return None
 

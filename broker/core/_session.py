@@ -124,6 +124,7 @@ class Session:
     """
 
     __slots__ = (
+        "authenticated",
         "client_id",
         "conn",
         "expires_at",
@@ -153,6 +154,9 @@ class Session:
         self.will_due: float | None = None
         self.expires_at: float | None = None
         self.username: str | None = None
+        #: an authenticate hook said True to the CONNECT's user name (or the listener took it
+        #: from a verified certificate): only then do the authorize hooks get ``username``
+        self.authenticated = False
         # topic filter -> selector of that subscription
         self.selectors: dict[str, str] = _NO_SELECTORS if lean else {}
         self.sink: Sink | None = None
@@ -234,8 +238,9 @@ _NO_SELECTORS: Final[dict[str, str]] = {}
 class Stats:
     """Broker counters (published under ``$SYS/broker/``)."""
 
-    messages_received: int = 0
+    messages_received: int = 0  # PUBLISHes of clients (and their wills, Broker.publish, peers' copies)
     messages_sent: int = 0
+    messages_internal: int = 0  # the broker's own: $SYS rounds, cluster control (not received)
     publish_dropped: int = 0  # QoS 0 dropped for slow consumers / oversize / expiry
     queue_overflow: int = 0  # QoS 1/2 dropped or clients disconnected for a full queue
     bytes_received: int = 0
@@ -247,6 +252,13 @@ class Stats:
     refused_max_connections: int = 0
     refused_connection_rate: int = 0
     refused_anonymous: int = 0
+    # logins (docs/security.md, "Failed logins"): CONNECTs an authenticate hook refused,
+    # refused at once by the per-address back-off (no hook asked), refused 0x88 because the
+    # password checks were saturated (hooks.AuthUnavailable), and checks awaited right now
+    auth_failures: int = 0
+    refused_auth_backoff: int = 0
+    refused_auth_busy: int = 0
+    auth_pending: int = 0  # gauge
     # descriptors (issue 27; broker.net._accept): connections closed unanswered at accept
     # because the process is out of descriptors, and the pauses of accepting that followed
     refused_descriptors: int = 0

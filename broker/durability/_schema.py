@@ -9,12 +9,13 @@ its statement (every statement hits a primary key: O(log n)).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 
 from broker.durability._records import StoreVersionError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQL", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQL", "migrate", "rollback"]
 
 # ---------------------------------------------------------------------------- schema
 _V1 = """
@@ -132,10 +133,19 @@ def migrate(db: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS) -> i
                     db.execute(stmt)
             db.execute("UPDATE schema_version SET version = ?", (v + 1,))
         except BaseException:
-            db.execute("ROLLBACK")
+            rollback(db)
             raise
         db.execute("COMMIT")
     return version
+
+
+def rollback(db: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it does by itself on some
+    errors, SQLITE_FULL among them: an unconditional ROLLBACK would then raise "no
+    transaction is active" and hide the real cause)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 # ---------------------------------------------------------------------------- operations

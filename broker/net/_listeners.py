@@ -12,6 +12,10 @@ the protocol class of its kind:
 :class:`~broker.net._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
 ``Connection`` machine.
 
+A reload (``broker._reload``) re-reads the TLS files into new contexts
+(:func:`prepare_tls_reload`) and, only when every one loaded, hands them to the accept path
+(:meth:`TlsReload.apply`): later handshakes use them, accepted connections keep their own.
+
 Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 
 * ``max_connections`` -- open network connections across all listeners; the one over the
@@ -48,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker._config import Listener
+from broker._logging import address, fields
 from broker.core._core import Core
 from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
@@ -55,7 +60,15 @@ from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
 from broker.net._websocket import WebSocketProtocol
 
-__all__ = ["OpenListener", "close_listeners", "open_listeners", "ssl_context", "wait_closed"]
+__all__ = [
+    "OpenListener",
+    "TlsReload",
+    "close_listeners",
+    "open_listeners",
+    "prepare_tls_reload",
+    "ssl_context",
+    "wait_closed",
+]
 
 log = logging.getLogger("broker")
 
@@ -95,11 +108,23 @@ class _LeanTLS(sslproto.SSLProtocol):
     max_size = 17 * 1024
 
 
-def _lean_tls(
-    loop: asyncio.AbstractEventLoop, make: Callable[[], MQTTProtocol], ctx: ssl.SSLContext
-) -> asyncio.BaseProtocol:
-    # waiter None: no one awaits the handshake (sslproto checks for None; typeshed says Future)
-    return _LeanTLS(loop, make(), ctx, None, server_side=True)  # type: ignore[arg-type]
+class _LeanTLSFactory:
+    """The protocol factory of a TLS listener on the default loop: a :class:`_LeanTLS` over
+    a new MQTT protocol, with the context in ``ctx`` *when the connection is accepted* (a
+    reload replaces ``ctx``; connections made before keep the context they were made with)."""
+
+    __slots__ = ("ctx", "loop", "make")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, make: Callable[[], MQTTProtocol], ctx: ssl.SSLContext
+    ) -> None:
+        self.loop = loop
+        self.make = make
+        self.ctx = ctx
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        # waiter None: no one awaits the handshake (sslproto checks for None; typeshed says Future)
+        return _LeanTLS(self.loop, self.make(), self.ctx, None, server_side=True)  # type: ignore[arg-type]
 
 
 async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenListener]:
@@ -135,7 +160,7 @@ async def open_listener(
     factory: Callable[[], asyncio.BaseProtocol] = make
     ctx = ssl_context(listener) if listener.tls else None
     if ctx is not None and isinstance(loop, asyncio.BaseEventLoop):
-        factory = functools.partial(_lean_tls, loop, make, ctx)
+        factory = _LeanTLSFactory(loop, make, ctx)
         ctx = None  # TLS by _LeanTLS over a plain server
     socks = await bind(listener.host, listener.port, core.config.listen_backlog)
     # plain MQTT over TCP: a LeanProtocol per connection (the listener's poller registers it)
@@ -146,7 +171,13 @@ async def open_listener(
     for a in acceptors:
         a.start()
     port = socks[0].getsockname()[1]
-    log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
+    log.info(
+        "listening on %s:%d (%s)",
+        listener.host,
+        port,
+        listener.kind + "+tls" * listener.tls,
+        extra=fields("broker.listening", address=address((listener.host, port))),
+    )
     return OpenListener(listener, acceptors, port)
 
 
@@ -159,3 +190,45 @@ async def close_listeners(opened: list[OpenListener]) -> None:
 
 async def wait_closed(opened: list[OpenListener]) -> None:
     """Nothing to wait for: an acceptor's socket is closed by ``close_listeners``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsReload:
+    """New server contexts for the TLS listeners, read and checked but not yet in use
+    (:func:`prepare_tls_reload`); :meth:`apply` puts them in."""
+
+    contexts: tuple[tuple[OpenListener, ssl.SSLContext], ...]
+
+    def apply(self) -> None:
+        """Every later TLS handshake of these listeners uses the new context; connections
+        already accepted keep theirs (an ``SSLObject`` copies its context's certificate and
+        key when it is made).  O(listeners)."""
+        for opened, ctx in self.contexts:
+            for a in opened.acceptors:
+                if isinstance(a.factory, _LeanTLSFactory):
+                    a.factory.ctx = ctx  # the default loop: _LeanTLS gets it per connection
+                else:
+                    a.ssl = ctx  # other loops (uvloop): connect_accepted_socket(ssl=...)
+
+
+def prepare_tls_reload(opened: list[OpenListener]) -> TlsReload:
+    """Read the certificate, key and CA files of every TLS listener again into NEW contexts.
+
+    A new context rather than ``load_cert_chain`` on the one in use: that call replaces the
+    certificate before it reads the key, so a key that fails to load (or does not match)
+    would leave the listener's context half-changed; with new contexts a broken file leaves
+    every listener as it was.  Raises ``ValueError`` naming the file that failed.
+    O(listeners), each a few file reads.
+    """
+    out: list[tuple[OpenListener, ssl.SSLContext]] = []
+    for o in opened:
+        li = o.listener
+        if not li.tls:
+            continue
+        try:
+            ctx = ssl_context(li)
+        except (OSError, ssl.SSLError) as exc:
+            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile) if f is not None)
+            raise ValueError(f"{files}: {exc}") from exc
+        out.append((o, ctx))
+    return TlsReload(tuple(out))

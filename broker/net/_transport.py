@@ -37,6 +37,7 @@ import struct
 import termios
 from typing import Any, cast
 
+from broker._logging import address
 from broker.core._connection import Connection
 from broker.core._core import Core
 from broker.core._message import PEER_PREFIX
@@ -308,13 +309,12 @@ class MQTTProtocol(asyncio.Protocol):
         if policy.identity:
             cn = None if self.transport is None else common_name(self.transport.get_extra_info("peercert"))
             if cn is not None:
-                packets[0] = first = dataclasses.replace(first, username=cn)
+                packets[0] = first = dataclasses.replace(first, username=cn, identity=True)
             elif refusal is None:  # never fall back to the user name the client claims
                 refusal = policy.refuse_anonymous(Refusal.NO_IDENTITY)
         if refusal is None and policy.peers_only and not first.client_id.startswith(PEER_PREFIX):
-            refusal = Refusal.NOT_PEER
+            refusal = Refusal.NOT_PEER  # logged below with the other refusals (rate-limited)
             self.core.stats.refused_non_peer += 1
-            self.core.log_limit("not_peer", first.client_id[:60], f"({conn.peer}) {refusal.text}")
         if refusal is None and first.username is None and not policy.anonymous:
             refusal = policy.refuse_anonymous(Refusal.ANONYMOUS)
         if refusal is None:
@@ -327,8 +327,15 @@ class MQTTProtocol(asyncio.Protocol):
         props = Properties(reason_string=refusal.text) if v == 5 else NO_PROPERTIES
         conn.send(Connack(False, code, props))
         conn.close(f"CONNECT refused: {refusal.text}")
-        if refusal is not Refusal.NOT_PEER:  # that one is logged above, rate-limited
-            log.info("connection %s (%s): CONNECT refused: %s", first.client_id, conn.peer, refusal.text)
+        self.core.log_limit(  # rate-limited, as the core's refusals (one line per 10 s)
+            "connect_refused",
+            first.client_id,
+            f"({conn.peer}) CONNECT refused: {refusal.text} ({code.name})",
+            logging.INFO,
+            "client.refused",
+            address(conn.peer),
+            refusal.text,
+        )
         return True
 
     def _reading(self) -> None:
