@@ -31,6 +31,7 @@ import topics
 from broker._config import BrokerConfig
 from broker._logging import fields
 from broker.core._backoff import LoginBackoff
+from broker.core._bans import BanList
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
@@ -105,6 +106,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        #: bans checked at CONNECT (broker/core/_bans.py; edited by the admin API)
+        self.bans = BanList()
         #: this broker's node id in a cluster (set by the cluster; the bridge records it)
         self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
