@@ -34,6 +34,7 @@ HOT_MODULES = (
     "broker.core._core",
     "broker.core._connect",
     "broker.core._subscribe",
+    "broker.core._internal",
     "broker.core._connrare",
     "broker.core._connection",
     "broker.core._conntimers",

@@ -393,6 +393,10 @@ class Listener:
     #: rate limits); a connection without one is closed. Trusts whoever can connect here:
     #: bind it where only the balancer reaches it (docs/security.md, "PROXY protocol").
     proxy_protocol: bool = option(False, Kind.BOOL)
+    #: serve cluster peer links only: a CONNECT whose client id is not ``$cluster/<node>``
+    #: is refused (CONNACK 0x87 / 5), counted and logged; the cluster's token check refuses
+    #: the rest (the cluster's link listener; docs/cluster.md, "Security").
+    peers_only: bool = option(False, Kind.BOOL)
 
     def __post_init__(self) -> None:
         _check_fields(self)

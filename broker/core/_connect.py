@@ -45,6 +45,7 @@ from broker._logging import address, fields
 from broker.core._backoff import address_of
 from broker.core._bans import ban_refusal
 from broker.core._connrare import NO_PACKETS
+from broker.core._internal import internal_refusal
 from broker.core._session import ConnectionState
 from broker.hooks import AuthRequest, AuthUnavailable, Hooks
 from broker.packets import Connack, Connect, Packet, ReasonCode
@@ -119,6 +120,8 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
         return
     client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
     refusal = connect_refusal(conn, p, now)
+    if refusal is None:  # the broker's own client ids and topics (issue 37, core/_internal.py)
+        refusal = internal_refusal(conn, p, client_id)
     if refusal is not None:
         conn._refuse(refusal[0], refusal[1], p.client_id)
         return

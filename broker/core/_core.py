@@ -162,6 +162,11 @@ class Core:
         self.retain_hook: Callable[[Message], bool] | None = None
         #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
+        #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
+        #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not (and it
+        #: logs that, rate-limited; ``broker.core._internal.internal_refusal``); None: no
+        #: cluster, every such client id refused
+        self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
         #: failed logins per source address and their back-off (core/_backoff.py)
         self.login_backoff = LoginBackoff(
             cfg.auth_failures, cfg.auth_failure_window, cfg.auth_backoff, cfg.auth_backoff_max
@@ -701,6 +706,9 @@ class Core:
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
+            "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
+            "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
+            "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }

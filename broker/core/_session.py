@@ -286,4 +286,12 @@ class Stats:
     dropped_peer_queue_full: int = 0  # of which for a cluster link session (peer_queue_limit)
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker
     store_waits: int = 0  # publishers paused until the store's writer caught up
-    refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/... or $share/... (issue 21)
+    refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/..., $share/..., $cluster/... (issue 21, 37)
+    refused_reserved_subscribe: int = 0  # SUBSCRIBEs to the internal $cluster/... by non-peers (issue 37)
+    refused_non_peer: int = 0  # CONNECTs refused as not a verified cluster peer link (issue 37)
+    refused_reserved_client_id: int = 0  # CONNECTs taking an internal client id ($local/...) (issue 37)
+    # a cluster's peers (cluster._node; issue 37): values refused (a retained stamp too far
+    # ahead), messages that could not be parsed (dropped, the link goes on), link restarts
+    cluster_peer_values_refused: int = 0
+    cluster_peer_unparseable: int = 0
+    cluster_link_restarts: int = 0

@@ -32,6 +32,10 @@ Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 * anonymous clients (no user name) -- refused with CONNACK 0x87 / 5 Not authorized on a
   listener whose ``anonymous`` is False (by default: every listener not bound to a
   loopback address).  The hooks and ``BrokerConfig.allow_anonymous`` still apply after.
+* peers only (``Listener.peers_only``, the cluster's link listener) -- a CONNECT whose client
+  id is not a cluster link's (``$cluster/<node>``) gets CONNACK 0x87 / 5 Not authorized,
+  counted in ``refused_non_peer`` and logged (rate-limited); the core then refuses a link
+  whose token the cluster does not verify (``broker.core._internal.internal_refusal``).
 
 Each refusal is counted in ``Core.stats`` and published under
 ``$SYS/broker/connections/refused/``.
@@ -150,7 +154,8 @@ async def open_listener(
         listener.anonymous,
         listener.use_identity_as_username,
         listener.slow_consumer_policy,
-        listener.proxy_protocol,
+        proxy=listener.proxy_protocol,
+        peers_only=listener.peers_only,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":

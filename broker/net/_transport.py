@@ -49,6 +49,7 @@ from typing import Any, cast
 from broker._logging import address
 from broker.core._connection import Connection
 from broker.core._core import Core
+from broker.core._message import PEER_PREFIX
 from broker.net._admission import ListenerPolicy, Refusal
 from broker.packets import (
     NO_PROPERTIES,
@@ -384,6 +385,9 @@ class MQTTProtocol(asyncio.Protocol):
                 packets[0] = first = dataclasses.replace(first, username=cn, identity=True)
             elif refusal is None:  # never fall back to the user name the client claims
                 refusal = policy.refuse_anonymous(Refusal.NO_IDENTITY)
+        if refusal is None and policy.peers_only and not first.client_id.startswith(PEER_PREFIX):
+            refusal = Refusal.NOT_PEER  # logged below with the other refusals (rate-limited)
+            self.core.stats.refused_non_peer += 1
         if refusal is None and first.username is None and not policy.anonymous:
             refusal = policy.refuse_anonymous(Refusal.ANONYMOUS)
         if refusal is None:
