@@ -5,7 +5,10 @@ For each broker, in one run on the same machine:
 1. *start-up*: the time from ``exec`` (``subprocess.Popen``) to the port accepting a TCP
    connection (polled every 5 ms);
 2. *idle RSS*: ``VmRSS`` of the broker process after ``--idle`` seconds (default 10) with no
-   client;
+   client, and again after ``--idle-late`` seconds (default 25): siftmq publishes its ``$SYS``
+   topics every ``sys_interval`` (10 s by default) and the bridge records those publications,
+   so with the defaults the late reading is after the bridge's first write (which loads
+   numpy, pyarrow and pandas: docs/performance.md "Footprint");
 3. *clients RSS*: ``VmRSS`` once ``--clients`` (default 1,000) MQTT 3.1.1 clients, opened by a
    separate process (raw sockets: CONNECT, CONNACK, then nothing; keep-alive 0), are all
    connected, after ``--settle`` seconds (default 2).
@@ -140,6 +143,9 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
                 return out
             time.sleep(args.idle)  # the measurement: RSS after this long idle
             out["idle_mb"] = rss(proc.pid) / 1e6
+            if args.idle_late > args.idle:
+                time.sleep(args.idle_late - args.idle)
+                out["late_mb"] = rss(proc.pid) / 1e6
             if args.clients:
                 cl = subprocess.Popen(
                     [PY, "-c", CLIENTS, str(args.clients), str(port)],
@@ -181,6 +187,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--brokers", nargs="+", default=["siftmq-light", "siftmq-defaults", "mosquitto"])
     ap.add_argument("--idle", type=float, default=10.0, help="seconds idle before the RSS is read")
+    ap.add_argument("--idle-late", type=float, default=25.0, help="seconds idle of the second reading")
     ap.add_argument("--clients", type=int, default=1000, help="idle clients (0: none)")
     ap.add_argument("--settle", type=float, default=2.0, help="seconds after the last CONNACK")
     ap.add_argument("--sessions", type=int, default=0, help="also start-up with this many stored sessions")
@@ -191,10 +198,11 @@ def main() -> None:
     brokers = list(args.brokers)
     if args.sessions:
         brokers.append("siftmq-store")
-    print(f"python {sys.version.split()[0]} ({PY}), {os.cpu_count()} cores")
+    print(f"python {sys.version.split()[0]} ({PY}), {os.cpu_count()} cores", flush=True)
     for name, mb in floor().items():
         print(f"floor  {name:<18} RSS {mb:6.1f} MB")
-    print(f"{'broker':<16} {'start-up s':>10} {'idle MB':>8} {f'{args.clients} clients MB':>18}")
+    late = f"idle {args.idle_late:g} s MB"
+    print(f"{'broker':<16} {'start-up s':>10} {'idle MB':>8} {late:>14} {f'{args.clients} clients MB':>18}")
     for kind in brokers:
         runs = [measure(kind, args) for _ in range(args.runs)]
 
@@ -207,7 +215,11 @@ def main() -> None:
             )
 
         label = f"siftmq-store ({args.sessions} sessions)" if kind == "siftmq-store" else kind
-        print(f"{label:<16} {med('startup_s'):>10} {med('idle_mb'):>8} {med('clients_mb'):>18}", flush=True)
+        print(
+            f"{label:<16} {med('startup_s'):>10} {med('idle_mb'):>8} {med('late_mb'):>14}"
+            f" {med('clients_mb'):>18}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
