@@ -110,13 +110,14 @@ def _system_arrow_pool() -> None:
     the writer thread's CPU was ``clear_page_erms`` below mimalloc, on the broker's one core.
     With the system pool the writer took 28 % less CPU per message in the same run (jemalloc:
     13 % less).  Only ``siftmq serve`` sets it (its process is the broker's); an embedding
-    application keeps whatever pool it chose."""
+    application keeps whatever pool it chose.
+
+    Through Arrow's own setting (``ARROW_DEFAULT_MEMORY_POOL=system``, read when pyarrow makes
+    its first pool), not ``pyarrow.set_memory_pool``: pyarrow is loaded only by the writer's
+    first table (issue 42, the idle broker's footprint), not here."""
     import os
 
-    import pyarrow as pa
-
-    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        pa.set_memory_pool(pa.system_memory_pool())
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 PLUGIN = BridgePlugin()

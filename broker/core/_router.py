@@ -278,7 +278,11 @@ class Router:
         self.routed = 0
         self.index: topics.SubscriptionIndex[SubOptions] = _CachingIndex(partial_unsubscribe, self._cache)
         self.retained: topics.RetainedTree[Message] = topics.RetainedTree()
-        self.engine = content.ENGINES[engine]()
+        if engine not in content.ENGINES:  # an unknown name fails here, at start, as before
+            raise KeyError(engine)
+        #: the content engine's name; the engine is made at its first use (:attr:`engine`)
+        self.engine_name = engine
+        self._engine: content.Engine | None = None
         self._selector_refs: dict[str, int] = {}
         #: :meth:`_batching`, kept up to date by add_selector / release_selector
         self.batching = False
@@ -289,6 +293,16 @@ class Router:
         self.unavailable: set[str] = set()
 
     # ------------------------------------------------------------ content filters
+    @property
+    def engine(self) -> content.Engine:
+        """The content engine, made (its module imported) at the first content filter: most
+        engines import numpy, which a broker without content filters does without (issue 42,
+        the idle footprint). O(1)."""
+        e = self._engine
+        if e is None:
+            e = self._engine = content.ENGINES[self.engine_name]()
+        return e
+
     def add_selector(self, selector: str, compiled: content.Filter) -> None:
         refs = self._selector_refs.get(selector, 0)
         if refs == 0:

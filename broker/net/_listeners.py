@@ -58,7 +58,6 @@ from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
 from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
-from broker.net._websocket import WebSocketProtocol
 
 __all__ = [
     "OpenListener",
@@ -159,6 +158,8 @@ async def open_listener(
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
+        from broker.net._websocket import WebSocketProtocol  # websockets: only with a ws listener
+
         make = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
     else:
         make = functools.partial(MQTTProtocol, core, policy, registry)
