@@ -318,7 +318,7 @@ def load_toml(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfi
             changes[name] = _listeners(path, value)
             continue
         if name not in _FIELDS:
-            if isinstance(value, dict):  # another package's table at top level
+            if isinstance(value, dict) or name == "bridges":  # another package's table(s)
                 continue
             raise ValueError(f"{path}: unknown broker option {key!r}")
         changes[name] = tuple(value) if isinstance(value, list) else value
