@@ -107,6 +107,8 @@ class _Side:
         self.connack: asyncio.Future[tuple[int, Any]] = loop.create_future()
         self.lost = asyncio.Event()
         self.max_packet: int | None = None
+        #: CONNACK accepted (a disconnect after it is a lost connection, not a refusal)
+        self.up = False
 
     def resolve(self, rc: int, props: Any) -> None:
         def set_result() -> None:
@@ -313,10 +315,12 @@ class Bridge:
         def on_connect(_c: paho.Client, _u: object, _f: object, rc: Any, props: Any) -> None:
             if which == "remote" and props is not None and hasattr(props, "MaximumPacketSize"):
                 side.max_packet = int(props.MaximumPacketSize)
-            side.resolve(int(rc.value) if hasattr(rc, "value") else int(rc), rc)
+            code = int(rc.value) if hasattr(rc, "value") else int(rc)
+            side.up = code == 0
+            side.resolve(code, rc)
 
         def on_disconnect(_c: paho.Client, _u: object, _f: object, rc: Any, _p: object) -> None:
-            if side.connack.done():
+            if side.up:
                 self.state.last_error = f"{which} disconnected: {rc}"
             side.resolve(-1, rc)
             side.drop()
