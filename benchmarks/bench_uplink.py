@@ -159,7 +159,7 @@ def mosquitto_edge(d: Path, port: int, central: int) -> Proc:
         d,
         "edge",
         port,
-        f"connection central\naddress 127.0.0.1:{central}\ntopic bench/# out 1 \"\" central/\n"
+        f'connection central\naddress 127.0.0.1:{central}\ntopic bench/# out 1 "" central/\n'
         "bridge_protocol_version mqttv50\ncleansession false\nrestart_timeout 1\n"
         "bridge_max_packet_size 0\n",
     )
@@ -204,7 +204,9 @@ def main() -> None:
             for _ in range(a.runs):
                 for name in ("siftmq", "mosquitto"):
                     eport = free_port()
-                    edge = siftmq_edge(d, eport, cport) if name == "siftmq" else mosquitto_edge(d, eport, cport)
+                    edge = (
+                        siftmq_edge(d, eport, cport) if name == "siftmq" else mosquitto_edge(d, eport, cport)
+                    )
                     results[name].append(measure(name, edge, central, counter, a.messages))
         finally:
             counter.stop()

@@ -143,3 +143,23 @@ async def test_a_message_bigger_than_the_remote_maximum_packet_size_is_dropped_a
             assert (m.topic, m.payload) == ("t/small", b"y")
             assert bridge.state.dropped == 1
             assert bridge.state.connected  # the link was not broken by the big one
+
+
+async def test_a_remote_that_accepts_and_drops_every_packet_is_counted_and_the_edge_serves_on() -> None:
+    async def drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # the first byte of CONNECT, then the connection is dropped
+        writer.close()
+
+    server = await asyncio.start_server(drop, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        uplink = Uplink([_cfg(f"mqtt://127.0.0.1:{port}", connect_timeout=2)])
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
+            bridge = uplink.bridges["up"]
+            await eventually(lambda: sum(bridge.state.failures.values()) >= 2, 15)
+            assert not bridge.state.connected
+            assert bridge.state.last_error
+            await _local_serves(edge.port)
+    finally:
+        server.close()
+        await server.wait_closed()
