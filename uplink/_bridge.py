@@ -491,11 +491,15 @@ class Bridge:
         qos = min(rule.qos, 2)
         # never hold our lock while calling paho: its callbacks run under its own mutexes
         info = to.client.publish(topic, msg.payload, qos, msg.retain)
-        if qos == 0 or info.rc not in (paho.MQTT_ERR_SUCCESS, paho.MQTT_ERR_QUEUE_SIZE):
+        if qos == 0:  # best effort: the source's message is done with
+            if info.rc == paho.MQTT_ERR_SUCCESS:
+                self._count_crossed(pending)
             if msg.qos > 0:
                 source.client.ack(msg.mid, msg.qos)
-            if qos == 0:
-                self._count_crossed(pending)
+            return
+        if info.rc != paho.MQTT_ERR_SUCCESS:
+            # the other side is going away: left unacknowledged, so sent again by the source
+            # at the next connection
             return
         with self._lock:  # the acknowledgement may have come before publish returned
             acked = self._early_out if pending is self._pending_out else self._early_in
