@@ -15,6 +15,8 @@ bridging ``bench/#`` out at QoS 1 with the remote prefix ``central/`` over MQTT 
 
 Two measures per edge:
 
+0. **direct**: the same publisher straight to the central (no bridge): the ceiling the
+   publisher and subscriber themselves allow;
 1. **throughput**: one paho publisher sends N QoS 1 messages to the edge (up to 1000 in flight)
    while the bridge is up; messages/s from the first publish to the N-th arrival at the
    central subscriber;
@@ -126,14 +128,14 @@ class Counter:
         self.c.loop_stop()
 
 
-def publish(port: int, n: int, tag: str) -> None:
+def publish(port: int, n: int, tag: str, prefix: str = "bench/") -> None:
     c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-pub-{tag}")
     c.max_inflight_messages_set(1000)
     c.max_queued_messages_set(0)
     c.connect("127.0.0.1", port, 60)
     c.loop_start()
     payload = b"x" * 64
-    infos = [c.publish(f"bench/{i % 10}", f"{tag}-{i}-".encode() + payload, qos=1) for i in range(n)]
+    infos = [c.publish(f"{prefix}{i % 10}", f"{tag}-{i}-".encode() + payload, qos=1) for i in range(n)]
     for info in infos:
         info.wait_for_publish(120)
     c.disconnect()
@@ -200,18 +202,26 @@ def main() -> None:
         counter.start()
         time.sleep(0.5)
         results: dict[str, list[tuple[float, float, bool]]] = {"siftmq": [], "mosquitto": []}
+        direct: list[float] = []
         try:
             for _ in range(a.runs):
+                counter.expect(a.messages)  # the ceiling: the same publisher straight to the central
+                t0 = time.perf_counter()
+                publish(cport, a.messages, "direct", "central/")
+                assert counter.done.wait(300)
+                direct.append(a.messages / (time.perf_counter() - t0))
                 for name in ("siftmq", "mosquitto"):
                     eport = free_port()
                     edge = (
                         siftmq_edge(d, eport, cport) if name == "siftmq" else mosquitto_edge(d, eport, cport)
                     )
                     results[name].append(measure(name, edge, central, counter, a.messages))
+                    print(name, results[name][-1], flush=True)
         finally:
             counter.stop()
             central.stop()
     print(f"messages per measure: {a.messages}, runs: {a.runs} (median)")
+    print(f"direct     throughput {statistics.median(direct):9.0f} msg/s   (publisher -> central, no bridge)")
     med: dict[str, tuple[float, float]] = {}
     for name, rs in results.items():
         rate = statistics.median(r[0] for r in rs)
