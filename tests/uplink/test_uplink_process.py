@@ -151,3 +151,47 @@ def test_a_bad_bridge_table_stops_serve_with_status_2(tmp_path: Path, table: str
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
     assert f"siftmq serve: {cfg}: {message}" in done.stderr
+
+
+def test_kill_9_of_the_local_broker_in_the_middle_of_a_stream(tmp_path: Path) -> None:
+    """The remote is up and the bridge forwarding when the edge is SIGKILLed: every message
+    the publisher had a PUBACK for arrives after the edge's restart, in order per topic."""
+    remote = Mosquitto(tmp_path)
+    remote.start()
+    collector = Collector(remote.port, "central/#", v5=False)
+    collector.start()
+    cfg = tmp_path / "edge.toml"
+    cfg.write_text(
+        "[broker]\nmax_queued_messages = 100000\nsys_interval = 0\n\n"
+        f'[[bridges]]\nname = "central"\nurl = "mqtt://127.0.0.1:{remote.port}"\n'
+        "backoff_min = 0.05\nbackoff_max = 0.5\n\n"
+        '[[bridges.topics]]\npattern = "sensors/#"\nremote_prefix = "central/"\n'
+    )
+    data = tmp_path / "data"
+    proc, port = _serve(cfg, data, until="bridge central: connected")
+    pub = paho.Client(CallbackAPIVersion.VERSION2, client_id="edge-pub")
+    acked: list[int] = []
+    pub.on_publish = lambda _c, _u, mid, _rc, _p: acked.append(mid)
+    try:
+        pub.connect("127.0.0.1", port)
+        pub.loop_start()
+        mids = {pub.publish(f"sensors/{i % 3}", str(i).encode(), qos=1).mid: i for i in range(2000)}
+        _wait(lambda: len(collector.messages()) >= 100, 30)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-stream: some acknowledged, some not
+        proc.wait(10)
+        pub.loop_stop()
+        sent = sorted(mids[m] for m in list(acked))
+        assert sent, "no PUBACK before the kill"
+        proc, port = _serve(cfg, data)
+        want = set(sent)
+        _wait(lambda: want <= {int(p) for _, p, _ in collector.messages()}, 60)
+        got = collector.messages()
+        for k in range(3):
+            seq = in_order(got, f"central/sensors/{k}")
+            assert seq == sorted(seq)
+            assert {s for s in sent if s % 3 == k} <= set(seq)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        collector.stop()
+        remote.stop()
