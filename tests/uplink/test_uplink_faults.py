@@ -163,3 +163,21 @@ async def test_a_remote_that_accepts_and_drops_every_packet_is_counted_and_the_e
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_bridge_counters_in_metrics() -> None:
+    pytest.importorskip("prometheus_client")
+    import urllib.request
+
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        uplink = Uplink([_cfg(f"mqtt://127.0.0.1:{central.port}")])
+        async with Broker(
+            host="127.0.0.1", port=0, sys_interval=0, metrics_listen="127.0.0.1:0", hooks=[uplink]
+        ) as edge:
+            await asyncio.wait_for(uplink.bridges["up"].wait_connected(), 10)
+            await _pub(edge.port, "t/1", b"x")
+            await eventually(lambda: uplink.bridges["up"].state.sent == 1, 10)
+            url = f"http://127.0.0.1:{edge.metrics_port}/metrics"
+            text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
+            assert 'siftmq_uplink_sent_total{reason="up"} 1.0' in text
+            assert 'siftmq_uplink_connected_total{reason="up"} 1.0' in text
