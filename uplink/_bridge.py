@@ -109,6 +109,8 @@ class _Side:
         self.max_packet: int | None = None
         #: CONNACK accepted (a disconnect after it is a lost connection, not a refusal)
         self.up = False
+        #: we are closing it (its disconnect is not an error)
+        self.closing = False
 
     def resolve(self, rc: int, props: Any) -> None:
         def set_result() -> None:
@@ -137,6 +139,9 @@ class Bridge:
         #: acknowledgements that came before ``publish`` returned their message id
         self._early_out: set[int] = set()
         self._early_in: set[int] = set()
+        #: messages that came while the other side was still connecting (unacknowledged)
+        self._held: list[tuple[_Side, paho.MQTTMessage]] = []
+        self._both_up = False
         self._local: _Side | None = None
         self._remote: _Side | None = None
         self._task: asyncio.Task[None] | None = None
@@ -208,6 +213,7 @@ class Bridge:
             try:
                 if await self._open(side, self.local_endpoint.host, self.local_endpoint.port, "local"):
                     await self._subscribe_local(side)
+                    side.closing = True
                     side.client.disconnect()
                     side.client.loop_stop()
                     return
@@ -225,6 +231,8 @@ class Bridge:
             self._pending_in.clear()
             self._early_out.clear()
             self._early_in.clear()
+            self._held.clear()
+            self._both_up = False
         try:
             rside = self._remote_client(remote)
         except (OSError, ValueError, ssl.SSLError) as exc:
@@ -247,6 +255,7 @@ class Bridge:
             return False
         self.state.connected = True
         self.state.remote = remote.url
+        self._release()
         self._up.set()
         log.info("bridge %s: connected to %s (MQTT %s)", cfg.name, remote.url, cfg.protocol)
         return True
@@ -255,9 +264,13 @@ class Bridge:
         for side in (self._local, self._remote):
             if side is None:
                 continue
+            side.closing = True
             with contextlib.suppress(Exception):
                 side.client.disconnect()
             await asyncio.get_running_loop().run_in_executor(None, side.client.loop_stop)
+        with self._lock:
+            self._both_up = False
+            self._held.clear()
         self._local = self._remote = None
 
     # ---- connections -----------------------------------------------------------------------
@@ -320,7 +333,7 @@ class Bridge:
             side.resolve(code, rc)
 
         def on_disconnect(_c: paho.Client, _u: object, _f: object, rc: Any, _p: object) -> None:
-            if side.up:
+            if side.up and not side.closing:
                 self.state.last_error = f"{which} disconnected: {rc}"
             side.resolve(-1, rc)
             side.drop()
@@ -429,9 +442,38 @@ class Bridge:
         except (ValueError, TypeError):
             return False
 
-    def _from_local(self, side: _Side, msg: paho.MQTTMessage) -> None:
+    def _hold(self, side: _Side, msg: paho.MQTTMessage) -> bool:
+        """True if ``msg`` came before both sides were up: kept (unacknowledged) and handled
+        when they are (:meth:`_release`); a stale side's message is left to be sent again."""
+        with self._lock:
+            if side is not self._local and side is not self._remote:
+                return True
+            if not self._both_up:
+                self._held.append((side, msg))
+                return True
+        return False
+
+    def _release(self) -> None:
+        """Both sides are up: handle the messages held meanwhile, in their order (those that
+        come while this runs are held too and handled in the next round, so nothing
+        overtakes them), then let the callbacks forward directly."""
+        while True:
+            with self._lock:
+                held, self._held = self._held, []
+                if not held:
+                    self._both_up = True
+                    return
+            for side, msg in held:
+                if side is self._local:
+                    self._from_local(side, msg, released=True)
+                else:
+                    self._from_remote(side, msg, released=True)
+
+    def _from_local(self, side: _Side, msg: paho.MQTTMessage, released: bool = False) -> None:
+        if not released and self._hold(side, msg):
+            return
         remote = self._remote
-        if remote is None or side is not self._local:
+        if remote is None:
             return  # not acknowledged: sent again at the next connection
         i = self._rule(msg.topic, True)
         if i is None:
@@ -460,9 +502,11 @@ class Bridge:
             return
         self._forward(remote, source=side, msg=msg, topic=topic, rule=rule, pending=self._pending_out)
 
-    def _from_remote(self, side: _Side, msg: paho.MQTTMessage) -> None:
+    def _from_remote(self, side: _Side, msg: paho.MQTTMessage, released: bool = False) -> None:
+        if not released and self._hold(side, msg):
+            return
         local = self._local
-        if local is None or side is not self._remote:
+        if local is None:
             return
         i = self._rule(msg.topic, False)
         if i is None:

@@ -145,3 +145,41 @@ async def test_a_bridge_between_two_siftmq_brokers() -> None:
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
             await asyncio.wait_for(uplink.bridges["central"].wait_connected(), 10)
             await _both_ways_exactly_once(edge.port, central.port)
+
+
+@pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (make installs it)")
+async def test_in_messages_wait_at_the_remote_while_the_edge_is_down(tmp_path: Path) -> None:
+    """``in`` rules: the remote keeps the bridge's session (clean start off) while the edge is
+    stopped; the QoS 1 messages published there meanwhile arrive when the edge is back."""
+    remote = Mosquitto(tmp_path)
+    remote.start()
+    store = str(tmp_path / "edge.db")
+    cfg = _bridge(remote.port, "5", TopicRule("cmd/#", Direction.IN, 1))
+    try:
+        uplink = Uplink([cfg])
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=store, hooks=[uplink]) as b:
+            await asyncio.wait_for(uplink.bridges["central"].wait_connected(), 10)
+            # a persistent local subscriber: its session (and queue) outlive the edge's stop
+            async with aiomqtt.Client("127.0.0.1", b.port, identifier="device", clean_session=False) as c:
+                await c.subscribe("cmd/#", qos=1)
+        for i in range(20):
+            await _pub(remote.port, f"cmd/{i % 2}", str(i).encode())
+        uplink = Uplink([cfg])
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=store, hooks=[uplink]) as b:
+            bridge = uplink.bridges["central"]
+            try:
+                await eventually(lambda: bridge.state.received >= 20, 15)
+            except TimeoutError:
+                raise AssertionError(str(bridge.state)) from None
+            got: list[int] = []
+            async with aiomqtt.Client("127.0.0.1", b.port, identifier="device", clean_session=False) as c:
+                async with asyncio.timeout(10):
+                    async for m in c.messages:
+                        assert isinstance(m.payload, bytes)
+                        got.append(int(m.payload))
+                        if len(got) == 20:
+                            break
+            assert sorted(got) == list(range(20))
+            assert [g for g in got if g % 2 == 0] == list(range(0, 20, 2))  # in order per topic
+    finally:
+        remote.stop()
