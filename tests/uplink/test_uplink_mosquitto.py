@@ -89,3 +89,39 @@ async def test_out_bridge_survives_remote_outage(tmp_path: Path, protocol: str) 
     finally:
         collector.stop()
         remote.stop()
+
+
+async def test_the_queue_bound_drops_the_newest_and_counts_them(tmp_path: Path) -> None:
+    """At ``max_queued_messages`` the bridge's session drops newer QoS 1 messages, counted in
+    ``queue_overflow`` (docs/bridging-out.md, "The store-and-forward bound"); the ones kept
+    arrive when the remote is back."""
+    remote = Mosquitto(tmp_path)
+    remote.start()
+    collector = Collector(remote.port, "central/#", v5=False)
+    collector.start()
+    remote.stop()
+    cfg = BridgeConfig(
+        name="central",
+        urls=(f"mqtt://127.0.0.1:{remote.port}",),
+        topics=(TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),),
+        backoff_min=0.05,
+        backoff_max=0.2,
+    )
+    uplink = Uplink([cfg])
+    try:
+        async with Broker(
+            host="127.0.0.1", port=0, sys_interval=0, max_queued_messages=50, hooks=[uplink]
+        ) as b:
+            bridge = uplink.bridges["central"]
+            await eventually(lambda: bridge.state.connects >= 1, 10)  # its local session exists
+            async with aiomqtt.Client("127.0.0.1", b.port, identifier="pub") as pub:
+                for i in range(80):
+                    await pub.publish("sensors/a", str(i).encode(), qos=1)
+            assert b.core.stats.queue_overflow == 30
+            assert uplink.sys_values()["$SYS/uplink/central/queued"] == "50"
+            remote.start()
+            await eventually(lambda: len({p for _, p, _ in collector.messages()}) == 50, 30)
+            assert in_order(collector.messages(), "central/sensors/a") == list(range(50))
+    finally:
+        collector.stop()
+        remote.stop()
