@@ -14,8 +14,9 @@ paho-mqtt, each with manual acknowledgements:
   mosquitto's bridge bit, protocol level 0x84, which mosquitto and siftmq treat as no local).
 
 A message delivered on one side is published on the other and acknowledged on its side only
-when the other side acknowledged it (QoS 1: PUBACK; QoS 2: PUBCOMP).  Nothing is held in this
-process: when either connection drops, both are closed, and the next connection (clean start
+when the other side acknowledged it (QoS 1: PUBACK; QoS 2: PUBCOMP).  Nothing is kept in this
+process that its source does not still hold (a message that comes while the other side is
+still connecting waits, unacknowledged, until both are up): when either connection drops, both are closed, and the next connection (clean start
 off) makes the broker that holds the unacknowledged messages send them again, in order, then
 its queue.  Delivery is at least once end to end; per topic order is kept.
 
