@@ -16,9 +16,9 @@ paho-mqtt, each with manual acknowledgements:
 A message delivered on one side is published on the other and acknowledged on its side only
 when the other side acknowledged it (QoS 1: PUBACK; QoS 2: PUBCOMP).  Nothing is kept in this
 process that its source does not still hold (a message that comes while the other side is
-still connecting waits, unacknowledged, until both are up): when either connection drops, both are closed, and the next connection (clean start
-off) makes the broker that holds the unacknowledged messages send them again, in order, then
-its queue.  Delivery is at least once end to end; per topic order is kept.
+still connecting waits, unacknowledged, until both are up): when either connection drops,
+both are closed, and the next connection (clean start off) makes the broker that holds the
+unacknowledged messages send them again, in order, then its queue.  Delivery is at least once end to end; per topic order is kept.
 
 The supervisor coroutine connects the remote first (failover list in order, jittered
 exponential back-off between rounds, bounded by ``backoff_max``), then the local side.  paho
