@@ -18,7 +18,8 @@ when the other side acknowledged it (QoS 1: PUBACK; QoS 2: PUBCOMP).  Nothing is
 process that its source does not still hold (a message that comes while the other side is
 still connecting waits, unacknowledged, until both are up): when either connection drops,
 both are closed, and the next connection (clean start off) makes the broker that holds the
-unacknowledged messages send them again, in order, then its queue.  Delivery is at least once end to end; per topic order is kept.
+unacknowledged messages send them again, in order, then its queue.  Delivery is at least
+once end to end; per topic order is kept.
 
 The supervisor coroutine connects the remote first (failover list in order, jittered
 exponential back-off between rounds, bounded by ``backoff_max``), then the local side.  paho
