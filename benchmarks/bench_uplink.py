@@ -4,7 +4,8 @@ Run from the repository root (after ``make build``), under the benchmark lock:
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_uplink.py [--messages N] [--runs R]
 
-One central mosquitto (persistence off) is the remote; a paho subscriber on it (QoS 1) counts
+One central mosquitto (persistence on, so the counting subscriber's session survives the
+outage) is the remote; a paho subscriber on it (QoS 1) counts
 arrivals on ``central/#``.  Two edges are measured in turn against the same central, each
 bridging ``bench/#`` out at QoS 1 with the remote prefix ``central/`` over MQTT 5:
 
@@ -84,10 +85,11 @@ class Proc:
             self.p = None
 
 
-def mosquitto(d: Path, name: str, port: int, extra: str = "") -> Proc:
+def mosquitto(d: Path, name: str, port: int, extra: str = "", persist: bool = False) -> Proc:
     conf = d / f"{name}.conf"
+    keep = f"persistence true\npersistence_location {d}/\n" if persist else "persistence false\n"
     conf.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nuser {getpass.getuser()}\n"
+        f"listener {port} 127.0.0.1\nallow_anonymous true\n{keep}user {getpass.getuser()}\n"
         f"max_queued_messages 1000000\nmax_inflight_messages 1000\n{extra}"
     )
     return Proc([MOSQUITTO, "-c", str(conf)], port)
@@ -196,7 +198,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cport = free_port()
-        central = mosquitto(d, "central", cport)
+        # persistence on at the central: the counter's session (and what reaches it while it
+        # reconnects) survives the outage, however fast an edge comes back
+        central = mosquitto(d, "central", cport, persist=True)
         central.start()
         counter = Counter(cport)
         counter.start()
