@@ -13,7 +13,8 @@ times each: median and max), and, when Chromium is installed, a real headless Ch
 ``bench/#`` (fan-out 4) as fast as the broker takes them; the delivered messages/s are counted
 at the subscribers in alternating phases *without* and *with* a watcher (an SSE client of
 ``/api/events``, as the open overview tab is, plus a ``/api/clients`` poll every 5 s, as the
-clients tab does; without it nothing of the dashboard runs: its sampler starts with a page
+clients tab does; without it only the history recorder runs, a point every 5 s (its cost:
+benchmarks/bench_history.py); the live sampler starts with a page
 and stops when the last one closes) -- same run, same broker, phases interleaved against drift. The broker's
 and this load generator's CPU are reported for each phase. On a shared machine the broker
 gets whatever share of a core the others leave, so the wall-clock rate swings with it; the

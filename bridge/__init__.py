@@ -19,9 +19,13 @@ names are loaded on first use (PEP 562), and using one without the extra raises
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
-from bridge._jar import spark_jar, with_spark_jar
+from bridge._jar import WORKER_PYTHON, spark_jar, with_spark_jar
 from broker._extras import Extra, lazy_names, require
 
 if TYPE_CHECKING:
@@ -33,6 +37,7 @@ __all__ = [
     "Bridge",
     "BridgeStats",
     "Kind",
+    "WorkerPythonError",
     "jvm_provider",
     "register",
     "spark_jar",
@@ -51,6 +56,41 @@ _HOME = {
 
 
 __getattr__ = lazy_names("bridge", _HOME, Extra.SPARK)
+
+
+class WorkerPythonError(RuntimeError):
+    """Spark's Python workers would run an interpreter that cannot import ``bridge``."""
+
+
+def _check_worker_python(spark: Any) -> None:
+    """Point the workers at the session's :data:`bridge._jar.WORKER_PYTHON` when
+    ``PYSPARK_PYTHON`` does not name one (PySpark reads only the variable, at the context's
+    start), then check that they can import ``bridge`` (local masters only: a cluster's
+    workers may have paths this machine lacks)."""
+    sc = spark.sparkContext
+    configured = sc.getConf().get(WORKER_PYTHON)
+    if configured and not os.environ.get("PYSPARK_PYTHON") and sc.pythonExec != configured:
+        sc.pythonExec = configured  # data sources and UDFs registered from now on use it
+    python = str(sc.pythonExec)
+    if not str(sc.master).startswith("local"):
+        return
+    found = shutil.which(python)
+    if found is not None and os.path.abspath(found) == os.path.abspath(sys.executable):
+        return
+    ok = False
+    if found is not None:  # what the workers unpickle: bridge's data source (pyarrow, pyspark)
+        check = [found, "-c", "import bridge._datasource"]
+        try:
+            ok = subprocess.run(check, capture_output=True, timeout=120, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+    if not ok:
+        raise WorkerPythonError(
+            f"Spark's Python workers would run {python!r}"
+            + (f" ({found})" if found and found != python else "")
+            + f", which cannot import bridge: set PYSPARK_PYTHON={sys.executable} before the session "
+            f"starts, or build it with bridge.with_spark_jar(SparkSession.builder) (sets {WORKER_PYTHON})"
+        )
 
 
 def jvm_provider(spark: Any) -> bool:
@@ -74,8 +114,16 @@ def register(spark: Any) -> None:
 
     Registers the Python data source as ``siftmq_python``, and as ``siftmq`` too unless the
     session has the JVM provider (:func:`jvm_provider`), which then reads under that name and
-    writes through ``siftmq_python``.  Idempotent."""
+    writes through ``siftmq_python``.  Idempotent.
+
+    Spark's Python workers must import ``bridge``: the session's ``spark.pyspark.python``
+    (set by :func:`with_spark_jar`) is used for them unless ``PYSPARK_PYTHON`` is set, and on a
+    local master an interpreter other than this one is tried once (``python -c "import
+    bridge._datasource"``, about 1 s); one that cannot import it raises :class:`WorkerPythonError` naming
+    ``PYSPARK_PYTHON``, instead of every read failing later in a worker with a truncated
+    traceback."""
     require(Extra.SPARK, "bridge.register")
+    _check_worker_python(spark)
     from bridge._datasource import PythonSiftmqDataSource, SiftmqDataSource
 
     spark.dataSource.register(PythonSiftmqDataSource)

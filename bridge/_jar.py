@@ -37,6 +37,7 @@ __all__ = [
     "JAR",
     "PROVIDER_CLASS",
     "PYTHON_SOURCE",
+    "WORKER_PYTHON",
     "build_jar",
     "jar_is_current",
     "spark_jar",
@@ -58,14 +59,26 @@ def spark_jar() -> str | None:
     return str(JAR) if JAR.is_file() else None
 
 
+#: the session option naming the Python of Spark's workers (PySpark's PYSPARK_PYTHON)
+WORKER_PYTHON = "spark.pyspark.python"
+
+
 def with_spark_jar(builder: Any) -> Any:
     """``builder`` (a ``SparkSession.builder``) with the provider's jar added to ``spark.jars``
-    (kept: jars the builder already lists); unchanged when there is no jar.  The JVM reads it
-    once, at its start: a session already running keeps its class path."""
+    (kept: jars the builder already lists; none added when there is no jar), and with
+    :data:`WORKER_PYTHON` set to this interpreter (``sys.executable``) unless the builder or
+    ``PYSPARK_PYTHON`` already names one: Spark's Python workers (the Python data source, the
+    sink, UDFs) then import ``bridge`` from the same environment even when it was not activated
+    (a bare ``.venv/bin/python``, where Spark would start the system's ``python3``;
+    :func:`bridge.register` applies the option).  The JVM reads both once, at its start: a
+    session already running keeps its class path."""
+    options = builder._options if hasattr(builder, "_options") else {}
+    if not os.environ.get("PYSPARK_PYTHON") and not options.get(WORKER_PYTHON):
+        builder = builder.config(WORKER_PYTHON, sys.executable)
     jar = spark_jar()
     if jar is None:
         return builder
-    current = builder._options.get("spark.jars") if hasattr(builder, "_options") else None
+    current = options.get("spark.jars")
     jars = [j for j in (current or "").split(",") if j]
     if jar not in jars:
         jars.append(jar)

@@ -51,6 +51,7 @@ This part of the project has no seed document: it follows issue 6 (items 1 and 2
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import os
@@ -69,6 +70,7 @@ import pyarrow.parquet as pq
 
 from bridge._eventlog import EventLog, events_table
 from bridge._schema import SCHEMAS, Kind
+from broker._files import PRIVATE_FILE, private_dir, tighten
 from broker.core._deliverylog import DeliveryLog, LogColumns
 from broker.hooks import (
     CompositeChange,
@@ -387,8 +389,10 @@ class _Sink:
                 self.fs.create_dir(f"{self.base}/{kind.value}", recursive=True)
         else:
             self.base = str(Path(text).resolve())
-            for kind in Kind:
-                os.makedirs(os.path.join(self.base, kind.value), exist_ok=True)
+            private_dir(self.base)
+            tighten(self.base)  # what an older siftmq left readable by others
+            for kind in Kind:  # private: the records hold topics, client ids, payloads
+                private_dir(Path(self.base) / kind.value)
         self._seq = 0
         self._tag = uuid.uuid4().hex[:8]
 
@@ -424,14 +428,19 @@ class _Sink:
         out = pa.BufferOutputStream()
         pq.write_table(table, out, **_OPTIONS[kind])
         data = out.getvalue()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # a partial file (the disk is full) frees its space
+                os.unlink(tmp)
+            raise
         size = int(data.size)
         os.replace(tmp, final)
         dfd = os.open(d, os.O_RDONLY)
@@ -498,6 +507,7 @@ class Bridge(Hooks):
         self._files = 0
         self._bytes = 0
         self._write_errors = 0
+        self._write_failing = False  # the last write failed (logged once until one succeeds)
         self._write_lock = threading.Lock()
         self._committed = threading.Condition()
         self._stopping = threading.Event()
@@ -676,14 +686,27 @@ class Bridge(Hooks):
                 kind, table, credit = queue[0]
                 try:
                     size = self._sink.commit(kind, table)
-                except Exception:
+                except Exception as exc:
                     self._write_errors += 1
-                    _log.exception(
-                        "bridge: writing %s failed; %d records kept for retry",
-                        kind.value,
-                        sum(t.num_rows for _, t, _ in queue),
-                    )
+                    if not self._write_failing:  # once per episode: the next rounds retry
+                        self._write_failing = True
+                        _log.error(
+                            "bridge: writing %s failed (%s); %d records kept for retry (every round, "
+                            "until a write succeeds)",
+                            kind.value,
+                            exc,
+                            sum(t.num_rows for _, t, _ in queue),
+                            # a full disk or a vanished directory says it all; anything else
+                            # (a bug) shows where
+                            exc_info=None if isinstance(exc, OSError) else exc,
+                        )
                     break
+                if self._write_failing:
+                    self._write_failing = False
+                    _log.warning(
+                        "bridge: writing resumed (%d failed writes so far); the records kept are landed",
+                        self._write_errors,
+                    )
                 del queue[0]
                 self._written[kind] += table.num_rows
                 self._log.release(credit)

@@ -10,6 +10,7 @@ one step under a read transaction, so the copy is the state of one committed tra
 the broker goes on writing (readers do not block the WAL writer). The copy is then checked
 (``PRAGMA integrity_check``) and its schema version printed. ``DEST`` is written to a
 temporary name beside it and renamed, so a failed backup never leaves a partial file there.
+The copy holds every stored message: it is made with mode 0600, whatever the umask.
 
 Restore is a file copy with the broker stopped: put the backup at ``<data-dir>/broker.db``
 (removing ``broker.db-wal`` and ``broker.db-shm``) and start ``siftmq serve``; an older schema
@@ -24,6 +25,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from broker._files import open_private
 from broker.plugins import Subparsers
 
 __all__ = ["backup", "register", "run"]
@@ -56,6 +58,9 @@ def backup(source: Path, dest: Path) -> int:
     tmp.unlink(missing_ok=True)
     src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
     try:
+        # the copy holds every stored message: 0600 whatever the umask (broker/_files.py);
+        # made here first, SQLite keeps the mode of the file it opens
+        os.close(open_private(tmp, os.O_RDWR | os.O_EXCL))
         out = sqlite3.connect(tmp)
         try:
             src.backup(out)  # pages=-1: every page in one step, one read transaction

@@ -18,13 +18,15 @@ import asyncio
 import gc
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import topics
 from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
+from broker._logging import fields
+from broker._reload import ReloadCounters, ReloadResult, reload_broker
 from broker.core._clock import Clock
 from broker.core._core import Core
 from broker.core._message import Message, Route
@@ -210,8 +212,38 @@ class Broker:
         self.restored_qos2_in: dict[str, set[int]] = {}
         #: the open TLS and WebSocket connections (plain-TCP ones are in their listener's poller)
         self._open: set[MQTTProtocol] = set()
+        #: authenticate hooks' awaitables being awaited (core/_connect.py: the CONNECT is held)
+        self._checks: set[asyncio.Task[None]] = set()
+        self.core.await_check = self._await_check
+        #: reloads done / failed (``Broker.reload``; ``$SYS/broker/reloads/``)
+        self.reload_counters = ReloadCounters()
+        self._reloading = asyncio.Lock()
+        self.core.sys_sources.append(self.reload_counters.sys_values)
+        self.core.metric_sources.append(self.reload_counters.metric_values)
         for h in self.hooks:
             h.attach(self)
+
+    def _await_check(self, check: Awaitable[bool | None], done: Callable[[object], None]) -> None:
+        """Await an authenticate hook's awaitable in a task of its own (the core holds the
+        CONNECT; nothing else waits) and feed its outcome back: ``done(result or exception)``
+        on the loop, then a flush, as for any other event of the core."""
+
+        async def run() -> None:
+            try:
+                outcome: object = await check
+            except BaseException as exc:  # the core decides: hook error, busy; cancelled at stop
+                outcome = exc
+            try:
+                done(outcome)
+                self.core.flush()
+            except Exception:
+                log.exception("authentication outcome failed")
+            if isinstance(outcome, asyncio.CancelledError):
+                raise outcome
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._checks.add(task)
+        task.add_done_callback(self._checks.discard)
 
     def _protocols(self) -> list[MQTTProtocol]:
         """Every open network connection: the TLS/WebSocket set and the plain-TCP listeners'
@@ -244,6 +276,10 @@ class Broker:
             await h.start()
         if self.config.store_path is not None:
             await self._open_store(self.config.store_path)
+        if self.config.store_path is not None or self.config.bans_file is not None:
+            from broker._admin import load_bans
+
+            await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:
             self._listeners = await open_listeners(self.core, self._open)
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
@@ -252,8 +288,11 @@ class Broker:
         if self.config.metrics_listen is not None:
             try:
                 await self._start_http(self.config.metrics_listen)
-            except BaseException:
+            except BaseException as exc:
                 await self.stop()
+                if isinstance(exc, OSError):  # say which listener: not the MQTT one
+                    where = f"metrics listener {self.config.metrics_listen}"
+                    raise OSError(exc.errno, exc.strerror or str(exc), where) from exc
                 raise
         _log_capacity(self.config.max_connections)
         self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
@@ -272,14 +311,32 @@ class Broker:
         self._extra.append(opened)
         return opened.port
 
+    async def reload(self, config: BrokerConfig | None = None) -> ReloadResult:
+        """Re-read the password and ACL files (``FileAuth`` hooks) and the TLS files of the
+        listeners, and apply the live fields of ``config`` (``broker._reload.LIVE_FIELDS``;
+        other changed fields are reported as needing a restart), all or nothing: a file that
+        does not parse keeps every old setting and is named in the result and in one error
+        line. Open connections stay. One reload at a time (docs/operations.md, "Reload")."""
+        async with self._reloading:
+            return await reload_broker(self, config)
+
     async def _start_http(self, listen: str) -> None:
         """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
         from broker._dashboard import Dashboard
-        from broker.net._http import parse_listen, serve_http
+        from broker.net._http import HttpLimits, parse_listen, serve_http
 
         host, port = parse_listen(listen)
+        cfg = self.config
+        limits = HttpLimits(
+            max_connections=cfg.http_max_connections,
+            max_unauthenticated=cfg.http_max_unauthenticated,
+            max_streams=cfg.http_max_streams,
+            request_timeout=cfg.http_request_timeout,
+            idle_timeout=cfg.http_idle_timeout,
+        )
         dashboard = Dashboard(self, host)
-        self._http = await serve_http(host, port, dashboard.handle)
+        self._http = await serve_http(host, port, dashboard.handle, limits)
+        dashboard.http = self._http
         self.dashboard = dashboard
         dashboard.start()
         log.info("metrics on http://%s:%d/metrics", host, self._http.port)
@@ -339,6 +396,14 @@ class Broker:
             if was_enabled:
                 gc.enable()
         self._sweeper = asyncio.create_task(self._sweep(store))
+        core.sys_sources.append(
+            lambda: {
+                "$SYS/broker/store/failed": str(int(store.failed)),
+                "$SYS/broker/store/failures": str(store.failures),
+                "$SYS/broker/store/failed_commits": str(store.failed_commits),
+                "$SYS/broker/store/recoveries": str(store.recoveries),
+            }
+        )
         if path != ":memory:":
             self.composite_saver = CompositeSaver(core.composite, store, path + ".composite")
             await self.composite_saver.load(self._persisted)
@@ -355,7 +420,8 @@ class Broker:
             try:
                 gone = await asyncio.to_thread(store.sweep, core.clock.wall() - SWEEP_INTERVAL)
             except Exception:
-                log.exception("store sweep failed")
+                if not store.failed:  # a failed store has logged its cause and retries
+                    log.exception("store sweep failed", extra=fields("store.sweep_failed"))
                 continue
             now = self.core.clock.monotonic()
             for rec in gone:
@@ -423,6 +489,8 @@ class Broker:
         if self._timer is not None:
             self._timer.cancel()
         await self._send_owed()
+        for task in list(self._checks):  # held CONNECTs: their connections close below
+            task.cancel()
         self.core.shutdown(self.core.clock.monotonic())
         # clients get STOP_GRACE seconds to close their side, then are aborted
         if protocols := self._protocols():
@@ -440,7 +508,7 @@ class Broker:
                 await h.stop()
             except Exception:
                 log.exception("hook %s.stop failed", type(h).__name__)
-        log.info("stopped")
+        log.info("stopped", extra=fields("broker.stopped"))
 
     async def _send_owed(self) -> None:
         """Graceful stop, before the connections close: nothing more is read from them, and

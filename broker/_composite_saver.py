@@ -40,6 +40,8 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from broker._files import open_private
+from broker._logging import fields
 from broker.durability._records import StoreError
 
 if TYPE_CHECKING:
@@ -66,7 +68,8 @@ def _read_file(path: str) -> bytes | None:
 
 
 def _write(path: str, data: bytes) -> None:
-    with open(path, "wb") as f:
+    # 0600 whatever the umask: the snapshot holds subscribers' state (broker/_files.py)
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -133,7 +136,9 @@ class CompositeSaver:
         try:
             n = comps.load(raw, rows, keep)
         except (ValueError, KeyError, TypeError, IndexError):
-            log.exception("composite snapshot %s and journal not restored", self.path)
+            log.exception(
+                "composite snapshot %s and journal not restored", self.path, extra=fields("store.failed")
+            )
             if raw is not None:
                 await asyncio.to_thread(os.replace, self.path, self.path + ".bad")
             comps.log.seq = max((int(r[0]) for r in rows), default=0)
@@ -194,7 +199,7 @@ class CompositeSaver:
             await asyncio.to_thread(_install, tmp, self.path)
             self.store.composite_trim(seq)
         except (OSError, StoreError):
-            log.exception("composite snapshot %s not written", self.path)
+            log.exception("composite snapshot %s not written", self.path, extra=fields("store.failed"))
             return False
         log_.rows -= rows
         self.snapshots += 1

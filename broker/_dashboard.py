@@ -11,12 +11,21 @@ its requests:
   package (``broker/_static``), nothing fetched from elsewhere (the CSP says ``'self'``).
 * ``GET /api/session|overview|history|clients|clients/<id>|subscriptions|topics|cluster``
   -- JSON (``broker._dashboard_data``); lists paginated (``offset``, ``limit`` <= 500, ``q``).
-* ``GET /api/events`` -- server-sent events: one ``overview`` event per sample
-  (``interval`` seconds) with the rates of messages in and out, built once per sample for
-  every watcher. The sampler runs only while a page is open (or for ``LINGER`` seconds after
-  an overview request): an idle dashboard costs the broker nothing.
+* ``GET /api/events`` -- server-sent events: first a ``history`` event (the server-side
+  history and the live points), then one ``overview`` event per sample (``interval``
+  seconds) with the rates of messages in and out, built once per sample for every watcher.
+  The live sampler runs only while a page is open (or for ``LINGER`` seconds after an
+  overview request).
+* **Server-side history** (:mod:`broker._history`): a recorder task, from ``start`` to
+  ``stop``, appends a point every ``dashboard_history_interval`` seconds (5) to a ring per
+  series of ``dashboard_history_points`` (180: 15 minutes), page open or not, so a page opened
+  now draws the last 15 minutes at once. A point reads a few counters and ``/proc`` (about
+  30 us every 5 s: benchmarks/bench_history.py, docs/dashboard.md). ``GET /api/history``
+  returns it as ``history``.
 * ``POST /api/kick`` -- ``{"client_id": ...}``: disconnects the client (MQTT 5: DISCONNECT
   0x98 Administrative action).
+* ``/api/v1/...`` -- the admin API (``broker._admin``, docs/admin.md), behind the same login,
+  admin role and CSRF rules (GET, POST and DELETE).
 
 **Who may look.** Without a password file on a loopback listener the dashboard is open (as
 the loopback MQTT listener is to anonymous clients), and requests must name a loopback or
@@ -39,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 import ipaddress
@@ -53,9 +63,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from broker import _dashboard_data as data
+from broker._admin import Admin
 from broker._extras import Extra, MissingExtra, require
+from broker._history import History
 from broker.auth import FileAuth
-from broker.net._http import Request, Response
+from broker.net._http import HttpServer, Request, Response
 from broker.packets import ReasonCode
 
 if TYPE_CHECKING:
@@ -128,12 +140,21 @@ class Dashboard:
         self._event = asyncio.Event()
         self._latest = b""
         self._sampler: asyncio.Task[None] | None = None
+        cfg = broker.config
+        #: the server-side history (a ring per series), recorded while the broker runs
+        self.recorded = History(cfg.dashboard_history_points, cfg.dashboard_history_interval)
+        self._recorder: asyncio.Task[None] | None = None
+        self._counted: tuple[float, int, int, int] | None = None  # the recorder's last counters
         self._seen = 0.0  # monotonic time of the last request that needs the sampler
         self._last: tuple[float, int, int] | None = None
         self.watchers = 0
+        #: the listener serving this dashboard (its counters go to /metrics; set by the broker)
+        self.http: HttpServer | None = None
         #: CPU time (this thread) spent sampling and answering requests: the dashboard's own
         #: cost, read by benchmarks/bench_dashboard.py
         self.cpu_seconds = 0.0
+        #: the admin API under /api/v1/ (same login, admin role and CSRF rules)
+        self.admin = Admin(broker, self.may_read)
         self.assets = {
             path: (resources.files("broker").joinpath("_static", name).read_bytes(), ctype)
             for path, (name, ctype) in ASSETS.items()
@@ -141,13 +162,53 @@ class Dashboard:
 
     # ------------------------------------------------------------ life cycle
     def start(self) -> None:
-        """Nothing runs until someone looks: the sampler starts with the first page (:meth:`wake`)."""
+        """The history recorder starts (one point every ``dashboard_history_interval``); the
+        live sampler waits for the first page (:meth:`wake`)."""
+        if self.enabled and self._recorder is None:
+            self.record()  # the counters' baseline: the first point comes one interval later
+            self._recorder = asyncio.get_running_loop().create_task(self._record_loop())
 
     async def stop(self) -> None:
-        if self._sampler is not None:
-            self._sampler.cancel()
-            await asyncio.gather(self._sampler, return_exceptions=True)
-            self._sampler = None
+        for task in (self._sampler, self._recorder):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._sampler = self._recorder = None
+
+    async def _record_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.recorded.interval)
+            try:
+                self.record()
+            except Exception:
+                log.exception("dashboard history sample failed")
+
+    def record(self) -> None:
+        """One point of the server-side history: rates since the previous call, gauges now
+        (the first call only takes the counters' baseline). O(series): no per-client work."""
+        t0 = time.thread_time()
+        core = self.core
+        now = core.clock.monotonic()
+        st = core.stats
+        counters = (now, st.messages_received, st.messages_sent, st.messages_internal)
+        last, self._counted = self._counted, counters
+        if last is not None and now > last[0]:
+            dt = now - last[0]
+            ring_t = self.recorded.rings["t"].last()
+            wall = core.clock.wall()
+            self.recorded.record(
+                {
+                    "t": round(wall if ring_t is None else max(wall, ring_t), 3),
+                    "rate_in": round((counters[1] - last[1]) / dt, 1),
+                    "rate_out": round((counters[2] - last[2]) / dt, 1),
+                    "rate_internal": round((counters[3] - last[3]) / dt, 1),
+                    "connections": core.connected,
+                    "memory_rss": data.memory_rss(),
+                    "publishers_paused": st.publishers_paused,
+                    "slow_consumers": st.slow_consumers,
+                }
+            )
+        self.cpu_seconds += time.thread_time() - t0
 
     @property
     def sampling(self) -> bool:
@@ -157,8 +218,8 @@ class Dashboard:
     def wake(self) -> None:
         """Someone looks (an event stream, an overview or history request): sample now and
         every ``interval`` while a page is open or for :data:`LINGER` seconds after the last
-        such request. An idle dashboard costs the broker nothing; the charts' history starts
-        when a page opens."""
+        such request. The live points (one a second) start when a page opens; the charts
+        begin with the server-side history (:attr:`recorded`, one point every 5 s)."""
         self._seen = self.core.clock.monotonic()
         if self._sampler is None or self._sampler.done():
             self.history.clear()
@@ -224,11 +285,24 @@ class Dashboard:
             return self._metrics(req)
         if not self.enabled:
             return _error(404, "the dashboard is off (dashboard = false)")
-        if req.method not in ("GET", "HEAD", "POST"):
+        api = path.startswith("/api/v1/")  # the admin API (broker/_admin.py)
+        if req.method not in ("GET", "HEAD", "POST") and not (api and req.method == "DELETE"):
             return _error(405, f"method {req.method} not allowed", (("Allow", "GET, HEAD, POST"),))
         refused, user = await self._login(req)
         if refused is not None:
             return refused
+        if api:
+            if req.method not in ("GET", "HEAD") and (bad := self._same_origin(req, user)) is not None:
+                resp = bad
+            else:
+                resp = await self.admin.handle(req, user, self.csrf(user))
+        else:
+            resp = await self._answer(req, user)
+        # valid credentials: the connection leaves the HTTP listener's unauthenticated pool
+        return dataclasses.replace(resp, authenticated=True) if self.auth_required else resp
+
+    async def _answer(self, req: Request, user: str | None) -> Response:
+        path = req.path
         asset = self.assets.get(path)
         if asset is not None:
             if req.method == "POST":
@@ -254,7 +328,7 @@ class Dashboard:
             return Response.text(
                 501, "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
             )
-        return Response(200, generate_latest(registry_for(self.core)), CONTENT_TYPE_LATEST)
+        return Response(200, generate_latest(registry_for(self.core, self.http)), CONTENT_TYPE_LATEST)
 
     async def _login(self, req: Request) -> tuple[Response | None, str | None]:
         """(a refusal, or None and the user name: None when no login is required)."""
@@ -274,14 +348,23 @@ class Dashboard:
         mac = hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
         known = self._verified.get(user)
         if known is None or not hmac.compare_digest(known, mac):
-            async with self._scrypt:  # scrypt off the loop, two at a time
-                ok = await asyncio.to_thread(passwords.verify, user, password)
+            # scrypt off the loop, two at a time; the slot is held until the thread ends even
+            # when the request is cancelled (the listener closed its connection)
+            await self._scrypt.acquire()
+            check = asyncio.ensure_future(asyncio.to_thread(passwords.verify, user, password))
+            check.add_done_callback(self._scrypt_done)
+            ok = await asyncio.shield(check)
             if not ok:
                 return _error(401, "wrong user name or password", _REALM), None
             self._verified[user] = mac
         if user not in self.admins:
             return _error(403, f"user {user!r} is not a dashboard admin (dashboard_admins)"), user
         return None, user
+
+    def _scrypt_done(self, check: asyncio.Future[bool]) -> None:
+        self._scrypt.release()
+        if not check.cancelled():
+            check.exception()  # retrieved: a cancelled request's failed check is not "never retrieved"
 
     @staticmethod
     def _ip_literal(req: Request) -> bool:
@@ -337,7 +420,7 @@ class Dashboard:
                 return _json(200, ov)
             if path == "/api/history":
                 self.wake()
-                return _json(200, {"interval": self.interval, "points": list(self.history)})
+                return _json(200, self._history_json())
             if path == "/api/events":
                 return Response(
                     200,
@@ -376,7 +459,7 @@ class Dashboard:
         self.watchers += 1
         self.wake()
         try:
-            history = orjson.dumps({"interval": self.interval, "points": list(self.history)})
+            history = orjson.dumps(self._history_json())
             yield (
                 b"retry: 2000\nevent: history\ndata: "
                 + history
@@ -389,6 +472,11 @@ class Dashboard:
                 yield b"event: overview\ndata: " + self._latest + b"\n\n"
         finally:
             self.watchers -= 1
+
+    def _history_json(self) -> dict[str, Any]:
+        """The live points (``interval`` s, since a page opened) and the server-side history
+        (``history``: ``dashboard_history_interval`` s, the last ``dashboard_history_points``)."""
+        return {"interval": self.interval, "points": list(self.history), "history": self.recorded.as_json()}
 
     def _post(self, req: Request, user: str | None) -> Response:
         refused = self._same_origin(req, user)

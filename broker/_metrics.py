@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from broker.net._http import parse_listen
+from broker.net._http import HttpServer, HttpStats, parse_listen
 
 if TYPE_CHECKING:
     from broker.core._core import Core
 
-__all__ = ["GAUGES", "CoreCollector", "parse_listen", "registry_for"]
+__all__ = ["GAUGES", "CoreCollector", "HttpCollector", "parse_listen", "registry_for"]
 
 #: fields of ``Stats`` that go up and down (the others only grow)
-GAUGES = frozenset({"publishers_paused", "slow_consumers"})
+GAUGES = frozenset({"auth_pending", "publishers_paused", "slow_consumers"})
 
 
 class CoreCollector(Collector):
@@ -65,10 +65,51 @@ class CoreCollector(Collector):
                 "siftmq_store_backlog", "store operations waiting for the writer thread", store.backlog
             )
             yield CounterMetricFamily("siftmq_store_commits", "store transactions committed", store.commits)
+            yield GaugeMetricFamily(
+                "siftmq_store_failed",
+                "1 while the store's commits fail (retried until one succeeds)",
+                float(store.failed),
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_failures", "times the store's commits began to fail", store.failures
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_failed_commits",
+                "store commits that failed, retries included",
+                store.failed_commits,
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_recoveries", "times the store recovered from failing commits", store.recoveries
+            )
 
 
-def registry_for(core: Core) -> CollectorRegistry:
-    """A registry holding only this broker's collector (no process-global metrics)."""
+class HttpCollector(Collector):
+    """The HTTP listener's own counters (``broker.net._http``): ``siftmq_http_<field>_total``
+    for each field of :class:`~broker.net._http.HttpStats` (refused, evicted, timed-out
+    connections, bad requests) and gauges of its pools. O(number of counters)."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        srv = self.server
+        for f in dataclasses.fields(HttpStats):
+            doc = f"HTTP listener: {f.name.replace('_', ' ')}"
+            yield CounterMetricFamily(f"siftmq_http_{f.name}", doc, float(getattr(srv.stats, f.name)))
+        yield GaugeMetricFamily("siftmq_http_connections", "HTTP listener: open connections", len(srv.slots))
+        yield GaugeMetricFamily(
+            "siftmq_http_unauthenticated_connections",
+            "HTTP listener: connections without valid credentials yet",
+            len(srv.unauthenticated),
+        )
+        yield GaugeMetricFamily("siftmq_http_streams", "HTTP listener: open event streams", srv.streams)
+
+
+def registry_for(core: Core, http: HttpServer | None = None) -> CollectorRegistry:
+    """A registry holding only this broker's collectors (no process-global metrics): the
+    core's, and the HTTP listener's when given."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(CoreCollector(core))
+    if http is not None:
+        registry.register(HttpCollector(http))
     return registry

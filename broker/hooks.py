@@ -33,7 +33,7 @@ and one atom over a period, and the sum of all of them is exact.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from broker.core._message import Message
 
 __all__ = [
+    "AuthRequest",
+    "AuthUnavailable",
+    "AuthVerdict",
     "CompositeAction",
     "CompositeChange",
     "CompositeEventRecord",
@@ -58,6 +61,50 @@ __all__ = [
 DeliveryEntry: TypeAlias = tuple[str, str, str | None, int, bool]
 """One delivery of a message in :meth:`Hooks.on_deliveries`: (subscriber id, the topic filter
 of the subscription that matched, its selector or None, QoS of this delivery, retained flag)."""
+
+
+AuthVerdict: TypeAlias = bool | Awaitable[bool | None] | None
+"""What :meth:`Hooks.authenticate` returns: True (allow), False (deny), None (no opinion), or
+an awaitable of one of them when the decision takes time (a password hash, an auth service):
+the broker then holds the CONNECT, awaits it off its protocol core, and goes on when it is
+done (docs/security.md, "Password checks off the event loop")."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """Everything the broker knows about a CONNECT when it asks who the client is: what
+    :meth:`Hooks.authenticate_request` receives (built once per CONNECT, and only when some
+    registered hook overrides that method: old-style hooks cost nothing more).
+
+    ``listener`` is the local address the connection came in on (``"host:port"``, the
+    socket's ``sockname``; ``""`` without a socket) and ``listener_port`` its port: it tells
+    a plain listener from a TLS one.  The certificate fields are set on a TLS listener whose
+    client presented a verified certificate (``require_client_cert``): ``certificate`` is
+    ``ssl.SSLObject.getpeercert()`` (a dict), ``certificate_der`` the DER bytes when the
+    transport exposes its SSL object, ``certificate_subject`` the subject as an RFC 4514
+    string (``"CN=alice,O=Example"``).  ``identity`` is True when the user name was taken
+    from that certificate (``use_identity_as_username``)."""
+
+    client_id: str
+    username: str | None
+    password: bytes | None
+    address: str | None  # the peer's IP address (None: unknown)
+    peer: object  # the peer's socket address as the transport gives it (``peername``)
+    listener: str
+    listener_port: int | None
+    protocol_version: int  # 3 (MQTT 3.1), 4 (3.1.1) or 5
+    certificate: dict[str, object] | None = None
+    certificate_der: bytes | None = None
+    certificate_subject: str | None = None
+    identity: bool = False
+
+
+class AuthUnavailable(Exception):
+    """Raised by :meth:`Hooks.authenticate` (or by the awaitable it returned) when it cannot
+    decide now -- its checks are saturated, its auth service is unreachable: the CONNECT is
+    refused with 0x88 Server unavailable (MQTT 3.1.1: return code 3) and counted in
+    ``$SYS/broker/connections/refused/auth_busy``, and it does not count as a failed login.
+    Any other exception of a hook refuses the CONNECT as not authorized (0x87 / 5)."""
 
 
 class SubscriptionAction(enum.Enum):
@@ -176,8 +223,14 @@ class Hooks:
 
     ``authenticate``/``authorize`` return True (allow), False (deny) or None (no opinion);
     the first hook with an opinion decides, and with no opinion the broker's own
-    configuration decides.  ``start`` runs before the listeners open and ``stop`` after
-    they closed and every session was handled, so a hook can flush what it buffered.
+    configuration decides.  ``authenticate`` may also return an awaitable of its opinion
+    (:data:`AuthVerdict`): the CONNECT waits for it, nothing else waits.  A client's user
+    name is *authenticated* when an ``authenticate`` hook said True to its CONNECT (or the
+    listener took it from a verified client certificate, ``use_identity_as_username``);
+    ``authorize`` receives the user name only then, else None: a name a client merely
+    claims never selects rights (docs/security.md, "Who is a user").  ``start`` runs before
+    the listeners open and ``stop`` after they closed and every session was handled, so a hook
+    can flush what it buffered.
     """
 
     async def start(self) -> None:
@@ -258,10 +311,25 @@ class Hooks:
         kept that CPython's cyclic GC tracks."""
         return None
 
-    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
-        """Allow or deny a CONNECT."""
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> AuthVerdict:
+        """Allow or deny a CONNECT: True, False, None (no opinion), or an awaitable of one of
+        them for a check that takes time (it must not block the event loop: run a slow hash
+        in a thread, as :class:`broker.auth.FileAuth` does; raise :class:`AuthUnavailable`
+        to refuse with "server unavailable").  The CONNECT is held until it is done (the
+        listener's ``connect_timeout`` still applies) and the hooks after this one are asked
+        only if it says None.  Failed logins count towards the per-address back-off
+        (``BrokerConfig.auth_failures``)."""
         return None
 
+    def authenticate_request(self, request: AuthRequest) -> AuthVerdict:
+        """The new-style form of :meth:`authenticate`: the same answers, given the whole
+        :class:`AuthRequest` (peer address, listener, protocol version, client certificate).
+        The broker calls this method; its default calls :meth:`authenticate` with the
+        request's client id, user name and password, so a hook overrides one or the other
+        (old-style hooks keep working unchanged)."""
+        return self.authenticate(request.client_id, request.username, request.password)
+
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
-        """Allow or deny ``action`` ("publish" or "subscribe") on a topic name or filter."""
+        """Allow or deny ``action`` ("publish", "subscribe" or "receive") on a topic name or
+        filter; ``username`` is the *authenticated* user name, None if there is none."""
         return None

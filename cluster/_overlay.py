@@ -42,7 +42,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import secrets
 import socket
 import time
@@ -55,6 +54,7 @@ from kademlia.network import Server
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
+from broker._files import private_dir, write_private
 from broker.core._core import LIMIT_LOG_INTERVAL
 from cluster._auth import ZERO_ID, DatagramGuard, Opened, Refusal, TokenChecker, datagram_key
 
@@ -86,10 +86,8 @@ def load_node_id(data_dir: Path | None) -> bytes:
     except FileNotFoundError:
         pass
     node_id = secrets.token_bytes(20)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(node_id.hex() + "\n")
-    os.replace(tmp, path)
+    private_dir(data_dir)  # 0700 / 0600 whatever the umask (broker/_files.py)
+    write_private(path, (node_id.hex() + "\n").encode())
     return node_id
 
 

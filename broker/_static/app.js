@@ -2,7 +2,7 @@
 // (server-sent events); every value is inserted as text (never as HTML).
 "use strict";
 
-const state = { csrf: "", tab: "overview", points: [], interval: 1, clientQ: "", clientOff: 0, subQ: "", subOff: 0, prefix: null, topicOff: 0, detail: null };
+const state = { csrf: "", tab: "overview", points: [], interval: 1, hist: [], histSpan: 0, clientQ: "", clientOff: 0, subQ: "", subOff: 0, prefix: null, topicOff: 0, detail: null };
 const PAGE = 100;
 
 function $(id) { return document.getElementById(id); }
@@ -39,10 +39,39 @@ async function api(path, opts) {
   return body;
 }
 
+// a state-changing call of the admin API (/api/v1/, docs/admin.md): JSON, the CSRF token
+async function admin(method, path, body) {
+  const opts = { method, headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf } };
+  if (body !== undefined) opts.body = JSON.stringify(body);
+  return api("/api/v1" + path, opts);
+}
+
+async function adminAction(question, done, method, path, body, reload) {
+  if (!window.confirm(question)) return;
+  try { await admin(method, path, body); $("notice").textContent = done; }
+  catch (err) { $("notice").textContent = `failed: ${err.message}`; }
+  reload();
+}
+
 function setStatus(text, cls) { const s = $("status"); s.textContent = text; s.className = "status " + (cls || ""); }
 
 // ------------------------------------------------------------------ charts (canvas)
-function drawChart(canvas, series, colors, scale) {
+// x is time: the server-side history (one point every few seconds, the last 15 minutes) then
+// the live points (one a second since the page opened), both with their wall-clock time t
+function chartPoints() {
+  const live = state.points, first = live.length ? live[0].t : Infinity;
+  return state.hist.filter(p => p.t < first).concat(live);
+}
+
+function setHistory(h) {
+  state.interval = h.interval;
+  state.points = h.points;
+  if (h.history) { state.hist = h.history.points; state.histSpan = h.history.interval * h.history.capacity; }
+  drawCharts();
+}
+
+function drawChart(canvas, pts, keys, colors, scale) {
+  const series = keys.map(k => pts.map(p => p[k]));
   const dpr = window.devicePixelRatio || 1, w = canvas.clientWidth || 560, h = canvas.clientHeight || 180;
   if (canvas.width !== w * dpr) { canvas.width = w * dpr; canvas.height = h * dpr; }
   const g = canvas.getContext("2d");
@@ -59,26 +88,28 @@ function drawChart(canvas, series, colors, scale) {
     g.beginPath(); g.moveTo(left, y); g.lineTo(right, y); g.stroke();
     g.fillText(fmt(max * i / 4), 4, y + 4);
   }
-  const n = Math.max(2, ...series.map(s => s.length));
+  const end = pts.length ? pts[pts.length - 1].t : Date.now() / 1000;
+  const span = Math.max(state.histSpan, 300 * state.interval, pts.length ? end - pts[0].t : 0);
   series.forEach((s, k) => {
     g.strokeStyle = colors[k]; g.lineWidth = 2; g.beginPath();
     s.forEach((v, i) => {
-      const x = left + (right - left) * (i + n - s.length) / (n - 1), y = bottom - (bottom - top) * (v * scale) / max;
+      const x = right - (right - left) * (end - pts[i].t) / span, y = bottom - (bottom - top) * (v * scale) / max;
       if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
     });
     g.stroke();
   });
   g.fillStyle = "#66707c";
-  g.fillText("−" + Math.round(n * state.interval) + " s", left, h - 4);
+  g.fillText(span >= 120 ? "−" + Math.round(span / 60) + " min" : "−" + Math.round(span) + " s", left, h - 4);
   g.fillText("now", right - 22, h - 4);
+  canvas.dataset.points = String(pts.length);
 }
 
 function drawCharts() {
   if (state.tab !== "overview") return;
-  const p = state.points;
-  drawChart($("chart_rates"), [p.map(x => x.rate_in), p.map(x => x.rate_out)], ["#2f6fdf", "#d9692b"], 1);
-  drawChart($("chart_conns"), [p.map(x => x.connections)], ["#2c8a4b"], 1);
-  drawChart($("chart_mem"), [p.map(x => x.memory_rss)], ["#7b4fd0"], 1 / 1048576);
+  const p = chartPoints();
+  drawChart($("chart_rates"), p, ["rate_in", "rate_out"], ["#2f6fdf", "#d9692b"], 1);
+  drawChart($("chart_conns"), p, ["connections"], ["#2c8a4b"], 1);
+  drawChart($("chart_mem"), p, ["memory_rss"], ["#7b4fd0"], 1 / 1048576);
 }
 
 // ------------------------------------------------------------------ overview
@@ -98,7 +129,7 @@ function showOverview(ov) {
 
 function connectEvents() {
   const es = new EventSource("/api/events");
-  es.addEventListener("history", e => { const h = JSON.parse(e.data); state.interval = h.interval; state.points = h.points; drawCharts(); });
+  es.addEventListener("history", e => setHistory(JSON.parse(e.data)));
   es.addEventListener("overview", e => {
     const ov = JSON.parse(e.data);
     setStatus("live", "live");
@@ -110,7 +141,12 @@ function connectEvents() {
     }
     drawCharts();
   });
-  es.onerror = () => setStatus("reconnecting…", "down");
+  es.onerror = () => {
+    setStatus("reconnecting…", "down");
+    // a refused stream (503: the listener's event streams are all taken) is not retried by
+    // the browser itself: open a new one after the Retry-After of the listener (10 s)
+    if (es.readyState === EventSource.CLOSED) setTimeout(connectEvents, 10000);
+  };
 }
 
 // ------------------------------------------------------------------ clients
@@ -151,7 +187,9 @@ async function showClient(id) {
       ...c.queued_list.map(o => el("tr", {}, el("td", { class: "mono" }, o.topic), el("td", {}, o.qos))));
     const comps = Object.entries(c.composites).map(([n, e]) => el("div", { class: "mono" }, `$composite/${n}: ${e}`));
     box.replaceChildren(el("h3", {}, "Client ", el("code", {}, c.client_id), " ",
-      c.connected ? el("button", { class: "kick", onclick: () => kick(c.client_id) }, "kick") : ""),
+      c.connected ? el("button", { class: "kick", onclick: () => kick(c.client_id) }, "kick") : "", " ",
+      el("button", { class: "kick", onclick: () => adminAction(`Ban client id ${c.client_id}?`, `banned ${c.client_id}`,
+        "POST", "/bans", { kind: "client_id", value: c.client_id, reason: "dashboard" }, loadClients) }, "ban")),
       kv, el("h4", {}, "Subscriptions"), subs, ...(comps.length ? [el("h4", {}, "Composite subscriptions"), ...comps] : []),
       el("h4", {}, `In flight (${c.inflight})`), fl, el("h4", {}, `Queued (${c.queued})`), ql);
   } catch (err) {
@@ -185,12 +223,14 @@ async function loadSubscriptions() {
 }
 
 // ------------------------------------------------------------------ topics
-function retainedCell(r) {
+function retainedCell(r, topic) {
   if (!r) return "";
-  if (r.hidden) return el("span", { class: "hidden-payload" }, `${r.size} bytes (hidden: ${r.hidden})`);
+  const del = el("button", { class: "kick", onclick: () => adminAction(`Delete the retained message of ${topic}?`,
+    `deleted ${topic}`, "DELETE", `/retained?topic=${encodeURIComponent(topic)}`, undefined, loadTopics) }, "delete");
+  if (r.hidden) return el("span", { class: "hidden-payload" }, `${r.size} bytes (hidden: ${r.hidden}) `, del);
   const p = r.payload;
   const shown = p.text !== undefined ? p.text : "hex " + p.hex;
-  return el("div", {}, el("span", { class: "off" }, `QoS ${r.qos}, ${r.size} bytes${p.truncated ? " (cut)" : ""}`), el("pre", {}, shown));
+  return el("div", {}, el("span", { class: "off" }, `QoS ${r.qos}, ${r.size} bytes${p.truncated ? " (cut)" : ""} `), del, el("pre", {}, shown));
 }
 
 async function loadTopics() {
@@ -202,12 +242,12 @@ async function loadTopics() {
     parts.forEach((p, i) => { const pre = parts.slice(0, i + 1).join("/"); crumbs.push("/", el("a", { href: "#topics", onclick: () => browse(pre) }, p || "(empty)")); });
   }
   $("topic_path").replaceChildren(...crumbs);
-  $("topic_here").replaceChildren(page.retained ? el("div", {}, el("b", {}, state.prefix), retainedCell(page.retained)) : "");
+  $("topic_here").replaceChildren(page.retained ? el("div", {}, el("b", {}, state.prefix), retainedCell(page.retained, state.prefix)) : "");
   $("topic_here").hidden = !page.retained;
   pager($("topic_pager"), page, off => { state.topicOff = off; loadTopics(); });
   $("topic_rows").replaceChildren(...page.levels.map(l => el("tr", {},
     el("td", { class: "mono" }, l.children ? el("a", { href: "#topics", onclick: () => browse(l.topic) }, (l.level || "(empty)") + "/") : (l.level || "(empty)")),
-    el("td", {}, retainedCell(l.retained)))));
+    el("td", {}, retainedCell(l.retained, l.topic)))));
 }
 
 function browse(prefix) { state.prefix = prefix; state.topicOff = 0; loadTopics(); }
@@ -261,6 +301,8 @@ async function main() {
   $("sub_search").addEventListener("submit", e => { e.preventDefault(); state.subQ = $("sub_q").value; state.subOff = 0; loadSubscriptions(); });
   window.addEventListener("hashchange", () => show(location.hash.slice(1)));
   setInterval(() => { if (state.tab === "clients") loadClients().catch(() => {}); }, 5000);
+  // the live points cover the last 5 minutes: the server-side history fills what is older
+  setInterval(() => { if (state.tab === "overview") api("/api/history").then(setHistory).catch(() => {}); }, 60000);
   show(location.hash.slice(1) || "overview");
   connectEvents();
   document.body.dataset.ready = "1";

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
-from broker.core._connect import connect_refusal, hold_connack, negotiate
+from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import Message, Route
+from broker.core._message import INTERNAL_PREFIXES, Message, Route
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
 from broker.hooks import Delivery
@@ -77,6 +76,10 @@ __all__ = [
     "Reader",
     "Writer",
 ]
+
+#: PUBLISH topic prefixes that belong to the broker (``_may_publish_reserved``, asked only
+#: for topics starting with ``$``: one ``startswith("$")`` per ordinary PUBLISH)
+_RESERVED_PUBLISH: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 
 log = logging.getLogger("broker")
 
@@ -501,7 +504,7 @@ class Connection(RareFields):
     def malformed(self, exc: MalformedPacket) -> None:
         """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
         self.core.stats.malformed += 1
-        self.core.log_limit("malformed", self.client_id, f"({self.peer}) {exc}", logging.INFO)
+        log_refusal(self, "malformed", "client.malformed", self.client_id, str(exc), str(exc))
         if (
             self.state is ConnectionState.AWAIT_CONNECT
             and exc.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
@@ -514,10 +517,7 @@ class Connection(RareFields):
 
     def _dispatch(self, p: Packet, now: float) -> None:
         if self.state is ConnectionState.AWAIT_CONNECT:
-            if not isinstance(p, Connect):
-                self.close("first packet is not CONNECT")
-                return
-            self._on_connect(p, now)
+            on_connect(self, p, now)  # or kept behind a CONNECT being authenticated
             return
         match p:
             case Publish():
@@ -546,29 +546,20 @@ class Connection(RareFields):
                 self.disconnect(ReasonCode.PROTOCOL_ERROR, f"unexpected {type(p).__name__}")
 
     # ------------------------------------------------------------ CONNECT
-    def _refuse(self, code: ReasonCode, reason: str) -> None:
+    def _refuse(self, code: ReasonCode, reason: str, client_id: str | None = None) -> None:
         self.send(Connack(False, code, self._reason(reason)))
         self.close(f"CONNECT refused: {reason}")
+        what = f"CONNECT refused: {reason} ({code.name})"  # one line per 10 s (bad passwords)
+        log_refusal(self, "connect_refused", "client.refused", client_id, what, reason)
 
-    def _on_connect(self, p: Connect, now: float) -> None:
-        """CONNECT: refused (CONNACK with a reason, close) or the session attached, the
-        limits of both sides negotiated, and the CONNACK sent (after the commit of a
-        persisted session)."""
+    def accept(self, p: Connect, client_id: str, authenticated: bool, now: float) -> None:
+        """An authenticated CONNECT: the session attached, the limits of both sides
+        negotiated, and the CONNACK sent (after the commit of a persisted session).  The
+        session records whether its user name was ``authenticated`` (a hook said True): the
+        authorize hooks see the name only then."""
         core = self.core
         cfg = core.config
-        self.version = v = p.protocol_level
-        if v == 5:
-            self.problem_info = p.properties.request_problem_information != 0
-        if v != 5 and p.will is not None and not p.will.topic:
-            # a will flag with an empty will topic breaks 3.1/3.1.1 [MQTT-3.1.2-9]: close, as
-            # mosquitto does (a refusing CONNACK would point users at their credentials)
-            self.close("CONNECT with a zero-length will topic")
-            return
-        client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
-        refusal = connect_refusal(self, p, client_id)
-        if refusal is not None:
-            self._refuse(*refusal)
-            return
+        v = p.protocol_level
         self.bridge = p.bridge
         self.clean_start = p.clean_start
         expiry = (p.properties.session_expiry_interval or 0) if v == 5 else (0 if p.clean_start else NEVER)
@@ -580,6 +571,7 @@ class Connection(RareFields):
         session = self.session
         assert session is not None
         session.username = p.username
+        session.authenticated = authenticated
         session.will = p.will
         session.version = v
         if cfg.slow_consumer_rules:
@@ -612,7 +604,7 @@ class Connection(RareFields):
             core.journal.hold(self, connack)
         else:
             self.send(connack)
-        log.debug("client %s connected (v%d, %s)", client_id, v, self.peer)
+        log_client(self, "client.connected", client_id, f"connected (v{v})", None)
         if core.obs.connect:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
@@ -687,7 +679,7 @@ class Connection(RareFields):
             return partial(self.send_ordered, Pubrec(pid), False)
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
             return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-        if topic.startswith(("$SYS", "$share/")) and not self._may_publish_reserved(topic):
+        if topic.startswith("$") and not self._may_publish_reserved(topic):
             # broker-owned topics: refused (v5 0x87; 3.1.1 acknowledged and dropped), counted
             core.stats.refused_reserved_publish += 1
             core.log_limit("reserved_topic", s.client_id, "PUBLISH to a broker-owned topic refused")
@@ -710,13 +702,19 @@ class Connection(RareFields):
     def _may_publish_reserved(self, topic: str) -> bool:
         """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
         when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
-        bridges) to ``$SYS/broker/connection/<its client id>/state``."""
+        bridges) to ``$SYS/broker/connection/<its client id>/state``; ``$cluster/...`` only a
+        verified peer link, whatever a hook says (broker/core/_internal.py). Other ``$``: free."""
+        if not topic.startswith(_RESERVED_PUBLISH):
+            return True
+        if topic.startswith(INTERNAL_PREFIXES):
+            return self.peer_link
         s = self.session
         assert s is not None
         if topic == f"$SYS/broker/connection/{s.client_id}/state":
             return True
         core = self.core
-        grant = core._opinion(core.obs.authorize, "authorize", s.client_id, s.username, "publish", topic)
+        user = s.username if s.authenticated else None  # a claimed name has no rights
+        grant = core._opinion(core.obs.authorize, "authorize", s.client_id, user, "publish", topic)
         return grant is True
 
     def _deliver_accepted(self, p: Publish, msg: Message, routes: list[Route] | None, now: float) -> None:
@@ -785,7 +783,8 @@ class Connection(RareFields):
 
     def _violation(self, what: str) -> None:
         """An ack that does not fit its packet id's flow [MQTT-4.8.0-1]: 0x82, close (logged)."""
-        self.core.log_limit("protocol_violation", self.client_id, what)
+        w = logging.WARNING
+        log_refusal(self, "protocol_violation", "client.protocol_violation", self.client_id, what, what, w)
         self.disconnect(ReasonCode.PROTOCOL_ERROR, what)
 
     def _on_puback(self, p: Puback, now: float) -> None:
@@ -879,6 +878,8 @@ class Connection(RareFields):
                         core.pending_wills.add(s)
             else:
                 core.detach(s, self.will_on_close, now)
+        if was_connected and s is not None:
+            log_client(self, "client.disconnected", s.client_id, "disconnected", self.close_reason)
         if was_connected and core.obs.disconnect and s is not None:
             core._call(core.obs.disconnect, "on_disconnect", s.client_id, self.close_reason)
         if self.outbox or self.close_requested:

@@ -5,12 +5,14 @@ attribute costs 8 bytes in every connection whether it is ever used or not. Most
 state is the same for almost every idle device: flow control (congested since, the paused
 publishers, slow, the blockers, the store gate, the packets read while paused), topic
 aliases (MQTT 5 clients that allow them), the acknowledgements held for the store's
-durable signal, the gated CONNACK of a persisted session, the mosquitto-bridge flag, the
+durable signal, the gated CONNACK of a persisted session, the CONNECT held while an
+authenticate hook's awaitable runs (``authenticating``), the mosquitto-bridge flag, the
+cluster peer-link mark, the
 MQTT 5 request-problem-information flag, the will-on-close flag, the close reason, the
-listener's slow-consumer policy and a fixed peer address (unit tests). Those 18 fields
+listener's slow-consumer policy and a fixed peer address (unit tests). Those 20 fields
 live in one :class:`Rare` object that a connection creates the first time one of them is
 set to something other than its default (:class:`RareFields`): an idle connection holds one
-``None`` instead of 18 slots (136 B less).
+``None`` instead of 20 slots (152 B less).
 
 The fields stay attributes to every reader and writer (``conn.blockers += 1``,
 ``conn.feeders is NO_FEEDERS``): :class:`RareFields` defines them as properties whose
@@ -58,7 +60,9 @@ class Rare:
         self.held = 0
         self.held_writes = 0
         self.gated = False
+        self.authenticating = False
         self.bridge = False
+        self.peer_link = False
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = LOST
@@ -215,6 +219,28 @@ class RareFields:
     def gated(self, value: bool) -> None:
         if value or self.rare is not None:
             self._rare().gated = value
+
+    @property
+    def peer_link(self) -> bool:
+        """A cluster peer's link whose token the cluster verified at CONNECT (``Core.peer_auth``):
+        the only kind of client that may use the broker's internal topics (``$cluster/...``)."""
+        r = self.rare
+        return False if r is None else r.peer_link
+
+    @peer_link.setter
+    def peer_link(self, value: bool) -> None:
+        if value or self.rare is not None:
+            self._rare().peer_link = value
+
+    @property
+    def authenticating(self) -> bool:
+        r = self.rare
+        return False if r is None else r.authenticating
+
+    @authenticating.setter
+    def authenticating(self, value: bool) -> None:
+        if value or self.rare is not None:
+            self._rare().authenticating = value
 
     @property
     def bridge(self) -> bool:

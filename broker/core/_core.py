@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._config import BrokerConfig
+from broker._config import BrokerConfig, shared_group_strategies
+from broker._logging import fields
+from broker.core._backoff import LoginBackoff
+from broker.core._bans import BanList
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
@@ -39,6 +42,7 @@ from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
+from broker.core._shared import SharedPolicy, Strategy
 from broker.durability._records import MessageState
 from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
@@ -51,6 +55,8 @@ __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
 log = logging.getLogger("broker")
 #: seconds between two log lines about the same kind of limit refusal
 LIMIT_LOG_INTERVAL = 10.0
+#: the ``extra`` of a failed hook's log line (``--log-format json``: broker._logging)
+_HOOK_FAILED = fields("hook.failed")
 #: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
 TICK_SLACK = 0.001
 
@@ -80,8 +86,18 @@ class Core:
         limits = SubscribeLimits(
             cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
         )
+        groups = shared_group_strategies(cfg.shared_subscription_group_strategy)
+        shared = SharedPolicy(
+            Strategy(cfg.shared_subscription_strategy),
+            {g: Strategy(n) for g, n in groups.items()},
+            cfg.shared_subscription_seed,
+        )
         self.router = Router(
-            cfg.partial_unsubscribe, cfg.content_engine, batch_min=cfg.content_batch_min, limits=limits
+            cfg.partial_unsubscribe,
+            cfg.content_engine,
+            batch_min=cfg.content_batch_min,
+            limits=limits,
+            shared=shared,
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
@@ -101,6 +117,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        #: bans checked at CONNECT (broker/core/_bans.py; edited by the admin API)
+        self.bans = BanList()
         #: this broker's node id in a cluster (set by the cluster; the bridge records it)
         self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
@@ -144,6 +162,20 @@ class Core:
         self.retain_hook: Callable[[Message], bool] | None = None
         #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
+        #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
+        #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not (and it
+        #: logs that, rate-limited; ``broker.core._internal.internal_refusal``); None: no
+        #: cluster, every such client id refused
+        self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
+        #: failed logins per source address and their back-off (core/_backoff.py)
+        self.login_backoff = LoginBackoff(
+            cfg.auth_failures, cfg.auth_failure_window, cfg.auth_backoff, cfg.auth_backoff_max
+        )
+        #: set by the transport adapter (``Broker``): ``await_check(awaitable, done)`` awaits an
+        #: authenticate hook's awaitable off this sans-IO core and calls ``done(outcome)`` on
+        #: the loop with its result or its exception, then flushes (core/_connect.py); None:
+        #: no adapter, an awaitable verdict refuses the CONNECT
+        self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
     # ------------------------------------------------------------ hooks
     def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
@@ -152,7 +184,7 @@ class Core:
                 getattr(h, name)(*args)
             except Exception:
                 self.stats.hook_errors += 1
-                log.exception("hook %s.%s failed", type(h).__name__, name)
+                log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
 
     def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
         for h in hooks:
@@ -160,17 +192,20 @@ class Core:
                 answer = getattr(h, name)(*args)
             except Exception:
                 self.stats.hook_errors += 1
-                log.exception("hook %s.%s failed", type(h).__name__, name)
+                log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
                 return False
             if answer is not None:
                 return bool(answer)
         return None
 
     def authorize(self, session: Session, action: str, topic: str) -> bool:
+        """The authorize hooks' decision, asked with the session's user name only if it was
+        authenticated (``Session.authenticated``; docs/security.md, "Who is a user")."""
         if not self.obs.authorize:
             return True
+        user = session.username if session.authenticated else None
         return (
-            self._opinion(self.obs.authorize, "authorize", session.client_id, session.username, action, topic)
+            self._opinion(self.obs.authorize, "authorize", session.client_id, user, action, topic)
             is not False
         )
 
@@ -332,10 +367,15 @@ class Core:
         )
 
     # ------------------------------------------------------------ publish / deliver
-    def publish(self, msg: Message, now: float, routes: list[Route] | None = None) -> int:
+    def publish(
+        self, msg: Message, now: float, routes: list[Route] | None = None, internal: bool = False
+    ) -> int:
         """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
 
-        ``routes``: the router's answer computed beforehand (``Router.route_batch``)."""
+        ``routes``: the router's answer computed beforehand (``Router.route_batch``).
+        ``internal``: the broker's own publication (``$SYS``, a cluster's control messages),
+        counted in ``Stats.messages_internal``, not in ``messages_received`` (the clients'
+        traffic, issue 38).  O(routes)."""
         router = self.router
         if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
             router.store_retained(msg)
@@ -366,7 +406,10 @@ class Core:
                 if atoms is None:
                     atoms = []
                 atoms.extend(r.subscription_ids)
-        self.stats.messages_received += 1
+        if internal:
+            self.stats.messages_internal += 1
+        else:
+            self.stats.messages_received += 1
         n = len(routes) if atoms is None else len(routes) - len(atoms)
         if obs.recording:
             obs.end(self.clock.wall(), msg, n, outer_msg, outer_fan, outer_call, self.stats)
@@ -627,6 +670,7 @@ class Core:
             "$SYS/broker/clients/connected": str(self.connected),
             "$SYS/broker/clients/total": str(len(self.sessions)),
             "$SYS/broker/messages/received": str(st.messages_received),
+            "$SYS/broker/messages/internal": str(st.messages_internal),
             "$SYS/broker/messages/sent": str(st.messages_sent),
             "$SYS/broker/messages/dropped": str(st.publish_dropped),
             "$SYS/broker/messages/queue_overflow": str(st.queue_overflow),
@@ -639,7 +683,12 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/connections/refused/proxy_header": str(st.refused_proxy_header),
             "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
+            "$SYS/broker/connections/refused/auth_backoff": str(st.refused_auth_backoff),
+            "$SYS/broker/connections/refused/auth_busy": str(st.refused_auth_busy),
+            "$SYS/broker/connections/auth_failures": str(st.auth_failures),
+            "$SYS/broker/connections/auth_pending": str(st.auth_pending),
             "$SYS/broker/connections/accept_pauses": str(st.accept_pauses),
             "$SYS/broker/connections/connect_timeouts": str(st.connect_timeouts),
             "$SYS/broker/connections/keepalive_timeouts": str(st.keepalive_timeouts),
@@ -657,6 +706,9 @@ class Core:
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
+            "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
+            "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
+            "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }
@@ -674,9 +726,19 @@ class Core:
             st.refused_subscription_quota += 1
             self.log_limit(limit, client_id, "max_subscriptions_per_client reached")
 
-    def log_limit(self, kind: str, client_id: str | None, what: str, level: int = logging.WARNING) -> None:
+    def log_limit(  # noqa: PLR0917 (a log site's fields)
+        self,
+        kind: str,
+        client_id: str | None,
+        what: str,
+        level: int = logging.WARNING,
+        event: str | None = None,
+        address: str | None = None,
+        reason: str | None = None,
+    ) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
-        flood under abuse); the ``$SYS`` counters count every refusal."""
+        flood under abuse); the ``$SYS`` counters count every refusal.  The record's ``event``
+        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  O(1)."""
         now = self.clock.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
@@ -688,11 +750,13 @@ class Core:
                 what,
                 kind,
                 LIMIT_LOG_INTERVAL,
+                extra=fields(event or "limit." + kind, client_id, address, reason or kind),
             )
 
     def publish_sys(self, now: float) -> None:
         for topic, value in self.sys_values(now).items():
-            self.publish(Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now), now)
+            msg = Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now)
+            self.publish(msg, now, None, True)
         st = self.stats
         if st.publish_dropped or st.queue_overflow:
             log.info(
@@ -746,6 +810,8 @@ class Core:
             conn._check()
             assert conn.session is None or self.sessions.get(conn.session.client_id) is conn.session
         self.conn_timers._check(self.connections)
+        self.login_backoff._check()
+        assert all(c.state is ConnectionState.AWAIT_CONNECT for c in self.connections if c.authenticating)
         assert self.connected == sum(1 for c in self.connections if c.state is ConnectionState.CONNECTED)
         assert not (NO_FEEDERS or NO_ALIASES_IN or NO_ALIASES_OUT), "a shared empty container was written"
         # flow control: the congested set, the feeder edges and the pause gauge agree

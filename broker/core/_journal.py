@@ -23,7 +23,6 @@ redelivers a message that was acknowledged, as QoS 1 allows).
 from __future__ import annotations
 
 import concurrent.futures
-import logging
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -48,8 +47,6 @@ if TYPE_CHECKING:
     from broker.core._core import Core
 
 __all__ = ["Journal"]
-
-log = logging.getLogger("broker")
 
 
 class Held:
@@ -105,8 +102,9 @@ class Journal:
     def _record(self, s: Session, now: float, wall: float) -> SessionRecord:
         due = None if s.will_due is None else wall + (s.will_due - now)
         disconnected = None if s.conn is not None else wall
+        user = s.username if s.authenticated else None  # the store keeps verified names only
         return SessionRecord(
-            s.client_id, s.version, s.expiry_interval, disconnected, s.username, s.next_pid, s.will, due
+            s.client_id, s.version, s.expiry_interval, disconnected, user, s.next_pid, s.will, due
         )
 
     def connected(self, s: Session, now: float) -> bool:
@@ -413,13 +411,7 @@ class Journal:
         if batch is not None and batch[1] is held:
             self._held = None
         exc = fut.exception()
-        if exc is not None and not self.failed:
-            self.failed = True
-            log.error(
-                "persistent store failed (%s): QoS 1/2 messages that must be stored are no longer "
-                "acknowledged; their publishers are disconnected (0x80)",
-                exc,
-            )
+        self.failed = exc is not None  # the store logs the cause and the recovery, once each
         conns: dict[Connection, None] = {}
         for entry in held:
             if not entry.done:
@@ -488,6 +480,7 @@ class Journal:
         s.persisted = True
         s.version = r.protocol_level
         s.next_pid, s.username, s.will = r.next_pid, r.username, r.will
+        s.authenticated = r.username is not None  # stored only when it was authenticated
         exp = r.expires_at()
         if exp is not None:
             s.expires_at = now + (exp - wall)

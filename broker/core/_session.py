@@ -124,6 +124,7 @@ class Session:
     """
 
     __slots__ = (
+        "authenticated",
         "client_id",
         "conn",
         "expires_at",
@@ -153,6 +154,9 @@ class Session:
         self.will_due: float | None = None
         self.expires_at: float | None = None
         self.username: str | None = None
+        #: an authenticate hook said True to the CONNECT's user name (or the listener took it
+        #: from a verified certificate): only then do the authorize hooks get ``username``
+        self.authenticated = False
         # topic filter -> selector of that subscription
         self.selectors: dict[str, str] = _NO_SELECTORS if lean else {}
         self.sink: Sink | None = None
@@ -234,8 +238,9 @@ _NO_SELECTORS: Final[dict[str, str]] = {}
 class Stats:
     """Broker counters (published under ``$SYS/broker/``)."""
 
-    messages_received: int = 0
+    messages_received: int = 0  # PUBLISHes of clients (and their wills, Broker.publish, peers' copies)
     messages_sent: int = 0
+    messages_internal: int = 0  # the broker's own: $SYS rounds, cluster control (not received)
     publish_dropped: int = 0  # QoS 0 dropped for slow consumers / oversize / expiry
     queue_overflow: int = 0  # QoS 1/2 dropped or clients disconnected for a full queue
     bytes_received: int = 0
@@ -247,6 +252,15 @@ class Stats:
     refused_max_connections: int = 0
     refused_connection_rate: int = 0
     refused_anonymous: int = 0
+    # logins (docs/security.md, "Failed logins"): CONNECTs an authenticate hook refused,
+    # refused at once by the per-address back-off (no hook asked), refused 0x88 because the
+    # password checks were saturated (hooks.AuthUnavailable), and checks awaited right now
+    auth_failures: int = 0
+    refused_auth_backoff: int = 0
+    refused_auth_busy: int = 0
+    auth_pending: int = 0  # gauge
+    # PROXY protocol listeners: connections closed for a missing, malformed or late header
+    refused_proxy_header: int = 0
     # descriptors (issue 27; broker.net._accept): connections closed unanswered at accept
     # because the process is out of descriptors, and the pauses of accepting that followed
     refused_descriptors: int = 0
@@ -272,4 +286,12 @@ class Stats:
     dropped_peer_queue_full: int = 0  # of which for a cluster link session (peer_queue_limit)
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker
     store_waits: int = 0  # publishers paused until the store's writer caught up
-    refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/... or $share/... (issue 21)
+    refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/..., $share/..., $cluster/... (issue 21, 37)
+    refused_reserved_subscribe: int = 0  # SUBSCRIBEs to the internal $cluster/... by non-peers (issue 37)
+    refused_non_peer: int = 0  # CONNECTs refused as not a verified cluster peer link (issue 37)
+    refused_reserved_client_id: int = 0  # CONNECTs taking an internal client id ($local/...) (issue 37)
+    # a cluster's peers (cluster._node; issue 37): values refused (a retained stamp too far
+    # ahead), messages that could not be parsed (dropped, the link goes on), link restarts
+    cluster_peer_values_refused: int = 0
+    cluster_peer_unparseable: int = 0
+    cluster_link_restarts: int = 0

@@ -34,7 +34,9 @@ __all__ = [
     "decode_properties",
     "encode_properties",
     "message_record",
+    "outgoing_of_row",
     "replay_entries",
+    "session_of_row",
 ]
 
 #: file name of the database inside ``--data-dir``.
@@ -229,3 +231,36 @@ def replay_entries(
             index.unsubscribe(client_id, e.topic_filter)
         else:
             index.subscribe(client_id, e.topic_filter, e.options)
+
+
+def session_of_row(row: tuple[Any, ...]) -> SessionRecord:
+    """The :class:`SessionRecord` of a ``sessions`` row."""
+    (cid, level, expiry, disc, user, next_pid, wt, wp, wq, wr, wprops, wdue) = row
+    will = None if wt is None else Will(wt, wp, wq, bool(wr), decode_properties(wprops))
+    return SessionRecord(cid, level, expiry, disc, user, next_pid, will, wdue)
+
+
+def outgoing_of_row(row: tuple[Any, ...]) -> OutgoingRecord:
+    """The :class:`OutgoingRecord` of an ``outgoing`` row."""
+    (
+        cid,
+        seq,
+        _direction,
+        state,
+        pid,
+        topic,
+        payload,
+        mqos,
+        mretain,
+        props,
+        pub,
+        exp,
+        qos,
+        retain,
+        ids,
+        tf,
+        sel,
+    ) = row
+    msg = MessageRecord(topic, payload, mqos, bool(mretain), decode_properties(props), pub, exp)
+    sub_ids = tuple(int(x) for x in ids.split(",")) if ids else ()
+    return OutgoingRecord(cid, seq, MessageState(state), pid, msg, qos, bool(retain), sub_ids, tf, sel)

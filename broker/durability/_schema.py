@@ -9,12 +9,13 @@ its statement (every statement hits a primary key: O(log n)).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 
 from broker.durability._records import StoreVersionError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQL", "migrate"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQL", "migrate", "rollback"]
 
 # ---------------------------------------------------------------------------- schema
 _V1 = """
@@ -97,8 +98,21 @@ CREATE TABLE composite_journal (
 );
 """
 
+# the admin API's bans (broker/core/_bans.py, docs/admin.md): kind is client_id, username or
+# address (a canonical network), expires_at a wall-clock time (NULL: never)
+_V3 = """
+CREATE TABLE bans (
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    expires_at REAL,
+    reason TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    PRIMARY KEY (kind, value)
+) WITHOUT ROWID;
+"""
+
 #: ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1`` (version 0 = empty file).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -132,10 +146,19 @@ def migrate(db: sqlite3.Connection, migrations: Sequence[str] = MIGRATIONS) -> i
                     db.execute(stmt)
             db.execute("UPDATE schema_version SET version = ?", (v + 1,))
         except BaseException:
-            db.execute("ROLLBACK")
+            rollback(db)
             raise
         db.execute("COMMIT")
     return version
+
+
+def rollback(db: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it does by itself on some
+    errors, SQLITE_FULL among them: an unconditional ROLLBACK would then raise "no
+    transaction is active" and hide the real cause)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 # ---------------------------------------------------------------------------- operations
@@ -162,5 +185,7 @@ SQL: dict[str, str] = {
     "retain": "INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?)",
     "unretain": "DELETE FROM retained WHERE topic = ?",
     "composite": "INSERT OR REPLACE INTO composite_journal VALUES (?,?,?,?,?,?,?,?)",
+    "ban": "INSERT OR REPLACE INTO bans VALUES (?,?,?,?,?)",
+    "unban": "DELETE FROM bans WHERE kind = ? AND value = ?",
     "composite_trim": "DELETE FROM composite_journal WHERE seq <= ?",
 }

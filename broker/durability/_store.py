@@ -16,26 +16,24 @@ holds everything a restarted broker needs to rebuild its state:
   sent, or PUBREC received (PUBREL sent); ordered by a store-wide sequence number.
 * ``qos2_in``: packet ids of incoming QoS 2 PUBLISHes awaiting PUBREL (method A, MQTT 5
   section 4.3.3: the message was routed, only the id is remembered).
-* ``retained``: topic -> retained message (properties, wall-clock expiry).
+* ``retained``: topic -> retained message (properties, wall-clock expiry); ``bans``: the admin
+  API's bans (kind, value, wall-clock expiry, reason; ``broker/core/_bans.py``).
 * ``schema_version``: one row; :data:`MIGRATIONS` upgrades older files step by step and a
   file written by a newer siftmq is refused with :class:`StoreVersionError`.
 
-Times: the broker core runs on ``time.monotonic()``, which does not survive a restart, so
-every stored deadline is wall-clock (``time.time()``); :func:`message_record` and
-:meth:`MessageRecord.to_message` convert.
+Times: stored deadlines are wall-clock (``time.time()``; the core's ``time.monotonic()`` does
+not survive a restart); :func:`message_record` and :meth:`MessageRecord.to_message` convert.
 
 Group commit
 ------------
-Mutations never touch the database on the caller's thread.  Each mutating method appends
-one operation to a queue and returns at once; a dedicated writer thread takes everything
-queued, runs it in ONE transaction (several if more than ``max_batch`` operations) and
-commits.  :meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes
-when every operation submitted before the call is committed (all callers between two
-commits share one future, so a commit costs one wake-up, not one per waiter), so the
+Mutations never touch the database on the caller's thread: each appends one operation to a
+queue; a writer thread runs everything queued in ONE transaction (more past ``max_batch``).
+:meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes when every
+operation submitted before the call is committed (all callers between two commits share one
+future, so a commit costs one wake-up, not one per waiter), so the
 broker sends PUBACK/PUBREC from the future's callback (``loop.call_soon_threadsafe``) or
-after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync):
-throughput grows with concurrency while each acknowledgement still waits for its own data
-(docs/performance-store.md).
+after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync): more
+throughput, each acknowledgement still waits for its own data (docs/performance-store.md).
 
 Operations wait in a list (``Store._ops``) that the writer swaps out whole under a lock, one
 round at a time.  While a message's ``outgoing`` insert is still in that list, the later
@@ -52,34 +50,40 @@ DELETE was queued after the insert (the id was freed meanwhile) — moving the i
 place would put it before that DELETE; such a "sent" is queued as an update instead (the set
 ``_freed``, replaced at the swap like the dictionaries).
 
-``commit_delay`` (the broker's ``store_commit_delay``, 2 ms) is the same trade as PostgreSQL's
-``commit_delay`` and MySQL's ``binlog_group_commit_sync_delay``, narrowed to the case it pays
-for: when the writer wakes while deliveries to persisted sessions are pending, it waits that
-long before taking the round, so that subscribers that keep up acknowledge (and cancel) them
-first.  An acknowledgement that waits for this commit waits that much longer; a round with
-no such delivery pending starts at once.
+``commit_delay`` (``store_commit_delay``, 2 ms; PostgreSQL's ``commit_delay``, MySQL's
+``binlog_group_commit_sync_delay``): a writer that wakes while deliveries to persisted sessions
+are pending waits that long, so that subscribers that keep up acknowledge (cancel) them first;
+an acknowledgement waiting for this commit waits that much longer, other rounds start at once.
 
-A dedicated thread was chosen over ``asyncio.to_thread`` per batch: the SQLite connection
-stays on one thread, batches form naturally while the previous commit is in its fsync (no
-timer, no added latency when idle), and the store also works without an event loop (unit
-tests, the sans-IO core).  The cost is one long-lived thread per store.
+A dedicated thread, not ``asyncio.to_thread`` per batch: one thread per SQLite connection,
+batches form during the previous fsync, and no event loop is needed (unit tests, sans-IO core).
 
 Durability: ``PRAGMA synchronous=FULL`` by default.  In WAL mode ``NORMAL`` only syncs at
-checkpoints, so a commit survives a process crash (``kill -9``: the WAL pages are in the OS
-page cache) but not a power loss or kernel crash; ``FULL`` fsyncs the WAL at each commit,
-which is what "an acknowledged QoS 1/2 message is durable before its PUBACK/PUBREC leaves"
-means.  Group commit pays that fsync once per batch.  ``synchronous="NORMAL"`` is available
-for deployments that accept losing the last commits on power loss.
+checkpoints: a commit survives ``kill -9`` (the WAL pages are in the page cache), not a power
+loss; ``FULL`` fsyncs the WAL at each commit ("an acknowledged QoS 1/2 message is durable
+before its PUBACK/PUBREC leaves"), once per batch with group commit.  ``synchronous="NORMAL"``
+is for deployments that accept losing the last commits on power loss.
 
-Complexity: each operation is O(log n) in SQLite's B-trees (primary keys cover every
-update and delete); :meth:`Store.load` is O(size of the database).
+A full disk
+-----------
+A failed commit (``SQLITE_FULL``, an I/O error) loses nothing and fails its round's signal
+(nothing that needs the store is acknowledged); the writer keeps its operations and retries
+them with back-off until a commit succeeds, so the store recovers without a restart
+(:meth:`Store._run`).  Logged once per episode (the cause, then the recovery) and counted
+(:attr:`Store.failures`, ``failed_commits``, ``recoveries``; docs/persistence.md).
+
+Complexity: each operation is O(log n) in SQLite's B-trees (primary keys cover every update
+and delete); :meth:`Store.load` is O(size of the database).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
+import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -90,6 +94,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
+from broker._files import open_private, private_dir, tighten
+from broker._logging import fields
 from broker.core._message import Message, SubOptions
 from broker.durability._records import (
     DB_NAME,
@@ -103,11 +109,15 @@ from broker.durability._records import (
     StoreError,
     decode_properties,
     encode_properties,
+    outgoing_of_row,
+    session_of_row,
 )
-from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate
+from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate, rollback
 from broker.packets import Will
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
+
+log = logging.getLogger("broker")
 
 # ---------------------------------------------------------------------------- operations
 _SQL = SQL  # the statements by operation name (tests replay operations with it)
@@ -280,13 +290,18 @@ class Store:
         max_backlog: int = 100_000,
         commit_delay: float = 0.0,
         migrations: Sequence[str] = MIGRATIONS,
+        retry_min: float = 0.1,
+        retry_max: float = 2.0,
     ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "EXTRA"}:
             raise ValueError(f"synchronous must be FULL, NORMAL or EXTRA, not {synchronous!r}")
         self.path = str(path)
         self.max_batch = max_batch
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if self.path != ":memory:":  # private whatever the umask (broker/_files.py)
+            parent = private_dir(Path(self.path).parent)
+            tighten(parent, *(self.path + x for x in ("", "-wal", "-shm")), recursive=False)
+            # created here, 0600: SQLite gives -wal and -shm the database file's mode
+            os.close(open_private(self.path, os.O_RDWR))
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             if self.path != ":memory:":
@@ -319,7 +334,19 @@ class Store:
         self._async_waiter: (
             tuple[concurrent.futures.Future[None], asyncio.AbstractEventLoop, asyncio.Future[None]] | None
         ) = None
-        self._failure: BaseException | None = None
+        self._failure: BaseException | None = None  # the last failed commit's error, until one succeeds
+        #: operations of failed commits, in order, retried ahead of newer ones (``_commit``)
+        self._pending: list[_Op] = []
+        self._retry_at = 0.0  # monotonic time of the next retry while failed
+        self._retry_delay = 0.0
+        self._failed_since = 0.0
+        self._failed_before = 0  # failed_commits before the current episode
+        #: back-off between retries of a failed commit (seconds; doubles up to ``retry_max``)
+        self.retry_min = retry_min
+        self.retry_max = retry_max
+        self.failures = 0  # episodes: a commit failed after one succeeded (or at start)
+        self.failed_commits = 0  # commits that failed, retries included
+        self.recoveries = 0  # episodes ended by a successful commit
         #: a new, increasing sequence number for an :class:`OutgoingRecord` per call
         #: (``itertools.count``: atomic under the GIL, so thread-safe, and no Python frame)
         self.next_seq: Callable[[], int] = itertools.count(self._max_seq() + 1).__next__
@@ -393,42 +420,112 @@ class Store:
         call that returned the swapped-out future is in the list at the swap, so it is
         committed now (in transactions of at most ``max_batch`` operations) before that
         future is resolved.
+
+        A failed commit (the disk is full, ...) keeps its operations, in order, ahead of
+        everything queued later (``_pending``) and fails the round's signal; the writer then
+        retries the whole backlog after a back-off (``retry_min`` doubling up to
+        ``retry_max``), and a round due before the retry fails its signal at once without
+        touching the database.  The first commit that succeeds ends the failure: nothing was
+        lost, the signals after it succeed again (module doc, "A full disk").
         """
         tokens = self._tokens
-        db = self._db
-        sql = SQL
-        max_batch = self.max_batch
         delay = self.commit_delay
         stop = False
         while not stop:
-            stop = tokens.get() == _STOP
+            if self._pending:  # failed: retry at _retry_at even if no round is due before
+                with contextlib.suppress(queue.Empty):
+                    stop = tokens.get(timeout=max(0.0, self._retry_at - time.monotonic())) == _STOP
+            else:
+                stop = tokens.get() == _STOP
             if delay and not stop and (self._by_pid or self._by_seq):
                 time.sleep(delay)  # let acknowledgements cancel the young inserts (module doc)
             current, ops = self._take()
-            error = self._failure
-            for batch in _batches(ops, max_batch):
-                if error is not None:
-                    break
-                try:
-                    with self._lock:
-                        db.execute("BEGIN")
-                        try:
-                            for name, group in groupby(batch, itemgetter(0)):
-                                db.executemany(sql[name], [args for _, args in group])
-                        except BaseException:
-                            db.execute("ROLLBACK")
-                            raise
-                        db.execute("COMMIT")
-                    self.commits += 1
-                    self.operations += len(batch)
-                except BaseException as exc:  # the disk is full, the file vanished, ...
-                    error = self._failure = exc
+            error: BaseException | None = None
+            if self._pending:
+                self._pending.extend(ops)  # behind the failed ones, in order (O(new ops))
+                ops = self._pending
+                if not stop and time.monotonic() < self._retry_at:  # in the back-off: refuse
+                    error = self._failure
+            if error is None:
+                error = self._commit(ops)
             if not current.set_running_or_notify_cancel():
                 continue
             if error is None:
                 current.set_result(None)
             else:
                 current.set_exception(StoreError(f"commit failed: {error}"))
+
+    def _commit(self, ops: list[_Op]) -> BaseException | None:
+        """Writer: commit ``ops`` in transactions; on a failure keep the operations from the
+        failed transaction on in ``_pending`` and schedule the retry.  Returns the error."""
+        db = self._db
+        sql = SQL
+        batches = _batches(ops, self.max_batch)
+        for k, batch in enumerate(batches):
+            try:
+                with self._lock:
+                    rollback(db)  # a failed ROLLBACK may have left one open
+                    db.execute("BEGIN")
+                    try:
+                        for name, group in groupby(batch, itemgetter(0)):
+                            db.executemany(sql[name], [args for _, args in group])
+                        db.execute("COMMIT")
+                    except BaseException:
+                        rollback(db)  # not a bare ROLLBACK: it would hide the real cause
+                        raise
+                self.commits += 1
+                self.operations += len(batch)
+            except BaseException as exc:  # the disk is full, the file vanished, ...
+                self._pending = [op for b in batches[k:] for op in b]
+                self._failed_commit(exc)
+                return exc
+        self._pending = []
+        if self._failure is not None:
+            self._recovered()
+        return None
+
+    def _failed_commit(self, exc: BaseException) -> None:
+        """Writer: a commit failed; count it, log the first of an episode, back off."""
+        self.failed_commits += 1
+        now = time.monotonic()
+        if self._failure is None:
+            self.failures += 1
+            self._failed_since = now
+            self._failed_before = self.failed_commits - 1
+            self._retry_delay = self.retry_min
+            log.error(
+                "persistent store failed (%s: commit failed: %s): QoS 1/2 messages that must be "
+                "stored are not acknowledged (the broker disconnects their publishers, 0x80); "
+                "its writes are kept and retried every %g..%g s, it recovers by itself once the "
+                "cause is gone (no restart needed)",
+                self.path,
+                exc,
+                self.retry_min,
+                self.retry_max,
+                extra=fields("store.failed", reason=str(exc)),
+            )
+        else:
+            self._retry_delay = min(self._retry_delay * 2, self.retry_max)
+        self._failure = exc
+        self._retry_at = now + self._retry_delay
+
+    def _recovered(self) -> None:
+        """Writer: the first commit after a failure succeeded."""
+        self.recoveries += 1
+        log.warning(
+            "persistent store recovered (%s, after %.1f s, %d failed commits): writes and "
+            "acknowledgements resume",
+            self.path,
+            time.monotonic() - self._failed_since,
+            self.failed_commits - self._failed_before,
+            extra=fields("store.recovered"),
+        )
+        self._failure = None
+
+    @property
+    def failed(self) -> bool:
+        """A commit failed and no later one succeeded yet (the writer is retrying)."""
+        return self._failure is not None
 
     @property
     def backlog(self) -> int:
@@ -487,6 +584,14 @@ class Store:
             if self.path != ":memory:" and self._failure is None:
                 self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             self._db.close()
+        if self._pending:  # the last attempt failed too
+            log.warning(
+                "persistent store %s closed while failed: %d operations were never committed "
+                "(nothing that needed them was acknowledged)",
+                self.path,
+                len(self._pending),
+                extra=fields("store.failed", reason="closed while failed"),
+            )
 
     def __enter__(self) -> Store:
         return self
@@ -647,6 +752,16 @@ class Store:
     def delete_retained(self, topic: str) -> None:
         self._op("unretain", (topic,))
 
+    def ban(self, kind: str, value: str, row: tuple[Any, ...] | None) -> None:
+        """Store the ban row ``(kind, value, expires_at, reason, created_at)``, or lift it (None)."""
+        self._op("ban", row) if row is not None else self._op("unban", (kind, value))
+
+    def bans(self) -> list[tuple[Any, ...]]:
+        """Every stored ban row (committed data; read at start). O(bans)."""
+        self.sync().result()
+        with self._lock:
+            return self._db.execute("SELECT * FROM bans").fetchall()
+
     # ------------------------------------------------------------------ composite journal
     def composite_record(self, row: tuple[Any, ...]) -> None:
         """Append a row to the composite journal: ``(seq, kind, clock, topic, payload, qos,
@@ -695,7 +810,7 @@ class Store:
                     r[0] for r in db.execute("SELECT client_id FROM sessions WHERE disconnected_at IS NULL")
                 }
                 db.execute("UPDATE sessions SET disconnected_at = ? WHERE disconnected_at IS NULL", (wall,))
-                sessions = {r.client_id: r for r in map(_session_of, db.execute("SELECT * FROM sessions"))}
+                sessions = {r.client_id: r for r in map(session_of_row, db.execute("SELECT * FROM sessions"))}
                 entries: dict[str, list[EntryRecord]] = {}
                 for row in db.execute(
                     "SELECT client_id, topic_filter, positive, qos, no_local, retain_as_published, "
@@ -711,7 +826,7 @@ class Store:
                     entries.setdefault(cid, []).append(EntryRecord(row[1], opts))
                 outgoing: dict[str, list[OutgoingRecord]] = {}
                 for row in db.execute("SELECT * FROM outgoing ORDER BY client_id, seq"):
-                    r = _outgoing_of(row)
+                    r = outgoing_of_row(row)
                     outgoing.setdefault(r.client_id, []).append(r)
                 qos2: dict[str, set[int]] = {}
                 for cid, pid in db.execute("SELECT client_id, packet_id FROM qos2_in"):
@@ -724,7 +839,7 @@ class Store:
                 }
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                rollback(db)
                 raise
         return LoadedState(sessions, entries, outgoing, qos2, retained, expired, crashed)
 
@@ -748,14 +863,14 @@ class Store:
                     "AND expiry_interval != 4294967295 AND disconnected_at + expiry_interval <= ?",
                     (wall,),
                 ).fetchall()
-                gone = [_session_of(r) for r in rows]
+                gone = [session_of_row(r) for r in rows]
                 for s in gone:
                     for table in ("sessions", "entries", "outgoing", "qos2_in"):
                         db.execute(f"DELETE FROM {table} WHERE client_id = ?", (s.client_id,))
                 db.execute("DELETE FROM retained WHERE expires_at IS NOT NULL AND expires_at <= ?", (wall,))
                 db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                rollback(db)
                 raise
         return gone
 
@@ -783,34 +898,3 @@ class Store:
                 "SELECT client_id FROM entries GROUP BY client_id HAVING COUNT(DISTINCT seq) != COUNT(*)"
             ).fetchall()
             assert not db.execute("SELECT 1 FROM qos2_in WHERE packet_id < 1 OR packet_id > 65535").fetchall()
-
-
-def _session_of(row: sqlite3.Row | tuple[Any, ...]) -> SessionRecord:
-    (cid, level, expiry, disc, user, next_pid, wt, wp, wq, wr, wprops, wdue) = row
-    will = None if wt is None else Will(wt, wp, wq, bool(wr), decode_properties(wprops))
-    return SessionRecord(cid, level, expiry, disc, user, next_pid, will, wdue)
-
-
-def _outgoing_of(row: tuple[Any, ...]) -> OutgoingRecord:
-    (
-        cid,
-        seq,
-        _direction,
-        state,
-        pid,
-        topic,
-        payload,
-        mqos,
-        mretain,
-        props,
-        pub,
-        exp,
-        qos,
-        retain,
-        ids,
-        tf,
-        sel,
-    ) = row
-    msg = MessageRecord(topic, payload, mqos, bool(mretain), decode_properties(props), pub, exp)
-    sub_ids = tuple(int(x) for x in ids.split(",")) if ids else ()
-    return OutgoingRecord(cid, seq, MessageState(state), pid, msg, qos, bool(retain), sub_ids, tf, sel)

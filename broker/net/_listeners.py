@@ -12,6 +12,10 @@ the protocol class of its kind:
 :class:`~broker.net._websocket.WebSocketProtocol` for ``ws``.  Both feed the same sans-IO
 ``Connection`` machine.
 
+A reload (``broker._reload``) re-reads the TLS files into new contexts
+(:func:`prepare_tls_reload`) and, only when every one loaded, hands them to the accept path
+(:meth:`TlsReload.apply`): later handshakes use them, accepted connections keep their own.
+
 Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 
 * ``max_connections`` -- open network connections across all listeners; the one over the
@@ -28,6 +32,10 @@ Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 * anonymous clients (no user name) -- refused with CONNACK 0x87 / 5 Not authorized on a
   listener whose ``anonymous`` is False (by default: every listener not bound to a
   loopback address).  The hooks and ``BrokerConfig.allow_anonymous`` still apply after.
+* peers only (``Listener.peers_only``, the cluster's link listener) -- a CONNECT whose client
+  id is not a cluster link's (``$cluster/<node>``) gets CONNACK 0x87 / 5 Not authorized,
+  counted in ``refused_non_peer`` and logged (rate-limited); the core then refuses a link
+  whose token the cluster does not verify (``broker.core._internal.internal_refusal``).
 
 Each refusal is counted in ``Core.stats`` and published under
 ``$SYS/broker/connections/refused/``.
@@ -44,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker._config import Listener
+from broker._logging import address, fields
 from broker.core._core import Core
 from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
@@ -51,7 +60,15 @@ from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
 from broker.net._websocket import WebSocketProtocol
 
-__all__ = ["OpenListener", "close_listeners", "open_listeners", "ssl_context", "wait_closed"]
+__all__ = [
+    "OpenListener",
+    "TlsReload",
+    "close_listeners",
+    "open_listeners",
+    "prepare_tls_reload",
+    "ssl_context",
+    "wait_closed",
+]
 
 log = logging.getLogger("broker")
 
@@ -67,7 +84,8 @@ class OpenListener:
 
 
 def ssl_context(listener: Listener) -> ssl.SSLContext:
-    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``)."""
+    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``,
+    checked against the revocation list ``crlfile`` if any: issue 39 item 6)."""
     assert listener.certfile is not None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -75,6 +93,9 @@ def ssl_context(listener: Listener) -> ssl.SSLContext:
     if listener.cafile is not None:
         ctx.load_verify_locations(listener.cafile)
         ctx.verify_mode = ssl.CERT_REQUIRED if listener.require_client_cert else ssl.CERT_OPTIONAL
+    if listener.crlfile is not None:  # a revoked client certificate fails the handshake
+        ctx.load_verify_locations(listener.crlfile)
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     return ctx
 
 
@@ -91,11 +112,23 @@ class _LeanTLS(sslproto.SSLProtocol):
     max_size = 17 * 1024
 
 
-def _lean_tls(
-    loop: asyncio.AbstractEventLoop, make: Callable[[], MQTTProtocol], ctx: ssl.SSLContext
-) -> asyncio.BaseProtocol:
-    # waiter None: no one awaits the handshake (sslproto checks for None; typeshed says Future)
-    return _LeanTLS(loop, make(), ctx, None, server_side=True)  # type: ignore[arg-type]
+class _LeanTLSFactory:
+    """The protocol factory of a TLS listener on the default loop: a :class:`_LeanTLS` over
+    a new MQTT protocol, with the context in ``ctx`` *when the connection is accepted* (a
+    reload replaces ``ctx``; connections made before keep the context they were made with)."""
+
+    __slots__ = ("ctx", "loop", "make")
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, make: Callable[[], MQTTProtocol], ctx: ssl.SSLContext
+    ) -> None:
+        self.loop = loop
+        self.make = make
+        self.ctx = ctx
+
+    def __call__(self) -> asyncio.BaseProtocol:
+        # waiter None: no one awaits the handshake (sslproto checks for None; typeshed says Future)
+        return _LeanTLS(self.loop, self.make(), self.ctx, None, server_side=True)  # type: ignore[arg-type]
 
 
 async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenListener]:
@@ -117,7 +150,12 @@ async def open_listener(
     """Open one listener (the broker's own, or one a plugin adds: ``Broker.listen``)."""
     loop = asyncio.get_running_loop()
     policy = ListenerPolicy(
-        limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
+        limits,
+        listener.anonymous,
+        listener.use_identity_as_username,
+        listener.slow_consumer_policy,
+        proxy=listener.proxy_protocol,
+        peers_only=listener.peers_only,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
@@ -127,7 +165,7 @@ async def open_listener(
     factory: Callable[[], asyncio.BaseProtocol] = make
     ctx = ssl_context(listener) if listener.tls else None
     if ctx is not None and isinstance(loop, asyncio.BaseEventLoop):
-        factory = functools.partial(_lean_tls, loop, make, ctx)
+        factory = _LeanTLSFactory(loop, make, ctx)
         ctx = None  # TLS by _LeanTLS over a plain server
     socks = await bind(listener.host, listener.port, core.config.listen_backlog)
     # plain MQTT over TCP: a LeanProtocol per connection (the listener's poller registers it)
@@ -138,7 +176,13 @@ async def open_listener(
     for a in acceptors:
         a.start()
     port = socks[0].getsockname()[1]
-    log.info("listening on %s:%d (%s)", listener.host, port, listener.kind + "+tls" * listener.tls)
+    log.info(
+        "listening on %s:%d (%s)",
+        listener.host,
+        port,
+        listener.kind + "+tls" * listener.tls + "+proxy" * listener.proxy_protocol,
+        extra=fields("broker.listening", address=address((listener.host, port))),
+    )
     return OpenListener(listener, acceptors, port)
 
 
@@ -151,3 +195,45 @@ async def close_listeners(opened: list[OpenListener]) -> None:
 
 async def wait_closed(opened: list[OpenListener]) -> None:
     """Nothing to wait for: an acceptor's socket is closed by ``close_listeners``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsReload:
+    """New server contexts for the TLS listeners, read and checked but not yet in use
+    (:func:`prepare_tls_reload`); :meth:`apply` puts them in."""
+
+    contexts: tuple[tuple[OpenListener, ssl.SSLContext], ...]
+
+    def apply(self) -> None:
+        """Every later TLS handshake of these listeners uses the new context; connections
+        already accepted keep theirs (an ``SSLObject`` copies its context's certificate and
+        key when it is made).  O(listeners)."""
+        for opened, ctx in self.contexts:
+            for a in opened.acceptors:
+                if isinstance(a.factory, _LeanTLSFactory):
+                    a.factory.ctx = ctx  # the default loop: _LeanTLS gets it per connection
+                else:
+                    a.ssl = ctx  # other loops (uvloop): connect_accepted_socket(ssl=...)
+
+
+def prepare_tls_reload(opened: list[OpenListener]) -> TlsReload:
+    """Read the certificate, key and CA files of every TLS listener again into NEW contexts.
+
+    A new context rather than ``load_cert_chain`` on the one in use: that call replaces the
+    certificate before it reads the key, so a key that fails to load (or does not match)
+    would leave the listener's context half-changed; with new contexts a broken file leaves
+    every listener as it was.  Raises ``ValueError`` naming the file that failed.
+    O(listeners), each a few file reads.
+    """
+    out: list[tuple[OpenListener, ssl.SSLContext]] = []
+    for o in opened:
+        li = o.listener
+        if not li.tls:
+            continue
+        try:
+            ctx = ssl_context(li)
+        except (OSError, ssl.SSLError) as exc:
+            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile, li.crlfile) if f is not None)
+            raise ValueError(f"{files}: {exc}") from exc
+        out.append((o, ctx))
+    return TlsReload(tuple(out))

@@ -180,6 +180,9 @@ class Connect:
     #: a broker bridging to us (mosquitto's protocol level 0x83 / 0x84): no echo of its own
     #: publications, retain flags kept as published
     bridge: bool = False
+    #: never on the wire: set by a listener with ``use_identity_as_username``, whose
+    #: ``username`` is then the verified client certificate's CN (authenticated by TLS)
+    identity: bool = False
 
 
 @dataclass(frozen=True, slots=True)

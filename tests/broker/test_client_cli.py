@@ -68,10 +68,51 @@ async def test_refused_connection_and_bad_arguments_exit_non_zero() -> None:
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
         port = b.port
     code, _, err = await _run("pub", "-h", "127.0.0.1", "-p", str(port), "-t", "x", "-m", "y")
-    assert code == 1 and "Error" in err
-    code, _, err = await _run("sub", "-p", str(port))
-    assert code == 1 and "topic" in err
+    assert code == 1 and err.startswith("siftmq pub: cannot connect to 127.0.0.1:"), err
+    code, _, err = await _run("sub", "-p", str(port))  # bad input: status 2, before connecting
+    assert code == 2 and err.startswith("siftmq sub: ") and "-t TOPIC" in err, err
     code, out, _ = await _run("pub", "--help")
     assert code == 0 and all(
         f in out for f in ("-h HOST", "-t TOPIC", "-m MESSAGE", "-q", "-r", "--cafile", "-D")
     )
+
+
+async def test_tls_with_cafile_and_mqtts_url(tmp_path: Path) -> None:
+    """--cafile and -L mqtts://... connect with TLS (the URL's scheme alone turns it on)."""
+    from broker import BrokerConfig, Listener
+    from tests.security.helpers import make_certs
+
+    certs = make_certs(tmp_path)
+    listener = Listener("tcp", "127.0.0.1", 0, str(certs.server_cert), str(certs.server_key))
+    async with Broker(config=BrokerConfig(listeners=(listener,), sys_interval=0)) as b:
+        port = str(b.ports[0])
+        code, _, err = await _run(
+            "pub", "-p", port, "-h", "127.0.0.1", "--cafile", str(certs.ca), "-t", "s/t", "-m", "tls", "-r"
+        )
+        assert code == 0, err
+        url = f"mqtts://127.0.0.1:{port}/s/#"
+        code, out, err = await _run("sub", "-L", url, "--cafile", str(certs.ca), "-C", "1", "-v")
+        assert (code, out) == (0, "s/t tls\n"), err
+        # without the CA the server's certificate is refused: one line, status 1
+        code, _, err = await _run("sub", "-L", url, "-C", "1")
+        assert code == 1 and err.startswith("siftmq sub: ") and len(err.splitlines()) == 1, err
+
+
+async def test_mqtt31_and_debug_lines() -> None:
+    """-V mqttv31 (a client id is made up: MQTT 3.1 has no assigned ids) and -d's packet lines
+    in mosquitto's words."""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        at = ("-h", "127.0.0.1", "-p", str(b.port), "-V", "mqttv31")
+        code, _, err = await _run("pub", *at, "-t", "v31/t", "-m", "old", "-r", "-q", "1")
+        assert code == 0, err
+        code, out, err = await _run("sub", *at, "-i", "old-timer", "-t", "v31/#", "-C", "1", "-d")
+        assert code == 0, err
+        lines = out.splitlines()
+        assert lines[:5] == [
+            "Client old-timer sending CONNECT",
+            "Client old-timer received CONNACK (0)",
+            "Client old-timer sending SUBSCRIBE (Mid: 1, Topic: v31/#, QoS: 0, Options: 0x00)",
+            "Client old-timer received SUBACK",
+            "Subscribed (mid: 1): 0",
+        ], out
+        assert "old" in lines and lines[-1] == "Client old-timer sending DISCONNECT", out

@@ -113,3 +113,30 @@ async def test_dashboard_in_chromium(page: Page, tmp_path: Path) -> None:
             await page.wait_for("document.getElementById('notice').textContent === 'kicked kick-me'")
             await page.wait_for("document.querySelector('tr[data-client=\"kick-me\"]') === null")
         assert page.errors == []
+
+
+async def test_first_page_load_draws_the_server_side_history(page: Page) -> None:
+    """Issue 38, item 5: the charts start with the recorded history, not with an empty chart."""
+    async with Broker(
+        host="127.0.0.1",
+        port=0,
+        sys_interval=0,
+        metrics_listen="127.0.0.1:0",
+        dashboard_history_interval=0.05,
+        dashboard_history_points=20,
+    ) as b:
+        assert b.dashboard is not None and b.metrics_port is not None
+        recorded = b.dashboard.recorded
+        async with aiomqtt.Client("127.0.0.1", b.port, identifier="hist-pub") as pub:
+            async with asyncio.timeout(10):
+                while len(recorded) < 20 or not any(r > 0 for r in recorded.rings["rate_in"]):
+                    await pub.publish("hist/x", b"1", qos=1)
+            assert not b.dashboard.sampling  # no page yet: the live sampler never ran
+            await page.navigate(f"http://127.0.0.1:{b.metrics_port}/")
+            await page.wait_for("document.body && document.body.dataset.ready === '1'")
+            # the first history event: 20 recorded points (and the live one) drawn at once
+            drawn = await page.wait_for("Number(document.getElementById('chart_rates').dataset.points) >= 20")
+            assert drawn is True
+            n = await page.evaluate("Number(document.getElementById('chart_conns').dataset.points)")
+            assert 20 <= n <= 22
+        assert page.errors == []

@@ -1,0 +1,160 @@
+"""Log lines for people and for machines (issue 38, item 6; docs/operations.md, "Logs").
+
+``siftmq serve --log-format text`` (the default) writes the classic line
+``<time> <LEVEL> <logger>: <message>``; ``--log-format json`` (``[serve] log_format = "json"``)
+writes one JSON object per line with stable keys:
+
+* ``time`` -- ISO 8601, UTC, milliseconds (``2026-11-29T02:31:41.123Z``);
+* ``level`` -- ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``, ``CRITICAL``;
+* ``logger`` -- the logger's name (``broker``, ``siftmq.cluster``, ...);
+* ``event`` -- a short stable identifier of what happened (``client.connected``,
+  ``client.refused``, ``client.disconnected``, ``limit.topic_levels``, ``store.failed``,
+  ``cluster.link_up``, ...; :data:`EVENTS`), ``log`` for a line no site named;
+* ``message`` -- the human text, the same as the text format's;
+* when the site knows them: ``client_id``, ``address``, ``reason``; ``exception`` with the
+  traceback of ``log.exception``.
+
+A log site names its event and fields through ``extra=`` (:func:`fields` builds the dict);
+the text format ignores them, so both formats say the same thing. Rate limiting happens
+before a record exists (``Core.log_limit``: at most one line per kind every 10 s), so it is the
+same in both formats.
+
+The formatter is a plain :class:`logging.Formatter` over ``orjson`` (a dependency already):
+an application embedding :class:`broker.Broker` that wants these lines installs it on its own
+handler (``handler.setFormatter(JsonFormatter())``); the broker never configures logging by
+itself, only ``siftmq serve`` does (:func:`configure`). Formatting a record is O(its message
+and traceback); nothing is computed for records below the configured level.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from enum import Enum
+from typing import IO, Any, Final
+
+import orjson
+
+__all__ = [
+    "EVENTS",
+    "FIELDS",
+    "TEXT_FORMAT",
+    "HeldRecords",
+    "JsonFormatter",
+    "LogFormat",
+    "address",
+    "configure",
+    "fields",
+]
+
+#: the format of ``--log-format text`` (unchanged since the first release)
+TEXT_FORMAT: Final = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+#: optional keys a log site may give (``extra=fields(...)``), copied when not None
+FIELDS: Final = ("client_id", "address", "reason")
+#: the events the broker and its packages name (documentation; a site may add its own)
+EVENTS: Final = frozenset(
+    {
+        "broker.listening",
+        "broker.stopped",
+        "client.connected",
+        "client.refused",
+        "client.disconnected",
+        "client.malformed",
+        "client.protocol_violation",
+        "limit.",  # limit.<kind> of Core.log_limit: limit.topic_levels, limit.queue, ...
+        "store.failed",
+        "store.recovered",
+        "store.sweep_failed",
+        "hook.failed",
+        "reload.done",
+        "reload.failed",
+        "cluster.link_up",
+        "cluster.link_down",
+        "cluster.link_refused",
+    }
+)
+
+
+class LogFormat(Enum):
+    """``--log-format``: lines for people (``text``) or one JSON object per line (``json``)."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+def fields(
+    event: str, client_id: str | None = None, address: str | None = None, reason: str | None = None
+) -> dict[str, Any]:
+    """The ``extra=`` of a log call naming its event and what it knows. O(1)."""
+    return {"event": event, "client_id": client_id, "address": address, "reason": reason}
+
+
+def address(peer: object) -> str | None:
+    """A socket's peer name as ``host:port`` (``[host]:port`` for IPv6); None when unknown. O(1)."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = str(peer[0]), peer[1]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return str(peer) if peer else None
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (see the module docstring for the keys). O(message)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "event": getattr(record, "event", None) or "log",
+            "message": record.getMessage(),
+        }
+        for key in FIELDS:
+            value = getattr(record, key, None)
+            if value is not None:
+                out[key] = str(value)
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            out["exception"] = record.exc_text
+        if record.stack_info:
+            out["stack"] = self.formatStack(record.stack_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+class HeldRecords(logging.Handler):
+    """Records logged before the log format is known (a plugin's load warning while the
+    command line is parsed), handed to the configured handlers later by :meth:`replay`, so
+    that with ``--log-format json`` those lines are JSON too. O(records held)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def replay(self) -> None:
+        """Log the held records again (through the root's handlers now, or Python's last
+        resort when there are none), once."""
+        records, self.records = self.records, []
+        for record in records:
+            logging.getLogger(record.name).handle(record)
+
+
+def configure(level: str | int, log_format: LogFormat, stream: IO[str] | None = None) -> logging.Handler:
+    """The root logger writes ``log_format`` lines at ``level`` to ``stream`` (stderr); a
+    handler installed before (by an earlier call) is replaced, not doubled. With JSON,
+    ``warnings`` go through logging too (logger ``py.warnings``)."""
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if getattr(h, "_siftmq", False):
+            root.removeHandler(h)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler._siftmq = True  # type: ignore[attr-defined]
+    handler.setFormatter(JsonFormatter() if log_format is LogFormat.JSON else logging.Formatter(TEXT_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level)
+    # Python's warnings (a library's DeprecationWarning) become records: JSON lines as well
+    logging.captureWarnings(log_format is LogFormat.JSON)
+    return handler
