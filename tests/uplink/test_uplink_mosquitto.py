@@ -73,6 +73,9 @@ async def test_out_bridge_survives_remote_outage(tmp_path: Path, protocol: str) 
                 for i in range(n, 3 * n):  # PUBACKed locally while the remote is away
                     await pub.publish(f"sensors/{i % 2}", str(i).encode(), qos=1)
                 assert uplink.sys_values()["$SYS/uplink/central/queued"] == str(2 * n)
+                # the bridge retries while the remote is away: wait for a counted failure (a
+                # fast machine published the 400 before the first retry)
+                await eventually(lambda: bool(bridge.state.failures), 20)
                 remote.start()
                 try:
                     await eventually(lambda: len({p for _, p, _ in collector.messages()}) == 3 * n, 30)
