@@ -34,6 +34,7 @@ import topics
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._message import Message, Route
+from broker.core._msghooks import run_message_hooks
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
 from broker.hooks import Delivery
@@ -627,7 +628,7 @@ class Connection(RareFields):
         else:
             accepted()
 
-    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:
+    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:  # noqa: C901, PLR0912 (hot path: every check in one frame)
         """Every check of an incoming PUBLISH: the Message to route, or the answer to give
         instead (a refusal, or the PUBREC of a QoS 2 duplicate) as a call, so that a batch can
         deliver and acknowledge the PUBLISHes before it first (``received``)."""
@@ -684,11 +685,17 @@ class Connection(RareFields):
             return self._denied(qos, pid, "not authorized")
         if props.topic_alias is not None or props.subscription_identifiers:
             props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
+        if core.obs.message:  # message hooks (issue 39): one list test when there are none
+            return run_message_hooks(self, p, topic, props, now)
         return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
 
     def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
         """A refused PUBLISH's answer: PUBACK/PUBREC 0x87 (3.1.1: plain ack, dropped); QoS 0: none."""
-        denied = ReasonCode.NOT_AUTHORIZED
+        return self.refused_publish(qos, pid, ReasonCode.NOT_AUTHORIZED, why)
+
+    def refused_publish(self, qos: int, pid: int | None, denied: ReasonCode, why: str) -> Callable[[], None]:
+        """A refused PUBLISH's answer: PUBACK/PUBREC ``denied`` (3.1.1: plain ack, dropped);
+        QoS 0: none."""
         if qos == 1:
             return partial(self.send_ordered, Puback(pid or 0, denied, self._reason(why)), False)
         if qos == 2:

@@ -686,6 +686,10 @@ class Core:
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
+            "$SYS/broker/hooks/errors": str(st.hook_errors),
+            "$SYS/broker/hooks/dropped": str(st.hook_dropped),
+            "$SYS/broker/hooks/rewrite_refused": str(st.hook_rewrite_refused),
+            "$SYS/broker/hooks/derived": str(st.hook_derived),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }

@@ -59,6 +59,9 @@ class Observers:
         )
         self.authenticate = over("authenticate")
         self.authorize = over("authorize")
+        # message hooks (issue 39): a client's PUBLISH passes them before routing
+        # (broker.core._msghooks); empty: the PUBLISH path tests this one list
+        self.message = over("on_publish")
         self.writes = bool(self.delivery or self.recording)  # write_publish reports deliveries
         # The publication whose fan-out is being recorded for on_deliveries, and its entries.
         self.fan_msg: Message | None = None

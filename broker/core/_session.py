@@ -285,3 +285,8 @@ class Stats:
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker
     store_waits: int = 0  # publishers paused until the store's writer caught up
     refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/... or $share/... (issue 21)
+    # message hooks (issue 39; broker.core._msghooks): publications dropped by an on_publish
+    # hook (or by its failure), rewritten topics refused, derived messages published
+    hook_dropped: int = 0
+    hook_rewrite_refused: int = 0
+    hook_derived: int = 0
