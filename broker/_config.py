@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from broker.core._quota import QuotaRule, parse_quotas
+
 __all__ = ["SLOW_CONSUMER_POLICIES", "BrokerConfig", "Listener", "check_policy", "load_toml"]
 
 #: what happens to a slow consumer (docs/broker.md, "Flow control")
@@ -130,6 +132,12 @@ class BrokerConfig:
     #: messages are dropped and counted (policy ``disconnect``: the client is disconnected
     #: with QUOTA_EXCEEDED instead).
     max_queued_messages: int = 1000
+    #: publish quotas per client (issue 39; docs/broker.md, "Quotas"): ``[[quotas]]`` tables
+    quotas: tuple[QuotaRule, ...] = ()
+    #: retained messages stored at most (0: no cap); a retained PUBLISH past it is refused (0x97)
+    max_retained_messages: int = 0
+    #: payload bytes of the retained messages at most (0: no cap); refused past it (0x97)
+    max_retained_bytes: int = 0
     #: flow control (docs/broker.md, "Flow control"): a QoS 1/2 delivery that finds this many
     #: messages queued for a connected client pauses the publishing connection (its socket is
     #: no longer read, so its next PUBACK waits) until the queue is back at
@@ -275,6 +283,9 @@ class BrokerConfig:
     auth_backoff_max: float = 300.0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "quotas", parse_quotas(self.quotas))
+        if self.max_retained_messages < 0 or self.max_retained_bytes < 0:
+            raise ValueError("max_retained_messages and max_retained_bytes must be >= 0")
         check_policy(self.slow_consumer_policy)
         for rule in self.slow_consumer_rules:
             pattern, sep, policy = rule.rpartition("=")
@@ -348,6 +359,8 @@ def load_toml(path: str | Path, base: BrokerConfig | None = None) -> BrokerConfi
     changes: dict[str, Any] = {}
     if table is not data and "listeners" in data:  # [[listeners]] next to a [broker] table
         table = {**table, "listeners": data["listeners"]}
+    if table is not data and "quotas" in data:  # [[quotas]] next to a [broker] table
+        table = {**table, "quotas": data["quotas"]}
     for key, value in table.items():
         name = key.replace("-", "_")
         if name == "listeners":

@@ -39,6 +39,7 @@ from broker.core._deadlines import Deadlines
 from broker.core._journal import Journal
 from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
+from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.durability._records import MessageState
@@ -95,6 +96,8 @@ class Core:
         self.dirty: set[Connection] = set()
         self.stats = Stats()
         self.obs = Observers(hooks)
+        #: publish quotas (issue 39; core/_quota.py): None without ``quotas`` rules
+        self.quotas: Quotas | None = Quotas(self, cfg.quotas) if cfg.quotas else None
         # sessions waiting for their will delay / their expiry, due ones found in O(k log n)
         self.pending_wills = Deadlines(_will_due)
         self.expiring = Deadlines(_expires_at)
@@ -638,6 +641,8 @@ class Core:
             for s in self.expiring.due(now):
                 self.end_session(s, now)
         self.check_flow(now)
+        if self.quotas is not None:
+            self.quotas.tick(now)  # publishers whose quota refilled read again
         self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
@@ -690,6 +695,9 @@ class Core:
             "$SYS/broker/hooks/dropped": str(st.hook_dropped),
             "$SYS/broker/hooks/rewrite_refused": str(st.hook_rewrite_refused),
             "$SYS/broker/hooks/derived": str(st.hook_derived),
+            "$SYS/broker/quotas/pauses": str(st.quota_pauses),
+            "$SYS/broker/quotas/disconnects": str(st.quota_disconnects),
+            "$SYS/broker/retained/refused/quota": str(st.refused_retained_quota),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }
@@ -801,7 +809,8 @@ class Core:
         for conn in self.congested:
             assert conn.congested_since is not None
         edges = sum(len(c.feeders) for c in self.congested)
-        assert edges == sum(c.blockers - c.store_wait for c in self.connections)
+        quota_paused = self.quotas.paused if self.quotas is not None else {}
+        assert edges == sum(c.blockers - c.store_wait - (c in quota_paused) for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
         assert all(c.slow and c in self.progress for c in self.hung)
         assert all(c in self.congested for c in self.progress)

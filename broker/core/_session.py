@@ -290,3 +290,8 @@ class Stats:
     hook_dropped: int = 0
     hook_rewrite_refused: int = 0
     hook_derived: int = 0
+    # quotas (issue 39; broker.core._quota): publishers paused / disconnected by their publish
+    # quota, retained publications refused by max_retained_messages / max_retained_bytes
+    quota_pauses: int = 0
+    quota_disconnects: int = 0
+    refused_retained_quota: int = 0
