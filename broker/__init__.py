@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
     from broker.core._message import Message
+    from broker.core._quota import QuotaRule
 
 __all__ = [
     "Broker",
@@ -52,6 +53,7 @@ __all__ = [
     "PublishAction",
     "PublishContext",
     "PublishDecision",
+    "QuotaRule",
     "SubscriptionAction",
     "SubscriptionChange",
     "load_toml",
@@ -65,6 +67,7 @@ _LAZY = {
     "Listener": "broker._config",
     "load_toml": "broker._config",
     "Message": "broker.core._message",
+    "QuotaRule": "broker.core._quota",
 }
 
 
