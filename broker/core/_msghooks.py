@@ -83,11 +83,15 @@ def run_message_hooks(
                 stats.hook_dropped += 1
                 return conn.refused_publish(p.qos, p.packet_id, decision.reason, "dropped by a message hook")
             case PublishAction.REPLACE:
-                ctx = dataclasses.replace(
-                    ctx,
-                    topic=ctx.topic if decision.topic is None else decision.topic,
-                    payload=ctx.payload if decision.payload is None else decision.payload,
-                    properties=ctx.properties if decision.properties is None else decision.properties,
+                ctx = PublishContext(  # not dataclasses.replace: 3x faster
+                    ctx.client_id,
+                    ctx.username,
+                    ctx.protocol_level,
+                    ctx.topic if decision.topic is None else decision.topic,
+                    ctx.payload if decision.payload is None else decision.payload,
+                    ctx.qos,
+                    ctx.retain,
+                    ctx.properties if decision.properties is None else decision.properties,
                 )
             case PublishAction.KEEP:
                 pass
