@@ -199,3 +199,19 @@ def test_quotas_from_toml(tmp_path: Path) -> None:
     path.write_text('[[quotas]]\nclient_id = "x"\naction = "kick"\nmessages_per_second = 1\n')
     with pytest.raises(ValueError, match="action"):
         load_toml(path)
+
+
+async def test_a_client_that_leaves_while_paced_is_forgotten() -> None:
+    rule = QuotaRule(client_id="slowpoke", messages_per_second=2)  # a bucket of 2 messages
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, quotas=(rule,)) as b:
+        quotas = b.core.quotas
+        assert quotas is not None
+        async with aiomqtt.Client("127.0.0.1", b.port, identifier="slowpoke") as pub:
+            for i in range(10):
+                await pub.publish("s/x", b"%d" % i)
+            await eventually(lambda: len(quotas.paused) == 1)  # refills 2/s: paused for seconds
+            assert b.core.stats.publishers_paused == 1
+        await eventually(lambda: not b.core.connections)
+        assert not quotas.paused
+        assert b.core.stats.publishers_paused == 0
+        b.core._check()
