@@ -31,7 +31,16 @@ import multiprocessing
 import os
 import time
 
-from broker.packets import Connect, Decoder, Publish, Subscribe, SubscriptionRequest, encode, encode_publish
+from broker.packets import (
+    NO_PROPERTIES,
+    Connect,
+    Decoder,
+    Publish,
+    Subscribe,
+    SubscriptionRequest,
+    encode,
+    encode_publish,
+)
 
 
 def _serve(port_q: multiprocessing.Queue[int], quota: float, burst: float, cpu: int | None) -> None:
@@ -75,7 +84,7 @@ async def _subscriber(port: int, counts: dict[str, list[float]], ready: asyncio.
 
 async def _paced(port: int, client_id: str, rate: float, stop: float) -> None:
     _, writer = await _open(port, client_id)
-    frame = encode_publish(f"b/{client_id}", b"x" * 32, 0, False, False, None, None, 4)
+    frame = encode_publish(f"b/{client_id}", b"x" * 32, 0, False, False, None, NO_PROPERTIES, 4)
     per_tick = rate / 100
     owed = 0.0
     nxt = time.monotonic()
