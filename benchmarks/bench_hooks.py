@@ -75,7 +75,7 @@ for r in range(64):
     batch = []
     for i in range(64):
         pid = pid % 65535 + 1
-        batch.append(Publish(f"b/{(r * 64 + i) % 16}", payload, qos, False, pid if qos else None))
+        batch.append(Publish(f"b/{(r * 64 + i) % 16}", payload, qos, False, False, pid if qos else None))
     reads.append(batch)
 
 def run(count):
