@@ -13,14 +13,45 @@ naming ``pip install 'siftmq[spark]'`` and exit status 2 (``broker._extras``).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from broker._extras import Extra, MissingExtra, require
+from broker._config import Kind, Option, flag_type
+from broker._extras import Extra, require
 
 __all__ = ["DEFAULT_DATA_DIR", "register"]
 
 DEFAULT_DATA_DIR = Path("siftmq-data")
+
+#: Spark's interval strings of --window / --watermark ("10 seconds", "1 minute", "500 milliseconds")
+_INTERVAL = re.compile(r"^\s*\d+(\.\d+)?\s+(millisecond|second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
+
+
+def _seconds(flag: str) -> Callable[[str], Any]:
+    """argparse ``type=`` of a positive number of seconds (the schema's ``Option``)."""
+    return flag_type(flag, Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds"))
+
+
+def _interval(flag: str) -> Callable[[str], str]:
+    """argparse ``type=`` of a Spark interval: checked here, not by a Spark error later."""
+
+    def parse(text: str) -> str:
+        if not _INTERVAL.match(text):
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text}: expected NUMBER UNIT, e.g. '10 seconds', '1 minute'"
+            )
+        return text
+
+    return parse
+
+
+def _mqtt_url(text: str) -> str:
+    if not text.startswith(("mqtt://", "mqtts://")):
+        raise argparse.ArgumentTypeError(f"--url {text}: expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")
+    return text
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,12 +65,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _common(p)
     p.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
     p.add_argument("--once", action="store_true", help="process what is in the landing zone and exit")
-    p.add_argument("--window", default="10 seconds", help="event-time window length (default: 10 seconds)")
     p.add_argument(
-        "--watermark", default="30 seconds", help="how late a record may arrive (default: 30 seconds)"
+        "--window",
+        type=_interval("--window"),
+        default="10 seconds",
+        help="event-time window length (default: 10 seconds)",
     )
-    p.add_argument("--trigger", type=float, default=0.5, help="seconds between micro-batches when not --once")
-    p.add_argument("--summary-every", type=float, default=10.0, help="seconds between console summaries")
+    p.add_argument(
+        "--watermark",
+        type=_interval("--watermark"),
+        default="30 seconds",
+        help="how late a record may arrive (default: 30 seconds)",
+    )
+    p.add_argument(
+        "--trigger",
+        type=_seconds("--trigger"),
+        default=0.5,
+        help="seconds between micro-batches when not --once",
+    )
+    p.add_argument(
+        "--summary-every",
+        type=_seconds("--summary-every"),
+        default=10.0,
+        help="seconds between console summaries",
+    )
     p.add_argument(
         "--results",
         default=None,
@@ -69,16 +118,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _common(a)
     a.add_argument(
-        "--url", default="mqtt://127.0.0.1:1883", help="broker for the alerts (mqtt:// or mqtts://)"
+        "--url",
+        type=_mqtt_url,
+        default="mqtt://127.0.0.1:1883",
+        help="broker for the alerts (mqtt:// or mqtts://)",
     )
     a.add_argument("--topic-prefix", default="telemetry/", help="telemetry topics are PREFIX<device>")
     a.add_argument("--field", default="value", help="the JSON field of the payload to score")
-    a.add_argument("--window", type=float, default=60.0, help="seconds of history per device (default 60)")
-    a.add_argument("--threshold", type=float, default=3.0, help="|z| that makes an alert (default 3)")
-    a.add_argument("--min-readings", type=int, default=5, help="history needed before scoring (default 5)")
+    a.add_argument(
+        "--window", type=_seconds("--window"), default=60.0, help="seconds of history per device (default 60)"
+    )
+    a.add_argument(
+        "--threshold",
+        type=flag_type("--threshold", Option(Kind.FLOAT, lo=0, lo_open=True)),
+        default=3.0,
+        help="|z| that makes an alert (default 3)",
+    )
+    a.add_argument(
+        "--min-readings",
+        type=flag_type("--min-readings", Option(Kind.INT, lo=2)),
+        default=5,
+        help="history needed before scoring (default 5)",
+    )
     a.add_argument("--alert-topic", default="alerts/{device}", help="topic template of the alerts")
     a.add_argument("--qos", type=int, choices=(0, 1, 2), default=1)
-    a.add_argument("--trigger", type=float, default=0.5, help="seconds between micro-batches")
+    a.add_argument("--trigger", type=_seconds("--trigger"), default=0.5, help="seconds between micro-batches")
     a.add_argument("--username", default=None)
     a.add_argument("--password", default=None)
     a.add_argument("--master", default="local[2]", help="Spark master URL (default: local[2])")
@@ -100,19 +164,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _without_spark(command: str) -> bool:
-    """Print the one line saying the ``spark`` extra is missing (True), or nothing (False)."""
-    try:
-        require(Extra.SPARK, command)
-    except MissingExtra as exc:
-        print(f"siftmq: {exc}", file=sys.stderr)
-        return True
-    return False
+def _need_spark() -> None:
+    """Raise ``MissingExtra`` when the ``spark`` extra is not installed: ``siftmq`` prints the
+    one line naming ``pip install 'siftmq[spark]'`` after the command's name, status 2."""
+    require(Extra.SPARK, "the Spark analytics")
 
 
 def _run_analytics(args: argparse.Namespace) -> int:
-    if _without_spark("siftmq analytics"):
-        return 2
+    _need_spark()
     from bridge._analytics import run_cli
 
     return run_cli(
@@ -129,9 +188,7 @@ def _run_analytics(args: argparse.Namespace) -> int:
 
 
 def _run_alerts(args: argparse.Namespace) -> int:
-    if _without_spark("siftmq analytics alerts"):
-        return 2
-    import sys
+    _need_spark()
 
     from bridge._analytics import spark_session
     from bridge._loop import LoopOptions, alerts_query
@@ -167,8 +224,7 @@ def _run_alerts(args: argparse.Namespace) -> int:
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    if _without_spark("siftmq analytics report"):
-        return 2
+    _need_spark()
     from bridge._report import write_report
 
     html = args.html if args.html is not None else Path(args.output) / "report.html"
@@ -178,8 +234,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 
 def _run_composite(args: argparse.Namespace) -> int:
-    if _without_spark("siftmq analytics composite"):
-        return 2
+    _need_spark()
     import json
 
     from bridge._composite import composite_summary, composite_view

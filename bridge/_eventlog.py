@@ -17,21 +17,23 @@ Bounded: at ``max_rows`` events buffered, new ones are refused (the caller count
 
 Costs: ``record`` O(1 + subscribers) list appends under an uncontended lock; ``take`` O(1);
 :func:`events_table` O(events + subscribers) in C, no Python work per row except flattening.
+numpy and pyarrow are imported by :func:`events_table`, in the writer thread, not with the module
+(the idle broker's footprint, issue 42: docs/performance.md "Footprint").
 """
 
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-
-from bridge._schema import SCHEMAS, Kind
+from bridge import _schema
+from bridge._schema import Kind
 from broker.hooks import CompositeEventRecord
 
-__all__ = ["EventColumns", "EventLog", "events_table"]
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-_TS = pa.timestamp("us", tz="UTC")
+__all__ = ["EventColumns", "EventLog", "events_table"]
 
 
 class EventColumns:
@@ -120,12 +122,18 @@ class EventLog:
 
 
 def _ts(values: list[float]) -> pa.Array:
+    import numpy as np
+    import pyarrow as pa
+
     micros = (np.array(values, dtype=np.float64) * 1e6).astype(np.int64)
-    return pa.array(micros, type=pa.int64()).cast(_TS)
+    return pa.array(micros, type=pa.int64()).cast(_schema._TS)
 
 
 def events_table(c: EventColumns, node: str | None) -> pa.Table:
     """The ``composite_events`` table of a batch (schema ``SCHEMAS[Kind.COMPOSITE_EVENTS]``)."""
+    import numpy as np  # here, not at the module's import: the idle broker does without (issue 42)
+    import pyarrow as pa
+
     n = len(c)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.array(c.count, dtype=np.int32), out=offsets[1:])
@@ -146,5 +154,5 @@ def events_table(c: EventColumns, node: str | None) -> pa.Table:
             pa.array(c.buffered, pa.int64()),
             node_col,
         ],
-        schema=SCHEMAS[Kind.COMPOSITE_EVENTS],
+        schema=_schema.SCHEMAS[Kind.COMPOSITE_EVENTS],
     )

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import cast
 
+from broker._config import Kind, Option
 from broker._extras import Extra, MissingExtra, missing_module
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
@@ -32,7 +34,13 @@ class BridgePlugin:
     """``siftmq analytics`` and the bridge hook of ``siftmq serve``."""
 
     name = "bridge"
-    serve_keys = frozenset({"bridge", "bridge_roll_interval", "bridge_messages"})
+    #: the ``[serve]`` keys, checked at load like every option (``broker._config.Option``)
+    serve_options: Mapping[str, Option] = {
+        "bridge": Option(Kind.BOOL),
+        "bridge_roll_interval": Option(Kind.FLOAT, lo=0, lo_open=True, hi=3600, unit="seconds"),
+        "bridge_messages": Option(Kind.STRS),
+    }
+    serve_keys = frozenset(serve_options)
 
     def add_commands(self, subparsers: Subparsers) -> None:
         from bridge._cli import register
@@ -48,7 +56,6 @@ class BridgePlugin:
         )
         parser.add_argument(
             "--bridge-roll-interval",
-            type=float,
             default=None,
             help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
             "results, more files)",
@@ -64,9 +71,9 @@ class BridgePlugin:
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
+        # flags and keys checked against serve_options by ``siftmq serve``
         roll = args.bridge_roll_interval or opts.get("bridge_roll_interval") or 0.5
-        if not isinstance(roll, int | float) or roll <= 0:
-            raise ValueError("--bridge-roll-interval must be positive")
+        assert isinstance(roll, float)
         wanted = args.bridge if args.bridge is not None else opts.get("bridge")
         if wanted is not None and not wanted:
             return ()
@@ -84,11 +91,7 @@ class BridgePlugin:
             return ()
         from bridge._writer import Bridge
 
-        messages = args.bridge_messages or opts.get("bridge_messages") or []
-        if isinstance(messages, str):
-            messages = [messages]
-        if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
-            raise ValueError("bridge_messages must be a list of topic filters")
+        messages = list(cast("Sequence[str]", args.bridge_messages or opts.get("bridge_messages") or ()))
         _system_arrow_pool()
         landing = ctx.data_dir / "landing"
         log.info("bridge on: landing zone %s, roll interval %g s", landing, roll)
@@ -107,13 +110,14 @@ def _system_arrow_pool() -> None:
     the writer thread's CPU was ``clear_page_erms`` below mimalloc, on the broker's one core.
     With the system pool the writer took 28 % less CPU per message in the same run (jemalloc:
     13 % less).  Only ``siftmq serve`` sets it (its process is the broker's); an embedding
-    application keeps whatever pool it chose."""
+    application keeps whatever pool it chose.
+
+    Through Arrow's own setting (``ARROW_DEFAULT_MEMORY_POOL=system``, read when pyarrow makes
+    its first pool), not ``pyarrow.set_memory_pool``: pyarrow is loaded only by the writer's
+    first table (issue 42, the idle broker's footprint), not here."""
     import os
 
-    import pyarrow as pa
-
-    if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        pa.set_memory_pool(pa.system_memory_pool())
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 PLUGIN = BridgePlugin()

@@ -64,12 +64,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
+from bridge import _schema
 from bridge._eventlog import EventLog, events_table
-from bridge._schema import SCHEMAS, Kind
+from bridge._schema import Kind
 from broker._files import PRIVATE_FILE, private_dir, tighten
 from broker.core._deliverylog import DeliveryLog, LogColumns
 from broker.hooks import (
@@ -82,6 +79,10 @@ from broker.hooks import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from broker import Broker, Message
     from broker.core._core import Core
 
@@ -89,7 +90,38 @@ __all__ = ["Bridge", "BridgeStats"]
 
 _log = logging.getLogger("siftmq.bridge")
 
-_TS = pa.timestamp("us", tz="UTC")
+# Built by _load_arrow (with numpy, pyarrow): at the writer's first table, not at import.
+_TS: pa.DataType
+_LOG_SCHEMAS: dict[Kind, pa.Schema]
+_OPTIONS: dict[Kind, dict[str, Any]]
+_arrow_lock = threading.Lock()
+
+
+def _load_arrow() -> None:
+    """Import numpy, pyarrow and pyarrow.parquet and build the write options, once (issue 42).
+
+    The served broker registers the bridge at start, but these libraries (with pandas, which
+    pyarrow imports at its first conversion of a list) were ~95 MB of the idle broker's RSS
+    before a single row was written; they are loaded here, by the writer thread, when it builds
+    its first table (docs/performance.md "Footprint": the first round then takes ~0.5 s longer).
+    O(1) after the first call (one dict lookup)."""
+    global np, pa, pq, _TS, _LOG_SCHEMAS, _OPTIONS  # noqa: PLW0603 -- the lazy constants, built once
+    if "_OPTIONS" in globals():
+        return
+    with _arrow_lock:
+        if "_OPTIONS" in globals():
+            return
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        _TS = _schema._TS
+        _LOG_SCHEMAS = {
+            kind: _dictionary_schema(_schema.SCHEMAS[kind]) for kind in (Kind.DELIVERIES, Kind.PUBLICATIONS)
+        }
+        _OPTIONS = {kind: _write_options(kind) for kind in Kind}
+
+
 # Approximate Arrow bytes per record, used to turn roll_bytes into a row count.
 _ROW_BYTES = 96
 
@@ -153,7 +185,7 @@ def _dictionary_schema(schema: pa.Schema) -> pa.Schema:
 # dictionaries as its own dictionary pages (no hashing of every row's string).  The files are
 # written without the Arrow schema in their metadata (``store_schema=False``), so that every
 # reader (pyarrow, Spark) sees the Parquet types: plain strings, the kind's schema (SCHEMAS).
-_LOG_SCHEMAS = {kind: _dictionary_schema(SCHEMAS[kind]) for kind in (Kind.DELIVERIES, Kind.PUBLICATIONS)}
+# (_LOG_SCHEMAS: built by _load_arrow.)
 
 
 def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa.Table]:
@@ -164,6 +196,7 @@ def _fanout_tables(c: LogColumns, node: str | None = None) -> tuple[pa.Table, pa
     message's columns are repeated per delivery by indexing with the delivery rows' ``call``.
     No Python work per row.
     O(calls + deliveries)."""
+    _load_arrow()
     n = len(c.time)
     times = _ints(c.time, np.float64)
     routes = _ints(c.routes, np.int64)
@@ -235,7 +268,8 @@ def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
     ``CompositeChange``, ``CompositeLoss``): each column of the kind's schema is the record
     attribute of that name (an enum as its value), ``time`` a timestamp, ``node`` ``node``.
     O(rows x columns)."""
-    schema = SCHEMAS[kind]
+    _load_arrow()
+    schema = _schema.SCHEMAS[kind]
     arrays = []
     for f in schema:
         if f.name == "time":
@@ -313,10 +347,12 @@ class _TopicMatcher:
 # Parquet dictionary encoding only where values repeat (ids, topics, filters, small ints): on
 # unique values (times, message ids, latencies) it is wasted work.  Measured on a deliveries
 # batch: 117 -> 79 ns of CPU per row and a 25% smaller file than dictionary-encoding every column.
-_DICTIONARY: dict[Kind, list[str]] = {
-    kind: [f.name for f in SCHEMAS[kind] if pa.types.is_string(f.type) or f.name in {"qos", "payload_size"}]
-    for kind in Kind
-}
+def _dictionary(kind: Kind) -> list[str]:
+    return [
+        f.name
+        for f in _schema.SCHEMAS[kind]
+        if pa.types.is_string(f.type) or f.name in {"qos", "payload_size"}
+    ]
 
 
 def _scalar(t: pa.DataType) -> bool:
@@ -334,9 +370,8 @@ def _scalar(t: pa.DataType) -> bool:
 # cost most of the statistics' CPU.  Measured on a round of 55,000 publications with one delivery
 # each, both files (benchmarks/bench_recording.py, issue 27 item 7): 168-248 against 210-446 ns
 # per publication with every column's statistics, same file size.
-_STATISTICS: dict[Kind, list[str]] = {
-    kind: [f.name for f in SCHEMAS[kind] if _scalar(f.type)] for kind in Kind
-}
+def _statistics(kind: Kind) -> list[str]:
+    return [f.name for f in _schema.SCHEMAS[kind] if _scalar(f.type)]
 
 
 # Columns whose values are unique per row: the time and the message id, which grow, stored as
@@ -346,32 +381,30 @@ _STATISTICS: dict[Kind, list[str]] = {
 # files (issue 27 item 7): 158-180 against 217 ns per publication, 0.48 MB against 1.17 MB.
 # Spark (3.3 and later) and pyarrow read DELTA_BINARY_PACKED.
 _UNIQUE = ("time", "message_id", "latency")
-_ENCODING: dict[Kind, dict[str, str]] = {
-    kind: {f.name: "DELTA_BINARY_PACKED" for f in SCHEMAS[kind] if f.name in ("time", "message_id")}
-    for kind in (Kind.DELIVERIES, Kind.PUBLICATIONS)
-}
-_COMPRESSION: dict[Kind, dict[str, str] | str] = {
-    kind: {f.name: "none" if f.name in _UNIQUE else "snappy" for f in SCHEMAS[kind]}
-    if kind in _ENCODING
-    else "snappy"
-    for kind in Kind
-}
+_DELTA_KINDS = (Kind.DELIVERIES, Kind.PUBLICATIONS)
+
+
+def _encoding(kind: Kind) -> dict[str, str]:
+    return {f.name: "DELTA_BINARY_PACKED" for f in _schema.SCHEMAS[kind] if f.name in ("time", "message_id")}
+
+
+def _compression(kind: Kind) -> dict[str, str] | str:
+    if kind not in _DELTA_KINDS:
+        return "snappy"
+    return {f.name: "none" if f.name in _UNIQUE else "snappy" for f in _schema.SCHEMAS[kind]}
 
 
 def _write_options(kind: Kind) -> dict[str, Any]:
     """``pyarrow.parquet.write_table`` options of a kind's files."""
     opts: dict[str, Any] = {
-        "use_dictionary": _DICTIONARY[kind],
-        "write_statistics": _STATISTICS[kind],
-        "compression": _COMPRESSION[kind],
+        "use_dictionary": _dictionary(kind),
+        "write_statistics": _statistics(kind),
+        "compression": _compression(kind),
     }
-    if kind in _ENCODING:
-        opts["column_encoding"] = _ENCODING[kind]
+    if kind in _DELTA_KINDS:
+        opts["column_encoding"] = _encoding(kind)
         opts["store_schema"] = False  # dictionary-encoded strings read back as strings
     return opts
-
-
-_OPTIONS = {kind: _write_options(kind) for kind in Kind}
 
 
 class _Sink:
@@ -410,6 +443,7 @@ class _Sink:
         return removed
 
     def commit(self, kind: Kind, table: pa.Table) -> int:
+        _load_arrow()
         self._seq += 1
         name = f"part-{time.time_ns() // 1000:016d}-{self._tag}-{self._seq:08d}.parquet"
         if self.fs is not None:
@@ -584,11 +618,11 @@ class Bridge(Hooks):
         removed = self._sink.remove_stale_temporaries()
         if removed:
             _log.info("bridge: removed %d temporary files left by an interrupted writer", removed)
-        # pyarrow imports pandas (when installed) at its first array conversion: 0.3-0.5 s of
-        # CPU, mostly holding the GIL. Here, before the listeners open, not in the writer's
-        # first round, where it took the core from the event loop under the first traffic
-        # (28 % of the samples of a paced QoS 1 profile with the defaults, issue 27).
-        _ts(np.zeros(1))
+        # numpy, pyarrow and pandas (which pyarrow imports at its first conversion of a list:
+        # 0.3-0.5 s of CPU, mostly holding the GIL) are loaded by the writer's first table, not
+        # here: loaded at start they were ~95 MB of an idle broker's RSS (issue 42). The cost:
+        # the first round with rows takes that CPU from the event loop once (issue 27 had
+        # measured 28 % of a paced QoS 1 profile's samples in it, in the first seconds only).
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="siftmq-bridge-writer", daemon=True)
         self._thread.start()

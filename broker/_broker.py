@@ -276,6 +276,10 @@ class Broker:
             await h.start()
         if self.config.store_path is not None:
             await self._open_store(self.config.store_path)
+        if self.config.store_path is not None or self.config.bans_file is not None:
+            from broker._admin import load_bans
+
+            await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:
             self._listeners = await open_listeners(self.core, self._open)
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
@@ -284,8 +288,11 @@ class Broker:
         if self.config.metrics_listen is not None:
             try:
                 await self._start_http(self.config.metrics_listen)
-            except BaseException:
+            except BaseException as exc:
                 await self.stop()
+                if isinstance(exc, OSError):  # say which listener: not the MQTT one
+                    where = f"metrics listener {self.config.metrics_listen}"
+                    raise OSError(exc.errno, exc.strerror or str(exc), where) from exc
                 raise
         _log_capacity(self.config.max_connections)
         self._next_tick = self.core.clock.monotonic() + self.config.tick_interval

@@ -1,4 +1,4 @@
-"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``version`` (this
+"""The ``siftmq`` command line: ``serve``, ``passwd``, ``pub``/``sub``, ``backup``, ``ctl``, ``version`` (this
 package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
@@ -9,7 +9,8 @@ so the broker never imports them.
 ``siftmq serve`` options come from embedded defaults, then a TOML file (``--config``:
 a ``[broker]`` table with :class:`~broker.BrokerConfig` fields and a ``[serve]`` table with
 ``data_dir``, ``log_level``, ``log_format`` (``text`` or ``json``: ``broker._logging``),
-``persistence``, ``password_file``, ``acl_file``, and the keys of plugins, e.g. the
+``persistence``, ``password_file``, ``acl_file``, the ``auth_http_*``/``auth_jwt_*`` keys
+of :mod:`broker.authn`, and the keys of plugins, e.g. the
 bridge's ``bridge`` and ``bridge_roll_interval``),
 then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills published,
 hooks' ``stop`` awaited).  SIGHUP (``siftmq reload``, ``broker._reload``) re-reads the password,
@@ -26,6 +27,16 @@ clients without a user name are accepted on loopback listeners only unless
 ``--allow-anonymous`` (every listener) or ``--no-allow-anonymous`` (none).  The durable
 store is ``<data-dir>/broker.db`` unless ``--no-persistence``.
 
+Errors (docs/operations.md, "Bad input"): every command fails the same way, through
+:func:`main`: one line ``siftmq COMMAND: what is wrong`` on stderr, status 2 for usage and
+configuration (argparse's own errors too: :class:`Parser`) and 1 for runtime failures (a port
+in use, a store it cannot use); the traceback only with ``--debug`` or log level DEBUG. A
+command raises :class:`CommandError` (or ``ConfigError``, ``MissingExtra``, ``OSError``)
+instead of printing. ``serve`` checks everything it can before it starts anything (the
+configuration against the schema of ``broker._config``, the files it names, the data
+directory, the store), and holds the plugins' set-up log until then, so that a bad input is
+the only line it prints.
+
 Optional extras (``broker._extras``): a feature whose extra is not installed
 (``--cluster-listen`` without ``cluster``, ``siftmq analytics`` without ``spark``) is one line
 naming the ``pip install`` command and exit status 2; ``--metrics-listen`` without ``metrics``
@@ -40,68 +51,96 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import re
 import signal
+import sqlite3
 import sys
-import tomllib
-from collections.abc import Callable, Coroutine
+import traceback
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from broker._config import SERVE_OPTIONS, ConfigError, Kind, Option
 from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
 from broker._logging import HeldRecords, LogFormat
 from broker._logging import configure as configure_logging
-from broker.plugins import Plugin, ServeContext, load_plugins
+from broker.authn import hooks_from_serve_options
+from broker.plugins import Plugin, ServeContext, Subparsers, load_plugins
 
 if TYPE_CHECKING:
     from broker._config import BrokerConfig
     from broker.hooks import Hooks
 
-__all__ = ["build_parser", "main"]
+__all__ = ["CommandError", "Parser", "build_parser", "main"]
+
+
+class CommandError(Exception):
+    """A command cannot go on: ``main`` prints ``siftmq COMMAND: MESSAGE`` (one line) and exits
+    with ``status`` (2: usage or configuration, 1: a runtime failure). Raise it from a
+    command's ``func`` instead of printing and returning a status."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line, ``siftmq COMMAND: what is wrong``
+    (no usage block), exit status 2. Sub-parsers (and theirs) are of this class too, so the
+    plugins' commands get it without doing anything."""
+
+    def error(self, message: str) -> NoReturn:
+        # argparse says "argument --port: invalid ..."; the flag alone reads better
+        message = re.sub(r"^argument ([^:]+): (\1 )?", lambda m: m.group(2) or f"{m.group(1)}: ", message)
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
 
 log = logging.getLogger("siftmq")
 
-# flag name -> BrokerConfig field, type, help
-_OPTIONS: list[tuple[str, type, str]] = [
-    ("max_queued_messages", int, "QoS 1/2 messages queued per client; beyond it they are dropped"),
-    ("queue_high_water", int, "queued messages that pause the client's publishers (0: max-queued/4)"),
-    ("queue_low_water", int, "queued messages at which paused publishers resume (0: half the high)"),
-    ("slow_consumer_grace", float, "seconds over the high-water mark before a client is a slow consumer"),
-    ("hung_consumer_time", float, "seconds over the high-water mark without socket progress: hung (0: off)"),
-    ("slow_consumer_policy", str, "slow consumers: pace, drop (default) or disconnect"),
-    ("write_buffer_high", int, "bytes buffered for a socket above which the client counts as not reading"),
-    ("ingress_shed_bytes", int, "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),
-    ("ingress_shed_grace", float, "seconds a publisher stays that far ahead before its QoS 0 is shed"),
-    ("socket_send_buffer", int, "SO_SNDBUF of client sockets in bytes (0: the kernel's autotuning)"),
-    ("max_inflight", int, "unacknowledged QoS 1/2 messages per client"),
-    ("receive_maximum", int, "QoS 2 messages a client may have unacknowledged towards the broker"),
-    ("max_packet_size", int, "largest accepted packet in bytes"),
-    ("topic_alias_maximum", int, "topic aliases accepted from v5 clients (0 disables)"),
-    ("server_keep_alive", int, "keep-alive imposed on v5 clients (seconds)"),
-    ("max_session_expiry", int, "cap on session expiry intervals (seconds)"),
-    ("sys_interval", float, "seconds between $SYS statistics (0 disables)"),
-    ("content_engine", str, "content filter engine (a name of content.ENGINES)"),
-    ("content_batch_min", int, "selectors from which a batch engine matches one read's PUBLISHes at once"),
-    ("maximum_qos", int, "highest QoS granted"),
-    ("max_topic_levels", int, "levels of a topic name or filter (default 201: 200 '/', as mosquitto)"),
-    ("metrics_listen", str, "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
-    ("listen_backlog", int, "listen backlog of the listening sockets (capped by net.core.somaxconn)"),
-    ("connect_timeout", float, "seconds a new connection may take to send CONNECT (default 30)"),
+# BrokerConfig field (its flag is --field-name; type and range: the field's Option) and help
+_OPTIONS: list[tuple[str, str]] = [
+    ("max_queued_messages", "QoS 1/2 messages queued per client; beyond it they are dropped"),
+    ("queue_high_water", "queued messages that pause the client's publishers (0: max-queued/4)"),
+    ("queue_low_water", "queued messages at which paused publishers resume (0: half the high)"),
+    ("slow_consumer_grace", "seconds over the high-water mark before a client is a slow consumer"),
+    ("hung_consumer_time", "seconds over the high-water mark without socket progress: hung (0: off)"),
+    ("slow_consumer_policy", "slow consumers: pace, drop (default) or disconnect"),
+    ("write_buffer_high", "bytes buffered for a socket above which the client counts as not reading"),
+    ("ingress_shed_bytes", "bytes waiting behind a read that make QoS 0 from it shed (0: never)"),
+    ("ingress_shed_grace", "seconds a publisher stays that far ahead before its QoS 0 is shed"),
+    ("socket_send_buffer", "SO_SNDBUF of client sockets in bytes (0: the kernel's autotuning)"),
+    ("max_inflight", "unacknowledged QoS 1/2 messages per client"),
+    ("receive_maximum", "QoS 2 messages a client may have unacknowledged towards the broker"),
+    ("max_packet_size", "largest accepted packet in bytes"),
+    ("topic_alias_maximum", "topic aliases accepted from v5 clients (0 disables)"),
+    ("server_keep_alive", "keep-alive imposed on v5 clients (seconds)"),
+    ("max_session_expiry", "cap on session expiry intervals (seconds)"),
+    ("sys_interval", "seconds between $SYS statistics (0 disables)"),
+    ("content_engine", "content filter engine (a name of content.ENGINES)"),
+    ("content_batch_min", "selectors from which a batch engine matches one read's PUBLISHes at once"),
+    ("maximum_qos", "highest QoS granted"),
+    ("max_topic_levels", "levels of a topic name or filter (default 201: 200 '/', as mosquitto)"),
+    ("metrics_listen", "HOST:PORT of the Prometheus endpoint /metrics (default off)"),
+    ("listen_backlog", "listen backlog of the listening sockets (capped by net.core.somaxconn)"),
+    ("connect_timeout", "seconds a new connection may take to send CONNECT (default 30)"),
+    ("shared_subscription_strategy", "which member of a shared group gets a message (default round_robin)"),
+    ("shared_subscription_seed", "seed of the random shared subscription strategy"),
+    ("proxy_header_timeout", "seconds a proxy_protocol listener waits for the PROXY header"),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="siftmq", description="siftmq: an MQTT broker that routes by topic and by content."
-    )
+    parser = Parser(prog="siftmq", description="siftmq: an MQTT broker that routes by topic and by content.")
     parser.add_argument(
         "--version", action="store_true", help="print the version, compiled modules and extras, and exit"
     )
-    sub = parser.add_subparsers(dest="command")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    sub = cast(Subparsers, parser.add_subparsers(dest="command"))
     serve = sub.add_parser("serve", help="run the MQTT broker", description=_serve.__doc__)
     serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="TCP port (default 1883; 0 picks one)")
+    serve.add_argument("--port", default=None, help="TCP port (default 1883; 0 picks one)")
     serve.add_argument("--config", type=Path, default=None, help="TOML configuration file")
     serve.add_argument(
         "--data-dir",
@@ -135,8 +174,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="keep no durable state (default: SQLite store <data-dir>/broker.db)",
     )
-    for name, typ, text in _OPTIONS:
-        serve.add_argument("--" + name.replace("_", "-"), type=typ, default=None, help=text)
+    for name, text in _OPTIONS:  # parsed with the field's Option in _serve (one message for every source)
+        serve.add_argument("--" + name.replace("_", "-"), default=None, help=text)
+    serve.add_argument(
+        "--shared-subscription-group-strategy",
+        action="append",
+        default=None,
+        metavar="GROUP=STRATEGY",
+        help="the strategy of one shared group (repeatable; overrides --shared-subscription-strategy)",
+    )
     _add_security_options(serve)
     plugins = load_plugins()
     for plugin in plugins:
@@ -151,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     from broker._backup_cli import register as register_backup
 
     register_backup(sub)
+    from broker._ctl_cli import register as register_ctl
+
+    register_ctl(sub)
     from broker._reload import register as register_reload
 
     register_reload(sub)
@@ -160,18 +209,37 @@ def build_parser() -> argparse.ArgumentParser:
     version.set_defaults(func=_version)
     for plugin in plugins:
         plugin.add_commands(sub)
+    _everywhere(parser)
     return parser
+
+
+def _everywhere(parser: argparse.ArgumentParser, prog: str = "siftmq") -> None:
+    """Every (sub-)command: ``--debug`` (also after the command's name) and its name in
+    ``args.prog`` (what ``main`` prefixes its messages with). O(commands)."""
+    parser.set_defaults(prog=prog)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if "--debug" not in sub._option_string_actions:
+                    sub.add_argument(
+                        "--debug",
+                        action="store_true",
+                        default=argparse.SUPPRESS,
+                        help="print the traceback of an error (also: log level DEBUG)",
+                    )
+                _everywhere(sub, sub.prog)
 
 
 def _add_security_options(serve: argparse.ArgumentParser) -> None:
     g = serve.add_argument_group("listeners, TLS and authentication (docs/security.md)")
-    g.add_argument("--tls-port", type=int, default=None, help="also serve MQTT over TLS on this port")
-    g.add_argument("--ws-port", type=int, default=None, help="also serve MQTT over WebSocket on this port")
-    g.add_argument("--wss-port", type=int, default=None, help="also serve MQTT over WebSocket + TLS here")
+    g.add_argument("--tls-port", default=None, help="also serve MQTT over TLS on this port")
+    g.add_argument("--ws-port", default=None, help="also serve MQTT over WebSocket on this port")
+    g.add_argument("--wss-port", default=None, help="also serve MQTT over WebSocket + TLS here")
     g.add_argument("--ws-path", default=None, help="HTTP path of the WebSocket listeners (default /mqtt)")
     g.add_argument("--tls-cert", default=None, help="server certificate chain (PEM) of the TLS listeners")
     g.add_argument("--tls-key", default=None, help="private key (PEM) of --tls-cert")
     g.add_argument("--tls-ca", default=None, help="CA certificates (PEM) that verify client certificates")
+    g.add_argument("--tls-crl", default=None, help="certificate revocation list (PEM) of --tls-ca's CA")
     g.add_argument(
         "--require-client-cert",
         action="store_true",
@@ -205,27 +273,32 @@ def _add_security_options(serve: argparse.ArgumentParser) -> None:
         default=None,
         help="clients without a user name on every listener (default: on loopback listeners only)",
     )
-    g.add_argument("--max-connections", type=int, default=None, help="open connections (0 = unlimited)")
+    g.add_argument("--max-connections", default=None, help="open connections (0 = unlimited)")
     g.add_argument(
         "--connection-rate",
-        type=float,
         default=None,
         help="new connections per second per IP (0 = unlimited)",
     )
-    g.add_argument(
-        "--connection-burst", type=int, default=None, help="connections a source IP may open at once"
-    )
+    g.add_argument("--connection-burst", default=None, help="connections a source IP may open at once")
 
 
 def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig:
     """``cfg`` with the listeners the flags ask for (unchanged when they ask for none)."""
-    from broker._config import Listener
+    from broker._config import Listener, option_of
 
-    extra = [("tcp", args.tls_port, True), ("ws", args.ws_port, False), ("ws", args.wss_port, True)]
-    extra = [e for e in extra if e[1] is not None]
+    port_option = option_of(Listener, "port")
+    flags = [
+        ("tcp", "--tls-port", args.tls_port, True),
+        ("ws", "--ws-port", args.ws_port, False),
+        ("ws", "--wss-port", args.wss_port, True),
+    ]
+    extra = [
+        (kind, port_option.parse(flag, text), tls) for kind, flag, text, tls in flags if text is not None
+    ]
     touched = (
         args.tls_cert,
         args.tls_ca,
+        args.tls_crl,
         args.require_client_cert,
         args.use_identity_as_username,
         args.ws_path,
@@ -235,7 +308,7 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     if any(tls for _, _, tls in extra) and (args.tls_cert is None or args.tls_key is None):
         raise ValueError("--tls-port and --wss-port need --tls-cert and --tls-key")
     base = list(cfg.effective_listeners())
-    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca}
+    tls = {"certfile": args.tls_cert, "keyfile": args.tls_key, "cafile": args.tls_ca, "crlfile": args.tls_crl}
     tls["require_client_cert"] = bool(args.require_client_cert)
     tls["use_identity_as_username"] = bool(args.use_identity_as_username)
     for kind, port, secure in extra:
@@ -252,52 +325,91 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     return dataclasses.replace(cfg, listeners=tuple(base))
 
 
-#: keys of the ``[serve]`` table (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset({"data_dir", "log_level", "log_format", "persistence", "password_file", "acl_file"})
+#: keys of the ``[serve]`` table of the CLI itself (a typo is an error, as in ``[broker]``)
+_SERVE_KEYS = frozenset(SERVE_OPTIONS)
+
+
+def serve_schema(plugins: list[Plugin]) -> dict[str, Option]:
+    """The ``[serve]`` keys: the CLI's and every plugin's (``serve_options``, else its
+    ``serve_keys`` with any value), each with its :class:`~broker._config.Option`."""
+    schema = dict(SERVE_OPTIONS)
+    for plugin in plugins:
+        declared: Mapping[str, Option] | None = getattr(plugin, "serve_options", None)
+        if declared is None:
+            declared = dict.fromkeys(plugin.serve_keys, Option(Kind.ANY))
+        schema.update(declared)
+    return schema
+
+
+def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[str, Any]]:
+    """The ``[broker]`` options and the ``[serve]`` table of ``path``, both checked against
+    the schema (ValueError: one line naming the file, the key, the value, what is expected)."""
+    from broker._config import check_table, config_from_toml, read_toml
+
+    data = read_toml(path)
+    cfg = config_from_toml(data, path)
+    table = data.get("serve", {})
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: [serve] must be a table")
+    return cfg, check_table(table, serve_schema(plugins), "[serve]", str(path))
+
+
+def _flag_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``BrokerConfig`` fields the flags set, each parsed with its Option."""
+    from broker._config import BrokerConfig, option_of
+
+    changes: dict[str, Any] = {}
+    limits = ("max_connections", "connection_rate", "connection_burst")
+    for name in ("host", "port", *(o[0] for o in _OPTIONS), *limits):
+        text = getattr(args, name)
+        if text is not None:
+            changes[name] = option_of(BrokerConfig, name).parse("--" + name.replace("_", "-"), text)
+    if args.partial_unsubscribe is not None:
+        changes["partial_unsubscribe"] = args.partial_unsubscribe
+    return changes
 
 
 def _serve(args: argparse.Namespace) -> int:
     """Serve MQTT 3.1.1 and 5.0 over TCP until SIGINT/SIGTERM."""
-    from broker._config import BrokerConfig, load_toml
+    from broker._config import BrokerConfig
 
     plugins: list[Plugin] = args.plugins
     serve_opts: dict[str, Any] = {}
     cfg = BrokerConfig()
-    if args.config is not None:
-        try:
-            cfg = load_toml(args.config)
-            with open(args.config, "rb") as fh:
-                table = tomllib.load(fh).get("serve", {})
-        except (OSError, ValueError, TypeError) as exc:
-            print(f"siftmq serve: bad configuration: {exc}", file=sys.stderr)
-            return 2
-        serve_opts = {k.replace("-", "_"): v for k, v in table.items()}
-        known = _SERVE_KEYS.union(*(p.serve_keys for p in plugins))
-        unknown = sorted(set(serve_opts) - known)
-        if unknown:
-            print(f"siftmq serve: bad configuration: unknown [serve] key {unknown[0]!r}", file=sys.stderr)
-            return 2
-    changes: dict[str, Any] = {}
-    limits = ("max_connections", "connection_rate", "connection_burst")
-    for name in ("host", "port", "partial_unsubscribe", *(o[0] for o in _OPTIONS), *limits):
-        value = getattr(args, name)
-        if value is not None:
-            changes[name] = value
-    changes.update(_dashboard_options(args))
-    data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
-    persistence = not args.no_persistence and serve_opts.get("persistence", True)
-    if persistence and cfg.store_path is None:
-        changes["store_path"] = str(data_dir / "broker.db")
     try:
+        if args.config is not None:
+            cfg, serve_opts = _load_config(args.config, plugins)
+        changes = _flag_changes(args)
+        changes.update(_dashboard_options(args))
+        data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
+        persistence = not args.no_persistence and serve_opts.get("persistence", True)
+        changes.update(_data_files(cfg, data_dir, persistence))
         cfg = _with_listeners(dataclasses.replace(cfg, **changes), args)
-        auth = _file_auth(
-            args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
+        password_file = args.password_file or serve_opts.get("password_file")
+        acl_file = args.acl_file or serve_opts.get("acl_file")
+        _check_files(cfg, password_file=password_file, acl_file=acl_file)
+        auth = _file_auth(password_file, acl_file)
+        backends = hooks_from_serve_options(serve_opts)  # auth_http_* / auth_jwt_* (broker.authn)
+        level = SERVE_OPTIONS["log_level"].parse(
+            "--log-level", args.log_level or serve_opts.get("log_level") or "INFO"
         )
-    except (OSError, ValueError, MissingExtra) as exc:
-        print(f"siftmq serve: {exc}", file=sys.stderr)
-        return 2
-    if not _logging_set_up(args, serve_opts):
-        return 2
+        log_format = SERVE_OPTIONS["log_format"].parse(
+            "--log-format", args.log_format or serve_opts.get("log_format") or "text"
+        )
+        _plugin_flags(args, plugins)
+    except OSError as exc:
+        raise CommandError(_os_error(exc)) from exc
+    except ValueError as exc:  # ConfigError and the records' rules across fields
+        raise CommandError(str(exc)) from exc
+    args.log_level = level  # main prints tracebacks at DEBUG
+    if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
+        _check_store(Path(cfg.store_path), data_dir if args.data_dir or "data_dir" in serve_opts else None)
+    else:
+        _check_directory(data_dir, "--data-dir")
+    held: HeldRecords = getattr(args, "held_records", None) or HeldRecords()
+    hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level), held)
+    configure_logging(str(level), LogFormat(str(log_format)))
+    held.replay()  # the lines held while the command line was parsed and the plugins set up
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
         log.warning(
             "/metrics answers 501: the 'metrics' extra is not installed (pip install 'siftmq[metrics]')"
@@ -306,16 +418,8 @@ def _serve(args: argparse.Namespace) -> int:
         args.password_file or serve_opts.get("password_file"), args.acl_file or serve_opts.get("acl_file")
     )
     _raise_descriptors()
-    tighten_data_dir(data_dir)  # what an older siftmq left readable by others (broker/_files.py)
-    hooks: list[Hooks] = []
-    ctx = ServeContext(args, serve_opts, data_dir)
-    try:
-        for plugin in plugins:
-            hooks.extend(plugin.serve_hooks(ctx))
-    except (ValueError, MissingExtra) as exc:
-        print(f"siftmq serve: {exc}", file=sys.stderr)
-        return 2
-    if auth is not None:  # after the plugins': the cluster authenticates its own links
+    hooks.extend(backends)  # after the plugins': the cluster authenticates its own links
+    if auth is not None:
         hooks.append(auth)
     _log_build()
     if persistence and cfg.store_path is not None and cfg.store_path != ":memory:":
@@ -324,24 +428,150 @@ def _serve(args: argparse.Namespace) -> int:
     reconfigure = _reconfigure(args, changes)
     try:
         run = _pick_runner(args.no_uvloop)
-        return int(run(_run(cfg, hooks, auth is not None, pid_file, reconfigure)))
+        return int(run(_run(cfg, hooks, auth is not None or bool(backends), pid_file, reconfigure)))
     except KeyboardInterrupt:
         return 0
 
 
-def _logging_set_up(args: argparse.Namespace, serve_opts: dict[str, Any]) -> bool:
-    """Log level and format (``broker._logging``: text, or one JSON object a line, to stderr),
-    then the lines held while the command line was parsed; False (said) when they are bad."""
-    level = str(args.log_level or serve_opts.get("log_level") or "INFO").upper()
+def _plugin_flags(args: argparse.Namespace, plugins: list[Plugin]) -> None:
+    """The plugins' flags of their ``[serve]`` keys (``--cluster-listen`` for
+    ``cluster_listen``), parsed with the key's Option in place: a plugin finds them checked."""
+    for plugin in plugins:
+        for key, opt in (getattr(plugin, "serve_options", None) or {}).items():
+            value = getattr(args, key, None)
+            if isinstance(value, str):
+                setattr(args, key, opt.parse("--" + key.replace("_", "-"), value))
+
+
+def _plugin_hooks(plugins: list[Plugin], ctx: ServeContext, level: str, held: HeldRecords) -> list[Hooks]:
+    """Every plugin's hooks, their set-up log held in ``held`` until the log is configured
+    (dropped when the set-up fails, so that its error is the only line); a bad option is a
+    CommandError (status 2), a missing extra ``MissingExtra``. What an older siftmq left
+    readable by others in the data directory is tightened first (broker/_files.py)."""
+    root = logging.getLogger()
+    before = root.level
+    root.addHandler(held)
+    root.setLevel(level)
+    hooks: list[Hooks] = []
     try:
-        configure_logging(level, LogFormat(args.log_format or serve_opts.get("log_format") or "text"))
+        tighten_data_dir(ctx.data_dir)
+        for plugin in plugins:
+            hooks.extend(plugin.serve_hooks(ctx))
     except ValueError as exc:
-        print(f"siftmq serve: bad configuration: log_level / log_format: {exc}", file=sys.stderr)
-        return False
-    held: HeldRecords | None = getattr(args, "held_records", None)
-    if held is not None:
-        held.replay()
-    return True
+        held.records.clear()
+        raise CommandError(str(exc)) from exc
+    except BaseException:
+        held.records.clear()
+        raise
+    finally:
+        root.removeHandler(held)
+        root.setLevel(before)
+    return hooks
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an OSError: the file it is about and the reason, without ``[Errno N]``."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename else reason
+
+
+def _check_files(cfg: BrokerConfig, **files: str | None) -> None:
+    """Each file the configuration names is a readable file (ValueError naming the option)."""
+    named: list[tuple[str, str | None]] = list(files.items())
+    for li in cfg.listeners:
+        named += [("certfile", li.certfile), ("keyfile", li.keyfile), ("cafile", li.cafile)]
+    for key, name in named:
+        if name is None:
+            continue
+        path = Path(name)
+        if not path.exists():
+            raise ValueError(f"{key} {name}: no such file")
+        if not path.is_file():
+            raise ValueError(f"{key} {name}: not a file")
+        if not os.access(path, os.R_OK):
+            raise ValueError(f"{key} {name}: cannot read it (permission denied)")
+    for li in cfg.listeners:
+        _check_tls(li.certfile, li.keyfile, li.cafile)
+
+
+def _check_tls(certfile: str | None, keyfile: str | None, cafile: str | None) -> None:
+    """The PEM files of a TLS listener load (ValueError naming them otherwise), so that a bad
+    certificate is a configuration error before anything starts, not a failed listener."""
+    import ssl
+
+    if certfile is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except ssl.SSLError as exc:
+        what = "not a PEM certificate chain and its key"
+        raise ValueError(f"certfile {certfile}, keyfile {keyfile}: {what}{_reason(exc)}") from exc
+    if cafile is not None:
+        try:
+            context.load_verify_locations(cafile)
+        except ssl.SSLError as exc:
+            raise ValueError(f"cafile {cafile}: not PEM CA certificates{_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """`` (REASON)`` of an ssl.SSLError that has a readable one (not OpenSSL's library name)."""
+    reason = getattr(exc, "reason", None)
+    return f" ({reason.replace('_', ' ').lower()})" if reason and reason != "PEM_LIB" else ""
+
+
+def _check_directory(directory: Path, where: str) -> None:
+    """``directory`` is one or can be made (CommandError naming ``where`` otherwise)."""
+    if where == "--data-dir":
+        where = f"--data-dir {directory}"
+    if directory.exists() and not directory.is_dir():
+        raise CommandError(f"{where}: {directory} is a file, not a directory")
+    try:
+        private_dir(directory)  # 0700 whatever the umask, its missing parents too (broker/_files.py)
+    except OSError as exc:
+        raise CommandError(f"{where}: cannot create {directory}: {exc.strerror or exc}") from exc
+
+
+def _check_store(path: Path, data_dir: Path | None) -> None:
+    """The store's directory exists or can be made, and a store already there is a database
+    this process may write (CommandError: one line naming the file and what to do)."""
+    where = f"--data-dir {data_dir}" if data_dir is not None else f"store {path}"
+    directory = path.parent
+    _check_directory(directory, where)
+    if not path.exists():
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise CommandError(f"{where}: cannot write in {directory} (permission denied)")
+        return
+    if not path.is_file():
+        raise CommandError(f"store {path}: not a file")
+    if not os.access(path, os.R_OK | os.W_OK) or not os.access(directory, os.W_OK | os.X_OK):
+        raise CommandError(
+            f"store {path}: read-only (the broker writes it and its -wal file beside it): "
+            "give the broker's user write access to the file and its directory",
+            1,
+        )
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise CommandError(
+            f"store {path}: {exc}: not a siftmq store (corrupt?); restore a backup "
+            '(docs/operations.md, "Backup and restore") or move it away',
+            1,
+        ) from exc
+
+
+def _data_files(cfg: BrokerConfig, data_dir: Path, persistence: bool) -> dict[str, Any]:
+    """The store (``D/broker.db``) or, with ``--no-persistence``, the admin API's bans file
+    (``D/bans.json``, docs/admin.md) as BrokerConfig changes."""
+    if persistence and cfg.store_path is None:
+        return {"store_path": str(data_dir / "broker.db")}
+    if not persistence and cfg.bans_file is None:
+        return {"bans_file": str(data_dir / "bans.json")}
+    return {}
 
 
 def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[[], BrokerConfig] | None:
@@ -353,22 +583,19 @@ def _reconfigure(args: argparse.Namespace, changes: dict[str, Any]) -> Callable[
     if config_file is None:
         return None
 
-    def reconfigure() -> BrokerConfig:
-        try:
-            cfg = load_toml(config_file)
-        except tomllib.TOMLDecodeError as exc:  # "... (at line 3, column 14)" -> "FILE:3: ..."
-            text, line = str(exc), ""
-            if where := re.search(r" \(at line (\d+), column \d+\)$", text):
-                text, line = text.removesuffix(where[0]), f":{where[1]}"
-            raise ValueError(f"{config_file}{line}: {text}") from exc
+    def reconfigure() -> BrokerConfig:  # the schema's one-line ValueError, "FILE:3: ..." for TOML
+        cfg = load_toml(config_file)
         return _with_listeners(dataclasses.replace(cfg, **changes), args)
 
     return reconfigure
 
 
 def _dashboard_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--[no-]dashboard`` and ``--dashboard-admin`` as BrokerConfig changes."""
+    """``--[no-]dashboard``, ``--dashboard-admin`` and ``--shared-subscription-group-strategy``
+    (the repeatable flags) as BrokerConfig changes."""
     changes: dict[str, Any] = {}
+    if args.shared_subscription_group_strategy:
+        changes["shared_subscription_group_strategy"] = tuple(args.shared_subscription_group_strategy)
     if args.dashboard is not None:
         changes["dashboard"] = args.dashboard
     if args.dashboard_admin:
@@ -485,30 +712,71 @@ async def _run(
                 log.info("signal received, stopping")
             finally:
                 reloads.close()
+    except sqlite3.Error as exc:
+        raise CommandError(f"store {cfg.store_path}: {exc}", 1) from exc
     except OSError as exc:
-        log.error("cannot listen on %s:%s: %s", cfg.host, cfg.port, exc)
-        return 1
+        if exc.filename is not None:  # names what failed (the metrics listener, a file)
+            raise CommandError(_os_error(exc), 1) from exc
+        urls = ", ".join(li.url for li in cfg.effective_listeners())
+        raise CommandError(f"cannot listen on {urls}: {exc.strerror or exc}", 1) from exc
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``siftmq`` with ``argv``; returns the exit status.
+
+    Every command fails the same way: one line ``siftmq COMMAND: what is wrong`` on stderr and
+    status 2 (usage, configuration: argparse's errors too, through :class:`Parser`) or 1 (a
+    runtime failure); the traceback only with ``--debug`` or log level DEBUG.
+    """
     held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
     logging.getLogger().addHandler(held)
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     finally:
         logging.getLogger().removeHandler(held)
     args.held_records = held
+    prog: str = getattr(args, "prog", "siftmq")
     try:
+        if extra:  # said by the command they were given to (argparse names the top level)
+            parser.exit(2, f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)\n")
         if args.version:
             return _version(args)
         if args.command is None:
             parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
-        result = args.func(args)
+        return _run_command(args, prog)
     finally:
         held.replay()  # if serve did not (another command, or it stopped before logging)
-    return int(result or 0)
+
+
+def _run_command(args: argparse.Namespace, prog: str) -> int:
+    """``args.func(args)``, its failure said in one line (:func:`main`)."""
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except CommandError as exc:
+        return _fail(args, prog, str(exc), exc.status)
+    except MissingExtra as exc:
+        return _fail(args, prog, str(exc), 2)
+    except ConfigError as exc:
+        return _fail(args, prog, str(exc), 2)
+    except OSError as exc:
+        return _fail(args, prog, _os_error(exc), 1)
+    except sqlite3.Error as exc:
+        return _fail(args, prog, f"database: {exc}", 1)
+    except Exception as exc:  # a bug: still one line, the traceback with --debug
+        text = f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)"
+        return _fail(args, prog, text, 1)
+
+
+def _fail(args: argparse.Namespace, prog: str, message: str, status: int) -> int:
+    """Print ``PROG: MESSAGE`` (the traceback first with ``--debug``/DEBUG); ``status``."""
+    if getattr(args, "debug", False) or str(getattr(args, "log_level", "")).upper() == "DEBUG":
+        traceback.print_exc()
+    print(f"{prog}: {message}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ its requests:
   returns it as ``history``.
 * ``POST /api/kick`` -- ``{"client_id": ...}``: disconnects the client (MQTT 5: DISCONNECT
   0x98 Administrative action).
+* ``/api/v1/...`` -- the admin API (``broker._admin``, docs/admin.md), behind the same login,
+  admin role and CSRF rules (GET, POST and DELETE).
 
 **Who may look.** Without a password file on a loopback listener the dashboard is open (as
 the loopback MQTT listener is to anonymous clients), and requests must name a loopback or
@@ -61,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from broker import _dashboard_data as data
+from broker._admin import Admin
 from broker._extras import Extra, MissingExtra, require
 from broker._history import History
 from broker.auth import FileAuth
@@ -150,6 +153,8 @@ class Dashboard:
         #: CPU time (this thread) spent sampling and answering requests: the dashboard's own
         #: cost, read by benchmarks/bench_dashboard.py
         self.cpu_seconds = 0.0
+        #: the admin API under /api/v1/ (same login, admin role and CSRF rules)
+        self.admin = Admin(broker, self.may_read)
         self.assets = {
             path: (resources.files("broker").joinpath("_static", name).read_bytes(), ctype)
             for path, (name, ctype) in ASSETS.items()
@@ -280,12 +285,19 @@ class Dashboard:
             return self._metrics(req)
         if not self.enabled:
             return _error(404, "the dashboard is off (dashboard = false)")
-        if req.method not in ("GET", "HEAD", "POST"):
+        api = path.startswith("/api/v1/")  # the admin API (broker/_admin.py)
+        if req.method not in ("GET", "HEAD", "POST") and not (api and req.method == "DELETE"):
             return _error(405, f"method {req.method} not allowed", (("Allow", "GET, HEAD, POST"),))
         refused, user = await self._login(req)
         if refused is not None:
             return refused
-        resp = await self._answer(req, user)
+        if api:
+            if req.method not in ("GET", "HEAD") and (bad := self._same_origin(req, user)) is not None:
+                resp = bad
+            else:
+                resp = await self.admin.handle(req, user, self.csrf(user))
+        else:
+            resp = await self._answer(req, user)
         # valid credentials: the connection leaves the HTTP listener's unauthenticated pool
         return dataclasses.replace(resp, authenticated=True) if self.auth_required else resp
 

@@ -38,6 +38,7 @@ __all__ = [
     "address",
     "client_detail",
     "client_page",
+    "client_row",
     "composite_rows",
     "memory_rss",
     "overview",
@@ -131,7 +132,7 @@ def address(peer: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _row(core: Core, s: Session) -> dict[str, Any]:
+def client_row(core: Core, s: Session) -> dict[str, Any]:
     conn = s.conn
     connected = conn is not None and conn.state is ConnectionState.CONNECTED
     return {
@@ -174,7 +175,7 @@ def client_page(core: Core, query: str, offset: int, limit: int) -> Steps:
         "total": len(ids),
         "offset": offset,
         "limit": limit,
-        "clients": [_row(core, s) for s in page],
+        "clients": [client_row(core, s) for s in page],
     }
 
 
@@ -183,7 +184,7 @@ def client_detail(core: Core, client_id: str, now: float) -> dict[str, Any] | No
     s = core.sessions.get(client_id)
     if s is None:
         return None
-    out = _row(core, s)
+    out = client_row(core, s)
     conn = s.conn
     out["keep_alive"] = conn.keep_alive if conn is not None else None
     out["clean_start"] = conn.clean_start if conn is not None else None

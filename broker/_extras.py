@@ -9,6 +9,8 @@ subscriptions, persistence, TLS/WebSocket, the CLI); the rest comes with extras
 - ``cluster``: the broker network (kademlia);
 - ``metrics``: the Prometheus text at ``/metrics`` of ``--metrics-listen`` (prometheus-client;
   the dashboard on the same listener needs no extra);
+- ``auth``: the HTTP and JWT authentication backends (``broker.authn``: httpx, PyJWT,
+  cryptography);
 - ``all``: every one of them.
 
 A feature that needs an extra asks :func:`require` before it imports anything of it; when a
@@ -35,6 +37,7 @@ class Extra(Enum):
     SPARK = "spark"
     CLUSTER = "cluster"
     METRICS = "metrics"
+    AUTH = "auth"
 
 
 #: the top-level modules each extra brings (the import names of its PyPI distributions)
@@ -42,6 +45,7 @@ MODULES: dict[Extra, tuple[str, ...]] = {
     Extra.SPARK: ("pyspark", "pyarrow", "pandas", "matplotlib"),
     Extra.CLUSTER: ("kademlia",),
     Extra.METRICS: ("prometheus_client",),
+    Extra.AUTH: ("httpx", "jwt", "cryptography"),
 }
 
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DROP_REASONS",
+    "AuthRequest",
     "AuthUnavailable",
     "AuthVerdict",
     "CompositeAction",
@@ -79,6 +80,35 @@ AuthVerdict: TypeAlias = bool | Awaitable[bool | None] | None
 an awaitable of one of them when the decision takes time (a password hash, an auth service):
 the broker then holds the CONNECT, awaits it off its protocol core, and goes on when it is
 done (docs/security.md, "Password checks off the event loop")."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """Everything the broker knows about a CONNECT when it asks who the client is: what
+    :meth:`Hooks.authenticate_request` receives (built once per CONNECT, and only when some
+    registered hook overrides that method: old-style hooks cost nothing more).
+
+    ``listener`` is the local address the connection came in on (``"host:port"``, the
+    socket's ``sockname``; ``""`` without a socket) and ``listener_port`` its port: it tells
+    a plain listener from a TLS one.  The certificate fields are set on a TLS listener whose
+    client presented a verified certificate (``require_client_cert``): ``certificate`` is
+    ``ssl.SSLObject.getpeercert()`` (a dict), ``certificate_der`` the DER bytes when the
+    transport exposes its SSL object, ``certificate_subject`` the subject as an RFC 4514
+    string (``"CN=alice,O=Example"``).  ``identity`` is True when the user name was taken
+    from that certificate (``use_identity_as_username``)."""
+
+    client_id: str
+    username: str | None
+    password: bytes | None
+    address: str | None  # the peer's IP address (None: unknown)
+    peer: object  # the peer's socket address as the transport gives it (``peername``)
+    listener: str
+    listener_port: int | None
+    protocol_version: int  # 3 (MQTT 3.1), 4 (3.1.1) or 5
+    certificate: dict[str, object] | None = None
+    certificate_der: bytes | None = None
+    certificate_subject: str | None = None
+    identity: bool = False
 
 
 class AuthUnavailable(Exception):
@@ -403,6 +433,14 @@ class Hooks:
         network clients pass here (not wills, ``Broker.publish``, cluster peers' copies, nor
         the derived messages themselves)."""
         return None
+
+    def authenticate_request(self, request: AuthRequest) -> AuthVerdict:
+        """The new-style form of :meth:`authenticate`: the same answers, given the whole
+        :class:`AuthRequest` (peer address, listener, protocol version, client certificate).
+        The broker calls this method; its default calls :meth:`authenticate` with the
+        request's client id, user name and password, so a hook overrides one or the other
+        (old-style hooks keep working unchanged)."""
+        return self.authenticate(request.client_id, request.username, request.password)
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
         """Allow or deny ``action`` ("publish", "subscribe" or "receive") on a topic name or

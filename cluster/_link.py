@@ -16,6 +16,15 @@ of QoS 1 and 2 with acknowledgements sent in order once the local store made the
 message durable (``deliver`` returns the store's future), keep-alive, and reconnection with
 backoff.  The link never publishes.
 
+Bad input never ends a link silently (issue 37): a packet the link cannot use (a control
+message of the wrong shape, an injection that raises) is reported to ``problem``
+(``"unparseable"``: counted and logged rate-limited by the node) and the link goes on with
+the next packet; bytes that do not decode as MQTT end the connection (its stream is lost)
+and are reported the same way before the reconnection.  Any other exception ending a
+connection is logged (one line at ERROR, the traceback at DEBUG), reported as a
+``"restart"``, and the link reconnects with back-off; should the task itself end while the
+link is open, it is started again (after 1 s, doubling to 30 s while no session comes up).
+
 The receive side is an :class:`asyncio.Protocol`: each read is decoded, injected into the
 local broker and flushed to the local subscribers inside ``data_received``, with the garbage
 collector held off while the read's packets are alive, and acknowledgements are written at
@@ -40,6 +49,7 @@ from broker.packets import (
     Connect,
     Decoder,
     Disconnect,
+    MalformedPacket,
     Packet,
     Pingreq,
     Pingresp,
@@ -61,7 +71,7 @@ from cluster._auth import make_token
 from cluster._qos2 import ReceivedQos2
 from cluster._routes import CTL_ID, FETCH_ID, PLAIN_ID, RouteChange, RouteTable
 
-__all__ = ["Deliver", "DeliverPlain", "PeerLink"]
+__all__ = ["Deliver", "DeliverPlain", "PeerLink", "Problem"]
 
 log = logging.getLogger("siftmq.cluster")
 
@@ -74,6 +84,9 @@ Deliver = Callable[
 #: ``deliver_plain(peer, publishes)``: inject a run of plain QoS 0 copies (no subscription
 #: identifier, nothing to acknowledge) forwarded by ``peer``, in order
 DeliverPlain = Callable[[str, list[Publish]], None]
+#: ``problem(kind, detail)``: bad input from the peer (``"unparseable"``) or an unexpected
+#: error that restarted the link (``"restart"``): counted and logged by the node
+Problem = Callable[[str, str], None]
 
 _NO_GROUPS: frozenset[tuple[str, str]] = frozenset()
 KEEP_ALIVE: Final = 10
@@ -93,10 +106,11 @@ class PeerLink:
         deliver: Deliver,
         session_expiry: int,
         flush: Callable[[], None] = lambda: None,
-        control: Callable[[bytes], None] = lambda _b: None,
+        control: Callable[[str, bytes], None] = lambda _p, _b: None,
         deliver_plain: DeliverPlain | None = None,
         on_up: Callable[[str], None] = lambda _peer: None,
         qos2: ReceivedQos2 | None = None,
+        problem: Problem | None = None,
     ) -> None:
         self.client_id = f"$cluster/{me}"
         self.peer = peer
@@ -106,7 +120,12 @@ class PeerLink:
         self.deliver = deliver
         self.deliver_plain = deliver_plain or self._plain_one_by_one
         self.flush = flush  # after the packets of one read were delivered
-        self.control = control  # a control message for this node ($cluster/ctl/<me>)
+        self.control = control  # control(peer, payload): a message for this node ($cluster/ctl/<me>)
+        self.problem = problem or _log_problem
+        self.restarts = 0  # times an unexpected error ended a connection or the task
+        self.bad = 0  # packets from the peer that could not be used (dropped)
+        self._restart_delay = 1.0  # before the task is started again (``_ended``)
+        self._restart_connects = -1  # ``connects`` at the last restart (none since: back off)
         self.on_up = on_up  # the link is up (its route subscriptions sent): on_up(peer)
         self.session_expiry = session_expiry
         self.connected = False
@@ -137,7 +156,30 @@ class PeerLink:
         self._barriers: list[tuple[set[int], Callable[[], None]]] = []
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self.run(), name=f"cluster link to {self.peer[:8]}")
+        self._task = task = asyncio.create_task(self.run(), name=f"cluster link to {self.peer[:8]}")
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The task ended: expected when closing; otherwise (``run`` catches every
+        ``Exception``, so something got past it) logged and started again after a pause."""
+        if self._closing or task is not self._task or self._loop.is_closed():
+            return
+        exc = None if task.cancelled() else task.exception()
+        self.restarts += 1
+        log.error("cluster link to %s: its task ended (%r); restarting", self.peer[:8], exc)
+        if exc is not None:
+            log.debug("cluster link to %s: the task's end", self.peer[:8], exc_info=exc)
+        self.problem("restart", f"link task to {self.peer[:8]} ended: {exc!r}")
+        self.connected = False
+        self.up.clear()
+        # back-off: 1 s, doubling to 30 s while the task keeps ending without a session
+        delay = self._restart_delay if self.connects == self._restart_connects else 1.0
+        self._restart_delay, self._restart_connects = min(2 * delay, 30.0), self.connects
+        self._loop.call_later(delay, self._restart)
+
+    def _restart(self) -> None:
+        if not self._closing:
+            self.start()
 
     async def close(self) -> None:
         self._closing = True
@@ -241,6 +283,16 @@ class PeerLink:
                     exc,
                     extra=fields("cluster.link_refused", address=self._where(), reason=str(exc)),
                 )
+            except MalformedPacket as exc:  # the stream is lost: a new connection
+                self.last_error = f"malformed packet: {exc}"
+                self.bad += 1
+                self.problem("unparseable", f"from {self.peer[:8]}: malformed packet ({exc})")
+            except Exception as exc:  # a bug: never a silent end of the link (issue 37)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self.restarts += 1
+                log.error("cluster link to %s failed (%s); reconnecting", self.peer[:8], self.last_error)
+                log.debug("cluster link to %s: the failure", self.peer[:8], exc_info=exc)
+                self.problem("restart", f"link to {self.peer[:8]}: {self.last_error[:200]}")
             finally:
                 if self.connected and not self._closing:
                     log.info(
@@ -412,13 +464,42 @@ class PeerLink:
                 run.append(pkt)
                 continue
             if run:
-                self.received += len(run)
-                self.deliver_plain(self.peer, run)
+                self._plain_run(run)
                 run = []
-            self._packet(pkt, writer)
+            try:
+                self._packet(pkt, writer)
+            except ConnectionError:  # the peer's DISCONNECT: this connection ends
+                raise
+            except Exception as exc:  # this packet is dropped, the link goes on (issue 37)
+                self._bad(pkt, exc)
         if run:
-            self.received += len(run)
+            self._plain_run(run)
+
+    def _plain_run(self, run: list[Publish]) -> None:
+        self.received += len(run)
+        try:
             self.deliver_plain(self.peer, run)
+        except Exception as exc:  # the rest of the run is lost with it: counted and logged
+            self._bad(run[0], exc)
+
+    def _bad(self, pkt: object, exc: Exception) -> None:
+        """A packet from the peer that could not be used: counted, reported, dropped (a
+        QoS 1/2 PUBLISH is acknowledged: resent, it would fail again and hold a slot of the
+        peer's in-flight window for good)."""
+        self.bad += 1
+        ctl = type(pkt) is Publish and CTL_ID in pkt.properties.subscription_identifiers
+        if type(pkt) is Publish and pkt.packet_id is not None and not ctl:  # (ctl: acked already)
+            if pkt.qos == 1:
+                self._ack(None, encode(Puback(pkt.packet_id), 5))
+            elif pkt.qos == 2 and pkt.packet_id not in self._qos2:
+                self._ack(None, encode(Pubrec(pkt.packet_id), 5))
+        topic = getattr(pkt, "topic", "")
+        log.debug("cluster link to %s: %s dropped", self.peer[:8], type(pkt).__name__, exc_info=exc)
+        self.problem(
+            "unparseable",
+            f"from {self.peer[:8]}: {type(pkt).__name__} {topic[:60]!r} dropped "
+            f"({type(exc).__name__}: {str(exc)[:120]})",
+        )
 
     def _plain_one_by_one(self, peer: str, run: list[Publish]) -> None:
         for p in run:
@@ -453,9 +534,11 @@ class PeerLink:
             return
         pid = p.packet_id
         if CTL_ID in ids:
-            self.control(p.payload)
-            if qos == 1 and pid is not None:
-                self._ack(None, encode(Puback(pid), 5))
+            try:
+                self.control(self.peer, p.payload)
+            finally:  # acknowledged even when it was bad: it would only come again
+                if qos == 1 and pid is not None:
+                    self._ack(None, encode(Puback(pid), 5))
             return
         plain, groups = self.table.groups_of(ids)
         if qos == 2 and pid in self._qos2:  # a resent QoS 2 message we already have
@@ -498,6 +581,11 @@ class PeerLink:
                 await asyncio.shield(asyncio.wrap_future(durable))
             writer.write(data)
             self._acks_queued -= 1
+
+
+def _log_problem(kind: str, detail: str) -> None:
+    """The default ``problem``: a log line (a node counts them and limits the lines)."""
+    log.warning("cluster link: %s: %s", kind, detail)
 
 
 class _Refused(Exception):

@@ -4,8 +4,9 @@
 (``siftmq serve --cluster-listen HOST:PORT --join HOST:PORT`` builds one, or
 ``Broker(hooks=[ClusterNode(...)])``).  When the broker serves it
 
-1. opens the cluster listener (MQTT over TCP, no anonymous clients, slow-consumer policy
-   ``pace``) and the Kademlia node on the same port number over UDP (:mod:`cluster._overlay`);
+1. opens the cluster listener (MQTT over TCP, peer links only: a CONNECT that is not a link
+   with a valid token of the secret is refused; slow-consumer policy ``pace``) and the
+   Kademlia node on the same port number over UDP (:mod:`cluster._overlay`);
 2. keeps one :class:`~cluster._link.PeerLink` to every member the overlay knows, and closes
    the link of a member that left the overlay;
 3. turns its local clients' subscription changes into route changes
@@ -18,7 +19,14 @@ once A's subscription is held at B (the route change travelled the link); per pu
 topic, order is kept (one link per pair, in-order MQTT); QoS 1/2 are acknowledged to the
 publisher when B stored them for A's link session, and A acknowledges B once its own store
 made them durable, so an acknowledged message is lost only if B's store and A both fail.
-Retained messages are one register per topic, last writer wins by stamp, replicated to every
+The control plane is closed (issue 37; docs/cluster.md, "Security"): the core verifies the
+token of every client id ``$cluster/...`` through :meth:`ClusterNode._peer_auth` on any
+listener and marks the connection a peer link; only such a link may PUBLISH or SUBSCRIBE on
+``$cluster/...`` topics, so only the peers' nodes write control messages.  Each one is
+checked against its kind's shape (:mod:`cluster._control`, with its ``src`` the node whose
+link delivered it) before a handler reads it; a bad one, or one whose handler fails, is
+counted (``siftmq_cluster_peer_unparseable``), logged rate-limited and dropped, and the
+link goes on.  Retained messages are one register per topic, last writer wins by stamp, replicated to every
 member by control messages (:mod:`cluster._retained`); forwarded copies are delivered, not
 stored.  Under partitions (docs/cluster.md, "Partitions"): link sessions queue up to
 ``link_queue`` messages for the peer expiry, pace their publishers for the failure timeout at
@@ -33,7 +41,6 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -45,12 +52,13 @@ from broker.core._message import PEER_PREFIX, Message, Route
 from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
+from cluster._control import BadControl, check
 from cluster._link import PeerLink
 from cluster._overlay import Overlay, freshness_metrics, freshness_values, load_node_id
 from cluster._placement import CTL_PREFIX, Placement
 from cluster._placement import encode as encode_control
 from cluster._qos2 import ReceivedQos2
-from cluster._retained import RetainedRegister
+from cluster._retained import MAX_AHEAD_MS, Received, RetainedRegister
 from cluster._routes import RouteChange, RouteTable
 from cluster._takeover import Takeover
 
@@ -132,6 +140,7 @@ class ClusterNode(Hooks):
         broker.core.peer_queue_limit = max(self.link_queue, broker.core.config.max_queued_messages)
         broker.core.peer_pace_limit = self.rpc_timeout
         broker.core.retain_hook = self._retain_hook
+        broker.core.peer_auth = self._peer_auth  # client ids $cluster/... (issue 37)
         # atoms identified across nodes (broker.core._atom_ids, docs/composite.md)
         self._origin_tag = broker.core.composite.origin_tag = boot_tag(self.name)
         broker.core.stamp_hook = self._stamp
@@ -161,7 +170,7 @@ class ClusterNode(Hooks):
         assert broker is not None
         host, port = self.listen_at
         self.port = await broker.listen(
-            Listener("tcp", host, port, allow_anonymous=False, slow_consumer_policy="pace")
+            Listener("tcp", host, port, allow_anonymous=False, slow_consumer_policy="pace", peers_only=True)
         )
         # the peers' received QoS 2 ids go in the broker's store, with the injected messages
         self.qos2.attach(broker.core.journal.store, broker.restored_qos2_in)
@@ -278,6 +287,7 @@ class ClusterNode(Hooks):
                     self._inject_plain,
                     self._link_up,
                     self.qos2,
+                    self._link_problem,
                 )
                 self.links[node_id] = link
                 link.start()
@@ -368,14 +378,20 @@ class ClusterNode(Hooks):
             link.apply(change)
 
     def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
-        if not client_id.startswith(PEER_PREFIX):
-            return None
+        """A link ``$cluster/<id>`` reaches the hooks only once the core verified its token
+        (:meth:`_peer_auth`, asked first, refuses the others): accepted ahead of a password
+        file.  Other clients are the other hooks' (or the listener's: the cluster listener
+        refuses them)."""
+        return True if client_id.startswith(PEER_PREFIX) else None
+
+    def _peer_auth(self, client_id: str, password: bytes | None) -> str | None:
+        """``Core.peer_auth``: None when ``password`` is a valid token of the secret for the
+        link ``client_id``, else why not (counted, and logged rate-limited per reason). O(1)."""
         why = self.checker.check(client_id, password)
         if why is not None:
             self.refused_links += 1
             self._core.log_limit(f"cluster_token_{self.checker.last_refusal}", client_id[:30], why)
-            return False
-        return True
+        return why
 
     # ------------------------------------------------------------ injection
     def _inject(
@@ -524,7 +540,7 @@ class ClusterNode(Hooks):
         """A control message to node ``dest`` (QoS 1 on ``$cluster/ctl/<dest>``, which that
         node's link holds here); to this node itself on the next loop turn."""
         if dest == self.name:
-            asyncio.get_running_loop().call_soon(self._control, encode_control(msg))
+            asyncio.get_running_loop().call_soon(self._control, self.name, encode_control(msg))
             return
         core = self._core
         now = core.clock.monotonic()
@@ -532,27 +548,54 @@ class ClusterNode(Hooks):
         core.publish(msg_, now, None, True)  # internal: not the clients' messages_received
         core.flush()
 
-    def _control(self, payload: bytes) -> None:
+    def _control(self, sender: str, payload: bytes) -> None:
+        """A control message the link to ``sender`` delivered (or this node sent itself):
+        checked (:func:`cluster._control.check`), then handled; a bad one, or one whose
+        handler fails, is counted, logged (rate-limited) and dropped: the link goes on."""
         if self.placement is None:
             return
         try:
-            msg = json.loads(payload)
-        except ValueError:
-            log.warning("cluster: malformed control message dropped")
-            return
-        if not isinstance(msg, dict):
-            return
-        kind = msg.get("t")
+            msg = check(payload, sender)
+            self._handle(msg)
+        except BadControl as exc:
+            self._link_problem("unparseable", f"control message from {sender[:8]} dropped: {exc}")
+        except Exception as exc:  # a handler met a value of the wrong shape deeper down
+            log.debug("cluster: control message from %s failed", sender[:8], exc_info=exc)
+            self._link_problem(
+                "unparseable",
+                f"control message from {sender[:8]} dropped ({type(exc).__name__}: {str(exc)[:120]})",
+            )
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        assert self.placement is not None
+        kind = msg["t"]
         if kind in _TAKEOVER:
             if self.takeover is not None:
                 self.takeover.receive(msg)
         elif kind == "ret":
-            self.retained.receive(msg)
-        elif kind == "ret?":
+            if self.retained.receive(msg) is Received.AHEAD:
+                self._core.stats.cluster_peer_values_refused += 1
+                self._core.log_limit(
+                    "cluster_stamp",
+                    "$cluster",
+                    f"cluster: retained value for {msg['topic'][:60]!r} refused: its stamp is more "
+                    f"than {MAX_AHEAD_MS / 1000:g} s ahead of this node's clock",
+                )
+        elif kind == "ret?":  # to the asking node only (check: src is the sender)
             for ctl in self.retained.dump(self._held_retained):
-                self._send_control(str(msg["src"]), ctl)
+                self._send_control(msg["src"], ctl)
         else:
             self.placement.receive(msg)
+
+    def _link_problem(self, kind: str, detail: str) -> None:
+        """A link's bad input (``unparseable``) or unexpected restart (``restart``): counted
+        in the core's stats ($SYS, /metrics) and logged at most once per interval per kind."""
+        core = self._core
+        if kind == "restart":
+            core.stats.cluster_link_restarts += 1
+        else:
+            core.stats.cluster_peer_unparseable += 1
+        core.log_limit(f"cluster_{kind}", "$cluster", detail)
 
     def _flush(self) -> None:
         self._core.flush()
@@ -595,6 +638,9 @@ class ClusterNode(Hooks):
             "$SYS/cluster/retained/topics": str(len(self.retained.stamps)),
             "$SYS/cluster/retained/applied": str(self.retained.applied),
             "$SYS/cluster/retained/stale": str(self.retained.stale),
+            "$SYS/cluster/retained/refused_ahead": str(self._core.stats.cluster_peer_values_refused),
+            "$SYS/cluster/control/unparseable": str(self._core.stats.cluster_peer_unparseable),
+            "$SYS/cluster/links/restarts": str(self._core.stats.cluster_link_restarts),
         }
         if self.takeover is not None:
             out.update(self.takeover.sys_values())

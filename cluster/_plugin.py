@@ -15,7 +15,9 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
+from broker._config import ConfigError, Kind, Option, split_hostport
 from broker._extras import Extra, require
 from broker._files import shared_access
 from broker.hooks import Hooks
@@ -25,35 +27,41 @@ __all__ = ["PLUGIN", "ClusterPlugin", "parse_address"]
 
 
 def parse_address(text: str, what: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port); ValueError with ``what`` otherwise."""
-    host, sep, port = text.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{what}: HOST:PORT expected, got {text!r}")
-    return host.strip("[]"), int(port)
+    """``HOST:PORT`` (``[v6]:PORT`` too) -> (host, port); ConfigError (a ValueError) naming
+    ``what`` otherwise."""
+    address = split_hostport(text)
+    if address is None:
+        raise ConfigError(what, text, Option(Kind.HOSTPORT).expected)
+    return address
+
+
+def _seconds_option() -> Option:
+    return Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds")
 
 
 class ClusterPlugin:
     """The ``serve`` options of the broker network (docs/cluster.md)."""
 
     name = "cluster"
-    serve_keys = frozenset(
-        {
-            "cluster_listen",
-            "join",
-            "cluster_secret_file",
-            "cluster_secret",
-            "cluster_peer_expiry",
-            "cluster_takeover_timeout",
-            "cluster_refresh",
-            "cluster_failure_timeout",
-            "cluster_link_queue",
-        }
-    )
+    #: the ``[serve]`` keys, checked at load like every option (``broker._config.Option``)
+    serve_options: Mapping[str, Option] = {
+        "cluster_listen": Option(Kind.HOSTPORT),
+        "join": Option(Kind.HOSTPORTS),
+        "cluster_secret_file": Option(Kind.PATH),
+        "cluster_secret": Option(Kind.STR),
+        "cluster_peer_expiry": Option(Kind.INT, lo=1, unit="seconds"),
+        "cluster_takeover_timeout": _seconds_option(),
+        "cluster_refresh": _seconds_option(),
+        "cluster_failure_timeout": _seconds_option(),
+        "cluster_link_queue": Option(Kind.INT, lo=1, unit="messages"),
+    }
+    serve_keys = frozenset(serve_options)
 
     #: the ``[serve]`` keys without a flag (docs/config-reference.md is generated from this)
     serve_key_help: Mapping[str, str] = {
         "cluster_secret": "the cluster's shared secret inline (8 bytes or more; prefer cluster_secret_file)",
         "cluster_refresh": "seconds between refreshes of the membership (default 2)",
+        "cluster_link_queue": "QoS 1/2 messages a peer's link session may queue here (default 1,000,000)",
         "cluster_failure_timeout": "seconds a request of the overlay waits for a peer before the peer "
         "counts as failed (default 5)",
     }
@@ -79,7 +87,6 @@ class ClusterPlugin:
         )
         parser.add_argument(
             "--cluster-peer-expiry",
-            type=int,
             default=None,
             metavar="SECONDS",
             help="how long a peer keeps this node's link session (and its QoS 1/2 messages) "
@@ -87,14 +94,13 @@ class ClusterPlugin:
         )
         parser.add_argument(
             "--cluster-takeover-timeout",
-            type=float,
             default=None,
             metavar="SECONDS",
             help="how long a CONNACK waits for the client's session to come from another node (default 2)",
         )
 
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
-        args, opts = ctx.args, ctx.options
+        args, opts = ctx.args, ctx.options  # opts: checked at load against serve_options
         listen = args.cluster_listen or opts.get("cluster_listen")
         join = args.join or opts.get("join")
         if listen is None:
@@ -102,52 +108,45 @@ class ClusterPlugin:
                 raise ValueError("--join needs --cluster-listen")
             return ()
         require(Extra.CLUSTER, "--cluster-listen")
-        if isinstance(join, str):
-            joined = join.split(",")
-        elif isinstance(join, list):
-            joined = [str(j) for j in join]
-        else:
-            joined = []
-        addresses = [parse_address(j, "--join") for j in joined if j.strip()]
+        items = [join] if isinstance(join, str) else list(cast("Sequence[str]", join or ()))
+        joined = [part for item in items for part in item.split(",")]
+        addresses = [parse_address(j.strip(), "--join" if args.join else "join") for j in joined if j.strip()]
         secret = _secret(
             args.cluster_secret_file or opts.get("cluster_secret_file"), opts.get("cluster_secret")
         )
-        expiry = args.cluster_peer_expiry or opts.get("cluster_peer_expiry") or 60
-        if not isinstance(expiry, int) or expiry <= 0:
-            raise ValueError("--cluster-peer-expiry must be a positive number of seconds")
-        takeover = args.cluster_takeover_timeout
-        if takeover is None:
-            takeover = opts.get("cluster_takeover_timeout", 2.0)
-        if isinstance(takeover, bool) or not isinstance(takeover, int | float) or takeover <= 0:
-            raise ValueError("--cluster-takeover-timeout must be a positive number of seconds")
-        refresh = _seconds(opts, "cluster_refresh", 2.0)
-        failure = _seconds(opts, "cluster_failure_timeout", 5.0)
+        expiry = _given(args.cluster_peer_expiry, opts.get("cluster_peer_expiry", 60))
+        takeover = _given(args.cluster_takeover_timeout, opts.get("cluster_takeover_timeout", 2.0))
+        refresh = opts.get("cluster_refresh", 2.0)
+        failure = opts.get("cluster_failure_timeout", 5.0)
         link_queue = opts.get("cluster_link_queue", 1_000_000)
-        if isinstance(link_queue, bool) or not isinstance(link_queue, int) or link_queue <= 0:
-            raise ValueError("cluster_link_queue must be a positive number of messages")
+        assert isinstance(expiry, int) and isinstance(link_queue, int)
+        assert (
+            isinstance(takeover, float | int)
+            and isinstance(refresh, float | int)
+            and isinstance(failure, float | int)
+        )
         from cluster._node import AclClusterNode, ClusterNode
 
         acl = args.acl_file or opts.get("acl_file")
         return (
             (AclClusterNode if acl else ClusterNode)(
-                parse_address(str(listen), "--cluster-listen"),
+                parse_address(str(listen), "--cluster-listen" if args.cluster_listen else "cluster_listen"),
                 addresses,
                 secret,
                 data_dir=ctx.data_dir,
                 peer_expiry=expiry,
                 takeover_timeout=float(takeover),
-                refresh=refresh,
-                rpc_timeout=failure,
+                refresh=float(refresh),
+                rpc_timeout=float(failure),
                 link_queue=link_queue,
             ),
         )
 
 
-def _seconds(opts: Mapping[str, object], key: str, default: float) -> float:
-    value = opts.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"{key} must be a positive number of seconds")
-    return float(value)
+def _given(flag: object, key: object) -> object:
+    """The flag's value (checked by ``siftmq serve`` against the key's Option) when given,
+    else the ``[serve]`` key's (checked at load) or its default."""
+    return key if flag is None else flag
 
 
 def _secret(path: object, inline: object) -> bytes:

@@ -21,7 +21,13 @@ Now (the rule of Dynamo-style registers, last writer wins):
   ignored: retained messages reach a subscriber only from its own node's store, on SUBSCRIBE,
   one per topic (MQTT 3.3.1.3);
 * when a link comes up the node asks the peer for its whole register (``t: ret?``), which
-  repairs what a session that expired, a restart or a join missed.
+  repairs what a session that expired, a restart or a join missed;
+* a peer's value is checked before it is used (issue 37): a stamp more than
+  :data:`MAX_AHEAD_MS` ahead of this node's wall clock is refused (counted, not observed by
+  the clock, not stored: a forged stamp far in the future would otherwise win every later
+  write and, persisted, outlive restarts), and a topic that is not a valid topic name, or
+  names the broker's ``$`` topics, a QoS other than 0-2, a payload that is not base64 or a
+  negative expiry make the message malformed (:class:`cluster._control.BadControl`).
 
 Every node therefore holds every retained message of the cluster (full replication: fine for
 the retained sets MQTT deployments keep, O(retained) per link connection), and after a heal
@@ -35,23 +41,40 @@ payload, QoS and message expiry are not carried (documented in docs/cluster.md).
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
+import enum
 import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+import topics
 from broker._files import open_private, write_private
+from cluster._auth import WINDOW
+from cluster._control import BadControl
 
-__all__ = ["Hlc", "RetainedRegister", "Stamp"]
+__all__ = ["MAX_AHEAD_MS", "Hlc", "Received", "RetainedRegister", "Stamp"]
 
 log = logging.getLogger("siftmq.cluster")
 
 Stamp = tuple[int, str]  # (hybrid logical clock in ms, origin node id)
 ZERO: Stamp = (0, "")
 _FILE = "cluster-retained"
+#: a peer's retained stamp may be this far ahead of this node's wall clock (ms): the clock
+#: skew the cluster tolerates anyway (its tokens' window, :data:`cluster._auth.WINDOW`) plus
+#: 5 s of transit and scheduling; a stamp further ahead is refused (docs/cluster.md, "Security")
+MAX_AHEAD_MS: Final = int(WINDOW * 1000) + 5_000
+
+
+class Received(enum.Enum):
+    """What became of a peer's retained value (:meth:`RetainedRegister.receive`)."""
+
+    APPLIED = "applied"  # its stamp won: stored here
+    STALE = "stale"  # ours is newer: ignored
+    AHEAD = "ahead"  # its stamp is beyond MAX_AHEAD_MS of our clock: refused
 
 
 class Hlc:
@@ -91,6 +114,7 @@ class RetainedRegister:
         self._fd: int | None = None
         self.applied = 0  # remote values stored here
         self.stale = 0  # remote values older than ours (ignored)
+        self.ahead = 0  # remote values stamped too far ahead of our clock (refused)
         if self._path is not None:
             self._load(self._path)
             self._compact()
@@ -104,21 +128,22 @@ class RetainedRegister:
         return _message(topic, payload, qos, expiry, stamp)
 
     # ------------------------------------------------------------ remote writes
-    def receive(self, msg: dict[str, Any]) -> bool:
-        """A peer's ``ret`` message: stored if its stamp wins; whether it did."""
-        topic = str(msg["topic"])
-        stamp: Stamp = (int(msg["h"]), str(msg["o"]))
+    def receive(self, msg: dict[str, Any]) -> Received:
+        """A peer's ``ret`` message (of the shape :func:`cluster._control.check` checked):
+        stored if its stamp wins and is not too far ahead; :class:`BadControl` if a value is
+        out of its range. O(topic length + payload)."""
+        topic, payload, qos, expiry, stamp = _values(msg)
+        if stamp[0] > int(self.clock.wall() * 1000) + MAX_AHEAD_MS:
+            self.ahead += 1
+            return Received.AHEAD
         self.clock.observe(stamp[0])
         if stamp <= self.stamps.get(topic, ZERO):
             self.stale += 1
-            return False
+            return Received.STALE
         self._set(topic, stamp)
-        expiry = msg.get("e")
-        self._store(
-            topic, base64.b64decode(str(msg["p"])), int(msg["q"]), None if expiry is None else int(expiry)
-        )
+        self._store(topic, payload, qos, expiry)
         self.applied += 1
-        return True
+        return Received.APPLIED
 
     def dump(self, held: Callable[[str], tuple[bytes, int, int | None] | None]) -> list[dict[str, Any]]:
         """``ret`` messages for every stamped topic (``held(topic)``: the local retained
@@ -171,6 +196,32 @@ class RetainedRegister:
         text = "".join(f"{h} {o} {t}\n" for t, (h, o) in sorted(self.stamps.items()))
         write_private(path, text.encode())  # 0600 whatever the umask (broker/_files.py)
         self._fd = open_private(path, os.O_WRONLY | os.O_APPEND)
+
+
+def _values(msg: dict[str, Any]) -> tuple[str, bytes, int, int | None, Stamp]:
+    """(topic, payload, QoS, expiry, stamp) of a ``ret`` message, each in its range, else
+    :class:`BadControl`."""
+    topic: str = msg["topic"]
+    try:
+        topics.validate_topic(topic)
+    except topics.InvalidTopic as exc:
+        raise BadControl(f"ret: {str(exc)[:80]}") from None
+    if topic.startswith("$"):
+        raise BadControl(f"ret: a broker topic {topic[:40]!r}")
+    qos: int = msg["q"]
+    if qos not in (0, 1, 2):
+        raise BadControl(f"ret: QoS {qos}")
+    expiry: int | None = msg.get("e")
+    if expiry is not None and expiry < 0:
+        raise BadControl(f"ret: expiry {expiry}")
+    h: int = msg["h"]
+    if h < 0:
+        raise BadControl(f"ret: stamp {h}")
+    try:
+        payload = base64.b64decode(msg["p"], validate=True)
+    except (binascii.Error, ValueError):
+        raise BadControl("ret: payload not base64") from None
+    return topic, payload, qos, expiry, (h, msg["o"])
 
 
 def _message(topic: str, payload: bytes, qos: int, expiry: int | None, stamp: Stamp) -> dict[str, Any]:

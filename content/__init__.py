@@ -8,25 +8,37 @@ the same answers (seeds 000, 003, 004 and seed 004's baselines TAMA and H-Tree; 
 force is the oracle).
 
 This package imports nothing from ``broker`` or ``bridge``.
+
+The engines are imported when first used (issue 42, the idle broker's footprint): most need
+numpy and a broker uses one, the configured one. :data:`ENGINES` is a read-only mapping that
+lists every name without importing anything and imports an engine's module at its first lookup
+(``ENGINES["hema"]``); the classes (``content.HEMA``, ``from content import TAMA``) are module
+attributes loaded the same way (PEP 562 ``__getattr__``).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
 from content._attributes import attributes
-from content._betree import BETree
-from content._counting import Counting
 from content._engine import BruteForce, Engine, Event, SubId
 from content._filter import Clause, Filter
-from content._hcem import HCEM
-from content._hema import HEMA
-from content._htree import HTree
-from content._iccounting import ICCounting
-from content._poset import Poset
 from content._predicate import Kind, Op, Predicate, Scalar
-from content._rabased import RABasedMatching
-from content._rein import REIN
 from content._selector import FilterSyntaxError, compile, format_filter
-from content._tama import TAMA
+
+if TYPE_CHECKING:
+    from content._betree import BETree
+    from content._counting import Counting
+    from content._hcem import HCEM
+    from content._hema import HEMA
+    from content._htree import HTree
+    from content._iccounting import ICCounting
+    from content._poset import Poset
+    from content._rabased import RABasedMatching
+    from content._rein import REIN
+    from content._tama import TAMA
 
 __all__ = [
     "ENGINES",
@@ -56,19 +68,69 @@ __all__ = [
     "format_filter",
 ]
 
-ENGINES: dict[str, type[Engine]] = {
-    cls.name: cls
-    for cls in (
-        BruteForce,
-        Counting,
-        ICCounting,
-        RABasedMatching,
-        HEMA,
-        REIN,
-        HCEM,
-        BETree,
-        Poset,
-        TAMA,
-        HTree,
-    )
+#: class name -> its module, for the engines loaded at their first use
+_CLASSES: dict[str, str] = {
+    "Counting": "content._counting",
+    "ICCounting": "content._iccounting",
+    "RABasedMatching": "content._rabased",
+    "HEMA": "content._hema",
+    "REIN": "content._rein",
+    "HCEM": "content._hcem",
+    "BETree": "content._betree",
+    "Poset": "content._poset",
+    "TAMA": "content._tama",
+    "HTree": "content._htree",
 }
+
+#: engine name (``Engine.name``) -> class name, in the order ENGINES lists them
+_NAMES: dict[str, str] = {
+    "brute-force": "BruteForce",
+    "counting": "Counting",
+    "iccounting": "ICCounting",
+    "rabased": "RABasedMatching",
+    "hema": "HEMA",
+    "rein": "REIN",
+    "hcem": "HCEM",
+    "betree": "BETree",
+    "poset": "Poset",
+    "tama": "TAMA",
+    "htree": "HTree",
+}
+
+
+def __getattr__(name: str) -> type[Engine]:
+    """An engine class, imported at its first use (PEP 562). O(1) after the first."""
+    home = _CLASSES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls: type[Engine] = getattr(importlib.import_module(home), name)
+    globals()[name] = cls
+    return cls
+
+
+class _Engines(Mapping[str, type[Engine]]):
+    """Engine name -> engine class; a read-only mapping whose lookups import the engine's
+    module at its first use. Names, ``in``, ``len`` and iteration import nothing. O(1)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> type[Engine]:
+        cls_name = _NAMES[name]  # KeyError for an unknown engine, as a dict
+        cls = globals().get(cls_name)
+        return cls if cls is not None else __getattr__(cls_name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_NAMES)
+
+    def __len__(self) -> int:
+        return len(_NAMES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _NAMES
+
+    def __repr__(self) -> str:
+        return f"ENGINES({', '.join(_NAMES)})"
+
+
+#: engine name -> class (a read-only mapping: ``ENGINES["hema"]``, ``in``, iteration, ``len``)
+ENGINES: Mapping[str, type[Engine]] = _Engines()

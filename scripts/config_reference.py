@@ -2,12 +2,15 @@
 
 Sources, all read from the code itself:
 
-- ``[broker]`` keys and ``[[listeners]]`` tables: the fields of :class:`broker.BrokerConfig`
-  and :class:`broker.Listener` (name, type, default) with the ``#:`` comment above each field
-  in ``broker/_config.py`` (read with :mod:`ast` and the source lines);
+- ``[broker]`` keys, ``[[listeners]]`` and ``[[quotas]]`` tables: the fields of
+  :class:`broker.BrokerConfig`, :class:`broker.Listener` and ``QuotaRule`` (name, type,
+  default, and what a valid value is: the field's ``Option`` of the one configuration
+  schema, ``broker._config``, ``QUOTA_OPTIONS`` for quotas) with the ``#:`` comment above
+  each field in ``broker/_config.py`` (``broker/core/_quota.py``) (read with :mod:`ast` and the source lines);
 - flags of ``siftmq serve`` and ``[serve]`` keys: the argparse parser that ``siftmq`` builds
   (``broker._cli.build_parser``, with every installed plugin's options), and the ``[serve]``
-  keys the CLI and each plugin accept (``_SERVE_KEYS``, ``Plugin.serve_keys``).
+  keys the CLI and each plugin accept with their ``Option`` (``_cli.serve_schema``:
+  ``SERVE_OPTIONS`` and each plugin's ``serve_options``).
 
 ``tests/test_config_reference.py`` fails when the committed file differs from what this prints
 (the fix: run this script). Usage::
@@ -28,8 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from broker import _cli  # noqa: E402
-from broker._config import BrokerConfig, Listener  # noqa: E402
+from broker import _cli, authn  # noqa: E402
+from broker._config import QUOTA_OPTIONS, BrokerConfig, Listener, option_of  # noqa: E402
+from broker.core._quota import QuotaRule  # noqa: E402
 
 TARGET = ROOT / "docs" / "config-reference.md"
 
@@ -107,20 +111,24 @@ def generate() -> str:
         "",
         "`siftmq serve` reads the embedded defaults, then a TOML file (`--config FILE`), then its flags",
         "(docs/operations.md). Keys may be written with `-` or `_`; an unknown key is an error.",
+        "Every value, from the file, a flag or a keyword argument of `broker.Broker`, is checked",
+        "against the column *valid values* when it is loaded: a bad one stops `siftmq serve` with one",
+        'line naming the key, the value and what is expected (docs/operations.md, "Bad input").',
         "",
         "## `[broker]`",
         "",
         "The fields of `broker.BrokerConfig` (also the keyword arguments of `broker.Broker`).",
         "",
-        "| key | type | default | flag of `siftmq serve` | meaning |",
-        "|-----|------|---------|------------------------|---------|",
+        "| key | type | valid values | default | flag of `siftmq serve` | meaning |",
+        "|-----|------|--------------|---------|------------------------|---------|",
     ]
     docs = _field_docs(config_py, "BrokerConfig")
     for f in dataclasses.fields(BrokerConfig):
         flag = _flag_of(flags, f.name)
         # the field's comment, else its flag's help
         meaning = docs.get(f.name) or (flags[f.name].help or "" if f.name in flags else "")
-        out.append(f"| `{f.name}` | {_type(f)} | {_default(f)} | {flag} | {_cell(meaning)} |")
+        valid = _cell(option_of(BrokerConfig, f.name).expected)
+        out.append(f"| `{f.name}` | {_type(f)} | {valid} | {_default(f)} | {flag} | {_cell(meaning)} |")
     out += [
         "",
         "## `[[listeners]]`",
@@ -128,32 +136,49 @@ def generate() -> str:
         "Each table is one `broker.Listener`; with none, one plain TCP listener on `host`:`port`.",
         "`--tls-port`, `--ws-port` and `--wss-port` add listeners from the command line.",
         "",
-        "| key | type | default | meaning |",
-        "|-----|------|---------|---------|",
+        "| key | type | valid values | default | meaning |",
+        "|-----|------|--------------|---------|---------|",
     ]
     docs = _field_docs(config_py, "Listener")
     for f in dataclasses.fields(Listener):
-        out.append(f"| `{f.name}` | {_type(f)} | {_default(f)} | {_cell(docs.get(f.name, ''))} |")
+        valid = _cell(option_of(Listener, f.name).expected)
+        out.append(f"| `{f.name}` | {_type(f)} | {valid} | {_default(f)} | {_cell(docs.get(f.name, ''))} |")
+    out += [
+        "",
+        "## `[[quotas]]`",
+        "",
+        'Each table is one publish quota (`QuotaRule`; docs/broker.md, "Quotas"): the first rule',
+        "whose patterns match a client at CONNECT applies to it.",
+        "",
+        "| key | type | valid values | default | meaning |",
+        "|-----|------|--------------|---------|---------|",
+    ]
+    docs = _field_docs(ROOT / "broker" / "core" / "_quota.py", "QuotaRule")
+    for f in dataclasses.fields(QuotaRule):
+        valid = _cell(QUOTA_OPTIONS[f.name].expected)
+        out.append(f"| `{f.name}` | {_type(f)} | {valid} | {_default(f)} | {_cell(docs.get(f.name, ''))} |")
     out += [
         "",
         "## `[serve]`",
         "",
         "Options of the `siftmq serve` process and of its plugins (the plugin named when not the CLI's).",
         "",
-        "| key | flag | plugin | meaning |",
-        "|-----|------|--------|---------|",
+        "| key | valid values | flag | plugin | meaning |",
+        "|-----|--------------|------|--------|---------|",
     ]
+    plugins = _cli.load_plugins()
+    schema = _cli.serve_schema(plugins)
     owners: dict[str, str] = dict.fromkeys(_cli._SERVE_KEYS, "")
     #: the meaning of keys that have no flag, from the plugin (``serve_key_help``, optional)
-    toml_only: dict[str, str] = {}
-    for plugin in _cli.load_plugins():
+    toml_only: dict[str, str] = dict(authn.SERVE_KEY_HELP)
+    for plugin in plugins:
         owners.update(dict.fromkeys(plugin.serve_keys, plugin.name))
         toml_only.update(getattr(plugin, "serve_key_help", {}))
     for key in sorted(owners):
         flag = _flag_of(flags, key)
         action = flags.get(key) or flags.get("no_" + key)
         meaning = (action.help or "") if action is not None else "(TOML only) " + toml_only.get(key, "")
-        out.append(f"| `{key}` | {flag} | {owners[key]} | {_cell(meaning)} |")
+        out.append(f"| `{key}` | {_cell(schema[key].expected)} | {flag} | {owners[key]} | {_cell(meaning)} |")
     out += [
         "",
         "## Flags of `siftmq serve` only",

@@ -25,6 +25,10 @@ def test_the_committed_config_reference_matches_the_code() -> None:
 
     for name in BrokerConfig.__dataclass_fields__:
         assert f"| `{name}` |" in committed
+    # with what the schema accepts (broker._config.Option), for [broker] and [serve] alike
+    assert "| `max_inflight` | `int` | an integer 1..65535 (messages) |" in committed
+    assert "| `log_level` | one of DEBUG, INFO, WARNING, ERROR, CRITICAL |" in committed
+    assert "| `cluster_listen` | HOST:PORT with a port 0..65535 |" in committed
 
 
 def test_the_example_configuration_of_the_systemd_unit_is_valid() -> None:

@@ -39,6 +39,20 @@ async function api(path, opts) {
   return body;
 }
 
+// a state-changing call of the admin API (/api/v1/, docs/admin.md): JSON, the CSRF token
+async function admin(method, path, body) {
+  const opts = { method, headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf } };
+  if (body !== undefined) opts.body = JSON.stringify(body);
+  return api("/api/v1" + path, opts);
+}
+
+async function adminAction(question, done, method, path, body, reload) {
+  if (!window.confirm(question)) return;
+  try { await admin(method, path, body); $("notice").textContent = done; }
+  catch (err) { $("notice").textContent = `failed: ${err.message}`; }
+  reload();
+}
+
 function setStatus(text, cls) { const s = $("status"); s.textContent = text; s.className = "status " + (cls || ""); }
 
 // ------------------------------------------------------------------ charts (canvas)
@@ -173,7 +187,9 @@ async function showClient(id) {
       ...c.queued_list.map(o => el("tr", {}, el("td", { class: "mono" }, o.topic), el("td", {}, o.qos))));
     const comps = Object.entries(c.composites).map(([n, e]) => el("div", { class: "mono" }, `$composite/${n}: ${e}`));
     box.replaceChildren(el("h3", {}, "Client ", el("code", {}, c.client_id), " ",
-      c.connected ? el("button", { class: "kick", onclick: () => kick(c.client_id) }, "kick") : ""),
+      c.connected ? el("button", { class: "kick", onclick: () => kick(c.client_id) }, "kick") : "", " ",
+      el("button", { class: "kick", onclick: () => adminAction(`Ban client id ${c.client_id}?`, `banned ${c.client_id}`,
+        "POST", "/bans", { kind: "client_id", value: c.client_id, reason: "dashboard" }, loadClients) }, "ban")),
       kv, el("h4", {}, "Subscriptions"), subs, ...(comps.length ? [el("h4", {}, "Composite subscriptions"), ...comps] : []),
       el("h4", {}, `In flight (${c.inflight})`), fl, el("h4", {}, `Queued (${c.queued})`), ql);
   } catch (err) {
@@ -207,12 +223,14 @@ async function loadSubscriptions() {
 }
 
 // ------------------------------------------------------------------ topics
-function retainedCell(r) {
+function retainedCell(r, topic) {
   if (!r) return "";
-  if (r.hidden) return el("span", { class: "hidden-payload" }, `${r.size} bytes (hidden: ${r.hidden})`);
+  const del = el("button", { class: "kick", onclick: () => adminAction(`Delete the retained message of ${topic}?`,
+    `deleted ${topic}`, "DELETE", `/retained?topic=${encodeURIComponent(topic)}`, undefined, loadTopics) }, "delete");
+  if (r.hidden) return el("span", { class: "hidden-payload" }, `${r.size} bytes (hidden: ${r.hidden}) `, del);
   const p = r.payload;
   const shown = p.text !== undefined ? p.text : "hex " + p.hex;
-  return el("div", {}, el("span", { class: "off" }, `QoS ${r.qos}, ${r.size} bytes${p.truncated ? " (cut)" : ""}`), el("pre", {}, shown));
+  return el("div", {}, el("span", { class: "off" }, `QoS ${r.qos}, ${r.size} bytes${p.truncated ? " (cut)" : ""} `), del, el("pre", {}, shown));
 }
 
 async function loadTopics() {
@@ -224,12 +242,12 @@ async function loadTopics() {
     parts.forEach((p, i) => { const pre = parts.slice(0, i + 1).join("/"); crumbs.push("/", el("a", { href: "#topics", onclick: () => browse(pre) }, p || "(empty)")); });
   }
   $("topic_path").replaceChildren(...crumbs);
-  $("topic_here").replaceChildren(page.retained ? el("div", {}, el("b", {}, state.prefix), retainedCell(page.retained)) : "");
+  $("topic_here").replaceChildren(page.retained ? el("div", {}, el("b", {}, state.prefix), retainedCell(page.retained, state.prefix)) : "");
   $("topic_here").hidden = !page.retained;
   pager($("topic_pager"), page, off => { state.topicOff = off; loadTopics(); });
   $("topic_rows").replaceChildren(...page.levels.map(l => el("tr", {},
     el("td", { class: "mono" }, l.children ? el("a", { href: "#topics", onclick: () => browse(l.topic) }, (l.level || "(empty)") + "/") : (l.level || "(empty)")),
-    el("td", {}, retainedCell(l.retained)))));
+    el("td", {}, retainedCell(l.retained, l.topic)))));
 }
 
 function browse(prefix) { state.prefix = prefix; state.topicOff = 0; loadTopics(); }

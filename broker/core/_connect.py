@@ -43,15 +43,18 @@ from typing import TYPE_CHECKING
 import topics
 from broker._logging import address, fields
 from broker.core._backoff import address_of
+from broker.core._bans import ban_refusal
 from broker.core._connrare import NO_PACKETS
+from broker.core._internal import internal_refusal
 from broker.core._session import ConnectionState
-from broker.hooks import AuthUnavailable
+from broker.hooks import AuthRequest, AuthUnavailable, Hooks
 from broker.packets import Connack, Connect, Packet, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
 __all__ = [
+    "auth_request",
     "authenticate",
     "connect_refusal",
     "hold_connack",
@@ -117,6 +120,8 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
         return
     client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
     refusal = connect_refusal(conn, p, now)
+    if refusal is None:  # the broker's own client ids and topics (issue 37, core/_internal.py)
+        refusal = internal_refusal(conn, p, client_id)
     if refusal is not None:
         conn._refuse(refusal[0], refusal[1], p.client_id)
         return
@@ -126,7 +131,8 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
 def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCode, str] | None:
     """Why a CONNECT is refused before any authenticate hook is asked (reason code, reason),
     or None (in the order of the checks of MQTT 5 section 3.1.4: protocol, client id,
-    authentication method; then the back-off of the client's address)."""
+    authentication method; then the bans, ``core/_bans.py``, and the back-off of the client's
+    address)."""
     core = conn.core
     v = p.protocol_level
     if p.protocol_name != ("MQIsdp" if v == 3 else "MQTT"):
@@ -137,6 +143,8 @@ def connect_refusal(conn: Connection, p: Connect, now: float) -> tuple[ReasonCod
         return ReasonCode.CLIENT_IDENTIFIER_NOT_VALID, "empty client id"
     if v == 5 and p.properties.authentication_method is not None:
         return ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+    if (banned := ban_refusal(conn, p)) is not None:  # bans: broker/core/_bans.py, docs/admin.md
+        return banned
     if (p.username is not None or p.password is not None) and core.login_backoff.failures:
         peer = conn.peer
         left = core.login_backoff.blocked(address_of(peer), now)
@@ -160,26 +168,94 @@ def authenticate(conn: Connection, p: Connect, client_id: str, now: float) -> No
     _Login(conn, p, client_id).ask(0, now)
 
 
+def auth_request(conn: Connection, p: Connect, client_id: str) -> AuthRequest:
+    """The :class:`~broker.hooks.AuthRequest` of a CONNECT: its fields, the peer's address,
+    the listener's socket address and the client certificate, asked from the transport
+    (``Link``'s asyncio transport when it has one: ``MQTTProtocol``, WebSocket); O(1)."""
+    peer = conn.peer
+    address = str(peer[0]) if isinstance(peer, tuple) and peer else (str(peer) if peer else None)
+    transport = getattr(conn.link, "transport", None)
+    info = getattr(transport, "get_extra_info", None)
+    listener, port = "", None
+    cert: dict[str, object] | None = None
+    der: bytes | None = None
+    subject: str | None = None
+    if info is not None:
+        sock = info("sockname")
+        if isinstance(sock, tuple) and len(sock) >= 2:
+            listener, port = f"{sock[0]}:{sock[1]}", int(sock[1])
+        peercert = info("peercert")
+        if isinstance(peercert, dict) and peercert:
+            cert = peercert
+            subject = ",".join(
+                f"{_RDN_KEYS.get(k, k)}={v}" for rdn in reversed(peercert.get("subject", ())) for k, v in rdn
+            )
+        ssl_object = info("ssl_object")
+        if ssl_object is not None:
+            try:
+                der = ssl_object.getpeercert(binary_form=True)
+            except (ValueError, AttributeError):  # handshake not done / not an SSL object
+                der = None
+    return AuthRequest(
+        client_id,
+        p.username,
+        p.password,
+        address,
+        peer,
+        listener,
+        port,
+        p.protocol_level,
+        cert,
+        der,
+        subject,
+        p.identity,
+    )
+
+
+#: short names of the subject attributes in an RFC 4514 string (ssl's getpeercert uses long ones)
+_RDN_KEYS = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "stateOrProvinceName": "ST",
+    "localityName": "L",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
 class _Login:
     """The authentication of one CONNECT: the hooks asked in order, possibly waiting for one."""
 
-    __slots__ = ("client_id", "conn", "connect", "index")
+    __slots__ = ("client_id", "conn", "connect", "index", "request")
 
     def __init__(self, conn: Connection, p: Connect, client_id: str) -> None:
         self.conn = conn
         self.connect = p
         self.client_id = client_id
         self.index = 0
+        self.request: AuthRequest | None = None  # built for the first new-style hook asked
+
+    def _ask(self, h: Hooks) -> object:
+        """One hook's answer: the new-style call with the whole request if it overrides
+        ``authenticate_request``, else ``authenticate(client_id, username, password)``."""
+        if type(h).authenticate_request is Hooks.authenticate_request:
+            p = self.connect
+            return h.authenticate(self.client_id, p.username, p.password)
+        request = self.request
+        if request is None:
+            request = self.request = auth_request(self.conn, self.connect, self.client_id)
+        return h.authenticate_request(request)
 
     def ask(self, start: int, now: float) -> None:
         """Ask the hooks from ``start`` on; the first opinion decides."""
         core = self.conn.core
         hooks = core.obs.authenticate
-        p = self.connect
         for i in range(start, len(hooks)):
             h = hooks[i]
             try:
-                answer = h.authenticate(self.client_id, p.username, p.password)
+                answer = self._ask(h)
             except AuthUnavailable:
                 self.unavailable(type(h).__name__)
                 return

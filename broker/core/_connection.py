@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import topics
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import Message, Route
-from broker.core._msghooks import run_message_hooks
+from broker.core._message import INTERNAL_PREFIXES, Message, Route
+from broker.core._msghooks import refused_publish, run_message_hooks
 from broker.core._quota import over_quota, retained_refusal
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
@@ -78,6 +78,10 @@ __all__ = [
     "Reader",
     "Writer",
 ]
+
+#: PUBLISH topic prefixes that belong to the broker (``_may_publish_reserved``, asked only
+#: for topics starting with ``$``: one ``startswith("$")`` per ordinary PUBLISH)
+_RESERVED_PUBLISH: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 
 log = logging.getLogger("broker")
 
@@ -682,7 +686,7 @@ class Connection(RareFields):
             return partial(self.send_ordered, Pubrec(pid), False)
         if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
             return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-        if topic.startswith(("$SYS", "$share/")) and not self._may_publish_reserved(topic):
+        if topic.startswith("$") and not self._may_publish_reserved(topic):
             # broker-owned topics: refused (v5 0x87; 3.1.1 acknowledged and dropped), counted
             core.stats.refused_reserved_publish += 1
             core.log_limit("reserved_topic", s.client_id, "PUBLISH to a broker-owned topic refused")
@@ -701,21 +705,17 @@ class Connection(RareFields):
 
     def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
         """A refused PUBLISH's answer: PUBACK/PUBREC 0x87 (3.1.1: plain ack, dropped); QoS 0: none."""
-        return self.refused_publish(qos, pid, ReasonCode.NOT_AUTHORIZED, why)
-
-    def refused_publish(self, qos: int, pid: int | None, denied: ReasonCode, why: str) -> Callable[[], None]:
-        """A refused PUBLISH's answer: PUBACK/PUBREC ``denied`` (3.1.1: plain ack, dropped);
-        QoS 0: none."""
-        if qos == 1:
-            return partial(self.send_ordered, Puback(pid or 0, denied, self._reason(why)), False)
-        if qos == 2:
-            return partial(self.send_ordered, Pubrec(pid or 0, denied, self._reason(why)), False)
-        return _NOTHING
+        return refused_publish(self, qos, pid, ReasonCode.NOT_AUTHORIZED, why)
 
     def _may_publish_reserved(self, topic: str) -> bool:
         """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
         when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
-        bridges) to ``$SYS/broker/connection/<its client id>/state``."""
+        bridges) to ``$SYS/broker/connection/<its client id>/state``; ``$cluster/...`` only a
+        verified peer link, whatever a hook says (broker/core/_internal.py). Other ``$``: free."""
+        if not topic.startswith(_RESERVED_PUBLISH):
+            return True
+        if topic.startswith(INTERNAL_PREFIXES):
+            return self.peer_link
         s = self.session
         assert s is not None
         if topic == f"$SYS/broker/connection/{s.client_id}/state":

@@ -7,11 +7,12 @@ publishers, slow, the blockers, the store gate, the packets read while paused), 
 aliases (MQTT 5 clients that allow them), the acknowledgements held for the store's
 durable signal, the gated CONNACK of a persisted session, the CONNECT held while an
 authenticate hook's awaitable runs (``authenticating``), the mosquitto-bridge flag, the
+cluster peer-link mark, the
 MQTT 5 request-problem-information flag, the will-on-close flag, the close reason, the
-listener's slow-consumer policy and a fixed peer address (unit tests). Those 19 fields
+listener's slow-consumer policy and a fixed peer address (unit tests). Those 20 fields
 live in one :class:`Rare` object that a connection creates the first time one of them is
 set to something other than its default (:class:`RareFields`): an idle connection holds one
-``None`` instead of 19 slots (144 B less).
+``None`` instead of 20 slots (152 B less).
 
 The fields stay attributes to every reader and writer (``conn.blockers += 1``,
 ``conn.feeders is NO_FEEDERS``): :class:`RareFields` defines them as properties whose
@@ -62,6 +63,7 @@ class Rare:
         self.gated = False
         self.authenticating = False
         self.bridge = False
+        self.peer_link = False
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = LOST
@@ -219,6 +221,18 @@ class RareFields:
     def gated(self, value: bool) -> None:
         if value or self.rare is not None:
             self._rare().gated = value
+
+    @property
+    def peer_link(self) -> bool:
+        """A cluster peer's link whose token the cluster verified at CONNECT (``Core.peer_auth``):
+        the only kind of client that may use the broker's internal topics (``$cluster/...``)."""
+        r = self.rare
+        return False if r is None else r.peer_link
+
+    @peer_link.setter
+    def peer_link(self, value: bool) -> None:
+        if value or self.rare is not None:
+            self._rare().peer_link = value
 
     @property
     def authenticating(self) -> bool:

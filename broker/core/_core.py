@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._config import BrokerConfig
+from broker._config import BrokerConfig, shared_group_strategies
 from broker._logging import fields
 from broker.core._backoff import LoginBackoff
+from broker.core._bans import BanList
 from broker.core._clock import Clock
 from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
@@ -42,6 +43,7 @@ from broker.core._observers import Observers
 from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
+from broker.core._shared import SharedPolicy, Strategy
 from broker.durability._records import MessageState
 from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
@@ -85,8 +87,18 @@ class Core:
         limits = SubscribeLimits(
             cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
         )
+        groups = shared_group_strategies(cfg.shared_subscription_group_strategy)
+        shared = SharedPolicy(
+            Strategy(cfg.shared_subscription_strategy),
+            {g: Strategy(n) for g, n in groups.items()},
+            cfg.shared_subscription_seed,
+        )
         self.router = Router(
-            cfg.partial_unsubscribe, cfg.content_engine, batch_min=cfg.content_batch_min, limits=limits
+            cfg.partial_unsubscribe,
+            cfg.content_engine,
+            batch_min=cfg.content_batch_min,
+            limits=limits,
+            shared=shared,
         )
         self.sessions: dict[str, Session] = {}
         self.connections: set[Connection] = set()
@@ -108,6 +120,8 @@ class Core:
         self._next_sys = self.started + cfg.sys_interval if cfg.sys_interval > 0 else None
         # durability (docs/persistence.md): Broker.start gives the journal its store
         self.journal = Journal(self)
+        #: bans checked at CONNECT (broker/core/_bans.py; edited by the admin API)
+        self.bans = BanList()
         #: this broker's node id in a cluster (set by the cluster; the bridge records it)
         self.node: str | None = None
         #: more ``$SYS`` values (topic -> text), from the packages above (the cluster)
@@ -151,6 +165,11 @@ class Core:
         self.retain_hook: Callable[[Message], bool] | None = None
         #: set by a cluster: ``(message, routes)`` -> the message its links get (origin id)
         self.stamp_hook: Callable[[Message, list[Route]], Message] | None = None
+        #: set by a cluster: ``(client id, password)`` -> None when the CONNECT of a client id
+        #: ``$cluster/...`` carries a valid token of the cluster's secret, else why not (and it
+        #: logs that, rate-limited; ``broker.core._internal.internal_refusal``); None: no
+        #: cluster, every such client id refused
+        self.peer_auth: Callable[[str, bytes | None], str | None] | None = None
         #: failed logins per source address and their back-off (core/_backoff.py)
         self.login_backoff = LoginBackoff(
             cfg.auth_failures, cfg.auth_failure_window, cfg.auth_backoff, cfg.auth_backoff_max
@@ -669,6 +688,7 @@ class Core:
             "$SYS/broker/connections/refused/max_connections": str(st.refused_max_connections),
             "$SYS/broker/connections/refused/connection_rate": str(st.refused_connection_rate),
             "$SYS/broker/connections/refused/anonymous": str(st.refused_anonymous),
+            "$SYS/broker/connections/refused/proxy_header": str(st.refused_proxy_header),
             "$SYS/broker/connections/refused/descriptors": str(st.refused_descriptors),
             "$SYS/broker/connections/refused/auth_backoff": str(st.refused_auth_backoff),
             "$SYS/broker/connections/refused/auth_busy": str(st.refused_auth_busy),
@@ -698,6 +718,9 @@ class Core:
             "$SYS/broker/quotas/pauses": str(st.quota_pauses),
             "$SYS/broker/quotas/disconnects": str(st.quota_disconnects),
             "$SYS/broker/retained/refused/quota": str(st.refused_retained_quota),
+            "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
+            "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
+            "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
             **self.composite.sys_values(),
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }

@@ -19,6 +19,8 @@ from broker.protocol._record import Record
 
 __all__ = [
     "FILTER_PREFIX",
+    "INTERNAL_CLIENT_PREFIXES",
+    "INTERNAL_PREFIXES",
     "PEER_PREFIX",
     "SHARE_PREFIX",
     "Message",
@@ -33,6 +35,13 @@ SHARE_PREFIX: Final = "$share/"
 #: the client id prefix of another cluster broker's link (docs/cluster.md): a message that
 #: arrived over a link is never routed to a link (:meth:`Router.route_peer`)
 PEER_PREFIX: Final = "$cluster/"
+#: topic prefixes the broker uses internally (the cluster's control plane ``$cluster/ctl/...``
+#: and its store rows ``$cluster-in/...``): only a verified cluster peer link may PUBLISH or
+#: SUBSCRIBE there, whatever an ACL or authorize hook says (docs/cluster.md, "Security")
+INTERNAL_PREFIXES: Final = ("$cluster/", "$cluster-in/")
+#: client ids the broker gives its own sessions (in-process subscriptions ``$local/<n>``, a
+#: peer's received QoS 2 ids ``$cluster-in/<peer>``): a network CONNECT may not take them
+INTERNAL_CLIENT_PREFIXES: Final = ("$local/", "$cluster-in/")
 #: siftmq's 3.1.1 content filter: ``$filter/<selector>/<filter>`` (CONTRACT.md)
 FILTER_PREFIX: Final = "$filter/"
 

@@ -14,9 +14,10 @@ Order and semantics (docs/broker.md, "Message hooks"):
   the MQTT 5 publisher's PUBACK/PUBREC carries the hook's reason code (3.1.1: acknowledged and
   dropped; QoS 0: nothing), counted in ``Stats.hook_dropped``;
 * a topic rewritten by the chain is checked like a published one *after* the chain: a valid
-  topic name within ``max_topic_levels``, not broker-owned (``$SYS``, ``$share``), and
-  authorized for the publisher (``authorize(..., "publish", new topic)``); a refusal answers
-  0x87 Not authorized (0x90 for an invalid name) and counts in ``Stats.hook_rewrite_refused``;
+  topic name within ``max_topic_levels``, not broker-owned (``$SYS``, ``$share``, the
+  cluster's internal ``$cluster/...``: broker/core/_internal.py), and authorized for the
+  publisher (``authorize(..., "publish", new topic)``); a refusal answers 0x87 Not
+  authorized (0x90 for an invalid name) and counts in ``Stats.hook_rewrite_refused``;
 * a hook that raises, or returns something other than a :class:`PublishDecision` or None,
   drops the publication (fail-closed: a filtering hook that fails lets nothing through
   unfiltered) with 0x83, counted in ``Stats.hook_errors`` and ``Stats.hook_dropped``, logged
@@ -39,14 +40,14 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import topics
-from broker.core._message import Message
+from broker.core._message import INTERNAL_PREFIXES, Message
 from broker.hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
-from broker.packets import Properties, Publish, ReasonCode
+from broker.packets import NO_PROPERTIES, Properties, Puback, Publish, Pubrec, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
 
-__all__ = ["run_message_hooks"]
+__all__ = ["refused_publish", "run_message_hooks"]
 
 
 def run_message_hooks(
@@ -73,15 +74,15 @@ def run_message_hooks(
             stats.hook_dropped += 1
             what = f"hook {type(h).__name__}.on_publish failed ({exc!r:.200}): publication dropped"
             core.log_limit("publish_hook", s.client_id, what, logging.ERROR, event="hook.failed")
-            return conn.refused_publish(
-                p.qos, p.packet_id, ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "hook failed"
+            return refused_publish(
+                conn, p.qos, p.packet_id, ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "hook failed"
             )
         if decision is None:
             continue
         match decision.action:
             case PublishAction.DROP:
                 stats.hook_dropped += 1
-                return conn.refused_publish(p.qos, p.packet_id, decision.reason, "dropped by a message hook")
+                return refused_publish(conn, p.qos, p.packet_id, decision.reason, "dropped by a message hook")
             case PublishAction.REPLACE:
                 ctx = PublishContext(  # not dataclasses.replace: 3x faster
                     ctx.client_id,
@@ -109,6 +110,24 @@ def run_message_hooks(
     return partial(_deliver_with_extra, conn, p, msg, extra, now)
 
 
+def refused_publish(
+    conn: Connection, qos: int, pid: int | None, code: ReasonCode, why: str
+) -> Callable[[], None]:
+    """A refused PUBLISH's answer: PUBACK/PUBREC ``code`` with ``why`` as its reason string
+    (MQTT 5, when the client asked for problem information; 3.1.1: a plain ack, the message
+    dropped); QoS 0: nothing.  Shared by the ACL checks (``Connection._denied``), the message
+    hooks and the quotas (:mod:`broker.core._quota`).  O(1)."""
+    if qos == 0:
+        return _nothing
+    props = Properties(reason_string=why) if conn.version == 5 and conn.problem_info else NO_PROPERTIES
+    ack = Puback(pid or 0, code, props) if qos == 1 else Pubrec(pid or 0, code, props)
+    return partial(conn.send_ordered, ack, False)
+
+
+def _nothing() -> None:
+    """The answer to a refused QoS 0 PUBLISH: none."""
+
+
 def _check_rewritten(conn: Connection, p: Publish, new_topic: str) -> Callable[[], None] | None:
     """A rewritten topic passes the checks of a published one, or the refusal to answer."""
     core = conn.core
@@ -121,7 +140,7 @@ def _check_rewritten(conn: Connection, p: Publish, new_topic: str) -> Callable[[
         code = ReasonCode.TOPIC_NAME_INVALID
     if code is None and new_topic.count("/") >= core.config.max_topic_levels:
         code = ReasonCode.TOPIC_NAME_INVALID
-    if code is None and new_topic.startswith(("$SYS", "$share/")):
+    if code is None and new_topic.startswith(("$SYS", "$share/", *INTERNAL_PREFIXES)):
         code = ReasonCode.NOT_AUTHORIZED
     if code is None and core.obs.authorize and not core.authorize(s, "publish", new_topic):
         code = ReasonCode.NOT_AUTHORIZED
@@ -129,7 +148,7 @@ def _check_rewritten(conn: Connection, p: Publish, new_topic: str) -> Callable[[
         return None
     core.stats.hook_rewrite_refused += 1
     core.log_limit("hook_rewrite", s.client_id, f"topic rewritten by a message hook refused ({code.name})")
-    return conn.refused_publish(p.qos, p.packet_id, code, "rewritten topic refused")
+    return refused_publish(conn, p.qos, p.packet_id, code, "rewritten topic refused")
 
 
 def _deliver_with_extra(

@@ -57,7 +57,9 @@ class Observers:
         self.direct: DeliveryLog | None = (
             self.logs[0] if len(self.logs) == 1 and not self.deliveries else None
         )
-        self.authenticate = over("authenticate")
+        # a hook overriding either form (the default authenticate_request calls authenticate)
+        either = {id(h) for name in ("authenticate", "authenticate_request") for h in over(name)}
+        self.authenticate = [h for h in self.all if id(h) in either]
         self.authorize = over("authorize")
         # message hooks (issue 39): a client's PUBLISH passes them before routing
         # (broker.core._msghooks); empty: the PUBLISH path tests this one list

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from broker.core._msghooks import refused_publish
 from broker.packets import Publish, ReasonCode
 
 if TYPE_CHECKING:
@@ -84,12 +85,19 @@ class TokenBucket:
 class QuotaRule:
     """One ``[[quotas]]`` table: who (patterns; an unset one matches everyone) and how much."""
 
-    client_id: str | None = None  # fnmatch pattern of the client id
-    username: str | None = None  # fnmatch pattern of the *authenticated* user name
-    messages_per_second: float = 0.0  # 0: no message rate
-    bytes_per_second: float = 0.0  # 0: no byte rate (payload bytes)
-    burst_seconds: float = 1.0  # the buckets hold this many seconds of their rate
-    action: str = "pace"  # or "disconnect" (MQTT 5 DISCONNECT 0x96)
+    #: fnmatch pattern of the client id (unset: every client)
+    client_id: str | None = None
+    #: fnmatch pattern of the *authenticated* user name (unset: every client)
+    username: str | None = None
+    #: PUBLISHes per second (0: no message rate)
+    messages_per_second: float = 0.0
+    #: payload bytes per second (0: no byte rate); a rule needs this and/or messages_per_second
+    bytes_per_second: float = 0.0
+    #: the buckets hold this many seconds of their rate (the burst allowed)
+    burst_seconds: float = 1.0
+    #: over the quota: ``pace`` (the publisher's socket is not read until its buckets refill)
+    #: or ``disconnect`` (MQTT 5 DISCONNECT 0x96)
+    action: str = "pace"
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
@@ -243,4 +251,4 @@ def retained_refusal(conn: Connection, p: Publish, topic: str) -> Callable[[], N
         return None
     core.stats.refused_retained_quota += 1
     core.log_limit("retained_quota", conn.client_id, "retained store full: publication refused")
-    return conn.refused_publish(p.qos, p.packet_id, ReasonCode.QUOTA_EXCEEDED, "retained store full")
+    return refused_publish(conn, p.qos, p.packet_id, ReasonCode.QUOTA_EXCEEDED, "retained store full")

@@ -17,7 +17,9 @@ every subscription change that can affect them (one topic for an exact filter, a
 a topic gets a plan on its second miss, so scans wider than the cache route directly.
 
 Shared subscriptions (``$share/<group>/<filter>``) are delivered to one member of the
-group, round robin over the members whose options accept the message.
+group among the members whose options accept the message, picked by the group's strategy
+(:mod:`broker.core._shared`: round robin, random, sticky, hash of the publisher or the topic,
+local members first) in O(1): a plan keeps each group's members with their lookup tables.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from broker.core._message import (
     split_filter_prefix,
     split_share,
 )
+from broker.core._shared import Members, SharedPolicy
 from broker.packets import ReasonCode, SubscriptionRequest
 
 __all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position", "shown"]
@@ -105,7 +108,8 @@ class _Plan:
     -> the clients whose every subscription carries that one selector (reached only through
     the engine's result: the inverted join).  ``general``: clients evaluated per message
     (no-local, several selectors, or a selector next to a plain subscription).  ``shared``:
-    the shared subscription members (round robin per message).  Space O(matched entries).
+    the shared subscription members of each group (:class:`Members`: one picked per message by
+    the group's strategy).  Space O(matched entries).
     """
 
     __slots__ = ("by_selector", "fixed", "general", "routes", "selective", "shared")
@@ -142,14 +146,14 @@ class _Plan:
             elif len(selectors) > 1:
                 selective = True
             general.append((client_id, subs))
-        for members in result.shared.values():
-            if any(o.selector is not None for _, o in members):
-                selective = True
+        shared = {key: Members.of(members) for key, members in result.shared.items()}
+        if any(g.selective for g in shared.values()):
+            selective = True
         self.fixed = fixed
         self.routes: list[list[Route] | None] = [None] * _QOS_RETAIN_KEYS
         self.general = general
         self.by_selector = by_selector
-        self.shared = result.shared
+        self.shared = shared
         self.selective = selective  # some subscription here carries a selector
 
     def fixed_routes(self, key: int) -> list[Route]:
@@ -261,6 +265,8 @@ class Router:
         cache_size: int = 4096,
         batch_min: int = 64,
         limits: SubscribeLimits | None = None,
+        *,
+        shared: SharedPolicy | None = None,
     ) -> None:
         self.limits = limits or SubscribeLimits()
         self._cache: OrderedDict[str, _Plan] = OrderedDict()
@@ -273,16 +279,31 @@ class Router:
         self.index: topics.SubscriptionIndex[SubOptions] = _CachingIndex(partial_unsubscribe, self._cache)
         self.retained: topics.RetainedTree[Message] = topics.RetainedTree()
         self.retained_bytes = 0  # payload bytes of the retained messages (max_retained_bytes)
-        self.engine = content.ENGINES[engine]()
+        if engine not in content.ENGINES:  # an unknown name fails here, at start, as before
+            raise KeyError(engine)
+        #: the content engine's name; the engine is made at its first use (:attr:`engine`)
+        self.engine_name = engine
+        self._engine: content.Engine | None = None
         self._selector_refs: dict[str, int] = {}
         #: :meth:`_batching`, kept up to date by add_selector / release_selector
         self.batching = False
-        self._rr: dict[tuple[str, str], int] = {}
+        #: the shared groups' strategies and their state (broker.core._shared)
+        self.shared = shared or SharedPolicy()
         #: sessions a shared group's round robin skips while another member is left: the
         #: links of cluster nodes this node cannot reach (kept by the cluster; issue 30)
         self.unavailable: set[str] = set()
 
     # ------------------------------------------------------------ content filters
+    @property
+    def engine(self) -> content.Engine:
+        """The content engine, made (its module imported) at the first content filter: most
+        engines import numpy, which a broker without content filters does without (issue 42,
+        the idle footprint). O(1)."""
+        e = self._engine
+        if e is None:
+            e = self._engine = content.ENGINES[self.engine_name]()
+        return e
+
     def add_selector(self, selector: str, compiled: content.Filter) -> None:
         refs = self._selector_refs.get(selector, 0)
         if refs == 0:
@@ -347,32 +368,41 @@ class Router:
             if r is not None:
                 append(r)
         if result.shared:
-            if sel_ok is None and any(o.selector is not None for ms in result.shared.values() for _, o in ms):
+            groups = {key: Members.of(members) for key, members in result.shared.items()}
+            if sel_ok is None and any(g.selective for g in groups.values()):
                 sel_ok = self._matching_selectors(msg.payload)
-            self._route_shared(result.shared, _EMPTY if sel_ok is None else sel_ok, mqos, append)
+            self._route_shared(groups, _EMPTY if sel_ok is None else sel_ok, msg, append)
         return routes
 
     def _route_shared(
         self,
-        shared: dict[tuple[str, str], list[tuple[str, SubOptions]]],
+        shared: dict[tuple[str, str], Members],
         sel_ok: AbstractSet[object],
-        mqos: int,
+        msg: Message,
         append: Callable[[Route], None],
     ) -> None:
-        """One delivery per shared group, round robin over the members the message passes
-        (over the available ones, :attr:`unavailable`, when there are any)."""
+        """One delivery per shared group, to the member its strategy picks among the members
+        the message passes (among the reachable ones, :attr:`unavailable`, when there are
+        any).  O(1) per group, O(members) for a group whose members carry content filters or
+        when the picked member is unreachable (the candidates are filtered first)."""
         unavailable = self.unavailable
+        pick = self.shared.pick
+        mqos = msg.qos
+        publisher = msg.publisher_id
+        topic = msg.topic
         for key, members in shared.items():
-            candidates = [m for m in members if m[1].selector is None or m[1].selector in sel_ok]
-            if unavailable and candidates:
-                reachable = [m for m in candidates if m[0] not in unavailable]
-                if reachable:
-                    candidates = reachable
-            if not candidates:
+            group = members
+            if group.selective:
+                group = Members.of(
+                    [m for m in members.members if m[1].selector is None or m[1].selector in sel_ok]
+                )
+            if not group.members:
                 continue
-            n = self._rr.get(key, 0)
-            self._rr[key] = n + 1
-            client_id, o = candidates[n % len(candidates)]
+            client_id, o = group.members[pick(key, group, publisher, topic)]
+            if unavailable and client_id in unavailable:
+                reachable = Members.of([m for m in group.members if m[0] not in unavailable])
+                if reachable.members:
+                    client_id, o = reachable.members[pick(key, reachable, publisher, topic)]
             ids_t = () if o.subscription_id is None else (o.subscription_id,)
             append(
                 Route(client_id, mqos if mqos < o.qos else o.qos, False, ids_t, o.topic_filter, o.selector)
@@ -387,8 +417,8 @@ class Router:
         :data:`PEER_PREFIX` (another broker's link) never does, so a message crosses at most
         one link.  ``plain``: the peer forwarded it for this broker's ordinary subscriptions
         (all matching local non-shared subscribers get it); ``groups``: the ``(group, filter)``
-        shared subscriptions it was forwarded for (one local member of each gets it, round
-        robin).  ``replay``: a peer's retained message sent because this broker subscribed anew
+        shared subscriptions it was forwarded for (one local member of each gets it, by the
+        group's strategy).  ``replay``: a peer's retained message sent because this broker subscribed anew
         (delivered with the RETAIN flag, as a retained message on SUBSCRIBE is).  O(index
         match) without the plan cache (peer traffic is one copy per node).
         """
@@ -426,13 +456,13 @@ class Router:
                     append(r)
         if groups and result.shared:
             local = {
-                key: [m for m in members if not m[0].startswith(PEER_PREFIX)]
+                key: Members.of([m for m in members if not m[0].startswith(PEER_PREFIX)])
                 for key, members in result.shared.items()
                 if key in groups
             }
-            if sel_ok is None and any(o.selector is not None for ms in local.values() for _, o in ms):
+            if sel_ok is None and any(g.selective for g in local.values()):
                 sel_ok = self._matching_selectors(msg.payload)
-            self._route_shared(local, _EMPTY if sel_ok is None else sel_ok, msg.qos, append)
+            self._route_shared(local, _EMPTY if sel_ok is None else sel_ok, msg, append)
         return routes
 
     def route(self, msg: Message) -> list[Route]:
@@ -514,7 +544,7 @@ class Router:
                             if r is not None:
                                 append(r)
         if plan.shared:
-            self._route_shared(plan.shared, sel_ok, mqos, append)
+            self._route_shared(plan.shared, sel_ok, msg, append)
         return routes
 
     def _check(self) -> None:

@@ -259,6 +259,8 @@ class Stats:
     refused_auth_backoff: int = 0
     refused_auth_busy: int = 0
     auth_pending: int = 0  # gauge
+    # PROXY protocol listeners: connections closed for a missing, malformed or late header
+    refused_proxy_header: int = 0
     # descriptors (issue 27; broker.net._accept): connections closed unanswered at accept
     # because the process is out of descriptors, and the pauses of accepting that followed
     refused_descriptors: int = 0
@@ -284,7 +286,7 @@ class Stats:
     dropped_peer_queue_full: int = 0  # of which for a cluster link session (peer_queue_limit)
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker
     store_waits: int = 0  # publishers paused until the store's writer caught up
-    refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/... or $share/... (issue 21)
+    refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/..., $share/..., $cluster/... (issue 21, 37)
     # message hooks (issue 39; broker.core._msghooks): publications dropped by an on_publish
     # hook (or by its failure), rewritten topics refused, derived messages published
     hook_dropped: int = 0
@@ -295,3 +297,11 @@ class Stats:
     quota_pauses: int = 0
     quota_disconnects: int = 0
     refused_retained_quota: int = 0
+    refused_reserved_subscribe: int = 0  # SUBSCRIBEs to the internal $cluster/... by non-peers (issue 37)
+    refused_non_peer: int = 0  # CONNECTs refused as not a verified cluster peer link (issue 37)
+    refused_reserved_client_id: int = 0  # CONNECTs taking an internal client id ($local/...) (issue 37)
+    # a cluster's peers (cluster._node; issue 37): values refused (a retained stamp too far
+    # ahead), messages that could not be parsed (dropped, the link goes on), link restarts
+    cluster_peer_values_refused: int = 0
+    cluster_peer_unparseable: int = 0
+    cluster_link_restarts: int = 0

@@ -4,8 +4,12 @@ The packet handlers of :class:`~broker.core._connection.Connection` for subscrip
 their own module so that the machine's module stays a readable size: each request of a
 SUBSCRIBE goes to ``Router.subscribe`` (prefixes, limits, selector, index), the SUBACK follows
 (after the commit for a persisted session), then the retained messages; UNSUBSCRIBE removes
-(or, partial unsubscribe, excludes) and answers with UNSUBACK.  Functions of the connection
-(``conn``) rather than methods: the dispatcher (``Connection._dispatch``) calls them.
+(or, partial unsubscribe, excludes) and answers with UNSUBACK.  A filter on the broker's
+internal topics (``$cluster/...``, after any ``$filter/`` or ``$share/`` prefix) is refused
+(SUBACK 0x87; 3.1.1 0x80) to every client but a verified cluster peer link, before the ACL
+and the hooks are asked: that is the cluster's control plane (docs/cluster.md, "Security").
+Functions of the connection (``conn``) rather than methods: the dispatcher
+(``Connection._dispatch``) calls them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.core._composite import COMPOSITE_PREFIX
+from broker.core._internal import internal_filter
 from broker.core._message import SHARE_PREFIX, Message
 from broker.hooks import SubscriptionAction
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, Suback, Subscribe, Unsuback, Unsubscribe
@@ -50,6 +55,12 @@ def on_subscribe(conn: Connection, p: Subscribe, now: float) -> None:
     for asked in p.subscriptions:
         # a bridge never gets its own publications back, and its retain flags are kept
         req = dataclasses.replace(asked, no_local=True, retain_as_published=True) if conn.bridge else asked
+        if internal_filter(req.topic_filter) and not conn.peer_link:
+            codes.append(ReasonCode.NOT_AUTHORIZED)
+            reasons.append(f"{req.topic_filter[:60]}: internal topics")
+            core.stats.refused_reserved_subscribe += 1
+            core.log_limit("reserved_filter", s.client_id, "SUBSCRIBE to internal topics refused")
+            continue
         if req.topic_filter.startswith(COMPOSITE_PREFIX):  # issue 16: core/_composite.py
             got = core.composite.subscribe_request(s.client_id, req, props, sub_id, authorize)
         else:

@@ -98,8 +98,21 @@ CREATE TABLE composite_journal (
 );
 """
 
+# the admin API's bans (broker/core/_bans.py, docs/admin.md): kind is client_id, username or
+# address (a canonical network), expires_at a wall-clock time (NULL: never)
+_V3 = """
+CREATE TABLE bans (
+    kind TEXT NOT NULL,
+    value TEXT NOT NULL,
+    expires_at REAL,
+    reason TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    PRIMARY KEY (kind, value)
+) WITHOUT ROWID;
+"""
+
 #: ``MIGRATIONS[i]`` upgrades schema version ``i`` to ``i + 1`` (version 0 = empty file).
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -172,5 +185,7 @@ SQL: dict[str, str] = {
     "retain": "INSERT OR REPLACE INTO retained VALUES (?,?,?,?,?,?)",
     "unretain": "DELETE FROM retained WHERE topic = ?",
     "composite": "INSERT OR REPLACE INTO composite_journal VALUES (?,?,?,?,?,?,?,?)",
+    "ban": "INSERT OR REPLACE INTO bans VALUES (?,?,?,?,?)",
+    "unban": "DELETE FROM bans WHERE kind = ? AND value = ?",
     "composite_trim": "DELETE FROM composite_journal WHERE seq <= ?",
 }

@@ -16,26 +16,24 @@ holds everything a restarted broker needs to rebuild its state:
   sent, or PUBREC received (PUBREL sent); ordered by a store-wide sequence number.
 * ``qos2_in``: packet ids of incoming QoS 2 PUBLISHes awaiting PUBREL (method A, MQTT 5
   section 4.3.3: the message was routed, only the id is remembered).
-* ``retained``: topic -> retained message (properties, wall-clock expiry).
+* ``retained``: topic -> retained message (properties, wall-clock expiry); ``bans``: the admin
+  API's bans (kind, value, wall-clock expiry, reason; ``broker/core/_bans.py``).
 * ``schema_version``: one row; :data:`MIGRATIONS` upgrades older files step by step and a
   file written by a newer siftmq is refused with :class:`StoreVersionError`.
 
-Times: the broker core runs on ``time.monotonic()``, which does not survive a restart, so
-every stored deadline is wall-clock (``time.time()``); :func:`message_record` and
-:meth:`MessageRecord.to_message` convert.
+Times: stored deadlines are wall-clock (``time.time()``; the core's ``time.monotonic()`` does
+not survive a restart); :func:`message_record` and :meth:`MessageRecord.to_message` convert.
 
 Group commit
 ------------
-Mutations never touch the database on the caller's thread.  Each mutating method appends
-one operation to a queue and returns at once; a dedicated writer thread takes everything
-queued, runs it in ONE transaction (several if more than ``max_batch`` operations) and
-commits.  :meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes
-when every operation submitted before the call is committed (all callers between two
-commits share one future, so a commit costs one wake-up, not one per waiter), so the
+Mutations never touch the database on the caller's thread: each appends one operation to a
+queue; a writer thread runs everything queued in ONE transaction (more past ``max_batch``).
+:meth:`Store.sync` returns a :class:`concurrent.futures.Future` that completes when every
+operation submitted before the call is committed (all callers between two commits share one
+future, so a commit costs one wake-up, not one per waiter), so the
 broker sends PUBACK/PUBREC from the future's callback (``loop.call_soon_threadsafe``) or
-after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync):
-throughput grows with concurrency while each acknowledgement still waits for its own data
-(docs/performance-store.md).
+after ``await Store.durable()``.  Under load, many publishes share one commit (one fsync): more
+throughput, each acknowledgement still waits for its own data (docs/performance-store.md).
 
 Operations wait in a list (``Store._ops``) that the writer swaps out whole under a lock, one
 round at a time.  While a message's ``outgoing`` insert is still in that list, the later
@@ -52,24 +50,19 @@ DELETE was queued after the insert (the id was freed meanwhile) — moving the i
 place would put it before that DELETE; such a "sent" is queued as an update instead (the set
 ``_freed``, replaced at the swap like the dictionaries).
 
-``commit_delay`` (the broker's ``store_commit_delay``, 2 ms) is the same trade as PostgreSQL's
-``commit_delay`` and MySQL's ``binlog_group_commit_sync_delay``, narrowed to the case it pays
-for: when the writer wakes while deliveries to persisted sessions are pending, it waits that
-long before taking the round, so that subscribers that keep up acknowledge (and cancel) them
-first.  An acknowledgement that waits for this commit waits that much longer; a round with
-no such delivery pending starts at once.
+``commit_delay`` (``store_commit_delay``, 2 ms; PostgreSQL's ``commit_delay``, MySQL's
+``binlog_group_commit_sync_delay``): a writer that wakes while deliveries to persisted sessions
+are pending waits that long, so that subscribers that keep up acknowledge (cancel) them first;
+an acknowledgement waiting for this commit waits that much longer, other rounds start at once.
 
-A dedicated thread was chosen over ``asyncio.to_thread`` per batch: the SQLite connection
-stays on one thread, batches form naturally while the previous commit is in its fsync (no
-timer, no added latency when idle), and the store also works without an event loop (unit
-tests, the sans-IO core).  The cost is one long-lived thread per store.
+A dedicated thread, not ``asyncio.to_thread`` per batch: one thread per SQLite connection,
+batches form during the previous fsync, and no event loop is needed (unit tests, sans-IO core).
 
 Durability: ``PRAGMA synchronous=FULL`` by default.  In WAL mode ``NORMAL`` only syncs at
-checkpoints, so a commit survives a process crash (``kill -9``: the WAL pages are in the OS
-page cache) but not a power loss or kernel crash; ``FULL`` fsyncs the WAL at each commit,
-which is what "an acknowledged QoS 1/2 message is durable before its PUBACK/PUBREC leaves"
-means.  Group commit pays that fsync once per batch.  ``synchronous="NORMAL"`` is available
-for deployments that accept losing the last commits on power loss.
+checkpoints: a commit survives ``kill -9`` (the WAL pages are in the page cache), not a power
+loss; ``FULL`` fsyncs the WAL at each commit ("an acknowledged QoS 1/2 message is durable
+before its PUBACK/PUBREC leaves"), once per batch with group commit.  ``synchronous="NORMAL"``
+is for deployments that accept losing the last commits on power loss.
 
 A full disk
 -----------
@@ -79,8 +72,8 @@ them with back-off until a commit succeeds, so the store recovers without a rest
 (:meth:`Store._run`).  Logged once per episode (the cause, then the recovery) and counted
 (:attr:`Store.failures`, ``failed_commits``, ``recoveries``; docs/persistence.md).
 
-Complexity: each operation is O(log n) in SQLite's B-trees (primary keys cover every
-update and delete); :meth:`Store.load` is O(size of the database).
+Complexity: each operation is O(log n) in SQLite's B-trees (primary keys cover every update
+and delete); :meth:`Store.load` is O(size of the database).
 """
 
 from __future__ import annotations
@@ -758,6 +751,16 @@ class Store:
 
     def delete_retained(self, topic: str) -> None:
         self._op("unretain", (topic,))
+
+    def ban(self, kind: str, value: str, row: tuple[Any, ...] | None) -> None:
+        """Store the ban row ``(kind, value, expires_at, reason, created_at)``, or lift it (None)."""
+        self._op("ban", row) if row is not None else self._op("unban", (kind, value))
+
+    def bans(self) -> list[tuple[Any, ...]]:
+        """Every stored ban row (committed data; read at start). O(bans)."""
+        self.sync().result()
+        with self._lock:
+            return self._db.execute("SELECT * FROM bans").fetchall()
 
     # ------------------------------------------------------------------ composite journal
     def composite_record(self, row: tuple[Any, ...]) -> None:

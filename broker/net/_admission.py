@@ -27,6 +27,7 @@ class Refusal(enum.Enum):
     CONNECTION_RATE = (ReasonCode.CONNECTION_RATE_EXCEEDED, "connection rate exceeded")
     ANONYMOUS = (ReasonCode.NOT_AUTHORIZED, "anonymous clients are not allowed on this listener")
     NO_IDENTITY = (ReasonCode.NOT_AUTHORIZED, "client certificate without a common name")
+    NOT_PEER = (ReasonCode.NOT_AUTHORIZED, "this listener serves cluster peer links only")
 
     @property
     def reason_code(self) -> ReasonCode:
@@ -102,7 +103,7 @@ class ConnectionLimits:
 class ListenerPolicy:
     """What one listener admits: the shared limits plus its anonymous-client rule."""
 
-    __slots__ = ("anonymous", "identity", "limits", "slow_consumer")
+    __slots__ = ("anonymous", "identity", "limits", "peers_only", "proxy", "slow_consumer")
 
     def __init__(
         self,
@@ -110,13 +111,20 @@ class ListenerPolicy:
         anonymous: bool,
         identity: bool = False,
         slow_consumer: str | None = None,
+        *,
+        proxy: bool = False,
+        peers_only: bool = False,
     ) -> None:
         self.limits = limits
         self.anonymous = anonymous
+        #: cluster peer links only (``Listener.peers_only``)
+        self.peers_only = peers_only
         #: the client certificate's CN replaces the CONNECT user name
         self.identity = identity
         #: the listener's slow-consumer policy (None: the broker's)
         self.slow_consumer = slow_consumer
+        #: connections start with a PROXY protocol header (admission waits for its address)
+        self.proxy = proxy
 
     def admit(self, ip: str, now: float) -> Refusal | None:
         return self.limits.admit(ip, now)

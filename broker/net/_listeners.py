@@ -32,6 +32,10 @@ Admission (checked at accept, answered at CONNECT by ``MQTTProtocol._screen``):
 * anonymous clients (no user name) -- refused with CONNACK 0x87 / 5 Not authorized on a
   listener whose ``anonymous`` is False (by default: every listener not bound to a
   loopback address).  The hooks and ``BrokerConfig.allow_anonymous`` still apply after.
+* peers only (``Listener.peers_only``, the cluster's link listener) -- a CONNECT whose client
+  id is not a cluster link's (``$cluster/<node>``) gets CONNACK 0x87 / 5 Not authorized,
+  counted in ``refused_non_peer`` and logged (rate-limited); the core then refuses a link
+  whose token the cluster does not verify (``broker.core._internal.internal_refusal``).
 
 Each refusal is counted in ``Core.stats`` and published under
 ``$SYS/broker/connections/refused/``.
@@ -54,7 +58,6 @@ from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
 from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
-from broker.net._websocket import WebSocketProtocol
 
 __all__ = [
     "OpenListener",
@@ -80,7 +83,8 @@ class OpenListener:
 
 
 def ssl_context(listener: Listener) -> ssl.SSLContext:
-    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``)."""
+    """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``,
+    checked against the revocation list ``crlfile`` if any: issue 39 item 6)."""
     assert listener.certfile is not None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -88,6 +92,9 @@ def ssl_context(listener: Listener) -> ssl.SSLContext:
     if listener.cafile is not None:
         ctx.load_verify_locations(listener.cafile)
         ctx.verify_mode = ssl.CERT_REQUIRED if listener.require_client_cert else ssl.CERT_OPTIONAL
+    if listener.crlfile is not None:  # a revoked client certificate fails the handshake
+        ctx.load_verify_locations(listener.crlfile)
+        ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
     return ctx
 
 
@@ -142,10 +149,17 @@ async def open_listener(
     """Open one listener (the broker's own, or one a plugin adds: ``Broker.listen``)."""
     loop = asyncio.get_running_loop()
     policy = ListenerPolicy(
-        limits, listener.anonymous, listener.use_identity_as_username, listener.slow_consumer_policy
+        limits,
+        listener.anonymous,
+        listener.use_identity_as_username,
+        listener.slow_consumer_policy,
+        proxy=listener.proxy_protocol,
+        peers_only=listener.peers_only,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
+        from broker.net._websocket import WebSocketProtocol  # websockets: only with a ws listener
+
         make = functools.partial(WebSocketProtocol, core, policy, registry, listener.ws_path)
     else:
         make = functools.partial(MQTTProtocol, core, policy, registry)
@@ -167,7 +181,7 @@ async def open_listener(
         "listening on %s:%d (%s)",
         listener.host,
         port,
-        listener.kind + "+tls" * listener.tls,
+        listener.kind + "+tls" * listener.tls + "+proxy" * listener.proxy_protocol,
         extra=fields("broker.listening", address=address((listener.host, port))),
     )
     return OpenListener(listener, acceptors, port)
@@ -220,7 +234,7 @@ def prepare_tls_reload(opened: list[OpenListener]) -> TlsReload:
         try:
             ctx = ssl_context(li)
         except (OSError, ssl.SSLError) as exc:
-            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile) if f is not None)
+            files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile, li.crlfile) if f is not None)
             raise ValueError(f"{files}: {exc}") from exc
         out.append((o, ctx))
     return TlsReload(tuple(out))

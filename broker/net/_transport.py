@@ -24,6 +24,15 @@ Listener admission (issue 7, item 3; ``broker.net._listeners``): when a protocol
 first packet is screened: a CONNECT over the connection limit, over the source's
 connection rate, or without a user name on a listener closed to anonymous clients gets a
 refusing CONNACK here, before the core sees it; every later packet costs one boolean test.
+
+PROXY protocol (issue 39 item 6; ``Listener.proxy_protocol``): on such a listener the first
+bytes go to a :class:`~broker.protocol._proxy.ProxyParser` (``proxy_wait``) until the header is
+complete; its client address becomes the connection's peer (``Connection.fixed_peer``: logs,
+dashboard, admin API, everything that asks ``Connection.peer``) and the admission check runs
+with it (the connection rate is per real client, not per balancer).  A missing, malformed or
+late header (``proxy_header_timeout``) closes the connection, counted in
+``$SYS/broker/connections/refused/proxy_header`` and logged at most once per interval
+(``Core.log_limit``).  After the header every read costs one ``is None`` test.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from typing import Any, cast
 from broker._logging import address
 from broker.core._connection import Connection
 from broker.core._core import Core
+from broker.core._message import PEER_PREFIX
 from broker.net._admission import ListenerPolicy, Refusal
 from broker.packets import (
     NO_PROPERTIES,
@@ -51,6 +61,7 @@ from broker.packets import (
     Properties,
     ReasonCode,
 )
+from broker.protocol._proxy import ProxyError, ProxyParser
 
 __all__ = ["LINGER", "MQTTProtocol", "common_name"]
 
@@ -97,6 +108,7 @@ class MQTTProtocol(asyncio.Protocol):
         "hot_until",
         "linger",
         "policy",
+        "proxy_wait",
         "refusal",
         "registry",
         "screening",
@@ -131,6 +143,8 @@ class MQTTProtocol(asyncio.Protocol):
         self.stopping = False  # the broker stops: nothing more is read (``stop_reading``)
         self.write_paused = False  # the peer does not read what we write
         self.done: asyncio.Future[None] | None = None  # created on demand: ``closed``
+        #: the PROXY header being read (proxy listeners only; None once it is read)
+        self.proxy_wait: _ProxyWait | None = None
 
     def closed(self) -> asyncio.Future[None]:
         """Resolves when the connection is lost (``Broker.stop`` waits for it); created on
@@ -175,9 +189,64 @@ class MQTTProtocol(asyncio.Protocol):
         self.conn = Connection(self.core, self, now, None, None if policy is None else policy.slow_consumer)
         self.conn.io = self.transport  # its write buffer: hung-consumer detection (Core.tick)
         if policy is not None:
+            if policy.proxy:  # admitted once the header names the client (``_proxied``)
+                timeout = self.core.config.proxy_header_timeout
+                timer = asyncio.get_running_loop().call_later(timeout, self._proxy_late, timeout)
+                self.proxy_wait = _ProxyWait(timer)
+                return
             ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
             self.refusal = policy.admit(str(ip), now)
             self.screening = True
+
+    def _proxied(self, data: bytes) -> bytes | None:
+        """The bytes after the PROXY header once it is complete (None: not yet, or it was
+        refused and the connection is closing). O(header), once per connection."""
+        wait = self.proxy_wait
+        conn = self.conn
+        policy = self.policy
+        if wait is None or wait.parser is None or conn is None or policy is None:
+            return data if wait is None else None
+        try:
+            got = wait.parser.feed(data)
+        except ProxyError as exc:
+            self._proxy_refused(str(exc))
+            return None
+        if got is None:
+            return None
+        header, rest = got
+        wait.timer.cancel()
+        self.proxy_wait = None
+        if header.source is not None:
+            conn.fixed_peer = header.source  # THE peer address of this connection from here on
+        peer = conn.peer
+        ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+        self.refusal = policy.admit(str(ip), self.core.clock.monotonic())
+        self.screening = True
+        return rest
+
+    def _proxy_late(self, timeout: float) -> None:
+        self._proxy_refused(f"no PROXY header within {timeout:g} s")
+
+    def _proxy_refused(self, why: str) -> None:
+        """Close a proxy-listener connection whose header is missing, malformed or late."""
+        wait = self.proxy_wait
+        if wait is None or wait.parser is None:
+            return
+        wait.parser = None  # nothing more is parsed; still not admitted (no release)
+        wait.timer.cancel()
+        core = self.core
+        core.stats.refused_proxy_header += 1
+        peer = None if self.conn is None else self.conn.peer
+        core.log_limit(
+            "proxy_header",
+            None,
+            f"connection from {address(peer)} closed: {why}",
+            logging.INFO,
+            address=address(peer),
+            reason="proxy_header",
+        )
+        if self.transport is not None:
+            self.transport.abort()
 
     def send_bytes(self, data: bytes) -> None:
         """The connection's output (``Link``): to the transport's buffer."""
@@ -213,6 +282,11 @@ class MQTTProtocol(asyncio.Protocol):
             t.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.proxy_wait is not None:
+            got = self._proxied(data)
+            if not got:
+                return
+            data = got
         self._feed(data)
 
     def _feed(self, data: bytes) -> None:
@@ -311,6 +385,9 @@ class MQTTProtocol(asyncio.Protocol):
                 packets[0] = first = dataclasses.replace(first, username=cn, identity=True)
             elif refusal is None:  # never fall back to the user name the client claims
                 refusal = policy.refuse_anonymous(Refusal.NO_IDENTITY)
+        if refusal is None and policy.peers_only and not first.client_id.startswith(PEER_PREFIX):
+            refusal = Refusal.NOT_PEER  # logged below with the other refusals (rate-limited)
+            self.core.stats.refused_non_peer += 1
         if refusal is None and first.username is None and not policy.anonymous:
             refusal = policy.refuse_anonymous(Refusal.ANONYMOUS)
         if refusal is None:
@@ -379,7 +456,10 @@ class MQTTProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.linger is not None:
             self.linger.cancel()
-        if self.policy is not None and self.conn is not None:
+        wait = self.proxy_wait
+        if wait is not None:  # never admitted: nothing to release
+            wait.timer.cancel()
+        elif self.policy is not None and self.conn is not None:
             self.policy.release()
         if self.registry is not None:
             self.registry.discard(self)
@@ -394,3 +474,14 @@ class MQTTProtocol(asyncio.Protocol):
             self.core.flush()
         except Exception:
             log.exception("connection %s: error while closing", conn.peer)
+
+
+class _ProxyWait:
+    """A proxy-listener connection before its PROXY header: the parser (None once refused)
+    and the header's deadline."""
+
+    __slots__ = ("parser", "timer")
+
+    def __init__(self, timer: asyncio.TimerHandle) -> None:
+        self.parser: ProxyParser | None = ProxyParser()
+        self.timer = timer

@@ -107,6 +107,11 @@ class WebSocketProtocol(MQTTProtocol):
             t.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.proxy_wait is not None:  # a PROXY header comes before the HTTP upgrade
+            got = self._proxied(data)
+            if not got:
+                return
+            data = got
         ws = self.ws
         ws.receive_data(data)
         payload: list[bytes] = []  # the MQTT bytes of every frame of this read: one _feed

@@ -68,7 +68,8 @@ class PahoPublisher:
 class Policy(Hooks):
     """drop/# dropped with 0x99; boom/# raises; in/X becomes out/X with the payload in upper
     case and a user property; copy/# kept plus a derived message; secret/# is denied to publish
-    (the ACL); to-secret/X is rewritten to secret/X."""
+    (the ACL); to-secret/X is rewritten to secret/X, to-cluster/X to the cluster's internal
+    $cluster/X."""
 
     def on_publish(self, ctx: PublishContext) -> PublishDecision | None:
         if ctx.topic.startswith("drop/"):
@@ -85,6 +86,8 @@ class Policy(Hooks):
             return PublishDecision.keep(extra=[derived])
         if ctx.topic.startswith("to-secret/"):
             return PublishDecision.replace(topic="secret/" + ctx.topic[10:])
+        if ctx.topic.startswith("to-cluster/"):
+            return PublishDecision.replace(topic="$cluster/" + ctx.topic[11:])
         return None
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
@@ -211,6 +214,18 @@ async def test_a_rewritten_topic_the_acl_denies_is_refused() -> None:
         finally:
             pub.stop()
             await sub.__aexit__(None, None, None)
+
+
+async def test_a_hook_cannot_rewrite_into_the_cluster_control_plane() -> None:
+    """``$cluster/...`` is published to only by verified peer links (broker/core/_internal.py):
+    a hook's rewrite into it is refused like a client's own PUBLISH there, no ACL needed."""
+    async with _broker() as b:
+        pub = PahoPublisher(b.port, "p1")
+        try:
+            assert await pub.publish("to-cluster/routes", b"forged") == ReasonCode.NOT_AUTHORIZED
+            assert b.core.stats.hook_rewrite_refused == 1
+        finally:
+            pub.stop()
 
 
 async def test_a_retained_publication_is_stored_rewritten() -> None:

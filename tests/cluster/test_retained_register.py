@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiomqtt
 
-from cluster._retained import Hlc, RetainedRegister
+from cluster._retained import Hlc, Received, RetainedRegister
 from tests.cluster._support import cluster, drain, node_of
 from tests.waiting import eventually
 
@@ -40,26 +40,26 @@ def test_last_writer_wins_with_the_node_id_as_tie_break() -> None:
     b, held_b = _register("bb", None)
     from_a = a.local("t", b"X", 1, None)
     from_b = b.local("t", b"Y", 1, None)  # same wall clock: same hlc, "bb" > "aa"
-    assert a.receive(from_b)
+    assert a.receive(from_b) is Received.APPLIED
     assert held_a == {"t": b"Y"}
-    assert not b.receive(from_a)  # older: ignored, whatever the order of arrival
+    assert b.receive(from_a) is Received.STALE  # older: ignored, whatever the order of arrival
     assert held_b == {}
     assert (a.stale, b.stale) == (0, 1)
     # a later write at a wins everywhere; a deletion is a stamped tombstone
     later = a.local("t", b"", 1, None)
-    assert b.receive(later)
+    assert b.receive(later) is Received.APPLIED
     assert held_b == {"t": b""}
-    assert not b.receive(from_b)  # a late duplicate of an older value changes nothing
+    assert b.receive(from_b) is Received.STALE  # a late duplicate of an older value changes nothing
 
 
 def test_stamps_survive_a_restart(tmp_path: Path) -> None:
     a, _ = _register("aa", tmp_path)
     ctl = a.local("t", b"X", 1, None)
     a.close()
-    again, held = _register("aa", tmp_path, wall=0.0)  # a wall clock far behind
+    again, held = _register("aa", tmp_path, wall=970.0)  # a wall clock 30 s behind
     assert again.stamps["t"] == (ctl["h"], "aa")
     older = {**ctl, "o": "a0", "p": "WQ=="}  # same hlc, smaller node id
-    assert not again.receive(older)
+    assert again.receive(older) is Received.STALE
     assert held == {}
     assert again.local("u", b"Z", 1, None)["h"] > ctl["h"]  # the clock resumed past its stamps
     again.close()

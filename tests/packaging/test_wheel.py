@@ -134,7 +134,7 @@ def test_the_broker_alone_is_installed_with_its_hot_path_compiled(venv: Venv) ->
     assert v.returncode == 0, v.stderr
     assert v.stderr == ""  # the bridge and cluster plugins loaded (a failed one is a warning)
     assert f"hot path: {len(HOT_MODULES)} of {len(HOT_MODULES)} modules compiled with mypyc" in v.stdout
-    assert "extras: spark no, cluster no, metrics no" in v.stdout
+    assert "extras: spark no, cluster no, metrics no, auth no" in v.stdout
     assert venv.run("--version").stdout == v.stdout
 
 

@@ -97,7 +97,7 @@ def test_version_1_file_gains_the_composite_journal(data_dir: Path) -> None:
         assert s.composite_journal(4) == [(5, 1, 1.5, "t", b"p", 1, "t", 0)]
         s.composite_trim(5)
         assert s.composite_journal() == []
-    assert _version(path) == SCHEMA_VERSION == 2
+    assert _version(path) == SCHEMA_VERSION == 3
 
 
 def test_memory_mode() -> None:

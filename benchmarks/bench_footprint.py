@@ -1,0 +1,226 @@
+"""Idle footprint and start-up time (issue 42 item 1): siftmq's light and default serve, and mosquitto.
+
+For each broker, in one run on the same machine:
+
+1. *start-up*: the time from ``exec`` (``subprocess.Popen``) to the port accepting a TCP
+   connection (polled every 5 ms);
+2. *idle RSS*: ``VmRSS`` of the broker process after ``--idle`` seconds (default 10) with no
+   client, and again after ``--idle-late`` seconds (default 25): siftmq publishes its ``$SYS``
+   topics every ``sys_interval`` (10 s by default) and the bridge records those publications,
+   so with the defaults the late reading is after the bridge's first write (which loads
+   numpy, pyarrow and pandas: docs/performance.md "Footprint");
+3. *clients RSS*: ``VmRSS`` once ``--clients`` (default 1,000) MQTT 3.1.1 clients, opened by a
+   separate process (raw sockets: CONNECT, CONNACK, then nothing; keep-alive 0), are all
+   connected, after ``--settle`` seconds (default 2).
+
+Brokers: ``siftmq-light`` (``siftmq serve --no-bridge --no-persistence``), ``siftmq-defaults``
+(``siftmq serve``: the SQLite store and, with the spark extra installed, the bridge) and
+``mosquitto`` (2.x, ``persistence false``). ``--sessions N`` adds ``siftmq-store``: the
+defaults' start-up with N persisted sessions in the store (written through the store's API,
+as ``bench_restart_storm.py --restore`` does: two subscriptions each, two queued messages for
+every tenth). The floor of the interpreter is printed too: ``python -c pass`` and
+``python -c "import asyncio"`` RSS, with the same interpreter.
+
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_footprint.py --sessions 20000
+
+Numbers and targets: docs/performance.md "Footprint".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _storm_client import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+# the separate client process: N connections, CONNECT / CONNACK, prints "ready", holds until
+# its stdin closes
+CLIENTS = r"""
+import resource, socket, sys
+n, port = int(sys.argv[1]), int(sys.argv[2])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 100)), hard))
+socks = []
+for i in range(n):
+    cid = b"idle-%d" % i
+    var = b"\x00\x04MQTT\x04\x02\x00\x00"
+    body = var + len(cid).to_bytes(2, "big") + cid
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(bytes([0x10, len(body)]) + body)
+    got = b""
+    while len(got) < 4:
+        chunk = s.recv(4 - len(got))
+        if not chunk:
+            raise SystemExit(f"connection {i} closed before its CONNACK")
+        got += chunk
+    if got[0] != 0x20 or got[3] != 0:
+        raise SystemExit(f"connection {i} refused: {got!r}")
+    socks.append(s)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def rss(pid: int) -> int:
+    """``VmRSS`` of ``pid`` in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> float:
+    """Poll until ``port`` accepts a TCP connection; the monotonic time it did."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return time.monotonic()
+        except OSError:
+            time.sleep(0.005)
+    raise RuntimeError("broker did not open its port")
+
+
+def command(kind: str, port: int, data: Path) -> list[str]:
+    if kind == "mosquitto":
+        conf = data / "mosquitto.conf"
+        conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
+        exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+        return [exe, "-c", str(conf)]
+    cmd = [
+        PY,
+        "-m",
+        "broker._cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data),
+    ]
+    if kind == "siftmq-light":
+        cmd += ["--no-bridge", "--no-persistence"]
+    return cmd
+
+
+def populate(data: Path, n: int) -> None:
+    """``n`` persisted sessions in ``data``/broker.db (bench_restart_storm's writer)."""
+    from bench_restart_storm import _populate
+
+    _populate(data / "broker.db", n, 2, 2)
+
+
+def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="siftmq-footprint-") as tmp:
+        data = Path(tmp)
+        if kind == "siftmq-store":
+            populate(data, args.sessions)
+        port = free_port()
+        cmd = command(kind, port, data)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            up = wait_port(port, proc) - t0
+            out = {"startup_s": up}
+            if kind == "siftmq-store":
+                return out
+            time.sleep(args.idle)  # the measurement: RSS after this long idle
+            out["idle_mb"] = rss(proc.pid) / 1e6
+            if args.idle_late > args.idle:
+                time.sleep(args.idle_late - args.idle)
+                out["late_mb"] = rss(proc.pid) / 1e6
+            if args.clients:
+                cl = subprocess.Popen(
+                    [PY, "-c", CLIENTS, str(args.clients), str(port)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                try:
+                    assert cl.stdout is not None and cl.stdin is not None
+                    line = cl.stdout.readline()
+                    if line.strip() != "ready":
+                        raise RuntimeError(f"client process failed ({cl.wait()})")
+                    time.sleep(args.settle)
+                    out["clients_mb"] = rss(proc.pid) / 1e6
+                finally:
+                    if cl.stdin is not None:
+                        cl.stdin.close()
+                    cl.wait(timeout=60)
+            return out
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def floor() -> dict[str, float]:
+    code = "import {};print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
+    res = {}
+    for name, mod in (("python", "sys"), ("python + asyncio", "asyncio")):
+        kb = subprocess.run([PY, "-c", code.format(mod)], capture_output=True, text=True, check=True).stdout
+        res[name] = int(kb) * 1024 / 1e6
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--brokers", nargs="+", default=["siftmq-light", "siftmq-defaults", "mosquitto"])
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds idle before the RSS is read")
+    ap.add_argument("--idle-late", type=float, default=25.0, help="seconds idle of the second reading")
+    ap.add_argument("--clients", type=int, default=1000, help="idle clients (0: none)")
+    ap.add_argument("--settle", type=float, default=2.0, help="seconds after the last CONNACK")
+    ap.add_argument("--sessions", type=int, default=0, help="also start-up with this many stored sessions")
+    ap.add_argument("--runs", type=int, default=1, help="runs per broker (medians reported)")
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.clients + 200)), hard))
+    brokers = list(args.brokers)
+    if args.sessions:
+        brokers.append("siftmq-store")
+    print(f"python {sys.version.split()[0]} ({PY}), {os.cpu_count()} cores", flush=True)
+    for name, mb in floor().items():
+        print(f"floor  {name:<18} RSS {mb:6.1f} MB")
+    late = f"idle {args.idle_late:g} s MB"
+    print(f"{'broker':<16} {'start-up s':>10} {'idle MB':>8} {late:>14} {f'{args.clients} clients MB':>18}")
+    for kind in brokers:
+        runs = [measure(kind, args) for _ in range(args.runs)]
+
+        def med(key: str, runs: list[dict[str, float]] = runs) -> str:
+            vals = [r[key] for r in runs if key in r]
+            return (
+                f"{statistics.median(vals):.3f}"
+                if key == "startup_s" and vals
+                else (f"{statistics.median(vals):.1f}" if vals else "-")
+            )
+
+        label = f"siftmq-store ({args.sessions} sessions)" if kind == "siftmq-store" else kind
+        print(
+            f"{label:<16} {med('startup_s'):>10} {med('idle_mb'):>8} {med('late_mb'):>14}"
+            f" {med('clients_mb'):>18}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Which member of a shared subscription group gets a message (issue 39 item 5), no I/O.
+
+``$share/<group>/<filter>`` delivers each message to one member of the group.  The router
+hands this module the members the message may go to (:class:`Members`, built once per routing
+plan, so once per change of the group for a cached topic) and :class:`SharedPolicy` picks one,
+under the group's strategy (the names EMQX users know):
+
+``round_robin`` (the default)
+    the members in turn (a counter per group).
+``random``
+    a uniformly random member (``random.Random(seed)``: a configured seed makes it
+    reproducible, for tests).
+``sticky``
+    the same member until it leaves the group (or stops matching), then the next in turn.
+``hash_clientid``
+    ``zlib.crc32(publisher client id) % members``: one publisher's messages always reach the
+    same member while the group is unchanged (a stable hash: the same member after a restart
+    with the same members in the same order, unlike Python's salted ``hash()``).
+``hash_topic``
+    ``zlib.crc32(topic name) % members``: one topic's messages always reach the same member.
+``local``
+    in a cluster, a member connected to this node first (round robin among them); only when
+    there is none, round robin over all (the links of the other nodes are members too:
+    docs/cluster.md).  On a single broker it is ``round_robin``.
+
+Cost: :meth:`SharedPolicy.pick` is O(1) for every strategy (a counter, one RNG draw, one dict
+lookup of the sticky member, one CRC of the publisher id or topic name); no strategy scans the
+members.  :meth:`Members.of` is O(members), paid when the router builds a plan (a group change
+drops the plans it affects) or when a message's candidates must be filtered (content filters on
+members, an unreachable cluster node).  State: one counter and one sticky client id per group.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from broker.core._message import PEER_PREFIX, SubOptions
+
+__all__ = ["Members", "SharedPolicy", "Strategy"]
+
+
+class Strategy(Enum):
+    """How a shared subscription group picks the member that receives a message (the names
+    are ``broker._config.SHARED_STRATEGIES``, which checks the configuration)."""
+
+    ROUND_ROBIN = "round_robin"
+    RANDOM = "random"
+    STICKY = "sticky"
+    HASH_CLIENTID = "hash_clientid"
+    HASH_TOPIC = "hash_topic"
+    LOCAL = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class Members:
+    """The members of one group a message may go to, with what the strategies look up in O(1).
+
+    ``members``: ``(client id, options)`` in subscription order; ``positions``: client id ->
+    its index (sticky); ``local``: the indexes of members that are not another node's link
+    (local); ``selective``: some member carries a content filter (its candidates depend on the
+    message).  Built in O(members).
+    """
+
+    members: list[tuple[str, SubOptions]]
+    positions: dict[str, int]
+    local: list[int]
+    selective: bool
+
+    @staticmethod
+    def of(members: list[tuple[str, SubOptions]]) -> Members:
+        positions: dict[str, int] = {}
+        local: list[int] = []
+        selective = False
+        for i, (cid, o) in enumerate(members):
+            positions[cid] = i
+            if not cid.startswith(PEER_PREFIX):
+                local.append(i)
+            if o.selector is not None:
+                selective = True
+        return Members(members, positions, local, selective)
+
+
+class SharedPolicy:
+    """The strategies of a broker's shared groups and the state they keep (one counter and
+    one sticky member per group, keyed by ``(group, filter)``)."""
+
+    __slots__ = ("_groups", "_rng", "_rr", "_sticky", "strategy")
+
+    def __init__(
+        self,
+        strategy: Strategy = Strategy.ROUND_ROBIN,
+        groups: Mapping[str, Strategy] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.strategy = strategy
+        self._groups: dict[str, Strategy] = dict(groups or {})
+        self._rng = random.Random(seed)
+        self._rr: dict[tuple[str, str], int] = {}
+        self._sticky: dict[tuple[str, str], str] = {}
+
+    def strategy_of(self, group: str) -> Strategy:
+        """The strategy of ``group`` (its own if configured, else the broker's). O(1)."""
+        groups = self._groups
+        return groups.get(group, self.strategy) if groups else self.strategy
+
+    def pick(self, key: tuple[str, str], group: Members, publisher: str | None, topic: str) -> int:
+        """The index in ``group.members`` (not empty) of the member that gets a message
+        published by ``publisher`` on ``topic``. O(1) (plus the CRC of the hashed string)."""
+        n = len(group.members)
+        groups = self._groups
+        strategy = groups.get(key[0], self.strategy) if groups else self.strategy
+        rr = self._rr
+        match strategy:
+            case Strategy.ROUND_ROBIN:
+                turn = rr.get(key, 0)
+                rr[key] = turn + 1
+                return turn % n
+            case Strategy.RANDOM:
+                return int(self._rng.random() * n)  # randrange(n) costs twice as much
+            case Strategy.STICKY:
+                chosen = self._sticky.get(key)
+                if chosen is not None:
+                    i = group.positions.get(chosen)
+                    if i is not None:
+                        return i
+                turn = rr.get(key, 0)
+                rr[key] = turn + 1
+                i = turn % n
+                self._sticky[key] = group.members[i][0]
+                return i
+            case Strategy.HASH_CLIENTID:
+                return zlib.crc32((publisher or "").encode()) % n
+            case Strategy.HASH_TOPIC:
+                return zlib.crc32(topic.encode()) % n
+            case Strategy.LOCAL:
+                turn = rr.get(key, 0)
+                rr[key] = turn + 1
+                local = group.local
+                return local[turn % len(local)] if local else turn % n

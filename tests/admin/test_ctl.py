@@ -1,0 +1,186 @@
+"""``siftmq ctl`` as a real subprocess against an embedded broker (its HTTP listener and real
+MQTT clients on the test's loop): every verb, the login, one-line errors and exit statuses
+(0 done, 1 refused or unreachable, 2 usage)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+import pytest
+import pytest_asyncio
+
+from broker import Broker
+from broker.auth import FileAuth
+from tests.auth.helpers import FAST, write_passwords
+from tests.waiting import eventually, next_message
+
+V5 = aiomqtt.ProtocolVersion.V5
+V311 = aiomqtt.ProtocolVersion.V311
+
+
+async def ctl(b: Broker, *argv: str, login: tuple[str, str] | None = None) -> tuple[int, Any, str]:
+    """(exit status, the JSON printed, stderr) of ``siftmq ctl --url ... ARGV``."""
+    url = f"http://127.0.0.1:{b.metrics_port}"
+    creds = ["-u", login[0], "-P", login[1]] if login else []
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "broker._cli",
+        "ctl",
+        "--url",
+        url,
+        *creds,
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, json.loads(out) if out.strip() else None, err.decode()
+
+
+def mqtt(b: Broker, ident: str, protocol: aiomqtt.ProtocolVersion = V5, **kw: Any) -> aiomqtt.Client:
+    return aiomqtt.Client("127.0.0.1", b.port, identifier=ident, protocol=protocol, **kw)
+
+
+@pytest_asyncio.fixture
+async def b(tmp_path: Path) -> AsyncIterator[Broker]:
+    pw = write_passwords(tmp_path / "passwd", {"root": "rootpw"})
+    acl = tmp_path / "acl"
+    acl.write_text("user root\ntopic readwrite #\n")
+    auth = FileAuth(pw, acl, allow_anonymous=True, params=FAST)
+    async with Broker(
+        host="127.0.0.1",
+        port=0,
+        sys_interval=0,
+        metrics_listen="127.0.0.1:0",
+        hooks=[auth],
+        dashboard_admins=("root",),
+    ) as broker:
+        yield broker
+
+
+ROOT = ("root", "rootpw")
+
+
+async def test_every_verb(b: Broker) -> None:
+    async def run(*argv: str) -> Any:
+        code, out, err = await ctl(b, *argv, login=ROOT)
+        assert code == 0, (argv, code, err)
+        return out
+
+    # users: a user added by ctl connects at once
+    assert (await run("users", "add", "dora", "--password", "dorapw"))["created"]
+    assert [u["username"] for u in (await run("users", "list"))["users"]] == ["dora", "root"]
+    # acl: dora may read and write dora/#
+    await run("acl", "add", "--user", "dora", "--access", "readwrite", "dora/#")
+    assert any(r["user"] == "dora" for r in (await run("acl", "list"))["rules"])
+    async with (
+        mqtt(b, "dora-1", username="dora", password="dorapw") as dora,
+        mqtt(b, "watch", V311, username="root", password="rootpw", clean_session=False) as watch,
+    ):
+        await dora.subscribe("dora/#", qos=1)
+        await watch.subscribe("dora/#", qos=1)
+        # publish and retained
+        await run("publish", "-t", "dora/cfg", "-m", "v1", "-q", "1", "-r")
+        assert (await next_message(dora)).payload == b"v1"
+        assert (await next_message(watch)).payload == b"v1"
+        listed = await run("retained", "list", "dora/#")
+        assert [m["topic"] for m in listed["retained"]] == ["dora/cfg"]
+        assert (await run("retained", "show", "dora/cfg"))["payload"]["text"] == "v1"
+        assert (await run("retained", "delete", "dora/cfg"))["deleted"] == 1
+        await run("publish", "-t", "dora/a", "-m", "x", "-r")
+        assert (await next_message(dora)).payload == (await next_message(watch)).payload == b"x"
+        assert (await run("retained", "delete", "--filter", "dora/#"))["deleted"] == 1
+        assert len(b.core.router.retained) == 0
+        # clients and subscriptions
+        clients = await run("clients", "list", "--prefix", "dora")
+        assert [c["client_id"] for c in clients["clients"]] == ["dora-1"]
+        assert (await run("clients", "list", "--username", "root"))["total"] == 1
+        assert (await run("clients", "list", "--address", "127.0.0.1"))["total"] == 2
+        assert (await run("clients", "show", "dora-1"))["subscription_list"][0]["filter"] == "dora/#"
+        await run("subscriptions", "add", "watch", "extra/#", "-q", "1")
+        subs = await run("subscriptions", "list", "--client-id", "watch")
+        assert [s["filter"] for s in subs["subscriptions"]] == ["dora/#", "extra/#"]
+        assert (await run("subscriptions", "list", "--filter", "extra/#"))["total"] == 1
+        await run("subscriptions", "remove", "watch", "extra/#")
+        assert [e.topic_filter for e in b.core.router.index.entries("watch")] == ["dora/#"]
+        # acl remove: dora's next message is not delivered
+        await run("acl", "remove", "--user", "dora", "--access", "readwrite", "dora/#")
+        await b.publish("dora/b", b"2", qos=1)
+        assert (await next_message(watch)).payload == b"2"  # root still gets it: a barrier
+        await eventually(lambda: b.core.stats.receive_denied >= 1)
+        with pytest.raises(TimeoutError):
+            await next_message(dora, timeout=0.3)
+        # bans: kicks dora-1 and refuses it
+        got = await run("bans", "add", "--username", "dora", "--expiry", "3600", "--reason", "tests")
+        assert got["disconnected"] == ["dora-1"]
+        await eventually(lambda: "dora-1" not in b.core.sessions)
+        with pytest.raises(aiomqtt.MqttCodeError):
+            async with mqtt(b, "dora-2", username="dora", password="dorapw"):
+                pass
+        bans = (await run("bans", "list"))["bans"]
+        assert [(x["kind"], x["value"], x["reason"]) for x in bans] == [("username", "dora", "tests")]
+        await run("bans", "remove", "--username", "dora")
+        await run("bans", "add", "--address", "192.0.2.0/24")
+        await run("bans", "remove", "--address", "192.0.2.0/24")
+        await run("bans", "add", "--client-id", "nobody")
+        assert len((await run("bans", "list"))["bans"]) == 1
+        # kick, then users remove
+        await run("clients", "kick", "watch")
+        await eventually(lambda: b.core.sessions["watch"].conn is None)
+    await run("clients", "kick", "watch", "--discard")
+    assert "watch" not in b.core.sessions
+    await run("users", "remove", "dora")
+    with pytest.raises(aiomqtt.MqttCodeError):
+        async with mqtt(b, "dora-3", username="dora", password="dorapw"):
+            pass
+
+
+async def test_errors_are_one_line_with_the_documented_status(b: Broker) -> None:
+    # refused by the API: status 1, the API's JSON error on one line
+    code, out, err = await ctl(b, "clients", "kick", "nobody", login=ROOT)
+    assert code == 1 and out is None
+    assert err.count("\n") == 1 and err.startswith("siftmq ctl: ") and '"error"' in err and "404" in err
+    # no or wrong credentials: 401
+    code, _, err = await ctl(b, "clients", "list")
+    assert code == 1 and "401" in err
+    code, _, err = await ctl(b, "clients", "list", login=("root", "nope"))
+    assert code == 1 and "401" in err
+    # bad input the API refuses
+    code, _, err = await ctl(b, "bans", "add", "--address", "300.1.1.1", login=ROOT)
+    assert code == 1 and "400" in err
+    # usage: status 2, one line
+    for argv in (
+        ("bans", "add"),
+        ("bans", "add", "--client-id", "a", "--username", "b"),
+        ("publish", "-m", "x"),
+        ("clients",),
+        ("retained", "delete"),
+        ("nonsense",),
+    ):
+        code, _, err = await ctl(b, *argv, login=ROOT)
+        assert code == 2, (argv, err)
+        assert err.count("\n") == 1 and err.startswith("siftmq ctl: "), (argv, err)
+
+
+async def test_unreachable_broker_is_status_1() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "broker._cli",
+        "ctl",
+        "--url",
+        "http://127.0.0.1:1",
+        "bans",
+        "list",
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 1 and err.decode().startswith("siftmq ctl: cannot reach 127.0.0.1:1")
