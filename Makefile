@@ -66,7 +66,7 @@ WHEEL := dist/.siftmq-wheel
 
 wheel: $(WHEEL)
 
-$(WHEEL): $(BUILT) $(JAR) pyproject.toml setup.py $(shell find broker topics content composite bridge cluster -name "*.py")
+$(WHEEL): $(BUILT) $(JAR) pyproject.toml setup.py $(shell find broker topics content composite bridge cluster uplink -name "*.py")
 	mkdir -p dist && rm -f dist/siftmq-*.whl
 	$(PY) -m build --wheel --no-isolation --outdir dist . >dist/build.log 2>&1 || { cat dist/build.log; exit 1; }
 	touch $(WHEEL)

@@ -57,6 +57,7 @@ import topics
 from broker import _admin_routes as routes
 from broker import _dashboard_data as data
 from broker._acl import AccessList, AclError
+from broker._bans_file import load_bans
 from broker._files import private_dir, write_private
 from broker._logging import fields
 from broker._passwd import PasswordFile, PasswordFileError
@@ -105,33 +106,6 @@ def error(
 
 def _json(body: object, status: int = 200) -> Response:
     return Response(status, orjson.dumps(body), _JSON)
-
-
-async def load_bans(broker: Broker) -> None:
-    """Read the stored bans into ``core.bans`` at start: the store's ``bans`` table, else the
-    ``bans_file`` (a file that cannot be read is logged and ignored: the broker starts)."""
-    store = broker.core.journal.store
-    if store is not None:
-        rows = await asyncio.to_thread(store.bans)
-    elif broker.config.bans_file is not None:
-        path = Path(broker.config.bans_file)
-        try:
-            rows = orjson.loads(await asyncio.to_thread(path.read_bytes))
-        except FileNotFoundError:
-            return
-        except (OSError, orjson.JSONDecodeError) as exc:
-            log.error("bans file %s cannot be read, starting without bans: %s", path, exc)
-            return
-    else:
-        return
-    for row in rows:
-        try:
-            kind, value, expires_at, reason, created_at = row
-            broker.core.bans.add(
-                Ban(BanKind(kind), canonical(BanKind(kind), value), expires_at, reason, created_at)
-            )
-        except (TypeError, ValueError) as exc:
-            log.error("bad ban %r ignored: %s", row, exc)
 
 
 def _save_bans(broker: Broker, changed: Ban, gone: bool) -> None:

@@ -277,7 +277,7 @@ class Broker:
         if self.config.store_path is not None:
             await self._open_store(self.config.store_path)
         if self.config.store_path is not None or self.config.bans_file is not None:
-            from broker._admin import load_bans
+            from broker._bans_file import load_bans
 
             await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:

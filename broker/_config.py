@@ -790,8 +790,8 @@ def config_from_toml(
             changes[name] = _quotas(source, value)
         elif name == "shared_subscription_group_strategy" and isinstance(value, dict):  # a table
             plain[key] = [f"{k}={v}" for k, v in value.items()]
-        elif name not in _FIELDS and isinstance(value, dict):  # another package's table at top level
-            continue
+        elif name not in _FIELDS and (isinstance(value, dict) or name == "bridges"):
+            continue  # another package's table(s) at top level ([[bridges]]: uplink/)
         else:
             plain[key] = value
     changes.update(check_table(plain, schema, "[broker]", source))

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: layer of each first-party package: a package may import packages of lower layers only
-LAYERS = {"topics": 0, "content": 1, "composite": 2, "broker": 3, "cluster": 4, "bridge": 4}
+LAYERS = {"topics": 0, "content": 1, "composite": 2, "broker": 3, "cluster": 4, "bridge": 4, "uplink": 4}
 
 
 def _module_name(path: Path) -> str:

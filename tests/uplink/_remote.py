@@ -1,0 +1,120 @@
+"""A real Debian mosquitto as the remote of outbound bridges, and a paho subscriber on it.
+
+mosquitto cannot bind port 0: :func:`free_port` picks a free loopback port and the
+configuration names it.  :class:`Mosquitto` runs with persistence in its own directory, so
+that a persistent subscriber's session and queue survive its restart (``stop`` sends
+SIGTERM: mosquitto writes its database on the way out; ``user`` is the test's own, or
+mosquitto started as root would switch to the user mosquitto, who cannot write the test's
+directory).  :class:`Collector` is a paho client with a persistent session that records
+every (topic, payload, retain) it receives, reconnecting by itself when mosquitto is back.
+"""
+
+from __future__ import annotations
+
+import getpass
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
+MOSQUITTO = shutil.which("mosquitto") or (
+    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
+)
+
+__all__ = ["MOSQUITTO", "Collector", "Mosquitto", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Mosquitto:
+    def __init__(self, tmp: Path, port: int | None = None, extra: str = "") -> None:
+        self.dir = tmp
+        self.port = port or free_port()
+        self.conf = tmp / "mosquitto.conf"
+        self.conf.write_text(
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+            f"persistence_location {tmp}/\nlog_dest file {tmp}/mosquitto.log\n"
+            f"max_queued_messages 100000\nuser {getpass.getuser()}\n{extra}"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        assert MOSQUITTO is not None
+        self.proc = subprocess.Popen(
+            [MOSQUITTO, "-c", str(self.conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"mosquitto did not listen on {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+class Collector:
+    """A persistent QoS 1 subscriber at ``port`` recording what it receives (thread-safe)."""
+
+    def __init__(self, port: int, topic_filter: str, client_id: str = "collector", v5: bool = True) -> None:
+        self.got: list[tuple[str, bytes, bool]] = []
+        self.lock = threading.Lock()
+        proto = paho.MQTTv5 if v5 else paho.MQTTv311
+        self.c = paho.Client(
+            CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            clean_session=None if v5 else False,
+            protocol=proto,
+        )
+        self.c.reconnect_delay_set(1, 1)
+        self.filter = topic_filter
+        self.c.on_message = self._on_message
+        self.c.on_connect = lambda c, *_: c.subscribe(self.filter, 1)
+        self.subscribed = threading.Event()
+        self.c.on_subscribe = lambda *_: self.subscribed.set()
+        self.port = port
+        self.v5 = v5
+
+    def _on_message(self, _c: object, _u: object, msg: paho.MQTTMessage) -> None:
+        with self.lock:
+            self.got.append((msg.topic, bytes(msg.payload), bool(msg.retain)))
+
+    def start(self) -> None:
+        if self.v5:
+            from paho.mqtt.packettypes import PacketTypes
+            from paho.mqtt.properties import Properties
+
+            props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            props.SessionExpiryInterval = 3600
+            self.c.connect("127.0.0.1", self.port, 30, clean_start=False, properties=props)
+        else:
+            self.c.connect("127.0.0.1", self.port, 30)
+        self.c.loop_start()
+        assert self.subscribed.wait(10), "no SUBACK"
+
+    def stop(self) -> None:
+        self.c.disconnect()
+        self.c.loop_stop()
+
+    def messages(self) -> list[tuple[str, bytes, bool]]:
+        with self.lock:
+            return list(self.got)

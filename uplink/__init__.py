@@ -1,0 +1,27 @@
+"""Outbound bridges: this broker as a client of remote brokers, with store and forward.
+
+A small broker at the edge keeps serving its local devices and forwards to a central broker
+(mosquitto, EMQX, another siftmq) whenever the uplink is there (issue 40, docs/bridging-out.md).
+Configured by ``[[bridges]]`` tables of ``siftmq serve --config`` or, embedded, by
+``Broker(hooks=[Uplink([BridgeConfig(...)])])``.  A bridge is a durable local session (QoS 1)
+whose deliveries are published to the remote and acknowledged locally only when the remote
+acknowledged them, so the broker's store keeps what the remote has not taken yet
+(:mod:`uplink._bridge`).  This package sits above ``broker`` (a plugin, like ``cluster``).
+"""
+
+from __future__ import annotations
+
+from uplink._bridge import Bridge, BridgeState
+from uplink._config import BridgeConfig, Direction, Remote, TopicRule, parse_bridges
+from uplink._hook import Uplink
+
+__all__ = [
+    "Bridge",
+    "BridgeConfig",
+    "BridgeState",
+    "Direction",
+    "Remote",
+    "TopicRule",
+    "Uplink",
+    "parse_bridges",
+]

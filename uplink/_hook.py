@@ -1,0 +1,135 @@
+"""The bridges of a broker as one :class:`~broker.hooks.Hooks` object (the embedding API).
+
+``Broker(hooks=[Uplink([BridgeConfig(...)])])`` runs the bridges in an embedded broker;
+``siftmq serve --config`` builds the same hook from the ``[[bridges]]`` tables
+(:mod:`uplink._plugin`).  The hook
+
+* starts each :class:`~uplink._bridge.Bridge` once the listeners are open (``ready``) and
+  stops them first at shutdown (``stopping``);
+* lets the bridges' local sessions in (``authenticate``/``authorize``: client id
+  ``$uplink/<name>`` with a password made at random per process; anyone else using such a
+  client id is refused), whatever the password file and ACL say for other clients;
+* reports each bridge in ``$SYS/uplink/<name>/...`` and in ``/metrics`` as
+  ``siftmq_uplink_<counter>_total{reason="<bridge name>"}`` (O(bridges) per publication).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from broker.hooks import Hooks
+from uplink._bridge import Bridge, LocalEndpoint
+from uplink._config import BridgeConfig
+
+if TYPE_CHECKING:
+    from broker._broker import Broker
+
+__all__ = ["Uplink"]
+
+PREFIX = "$uplink/"
+
+
+class Uplink(Hooks):
+    """Runs outbound bridges in the broker it is registered in."""
+
+    def __init__(self, bridges: Sequence[BridgeConfig]) -> None:
+        self.configs = tuple(bridges)
+        self.bridges: dict[str, Bridge] = {}
+        self._password = secrets.token_hex(16)
+        self._broker: Broker | None = None
+
+    def attach(self, broker: Broker) -> None:
+        self._broker = broker
+        broker.core.sys_sources.append(self.sys_values)
+        broker.core.metric_sources.append(self.metric_values)
+
+    async def ready(self) -> None:
+        broker = self._broker
+        assert broker is not None
+        host, port = _plain_listener(broker)
+        endpoint = LocalEndpoint(host, port, self._password)
+        for cfg in self.configs:
+            bridge = Bridge(cfg, endpoint)
+            self.bridges[cfg.name] = bridge
+            bridge.start()
+
+    async def stopping(self) -> None:
+        for bridge in self.bridges.values():
+            await bridge.stop()
+
+    async def stop(self) -> None:
+        for bridge in self.bridges.values():
+            await bridge.stop()
+
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
+        if client_id.startswith(PREFIX):
+            return client_id[len(PREFIX) :] in self.bridges and password == self._password.encode()
+        return None
+
+    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+        if client_id.startswith(PREFIX) and client_id[len(PREFIX) :] in self.bridges:
+            return True
+        return None
+
+    def _queued(self, client_id: str) -> int:
+        if self._broker is None:
+            return 0
+        s = self._broker.core.sessions.get(client_id)
+        return 0 if s is None else len(s.queue) + len(s.inflight)
+
+    def sys_values(self) -> dict[str, str]:
+        """``$SYS/uplink/<name>/{connected,remote,queued,sent,received,filtered,dropped,
+        connects,failures,last_error}`` (O(bridges))."""
+        out: dict[str, str] = {}
+        for name, b in self.bridges.items():
+            st = b.state
+            base = f"$SYS/uplink/{name}/"
+            out[base + "connected"] = "1" if st.connected else "0"
+            out[base + "remote"] = st.remote
+            out[base + "queued"] = str(self._queued(b.config.local_client_id))
+            out[base + "sent"] = str(st.sent)
+            out[base + "received"] = str(st.received)
+            out[base + "filtered"] = str(st.filtered)
+            out[base + "dropped"] = str(st.dropped)
+            out[base + "connects"] = str(st.connects)
+            out[base + "failures"] = str(sum(st.failures.values()))
+            out[base + "last_error"] = st.last_error
+        return out
+
+    def metric_values(self) -> dict[str, dict[str, int]]:
+        """Per counter, the bridge name -> value (``siftmq_uplink_sent_total{reason="edge"}``);
+        ``uplink_connected`` is 1 or 0, ``uplink_failures_<reason>`` counts failed attempts."""
+        out: dict[str, dict[str, int]] = {
+            k: {}
+            for k in (
+                "uplink_connected",
+                "uplink_queued",
+                "uplink_sent",
+                "uplink_received",
+                "uplink_filtered",
+                "uplink_dropped",
+            )
+        }
+        for name, b in self.bridges.items():
+            st = b.state
+            out["uplink_connected"][name] = int(st.connected)
+            out["uplink_queued"][name] = self._queued(b.config.local_client_id)
+            out["uplink_sent"][name] = st.sent
+            out["uplink_received"][name] = st.received
+            out["uplink_filtered"][name] = st.filtered
+            out["uplink_dropped"][name] = st.dropped
+            for reason, n in list(st.failures.items()):
+                out.setdefault(f"uplink_failures_{reason}", {})[name] = n
+        return out
+
+
+def _plain_listener(broker: Broker) -> tuple[str, int]:
+    """A plain TCP listener of the broker to reach it over loopback (O(listeners))."""
+    for opened in broker._listeners or []:
+        li = opened.listener
+        if li.kind == "tcp" and not li.tls:
+            host = li.host if li.host not in ("0.0.0.0", "", "::") else "127.0.0.1"
+            return host, opened.port
+    raise RuntimeError("outbound bridges need a plain TCP listener of this broker (loopback is enough)")

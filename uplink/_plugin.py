@@ -1,0 +1,50 @@
+"""Outbound bridges as a ``siftmq`` plugin (``broker.plugins``; entry point ``siftmq.plugins``).
+
+``siftmq serve --config FILE`` reads the ``[[bridges]]`` tables of FILE (docs/bridging-out.md)
+and registers one :class:`~uplink._hook.Uplink` hook running them; a bad table is a
+``ValueError`` naming the value (``FILE: bridges[0].topics[1].pattern: ...``), which ``serve``
+prints before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from collections.abc import Sequence
+
+from broker.hooks import Hooks
+from broker.plugins import ServeContext, Subparsers
+from uplink._config import parse_bridges
+
+__all__ = ["PLUGIN", "UplinkPlugin"]
+
+
+class UplinkPlugin:
+    """Reads ``[[bridges]]`` from the configuration file of ``siftmq serve``."""
+
+    name = "uplink"
+    serve_keys: frozenset[str] = frozenset()
+
+    def add_commands(self, subparsers: Subparsers) -> None:
+        del subparsers
+
+    def add_serve_options(self, parser: argparse.ArgumentParser) -> None:
+        del parser
+
+    def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
+        path = getattr(ctx.args, "config", None)
+        if path is None:
+            return ()
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        if "bridges" not in data:
+            return ()
+        from uplink._hook import Uplink
+
+        return (Uplink(parse_bridges(data["bridges"], str(path))),)
+
+
+PLUGIN = UplinkPlugin()
