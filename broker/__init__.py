@@ -19,8 +19,12 @@ from broker.hooks import (
     CompositeEventRecord,
     CompositeLoss,
     Delivery,
+    DerivedMessage,
     Hooks,
     Publication,
+    PublishAction,
+    PublishContext,
+    PublishDecision,
     SubscriptionAction,
     SubscriptionChange,
 )
@@ -29,6 +33,7 @@ if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
     from broker.core._message import Message
+    from broker.core._quota import QuotaRule
 
 __all__ = [
     "Broker",
@@ -38,12 +43,17 @@ __all__ = [
     "CompositeEventRecord",
     "CompositeLoss",
     "Delivery",
+    "DerivedMessage",
     "Hooks",
     "Listener",
     "LocalCompositeSubscription",
     "LocalSubscription",
     "Message",
     "Publication",
+    "PublishAction",
+    "PublishContext",
+    "PublishDecision",
+    "QuotaRule",
     "SubscriptionAction",
     "SubscriptionChange",
     "load_toml",
@@ -57,6 +67,7 @@ _LAZY = {
     "Listener": "broker._config",
     "load_toml": "broker._config",
     "Message": "broker.core._message",
+    "QuotaRule": "broker.core._quota",
 }
 
 

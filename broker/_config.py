@@ -37,7 +37,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
+from broker.core._quota import ACTIONS as QUOTA_ACTIONS
+from broker.core._quota import QuotaRule, parse_quotas
+
 __all__ = [
+    "QUOTA_OPTIONS",
     "SERVE_OPTIONS",
     "SHARED_STRATEGIES",
     "SLOW_CONSUMER_POLICIES",
@@ -103,6 +107,8 @@ class Kind(Enum):
     PATH = "a path"
     #: ``[[listeners]]`` tables (:class:`Listener` records)
     LISTENERS = "an array of [[listeners]] tables"
+    #: ``[[quotas]]`` tables (``QuotaRule`` records, :func:`broker.core._quota.parse_quotas`)
+    QUOTAS = "an array of [[quotas]] tables"
     #: anything (a plugin's key that declares no :class:`Option`)
     ANY = "any value"
 
@@ -222,7 +228,7 @@ class Option:
                 if isinstance(value, Path):
                     return True, str(value)
                 return isinstance(value, str) and value != "", value
-            case Kind.STRS | Kind.HOSTPORTS | Kind.LISTENERS:
+            case Kind.STRS | Kind.HOSTPORTS | Kind.LISTENERS | Kind.QUOTAS:
                 return self._convert_list(value)
             case Kind.CHOICE:
                 if not isinstance(value, str):
@@ -241,6 +247,8 @@ class Option:
             return False, None
         if self.kind is Kind.LISTENERS:
             return all(isinstance(v, Listener) for v in items), tuple(items)
+        if self.kind is Kind.QUOTAS:  # rules, or tables as in TOML (a bad one: its own error)
+            return True, parse_quotas(items)
         if not all(isinstance(v, str) for v in items):
             return False, None
         if self.kind is Kind.STRS:
@@ -463,6 +471,13 @@ class BrokerConfig:
     #: messages are dropped and counted (policy ``disconnect``: the client is disconnected
     #: with QUOTA_EXCEEDED instead).
     max_queued_messages: int = option(1000, Kind.INT, lo=0, unit="messages")
+    #: publish quotas per client (issue 39; docs/broker.md, "Quotas"): ``[[quotas]]`` tables
+    #: (:class:`broker.core._quota.QuotaRule` records; keys below, "``[[quotas]]``")
+    quotas: tuple[QuotaRule, ...] = option((), Kind.QUOTAS)
+    #: retained messages stored at most (0: no cap); a retained PUBLISH past it is refused (0x97)
+    max_retained_messages: int = option(0, Kind.INT, lo=0, unit="messages")
+    #: payload bytes of the retained messages at most (0: no cap); refused past it (0x97)
+    max_retained_bytes: int = option(0, Kind.INT, lo=0, unit="bytes")
     #: flow control (docs/broker.md, "Flow control"): a QoS 1/2 delivery that finds this many
     #: messages queued for a connected client pauses the publishing connection (its socket is
     #: no longer read, so its next PUBACK waits) until the queue is back at
@@ -762,6 +777,8 @@ def config_from_toml(
         raise ValueError(f"{source}: [broker] must be a table")
     if table is not data and "listeners" in data:  # [[listeners]] next to a [broker] table
         table = {**table, "listeners": data["listeners"]}
+    if table is not data and "quotas" in data:  # [[quotas]] next to a [broker] table
+        table = {**table, "quotas": data["quotas"]}
     schema = {f.name: option_of(BrokerConfig, f.name) for f in dataclasses.fields(BrokerConfig)}
     plain: dict[str, Any] = {}
     changes: dict[str, Any] = {}
@@ -769,6 +786,8 @@ def config_from_toml(
         name = key.replace("-", "_")
         if name == "listeners":
             changes[name] = _listeners(source, value)
+        elif name == "quotas":
+            changes[name] = _quotas(source, value)
         elif name == "shared_subscription_group_strategy" and isinstance(value, dict):  # a table
             plain[key] = [f"{k}={v}" for k, v in value.items()]
         elif name not in _FIELDS and (isinstance(value, dict) or name == "bridges"):
@@ -782,6 +801,32 @@ def config_from_toml(
         raise exc.located(source) from None
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+
+
+#: the keys of a ``[[quotas]]`` table (``QuotaRule``'s fields; docs/broker.md, "Quotas")
+QUOTA_OPTIONS: Mapping[str, Option] = {
+    "client_id": Option(Kind.STR, optional=True),
+    "username": Option(Kind.STR, optional=True),
+    "messages_per_second": Option(Kind.FLOAT, lo=0, unit="messages per second"),
+    "bytes_per_second": Option(Kind.FLOAT, lo=0, unit="payload bytes per second"),
+    "burst_seconds": Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds"),
+    "action": Option(Kind.CHOICE, choices=QUOTA_ACTIONS),
+}
+
+
+def _quotas(source: str, value: Any) -> tuple[QuotaRule, ...]:
+    """``[[quotas]]`` tables: each key checked by :data:`QUOTA_OPTIONS` (a bad one is one line
+    naming the file, the table and the key), then the rule itself (a rate is needed). O(keys)."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"{source}: quotas must be an array of tables ([[quotas]])")
+    out = []
+    for i, table in enumerate(value):
+        fields = check_table(table, QUOTA_OPTIONS, f"quota {i + 1}", source, say_where=True)
+        try:
+            out.append(QuotaRule(**fields))
+        except ValueError as exc:
+            raise ValueError(f"{source}: quota {i + 1}: {exc}") from None
+    return tuple(out)
 
 
 def _listeners(source: str, value: Any) -> tuple[Listener, ...]:

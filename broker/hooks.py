@@ -16,6 +16,11 @@ CPython's cyclic GC and make it run full collections on the event loop (the brid
 0.13-0.16 s of them per 1.8 s at 100k deliveries/s; see docs/bridge.md).  The broker builds
 only what the registered hooks override.
 
+Message hooks (issue 39): ``on_publish`` sees a client's PUBLISH before it is routed and may
+keep it, drop it (the publisher gets an MQTT 5 reason code), replace its topic, payload or
+properties, and add derived messages the broker publishes after it (:class:`PublishDecision`;
+docs/broker.md, "Message hooks").
+
 Composite subscriptions (issue 16, docs/composite.md) have records of their own:
 ``on_composite_change`` (a client's composite subscription added or removed), one
 ``on_composite_event`` per composite event the engine produces (however many subscribers it
@@ -35,7 +40,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+from broker.packets import NO_PROPERTIES, Properties, ReasonCode
 
 if TYPE_CHECKING:
     from broker._broker import Broker
@@ -43,6 +50,7 @@ if TYPE_CHECKING:
     from broker.core._message import Message
 
 __all__ = [
+    "DROP_REASONS",
     "AuthRequest",
     "AuthUnavailable",
     "AuthVerdict",
@@ -52,8 +60,12 @@ __all__ = [
     "CompositeLoss",
     "Delivery",
     "DeliveryEntry",
+    "DerivedMessage",
     "Hooks",
     "Publication",
+    "PublishAction",
+    "PublishContext",
+    "PublishDecision",
     "SubscriptionAction",
     "SubscriptionChange",
 ]
@@ -213,6 +225,97 @@ class SubscriptionChange:
     entries: int  # the client's resulting number of entries (subscriptions + negative entries)
 
 
+class PublishAction(enum.Enum):
+    """What a :meth:`Hooks.on_publish` decision does with the publication."""
+
+    KEEP = "keep"  # route it as it is (extra messages still published)
+    DROP = "drop"  # route nothing; the publisher gets ``reason`` (MQTT 5 PUBACK / PUBREC)
+    REPLACE = "replace"  # route it with the given topic / payload / properties
+
+
+#: the reason codes a hook may drop a publication with (MQTT 5 PUBACK/PUBREC): 0x83
+#: Implementation specific error (the default), 0x87 Not authorized, 0x99 Payload format
+#: invalid, 0x80 Unspecified error, 0x97 Quota exceeded, 0x90 Topic Name invalid
+DROP_REASONS: Final = frozenset(
+    {
+        ReasonCode.UNSPECIFIED_ERROR,
+        ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR,
+        ReasonCode.NOT_AUTHORIZED,
+        ReasonCode.TOPIC_NAME_INVALID,
+        ReasonCode.QUOTA_EXCEEDED,
+        ReasonCode.PAYLOAD_FORMAT_INVALID,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishContext:
+    """A client's PUBLISH as :meth:`Hooks.on_publish` sees it (after the broker's own checks,
+    the publisher's ACL check of ``topic``, and the previous hooks' changes)."""
+
+    client_id: str
+    username: str | None  # the authenticated user name, None if there is none
+    protocol_level: int  # 3, 4 (3.1.1) or 5
+    topic: str  # topic aliases resolved
+    payload: bytes
+    qos: int
+    retain: bool
+    properties: Properties  # without topic alias and subscription identifiers
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedMessage:
+    """A message a hook asks the broker to publish as itself (no publisher, no ACL check of
+    the publisher; its topic must be a valid topic name), after the original is routed."""
+
+    topic: str
+    payload: bytes
+    qos: int = 0
+    retain: bool = False
+    properties: Properties = NO_PROPERTIES
+
+
+@dataclass(frozen=True, slots=True)
+class PublishDecision:
+    """The answer of :meth:`Hooks.on_publish`; build it with :meth:`keep`, :meth:`drop` or
+    :meth:`replace` (returning None is :meth:`keep` without extra messages)."""
+
+    action: PublishAction
+    reason: ReasonCode = ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR  # DROP only
+    topic: str | None = None  # REPLACE: None keeps the current value
+    payload: bytes | None = None
+    properties: Properties | None = None
+    extra: tuple[DerivedMessage, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.reason not in DROP_REASONS:
+            raise ValueError(f"a dropped publication's reason must be one of {sorted(DROP_REASONS)}")
+
+    @staticmethod
+    def keep(extra: tuple[DerivedMessage, ...] | list[DerivedMessage] = ()) -> PublishDecision:
+        """Route the publication unchanged (and publish ``extra`` after it)."""
+        return PublishDecision(PublishAction.KEEP, extra=tuple(extra))
+
+    @staticmethod
+    def drop(reason: ReasonCode = ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR) -> PublishDecision:
+        """Route nothing: an MQTT 5 publisher's PUBACK/PUBREC carries ``reason`` (one of
+        :data:`DROP_REASONS`); MQTT 3.1.1 has no refusal: acknowledged, dropped."""
+        return PublishDecision(PublishAction.DROP, reason)
+
+    @staticmethod
+    def replace(
+        topic: str | None = None,
+        payload: bytes | None = None,
+        properties: Properties | None = None,
+        extra: tuple[DerivedMessage, ...] | list[DerivedMessage] = (),
+    ) -> PublishDecision:
+        """Route the publication with a new topic, payload and/or properties (None: as it
+        was); a new topic is checked and authorized for the publisher like its own."""
+        return PublishDecision(
+            PublishAction.REPLACE, topic=topic, payload=payload, properties=properties, extra=tuple(extra)
+        )
+
+
 class Hooks:
     """Observer and policy interface of the broker; subclass and override what you need.
 
@@ -319,6 +422,16 @@ class Hooks:
         listener's ``connect_timeout`` still applies) and the hooks after this one are asked
         only if it says None.  Failed logins count towards the per-address back-off
         (``BrokerConfig.auth_failures``)."""
+        return None
+
+    def on_publish(self, ctx: PublishContext) -> PublishDecision | None:
+        """A client's PUBLISH, before it is routed: keep (None), drop or replace it, or add
+        derived messages (:class:`PublishDecision`).  Synchronous and on the hot path of every
+        client PUBLISH: it must be fast and must not block.  Hooks run in registration order,
+        each seeing the previous one's result; a drop ends the chain.  An exception drops the
+        publication (fail-closed, 0x83) and counts in ``hook_errors``.  Only PUBLISHes of
+        network clients pass here (not wills, ``Broker.publish``, cluster peers' copies, nor
+        the derived messages themselves)."""
         return None
 
     def authenticate_request(self, request: AuthRequest) -> AuthVerdict:

@@ -2,10 +2,11 @@
 
 Sources, all read from the code itself:
 
-- ``[broker]`` keys and ``[[listeners]]`` tables: the fields of :class:`broker.BrokerConfig`
-  and :class:`broker.Listener` (name, type, default, and what a valid value is: the field's
-  ``Option`` of the one configuration schema, ``broker._config``) with the ``#:`` comment
-  above each field in ``broker/_config.py`` (read with :mod:`ast` and the source lines);
+- ``[broker]`` keys, ``[[listeners]]`` and ``[[quotas]]`` tables: the fields of
+  :class:`broker.BrokerConfig`, :class:`broker.Listener` and ``QuotaRule`` (name, type,
+  default, and what a valid value is: the field's ``Option`` of the one configuration
+  schema, ``broker._config``, ``QUOTA_OPTIONS`` for quotas) with the ``#:`` comment above
+  each field in ``broker/_config.py`` (``broker/core/_quota.py``) (read with :mod:`ast` and the source lines);
 - flags of ``siftmq serve`` and ``[serve]`` keys: the argparse parser that ``siftmq`` builds
   (``broker._cli.build_parser``, with every installed plugin's options), and the ``[serve]``
   keys the CLI and each plugin accept with their ``Option`` (``_cli.serve_schema``:
@@ -31,7 +32,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from broker import _cli, authn  # noqa: E402
-from broker._config import BrokerConfig, Listener, option_of  # noqa: E402
+from broker._config import QUOTA_OPTIONS, BrokerConfig, Listener, option_of  # noqa: E402
+from broker.core._quota import QuotaRule  # noqa: E402
 
 TARGET = ROOT / "docs" / "config-reference.md"
 
@@ -140,6 +142,20 @@ def generate() -> str:
     docs = _field_docs(config_py, "Listener")
     for f in dataclasses.fields(Listener):
         valid = _cell(option_of(Listener, f.name).expected)
+        out.append(f"| `{f.name}` | {_type(f)} | {valid} | {_default(f)} | {_cell(docs.get(f.name, ''))} |")
+    out += [
+        "",
+        "## `[[quotas]]`",
+        "",
+        'Each table is one publish quota (`QuotaRule`; docs/broker.md, "Quotas"): the first rule',
+        "whose patterns match a client at CONNECT applies to it.",
+        "",
+        "| key | type | valid values | default | meaning |",
+        "|-----|------|--------------|---------|---------|",
+    ]
+    docs = _field_docs(ROOT / "broker" / "core" / "_quota.py", "QuotaRule")
+    for f in dataclasses.fields(QuotaRule):
+        valid = _cell(QUOTA_OPTIONS[f.name].expected)
         out.append(f"| `{f.name}` | {_type(f)} | {valid} | {_default(f)} | {_cell(docs.get(f.name, ''))} |")
     out += [
         "",

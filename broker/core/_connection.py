@@ -34,6 +34,8 @@ import topics
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._message import INTERNAL_PREFIXES, Message, Route
+from broker.core._msghooks import refused_publish, run_message_hooks
+from broker.core._quota import over_quota, retained_refusal
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
 from broker.hooks import Delivery
@@ -435,6 +437,7 @@ class Connection(RareFields):
             return
         connected = self.state is ConnectionState.CONNECTED
         batch = connected and self.core.router.batching
+        quota = self.quota  # publish quota (issue 39, core/_quota.py): None for most clients
         run: list[tuple[Publish, Message]] = []
         it = iter(packets)
         for p in it:
@@ -446,6 +449,8 @@ class Connection(RareFields):
                     run = []
                 self.pending = [p, *it]
                 break
+            if quota is not None and connected and type(p) is Publish and over_quota(self, p, now):
+                break  # disconnected by its quota (action "disconnect")
             try:
                 if batch and type(p) is Publish and p.qos < 2:
                     accepted = self._accept_publish(p, now)
@@ -574,6 +579,8 @@ class Connection(RareFields):
         session.authenticated = authenticated
         session.will = p.will
         session.version = v
+        if core.quotas is not None:
+            core.quotas.attach(self, client_id, p.username if authenticated else None, now)
         if cfg.slow_consumer_rules:
             self.policy = cfg.slow_policy(client_id, self.listener_policy)
         durable_first = core.journal.connected(session, now)
@@ -631,7 +638,7 @@ class Connection(RareFields):
         else:
             accepted()
 
-    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:
+    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:  # noqa: C901, PLR0912 (hot path: every check in one frame)
         """Every check of an incoming PUBLISH: the Message to route, or the answer to give
         instead (a refusal, or the PUBREC of a QoS 2 duplicate) as a call, so that a batch can
         deliver and acknowledge the PUBLISHes before it first (``received``)."""
@@ -686,18 +693,19 @@ class Connection(RareFields):
             return self._denied(qos, pid, "broker-owned topic")
         if core.obs.authorize and not core.authorize(s, "publish", topic):
             return self._denied(qos, pid, "not authorized")
+        if p.retain and p.payload and (cfg.max_retained_messages or cfg.max_retained_bytes):
+            full = retained_refusal(self, p, topic)  # retained store caps (issue 39)
+            if full is not None:
+                return full
         if props.topic_alias is not None or props.subscription_identifiers:
             props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
+        if core.obs.message:  # message hooks (issue 39): one list test when there are none
+            return run_message_hooks(self, p, topic, props, now)
         return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
 
     def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
         """A refused PUBLISH's answer: PUBACK/PUBREC 0x87 (3.1.1: plain ack, dropped); QoS 0: none."""
-        denied = ReasonCode.NOT_AUTHORIZED
-        if qos == 1:
-            return partial(self.send_ordered, Puback(pid or 0, denied, self._reason(why)), False)
-        if qos == 2:
-            return partial(self.send_ordered, Pubrec(pid or 0, denied, self._reason(why)), False)
-        return _NOTHING
+        return refused_publish(self, qos, pid, ReasonCode.NOT_AUTHORIZED, why)
 
     def _may_publish_reserved(self, topic: str) -> bool:
         """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
@@ -863,6 +871,8 @@ class Connection(RareFields):
                 receiver.feeders.discard(self)
             self.blockers = 0
             core.stats.publishers_paused -= 1
+        if core.quotas is not None:
+            core.quotas.paused.pop(self, None)  # its pause ended with its blockers above
         self.pending = NO_PACKETS
         s = self.session
         if s is not None and was_connected and s.conn is self:

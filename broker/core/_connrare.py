@@ -30,6 +30,7 @@ from broker.packets import Packet
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
+    from broker.core._quota import ClientQuota
 
 __all__ = ["NO_ALIASES_IN", "NO_ALIASES_OUT", "NO_FEEDERS", "NO_PACKETS", "Rare", "RareFields"]
 
@@ -66,6 +67,7 @@ class Rare:
         self.problem_info = True
         self.will_on_close = True
         self.close_reason = LOST
+        self.quota: ClientQuota | None = None  # publish quota (issue 39; core/_quota.py)
 
 
 class RareFields:
@@ -281,3 +283,13 @@ class RareFields:
     def close_reason(self, value: str) -> None:
         if value != LOST or self.rare is not None:
             self._rare().close_reason = value
+
+    @property
+    def quota(self) -> ClientQuota | None:
+        r = self.rare
+        return None if r is None else r.quota
+
+    @quota.setter
+    def quota(self, value: ClientQuota | None) -> None:
+        if value is not None or self.rare is not None:
+            self._rare().quota = value

@@ -40,6 +40,7 @@ from broker.core._deadlines import Deadlines
 from broker.core._journal import Journal
 from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
+from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy
@@ -107,6 +108,8 @@ class Core:
         self.dirty: set[Connection] = set()
         self.stats = Stats()
         self.obs = Observers(hooks)
+        #: publish quotas (issue 39; core/_quota.py): None without ``quotas`` rules
+        self.quotas: Quotas | None = Quotas(self, cfg.quotas) if cfg.quotas else None
         # sessions waiting for their will delay / their expiry, due ones found in O(k log n)
         self.pending_wills = Deadlines(_will_due)
         self.expiring = Deadlines(_expires_at)
@@ -657,6 +660,8 @@ class Core:
             for s in self.expiring.due(now):
                 self.end_session(s, now)
         self.check_flow(now)
+        if self.quotas is not None:
+            self.quotas.tick(now)  # publishers whose quota refilled read again
         self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
@@ -706,6 +711,13 @@ class Core:
             "$SYS/broker/flow/dropped/queue_full": str(st.dropped_queue_full),
             "$SYS/broker/flow/store_waits": str(st.store_waits),
             "$SYS/broker/publish/refused/reserved": str(st.refused_reserved_publish),
+            "$SYS/broker/hooks/errors": str(st.hook_errors),
+            "$SYS/broker/hooks/dropped": str(st.hook_dropped),
+            "$SYS/broker/hooks/rewrite_refused": str(st.hook_rewrite_refused),
+            "$SYS/broker/hooks/derived": str(st.hook_derived),
+            "$SYS/broker/quotas/pauses": str(st.quota_pauses),
+            "$SYS/broker/quotas/disconnects": str(st.quota_disconnects),
+            "$SYS/broker/retained/refused/quota": str(st.refused_retained_quota),
             "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
             "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
             "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
@@ -820,7 +832,8 @@ class Core:
         for conn in self.congested:
             assert conn.congested_since is not None
         edges = sum(len(c.feeders) for c in self.congested)
-        assert edges == sum(c.blockers - c.store_wait for c in self.connections)
+        quota_paused = self.quotas.paused if self.quotas is not None else {}
+        assert edges == sum(c.blockers - c.store_wait - (c in quota_paused) for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
         assert all(c.slow and c in self.progress for c in self.hung)
         assert all(c in self.congested for c in self.progress)

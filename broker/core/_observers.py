@@ -61,6 +61,9 @@ class Observers:
         either = {id(h) for name in ("authenticate", "authenticate_request") for h in over(name)}
         self.authenticate = [h for h in self.all if id(h) in either]
         self.authorize = over("authorize")
+        # message hooks (issue 39): a client's PUBLISH passes them before routing
+        # (broker.core._msghooks); empty: the PUBLISH path tests this one list
+        self.message = over("on_publish")
         self.writes = bool(self.delivery or self.recording)  # write_publish reports deliveries
         # The publication whose fan-out is being recorded for on_deliveries, and its entries.
         self.fan_msg: Message | None = None

@@ -278,6 +278,7 @@ class Router:
         self.routed = 0
         self.index: topics.SubscriptionIndex[SubOptions] = _CachingIndex(partial_unsubscribe, self._cache)
         self.retained: topics.RetainedTree[Message] = topics.RetainedTree()
+        self.retained_bytes = 0  # payload bytes of the retained messages (max_retained_bytes)
         if engine not in content.ENGINES:  # an unknown name fails here, at start, as before
             raise KeyError(engine)
         #: the content engine's name; the engine is made at its first use (:attr:`engine`)
@@ -655,11 +656,25 @@ class Router:
         return Subscribed(ReasonCode.NO_SUBSCRIPTION_EXISTED)
 
     def store_retained(self, msg: Message) -> None:
-        """Store ``msg`` as the retained message of its topic (empty payload clears it)."""
+        """Store ``msg`` as the retained message of its topic (empty payload clears it);
+        ``retained_bytes`` follows. O(topic levels)."""
+        old = self.retained.get(msg.topic)
+        if old is not None:
+            self.retained_bytes -= len(old.payload)
         if msg.payload:
             self.retained.set(msg.topic, msg)
+            self.retained_bytes += len(msg.payload)
         else:
             self.retained.delete(msg.topic)
+
+    def retained_fits(self, topic: str, size: int, max_count: int, max_bytes: int) -> bool:
+        """Whether a retained message of ``size`` bytes on ``topic`` stays within ``max_count``
+        messages and ``max_bytes`` payload bytes (0: no cap) when it replaces the topic's
+        current one. O(topic levels)."""
+        old = self.retained.get(topic)
+        count = len(self.retained) + (old is None)
+        total = self.retained_bytes + size - (0 if old is None else len(old.payload))
+        return (not max_count or count <= max_count) and (not max_bytes or total <= max_bytes)
 
     def retained_for(self, topic_filter: str, selector: str | None, now: float) -> Iterator[Message]:
         """Retained messages a new subscription receives (expired ones are dropped)."""
@@ -672,4 +687,7 @@ class Router:
                 continue
             yield msg
         for topic in expired:
+            old = self.retained.get(topic)
+            if old is not None:
+                self.retained_bytes -= len(old.payload)
             self.retained.delete(topic)

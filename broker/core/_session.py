@@ -287,6 +287,16 @@ class Stats:
     dropped_qos0_ingress: int = 0  # QoS 0 shed as read from a publisher far ahead of the broker
     store_waits: int = 0  # publishers paused until the store's writer caught up
     refused_reserved_publish: int = 0  # client PUBLISHes to $SYS/..., $share/..., $cluster/... (issue 21, 37)
+    # message hooks (issue 39; broker.core._msghooks): publications dropped by an on_publish
+    # hook (or by its failure), rewritten topics refused, derived messages published
+    hook_dropped: int = 0
+    hook_rewrite_refused: int = 0
+    hook_derived: int = 0
+    # quotas (issue 39; broker.core._quota): publishers paused / disconnected by their publish
+    # quota, retained publications refused by max_retained_messages / max_retained_bytes
+    quota_pauses: int = 0
+    quota_disconnects: int = 0
+    refused_retained_quota: int = 0
     refused_reserved_subscribe: int = 0  # SUBSCRIBEs to the internal $cluster/... by non-peers (issue 37)
     refused_non_peer: int = 0  # CONNECTs refused as not a verified cluster peer link (issue 37)
     refused_reserved_client_id: int = 0  # CONNECTs taking an internal client id ($local/...) (issue 37)

@@ -66,3 +66,47 @@ def test_a_listener_is_checked_like_the_broker() -> None:
         Listener(kind="udp")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"port = 65536: expected an integer 0..65535"):
         Listener(port=65536)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[[quotas]]\nclient_id = "x*"\nmessages_per_second = "ten"\n',
+            'quota 1: messages_per_second = "ten": expected a number >= 0 (messages per second)',
+        ),
+        (
+            '[[quotas]]\nmessages_per_second = 5\naction = "kick"\n',
+            'quota 1: action = "kick": expected one of pace',
+        ),
+        (
+            "[[quotas]]\nbytes_per_second = 5\nburst_seconds = 0\n",
+            "quota 1: burst_seconds = 0: expected a number > 0",
+        ),
+        ('[[quotas]]\nclient = "x*"\n', "quota 1: unknown option 'client' (did you mean 'client_id'?)"),
+        (
+            '[[quotas]]\nclient_id = "x*"\n',
+            "quota 1: a quota needs messages_per_second and/or bytes_per_second",
+        ),
+        ("[broker]\nmax_retained_bytes = -1\n", "max_retained_bytes = -1: expected an integer >= 0 (bytes)"),
+    ],
+)
+def test_a_bad_quota_table_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    """``[[quotas]]`` tables are checked key by key like ``[[listeners]]`` (issue 39 merged with
+    the schema of issue 38)."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as caught:
+        load_toml(path)
+    assert str(caught.value).startswith(f"{path}: {message}")
+    assert "\n" not in str(caught.value)
+
+
+def test_quotas_from_toml_and_keywords_are_the_same_rules(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[broker]\nport = 0\n[[quotas]]\nclient-id = "a*"\nmessages-per-second = 5\n')
+    from_file = load_toml(path).quotas
+    from_kwargs = BrokerConfig(quotas=[{"client_id": "a*", "messages_per_second": 5.0}]).quotas  # type: ignore[list-item]
+    assert from_file == from_kwargs
+    assert from_file[0].client_id == "a*"
+    assert from_file[0].messages_per_second == 5.0
