@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from broker._config import Option
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 from uplink._config import parse_bridges
@@ -23,6 +24,9 @@ class UplinkPlugin:
     """Reads ``[[bridges]]`` from the configuration file of ``siftmq serve``."""
 
     name = "uplink"
+    #: no ``[serve]`` keys: the bridges are ``[[bridges]]`` tables of their own, checked by
+    #: :func:`uplink._config.parse_bridges` when ``serve`` starts
+    serve_options: Mapping[str, Option] = {}
     serve_keys: frozenset[str] = frozenset()
 
     def add_commands(self, subparsers: Subparsers) -> None:
