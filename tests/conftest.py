@@ -67,14 +67,6 @@ SPARK_SESSION_FILES = frozenset(
 LONGEST_UNITS = (
     "tests/bridge/test_bridge_standalone.py",
     "spark-session",
-    # session 13's long new units (real processes: mosquitto and its clients, the CLI table,
-    # a bare-venv Spark session, `siftmq serve` killed and restarted); not yet profiled in a
-    # whole-suite run, placed by their longest tests in a --durations run
-    "tests/cli/test_pubsub_mosquitto.py",
-    "tests/bridge/test_bridge_worker_python.py",
-    "tests/cli/test_bad_input.py",
-    "tests/uplink/test_uplink_process.py",
-    "tests/admin/test_ctl.py",
     "tests/content/test_engines_model.py",
     "tests/cluster/test_cluster_handover.py",
     "tests/cluster/test_partitions.py",
