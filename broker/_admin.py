@@ -427,6 +427,11 @@ class Admin:
         props = NO_PROPERTIES
         p = b.get("properties")
         if p:
+            # MQTT 5 section 1.5.4: no U+0000 in a UTF-8 string (a subscriber's client drops
+            # the connection at such a PUBLISH as malformed)
+            texts = [p.get("content_type") or "", *(s for kv in p.get("user_properties", ()) for s in kv)]
+            if any("\x00" in t for t in texts):
+                raise Refused(400, "properties: content_type and user_properties may not contain U+0000")
             try:
                 props = Properties(
                     payload_format_indicator=p.get("payload_format_indicator"),

@@ -462,6 +462,8 @@ BAD: list[tuple[str, str, object, dict[str, str] | None, int]] = [
     ("POST", "/publish", {"topic": "a", "properties": {"user_properties": [["k", "v", "w"]]}}, None, 400),
     ("POST", "/publish", {"topic": "a", "properties": {"response_topic": ""}}, None, 400),
     ("POST", "/publish", {"topic": "a", "properties": {"message_expiry_interval": -1}}, None, 400),
+    ("POST", "/publish", {"topic": "a", "properties": {"user_properties": [["k", "a\x00b"]]}}, None, 400),
+    ("POST", "/publish", {"topic": "a", "properties": {"content_type": "\x00"}}, None, 400),
     ("POST", "/subscriptions", {"client_id": "c", "filter": "$composite/x"}, None, 400),
     ("POST", "/publish", {"payload": "x"}, None, 400),
     ("POST", "/bans", {"kind": "ip", "value": "x"}, None, 400),
