@@ -306,9 +306,19 @@ def _reload_command(args: argparse.Namespace) -> int:
         path: Path = args.pid_file or (args.data_dir or Path("siftmq-data")) / PID_FILE_NAME
         try:
             pid = read_pid_file(path)
+            written = path.stat().st_mtime
         except (OSError, ValueError) as exc:
             print(f"siftmq reload: no broker pid: {exc}", file=sys.stderr)
             return 2
+        started = _start_time(pid)
+        if started is not None and started > written + 2:  # btime has whole seconds
+            # the broker that wrote the file is gone and its pid went to a newer process,
+            # which SIGHUP could end
+            print(
+                f"siftmq reload: process {pid} started after {path} was written (stale pid file?)",
+                file=sys.stderr,
+            )
+            return 1
     try:
         os.kill(pid, signal.SIGHUP)
     except ProcessLookupError:
@@ -319,6 +329,22 @@ def _reload_command(args: argparse.Namespace) -> int:
         return 1
     print(f"siftmq reload: SIGHUP sent to {pid}")
     return 0
+
+
+def _start_time(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from ``/proc``; None where
+    there is no ``/proc`` or no such process (Linux only)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        boot = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
+            if line.startswith("btime ")
+        )
+        ticks = int(stat.rpartition(")")[2].split()[19])  # field 22, starttime
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 class SighupReloads:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import re
 import shutil
 import ssl
@@ -606,3 +607,20 @@ def test_siftmq_reload_without_a_running_broker(tmp_path: Path, capsys: pytest.C
     (tmp_path / "siftmq.pid").write_text(gone.stdout)
     assert main(["reload", "--data-dir", str(tmp_path)]) == 1  # a stale pid file
     assert "stale" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process start times from /proc")
+def test_siftmq_reload_does_not_signal_a_process_newer_than_the_pid_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pid_file = tmp_path / "siftmq.pid"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        pid_file.write_text(f"{other.pid}\n")
+        os.utime(pid_file, (1, 1))  # written long ago: the pid now names a newer process
+        assert main(["reload", "--pid-file", str(pid_file)]) == 1
+        assert "stale pid file" in capsys.readouterr().err
+        assert other.poll() is None  # not sent SIGHUP (which ends it)
+    finally:
+        other.kill()
+        other.wait()
