@@ -286,7 +286,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=_reload_command.__doc__,
     )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--pid", type=int, default=None, help="process id of the broker")
+    g.add_argument("--pid", type=_pid, default=None, help="process id of the broker")
     g.add_argument("--pid-file", type=Path, default=None, help="pid file written by 'siftmq serve'")
     g.add_argument(
         "--data-dir",
@@ -295,6 +295,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"the broker's data directory: its {PID_FILE_NAME} (default ./siftmq-data)",
     )
     p.set_defaults(func=_reload_command)
+
+
+def _pid(text: str) -> int:
+    """A ``--pid``: positive (0 and -1 would signal a process group or every process)."""
+    pid = int(text)
+    if pid <= 0:
+        raise ValueError(text)
+    return pid
+
+
+_pid.__name__ = "process id"  # argparse: "invalid process id value: '-1'"
 
 
 def _reload_command(args: argparse.Namespace) -> int:

@@ -609,6 +609,15 @@ def test_siftmq_reload_without_a_running_broker(tmp_path: Path, capsys: pytest.C
     assert "stale" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("pid", ["0", "-1", "x"])
+def test_siftmq_reload_refuses_a_pid_that_is_not_one_process(
+    pid: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 0 and -1 would send SIGHUP to the process group / every process of the user
+    assert main(["reload", "--pid", pid]) == 2
+    assert "siftmq reload: --pid: invalid process id value" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process start times from /proc")
 def test_siftmq_reload_does_not_signal_a_process_newer_than_the_pid_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
