@@ -533,12 +533,27 @@ class Core:
         if conn.feeders is NO_FEEDERS:  # the shared empty set of a connection never congested
             conn.feeders = set()
         conn.feeders.add(pub)
+        self.block(pub)
+
+    def block(self, pub: Connection) -> None:
+        """One more reason not to read ``pub`` (a congested receiver, the store's backlog, its
+        publish quota): its first one pauses it (counted, socket throttled). O(1)."""
         pub.blockers += 1
         if pub.blockers == 1:
             self.stats.publisher_pauses += 1
             self.stats.publishers_paused += 1
             self.resumable.discard(pub)
             pub.link.throttle(True)
+
+    def unblock(self, pub: Connection) -> bool:
+        """One reason not to read ``pub`` gone: True when it was the last (``pub`` is
+        resumable at the next flush). O(1)."""
+        pub.blockers -= 1
+        if pub.blockers == 0:
+            self.stats.publishers_paused -= 1
+            self.resumable.add(pub)
+            return True
+        return False
 
     def relieve(self, conn: Connection) -> None:
         """``conn`` is no longer congested (drained, slow, or gone): release its publishers."""
@@ -554,10 +569,7 @@ class Core:
 
     def _release_feeders(self, conn: Connection) -> None:
         for pub in conn.feeders:
-            pub.blockers -= 1
-            if pub.blockers == 0:
-                self.stats.publishers_paused -= 1
-                self.resumable.add(pub)
+            self.unblock(pub)
         if conn.feeders:
             conn.feeders = NO_FEEDERS  # its own set released (it reads again)
 

@@ -273,12 +273,7 @@ class Journal:
             return
         core = self.core
         conn.store_wait = True
-        conn.blockers += 1
-        if conn.blockers == 1:
-            core.stats.publisher_pauses += 1
-            core.stats.publishers_paused += 1
-            core.resumable.discard(conn)
-            conn.link.throttle(True)
+        core.block(conn)
         core.stats.store_waits += 1
         call = self.call_threadsafe
         caught_up = self._caught_up
@@ -288,10 +283,7 @@ class Journal:
         conn.store_wait = False
         if conn.state is ConnectionState.CLOSED:
             return  # Connection.lost forgot its pause
-        conn.blockers -= 1
-        if conn.blockers == 0:
-            self.core.stats.publishers_paused -= 1
-            self.core.resumable.add(conn)
+        if self.core.unblock(conn):
             self.core.flush()
 
     # ------------------------------------------------------------ held deliveries

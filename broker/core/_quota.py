@@ -199,12 +199,7 @@ class Quotas:
             return
         self.paused[conn] = now + wait
         core.stats.quota_pauses += 1
-        conn.blockers += 1
-        if conn.blockers == 1:
-            core.stats.publisher_pauses += 1
-            core.stats.publishers_paused += 1
-            core.resumable.discard(conn)
-            conn.link.throttle(True)
+        core.block(conn)
 
     def tick(self, now: float) -> None:
         """Resume the paused connections whose buckets refilled (O(paused))."""
@@ -221,10 +216,7 @@ class Quotas:
             return
         conn.clock = max(conn.clock, now)
         if conn.blockers > 0:
-            conn.blockers -= 1
-            if conn.blockers == 0:
-                self.core.stats.publishers_paused -= 1
-                self.core.resumable.add(conn)
+            self.core.unblock(conn)
 
 
 def over_quota(conn: Connection, p: Publish, now: float) -> bool:

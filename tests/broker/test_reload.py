@@ -614,7 +614,9 @@ def test_siftmq_reload_refuses_a_pid_that_is_not_one_process(
     pid: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # 0 and -1 would send SIGHUP to the process group / every process of the user
-    assert main(["reload", "--pid", pid]) == 2
+    with pytest.raises(SystemExit) as exited:
+        main(["reload", "--pid", pid])
+    assert exited.value.code == 2
     assert "siftmq reload: --pid: invalid process id value" in capsys.readouterr().err
 
 
