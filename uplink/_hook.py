@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hmac
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -65,7 +66,11 @@ class Uplink(Hooks):
 
     def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
         if client_id.startswith(PREFIX):
-            return client_id[len(PREFIX) :] in self.bridges and password == self._password.encode()
+            return (
+                client_id[len(PREFIX) :] in self.bridges
+                and password is not None
+                and hmac.compare_digest(password, self._password.encode())
+            )
         return None
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:

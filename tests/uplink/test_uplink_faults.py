@@ -181,3 +181,22 @@ async def test_bridge_counters_in_metrics() -> None:
             text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
             assert 'siftmq_uplink_sent_total{reason="up"} 1.0' in text
             assert 'siftmq_uplink_connected_total{reason="up"} 1.0' in text
+
+
+@pytest.mark.parametrize(
+    ("ident", "password"), [("$uplink/up", None), ("$uplink/up", "guess"), ("$uplink/x", None)]
+)
+async def test_an_ordinary_client_cannot_take_a_bridge_client_id(ident: str, password: str | None) -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        uplink = Uplink([_cfg(f"mqtt://127.0.0.1:{central.port}")])
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
+            bridge = uplink.bridges["up"]
+            await asyncio.wait_for(bridge.wait_connected(), 10)
+            with pytest.raises(aiomqtt.MqttError, match=r"[Nn]ot authorized"):
+                async with aiomqtt.Client(
+                    "127.0.0.1", edge.port, identifier=ident, username="$uplink", password=password
+                ):
+                    pass
+            assert bridge.state.connected  # its local session was not taken over
+            await _pub(edge.port, "t/1", b"still bridged")
+            await eventually(lambda: bridge.state.sent >= 1, 5)
