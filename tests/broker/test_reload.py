@@ -631,7 +631,10 @@ def test_siftmq_reload_does_not_signal_a_process_newer_than_the_pid_file(
         os.utime(pid_file, (1, 1))  # written long ago: the pid now names a newer process
         assert main(["reload", "--pid-file", str(pid_file)]) == 1
         assert "stale pid file" in capsys.readouterr().err
-        assert other.poll() is None  # not sent SIGHUP (which ends it)
+        # not sent SIGHUP, which would end it (a signal lands at once, but poll() right after
+        # the send could still see the process: a second for it to go, which it must not)
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=1.0)
     finally:
         other.kill()
         other.wait()
