@@ -471,21 +471,27 @@ class Bridge:
                 else:
                     self._from_remote(side, msg, released=True)
 
+    def _route(self, side: _Side, msg: paho.MQTTMessage, outbound: bool) -> TopicRule | None:
+        """The rule that forwards ``msg``; None when no rule of its direction matches (counted
+        dropped) or its content filter refuses it (counted filtered): then it is acknowledged."""
+        i = self._rule(msg.topic, outbound)
+        if i is None:
+            self.state.dropped += 1
+        elif self._passes(i, msg.payload):
+            return self.config.topics[i]
+        else:
+            self.state.filtered += 1
+        side.client.ack(msg.mid, msg.qos)
+        return None
+
     def _from_local(self, side: _Side, msg: paho.MQTTMessage, released: bool = False) -> None:
         if not released and self._hold(side, msg):
             return
         remote = self._remote
         if remote is None:
             return  # not acknowledged: sent again at the next connection
-        i = self._rule(msg.topic, True)
-        if i is None:
-            self.state.dropped += 1
-            side.client.ack(msg.mid, msg.qos)
-            return
-        rule = self.config.topics[i]
-        if not self._passes(i, msg.payload):
-            self.state.filtered += 1
-            side.client.ack(msg.mid, msg.qos)
+        rule = self._route(side, msg, True)
+        if rule is None:
             return
         topic = rule.to_remote(msg.topic)
         if remote.max_packet is not None and len(msg.payload) + len(topic) + 16 > remote.max_packet:
@@ -510,15 +516,8 @@ class Bridge:
         local = self._local
         if local is None:
             return
-        i = self._rule(msg.topic, False)
-        if i is None:
-            self.state.dropped += 1
-            side.client.ack(msg.mid, msg.qos)
-            return
-        rule = self.config.topics[i]
-        if not self._passes(i, msg.payload):
-            self.state.filtered += 1
-            side.client.ack(msg.mid, msg.qos)
+        rule = self._route(side, msg, False)
+        if rule is None:
             return
         self._forward(
             local, source=side, msg=msg, topic=rule.to_local(msg.topic), rule=rule, pending=self._pending_in
