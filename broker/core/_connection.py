@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import topics
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import INTERNAL_PREFIXES, Message, Route
+from broker.core._message import INTERNAL_PREFIXES, RESERVED_PREFIXES, Message, Route
 from broker.core._msghooks import refused_publish, run_message_hooks
 from broker.core._quota import over_quota, retained_refusal
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
@@ -79,10 +79,6 @@ __all__ = [
     "Writer",
 ]
 
-#: PUBLISH topic prefixes that belong to the broker (``_may_publish_reserved``, asked only
-#: for topics starting with ``$``: one ``startswith("$")`` per ordinary PUBLISH)
-_RESERVED_PUBLISH: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
-
 log = logging.getLogger("broker")
 
 #: PUBLISHes of one read routed as one content-matching batch at most (flow control can only
@@ -92,13 +88,6 @@ _MAX_RUN = 128
 
 def _ok(code: int) -> bool:
     return code < 0x80
-
-
-def _nothing() -> None:
-    """The answer to a QoS 0 PUBLISH refused by the authorize hook: none (dropped)."""
-
-
-_NOTHING: Callable[[], None] = _nothing
 
 
 Writer = Callable[[bytes], None]
@@ -712,7 +701,7 @@ class Connection(RareFields):
         when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
         bridges) to ``$SYS/broker/connection/<its client id>/state``; ``$cluster/...`` only a
         verified peer link, whatever a hook says (broker/core/_internal.py). Other ``$``: free."""
-        if not topic.startswith(_RESERVED_PUBLISH):
+        if not topic.startswith(RESERVED_PREFIXES):  # asked only for topics starting with "$"
             return True
         if topic.startswith(INTERNAL_PREFIXES):
             return self.peer_link

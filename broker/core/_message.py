@@ -22,6 +22,7 @@ __all__ = [
     "INTERNAL_CLIENT_PREFIXES",
     "INTERNAL_PREFIXES",
     "PEER_PREFIX",
+    "RESERVED_PREFIXES",
     "SHARE_PREFIX",
     "Message",
     "Route",
@@ -39,6 +40,9 @@ PEER_PREFIX: Final = "$cluster/"
 #: and its store rows ``$cluster-in/...``): only a verified cluster peer link may PUBLISH or
 #: SUBSCRIBE there, whatever an ACL or authorize hook says (docs/cluster.md, "Security")
 INTERNAL_PREFIXES: Final = ("$cluster/", "$cluster-in/")
+#: every broker-owned topic prefix a client PUBLISH (or a message hook's rewrite) may not take
+#: unless allowed (``Connection._may_publish_reserved``; broker.core._msghooks)
+RESERVED_PREFIXES: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 #: client ids the broker gives its own sessions (in-process subscriptions ``$local/<n>``, a
 #: peer's received QoS 2 ids ``$cluster-in/<peer>``): a network CONNECT may not take them
 INTERNAL_CLIENT_PREFIXES: Final = ("$local/", "$cluster-in/")

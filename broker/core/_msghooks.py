@@ -40,9 +40,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import topics
-from broker.core._message import INTERNAL_PREFIXES, Message
+from broker.core._message import RESERVED_PREFIXES, Message
 from broker.hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
-from broker.packets import NO_PROPERTIES, Properties, Puback, Publish, Pubrec, ReasonCode
+from broker.packets import Properties, Puback, Publish, Pubrec, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -119,7 +119,7 @@ def refused_publish(
     hooks and the quotas (:mod:`broker.core._quota`).  O(1)."""
     if qos == 0:
         return _nothing
-    props = Properties(reason_string=why) if conn.version == 5 and conn.problem_info else NO_PROPERTIES
+    props = conn._reason(why)
     ack = Puback(pid or 0, code, props) if qos == 1 else Pubrec(pid or 0, code, props)
     return partial(conn.send_ordered, ack, False)
 
@@ -140,7 +140,7 @@ def _check_rewritten(conn: Connection, p: Publish, new_topic: str) -> Callable[[
         code = ReasonCode.TOPIC_NAME_INVALID
     if code is None and new_topic.count("/") >= core.config.max_topic_levels:
         code = ReasonCode.TOPIC_NAME_INVALID
-    if code is None and new_topic.startswith(("$SYS", "$share/", *INTERNAL_PREFIXES)):
+    if code is None and new_topic.startswith(RESERVED_PREFIXES):
         code = ReasonCode.NOT_AUTHORIZED
     if code is None and core.obs.authorize and not core.authorize(s, "publish", new_topic):
         code = ReasonCode.NOT_AUTHORIZED
