@@ -247,15 +247,21 @@ def _type_name(want: type | tuple[type, ...]) -> str:
     )
 
 
-def _rule(where: str, table: object) -> TopicRule:
+def _table(where: str, table: object, keys: set[str], required: str, example: str = "") -> dict[str, Any]:
+    """``table`` as a TOML table of ``keys`` only, each of its type, with ``required``."""
     if not isinstance(table, dict):
-        raise ValueError(f"{where}: a table expected ({{pattern = ..., direction = ...}})")
+        raise ValueError(f"{where}: a table expected{example}")
     for key in table:
-        if key not in _RULE_KEYS:
+        if key not in keys:
             raise ValueError(f"{where}: unknown key {key!r}")
         _check(where, key, table[key])
-    if "pattern" not in table:
-        raise ValueError(f"{where}.pattern: missing")
+    if required not in table:
+        raise ValueError(f"{where}.{required}: missing")
+    return table
+
+
+def _rule(where: str, raw: object) -> TopicRule:
+    table = _table(where, raw, _RULE_KEYS, "pattern", " ({pattern = ..., direction = ...})")
     try:
         direction = Direction(table.get("direction", "out"))
     except ValueError:
@@ -284,15 +290,8 @@ def _rule(where: str, table: object) -> TopicRule:
         raise ValueError(f"{where}: {exc}") from None
 
 
-def _bridge(where: str, table: object) -> BridgeConfig:
-    if not isinstance(table, dict):
-        raise ValueError(f"{where}: a table expected")
-    for key in table:
-        if key not in _BRIDGE_KEYS:
-            raise ValueError(f"{where}: unknown key {key!r}")
-        _check(where, key, table[key])
-    if "name" not in table:
-        raise ValueError(f"{where}.name: missing")
+def _bridge(where: str, raw: object) -> BridgeConfig:
+    table = _table(where, raw, _BRIDGE_KEYS, "name")
     urls: list[Any] = []
     if "url" in table:
         urls.append(table["url"])
