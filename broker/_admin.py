@@ -94,9 +94,7 @@ class Refused(Exception):
         self.detail = detail
 
 
-def error(
-    status: int, message: str, detail: object = None, headers: tuple[tuple[str, str], ...] = ()
-) -> Response:
+def error(status: int, message: str, detail: object = None) -> Response:
     """The API's JSON error response."""
     body: dict[str, object] = {"error": message}
     if detail is not None:
@@ -460,11 +458,7 @@ class Admin:
             _save_bans(self.broker, gone, True)
 
     async def h_ban(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
-        kind = BanKind(b["kind"])
-        try:
-            value = canonical(kind, b["value"])
-        except ValueError as exc:
-            raise Refused(400, f"value: {exc}") from None
+        kind, value = _ban_key(b)
         now = time.time()
         expiry = b.get("expiry")
         ban = Ban(kind, value, None if expiry is None else now + expiry, b.get("reason", ""), now)
@@ -492,11 +486,7 @@ class Admin:
         return _json({"ban": ban.to_json(now), "disconnected": kicked[: data.MAX_LIMIT]}, 201)
 
     async def h_unban(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
-        kind = BanKind(q["kind"])
-        try:
-            value = canonical(kind, q["value"])
-        except ValueError as exc:
-            raise Refused(400, f"value: {exc}") from None
+        kind, value = _ban_key(q)
         gone = self.core.bans.remove(kind, value)
         if gone is None:
             raise Refused(404, f"no {kind.value} ban {value[:100]!r}")
@@ -645,6 +635,15 @@ class Admin:
         if not await self._rewrite_acl(edit):
             raise Refused(404, "no such rule", {k: v for k, v in q.items()})
         return _json({"removed": q})
+
+
+def _ban_key(args: Args) -> tuple[BanKind, str]:
+    """A ban's kind and its value in canonical form (an address as its network)."""
+    kind = BanKind(args["kind"])
+    try:
+        return kind, canonical(kind, args["value"])
+    except ValueError as exc:
+        raise Refused(400, f"value: {exc}") from None
 
 
 def _pair(kv: list[str]) -> tuple[str, str]:
