@@ -292,7 +292,9 @@ def _check(name: str, schema: Mapping[str, Any], value: Any) -> Any:  # noqa: C9
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadInput(f"{name}: expected an integer")
         if value < schema.get("minimum", value) or value > schema.get("maximum", value):
-            raise BadInput(f"{name}: must be between {schema.get('minimum')} and {schema.get('maximum')}")
+            if "maximum" not in schema:
+                raise BadInput(f"{name}: must be at least {schema['minimum']}")
+            raise BadInput(f"{name}: must be between {schema.get('minimum')} and {schema['maximum']}")
     elif t == "boolean":
         if not isinstance(value, bool):
             raise BadInput(f"{name}: expected true or false")

@@ -577,3 +577,10 @@ async def test_no_endpoint_answers_500_to_odd_values(b: Broker) -> None:
                     assert r.status < 500, (ep.method, path, name, odd, r.status, r.body)
                     statuses.add(r.status)
     assert {200, 400} <= statuses
+
+
+async def test_an_out_of_range_number_names_its_bound(b: Broker) -> None:
+    r = await call(hport(b), "GET", API + "/clients", None, {"page": "0"})
+    assert (r.status, r.json()["error"]) == (400, "page: must be at least 1")  # no upper bound
+    r = await call(hport(b), "GET", API + "/clients", None, {"limit": "0"})
+    assert (r.status, r.json()["error"]) == (400, "limit: must be between 1 and 500")
