@@ -173,7 +173,7 @@ def auth_request(conn: Connection, p: Connect, client_id: str) -> AuthRequest:
     the listener's socket address and the client certificate, asked from the transport
     (``Link``'s asyncio transport when it has one: ``MQTTProtocol``, WebSocket); O(1)."""
     peer = conn.peer
-    address = str(peer[0]) if isinstance(peer, tuple) and peer else (str(peer) if peer else None)
+    address = address_of(peer) if peer else None
     transport = getattr(conn.link, "transport", None)
     info = getattr(transport, "get_extra_info", None)
     listener, port = "", None

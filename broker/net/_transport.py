@@ -47,6 +47,7 @@ import termios
 from typing import Any, cast
 
 from broker._logging import address
+from broker.core._backoff import address_of
 from broker.core._connection import Connection
 from broker.core._core import Core
 from broker.core._message import PEER_PREFIX
@@ -194,9 +195,7 @@ class MQTTProtocol(asyncio.Protocol):
                 timer = asyncio.get_running_loop().call_later(timeout, self._proxy_late, timeout)
                 self.proxy_wait = _ProxyWait(timer)
                 return
-            ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
-            self.refusal = policy.admit(str(ip), now)
-            self.screening = True
+            self._admit(policy, peer, now)
 
     def _proxied(self, data: bytes) -> bytes | None:
         """The bytes after the PROXY header once it is complete (None: not yet, or it was
@@ -218,11 +217,13 @@ class MQTTProtocol(asyncio.Protocol):
         self.proxy_wait = None
         if header.source is not None:
             conn.fixed_peer = header.source  # THE peer address of this connection from here on
-        peer = conn.peer
-        ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
-        self.refusal = policy.admit(str(ip), self.core.clock.monotonic())
-        self.screening = True
+        self._admit(policy, conn.peer, self.core.clock.monotonic())
         return rest
+
+    def _admit(self, policy: ListenerPolicy, peer: object, now: float) -> None:
+        """The listener's admission of the client at ``peer`` (its first packet is screened)."""
+        self.refusal = policy.admit(address_of(peer), now)
+        self.screening = True
 
     def _proxy_late(self, timeout: float) -> None:
         self._proxy_refused(f"no PROXY header within {timeout:g} s")
