@@ -292,6 +292,20 @@ class HttpAuth(_Grants):
             raise ValueError("HttpAuth: timeout > 0, retries/cache_ttl/negative_ttl/cache_size >= 0")
         if max_pending < 1:
             raise ValueError("HttpAuth: max_pending >= 1")
+        # checked here, not at the first CONNECT (which a wrong URL or header would refuse
+        # 0x88, as an auth service that is down)
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"HttpAuth: url {url[:200]!r}: {exc}") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(
+                f"HttpAuth: url must be http://HOST[:PORT]/PATH or https://..., not {url[:200]!r}"
+            )
+        for name, value in (headers or {}).items():
+            if not name or any(c in name for c in ":\r\n ") or "\r" in value or "\n" in value:
+                raise ValueError(f"HttpAuth: header {name[:100]!r}: a name without ':', spaces or "
+                                 "line breaks, a value without line breaks")  # fmt: skip
         super().__init__()
         self.url = url
         self.timeout = timeout

@@ -49,3 +49,23 @@ def test_without_the_auth_extra_building_a_backend_names_the_install(monkeypatch
     with pytest.raises(MissingExtra, match=r"HttpAuth needs the 'auth' extra \(httpx is not installed\): "
                        r"pip install 'siftmq\[auth\]'"):  # fmt: skip
         HttpAuth("http://127.0.0.1:1/auth")
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        ('auth_http_url = "ftp://auth.example/x"', "url must be http://"),
+        ('auth_http_url = "auth.example/x"', "url must be http://"),
+        ('auth_http_url = "http://a"\nauth_http_headers = {"X-Key" = "a\\nb"}', "header 'X-Key'"),
+    ],
+)
+def test_an_unusable_auth_service_url_or_header_is_refused_at_start(
+    tmp_path: Path, lines: str, said: str
+) -> None:
+    """Not found at the first CONNECT (every one refused 0x88 as if the service were down)."""
+    conf = tmp_path / "siftmq.toml"
+    conf.write_text(f"[serve]\n{lines}\n")
+    r = run("serve", "--port", "0", "--no-persistence", "--config", str(conf))
+    assert r.returncode == 2
+    assert r.stderr.startswith("siftmq serve: HttpAuth: ") and said in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
