@@ -37,6 +37,9 @@ class Uplink(Hooks):
 
     def __init__(self, bridges: Sequence[BridgeConfig]) -> None:
         self.configs = tuple(bridges)
+        #: the bridges' names, known before they start: a restored ``$uplink/<name>`` session
+        #: gets its messages even while the listeners are open and ``ready`` has not run yet
+        self.names = frozenset(cfg.name for cfg in self.configs)
         self.bridges: dict[str, Bridge] = {}
         self._password = secrets.token_hex(16)
         self._broker: Broker | None = None
@@ -67,14 +70,14 @@ class Uplink(Hooks):
     def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> bool | None:
         if client_id.startswith(PREFIX):
             return (
-                client_id[len(PREFIX) :] in self.bridges
+                client_id[len(PREFIX) :] in self.names
                 and password is not None
                 and hmac.compare_digest(password, self._password.encode())
             )
         return None
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
-        if client_id.startswith(PREFIX) and client_id[len(PREFIX) :] in self.bridges:
+        if client_id.startswith(PREFIX) and client_id[len(PREFIX) :] in self.names:
             return True
         return None
 
