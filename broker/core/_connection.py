@@ -710,7 +710,7 @@ class Connection(RareFields):
         if topic == f"$SYS/broker/connection/{s.client_id}/state":
             return True
         core = self.core
-        user = s.username if s.authenticated else None  # a claimed name has no rights
+        user = s.verified_username  # a claimed name has no rights
         grant = core._opinion(core.obs.authorize, "authorize", s.client_id, user, "publish", topic)
         return grant is True
 

@@ -206,7 +206,7 @@ class Core:
         authenticated (``Session.authenticated``; docs/security.md, "Who is a user")."""
         if not self.obs.authorize:
             return True
-        user = session.username if session.authenticated else None
+        user = session.verified_username
         return (
             self._opinion(self.obs.authorize, "authorize", session.client_id, user, action, topic)
             is not False

@@ -102,7 +102,7 @@ class Journal:
     def _record(self, s: Session, now: float, wall: float) -> SessionRecord:
         due = None if s.will_due is None else wall + (s.will_due - now)
         disconnected = None if s.conn is not None else wall
-        user = s.username if s.authenticated else None  # the store keeps verified names only
+        user = s.verified_username  # the store keeps verified names only
         return SessionRecord(
             s.client_id, s.version, s.expiry_interval, disconnected, user, s.next_pid, s.will, due
         )

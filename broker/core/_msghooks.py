@@ -61,7 +61,7 @@ def run_message_hooks(
     s = conn.session
     assert s is not None
     stats = core.stats
-    user = s.username if s.authenticated else None
+    user = s.verified_username
     ctx = PublishContext(s.client_id, user, conn.version, topic, p.payload, p.qos, p.retain, props)
     extra: list[DerivedMessage] = []
     for h in core.obs.message:

@@ -163,6 +163,12 @@ class Session:
         self.persisted = False  # its rows are in the store (docs/persistence.md)
         self.version = 4  # protocol level of the latest CONNECT
 
+    @property
+    def verified_username(self) -> str | None:
+        """``username`` if it was authenticated, else None (a claimed name has no rights): the
+        name the authorize and message hooks and the store get. O(1)."""
+        return self.username if self.authenticated else None
+
     def materialize(self) -> None:
         """Own containers instead of the shared empty ones (before anything writes to them). O(1)."""
         if self.inflight is _NO_INFLIGHT:
