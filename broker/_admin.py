@@ -288,8 +288,8 @@ class Admin:
                         rows.append(_entry_row(c, e))
                         keys.append(c)
         if cid is not None:  # a client's entries keep their order: page by position
-            start = (q.get("page", 1) - 1) * q.get("limit", DEFAULT_LIMIT)
             limit = q.get("limit", DEFAULT_LIMIT)
+            start = (q.get("page", 1) - 1) * limit
             return _json({"total": len(rows), "subscriptions": rows[start : start + limit]})
         page, nxt = _page(keys, q)
         chosen = set(page)
@@ -394,9 +394,10 @@ class Admin:
             raise Refused(400, "give topic or filter (one of them)")
         tree = self.core.router.retained
         if "topic" in q:
-            victims = [self._topic(q["topic"])] if tree.get(self._topic(q["topic"])) is not None else []
-            if not victims:
-                raise Refused(404, f"nothing retained at {q['topic'][:100]!r}")
+            topic = self._topic(q["topic"])
+            if tree.get(topic) is None:
+                raise Refused(404, f"nothing retained at {topic[:100]!r}")
+            victims = [topic]
         else:
             victims = [t for t, _ in self._matching(q["filter"])]
         core = self.core
