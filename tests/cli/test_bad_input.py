@@ -311,7 +311,7 @@ CASES: list[Case] = [
         ("backup", "--db", "bad.db", "out.db"), 2, "file is not a database", {"bad.db": b"not sqlite\n" * 400}
     ),
     Case(("version", "--bogus"), 2, "unrecognized arguments: --bogus"),
-    Case(("reload", "--pid", "abc"), 2, "--pid: invalid int value: 'abc'"),
+    Case(("reload", "--pid", "abc"), 2, "--pid: invalid process id value: 'abc'"),
     Case(("reload", "--data-dir", "nope"), 2, "no broker pid"),
     Case(("reload", "--pid", "4194304"), 1, "no process 4194304"),
     Case(("analytics", "--trigger", "0"), 2, "--trigger 0: expected a number > 0 (seconds)"),

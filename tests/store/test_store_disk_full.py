@@ -170,9 +170,12 @@ async def test_full_disk_refuses_cleanly_and_recovers_without_restart(
     assert "database or disk is full" in text
     assert "cannot rollback" not in text
     messages = [r.getMessage() for r in caplog.records]
-    # the cause once and the recovery once (per failure: the freed space may be taken again)
-    assert sum(m.startswith("persistent store failed") for m in messages) == failures
-    assert sum(m.startswith("persistent store recovered") for m in messages) == failures
+    # the cause once and the recovery once per episode, counted to the end: the space freed
+    # may be taken again by the deliveries that follow (the bridge writes them on the same
+    # small disk), so a later episode may start, and end unrecovered when the broker stops
+    assert failures >= 1 and store.recoveries >= failures
+    assert sum(m.startswith("persistent store failed") for m in messages) == store.failures
+    assert sum(m.startswith("persistent store recovered") for m in messages) == store.recoveries
     bridge_records = [r for r in caplog.records if r.getMessage().startswith("bridge: writing")]
     assert [r.exc_info for r in bridge_records if r.exc_info] == []  # one line each, no traceback
     bridge_failed = sum(" failed (" in r.getMessage() for r in bridge_records)
