@@ -55,9 +55,6 @@ place would put it before that DELETE; such a "sent" is queued as an update inst
 are pending waits that long, so that subscribers that keep up acknowledge (cancel) them first;
 an acknowledgement waiting for this commit waits that much longer, other rounds start at once.
 
-A dedicated thread, not ``asyncio.to_thread`` per batch: one thread per SQLite connection,
-batches form during the previous fsync, and no event loop is needed (unit tests, sans-IO core).
-
 Durability: ``PRAGMA synchronous=FULL`` by default.  In WAL mode ``NORMAL`` only syncs at
 checkpoints: a commit survives ``kill -9`` (the WAL pages are in the page cache), not a power
 loss; ``FULL`` fsyncs the WAL at each commit ("an acknowledged QoS 1/2 message is durable
@@ -582,7 +579,10 @@ class Store:
         self._writer.join()
         with self._lock:
             if self.path != ":memory:" and self._failure is None:
-                self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                try:  # committed rows are safe in the WAL if this fails (e.g. the disk is full)
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                except sqlite3.OperationalError as exc:
+                    log.warning("persistent store %s: WAL kept for the next start: %s", self.path, exc)
             self._db.close()
         if self._pending:  # the last attempt failed too
             log.warning(

@@ -180,7 +180,10 @@ async def test_full_disk_refuses_cleanly_and_recovers_without_restart(
     assert [r.exc_info for r in bridge_records if r.exc_info] == []  # one line each, no traceback
     bridge_failed = sum(" failed (" in r.getMessage() for r in bridge_records)
     assert bridge_failed >= 1
-    assert bridge_failed == sum(r.getMessage().startswith("bridge: writing resumed") for r in bridge_records)
+    resumed = sum(r.getMessage().startswith("bridge: writing resumed") for r in bridge_records)
+    assert resumed >= 1  # the first episode ended by itself
+    # one line per episode: a later episode (the space taken again) may still be open at stop
+    assert bridge_failed - resumed in (0, 1)
 
 
 def test_a_transaction_larger_than_the_free_space_reports_the_disk_full(
