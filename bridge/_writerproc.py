@@ -1,0 +1,332 @@
+"""The bridge's writer in its own process (issue 42 items 1 and 4): the broker keeps the buffers,
+a child interpreter holds numpy and pyarrow and writes the files.
+
+**Why a process.**  Encoding Parquet needs numpy and pyarrow (and pyarrow pulls in pandas at its
+first conversion of a list): loaded in the broker, the first recorded ``$SYS`` publication took
+an idle ``siftmq serve`` from 40 to 146 MB (docs/performance.md "Footprint"); pyarrow alone
+(without pandas) would still be about 100 MB.  No library writes Parquet without them at the
+speed the writer needs (the columns are turned into Arrow arrays without Python work per row).
+So ``Bridge(writer="process")`` (what ``siftmq serve`` uses) leaves the broker at its idle size
+and puts those libraries in a child that blocks pandas (:func:`_block_pandas`: nothing it does
+needs it; ~50 MB less).  The encoding's CPU (numpy, Arrow, Snappy, fsync) also leaves the
+broker's interpreter: the event loop no longer waits for the GIL while the writer converts.
+
+**What crosses.**  One *job* per kind and round, built by the broker's writer thread
+(:func:`job_frame`): a pickle (protocol 5) whose large columns -- the delivery log's typed
+vectors -- travel out of band, written to the socket from their own buffers (no copy, no Python
+object per value); strings are the batch's distinct values (a few hundred, not one per row);
+subscription changes and the other rare records are pickled as they are.  Frames are
+``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``.
+
+**Nothing acknowledged is lost.**  The broker counts records as written (``stats().written``)
+and releases their buffer space only when the child answers that every file of the job is
+committed (fsync-ed and renamed).  The file names are chosen by the broker when it builds the
+job, so a job sent again after the child died writes the same names, and the child skips a
+file already committed under its name (a file is renamed into place only once it is whole): a
+file is never written twice and a sequence number never goes backwards (the landing zone's
+offsets, ``bridge/_landing.py``).  A child that dies (killed, crashed, out of memory) is
+restarted at the next job and the jobs not acknowledged are sent again, in order; a write that
+fails (full disk) is answered as an error and the job is kept for the next round, as in the
+thread writer.
+
+Costs, broker side: per round O(columns) buffer writes to the socket and one pickle of the
+distinct strings; the child does the O(rows) work of the thread writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from broker.core._deliverylog import LogColumns
+
+__all__ = ["Job", "JobError", "WriterProcess", "fanout_payload", "main"]
+
+_log = logging.getLogger("siftmq.bridge")
+
+#: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
+_COLUMNS = (
+    ("time", "<f8"),
+    ("message_id", "<i8"),
+    ("publisher_id", "<i4"),
+    ("topic", "<i4"),
+    ("payload_size", "<i8"),
+    ("flags", "u1"),
+    ("received", "<f8"),
+    ("routes", "<i8"),
+    ("call", "<i4"),
+    ("subscriber", "<i4"),
+    ("topic_filter", "<i4"),
+    ("selector", "<i4"),
+    ("d_flags", "u1"),
+)
+_STRINGS = ("publishers", "subscribers", "topics", "filters")
+_HEAD = struct.Struct("<I")
+_SIZE = struct.Struct("<Q")
+
+
+class JobError(Exception):
+    """The child could not commit a job: ``retry`` (a write failed: keep the job) or not (its
+    records could not be turned into a table: discard them, as the thread writer does)."""
+
+    def __init__(self, message: str, retry: bool, os_error: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+        self.os_error = os_error
+
+
+def fanout_payload(c: LogColumns) -> dict[str, Any]:
+    """The delivery log's batch as a picklable dict whose vectors go out of band. O(columns)."""
+    out: dict[str, Any] = {name: pickle.PickleBuffer(getattr(c, name)) for name, _ in _COLUMNS}
+    for name in _STRINGS:
+        out[name] = getattr(c, name).values
+    out["n_publications"] = c.publications()
+    return out
+
+
+class _Strings:
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[str]) -> None:
+        self.values = values
+
+
+class _Columns:
+    """``LogColumns`` rebuilt in the child: each column a NumPy array over the received bytes."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        import numpy as np
+
+        for name, dtype in _COLUMNS:
+            setattr(self, name, np.frombuffer(payload[name], dtype))
+        for name in _STRINGS:
+            setattr(self, name, _Strings(payload[name]))
+        self._pubs = int(payload["n_publications"])
+
+    def calls(self) -> int:
+        return len(self.time)  # type: ignore[attr-defined]
+
+    def deliveries(self) -> int:
+        return len(self.subscriber)  # type: ignore[attr-defined]
+
+    def publications(self) -> int:
+        return self._pubs
+
+
+# ---- framing ----
+
+
+def _send(sock: socket.socket, obj: object) -> None:
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    views = [memoryview(data), *(b.raw() for b in buffers)]
+    head = _HEAD.pack(len(views)) + b"".join(_SIZE.pack(v.nbytes) for v in views)
+    sock.sendall(head)
+    for v in views:
+        if v.nbytes:
+            sock.sendall(v)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    while view:
+        got = sock.recv_into(view)
+        if not got:
+            raise EOFError("the other end closed the socket")
+        view = view[got:]
+    return buf
+
+
+def _recv(sock: socket.socket) -> Any:
+    (count,) = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
+    sizes = [_SIZE.unpack_from(_recv_exact(sock, _SIZE.size))[0] for _ in range(count)]
+    parts = [_recv_exact(sock, n) for n in sizes]
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
+# ---- the broker's side ----
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One round's records of one source: ``what`` is ``"fanout"`` (deliveries and publications
+    of the delivery log), ``"events"`` (composite events) or a record kind's value; ``names``:
+    the file names of each kind's parts, in order, chosen when the job was built."""
+
+    what: str
+    payload: Any
+    node: str | None
+    roll_rows: int
+    names: tuple[tuple[str, tuple[str, ...]], ...]
+    rows: tuple[tuple[str, int], ...]  # records per kind (stats().pending)
+    credit: int  # rows to release from the delivery log once committed
+
+
+#: the child's program (not ``-m bridge._writerproc``: that would load this module twice, as
+#: ``__main__`` and again to unpickle a :class:`Job`)
+_CHILD = "import sys; from bridge._writerproc import main; sys.exit(main())"
+
+
+class WriterProcess:
+    """The child writer seen from the broker's writer thread: :meth:`run` sends a job and waits
+    for its answer, starting the child first if there is none (or it died).  One thread only.
+
+    ``landing``: the landing zone (a path or URI), passed to the child's sink."""
+
+    def __init__(self, landing: str, timeout: float = 300.0) -> None:
+        self.landing = landing
+        self.timeout = timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self.starts = 0  # children started (restarts = starts - 1)
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, str(theirs.fileno()), self.landing],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(self.timeout)
+        self._sock = ours
+        self.starts += 1
+        if self.starts > 1:
+            _log.warning("bridge: writer process restarted (pid %d, start %d)", self.proc.pid, self.starts)
+        return ours
+
+    def run(self, job: Job) -> list[tuple[str, int, int]]:
+        """Commit ``job`` in the child; its files as (kind, rows, bytes).  Raises :class:`JobError`
+        (the child answered a failure) or ``OSError``/``EOFError`` (the child is gone or stuck:
+        it is ended and the next call starts a new one)."""
+        sock = self._sock or self._start()
+        try:
+            _send(sock, job)
+            answer = _recv(sock)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self._end()
+            raise
+        match answer:
+            case ("ok", files):
+                return list(files)
+            case ("error", message, retry, os_error):
+                raise JobError(message, retry, os_error)
+        self._end()
+        raise EOFError(f"unexpected answer from the writer process: {answer!r}")
+
+    def _end(self) -> None:
+        sock, proc = self._sock, self.proc
+        self._sock = self.proc = None
+        if sock is not None:
+            sock.close()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            code = proc.wait()
+            _log.warning("bridge: writer process %d ended (exit status %s)", proc.pid, code)
+
+    def close(self) -> None:
+        """End the child: it sees the socket close and exits (killed if it does not in 10 s)."""
+        sock, proc = self._sock, self.proc
+        self._sock = self.proc = None
+        if sock is not None:
+            sock.close()
+        if proc is not None:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+# ---- the child ----
+
+
+def _block_pandas() -> None:
+    """pyarrow imports pandas at its first conversion of a Python list when it can (~50 MB);
+    nothing the writer does needs it, so the child refuses the import (pyarrow then works
+    without it)."""
+
+    class _NoPandas:
+        @staticmethod
+        def find_spec(name: str, path: Sequence[str] | None = None, target: object = None) -> None:
+            if name == "pandas" or name.startswith("pandas."):
+                raise ImportError("the bridge's writer process does not load pandas")
+
+    sys.meta_path.insert(0, _NoPandas())
+
+
+def _execute(sink: Any, job: Job) -> list[tuple[str, int, int]]:
+    """Build the job's tables and commit them under its names (a name already committed is
+    skipped: the job is being sent again after a child died)."""
+    from bridge import _writer
+    from bridge._eventlog import events_table
+    from bridge._schema import Kind
+
+    try:
+        match job.what:
+            case "fanout":
+                deliveries, pubs = _writer._fanout_tables(cast("LogColumns", _Columns(job.payload)), job.node)
+                tables = {Kind.DELIVERIES.value: deliveries, Kind.PUBLICATIONS.value: pubs}
+            case "events":
+                tables = {Kind.COMPOSITE_EVENTS.value: events_table(job.payload, job.node)}
+            case kind:
+                tables = {kind: _writer._records_table(Kind(kind), job.payload, job.node)}
+    except Exception as exc:
+        raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", False, False) from exc
+    files = []
+    for kind, names in job.names:
+        table = tables[kind]
+        for i, name in enumerate(names):
+            part = table.slice(i * job.roll_rows, job.roll_rows)
+            try:
+                size = sink.commit(Kind(kind), part, name=name)
+            except OSError as exc:
+                raise JobError(str(exc), True, True) from exc
+            except Exception as exc:
+                raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", True, False) from exc
+            files.append((kind, part.num_rows, size))
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m bridge._writerproc FD LANDING``: commit the jobs read from socket ``FD`` until
+    it closes."""
+    fd, landing = (argv if argv is not None else sys.argv[1:])[:2]
+    _block_pandas()
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
+    from bridge._writer import _Sink
+
+    sock = socket.socket(fileno=int(fd))
+    sink = _Sink(landing)
+    while True:
+        try:
+            job = _recv(sock)
+        except (EOFError, ConnectionError):
+            return 0
+        try:
+            answer: tuple[Any, ...] = ("ok", _execute(sink, job))
+        except JobError as exc:
+            answer = ("error", str(exc), exc.retry, exc.os_error)
+        try:
+            _send(sock, answer)
+        except OSError:
+            return 0
