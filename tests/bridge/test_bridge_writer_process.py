@@ -1,0 +1,190 @@
+"""The bridge's writer in its own process (``Bridge(writer="process")``, bridge/_writerproc.py).
+
+Real brokers and real MQTT clients (aiomqtt); the child is a real interpreter.  Its failure
+modes: killed (SIGKILL) between rounds and in the middle of a round -- restarted, every record
+landed exactly once; the same job sent twice (what happens when a child dies after committing
+but before answering) writes no second file; a full disk (a small tmpfs, root only) -- the
+failure said once without a traceback, the records kept and landed once space is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiomqtt
+import pyarrow.dataset as ds
+import pytest
+
+from bridge import Bridge, Kind
+from bridge._writer import _Sink
+from bridge._writerproc import Job, WriterProcess
+from broker import Broker
+from tests.waiting import eventually
+
+DEADLINE = 60.0  # generous: the suite's workers share the machine
+
+
+def _ids(landing: Path, kind: str) -> list[int]:
+    d = landing / kind
+    if not any(d.glob("*.parquet")):
+        return []
+    return sorted(ds.dataset(str(d), format="parquet").to_table(columns=["message_id"])["message_id"].to_pylist())
+
+
+async def _publish(port: int, topic: str, n: int, start: int = 0) -> None:
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"pub-{start}") as pub:
+        for i in range(start, start + n):
+            await pub.publish(topic, b"%d" % i, qos=1)
+
+
+def _child(bridge: Bridge) -> subprocess.Popen[bytes]:
+    proc = bridge._process.proc if bridge._process is not None else None
+    assert proc is not None and proc.poll() is None, "no writer process running"
+    return proc
+
+
+async def test_every_record_lands_exactly_once_across_kills_of_the_writer(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    bridge = Bridge(landing, roll_interval=0.05, writer="process")
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b:
+        async with aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub:
+            await sub.subscribe("t/#", qos=1)
+            await _publish(b.port, "t/a", 50)
+            await eventually(lambda: bridge.stats().written["deliveries"] >= 50, DEADLINE)
+            first = _child(bridge)
+            first.send_signal(signal.SIGKILL)  # between rounds
+            await asyncio.to_thread(first.wait)
+            await _publish(b.port, "t/a", 50, start=50)
+            await eventually(lambda: bridge.stats().written["deliveries"] >= 100, DEADLINE)
+            assert bridge.stats().writer_restarts == 1
+            second = _child(bridge)
+            assert second.pid != first.pid
+            # in the middle of rounds: killed while the publisher keeps going
+            task = asyncio.create_task(_publish(b.port, "t/a", 400, start=100))
+            await eventually(lambda: bridge.stats().written["deliveries"] > 100, DEADLINE)
+            second.send_signal(signal.SIGKILL)
+            await task
+            await eventually(lambda: bridge.stats().written["deliveries"] >= 500, DEADLINE)
+            assert bridge.stats().writer_restarts == 2
+    stats = bridge.stats()
+    assert stats.written["deliveries"] == stats.written["publications"] == 500
+    assert stats.pending["deliveries"] == stats.pending["publications"] == 0
+    assert stats.dropped["deliveries"] == 0
+    ids = _ids(landing, "deliveries")
+    assert len(ids) == len(set(ids)) == 500  # every delivery once: nothing lost, nothing twice
+    assert _ids(landing, "publications") == ids
+    assert not [p for p in landing.rglob(".*.tmp")]
+    assert bridge._process is not None and bridge._process.proc is None  # ended with the broker
+
+
+def test_a_job_sent_again_writes_no_second_file(tmp_path: Path) -> None:
+    """A child that dies after committing a job's files but before answering: the job is sent
+    again under the same names, and the files already there are kept, not written twice."""
+    import pyarrow as pa
+
+    from bridge._schema import SCHEMAS
+
+    landing = tmp_path / "landing"
+    sink = _Sink(landing)
+    schema = SCHEMAS[Kind.SUBSCRIPTION_CHANGES]
+    from broker.hooks import SubscriptionAction, SubscriptionChange
+
+    records = [
+        SubscriptionChange(
+            time=1.0 + i,
+            client_id=f"c{i}",
+            action=SubscriptionAction.SUBSCRIBE,
+            topic_filter="a/#",
+            content_filter=None,
+            qos=1,
+            entries=1,
+        )
+        for i in range(5)
+    ]
+    names = tuple(sink.next_name() for _ in range(3))  # 5 rows, 2 per file
+    job = Job(Kind.SUBSCRIPTION_CHANGES.value, records, None, 2, ((Kind.SUBSCRIPTION_CHANGES.value, names),), (), 0)
+    proc = WriterProcess(str(landing))
+    try:
+        first = proc.run(job)
+        d = landing / Kind.SUBSCRIPTION_CHANGES.value
+        stamps = {p.name: p.stat().st_mtime_ns for p in d.glob("*.parquet")}
+        assert sorted(stamps) == sorted(names)
+        again = proc.run(job)
+    finally:
+        proc.close()
+    assert again == first
+    assert [n for _, n, _ in first] == [2, 2, 1]
+    assert {p.name: p.stat().st_mtime_ns for p in d.glob("*.parquet")} == stamps  # not rewritten
+    table = ds.dataset(str(d), format="parquet", schema=schema).to_table()
+    assert sorted(table["client_id"].to_pylist()) == [f"c{i}" for i in range(5)]
+    assert pa.types.is_timestamp(table.schema.field("time").type)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted under ``tmp_path`` (unmounted after the test)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, check=False
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (root needed): {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (1 << 16, 1 << 12, 1):
+            block = b"\0" * chunk
+            while True:
+                try:
+                    os.write(fd, block)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    break
+    finally:
+        os.close(fd)
+
+
+async def test_full_disk_keeps_the_records_and_lands_them_when_space_is_back(
+    small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    landing = small_fs / "landing"
+    bridge = Bridge(landing, roll_interval=0.05, writer="process")
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b:
+        async with aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub:
+            await sub.subscribe("t/#", qos=1)
+            await _publish(b.port, "t/a", 20)
+            await eventually(lambda: bridge.stats().written["deliveries"] >= 20, DEADLINE)
+            filler = small_fs / "filler"
+            _fill(filler)
+            await _publish(b.port, "t/a", 200, start=20)
+            await eventually(lambda: bridge.stats().write_errors > 0, DEADLINE)
+            assert bridge.stats().pending["deliveries"] > 0  # kept, not dropped
+            _fill(small_fs / "filler-2")  # what the failed write's partial file gave back
+            filler.unlink()
+            (small_fs / "filler-2").unlink()
+            await eventually(lambda: bridge.stats().written["deliveries"] >= 220, DEADLINE)
+    stats = bridge.stats()
+    assert stats.written["deliveries"] == stats.written["publications"] == 220
+    assert stats.writer_restarts == 0  # a failed write is not a dead child
+    ids = _ids(landing, "deliveries")
+    assert len(ids) == len(set(ids)) == 220
+    lines = [r for r in caplog.records if r.getMessage().startswith("bridge: writing")]
+    failed = [r for r in lines if " failed (" in r.getMessage()]
+    assert len(failed) == 1 and "No space left on device" in failed[0].getMessage()
+    assert [r.exc_info for r in lines if r.exc_info] == []  # one line, no traceback
+    assert sum(r.getMessage().startswith("bridge: writing resumed") for r in lines) == 1
