@@ -14,7 +14,7 @@ session made with :func:`with_spark_jar` the name ``siftmq`` is the JVM provider
 Everything here needs the ``spark`` extra (pyarrow, ...), which a broker-only install lacks, and
 the ``siftmq`` plugin (:mod:`bridge._plugin`) is imported through this package: so the public
 names are loaded on first use (PEP 562), and using one without the extra raises
-:class:`broker._extras.MissingExtra` naming ``pip install 'siftmq[spark]'``.
+:class:`broker.ext.MissingExtra` naming ``pip install 'siftmq[spark]'``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from bridge._jar import WORKER_PYTHON, spark_jar, with_spark_jar
-from broker._extras import Extra, lazy_names, require
+from broker.ext import Extra, lazy_names, require
 
 if TYPE_CHECKING:
     from bridge._schema import SCHEMAS, Kind, spark_schema

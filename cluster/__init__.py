@@ -11,14 +11,14 @@ subscription groups are kept by the alpha brokers closest to their GroupCode
 The overlay needs the ``cluster`` extra (kademlia), which a broker-only install lacks, and the
 ``siftmq`` plugin (:mod:`cluster._plugin`) is imported through this package: so
 ``ClusterNode`` and ``load_node_id`` are loaded on first use (PEP 562), and using one without
-the extra raises :class:`broker._extras.MissingExtra` naming ``pip install 'siftmq[cluster]'``.
+the extra raises :class:`broker.ext.MissingExtra` naming ``pip install 'siftmq[cluster]'``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker._extras import Extra, lazy_names
+from broker.ext import Extra, lazy_names
 from cluster._auth import TokenChecker, make_token
 from cluster._routes import RouteChange, RouteTable
 
