@@ -42,12 +42,26 @@ if TYPE_CHECKING:
     from broker._config import ConfigError, Kind, Listener, Option, flag_type, split_hostport
     from broker._files import PRIVATE_FILE, open_private, private_dir, shared_access, tighten, write_private
     from broker._logging import address, fields
-    from broker.core._atom_ids import ORIGIN_PROPERTY, Atom, boot_tag, event_key, split_origin
-    from broker.core._core import LIMIT_LOG_INTERVAL, Core
-    from broker.core._deliverylog import DeliveryLog, LogColumns
-    from broker.core._message import PEER_PREFIX, SHARE_PREFIX, Message, Route
-    from broker.core._session import PUBLISH_SENT, PUBREL_SENT, Outgoing, Session
-    from broker.durability._records import MessageState
+    from broker.core import (
+        LIMIT_LOG_INTERVAL,
+        ORIGIN_PROPERTY,
+        PEER_PREFIX,
+        PUBLISH_SENT,
+        PUBREL_SENT,
+        SHARE_PREFIX,
+        Atom,
+        Core,
+        DeliveryLog,
+        LogColumns,
+        Message,
+        Outgoing,
+        Route,
+        Session,
+        boot_tag,
+        event_key,
+        split_origin,
+    )
+    from broker.durability import MessageState
 
 __all__ = [
     "LIMIT_LOG_INTERVAL",
@@ -109,24 +123,24 @@ _LAZY = {
     "write_private": "broker._files",
     "address": "broker._logging",
     "fields": "broker._logging",
-    "ORIGIN_PROPERTY": "broker.core._atom_ids",
-    "Atom": "broker.core._atom_ids",
-    "boot_tag": "broker.core._atom_ids",
-    "event_key": "broker.core._atom_ids",
-    "split_origin": "broker.core._atom_ids",
-    "LIMIT_LOG_INTERVAL": "broker.core._core",
-    "Core": "broker.core._core",
-    "DeliveryLog": "broker.core._deliverylog",
-    "LogColumns": "broker.core._deliverylog",
-    "PEER_PREFIX": "broker.core._message",
-    "SHARE_PREFIX": "broker.core._message",
-    "Message": "broker.core._message",
-    "Route": "broker.core._message",
-    "PUBLISH_SENT": "broker.core._session",
-    "PUBREL_SENT": "broker.core._session",
-    "Outgoing": "broker.core._session",
-    "Session": "broker.core._session",
-    "MessageState": "broker.durability._records",
+    "ORIGIN_PROPERTY": "broker.core",
+    "Atom": "broker.core",
+    "boot_tag": "broker.core",
+    "event_key": "broker.core",
+    "split_origin": "broker.core",
+    "LIMIT_LOG_INTERVAL": "broker.core",
+    "Core": "broker.core",
+    "DeliveryLog": "broker.core",
+    "LogColumns": "broker.core",
+    "PEER_PREFIX": "broker.core",
+    "SHARE_PREFIX": "broker.core",
+    "Message": "broker.core",
+    "Route": "broker.core",
+    "PUBLISH_SENT": "broker.core",
+    "PUBREL_SENT": "broker.core",
+    "Outgoing": "broker.core",
+    "Session": "broker.core",
+    "MessageState": "broker.durability",
 }
 
 __getattr__ = lazy_names("broker.ext", _LAZY)
