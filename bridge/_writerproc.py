@@ -36,27 +36,23 @@ distinct strings; the child does the O(rows) work of the thread writer.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import socket
 import struct
 import subprocess
 import sys
-import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from broker.ext import LogColumns
 
-    from broker.core._deliverylog import LogColumns
-
-__all__ = ["Job", "JobError", "WriterProcess", "fanout_payload", "main"]
+__all__ = ["Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
 
 _log = logging.getLogger("siftmq.bridge")
 
 #: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
-_COLUMNS = (
+COLUMNS = (
     ("time", "<f8"),
     ("message_id", "<i8"),
     ("publisher_id", "<i4"),
@@ -71,7 +67,7 @@ _COLUMNS = (
     ("selector", "<i4"),
     ("d_flags", "u1"),
 )
-_STRINGS = ("publishers", "subscribers", "topics", "filters")
+STRINGS = ("publishers", "subscribers", "topics", "filters")
 _HEAD = struct.Struct("<I")
 _SIZE = struct.Struct("<Q")
 
@@ -88,46 +84,17 @@ class JobError(Exception):
 
 def fanout_payload(c: LogColumns) -> dict[str, Any]:
     """The delivery log's batch as a picklable dict whose vectors go out of band. O(columns)."""
-    out: dict[str, Any] = {name: pickle.PickleBuffer(getattr(c, name)) for name, _ in _COLUMNS}
-    for name in _STRINGS:
+    out: dict[str, Any] = {name: pickle.PickleBuffer(getattr(c, name)) for name, _ in COLUMNS}
+    for name in STRINGS:
         out[name] = getattr(c, name).values
     out["n_publications"] = c.publications()
     return out
 
 
-class _Strings:
-    __slots__ = ("values",)
-
-    def __init__(self, values: list[str]) -> None:
-        self.values = values
-
-
-class _Columns:
-    """``LogColumns`` rebuilt in the child: each column a NumPy array over the received bytes."""
-
-    def __init__(self, payload: dict[str, Any]) -> None:
-        import numpy as np
-
-        for name, dtype in _COLUMNS:
-            setattr(self, name, np.frombuffer(payload[name], dtype))
-        for name in _STRINGS:
-            setattr(self, name, _Strings(payload[name]))
-        self._pubs = int(payload["n_publications"])
-
-    def calls(self) -> int:
-        return len(self.time)  # type: ignore[attr-defined]
-
-    def deliveries(self) -> int:
-        return len(self.subscriber)  # type: ignore[attr-defined]
-
-    def publications(self) -> int:
-        return self._pubs
-
-
 # ---- framing ----
 
 
-def _send(sock: socket.socket, obj: object) -> None:
+def send(sock: socket.socket, obj: object) -> None:
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     views = [memoryview(data), *(b.raw() for b in buffers)]
@@ -149,7 +116,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
-def _recv(sock: socket.socket) -> Any:
+def receive(sock: socket.socket) -> Any:
     (count,) = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
     sizes = [_SIZE.unpack_from(_recv_exact(sock, _SIZE.size))[0] for _ in range(count)]
     parts = [_recv_exact(sock, n) for n in sizes]
@@ -174,9 +141,9 @@ class Job:
     credit: int  # rows to release from the delivery log once committed
 
 
-#: the child's program (not ``-m bridge._writerproc``: that would load this module twice, as
-#: ``__main__`` and again to unpickle a :class:`Job`)
-_CHILD = "import sys; from bridge._writerproc import main; sys.exit(main())"
+#: the child's program (bridge/_writerchild.py; not ``-m``: that module would be loaded twice,
+#: as ``__main__`` and again by pickle)
+_CHILD = "import sys; from bridge._writerchild import main; sys.exit(main())"
 
 
 class WriterProcess:
@@ -219,8 +186,8 @@ class WriterProcess:
         it is ended and the next call starts a new one)."""
         sock = self._sock or self._start()
         try:
-            _send(sock, job)
-            answer = _recv(sock)
+            send(sock, job)
+            answer = receive(sock)
         except (OSError, EOFError, pickle.UnpicklingError):
             self._end()
             raise
@@ -255,78 +222,3 @@ class WriterProcess:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-# ---- the child ----
-
-
-def _block_pandas() -> None:
-    """pyarrow imports pandas at its first conversion of a Python list when it can (~50 MB);
-    nothing the writer does needs it, so the child refuses the import (pyarrow then works
-    without it)."""
-
-    class _NoPandas:
-        @staticmethod
-        def find_spec(name: str, path: Sequence[str] | None = None, target: object = None) -> None:
-            if name == "pandas" or name.startswith("pandas."):
-                raise ImportError("the bridge's writer process does not load pandas")
-
-    sys.meta_path.insert(0, _NoPandas())
-
-
-def _execute(sink: Any, job: Job) -> list[tuple[str, int, int]]:
-    """Build the job's tables and commit them under its names (a name already committed is
-    skipped: the job is being sent again after a child died)."""
-    from bridge import _writer
-    from bridge._eventlog import events_table
-    from bridge._schema import Kind
-
-    try:
-        match job.what:
-            case "fanout":
-                deliveries, pubs = _writer._fanout_tables(cast("LogColumns", _Columns(job.payload)), job.node)
-                tables = {Kind.DELIVERIES.value: deliveries, Kind.PUBLICATIONS.value: pubs}
-            case "events":
-                tables = {Kind.COMPOSITE_EVENTS.value: events_table(job.payload, job.node)}
-            case kind:
-                tables = {kind: _writer._records_table(Kind(kind), job.payload, job.node)}
-    except Exception as exc:
-        raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", False, False) from exc
-    files = []
-    for kind, names in job.names:
-        table = tables[kind]
-        for i, name in enumerate(names):
-            part = table.slice(i * job.roll_rows, job.roll_rows)
-            try:
-                size = sink.commit(Kind(kind), part, name=name)
-            except OSError as exc:
-                raise JobError(str(exc), True, True) from exc
-            except Exception as exc:
-                raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", True, False) from exc
-            files.append((kind, part.num_rows, size))
-    return files
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bridge._writerproc FD LANDING``: commit the jobs read from socket ``FD`` until
-    it closes."""
-    fd, landing = (argv if argv is not None else sys.argv[1:])[:2]
-    _block_pandas()
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
-    from bridge._writer import _Sink
-
-    sock = socket.socket(fileno=int(fd))
-    sink = _Sink(landing)
-    while True:
-        try:
-            job = _recv(sock)
-        except (EOFError, ConnectionError):
-            return 0
-        try:
-            answer: tuple[Any, ...] = ("ok", _execute(sink, job))
-        except JobError as exc:
-            answer = ("error", str(exc), exc.retry, exc.os_error)
-        try:
-            _send(sock, answer)
-        except OSError:
-            return 0

@@ -35,7 +35,8 @@ def _ids(landing: Path, kind: str) -> list[int]:
     d = landing / kind
     if not any(d.glob("*.parquet")):
         return []
-    return sorted(ds.dataset(str(d), format="parquet").to_table(columns=["message_id"])["message_id"].to_pylist())
+    table = ds.dataset(str(d), format="parquet").to_table(columns=["message_id"])
+    return sorted(table["message_id"].to_pylist())
 
 
 async def _publish(port: int, topic: str, n: int, start: int = 0) -> None:
@@ -53,26 +54,28 @@ def _child(bridge: Bridge) -> subprocess.Popen[bytes]:
 async def test_every_record_lands_exactly_once_across_kills_of_the_writer(tmp_path: Path) -> None:
     landing = tmp_path / "landing"
     bridge = Bridge(landing, roll_interval=0.05, writer="process")
-    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b:
-        async with aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub:
-            await sub.subscribe("t/#", qos=1)
-            await _publish(b.port, "t/a", 50)
-            await eventually(lambda: bridge.stats().written["deliveries"] >= 50, DEADLINE)
-            first = _child(bridge)
-            first.send_signal(signal.SIGKILL)  # between rounds
-            await asyncio.to_thread(first.wait)
-            await _publish(b.port, "t/a", 50, start=50)
-            await eventually(lambda: bridge.stats().written["deliveries"] >= 100, DEADLINE)
-            assert bridge.stats().writer_restarts == 1
-            second = _child(bridge)
-            assert second.pid != first.pid
-            # in the middle of rounds: killed while the publisher keeps going
-            task = asyncio.create_task(_publish(b.port, "t/a", 400, start=100))
-            await eventually(lambda: bridge.stats().written["deliveries"] > 100, DEADLINE)
-            second.send_signal(signal.SIGKILL)
-            await task
-            await eventually(lambda: bridge.stats().written["deliveries"] >= 500, DEADLINE)
-            assert bridge.stats().writer_restarts == 2
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b,
+        aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub,
+    ):
+        await sub.subscribe("t/#", qos=1)
+        await _publish(b.port, "t/a", 50)
+        await eventually(lambda: bridge.stats().written["deliveries"] >= 50, DEADLINE)
+        first = _child(bridge)
+        first.send_signal(signal.SIGKILL)  # between rounds
+        await asyncio.to_thread(first.wait)
+        await _publish(b.port, "t/a", 50, start=50)
+        await eventually(lambda: bridge.stats().written["deliveries"] >= 100, DEADLINE)
+        assert bridge.stats().writer_restarts == 1
+        second = _child(bridge)
+        assert second.pid != first.pid
+        # in the middle of rounds: killed while the publisher keeps going
+        task = asyncio.create_task(_publish(b.port, "t/a", 400, start=100))
+        await eventually(lambda: bridge.stats().written["deliveries"] > 100, DEADLINE)
+        second.send_signal(signal.SIGKILL)
+        await task
+        await eventually(lambda: bridge.stats().written["deliveries"] >= 500, DEADLINE)
+        assert bridge.stats().writer_restarts == 2
     stats = bridge.stats()
     assert stats.written["deliveries"] == stats.written["publications"] == 500
     assert stats.pending["deliveries"] == stats.pending["publications"] == 0
@@ -109,7 +112,8 @@ def test_a_job_sent_again_writes_no_second_file(tmp_path: Path) -> None:
         for i in range(5)
     ]
     names = tuple(sink.next_name() for _ in range(3))  # 5 rows, 2 per file
-    job = Job(Kind.SUBSCRIPTION_CHANGES.value, records, None, 2, ((Kind.SUBSCRIPTION_CHANGES.value, names),), (), 0)
+    kind = Kind.SUBSCRIPTION_CHANGES.value
+    job = Job(kind, records, None, 2, ((kind, names),), (), 0)
     proc = WriterProcess(str(landing))
     try:
         first = proc.run(job)
@@ -164,20 +168,22 @@ async def test_full_disk_keeps_the_records_and_lands_them_when_space_is_back(
     caplog.set_level(logging.INFO)
     landing = small_fs / "landing"
     bridge = Bridge(landing, roll_interval=0.05, writer="process")
-    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b:
-        async with aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub:
-            await sub.subscribe("t/#", qos=1)
-            await _publish(b.port, "t/a", 20)
-            await eventually(lambda: bridge.stats().written["deliveries"] >= 20, DEADLINE)
-            filler = small_fs / "filler"
-            _fill(filler)
-            await _publish(b.port, "t/a", 200, start=20)
-            await eventually(lambda: bridge.stats().write_errors > 0, DEADLINE)
-            assert bridge.stats().pending["deliveries"] > 0  # kept, not dropped
-            _fill(small_fs / "filler-2")  # what the failed write's partial file gave back
-            filler.unlink()
-            (small_fs / "filler-2").unlink()
-            await eventually(lambda: bridge.stats().written["deliveries"] >= 220, DEADLINE)
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b,
+        aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub,
+    ):
+        await sub.subscribe("t/#", qos=1)
+        await _publish(b.port, "t/a", 20)
+        await eventually(lambda: bridge.stats().written["deliveries"] >= 20, DEADLINE)
+        filler = small_fs / "filler"
+        _fill(filler)
+        await _publish(b.port, "t/a", 200, start=20)
+        await eventually(lambda: bridge.stats().write_errors > 0, DEADLINE)
+        assert bridge.stats().pending["deliveries"] > 0  # kept, not dropped
+        _fill(small_fs / "filler-2")  # what the failed write's partial file gave back
+        filler.unlink()
+        (small_fs / "filler-2").unlink()
+        await eventually(lambda: bridge.stats().written["deliveries"] >= 220, DEADLINE)
     stats = bridge.stats()
     assert stats.written["deliveries"] == stats.written["publications"] == 220
     assert stats.writer_restarts == 0  # a failed write is not a dead child
