@@ -5,7 +5,8 @@ module imported; the test waits for the broker's "listening on" line, stops it (
 reads every module the process imported from start to exit. The heavy libraries must not be
 among them unless their feature is used: numpy only with a content filter (the engine is made
 at the first one), pyarrow / numpy / pandas only when the bridge writes its first table,
-kademlia only with --cluster-listen, prometheus_client only with --metrics-listen, h11 only
+kademlia only with --cluster-listen,
+the uplink's MQTT client (paho) only with [[bridges]], prometheus_client only with --metrics-listen, h11 only
 with an HTTP listener, pyspark only for Spark commands, websockets only with a ws listener.
 No timing: a regression test of the import graph (docs/performance.md "Footprint").
 """
@@ -76,7 +77,8 @@ def _serve_imports(
             proc.kill()
             proc.wait()
         proc.stderr.close()
-    modules = {m.group(1).split(".")[0] for line in seen if (m := _IMPORT.match(line))}
+    full = {m.group(1) for line in seen if (m := _IMPORT.match(line))}
+    modules = {name.split(".")[0] for name in full} | {name for name in full if name.startswith("uplink.")}
     log = "".join(line for line in seen if not line.startswith("import time:"))
     assert "broker" in modules and "asyncio" in modules  # the hook did report the imports
     return modules, log
@@ -85,6 +87,9 @@ def _serve_imports(
 def test_light_serve_imports_no_heavy_library(tmp_path: Path) -> None:
     modules, _ = _serve_imports(tmp_path, "--no-bridge", "--no-persistence")
     assert not modules & {*HEAVY, "websockets"}, sorted(modules & {*HEAVY, "websockets"})
+    # the uplink plugin is loaded, its bridges (an MQTT client, 2.4 MB) only with [[bridges]]
+    assert "uplink" in modules
+    assert not modules & {"uplink._bridge", "uplink._hook", "paho"}, sorted(modules)
 
 
 def test_default_serve_loads_the_bridge_libraries_only_to_write(tmp_path: Path) -> None:
