@@ -11,6 +11,7 @@ the broker closes the socket.  pandas is refused (:func:`_block_pandas`).  O(row
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import traceback
@@ -101,9 +102,14 @@ def _execute(sink: Any, job: Job) -> list[tuple[str, int, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m bridge._writerproc FD LANDING``: commit the jobs read from socket ``FD`` until
-    it closes."""
+    """``main([FD, LANDING])``: commit the jobs read from socket ``FD`` until it closes.
+
+    SIGINT and SIGTERM are ignored: a Ctrl-C in a terminal or a service manager's stop signals
+    the whole process group, and the child must outlive the broker's last flush; it ends when
+    the broker closes the socket (or dies: the socket closes too)."""
     fd, landing = (argv if argv is not None else sys.argv[1:])[:2]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _block_pandas()
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
     sock = socket.socket(fileno=int(fd))

@@ -194,3 +194,66 @@ async def test_full_disk_keeps_the_records_and_lands_them_when_space_is_back(
     assert len(failed) == 1 and "No space left on device" in failed[0].getMessage()
     assert [r.exc_info for r in lines if r.exc_info] == []  # one line, no traceback
     assert sum(r.getMessage().startswith("bridge: writing resumed") for r in lines) == 1
+
+
+def test_ctrl_c_to_the_process_group_stops_serve_without_losing_the_writer(tmp_path: Path) -> None:
+    """A Ctrl-C in a terminal (or a service manager's stop) signals the whole process group,
+    the writer process too: it ignores the signal and commits the broker's last flush."""
+    import re
+    import sys
+    import time
+
+    import paho.mqtt.client as paho
+
+    data = tmp_path / "data"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--data-dir", str(data)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    assert proc.stderr is not None
+    try:
+        deadline = time.monotonic() + DEADLINE
+        log = ""
+        while (m := re.search(r"listening on [\d.]+:(\d+)", log)) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, log
+            log += proc.stderr.readline()
+        port = int(m.group(1))
+        sub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="sub")
+        got: list[bytes] = []
+        sub.on_message = lambda _c, _u, msg: got.append(msg.payload)
+        sub.connect("127.0.0.1", port)
+        sub.loop_start()
+        pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="pub")
+        pub.connect("127.0.0.1", port)
+        pub.loop_start()
+        try:
+            sub.subscribe("t/a", qos=1)[0]
+            while not got:  # the subscription is in place once a message arrives
+                assert time.monotonic() < deadline, "no delivery"
+                pub.publish("t/a", b"probe", qos=1).wait_for_publish(DEADLINE)
+                time.sleep(0.05)
+            for i in range(100):
+                pub.publish("t/a", b"%d" % i, qos=1).wait_for_publish(DEADLINE)
+            while len([p for p in got if p != b"probe"]) < 100:
+                assert time.monotonic() < deadline, "deliveries missing"
+                time.sleep(0.02)
+        finally:
+            pub.loop_stop()
+            pub.disconnect()
+            sub.loop_stop()
+            sub.disconnect()
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=DEADLINE) == 0
+        log += proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert "writer process" in log and "ended" not in log and "restarted" not in log, log
+    table = ds.dataset(str(data / "landing" / "deliveries"), format="parquet").to_table()
+    topics = table["topic"].to_pylist()
+    assert topics.count("t/a") == len(got)  # every delivery of t/a recorded, the last flush too
