@@ -595,6 +595,8 @@ class Bridge(Hooks):
         # the first round with rows takes that CPU from the event loop once (issue 27 had
         # measured 28 % of a paced QoS 1 profile's samples in it, in the first seconds only).
         self._stopping.clear()
+        if self._process is not None:  # its libraries load now, in the child, not at the first round
+            self._process.start()
         self._thread = threading.Thread(target=self._run, name="siftmq-bridge-writer", daemon=True)
         self._thread.start()
 

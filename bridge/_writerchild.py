@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
     sock = socket.socket(fileno=int(fd))
     sink = _writer._Sink(landing)
+    _writer._load_arrow()  # numpy and pyarrow now, while the broker starts: not in its first round
     while True:
         try:
             job = receive(sock)

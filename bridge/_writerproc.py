@@ -180,6 +180,12 @@ class WriterProcess:
             _log.warning("bridge: writer process restarted (pid %d, start %d)", self.proc.pid, self.starts)
         return ours
 
+    def start(self) -> None:
+        """Start the child now (it loads numpy and pyarrow at once, beside the broker's own
+        start-up) rather than at the first job; idempotent."""
+        if self._sock is None:
+            self._start()
+
     def run(self, job: Job) -> list[tuple[str, int, int]]:
         """Commit ``job`` in the child; its files as (kind, rows, bytes).  Raises :class:`JobError`
         (the child answered a failure) or ``OSError``/``EOFError`` (the child is gone or stuck:
