@@ -15,6 +15,7 @@ Reads files only: a few milliseconds.
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -117,3 +118,21 @@ def test_readme_headline_figures_come_from_the_performance_summary() -> None:
     assert len(figures) >= 8, figures
     text = summary()
     assert [f for f in figures if f not in text] == []
+
+
+def links_of(page: Path) -> set[Path]:
+    return {
+        (page.parent / t.split("#")[0]).resolve()
+        for t in LINK.findall(without_code(page.read_text()))
+        if not re.match(r"[a-z][a-z0-9+.-]*:", t)
+    }
+
+
+def test_the_newcomers_path_is_linked() -> None:
+    """README -> getting started -> embedding -> Spark: each page links the next (each one's
+    examples run in tests/test_readme.py, tests/test_docs_examples.py and
+    tests/bridge/test_docs_spark.py)."""
+    path = [ROOT / "README.md", DOCS / "getting-started.md", DOCS / "embedding.md", DOCS / "bridge.md"]
+    for page, following in itertools.pairwise(path):
+        assert following.resolve() in links_of(page), f"{page.name} should link {following.name}"
+    assert (DOCS / "README.md").resolve() in links_of(ROOT / "README.md")
