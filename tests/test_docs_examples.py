@@ -225,32 +225,47 @@ async def test_shell_examples_run_in_order(
 
 
 async def run_python(example: Example, cwd: Path, slots: asyncio.Semaphore) -> tuple[int, str, str]:
-    """``python example.py`` in ``cwd``: (status, stdout, stderr)."""
+    """``python example.py`` in ``cwd``: (status, stdout, stderr); killed if cancelled."""
     async with slots:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "example.py", cwd=cwd,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
         assert proc.returncode is not None
         return proc.returncode, out.decode(), err.decode()
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def python_runs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, asyncio.Task[tuple[int, str, str]]]:
-    """Every Python example started at once, four at a time (each is mostly waiting: a
-    broker's start and stop, a process's imports): the tests below read their results."""
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[dict[str, asyncio.Task[tuple[int, str, str]]]]:
+    """The selected Python examples, started at once, four at a time (each is mostly waiting:
+    a broker's start and stop, a process's imports), while the shell pages run: the tests
+    below read their results."""
+    selected = {
+        item.callspec.id
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_python_example_runs"
+    }
     root = tmp_path_factory.mktemp("docs-python")
     slots = asyncio.Semaphore(4)
     runs = {}
     for e in PYTHON:
-        cwd = root / f"{e.page}-{e.line}"
-        cwd.mkdir()
-        (cwd / "example.py").write_text(e.code)
-        runs[e.id] = asyncio.create_task(run_python(e, cwd, slots))
-    return runs
+        if e.id in selected:
+            cwd = root / f"{e.page}-{e.line}"
+            cwd.mkdir()
+            (cwd / "example.py").write_text(e.code)
+            runs[e.id] = asyncio.create_task(run_python(e, cwd, slots))
+    yield runs
+    for task in runs.values():
+        task.cancel()
+    await asyncio.gather(*runs.values(), return_exceptions=True)
 
 
 @pytest.mark.asyncio(loop_scope="module")
