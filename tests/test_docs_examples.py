@@ -1,8 +1,10 @@
 """Every Python and shell example of the user's guide runs (issue 41 item 6).
 
 The user's guide is the list of pages under "User's guide" in docs/README.md. Their fenced
-blocks tagged ``python`` or ``sh`` are the examples (blocks with another tag or none are
-output, diagrams or configuration). An HTML comment on the line before a block marks it:
+blocks tagged ``python``, ``sh`` or ``console`` (a terminal transcript: each ``$ command``
+runs, and what it prints, stdout and stderr, must be the lines under it) are the examples
+(blocks with another tag or none are output, diagrams or configuration). An HTML comment on
+the line before a block marks it:
 
 * ``<!-- example: serve -->``: a long-running ``siftmq serve``; the test starts it with its
   ports changed to 0, waits until it logs that it listens, and the page's later shell blocks
@@ -14,12 +16,14 @@ output, diagrams or configuration). An HTML comment on the line before a block m
   broker or root, or is a fragment of a larger program); its syntax is checked
   (``compile`` for Python, ``bash -n`` for shell).
 
-Unmarked blocks run as written: Python as ``python example.py`` in an empty temporary
-directory (each embeds its own broker on port 0; when the page says what it "prints `...`",
-the output is those lines), shell with bash
-(``-e -o pipefail``) in a temporary directory holding a ``.venv`` link to this environment, one
-after another per page, against the page's ``serve`` block or, when it has none, one broker
-shared by the module. A few seconds in all: no Spark, one broker per page at most.
+Unmarked blocks run as written. Python: ``python example.py`` in an empty temporary directory
+(each embeds its own broker on port 0; when the page says what it "prints `...`", the output
+must be those lines), all started at once, four at a time, while the shell pages run. Shell:
+bash (``-e -o pipefail``) in a temporary directory per page holding a ``.venv`` link to this
+environment, the page's blocks in order, against the page's ``serve`` block or, when it has
+none, one broker shared by the module (pages whose ``serve`` lines are the same share one
+process). No Spark and no cluster start here: about 13 CPU seconds in all, most of them the
+start of a Python process per ``siftmq`` command.
 """
 
 from __future__ import annotations
@@ -42,14 +46,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 VENV = Path(sys.executable).parent.parent
 MARK = re.compile(r"<!--\s*example:\s*(serve|spark|not run)\b[^>]*-->")
-FENCE = re.compile(r"^```(python|sh)\n(.*?)^```$", re.S | re.M)
+FENCE = re.compile(r"^```(python|sh|console)\n(.*?)^```$", re.S | re.M)
 
 
 @dataclass(frozen=True, slots=True)
 class Example:
     page: str
     line: int
-    language: str  # "python" | "sh"
+    language: str  # "python" | "sh" | "console" (a transcript: ``$ command`` and its output)
     code: str
     mark: str  # "" (runs) | "serve" | "spark" | "not run"
     prints: list[str] | None = None  # the lines the page says it prints
@@ -98,7 +102,10 @@ def test_example_not_run_is_at_least_valid_syntax(example: Example) -> None:
     if example.language == "python":  # a fragment may await at top level (inside your coroutine)
         compile(example.code, example.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     else:
-        subprocess.run(["bash", "-n"], input=example.code, text=True, check=True)
+        script = example.code
+        if example.language == "console":
+            script = "\n".join(c for c in re.findall(r"^\$ (.*)$", script, re.M))
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
 @dataclass
@@ -191,7 +198,19 @@ def localise(code: str, served: Served) -> str:
     return code.replace("127.0.0.1:9464", f"127.0.0.1:{served.metrics}")
 
 
-SHELL_PAGES = sorted({e.page for e in ALL if e.language == "sh" and e.mark in ("", "serve")})
+SHELL_PAGES = sorted({e.page for e in ALL if e.language in ("sh", "console") and e.mark in ("", "serve")})
+
+
+def transcript(code: str) -> list[tuple[str, list[str]]]:
+    """A console block's (command, expected output lines) pairs."""
+    pairs: list[tuple[str, list[str]]] = []
+    for line in code.splitlines():
+        if line.startswith("$ "):
+            pairs.append((line[2:], []))
+        else:
+            assert pairs, f"output before the first command: {line!r}"
+            pairs[-1][1].append(line.rstrip())
+    return pairs
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -202,7 +221,9 @@ async def test_shell_examples_run_in_order(
     servers: Servers,
     python_runs: dict[str, asyncio.Task[tuple[int, str, str]]],  # started: they run meanwhile
 ) -> None:
-    blocks = [e for e in ALL if e.page == page and e.language == "sh" and e.mark in ("", "serve")]
+    blocks = [
+        e for e in ALL if e.page == page and e.language in ("sh", "console") and e.mark in ("", "serve")
+    ]
     served: Served | None = None
     cwd = shared_dir / page.removesuffix(".md")
     cwd.mkdir()
@@ -215,6 +236,16 @@ async def test_shell_examples_run_in_order(
         code = block.code
         if re.search(r"siftmq (?:pub|sub|ctl) |curl ", code):
             code = localise(code, served or await servers.get(SHARED))
+        if block.language == "console":
+            for command, expected in transcript(code):
+                proc = await asyncio.create_subprocess_exec(
+                    "bash", "-c", command, cwd=cwd, env=env,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                )  # fmt: skip
+                out, _ = await asyncio.wait_for(proc.communicate(), 60)
+                lines = [line.rstrip() for line in out.decode().splitlines()]
+                assert lines == expected, f"{block.id}: $ {command}"
+            continue
         proc = await asyncio.create_subprocess_exec(
             "bash", "-e", "-o", "pipefail", "-c", code, cwd=cwd, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
