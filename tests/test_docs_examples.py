@@ -24,6 +24,9 @@ environment, the page's blocks in order, against the page's ``serve`` block or, 
 none, one broker shared by the module (pages whose ``serve`` lines are the same share one
 process). No Spark and no cluster start here: about 13 CPU seconds in all, most of them the
 start of a Python process per ``siftmq`` command.
+
+Configuration examples (``toml`` blocks) are checked as ``siftmq serve --config`` checks a
+file before it starts.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,3 +314,34 @@ async def test_python_example_runs(
     assert status == 0, f"{example.id}:\n{err}"
     if example.prints is not None:
         assert out.splitlines() == example.prints, example.id
+
+
+TOML = re.compile(r"^([ \t]*)```toml\n(.*?)^\1```$", re.S | re.M)
+
+
+def toml_examples() -> list[tuple[str, str]]:
+    """(page:line, text) of every TOML block of the guide (indentation of a list item removed)."""
+    found = []
+    for page in guide():
+        text = page.read_text()
+        for m in TOML.finditer(text):
+            code = "\n".join(line.removeprefix(m[1]) for line in m[2].splitlines())
+            found.append((f"{page.name}:{text.count(chr(10), 0, m.start()) + 1}", code))
+    return found
+
+
+@pytest.mark.parametrize(("where", "code"), toml_examples(), ids=[w for w, _ in toml_examples()])
+def test_configuration_example_is_accepted(where: str, code: str, tmp_path: Path) -> None:
+    """A configuration file as the guide shows it passes the checks ``siftmq serve --config``
+    makes before it starts: ``[broker]`` and ``[[listeners]]`` (``broker._config``), ``[serve]``
+    against every installed plugin's keys, ``[[bridges]]`` (``uplink``)."""
+    from broker._cli import _load_config
+    from broker.plugins import load_plugins
+    from uplink import parse_bridges
+
+    path = tmp_path / "siftmq.toml"
+    path.write_text(code)
+    _load_config(path, load_plugins())
+    data = tomllib.loads(code)
+    if "bridges" in data:
+        assert parse_bridges(data["bridges"], where)
