@@ -30,20 +30,14 @@ LAYERS = {"topics": 0, "content": 1, "composite": 2, "broker": 3, "cluster": 4, 
 #: the core <-> durability cycle: issue 41 item 2 (another branch) moves the values both share
 #: below them and removes it, which rewrites these imports
 _CYCLE = "core <-> durability cycle (issue 41 item 2)"
-#: compiled (mypyc, broker/_build.py HOT_MODULES) and split by issue 41 item 3 (another branch):
-#: their import of the record base class moves to ``broker.protocol`` with a rebuild and a
-#: benchmark of the hot path, not in a change of import lines only
-_HOT = "compiled hot module of the core (issue 41 item 3 rearranges it)"
 
 #: imports of a ``_``-module across a package boundary that stay, (importer, private module) ->
 #: why. Everything else goes through the package's public module (docs/architecture.md, "Seams").
 CROSSING: dict[tuple[str, str], str] = {
     ("broker.core._composite_log", "broker.durability._store"): _CYCLE,
-    ("broker.core._connection", "broker.protocol._record"): _HOT,
     ("broker.core._core", "broker.durability._records"): _CYCLE,
     ("broker.core._journal", "broker.durability._records"): _CYCLE,
     ("broker.core._journal", "broker.durability._store"): _CYCLE,
-    ("broker.core._message", "broker.protocol._record"): _HOT,
     ("broker.durability._records", "broker.core._message"): _CYCLE,
     ("broker.durability._store", "broker.core._message"): _CYCLE,
 }
