@@ -458,7 +458,7 @@ class BrokerConfig:
 
     host: str = option("127.0.0.1", Kind.STR)
     port: int = option(1883, Kind.INT, **PORT)
-    #: CONTRACT.md "Negative entries inside the MQTT broker"; False = pure MQTT UNSUBSCRIBE.
+    #: docs/reference.md "Negative entries inside the MQTT broker"; False = pure MQTT UNSUBSCRIBE.
     partial_unsubscribe: bool = option(True, Kind.BOOL)
     #: name in ``content.ENGINES`` evaluating content filters (iccounting: the fastest correct
     #: engine in docs/performance-content.md at every measured point).
