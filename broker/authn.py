@@ -56,7 +56,7 @@ import logging
 import os
 import secrets
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +107,9 @@ SERVE_KEYS = frozenset(SERVE_KEY_HELP)
 
 #: seconds between two log lines of an unavailable auth service
 LOG_EVERY = 10.0
+
+#: seconds an idle connection to the HTTP auth service is kept (httpx's default)
+KEEPALIVE = 5.0
 
 #: pending (authenticated, not yet connected) grants kept at most (LRU)
 _PENDING_LIMIT = 10_000
@@ -323,23 +326,77 @@ class HttpAuth(_Grants):
         self._logged_at = -LOG_EVERY
         self._httpx = httpx
         self._transport = transport
-        #: built now, not at the first CONNECT: it loads the CA bundle (about 0.1 s of CPU)
-        self._client: httpx.AsyncClient | None = self._new_client()
+        #: built now, not at the first CONNECT: loading the CA bundle takes 0.1-0.3 s of CPU;
+        #: every client shares it
+        self._ssl = httpx.create_ssl_context()
+        #: clients of one connection each, none in use (the last one used at the end: its
+        #: connection is the warmest), and the clients lent to a request now (closed by stop)
+        self._idle: deque[tuple[float, httpx.AsyncClient]] = deque()
+        self._busy: set[httpx.AsyncClient] = set()
+        self._closing: set[asyncio.Task[None]] = set()
+        # anyio imports its asyncio backend at the first request: that import would run on
+        # the event loop (tens of milliseconds), so it runs here
+        import anyio._backends._asyncio  # noqa: F401
+
+        try:  # httpcore imports it for every lock it makes (several per request)
+            import sniffio  # noqa: F401
+        except ImportError:
+            log.warning("HttpAuth: sniffio is not installed (pip install 'siftmq[auth]'): each "
+                        "request searches the import path for it, on the event loop")  # fmt: skip
+
         self._key = secrets.token_bytes(32)
         self._cache: OrderedDict[bytes, tuple[float, bool | None, Grant | None]] = OrderedDict()
 
     def _new_client(self) -> httpx.AsyncClient:
+        """A client of one keep-alive connection (O(1) to build: the SSL context is shared).
+
+        One pooled client for all requests would do O(connections x queued requests) work on
+        the event loop per request (httpcore 1.0's ``_assign_requests_to_connections``, which
+        also closes every idle connection past ``max_keepalive_connections``, so a storm
+        opens a new connection per request); a pool of one-connection clients makes that
+        work O(1) (docs/security.md, "Measured")."""
         hx = self._httpx
-        limits = hx.Limits(max_connections=self.max_pending, max_keepalive_connections=32)
         client: httpx.AsyncClient = hx.AsyncClient(
-            transport=self._transport, headers=self.headers, timeout=self.timeout, limits=limits
+            transport=self._transport,
+            headers=self.headers,
+            timeout=self.timeout,
+            verify=self._ssl,
+            limits=hx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE),
         )
         return client
 
+    def _lend(self) -> httpx.AsyncClient:
+        """An idle client (the most recently used), or a new one; O(1)."""
+        idle = self._idle
+        client = idle.pop()[1] if idle else self._new_client()
+        self._busy.add(client)
+        return client
+
+    def _give_back(self, client: httpx.AsyncClient) -> None:
+        """Back among the idle clients; the oldest idle one closed when its connection has
+        expired (one per call: amortised O(1), at most ``max_pending`` clients kept)."""
+        if client not in self._busy:
+            return  # stop() closed it meanwhile
+        self._busy.discard(client)
+        now = time.monotonic()
+        idle = self._idle
+        idle.append((now, client))
+        if idle[0][0] < now - KEEPALIVE or len(idle) > self.max_pending:
+            self._close_later(idle.popleft()[1])
+
+    def _close_later(self, client: httpx.AsyncClient) -> None:
+        task = asyncio.get_running_loop().create_task(client.aclose())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
     async def stop(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        clients = [c for _, c in self._idle] + list(self._busy)
+        self._idle.clear()
+        self._busy.clear()
+        for client in clients:
             await client.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     def _cache_key(self, r: AuthRequest) -> bytes:
         parts = (r.client_id, r.username, r.address, r.listener, r.certificate_subject)
@@ -411,9 +468,7 @@ class HttpAuth(_Grants):
     async def _post(self, r: AuthRequest) -> tuple[bool | None, Grant | None]:
         """The service's verdict and grant; raises AuthUnavailable (fail-closed)."""
         httpx = self._httpx
-        client = self._client
-        if client is None:  # stopped, then used again (a broker restarted with this hook)
-            client = self._client = self._new_client()
+        client = self._lend()
         body = self._body(r)
         attempt = 0
         try:
@@ -439,6 +494,8 @@ class HttpAuth(_Grants):
         except AuthUnavailable as why:
             self._down(why)
             raise
+        finally:
+            self._give_back(client)
 
     def _down(self, why: AuthUnavailable) -> None:
         """Count an unavailable answer; log why at most once per ``LOG_EVERY`` seconds."""
