@@ -700,6 +700,7 @@ SERVE_OPTIONS: Mapping[str, Option] = {
     "acl_file": Option(Kind.PATH),
     # the HTTP and JWT auth backends (broker.authn; meanings in authn.SERVE_KEY_HELP)
     "auth_http_url": Option(Kind.STR),
+    "auth_http_authz_url": Option(Kind.STR),
     "auth_http_timeout": Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds"),
     "auth_http_retries": Option(Kind.INT, lo=0, hi=10),
     "auth_http_cache_ttl": Option(Kind.FLOAT, lo=0, unit="seconds"),

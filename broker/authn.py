@@ -57,7 +57,7 @@ import os
 import secrets
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +75,7 @@ __all__ = [
     "SERVE_KEY_HELP",
     "Grant",
     "HttpAuth",
+    "HttpAuthz",
     "JwtAuth",
     "hooks_from_serve_options",
     "parse_acl",
@@ -86,6 +87,8 @@ log = logging.getLogger("broker")
 #: (docs/config-reference.md is generated from it; docs/security.md explains them)
 SERVE_KEY_HELP: dict[str, str] = {
     "auth_http_url": "URL of the HTTP auth service: HttpAuth POSTs each CONNECT's JSON there (broker.authn)",
+    "auth_http_authz_url": "URL of the HTTP authorization service: HttpAuthz POSTs each PUBLISH topic and "
+    "SUBSCRIBE filter it has no cached decision for (broker.authn; the auth_http_* keys apply too)",
     "auth_http_timeout": "seconds for the auth service's whole decision, retries included (default 5); "
     "no answer by then: refused 0x88 server unavailable",
     "auth_http_retries": "further attempts after a connection error or a 5xx, within the timeout (default 1)",
@@ -265,15 +268,10 @@ def _grant(superuser: object, acl: object, username: str | None, client_id: str)
 # ------------------------------------------------------------------ HTTP
 
 
-class HttpAuth(_Grants):
-    """Authentication (and rules) from an HTTP service; see the module docstring.
-
-    ``url``: where to POST; ``timeout``: seconds for the whole decision (all attempts);
-    ``retries``: further attempts after a connection error or a 5xx; ``cache_ttl`` /
-    ``negative_ttl``: seconds an allow / a deny is remembered (0: not cached); ``cache_size``:
-    verdicts remembered at most; ``headers``: sent with each request (e.g. an API key);
-    ``max_pending``: requests in flight at most (beyond: 0x88 at once); ``transport``: an
-    httpx transport (tests, a Unix socket)."""
+class _HttpService(_Grants):
+    """What the HTTP backends share: the URL, timeout, retries, caches' TTLs and bound, headers,
+    the bound on requests in flight, and the pool of one-connection httpx clients (see
+    :class:`HttpAuth` for the parameters)."""
 
     def __init__(
         self,
@@ -288,27 +286,30 @@ class HttpAuth(_Grants):
         max_pending: int = 256,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        require(Extra.AUTH, "HttpAuth")
+        require(Extra.AUTH, type(self).__name__)
         import httpx  # at build time: an import on the event loop would stall it
 
         if timeout <= 0 or retries < 0 or cache_ttl < 0 or negative_ttl < 0 or cache_size < 0:
-            raise ValueError("HttpAuth: timeout > 0, retries/cache_ttl/negative_ttl/cache_size >= 0")
+            raise ValueError(
+                f"{type(self).__name__}: timeout > 0, retries/cache_ttl/negative_ttl/cache_size >= 0"
+            )
         if max_pending < 1:
-            raise ValueError("HttpAuth: max_pending >= 1")
+            raise ValueError(f"{type(self).__name__}: max_pending >= 1")
         # checked here, not at the first CONNECT (which a wrong URL or header would refuse
         # 0x88, as an auth service that is down)
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
-            raise ValueError(f"HttpAuth: url {url[:200]!r}: {exc}") from None
+            raise ValueError(f"{type(self).__name__}: url {url[:200]!r}: {exc}") from None
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise ValueError(
-                f"HttpAuth: url must be http://HOST[:PORT]/PATH or https://..., not {url[:200]!r}"
+                f"{type(self).__name__}: url must be http://HOST[:PORT]/PATH or https://..., "
+                f"not {url[:200]!r}"
             )
         for name, value in (headers or {}).items():
             if not name or any(c in name for c in ":\r\n ") or "\r" in value or "\n" in value:
-                raise ValueError(f"HttpAuth: header {name[:100]!r}: a name without ':', spaces or "
-                                 "line breaks, a value without line breaks")  # fmt: skip
+                raise ValueError(f"{type(self).__name__}: header {name[:100]!r}: a name without ':', "
+                                 "spaces or line breaks, a value without line breaks")  # fmt: skip
         super().__init__()
         self.url = url
         self.timeout = timeout
@@ -398,6 +399,61 @@ class HttpAuth(_Grants):
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
+    def _finished(self, _task: object) -> None:
+        self.pending -= 1
+
+    async def _send(self, body: dict[str, object]) -> tuple[int, bytes]:
+        """POST ``body``: the status and content of an answer that is not a 5xx, within
+        ``timeout`` and ``retries``; raises AuthUnavailable (fail-closed), logged (limited)."""
+        httpx = self._httpx
+        client = self._lend()
+        attempt = 0
+        try:
+            async with asyncio.timeout(self.timeout):
+                while True:
+                    attempt += 1
+                    self.requests += 1
+                    try:
+                        resp = await client.post(self.url, json=body)
+                    except httpx.TransportError as exc:
+                        if attempt > self.retries:
+                            raise AuthUnavailable(f"auth service {self.url}: {type(exc).__name__}") from exc
+                        continue
+                    if resp.status_code >= 500:
+                        if attempt > self.retries:
+                            raise AuthUnavailable(f"auth service {self.url}: HTTP {resp.status_code}")
+                        continue
+                    return resp.status_code, resp.content
+        except TimeoutError as exc:
+            why = AuthUnavailable(f"auth service {self.url}: no answer within {self.timeout:g} s")
+            self._down(why)
+            raise why from exc
+        except AuthUnavailable as why:
+            self._down(why)
+            raise
+        finally:
+            self._give_back(client)
+
+    def _down(self, why: AuthUnavailable) -> None:
+        """Count an unavailable answer; log why at most once per ``LOG_EVERY`` seconds."""
+        self.unavailable += 1
+        now = time.monotonic()
+        if now >= self._logged_at + LOG_EVERY:
+            self._logged_at = now
+            log.warning("%s (%d refused 0x88 so far; next such line in %g s at the earliest)",
+                        why, self.unavailable, LOG_EVERY)  # fmt: skip
+
+
+class HttpAuth(_HttpService):
+    """Authentication (and rules) from an HTTP service; see the module docstring.
+
+    ``url``: where to POST; ``timeout``: seconds for the whole decision (all attempts);
+    ``retries``: further attempts after a connection error or a 5xx; ``cache_ttl`` /
+    ``negative_ttl``: seconds an allow / a deny is remembered (0: not cached); ``cache_size``:
+    verdicts remembered at most; ``headers``: sent with each request (e.g. an API key);
+    ``max_pending``: requests in flight at most (beyond: 0x88 at once); ``transport``: an
+    httpx transport (tests, a Unix socket)."""
+
     def _cache_key(self, r: AuthRequest) -> bytes:
         parts = (r.client_id, r.username, r.address, r.listener, r.certificate_subject)
         text = json.dumps(parts).encode() + b"\0" + (b"-" if r.password is None else b"+" + r.password)
@@ -425,9 +481,6 @@ class HttpAuth(_Grants):
         self.pending += 1
         task.add_done_callback(self._finished)
         return task
-
-    def _finished(self, _task: object) -> None:
-        self.pending -= 1
 
     def _remember(self, client_id: str, verdict: bool | None, grant: Grant | None) -> None:
         if verdict is True and grant is not None:
@@ -467,44 +520,8 @@ class HttpAuth(_Grants):
 
     async def _post(self, r: AuthRequest) -> tuple[bool | None, Grant | None]:
         """The service's verdict and grant; raises AuthUnavailable (fail-closed)."""
-        httpx = self._httpx
-        client = self._lend()
-        body = self._body(r)
-        attempt = 0
-        try:
-            async with asyncio.timeout(self.timeout):
-                while True:
-                    attempt += 1
-                    self.requests += 1
-                    try:
-                        resp = await client.post(self.url, json=body)
-                    except httpx.TransportError as exc:
-                        if attempt > self.retries:
-                            raise AuthUnavailable(f"auth service {self.url}: {type(exc).__name__}") from exc
-                        continue
-                    if resp.status_code >= 500:
-                        if attempt > self.retries:
-                            raise AuthUnavailable(f"auth service {self.url}: HTTP {resp.status_code}")
-                        continue
-                    return self._verdict(r, resp.status_code, resp.content)
-        except TimeoutError as exc:
-            why = AuthUnavailable(f"auth service {self.url}: no answer within {self.timeout:g} s")
-            self._down(why)
-            raise why from exc
-        except AuthUnavailable as why:
-            self._down(why)
-            raise
-        finally:
-            self._give_back(client)
-
-    def _down(self, why: AuthUnavailable) -> None:
-        """Count an unavailable answer; log why at most once per ``LOG_EVERY`` seconds."""
-        self.unavailable += 1
-        now = time.monotonic()
-        if now >= self._logged_at + LOG_EVERY:
-            self._logged_at = now
-            log.warning("%s (%d refused 0x88 so far; next such line in %g s at the earliest)",
-                        why, self.unavailable, LOG_EVERY)  # fmt: skip
+        status, content = await self._send(self._body(r))
+        return self._verdict(r, status, content)
 
     def _verdict(self, r: AuthRequest, status: int, content: bytes) -> tuple[bool | None, Grant | None]:
         if status >= 300:
@@ -526,6 +543,156 @@ class HttpAuth(_Grants):
         except ValueError as exc:  # a broken answer: deny, and say so (rate-limited by level)
             log.warning("auth service %s: bad answer for %r (%s): denied", self.url, r.client_id, exc)
             return False, None
+
+
+# ------------------------------------------------------------------ HTTP authorisation
+
+#: decisions of the packet being processed kept per client at most (see HttpAuthz)
+_NOW_LIMIT = 1024
+
+
+class HttpAuthz(_HttpService):
+    """Authorisation from an HTTP service: EMQX's HTTP authorizer (issue 39).
+
+    For each PUBLISH and each filter of a SUBSCRIBE whose decision it does not know, the hook
+    POSTs ``{"clientid", "username", "action": "publish"|"subscribe", "topic", "qos",
+    "retain"}`` to ``url`` and reads the answer as :class:`HttpAuth` does: 200 with
+    ``{"result": "allow"|"deny"|"ignore"}`` (no body, or 204: allow), 4xx: deny, 5xx / a
+    timeout / no connection after ``retries``: deny (fail-closed, not cached; counted in
+    ``unavailable``, logged at most every ``LOG_EVERY`` s).  ``ignore``: no opinion (the next
+    hook, the ACL file decide).
+
+    The core asks :meth:`authorize_ahead` before it processes the packet
+    (broker/core/_ahead.py): a decision in the cache (``cache_ttl`` for an allow,
+    ``negative_ttl`` for a deny, keyed by client id, user name, action, topic, QoS and retain,
+    at most ``cache_size``, LRU) answers at once, O(1), and the packet goes on; otherwise the
+    connection is held (nothing more read from it, its packets kept in order) until the
+    service answered or ``timeout`` passed, and the packet is processed then.  So a SUBSCRIBE
+    is checked when it comes, and a PUBLISH costs one dict probe once its topic is known.
+    At most ``max_pending`` requests are in flight; beyond that a packet is denied at once.
+
+    Not sent to the service (the other hooks and the ACL file decide them; with none, the
+    broker's default): the will's topic at CONNECT, a topic rewritten by a message hook,
+    composite subscriptions' atoms, and deliveries (``receive``: a subscription allowed by
+    the service receives what its filter matches).  A client whose authentication gave it
+    rules (:class:`HttpAuth`'s ``acl``, a JWT's claim) is decided by those first when that
+    hook comes before this one in ``hooks``."""
+
+    def __init__(self, url: str, **kw: Any) -> None:
+        super().__init__(url, **kw)
+        #: decisions: key -> (expires, verdict)
+        self._decisions: OrderedDict[tuple[object, ...], tuple[float, bool | None]] = OrderedDict()
+        #: per client: what the service answered and was not asked for again yet (a one-shot
+        #: decision, so that a TTL of 0 still decides the packet that waited for it)
+        self._fresh: dict[str, dict[tuple[str, str, int, bool], bool | None]] = {}
+        #: per client: the decision of the packet being processed, (action, topic) -> verdict,
+        #: set by authorize_ahead just before the core's authorize reads it
+        self._now: dict[str, dict[tuple[str, str], bool | None]] = {}
+
+    def authenticate_request(self, request: AuthRequest) -> AuthVerdict:
+        return None  # authorisation only
+
+    def on_connect(self, client_id: str, username: str | None, protocol_level: int) -> None:
+        pass
+
+    def on_disconnect(self, client_id: str, reason: str) -> None:
+        self._now.pop(client_id, None)
+        self._fresh.pop(client_id, None)
+
+    def authorize_ahead(  # noqa: PLR0917 (the hook's signature)
+        self, client_id: str, username: str | None, action: str, topic: str, qos: int, retain: bool
+    ) -> Awaitable[None] | None:
+        """The decision known (cached, or just fetched): None, O(1); else the request."""
+        ask = (action, topic, qos, retain)
+        fresh = self._fresh.get(client_id)
+        if fresh is not None and ask in fresh:
+            verdict = fresh.pop(ask)
+            if not fresh:
+                del self._fresh[client_id]
+            self._decide(client_id, action, topic, verdict)
+            return None
+        key = (client_id, username, action, topic, qos, retain)
+        hit = self._decisions.get(key)
+        if hit is not None:
+            expires, verdict = hit
+            if expires > time.monotonic():
+                self._decisions.move_to_end(key)
+                self.hits += 1
+                self._decide(client_id, action, topic, verdict)
+                return None
+            del self._decisions[key]
+        if self.pending >= self.max_pending:
+            self.unavailable += 1
+            self._decide(client_id, action, topic, False)
+            return None
+        task = asyncio.get_running_loop().create_task(self._fetch(key))
+        self.pending += 1
+        task.add_done_callback(self._finished)
+        return task
+
+    def _decide(self, client_id: str, action: str, topic: str, verdict: bool | None) -> None:
+        now = self._now.get(client_id)
+        if now is None:
+            now = self._now[client_id] = {}
+        elif len(now) >= _NOW_LIMIT:  # decisions the core never read (refused before): drop
+            now.clear()
+        now[(action, topic)] = verdict
+
+    async def _fetch(self, key: tuple[object, ...]) -> None:
+        client_id, username, action, topic, qos, retain = key
+        body = {
+            "clientid": client_id,
+            "username": username,
+            "action": action,
+            "topic": topic,
+            "qos": qos,
+            "retain": retain,
+        }
+        try:
+            status, content = await self._send(body)
+        except AuthUnavailable:
+            verdict: bool | None = False  # fail-closed, not cached
+        else:
+            verdict = self._answer(status, content, str(client_id))
+            ttl = self.cache_ttl if verdict is not False else self.negative_ttl
+            if ttl > 0 and self.cache_size > 0:
+                decisions = self._decisions
+                decisions[key] = (time.monotonic() + ttl, verdict)
+                if len(decisions) > self.cache_size:
+                    decisions.popitem(last=False)
+        fresh = self._fresh.setdefault(str(client_id), {})
+        fresh[(str(action), str(topic), int(qos), bool(retain))] = verdict  # type: ignore[call-overload]
+
+    def _answer(self, status: int, content: bytes, client_id: str) -> bool | None:
+        if status >= 300:
+            return False
+        if status == 204 or not content.strip():
+            return True
+        try:
+            answer = json.loads(content)
+            if not isinstance(answer, dict):
+                raise ValueError("not a JSON object")
+            result = answer.get("result", "allow")
+        except ValueError as exc:
+            log.warning("authorization service %s: bad answer for %r (%s): denied", self.url, client_id, exc)
+            return False
+        if result == "allow":
+            return True
+        if result == "ignore":
+            return None
+        if result != "deny":
+            log.warning("authorization service %s: bad result %r for %r: denied", self.url, result, client_id)
+        return False
+
+    def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
+        """The decision authorize_ahead just made for this packet (O(1)); None for what is
+        not asked ahead (deliveries, the will, a rewritten topic)."""
+        if action == "receive":
+            return None
+        now = self._now.get(client_id)
+        if now is None:
+            return None
+        return now.pop((action, topic), None)
 
 
 # ------------------------------------------------------------------ JWT
@@ -711,6 +878,23 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
                 username_claim=text("auth_jwt_username_claim") or "username",
                 acl_claim=text("auth_jwt_acl_claim") or "acl",
                 leeway=num("auth_jwt_leeway", 0.0),
+            )
+        )
+    # last: the rules a client's identity carries (above) decide before the service
+    authz_url = text("auth_http_authz_url")
+    if authz_url is not None:
+        headers = options.get("auth_http_headers", {})
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise ValueError("[serve] auth_http_headers must be a table of strings")
+        hooks.append(
+            HttpAuthz(
+                authz_url,
+                timeout=num("auth_http_timeout", 5.0),
+                retries=int(num("auth_http_retries", 1)),
+                cache_ttl=num("auth_http_cache_ttl", 60.0),
+                negative_ttl=num("auth_http_negative_ttl", 5.0),
+                cache_size=int(num("auth_http_cache_size", 10_000)),
+                headers=headers,
             )
         )
     return hooks
