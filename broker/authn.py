@@ -49,6 +49,7 @@ is connected (``on_connect`` to ``on_disconnect``, a takeover keeps the newer on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -706,9 +707,29 @@ class JwtAuth(_Grants):
     ``audience``/``issuer``: required ``aud``/``iss`` when given; ``username_claim``: the claim
     the user name must equal (``sub`` when the token lacks it); ``acl_claim``: the rules;
     ``superuser_claim``; ``leeway``: seconds of clock skew allowed for ``exp``/``nbf``;
-    ``pool``: a :class:`~broker.auth.CheckPool` to verify on instead of the event loop."""
+    ``pool``: a :class:`~broker.auth.CheckPool` to verify on instead of the event loop;
+    ``watch_interval``: seconds between two looks at the key or JWKS file while the broker
+    runs (0: not watched).
+
+    Keys are read again by :meth:`reload`: by ``Broker.reload`` (SIGHUP to ``siftmq serve``,
+    ``siftmq reload``) and, when the file's modification time, size or inode changed, by the
+    watch (one ``stat`` per ``watch_interval``, on the loop).  A file that does not parse
+    keeps the keys in use (a reload fails; the watch logs one warning per change of the
+    file); the swap is one reference, so a verification on a pool thread sees the old or
+    the new keys, whole."""
+
+    _watcher: asyncio.Task[None] | None
+
+    async def start(self) -> None:
+        if self.watch_interval > 0 and self._watcher is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def stop(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         if self.pool is not None:
             self.pool.close()
 
@@ -725,6 +746,7 @@ class JwtAuth(_Grants):
         superuser_claim: str = "is_superuser",
         leeway: float = 0.0,
         pool: CheckPool | None = None,
+        watch_interval: float = 5.0,
     ) -> None:
         require(Extra.AUTH, "JwtAuth")
         import jwt  # at build time: an import on the event loop would stall it
@@ -751,15 +773,72 @@ class JwtAuth(_Grants):
         self.key: Any = None
         self.jwks: jwt.PyJWKSet | None = None
         self.failures = 0  # tokens refused (tests)
-        if key_file is not None:
-            data = Path(key_file).read_bytes()
-            if all(a.startswith("HS") for a in algs):
-                self.key = data.rstrip(b"\r\n")
+        if watch_interval < 0:
+            raise ValueError("JwtAuth: watch_interval >= 0")
+        #: the key file or the JWKS file (the other is None)
+        self.key_file = None if key_file is None else Path(key_file)
+        self.jwks_file = None if jwks_file is None else Path(jwks_file)
+        self.watch_interval = watch_interval
+        self.reloads = 0  # keys read again and swapped in (tests, the reload's log line)
+        self._stamp: tuple[int, int, int] | None = None
+        self._watcher = None
+        self.reload()
+        self.reloads = 0
+
+    @property
+    def path(self) -> Path:
+        """The file the keys come from."""
+        path = self.key_file or self.jwks_file
+        assert path is not None
+        return path
+
+    def reload(self) -> None:
+        """Read the key or JWKS file again and use it from the next token on; a file that
+        cannot be read or parsed raises ValueError (OSError) naming it and changes nothing.
+        O(file size)."""
+        jwt = self._jwt
+        path = self.path
+        stamp = _file_stamp(path)
+        try:
+            if self.key_file is not None:
+                data = path.read_bytes()
+                key: Any = (
+                    data.rstrip(b"\r\n")
+                    if all(a.startswith("HS") for a in self.algorithms)
+                    else data.decode("ascii")
+                )
+                for alg in self.algorithms:  # a PEM that does not parse fails here, not per token
+                    jwt.algorithms.get_default_algorithms()[alg].prepare_key(key)
+                self.key = key
             else:
-                self.key = data.decode("ascii")
-        else:
-            assert jwks_file is not None
-            self.jwks = jwt.PyJWKSet.from_json(Path(jwks_file).read_text())
+                self.jwks = jwt.PyJWKSet.from_json(path.read_text())
+        except (jwt.PyJWTError, UnicodeDecodeError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        self._stamp = stamp
+        self.reloads += 1
+
+    def keys(self) -> int:
+        """How many keys are in use (1 for a key file)."""
+        return 1 if self.jwks is None else len(self.jwks.keys)
+
+    async def _watch(self) -> None:
+        """Reload when the file changed (modification time, size or inode), every
+        ``watch_interval`` seconds; a bad file is logged once per change and keeps the keys."""
+        while True:
+            await asyncio.sleep(self.watch_interval)
+            try:
+                stamp = _file_stamp(self.path)
+            except OSError:
+                continue  # being replaced: look again at the next turn
+            if stamp == self._stamp:
+                continue
+            try:
+                self.reload()
+            except (OSError, ValueError) as exc:
+                self._stamp = stamp  # said once for this version of the file
+                log.warning("JwtAuth: %s: keys not reloaded, the previous ones stay in use", exc)
+                continue
+            log.info("JwtAuth: %d key(s) reloaded from %s (the file changed)", self.keys(), self.path)
 
     def _key_for(self, token: str) -> Any:
         jwt = self._jwt
@@ -823,6 +902,13 @@ class JwtAuth(_Grants):
             return _grant(claims.get(self.superuser_claim), acl, name, request.client_id)
         except (jwt.InvalidTokenError, UnicodeDecodeError, ValueError) as exc:
             return f"{type(exc).__name__}: {exc}"
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int]:
+    """What tells a changed file: modification time (ns), size, inode (a file replaced by a
+    rename has another). One ``stat``."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size, st.st_ino
 
 
 # ------------------------------------------------------------------ siftmq serve
