@@ -155,6 +155,7 @@ async def open_listener(
         listener.slow_consumer_policy,
         proxy=listener.proxy_protocol,
         peers_only=listener.peers_only,
+        name=listener.name,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
