@@ -13,7 +13,7 @@ functions and under ``TYPE_CHECKING`` alike: a type-only import is still an arro
 * inside a package the modules import each other without a cycle at run time (a name imported
   from a public module counts as an import of the module that defines it: the seams load their
   names lazily, and must not hide a cycle);
-* no module is over 900 lines.
+* the ten largest modules are reported (printed), not capped.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -215,11 +217,12 @@ def test_no_import_cycle_inside_a_package() -> None:
             assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_modules_stay_small() -> None:
-    """No module over 900 lines (issue 15): a bigger one has more than one concern."""
-    big = [
-        f"{name}: {n} lines"
-        for name, path in _sources().items()
-        if (n := len(path.read_text().splitlines())) > 900
-    ]
-    assert not big, "\n".join(big)
+def test_largest_modules_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    """The ten largest modules, printed (issue 41 item 3): size is a smell to report, not a
+    reason to move code, so this reports and does not fail (``pytest -s`` shows it)."""
+    sizes = sorted(
+        ((len(path.read_text().splitlines()), name) for name, path in _sources().items()), reverse=True
+    )
+    assert sizes, "no source module found"
+    with capsys.disabled():
+        print("\nlargest modules: " + ", ".join(f"{name} {n}" for n, name in sizes[:10]))
