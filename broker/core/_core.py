@@ -44,9 +44,9 @@ from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy
-from broker.durability._records import MessageState
 from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
+from broker.values import PUBLISH_SENT, QUEUED
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -466,7 +466,7 @@ class Core:
             pid = s.allocate_pid()
             s.own_inflight()[pid] = out  # a lean session shares an empty window until now
             if s.persisted:
-                self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
+                self.journal.outgoing(s, out, PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
         if (
@@ -479,7 +479,7 @@ class Core:
             queue = s.own_queue()
         queue.append(out)
         if s.persisted:
-            self.journal.outgoing(s, out, MessageState.QUEUED, None, now)
+            self.journal.outgoing(s, out, QUEUED, None, now)
         if conn is not None and len(queue) >= self.high_water and not conn.slow:
             self._congested(conn, now)
 
