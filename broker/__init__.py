@@ -32,8 +32,7 @@ from broker.hooks import (
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
-    from broker.core._message import Message
-    from broker.core._quota import QuotaRule
+    from broker.core import Message, QuotaRule
 
 __all__ = [
     "Broker",
@@ -66,8 +65,8 @@ _LAZY = {
     "BrokerConfig": "broker._config",
     "Listener": "broker._config",
     "load_toml": "broker._config",
-    "Message": "broker.core._message",
-    "QuotaRule": "broker.core._quota",
+    "Message": "broker.core",
+    "QuotaRule": "broker.core",
 }
 
 

@@ -37,9 +37,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from broker.core._quota import ACTIONS as QUOTA_ACTIONS
-from broker.core._quota import QuotaRule, parse_quotas
-from broker.core._shared import Strategy, group_strategies
+from broker.core import ACTIONS as QUOTA_ACTIONS
+from broker.core import QuotaRule, Strategy, group_strategies, parse_quotas
 
 __all__ = [
     "QUOTA_OPTIONS",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.core._hooks import (
+from broker.core import (
     DROP_REASONS,
     AuthRequest,
     AuthUnavailable,

@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING
 
 import content
 from broker.core._session import AckWaiter, ConnectionState, Outgoing, Session
-from broker.durability._records import (
+from broker.durability import (
     EntryRecord,
     LoadedState,
     MessageRecord,
     SessionRecord,
+    Store,
     message_record,
     replay_entries,
 )
-from broker.durability._store import Store
 from broker.packets import Connack, Packet, ReasonCode
 from broker.values import QUEUED, Message
 

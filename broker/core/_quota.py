@@ -49,7 +49,7 @@ __all__ = [
     "retained_refusal",
 ]
 
-ACTIONS = ("pace", "disconnect")
+ACTIONS: tuple[str, ...] = ("pace", "disconnect")
 
 
 class TokenBucket:

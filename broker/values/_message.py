@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from broker.packets import NO_PROPERTIES, Properties
-from broker.protocol._record import Record
+from broker.protocol import Record
 
 __all__ = [
     "FILTER_PREFIX",
