@@ -34,12 +34,12 @@ import topics
 from broker.core._ahead import held_for
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
+from broker.core._hooks import Delivery
 from broker.core._message import INTERNAL_PREFIXES, RESERVED_PREFIXES, Message, Route
 from broker.core._msghooks import refused_publish, run_message_hooks
 from broker.core._quota import over_quota, retained_refusal
 from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
 from broker.core._subscribe import on_subscribe, on_unsubscribe
-from broker.hooks import Delivery
 from broker.packets import (
     NO_PROPERTIES,
     Auth,
