@@ -14,8 +14,9 @@ output, diagrams or configuration). An HTML comment on the line before a block m
   broker or root, or is a fragment of a larger program); its syntax is checked
   (``compile`` for Python, ``bash -n`` for shell).
 
-Unmarked blocks run as written: Python in this process (a fresh namespace, ``__name__ ==
-"__main__"``, in a temporary directory: each embeds its own broker on port 0), shell with bash
+Unmarked blocks run as written: Python as ``python example.py`` in an empty temporary
+directory (each embeds its own broker on port 0; when the page says what it "prints `...`",
+the output is those lines), shell with bash
 (``-e -o pipefail``) in a temporary directory holding a ``.venv`` link to this environment, one
 after another per page, against the page's ``serve`` block or, when it has none, one broker
 shared by the module. A few seconds in all: no Spark, one broker per page at most.
@@ -30,7 +31,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +52,7 @@ class Example:
     language: str  # "python" | "sh"
     code: str
     mark: str  # "" (runs) | "serve" | "spark" | "not run"
+    prints: list[str] | None = None  # the lines the page says it prints
 
     @property
     def id(self) -> str:
@@ -72,9 +74,10 @@ def examples(page: Path) -> list[Example]:
     for m in FENCE.finditer(text):
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         mark = MARK.search(before)
-        found.append(
-            Example(page.name, text.count("\n", 0, m.start()) + 1, m[1], m[2], mark[1] if mark else "")
-        )
+        said = re.match(r"\s*prints ((?:`[^`]*`|[^`:.])*)", text[m.end() :])
+        prints = re.findall(r"`([^`]*)`", said[1]) if said else None
+        line = text.count("\n", 0, m.start()) + 1
+        found.append(Example(page.name, line, m[1], m[2], mark[1] if mark else "", prints))
     return found
 
 
@@ -88,12 +91,6 @@ def test_the_guide_has_examples_and_most_run() -> None:
 
 
 PYTHON = [e for e in ALL if e.language == "python" and not e.mark]
-
-
-@pytest.mark.parametrize("example", PYTHON, ids=lambda e: e.id)
-def test_python_example_runs(example: Example, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    exec(compile(example.code, example.id, "exec"), {"__name__": "__main__"})
 
 
 @pytest.mark.parametrize("example", [e for e in ALL if e.mark == "not run"], ids=lambda e: e.id)
@@ -151,19 +148,40 @@ async def stop(served: Served) -> None:
     await asyncio.wait_for(served.proc.wait(), 30)
 
 
+class Servers:
+    """The brokers of the shell examples, one per distinct ``serve`` command line (pages that
+    serve the same way share it), started on first use, stopped with the module."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+        self.started: dict[str, Served] = {}
+
+    async def get(self, command: str) -> Served:
+        if command not in self.started:
+            self.started[command] = await serve(command, self.cwd)
+        return self.started[command]
+
+    async def stop(self) -> None:
+        for served in self.started.values():
+            await stop(served)
+
+
+#: the broker of a page that talks to one but has no ``serve`` block of its own
+SHARED = ".venv/bin/siftmq serve --no-bridge --data-dir shared-data"
+
+
 @pytest.fixture(scope="module")
-def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("docs-shell")
     (d / ".venv").symlink_to(VENV)
-    yield d
+    return d
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def shared_broker(shared_dir: Path) -> AsyncIterator[Served]:
-    """One broker for every page that has shell examples but no ``serve`` block of its own."""
-    served = await serve(".venv/bin/siftmq serve --no-bridge --data-dir shared-data", shared_dir)
-    yield served
-    await stop(served)
+async def servers(shared_dir: Path) -> AsyncIterator[Servers]:
+    s = Servers(shared_dir)
+    yield s
+    await s.stop()
 
 
 def localise(code: str, served: Served) -> str:
@@ -178,27 +196,71 @@ SHELL_PAGES = sorted({e.page for e in ALL if e.language == "sh" and e.mark in ("
 
 @pytest.mark.asyncio(loop_scope="module")
 @pytest.mark.parametrize("page", SHELL_PAGES)
-async def test_shell_examples_run_in_order(page: str, shared_dir: Path, shared_broker: Served) -> None:
+async def test_shell_examples_run_in_order(
+    page: str,
+    shared_dir: Path,
+    servers: Servers,
+    python_runs: dict[str, asyncio.Task[tuple[int, str, str]]],  # started: they run meanwhile
+) -> None:
     blocks = [e for e in ALL if e.page == page and e.language == "sh" and e.mark in ("", "serve")]
-    started: list[Served] = []
-    served = shared_broker
+    served: Served | None = None
     cwd = shared_dir / page.removesuffix(".md")
     cwd.mkdir()
     (cwd / ".venv").symlink_to(VENV)
     env = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-    try:
-        for block in blocks:
-            if block.mark == "serve":
-                served = await serve(block.code.strip(), cwd)
-                started.append(served)
-                continue
-            proc = await asyncio.create_subprocess_exec(
-                "bash", "-e", "-o", "pipefail", "-c", localise(block.code, served), cwd=cwd, env=env,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
-            out, err = await asyncio.wait_for(proc.communicate(), 60)
-            assert proc.returncode == 0, f"{block.id}:\n{block.code}\n{out.decode()}\n{err.decode()}"
-            assert out or not block.code.strip().startswith(("curl", ".venv/bin/siftmq sub")), block.id
-    finally:
-        for s in started:
-            await stop(s)
+    for block in blocks:
+        if block.mark == "serve":
+            served = await servers.get(block.code.strip())
+            continue
+        code = block.code
+        if re.search(r"siftmq (?:pub|sub|ctl) |curl ", code):
+            code = localise(code, served or await servers.get(SHARED))
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-e", "-o", "pipefail", "-c", code, cwd=cwd, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, f"{block.id}:\n{block.code}\n{out.decode()}\n{err.decode()}"
+        assert out or not block.code.strip().startswith(("curl", ".venv/bin/siftmq sub")), block.id
+
+
+async def run_python(example: Example, cwd: Path, slots: asyncio.Semaphore) -> tuple[int, str, str]:
+    """``python example.py`` in ``cwd``: (status, stdout, stderr)."""
+    async with slots:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "example.py", cwd=cwd,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def python_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, asyncio.Task[tuple[int, str, str]]]:
+    """Every Python example started at once, four at a time (each is mostly waiting: a
+    broker's start and stop, a process's imports): the tests below read their results."""
+    root = tmp_path_factory.mktemp("docs-python")
+    slots = asyncio.Semaphore(4)
+    runs = {}
+    for e in PYTHON:
+        cwd = root / f"{e.page}-{e.line}"
+        cwd.mkdir()
+        (cwd / "example.py").write_text(e.code)
+        runs[e.id] = asyncio.create_task(run_python(e, cwd, slots))
+    return runs
+
+
+@pytest.mark.asyncio(loop_scope="module")
+@pytest.mark.parametrize("example", PYTHON, ids=lambda e: e.id)
+async def test_python_example_runs(
+    example: Example, python_runs: dict[str, asyncio.Task[tuple[int, str, str]]]
+) -> None:
+    """As a user runs it: ``python example.py`` in an empty directory; what it prints is
+    what the page says it prints (the sentence "prints `...`" after the block), if it says."""
+    status, out, err = await python_runs[example.id]
+    assert status == 0, f"{example.id}:\n{err}"
+    if example.prints is not None:
+        assert out.splitlines() == example.prints, example.id
