@@ -277,8 +277,7 @@ def _filter(flag: str, f: str) -> None:
     """A SUBSCRIBE filter as the broker reads it: ``$composite/<name>[/<expression>]``,
     ``$filter/<selector>/<filter>``, ``$share/<group>/<filter>``, plain MQTT."""
     import topics
-    from broker.core._composite import COMPOSITE_PREFIX, split_composite
-    from broker.core._message import split_filter_prefix
+    from broker.core import COMPOSITE_PREFIX, split_composite, split_filter_prefix
 
     shown = f"{flag} {f!r}"
     if f.startswith(COMPOSITE_PREFIX):

@@ -30,14 +30,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker.core._message import SHARE_PREFIX, Message, Route
-from broker.core._session import PUBLISH_SENT, PUBREL_SENT, Outgoing
-from broker.durability._records import MessageState
+from broker.ext import PUBLISH_SENT, PUBREL_SENT, SHARE_PREFIX, Message, Outgoing, Route
 from broker.packets import Decoder, Publish, Pubrel, encode_publish
 
 if TYPE_CHECKING:
-    from broker.core._core import Core
-    from broker.core._session import Session
+    from broker.ext import Core, Session
 
 __all__ = ["Diversions", "Handler", "decode_entry", "deliver_dup", "install", "session_entries"]
 
@@ -111,7 +108,7 @@ def deliver_dup(core: Core, s: Session, msg: Message, route: Route, now: float) 
     pid = s.allocate_pid()
     s.own_inflight()[pid] = out  # a lean session shares an empty window until used
     if s.persisted:
-        core.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
+        core.journal.outgoing(s, out, PUBLISH_SENT, pid, now)
     conn.write_publish(
         msg, qos, route.retain, True, pid, route.subscription_ids, route.topic_filter, route.selector, now
     )
@@ -139,10 +136,7 @@ def install(core: Core, s: Session, entries: list[list[Any]], exact: bool, now: 
             out.state = PUBREL_SENT if state == PUBREL_SENT else PUBLISH_SENT
             s.inflight[pid] = out
             if s.persisted:
-                stored = (
-                    MessageState.PUBREC_RECEIVED if out.state == PUBREL_SENT else MessageState.PUBLISH_SENT
-                )
-                core.journal.outgoing(s, out, stored, pid, now)
+                core.journal.outgoing(s, out, out.state, pid, now)
             if conn is not None:
                 if out.state == PUBREL_SENT:
                     conn.send(Pubrel(pid))

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._config import BrokerConfig, shared_group_strategies
 from broker._logging import fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
@@ -37,16 +36,17 @@ from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
 from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
+from broker.core._hooks import CoreHooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.core._journal import Journal
 from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
+from broker.core._options import CoreConfig
 from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
-from broker.core._shared import SharedPolicy, Strategy
-from broker.durability._records import MessageState
-from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
+from broker.core._shared import SharedPolicy, Strategy, group_strategies
 from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
+from broker.values import PUBLISH_SENT, QUEUED
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -80,17 +80,16 @@ class Core:
     """Session registry, router, counters and timers of one broker (no I/O)."""
 
     def __init__(
-        self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = (), clock: Clock | None = None
+        self, config: CoreConfig, hooks: Iterable[CoreHooks] = (), clock: Clock | None = None
     ) -> None:
-        self.config = cfg = config or BrokerConfig()
+        self.config = cfg = config
         self.clock = clock or Clock()
         limits = SubscribeLimits(
             cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
         )
-        groups = shared_group_strategies(cfg.shared_subscription_group_strategy)
         shared = SharedPolicy(
             Strategy(cfg.shared_subscription_strategy),
-            {g: Strategy(n) for g, n in groups.items()},
+            group_strategies(cfg.shared_subscription_group_strategy),
             cfg.shared_subscription_seed,
         )
         self.router = Router(
@@ -181,7 +180,7 @@ class Core:
         self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
     # ------------------------------------------------------------ hooks
-    def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
+    def _call(self, hooks: list[CoreHooks], name: str, *args: object) -> None:
         for h in hooks:
             try:
                 getattr(h, name)(*args)
@@ -189,7 +188,7 @@ class Core:
                 self.stats.hook_errors += 1
                 log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
 
-    def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
+    def _opinion(self, hooks: list[CoreHooks], name: str, *args: object) -> bool | None:
         for h in hooks:
             try:
                 answer = getattr(h, name)(*args)
@@ -466,7 +465,7 @@ class Core:
             pid = s.allocate_pid()
             s.own_inflight()[pid] = out  # a lean session shares an empty window until now
             if s.persisted:
-                self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
+                self.journal.outgoing(s, out, PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
         if (
@@ -479,7 +478,7 @@ class Core:
             queue = s.own_queue()
         queue.append(out)
         if s.persisted:
-            self.journal.outgoing(s, out, MessageState.QUEUED, None, now)
+            self.journal.outgoing(s, out, QUEUED, None, now)
         if conn is not None and len(queue) >= self.high_water and not conn.slow:
             self._congested(conn, now)
 

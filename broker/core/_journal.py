@@ -28,19 +28,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import content
-from broker.core._message import Message
-from broker.core._session import PUBLISH_SENT, PUBREL_SENT, AckWaiter, ConnectionState, Outgoing, Session
-from broker.durability._records import (
+from broker.core._session import AckWaiter, ConnectionState, Outgoing, Session
+from broker.durability import (
     EntryRecord,
     LoadedState,
     MessageRecord,
-    MessageState,
     SessionRecord,
+    Store,
     message_record,
     replay_entries,
 )
-from broker.durability._store import Store
 from broker.packets import Connack, Packet, ReasonCode
+from broker.values import QUEUED, Message
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -140,10 +139,9 @@ class Journal:
         s.persisted = True  # a session kept in memory only until now (a takeover changed it)
         self.entries(s)
         for pid, out in s.inflight.items():
-            state = MessageState.PUBLISH_SENT if out.state == PUBLISH_SENT else MessageState.PUBREC_RECEIVED
-            self.outgoing(s, out, state, pid, now, wall)
+            self.outgoing(s, out, out.state, pid, now, wall)
         for out in s.queue:
-            self.outgoing(s, out, MessageState.QUEUED, None, now, wall)
+            self.outgoing(s, out, QUEUED, None, now, wall)
         for pid in s.qos2_received:
             store.qos2_received(cid, pid)
         self.core.composite.persistence(cid, True)  # journalled from now on
@@ -181,13 +179,14 @@ class Journal:
         self,
         s: Session,
         out: Outgoing,
-        state: MessageState,
+        state: int,
         pid: int | None,
         now: float,
         wall: float | None = None,
     ) -> None:
-        """A message queued for or sent to the persisted session ``s`` (caller checks
-        ``s.persisted``, which implies a store)."""
+        """A message queued for (``state`` :data:`~broker.values.QUEUED`, ``pid`` None) or
+        sent to the persisted session ``s`` (caller checks ``s.persisted``, which implies a
+        store).  ``state`` is stored as it is: one encoding (:mod:`broker.values._flow`)."""
         store = self.store
         assert store is not None
         if self._tracking:
@@ -198,7 +197,7 @@ class Journal:
             w.remaining += 1
             w.writes += 1
         out.seq = seq = store.next_seq()
-        store.add_delivery(s.client_id, seq, int(state), pid, out, now, wall)
+        store.add_delivery(s.client_id, seq, state, pid, out, now, wall)
 
     def sent(self, s: Session, out: Outgoing, pid: int) -> None:
         """A queued message left the queue with packet id ``pid``."""
@@ -501,7 +500,7 @@ class Journal:
             if o.packet_id is None:
                 s.queue.append(out)
             else:
-                out.state = PUBLISH_SENT if o.state is MessageState.PUBLISH_SENT else PUBREL_SENT
+                out.state = int(o.state)  # the store's value is the core's (broker.values._flow)
                 s.inflight[o.packet_id] = out
         if cid in qos2_in:
             s.qos2_received = set(qos2_in[cid])

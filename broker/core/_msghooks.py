@@ -40,8 +40,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import topics
+from broker.core._hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
 from broker.core._message import RESERVED_PREFIXES, Message
-from broker.hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
 from broker.packets import Properties, Puback, Publish, Pubrec, ReasonCode
 
 if TYPE_CHECKING:

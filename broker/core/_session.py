@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from broker.core._message import FILTER_PREFIX, Message, Route
 from broker.packets import Will
+from broker.values import FILTER_PREFIX, NEVER, PUBLISH_SENT, PUBREL_SENT, Message, Route
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -35,9 +35,6 @@ __all__ = [
     "WriteBuffer",
 ]
 
-#: Session Expiry Interval meaning "never expires" (MQTT 5 section 3.1.2.11.2)
-NEVER = 0xFFFFFFFF
-
 
 class ConnectionState(enum.Enum):
     AWAIT_CONNECT = "await_connect"
@@ -45,16 +42,12 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
-#: ``Outgoing.state``: PUBLISH sent (or to send), waiting for PUBACK / PUBREC
-PUBLISH_SENT: Final = 0
-#: ``Outgoing.state``: PUBREL sent, waiting for PUBCOMP
-PUBREL_SENT: Final = 1
-
-
 class Outgoing:
     """A QoS 1/2 message on its way to one client (queued or in flight).
 
-    ``state``: :data:`PUBLISH_SENT` or :data:`PUBREL_SENT` (ints: the compiled core compares ints).
+    ``state``: :data:`~broker.values.PUBLISH_SENT` (also while queued) or
+    :data:`~broker.values.PUBREL_SENT`: the encoding the store and the cluster use too
+    (:mod:`broker.values._flow`; ints: the compiled core compares ints).
     """
 
     __slots__ = ("msg", "qos", "retain", "selector", "seq", "state", "sub_ids", "topic_filter", "waiter")
