@@ -136,3 +136,13 @@ def test_the_newcomers_path_is_linked() -> None:
     for page, following in itertools.pairwise(path):
         assert following.resolve() in links_of(page), f"{page.name} should link {following.name}"
     assert (DOCS / "README.md").resolve() in links_of(ROOT / "README.md")
+
+
+def test_the_compiled_module_count_shown_is_the_builds() -> None:
+    """docs/operations.md shows ``siftmq version`` and the start-up log line with the number of
+    hot-path modules; it must be ``broker._build.HOT_MODULES``'s (it said 18, then 24)."""
+    from broker._build import HOT_MODULES
+
+    shown = re.findall(r"hot path: (\d+) of (\d+) modules", (DOCS / "operations.md").read_text())
+    assert shown
+    assert {int(total) for _, total in shown} == {len(HOT_MODULES)}
