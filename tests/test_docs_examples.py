@@ -345,3 +345,22 @@ def test_configuration_example_is_accepted(where: str, code: str, tmp_path: Path
     data = tomllib.loads(code)
     if "bridges" in data:
         assert parse_bridges(data["bridges"], where)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_metric_names_the_guide_gives_exist(servers: Servers) -> None:
+    """Every ``siftmq_...`` name of reference.md and troubleshooting.md is served at
+    ``/metrics`` (the shared broker has a store, so the store's metrics are there too)."""
+    served = await servers.get(SHARED)
+    names = {
+        name
+        for page in ("reference.md", "troubleshooting.md")
+        for name in re.findall(r"\bsiftmq_[a-z_]+[a-z]\b", (DOCS / page).read_text())
+    }
+    assert len(names) >= 12, names
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.metrics)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    body = (await asyncio.wait_for(reader.read(), 30)).decode()
+    writer.close()
+    served_names = set(re.findall(r"^(siftmq_\w+?)(?:\{| )", body, re.M))
+    assert names - served_names == set()
