@@ -136,3 +136,51 @@ def test_the_newcomers_path_is_linked() -> None:
     for page, following in itertools.pairwise(path):
         assert following.resolve() in links_of(page), f"{page.name} should link {following.name}"
     assert (DOCS / "README.md").resolve() in links_of(ROOT / "README.md")
+
+
+def test_the_compiled_module_count_shown_is_the_builds() -> None:
+    """docs/operations.md shows ``siftmq version`` and the start-up log line with the number of
+    hot-path modules; it must be ``broker._build.HOT_MODULES``'s (it said 18, then 24)."""
+    from broker._build import HOT_MODULES
+
+    shown = re.findall(r"hot path: (\d+) of (\d+) modules", (DOCS / "operations.md").read_text())
+    assert shown
+    assert {int(total) for _, total in shown} == {len(HOT_MODULES)}
+
+
+def test_the_reference_lists_every_command_and_ctl_verb() -> None:
+    """docs/reference.md's command table names every ``siftmq`` sub-command the CLI has
+    (plugins' included), and no other; a ``siftmq serve`` flag it names exists."""
+    import argparse
+
+    from broker._cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    reference = (DOCS / "reference.md").read_text()
+    table = reference[reference.index("## Commands") : reference.index("## Configuration keys")]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `siftmq")]
+    named = {name for cell in first_cells for name in re.findall(r"`siftmq (\w+)", cell)}
+    assert named == set(commands.choices)
+    serve_flags = {o for a in commands.choices["serve"]._actions for o in a.option_strings}
+    flags = set(re.findall(r"`siftmq serve[^`]*?(--[\w-]+)", reference))
+    flags |= set(re.findall(r"\(`(--[\w-]+)`\)", reference))
+    assert flags and flags <= serve_flags, flags - serve_flags
+
+
+def test_the_ctl_verbs_the_reference_lists_exist() -> None:
+    import argparse
+
+    from broker._cli import build_parser
+
+    def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(found[0].choices) if found else {}
+
+    ctl = subcommands(build_parser())["ctl"]
+    row = next(line for line in (DOCS / "reference.md").read_text().splitlines() if "`siftmq ctl " in line)
+    nouns = subcommands(ctl)
+    pairs = [(n, v) for n, v in re.findall(r"`(\w+) (\w+)[^`]*`", row) if n != "siftmq"]
+    assert len(pairs) >= 10, pairs
+    for noun, verb in pairs:
+        assert noun in nouns and verb in subcommands(nouns[noun]), f"siftmq ctl {noun} {verb}"

@@ -1,8 +1,10 @@
 """Every Python and shell example of the user's guide runs (issue 41 item 6).
 
 The user's guide is the list of pages under "User's guide" in docs/README.md. Their fenced
-blocks tagged ``python`` or ``sh`` are the examples (blocks with another tag or none are
-output, diagrams or configuration). An HTML comment on the line before a block marks it:
+blocks tagged ``python``, ``sh`` or ``console`` (a terminal transcript: each ``$ command``
+runs, and what it prints, stdout and stderr, must be the lines under it) are the examples
+(blocks with another tag or none are output, diagrams or configuration). An HTML comment on
+the line before a block marks it:
 
 * ``<!-- example: serve -->``: a long-running ``siftmq serve``; the test starts it with its
   ports changed to 0, waits until it logs that it listens, and the page's later shell blocks
@@ -14,12 +16,17 @@ output, diagrams or configuration). An HTML comment on the line before a block m
   broker or root, or is a fragment of a larger program); its syntax is checked
   (``compile`` for Python, ``bash -n`` for shell).
 
-Unmarked blocks run as written: Python as ``python example.py`` in an empty temporary
-directory (each embeds its own broker on port 0; when the page says what it "prints `...`",
-the output is those lines), shell with bash
-(``-e -o pipefail``) in a temporary directory holding a ``.venv`` link to this environment, one
-after another per page, against the page's ``serve`` block or, when it has none, one broker
-shared by the module. A few seconds in all: no Spark, one broker per page at most.
+Unmarked blocks run as written. Python: ``python example.py`` in an empty temporary directory
+(each embeds its own broker on port 0; when the page says what it "prints `...`", the output
+must be those lines), all started at once, four at a time, while the shell pages run. Shell:
+bash (``-e -o pipefail``) in a temporary directory per page holding a ``.venv`` link to this
+environment, the page's blocks in order, against the page's ``serve`` block or, when it has
+none, one broker shared by the module (pages whose ``serve`` lines are the same share one
+process). No Spark and no cluster start here: about 13 CPU seconds in all, most of them the
+start of a Python process per ``siftmq`` command.
+
+Configuration examples (``toml`` blocks) are checked as ``siftmq serve --config`` checks a
+file before it starts.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,14 +50,14 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 VENV = Path(sys.executable).parent.parent
 MARK = re.compile(r"<!--\s*example:\s*(serve|spark|not run)\b[^>]*-->")
-FENCE = re.compile(r"^```(python|sh)\n(.*?)^```$", re.S | re.M)
+FENCE = re.compile(r"^```(python|sh|console)\n(.*?)^```$", re.S | re.M)
 
 
 @dataclass(frozen=True, slots=True)
 class Example:
     page: str
     line: int
-    language: str  # "python" | "sh"
+    language: str  # "python" | "sh" | "console" (a transcript: ``$ command`` and its output)
     code: str
     mark: str  # "" (runs) | "serve" | "spark" | "not run"
     prints: list[str] | None = None  # the lines the page says it prints
@@ -98,7 +106,10 @@ def test_example_not_run_is_at_least_valid_syntax(example: Example) -> None:
     if example.language == "python":  # a fragment may await at top level (inside your coroutine)
         compile(example.code, example.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     else:
-        subprocess.run(["bash", "-n"], input=example.code, text=True, check=True)
+        script = example.code
+        if example.language == "console":
+            script = "\n".join(c for c in re.findall(r"^\$ (.*)$", script, re.M))
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True)
 
 
 @dataclass
@@ -191,7 +202,19 @@ def localise(code: str, served: Served) -> str:
     return code.replace("127.0.0.1:9464", f"127.0.0.1:{served.metrics}")
 
 
-SHELL_PAGES = sorted({e.page for e in ALL if e.language == "sh" and e.mark in ("", "serve")})
+SHELL_PAGES = sorted({e.page for e in ALL if e.language in ("sh", "console") and e.mark in ("", "serve")})
+
+
+def transcript(code: str) -> list[tuple[str, list[str]]]:
+    """A console block's (command, expected output lines) pairs."""
+    pairs: list[tuple[str, list[str]]] = []
+    for line in code.splitlines():
+        if line.startswith("$ "):
+            pairs.append((line[2:], []))
+        else:
+            assert pairs, f"output before the first command: {line!r}"
+            pairs[-1][1].append(line.rstrip())
+    return pairs
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -202,7 +225,9 @@ async def test_shell_examples_run_in_order(
     servers: Servers,
     python_runs: dict[str, asyncio.Task[tuple[int, str, str]]],  # started: they run meanwhile
 ) -> None:
-    blocks = [e for e in ALL if e.page == page and e.language == "sh" and e.mark in ("", "serve")]
+    blocks = [
+        e for e in ALL if e.page == page and e.language in ("sh", "console") and e.mark in ("", "serve")
+    ]
     served: Served | None = None
     cwd = shared_dir / page.removesuffix(".md")
     cwd.mkdir()
@@ -215,6 +240,16 @@ async def test_shell_examples_run_in_order(
         code = block.code
         if re.search(r"siftmq (?:pub|sub|ctl) |curl ", code):
             code = localise(code, served or await servers.get(SHARED))
+        if block.language == "console":
+            for command, expected in transcript(code):
+                proc = await asyncio.create_subprocess_exec(
+                    "bash", "-c", command, cwd=cwd, env=env,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                )  # fmt: skip
+                out, _ = await asyncio.wait_for(proc.communicate(), 60)
+                lines = [line.rstrip() for line in out.decode().splitlines()]
+                assert lines == expected, f"{block.id}: $ {command}"
+            continue
         proc = await asyncio.create_subprocess_exec(
             "bash", "-e", "-o", "pipefail", "-c", code, cwd=cwd, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -225,32 +260,47 @@ async def test_shell_examples_run_in_order(
 
 
 async def run_python(example: Example, cwd: Path, slots: asyncio.Semaphore) -> tuple[int, str, str]:
-    """``python example.py`` in ``cwd``: (status, stdout, stderr)."""
+    """``python example.py`` in ``cwd``: (status, stdout, stderr); killed if cancelled."""
     async with slots:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "example.py", cwd=cwd,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 120)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
         assert proc.returncode is not None
         return proc.returncode, out.decode(), err.decode()
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def python_runs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, asyncio.Task[tuple[int, str, str]]]:
-    """Every Python example started at once, four at a time (each is mostly waiting: a
-    broker's start and stop, a process's imports): the tests below read their results."""
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[dict[str, asyncio.Task[tuple[int, str, str]]]]:
+    """The selected Python examples, started at once, four at a time (each is mostly waiting:
+    a broker's start and stop, a process's imports), while the shell pages run: the tests
+    below read their results."""
+    selected = {
+        item.callspec.id
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == "test_python_example_runs"
+    }
     root = tmp_path_factory.mktemp("docs-python")
     slots = asyncio.Semaphore(4)
     runs = {}
     for e in PYTHON:
-        cwd = root / f"{e.page}-{e.line}"
-        cwd.mkdir()
-        (cwd / "example.py").write_text(e.code)
-        runs[e.id] = asyncio.create_task(run_python(e, cwd, slots))
-    return runs
+        if e.id in selected:
+            cwd = root / f"{e.page}-{e.line}"
+            cwd.mkdir()
+            (cwd / "example.py").write_text(e.code)
+            runs[e.id] = asyncio.create_task(run_python(e, cwd, slots))
+    yield runs
+    for task in runs.values():
+        task.cancel()
+    await asyncio.gather(*runs.values(), return_exceptions=True)
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -264,3 +314,53 @@ async def test_python_example_runs(
     assert status == 0, f"{example.id}:\n{err}"
     if example.prints is not None:
         assert out.splitlines() == example.prints, example.id
+
+
+TOML = re.compile(r"^([ \t]*)```toml\n(.*?)^\1```$", re.S | re.M)
+
+
+def toml_examples() -> list[tuple[str, str]]:
+    """(page:line, text) of every TOML block of the guide (indentation of a list item removed)."""
+    found = []
+    for page in guide():
+        text = page.read_text()
+        for m in TOML.finditer(text):
+            code = "\n".join(line.removeprefix(m[1]) for line in m[2].splitlines())
+            found.append((f"{page.name}:{text.count(chr(10), 0, m.start()) + 1}", code))
+    return found
+
+
+@pytest.mark.parametrize(("where", "code"), toml_examples(), ids=[w for w, _ in toml_examples()])
+def test_configuration_example_is_accepted(where: str, code: str, tmp_path: Path) -> None:
+    """A configuration file as the guide shows it passes the checks ``siftmq serve --config``
+    makes before it starts: ``[broker]`` and ``[[listeners]]`` (``broker._config``), ``[serve]``
+    against every installed plugin's keys, ``[[bridges]]`` (``uplink``)."""
+    from broker._cli import _load_config
+    from broker.plugins import load_plugins
+    from uplink import parse_bridges
+
+    path = tmp_path / "siftmq.toml"
+    path.write_text(code)
+    _load_config(path, load_plugins())
+    data = tomllib.loads(code)
+    if "bridges" in data:
+        assert parse_bridges(data["bridges"], where)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_metric_names_the_guide_gives_exist(servers: Servers) -> None:
+    """Every ``siftmq_...`` name of reference.md and troubleshooting.md is served at
+    ``/metrics`` (the shared broker has a store, so the store's metrics are there too)."""
+    served = await servers.get(SHARED)
+    names = {
+        name
+        for page in ("reference.md", "troubleshooting.md")
+        for name in re.findall(r"\bsiftmq_[a-z_]+[a-z]\b", (DOCS / page).read_text())
+    }
+    assert len(names) >= 12, names
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.metrics)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    body = (await asyncio.wait_for(reader.read(), 30)).decode()
+    writer.close()
+    served_names = set(re.findall(r"^(siftmq_\w+?)(?:\{| )", body, re.M))
+    assert names - served_names == set()
