@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from broker._files import private_dir, write_private
-from broker.core._bans import Ban, BanKind, canonical
+from broker.core import Ban, BanKind, canonical
 from broker.packets import ReasonCode
 
 if TYPE_CHECKING:

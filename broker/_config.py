@@ -37,8 +37,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from broker.core._quota import ACTIONS as QUOTA_ACTIONS
-from broker.core._quota import QuotaRule, parse_quotas
+from broker.core import ACTIONS as QUOTA_ACTIONS
+from broker.core import QuotaRule, parse_quotas
 
 __all__ = [
     "QUOTA_OPTIONS",
@@ -461,7 +461,7 @@ class BrokerConfig:
 
     host: str = option("127.0.0.1", Kind.STR)
     port: int = option(1883, Kind.INT, **PORT)
-    #: CONTRACT.md "Negative entries inside the MQTT broker"; False = pure MQTT UNSUBSCRIBE.
+    #: docs/reference.md "Negative entries inside the MQTT broker"; False = pure MQTT UNSUBSCRIBE.
     partial_unsubscribe: bool = option(True, Kind.BOOL)
     #: name in ``content.ENGINES`` evaluating content filters (iccounting: the fastest correct
     #: engine in docs/performance-content.md at every measured point).

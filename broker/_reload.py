@@ -54,7 +54,7 @@ from broker._files import private_dir, write_private
 from broker._logging import fields
 from broker.auth import FileAuth
 from broker.authn import JwtAuth
-from broker.net._listeners import prepare_tls_reload
+from broker.net import prepare_tls_reload
 
 if TYPE_CHECKING:
     from collections.abc import Callable

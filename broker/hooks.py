@@ -46,8 +46,7 @@ from broker.packets import NO_PROPERTIES, Properties, ReasonCode
 
 if TYPE_CHECKING:
     from broker._broker import Broker
-    from broker.core._deliverylog import DeliveryLog
-    from broker.core._message import Message
+    from broker.core import DeliveryLog, Message
 
 __all__ = [
     "DROP_REASONS",

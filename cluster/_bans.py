@@ -32,13 +32,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from broker._bans_file import enforce_ban, save_ban
-from broker.core._bans import Ban, BanKind, canonical
+from broker.ext import Ban, BanKind, canonical, enforce_ban, save_ban
 from cluster._control import BadControl
 from cluster._retained import MAX_AHEAD_MS
 
 if TYPE_CHECKING:
-    from broker._broker import Broker
+    from broker.ext import Broker
 
 __all__ = ["MAX_AHEAD_S", "SharedBans"]
 

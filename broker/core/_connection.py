@@ -63,7 +63,7 @@ from broker.packets import (
     encode,
     encode_publish,
 )
-from broker.protocol._record import Record
+from broker.protocol import Record
 
 if TYPE_CHECKING:
     from broker.core._core import Core

@@ -50,7 +50,7 @@ __all__ = [
     "retained_refusal",
 ]
 
-ACTIONS = ("pace", "disconnect")
+ACTIONS: tuple[str, ...] = ("pace", "disconnect")
 
 
 class TokenBucket:

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Callable
 
 from broker._config import BrokerConfig
-from broker.core._session import Stats
+from broker.core import Stats
 from broker.packets import ReasonCode
 
 __all__ = ["ConnectionLimits", "ListenerPolicy", "Refusal"]

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from broker._config import Listener
 from broker._logging import address, fields
-from broker.core._core import Core
+from broker.core import Core
 from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
 from broker.net._lean import LeanProtocol

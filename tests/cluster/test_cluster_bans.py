@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.core._bans import Ban, BanKind
+from broker.core import Ban, BanKind
 from broker.packets import Disconnect, ReasonCode
 from cluster._control import BadControl
 from tests.admin.api import call
