@@ -768,8 +768,18 @@ class JwtAuth(_Grants):
                     if all(a.startswith("HS") for a in self.algorithms)
                     else data.decode("ascii")
                 )
-                for alg in self.algorithms:  # a PEM that does not parse fails here, not per token
-                    jwt.algorithms.get_default_algorithms()[alg].prepare_key(key)
+                # a PEM that does not parse fails here, not per token: some algorithm accepts it
+                # (with HS and RS algorithms both allowed, HS refuses a PEM and RS takes it)
+                algorithms = jwt.algorithms.get_default_algorithms()
+                refusals: list[str] = []
+                for alg in self.algorithms:
+                    try:
+                        algorithms[alg].prepare_key(key)
+                        break
+                    except (jwt.PyJWTError, ValueError, TypeError) as exc:
+                        refusals.append(f"{alg}: {exc}")
+                else:
+                    raise ValueError("; ".join(refusals))
                 self.key = key
             else:
                 self.jwks = jwt.PyJWKSet.from_json(path.read_text())
