@@ -108,6 +108,8 @@ SERVE_KEY_HELP: dict[str, str] = {
     "auth_jwt_username_claim": "claim the CONNECT user name must equal (default username, else sub)",
     "auth_jwt_acl_claim": "claim holding the client's rules (default acl; docs/security.md)",
     "auth_jwt_leeway": "seconds of clock skew allowed for the JWT's exp and nbf (default 0)",
+    "auth_jwt_watch_interval": "seconds between two looks at the JWT key or JWKS file, read again when it "
+    "changed (default 5; 0: only at a reload)",
 }
 SERVE_KEYS = frozenset(SERVE_KEY_HELP)
 
@@ -935,6 +937,7 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
                 username_claim=text("auth_jwt_username_claim") or "username",
                 acl_claim=text("auth_jwt_acl_claim") or "acl",
                 leeway=num("auth_jwt_leeway", 0.0),
+                watch_interval=num("auth_jwt_watch_interval", 5.0),
             )
         )
     # last: the rules a client's identity carries (above) decide before the service
