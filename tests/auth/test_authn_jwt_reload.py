@@ -118,3 +118,14 @@ def test_a_pem_with_hs_and_rs_algorithms_allowed_still_loads(tmp_path: Path) -> 
     key.write_bytes(pem)
     auth = JwtAuth(key, algorithms=["HS256", "ES256"], watch_interval=0)
     assert auth.keys() == 1
+
+
+def test_the_watch_interval_from_serve_options(tmp_path: Path) -> None:
+    from broker.authn import hooks_from_serve_options
+
+    key = tmp_path / "hs.key"
+    key.write_bytes(OLD)
+    (auth,) = hooks_from_serve_options({"auth_jwt_key_file": str(key), "auth_jwt_watch_interval": 0.5})
+    assert isinstance(auth, JwtAuth) and auth.watch_interval == 0.5
+    (auth,) = hooks_from_serve_options({"auth_jwt_key_file": str(key)})
+    assert isinstance(auth, JwtAuth) and auth.watch_interval == 5.0
