@@ -35,6 +35,7 @@ HOT_MODULES = (
     "broker.core._core",
     "broker.core._connect",
     "broker.core._subscribe",
+    "broker.core._publish",
     "broker.core._internal",
     "broker.core._connrare",
     "broker.core._connection",

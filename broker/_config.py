@@ -715,6 +715,7 @@ SERVE_OPTIONS: Mapping[str, Option] = {
     "auth_jwt_username_claim": Option(Kind.STR),
     "auth_jwt_acl_claim": Option(Kind.STR),
     "auth_jwt_leeway": Option(Kind.FLOAT, lo=0, unit="seconds"),
+    "auth_jwt_watch_interval": Option(Kind.FLOAT, lo=0, unit="seconds"),
 }
 
 

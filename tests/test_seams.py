@@ -24,6 +24,7 @@ SEAMS = (
     "broker.net",
     "broker.durability",
     "broker.protocol",
+    "broker.values",
     "broker.packets",
     "broker.store",
     "content",

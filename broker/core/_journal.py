@@ -169,8 +169,11 @@ class Journal:
             entries = self.core.router.index.entries(s.client_id)
             self.store.put_entries(s.client_id, [EntryRecord(e.topic_filter, e.options) for e in entries])
 
-    def retained(self, msg: Message, now: float) -> None:
-        """A retained message (or its deletion) for the store; ``$SYS`` topics are not kept."""
+    def retain(self, msg: Message, now: float) -> None:
+        """A retained message (or, empty, its deletion): kept in the router's retained tree and
+        written to the store (``$SYS`` topics are not stored).  The one way retained storage is
+        reached (``Core.publish``, the admin API, a cluster's retained register). O(levels)."""
+        self.core.router.store_retained(msg)
         if self.store is not None and not msg.topic.startswith("$SYS/"):
             self.store.set_retained(message_record(msg, now))
 
@@ -244,15 +247,11 @@ class Journal:
         return False
 
     # ------------------------------------------------------------ incoming QoS 2 ids
-    def qos2_received(
-        self, s: Session, pid: int, deferred: list[tuple[Connection, bytes]] | None = None
-    ) -> None:
-        """The id is stored; then the message's ``deferred`` deliveries are held until the
-        commit (:meth:`hold_writes`)."""
+    def qos2_received(self, s: Session, pid: int) -> None:
+        """The id of an incoming QoS 2 message is stored (its deferred deliveries wait for the
+        commit that holds it: :meth:`hold_writes`)."""
         if s.persisted and self.store is not None:
             self.store.qos2_received(s.client_id, pid)
-        if deferred:
-            self.hold_writes(deferred)
 
     def qos2_released(self, s: Session, pid: int) -> bool:
         """PUBREL: the id is forgotten; True if written (PUBCOMP waits: a stale id would
@@ -286,38 +285,15 @@ class Journal:
             self.core.flush()
 
     # ------------------------------------------------------------ held deliveries
-    def defer(self, persisted: bool) -> bool:
-        """A QoS 2 message is about to be routed (a persisted publisher's, or a peer's:
-        ``persisted``): with a store, its deliveries are encoded and set aside
-        (``Core.deferred``) until its packet id is submitted, then held until the commit
-        (:meth:`hold_writes`).  Exactly once across a crash: a delivery that left before the
-        id was durable is delivered again after the publisher's resend (issue 30).  True if
-        deferring (end with :meth:`deferred`)."""
-        core = self.core
-        if self.store is None or not persisted or not core.hold_qos2 or core.deferred is not None:
-            return False
-        core.deferred = []
-        return True
-
-    def deferred(self) -> list[tuple[Connection, bytes]]:
-        """The deliveries set aside since :meth:`defer` (deferring ends)."""
-        out = self.core.deferred or []
-        self.core.deferred = None
-        return out
-
     def hold_writes(self, deferred: list[tuple[Connection, bytes]]) -> None:
-        """The deliveries :meth:`deferred` returned, sent once what was submitted to the
+        """The deliveries ``Core.take_deferred`` returned, sent once what was submitted to the
         store so far (the packet id and the copies) is durable, each in its connection's
         order (a later delivery to the connection waits behind them: :meth:`hold_write`)."""
         for conn, data in deferred:
             self.hold_write(conn, data)
 
     def hold_write(self, conn: Connection, data: bytes) -> None:
-        """One encoded delivery: set aside while deferring, else held until the commit."""
-        deferred = self.core.deferred
-        if deferred is not None:
-            deferred.append((conn, data))
-            return
+        """One encoded delivery, held until the commit. O(1)."""
         conn.held_writes += 1
         self.hold(conn, data)
 
