@@ -16,9 +16,10 @@ the line before a block marks it:
   broker or root, or is a fragment of a larger program); its syntax is checked
   (``compile`` for Python, ``bash -n`` for shell).
 
-Unmarked blocks run as written. Python: ``python example.py`` in an empty temporary directory
-(each embeds its own broker on port 0; when the page says what it "prints `...`", the output
-must be those lines), all started at once, four at a time, while the shell pages run. Shell:
+Unmarked blocks run as written; when the sentence after a block says what it "prints `...`",
+the output (stdout and stderr, spaces collapsed) must be those lines. Python: ``python
+example.py`` in an empty temporary directory (each embeds its own broker on port 0), all
+started at once, four at a time, while the shell pages run. Shell:
 bash (``-e -o pipefail``) in a temporary directory per page holding a ``.venv`` link to this
 environment, the page's blocks in order, against the page's ``serve`` block or, when it has
 none, one broker shared by the module (pages whose ``serve`` lines are the same share one
@@ -83,7 +84,7 @@ def examples(page: Path) -> list[Example]:
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         mark = MARK.search(before)
         said = re.match(r"\s*prints ((?:`[^`]*`|[^`:.])*)", text[m.end() :])
-        prints = re.findall(r"`([^`]*)`", said[1]) if said else None
+        prints = [" ".join(p.split()) for p in re.findall(r"`([^`]*)`", said[1])] if said else None
         line = text.count("\n", 0, m.start()) + 1
         found.append(Example(page.name, line, m[1], m[2], mark[1] if mark else "", prints))
     return found
@@ -167,9 +168,11 @@ class Servers:
         self.cwd = cwd
         self.started: dict[str, Served] = {}
 
-    async def get(self, command: str) -> Served:
+    async def get(self, command: str, cwd: Path | None = None) -> Served:
+        """The broker of ``command``, started in ``cwd`` (the page's directory: its files)
+        the first time."""
         if command not in self.started:
-            self.started[command] = await serve(command, self.cwd)
+            self.started[command] = await serve(command, cwd or self.cwd)
         return self.started[command]
 
     async def stop(self) -> None:
@@ -235,7 +238,7 @@ async def test_shell_examples_run_in_order(
     env = {**os.environ, "PATH": f"{VENV / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     for block in blocks:
         if block.mark == "serve":
-            served = await servers.get(block.code.strip())
+            served = await servers.get(block.code.strip(), cwd)
             continue
         code = block.code
         if re.search(r"siftmq (?:pub|sub|ctl) |curl ", code):
@@ -252,11 +255,13 @@ async def test_shell_examples_run_in_order(
             continue
         proc = await asyncio.create_subprocess_exec(
             "bash", "-e", "-o", "pipefail", "-c", code, cwd=cwd, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
         )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, f"{block.id}:\n{block.code}\n{out.decode()}\n{err.decode()}"
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, f"{block.id}:\n{block.code}\n{out.decode()}"
         assert out or not block.code.strip().startswith(("curl", ".venv/bin/siftmq sub")), block.id
+        if block.prints is not None:  # what the page says it prints (stdout and stderr)
+            assert [" ".join(line.split()) for line in out.decode().splitlines()] == block.prints, block.id
 
 
 async def run_python(example: Example, cwd: Path, slots: asyncio.Semaphore) -> tuple[int, str, str]:
