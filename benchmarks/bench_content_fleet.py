@@ -225,6 +225,7 @@ class WorkerPlan:
     nmax: int  # messages the stream may reach (expected matches precomputed below it)
     qos: int = 0
     drain: float = 30.0
+    warmup: int = 5  # messages before the measured stream (seqs -warmup..-1)
     handshakes: int = 25
     addresses: int = 64
     pin: int | None = None
@@ -343,6 +344,16 @@ class _Sub(asyncio.Protocol):
             self.ready.set_exception(RuntimeError(why))
 
 
+async def _until(cond: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``cond`` every 10 ms until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
 class _Worker:
     def __init__(self, plan: WorkerPlan) -> None:
         self.plan = plan
@@ -351,14 +362,20 @@ class _Worker:
         self.matches: list[list[int]] = []  # per connection: the seqs its selectors want
         self.outstanding = 0  # useful deliveries still expected (after "stop")
         self.raw_outstanding = 0
+        self.warm_left = 0  # warm-up deliveries still expected
         self.stopped: asyncio.Event | None = None
 
     def on_message(self, proto: _Sub, body: bytes) -> None:
         res = self.res
-        res.raw += 1
         d = json.loads(body)
-        if proto.pred(d):
-            seq = d["seq"]
+        ok = proto.pred(d)
+        seq = d["seq"]
+        if seq < 0:  # warm-up
+            if ok or self.plan.mosquitto:
+                self.warm_left -= 1
+            return
+        res.raw += 1
+        if ok:
             if seq in proto.seen:
                 res.duplicates += 1
                 return
@@ -415,8 +432,17 @@ class _Worker:
         opened = await asyncio.gather(*(self.open(c, sem) for c in plan.conns))
         self.protos = [p for p in opened if p is not None]
         self.matches = [[s for s, d in enumerate(docs) if p.pred(d)] for p in self.protos]
+        warm = [telemetry(s) for s in range(-plan.warmup, 0)]
+        if plan.mosquitto:
+            self.warm_left = len(warm) * len(self.protos)
+        else:
+            self.warm_left = sum(1 for p in self.protos for d in warm if p.pred(d))
         pipe.send(("ready", self.res.connected, self.res.subscribed, self.res.failed, self.res.first_error))
+        await loop.run_in_executor(None, pipe.recv)  # "warm": the warm-up messages were sent
+        await _until(lambda: self.warm_left <= 0, 120)
+        pipe.send(("warmed", self.warm_left))
         await loop.run_in_executor(None, pipe.recv)  # "go"
+        self.res.bytes = 0  # the handshakes' and the warm-up's
         c0 = time.process_time()
         t0 = time.monotonic()
         msg = await loop.run_in_executor(None, pipe.recv)  # ("stop", published)
@@ -427,12 +453,9 @@ class _Worker:
         if plan.mosquitto:
             self.res.raw_expected = published * len(self.protos)
             self.raw_outstanding += self.res.raw_expected
-        deadline = time.monotonic() + plan.drain
-        while time.monotonic() < deadline:
-            if self.outstanding <= 0 and (not plan.mosquitto or self.raw_outstanding <= 0):
-                self.res.drained = True
-                break
-            await asyncio.sleep(0.01)
+        self.res.drained = await _until(
+            lambda: self.outstanding <= 0 and (not plan.mosquitto or self.raw_outstanding <= 0), plan.drain
+        )
         self.res.cpu_s = time.process_time() - c0
         self.res.window_s = time.monotonic() - t0
         for p in self.protos:
@@ -460,9 +483,10 @@ def worker_main(pipe: Connection, plan: WorkerPlan) -> None:
 
 # ------------------------------------------------------------------ publisher
 def publisher_main(
-    pipe: Connection, port: int, rate: float, duration: float, qos: int, pin: int | None
+    pipe: Connection, port: int, rate: float, duration: float, qos: int, warmup: int, pin: int | None
 ) -> None:
-    """One QoS ``qos`` publisher: on "go", ``rate`` messages per second for ``duration`` s."""
+    """One QoS ``qos`` publisher: on "warm", ``warmup`` messages (seqs -warmup..-1) at ``rate``;
+    on "go", ``rate`` messages per second for ``duration`` s (seqs 0, 1, ...)."""
     if pin is not None:
         os.sched_setaffinity(0, {pin})
 
@@ -482,7 +506,12 @@ def publisher_main(
         transport.write(_connect("publisher"))
         await asyncio.wait_for(connack, 60)
         pipe.send("ready")
-        await loop.run_in_executor(None, pipe.recv)
+        await loop.run_in_executor(None, pipe.recv)  # "warm"
+        for seq in range(-warmup, 0):
+            transport.write(_publish(seq, qos, 1))
+            await asyncio.sleep(1 / rate)
+        pipe.send("warmed")
+        await loop.run_in_executor(None, pipe.recv)  # "go"
         c0 = time.process_time()
         t0 = time.monotonic()
         seq = 0
@@ -578,7 +607,16 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         for w in range(args.workers):
             conns = list(range(w * per, min(args.connections, (w + 1) * per)))
             plan = WorkerPlan(
-                port, conns, row.filters, mosq, nmax, args.qos, args.drain, args.handshakes, pin=pin
+                port,
+                conns,
+                row.filters,
+                mosq,
+                nmax,
+                args.qos,
+                args.drain,
+                args.warmup,
+                args.handshakes,
+                pin=pin,
             )
             a, b = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(b, plan), daemon=True)
@@ -592,11 +630,22 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
             print(f"# {row.kind}: connections failed: {[r[3:] for r in ready if r[3]]}", flush=True)
         pa, pb = ctx.Pipe()
         pub = ctx.Process(
-            target=publisher_main, args=(pb, port, args.rate, args.duration, args.qos, pin), daemon=True
+            target=publisher_main,
+            args=(pb, port, args.rate, args.duration, args.qos, args.warmup, pin),
+            daemon=True,
         )
         pub.start()
         procs.append(pub)
         assert pa.recv() == "ready"
+        pa.send("warm")
+        assert pa.recv() == "warmed"
+        for a in pipes:
+            a.send("warm")
+        warm_left = sum(a.recv()[1] for a in pipes)
+        # the broker's CPU with every subscriber connected and nothing published
+        c = _cpu(proc.pid)
+        time.sleep(args.idle)
+        idle_cpu = (_cpu(proc.pid) - c) / args.idle
         rss = _rss_mib(proc.pid)
         load = os.getloadavg()[0]
         cpu0 = _cpu(proc.pid)
@@ -663,6 +712,8 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "p50_ms": round(_pct(lat, 0.5), 2),
         "p99_ms": round(_pct(lat, 0.99), 2),
         "broker_rss_mib": round(rss, 1),
+        "broker_idle_cpu_per_s": round(idle_cpu, 4),
+        "warmup_missing": warm_left,
         "load_before": round(load, 2),
     }
     return out
@@ -713,6 +764,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--rate", type=float, default=10.0, help="stream messages per second")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of stream")
     ap.add_argument("--qos", type=int, default=0, choices=(0, 1))
+    ap.add_argument("--warmup", type=int, default=5, help="messages sent (and awaited) before the window")
+    ap.add_argument("--idle", type=float, default=3.0, help="seconds of idle broker CPU measured before it")
     ap.add_argument("--drain", type=float, default=30.0, help="seconds allowed after the last publish")
     ap.add_argument("--handshakes", type=int, default=25, help="CONNACKs awaited at once per worker")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin broker / generator")
