@@ -719,6 +719,45 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def probe(engine: str, filters: int, connections: int, messages: int = 60) -> dict[str, Any]:
+    """``--probe``: the broker's routing decision alone, in this process (no sockets): a
+    ``broker.core._router.Router`` holding the same subscriptions as the row, the CPU time of
+    ``Router.route`` per stream message against ``engine.match`` alone (medians after a
+    warm-up), and the routes per message.  Shows where the broker's time per message goes."""
+    import statistics
+
+    import content
+    from broker.core._message import Message
+    from broker.core._router import Router
+    from broker.packets import SubscriptionRequest
+
+    router = Router(engine=engine)
+    for c in range(connections):
+        sels: dict[str, str] = {}
+        for k in range(filters):
+            req = SubscriptionRequest(TOPIC_FILTERS[k], 0)
+            router.subscribe(f"sub{c}", sels, req, selector(c, k)[0], None)
+    msgs = [Message(TOPIC, payload(s, 1), 0, False) for s in range(-5, messages)]
+    for m in msgs[:5]:
+        router.route(m)
+    t_route, t_match, routes = [], [], 0
+    for m in msgs[5:]:
+        t = time.process_time()
+        routes += len(router.route(m))
+        t_route.append(time.process_time() - t)
+        t = time.process_time()
+        router.engine.match(content.attributes(m.payload))
+        t_match.append(time.process_time() - t)
+    return {
+        "engine": engine,
+        "filters_per_connection": filters,
+        "subscriptions": connections * filters,
+        "route_ms": round(statistics.median(t_route) * 1e3, 3),
+        "engine_match_ms": round(statistics.median(t_match) * 1e3, 3),
+        "routes_per_message": round(routes / messages, 1),
+    }
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The results table, with ratios against the mosquitto row of the same filter count."""
     peer = {r["filters_per_connection"]: r for r in rows if r["kind"] == "mosquitto"}
@@ -770,7 +809,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--handshakes", type=int, default=25, help="CONNACKs awaited at once per worker")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin broker / generator")
     ap.add_argument("--json", default="", help="append the rows (JSON lines) to this file")
+    ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
     args = ap.parse_args(argv)
+    if args.probe:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe(row.kind, row.filters, args.connections))
+                print(json.dumps(out[-1]), flush=True)
+        return out
     print(f"# load average {os.getloadavg()}; {vars(args)}", flush=True)
     rows = []
     for row in parse_rows(args.rows):
