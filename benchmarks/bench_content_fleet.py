@@ -566,8 +566,14 @@ def _start(cmd: list[str], port: int, log: Any, pin: bool) -> subprocess.Popen[b
 
 
 def _cpu(pid: int) -> float:
+    return sum(_cpu_split(pid))
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck
 
 
 def _rss_mib(pid: int) -> float:
@@ -648,7 +654,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         idle_cpu = (_cpu(proc.pid) - c) / args.idle
         rss = _rss_mib(proc.pid)
         load = os.getloadavg()[0]
-        cpu0 = _cpu(proc.pid)
+        user0, sys0 = _cpu_split(proc.pid)
         t0 = time.monotonic()
         for a in pipes:
             a.send("go")
@@ -657,7 +663,9 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         for a in pipes:
             a.send(("stop", published))
         results: list[WorkerResult] = [a.recv() for a in pipes]
-        broker_cpu = _cpu(proc.pid) - cpu0
+        user1, sys1 = _cpu_split(proc.pid)
+        broker_user, broker_sys = user1 - user0, sys1 - sys0
+        broker_cpu = broker_user + broker_sys
         window = time.monotonic() - t0
     finally:
         for p in procs:
@@ -702,6 +710,8 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "drained": all(r.drained for r in results),
         "window_s": round(window, 2),
         "broker_cpu_s": round(broker_cpu, 3),
+        "broker_user_s": round(broker_user, 3),
+        "broker_sys_s": round(broker_sys, 3),
         "client_cpu_s": round(client_cpu, 3),
         "publisher_cpu_s": round(pub_cpu, 3),
         "bytes": total_bytes,
