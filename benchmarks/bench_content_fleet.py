@@ -249,6 +249,7 @@ class WorkerResult:
     window_s: float = 0.0
     drained: bool = False
     latencies_ms: list[float] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)  # the message of each latency
 
 
 class _Sub(asyncio.Protocol):
@@ -382,6 +383,7 @@ class _Worker:
             proto.seen.add(seq)
             res.useful += 1
             res.latencies_ms.append((time.time_ns() - d["ts"]) / 1e6)
+            res.seqs.append(seq)
             self.outstanding -= 1
         else:
             res.false += 1
@@ -684,6 +686,16 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
             print(f"# {row.kind} broker log (last lines):\n{text[-1500:]}", flush=True)
         shutil.rmtree(tmp, ignore_errors=True)
     lat = [x for r in results for x in r.latencies_ms]
+    # per stream message: its first useful arrival and the spread to its last one (a late
+    # first arrival is a delay before or inside the broker's routing; a wide spread, the
+    # fan-out or the receivers)
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for r in results:
+        for seq, x in zip(r.seqs, r.latencies_ms, strict=True):
+            first[seq] = min(first.get(seq, x), x)
+            last[seq] = max(last.get(seq, x), x)
+    spread = [last[q] - first[q] for q in first]
     useful = sum(r.useful for r in results)
     expected = sum(r.expected for r in results)
     client_cpu = sum(r.cpu_s for r in results)
@@ -721,6 +733,10 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_useful": round(total_bytes / per_useful, 1),
         "p50_ms": round(_pct(lat, 0.5), 2),
         "p99_ms": round(_pct(lat, 0.99), 2),
+        "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
+        "first_arrival_max_ms": round(max(first.values(), default=float("nan")), 2),
+        "spread_p50_ms": round(_pct(spread, 0.5), 2),
+        "spread_max_ms": round(max(spread, default=float("nan")), 2),
         "broker_rss_mib": round(rss, 1),
         "broker_idle_cpu_per_s": round(idle_cpu, 4),
         "warmup_missing": warm_left,
