@@ -293,9 +293,12 @@ class _Filters:
         self.buckets: dict[str, _Bucket] = {}
         self.shapes = _Shapes()
 
-    def put(self, rec: _Leaf) -> None:
-        """Store ``rec`` under its filter, replacing the same client's record there.
-        O(levels) for a new filter, else O(min(records, _TUPLE_MAX))."""
+    def put(self, rec: _Leaf, old: _Leaf | None = None) -> None:
+        """Store ``rec`` under its filter.  ``old``: the same client's record there, which
+        ``rec`` replaces (the caller knows it from the client's entries), or None when the
+        client has none: then nothing is searched.  Records are found by identity, never by
+        reading them (a record elsewhere in memory is a cache miss).  O(levels) for a new
+        filter, else O(min(records, _TUPLE_MAX))."""
         key = rec.topic_filter
         buckets = self.buckets
         b = buckets.get(key)
@@ -305,25 +308,22 @@ class _Filters:
             if shape is not None:
                 self.shapes.add(shape)
             return
-        cid = rec.client_id
         t = type(b)
         if t is dict:
-            b[cid] = rec  # type: ignore[index]
+            b[rec.client_id] = rec  # type: ignore[index]
         elif t is tuple:
             tup: tuple[_Leaf, ...] = b  # type: ignore[assignment]
-            for i, r in enumerate(tup):
-                if r.client_id == cid:
-                    buckets[key] = (*tup[:i], rec, *tup[i + 1 :])
-                    return
-            if len(tup) < _TUPLE_MAX:
+            if old is not None:
+                i = _position(tup, old)
+                buckets[key] = (*tup[:i], rec, *tup[i + 1 :])
+            elif len(tup) < _TUPLE_MAX:
                 buckets[key] = (*tup, rec)
             else:
                 d = {r.client_id: r for r in tup}
-                d[cid] = rec
+                d[rec.client_id] = rec
                 buckets[key] = d
         else:
-            one: _Leaf = b  # type: ignore[assignment]
-            buckets[key] = rec if one.client_id == cid else (one, rec)
+            buckets[key] = rec if b is old else (b, rec)  # type: ignore[assignment]
 
     def drop(self, rec: _Leaf) -> None:
         """Remove ``rec`` from its filter's bucket; forget the filter when it was the last.
@@ -340,13 +340,22 @@ class _Filters:
             return
         if t is tuple:
             tup: tuple[_Leaf, ...] = b  # type: ignore[assignment]
-            rest = tuple(r for r in tup if r is not rec)
-            buckets[key] = rest if len(rest) > 1 else rest[0]
+            i = _position(tup, rec)
+            buckets[key] = tup[1 - i] if len(tup) == 2 else tup[:i] + tup[i + 1 :]
             return
         del buckets[key]
         shape = _shape(key)
         if shape is not None:
             self.shapes.remove(shape)
+
+
+def _position(tup: tuple[_Leaf, ...], rec: _Leaf) -> int:
+    """The index of ``rec`` in ``tup``, by identity (``tuple.index`` would compare records by
+    value, and two clients' records on one filter may be equal).  O(len(tup)), no record read."""
+    for i, r in enumerate(tup):
+        if r is rec:
+            return i
+    raise AssertionError(f"record of {rec.client_id!r} missing under {rec.topic_filter!r}")
 
 
 def _bucket_records(b: _Bucket) -> tuple[_Leaf, ...] | list[_Leaf]:
@@ -551,16 +560,22 @@ class SubscriptionIndex(Generic[O]):
         if type(ents) is not dict:
             one: _Rec = ents  # type: ignore[assignment]
             ents = clients[client_id] = {one.topic_filter: one}
-        removed = self._remove_included_negatives(ents, client_id, topic_filter)
+        negs = client_id in self._negatives
+        removed = self._remove_included_negatives(ents, client_id, topic_filter) if negs else 0
         old = ents.pop(topic_filter, None)
         if old is None:
             self._count += 1
-        rec = _Sub(topic_filter, options, client_id, self._next_seq(ents))
-        self._subs.put(rec)
+        seq = 0
+        if ents:  # one more than the newest entry's (_next_seq, inline: the common path)
+            seq = next(reversed(ents.values())).seq + 1
+            if seq >= _SEQ_CACHED:
+                seq = self._next_seq(ents)
+        rec = _Sub(topic_filter, options, client_id, seq)
+        self._subs.put(rec, old)  # type: ignore[arg-type]
         ents[topic_filter] = rec
-        if (removed or old is not None) and client_id in self._negatives:
+        if (removed or old is not None) and negs and client_id in self._negatives:
             self._tidy(client_id, ents)
-        else:
+        elif len(ents) < 2:
             self._settle(client_id, ents)
         if not removed:
             return _NEW if old is None else _REPLACED
