@@ -18,7 +18,9 @@ Four parts, each with its peer measured in the same run:
    after ``--delay`` seconds; one client (this process, a blocking socket) sends PINGREQ and
    waits for PINGRESP for ``--seconds``: ``quiet`` (no storm) then ``storm`` (a second process
    opens ``--rate`` CONNECTs a second, each held for the slow service): round trips/s and
-   p50/p99/max.  ``quiet`` is the peer of ``storm``.
+   p50/p99/max.  ``quiet`` is the peer of ``storm``; so is the same storm against a hook that
+   sleeps as long without HTTP, and (``--peer-tree PATH``) the ``HttpAuth`` of another source
+   tree (e.g. a worktree of an older main).  ``--repeat N`` runs part 4 N times.
 """
 
 from __future__ import annotations
@@ -205,11 +207,12 @@ asyncio.run(main())
 
 
 @contextmanager
-def broker(url: str, timeout: float, retries: int) -> Iterator[tuple[int, psutil.Process]]:
+def broker(url: str, timeout: float, retries: int, tree: Path = ROOT) -> Iterator[tuple[int, psutil.Process]]:
+    """A broker process with ``HttpAuth(url)`` (or the sleeping peer), from the source ``tree``."""
     proc = subprocess.Popen(
         [sys.executable, "-c", BROKER, url, str(timeout), str(retries)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tree,
+        env=dict(os.environ, PYTHONPATH=str(tree)),
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     try:
@@ -363,17 +366,20 @@ def service_process(delay: float) -> Iterator[str]:
         proc.wait(30)
 
 
-def storm(seconds: float, rate: float, delay: float) -> dict[str, Any]:
-    """HttpAuth against the slow service, then the peer: a hook that waits as long, no HTTP."""
+def storm(seconds: float, rate: float, delay: float, peer_tree: Path | None) -> dict[str, Any]:
+    """HttpAuth against the slow service (and the HttpAuth of ``peer_tree``), then the peer: a
+    hook that waits as long, no HTTP."""
     with service_process(delay) as url:
         report = {"HttpAuth, slow service": storm_one(url, seconds, rate, delay)}
+        if peer_tree is not None:
+            report[f"HttpAuth of {peer_tree}"] = storm_one(url, seconds, rate, delay, peer_tree)
     report["peer: a hook sleeping as long (no HTTP)"] = storm_one(f"sleep:{delay}", seconds, rate, delay)
     return report
 
 
-def storm_one(url: str, seconds: float, rate: float, delay: float) -> dict[str, Any]:
+def storm_one(url: str, seconds: float, rate: float, delay: float, tree: Path = ROOT) -> dict[str, Any]:
     out: dict[str, Any] = {"service delay ms": delay * 1e3, "storm CONNECTs/s": rate}
-    with broker(url, 5.0, 1) as (port, ps):
+    with broker(url, 5.0, 1, tree) as (port, ps):
         ping = pinger(port)
         cpu0 = sum(ps.cpu_times()[:2])
         quiet = pings(ping, seconds)
@@ -410,6 +416,13 @@ def main() -> int:
     ap.add_argument("--storm-port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--service-delay", type=float, default=-1.0, help=argparse.SUPPRESS)
     ap.add_argument("--only", choices=("decision", "jwt", "timeout", "storm"), default=None)
+    ap.add_argument(
+        "--peer-tree",
+        type=Path,
+        default=None,
+        help="storm: also run the HttpAuth of this source tree (e.g. a worktree of main)",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="storm: run it this many times")
     args = ap.parse_args()
     if args.service_delay >= 0:
         service_main(args.service_delay)
@@ -426,7 +439,10 @@ def main() -> int:
     if args.only in (None, "timeout"):
         report["3. hanging service"] = timeouts(args.clients)
     if args.only in (None, "storm"):
-        report["4. PINGREQ during a CONNECT storm, slow service"] = storm(args.seconds, args.rate, args.delay)
+        for n in range(args.repeat):
+            report[f"4. PINGREQ during a CONNECT storm, slow service (run {n + 1})"] = storm(
+                args.seconds, args.rate, args.delay, args.peer_tree
+            )
     print(json.dumps(report, indent=2))
     return 0
 

@@ -23,7 +23,7 @@ without subscriptions and messages).
 
     .venv/bin/python benchmarks/bench_restart_storm.py --sessions 10000 50000 100000 --doc
 
-``--doc`` writes the plots to docs/img/ and prints the Markdown section for
+``--doc`` writes the plots to docs/lab/img/ and prints the Markdown section for
 docs/performance-connections.md ("Restart storm"); raw results go to the JSON file named by
 ``--json``.
 """
@@ -467,7 +467,7 @@ def main() -> None:
     if args.doc:
         from _storm_report import render
 
-        print(render(run, ROOT / "docs" / "img"))
+        print(render(run, ROOT / "docs" / "lab" / "img"))
 
 
 if __name__ == "__main__":

@@ -62,16 +62,14 @@ from broker._files import private_dir, write_private
 from broker._logging import fields
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
-from broker.core._bans import Ban, BanKind, canonical, peer_address
-from broker.core._composite import COMPOSITE_PREFIX
-from broker.core._message import Message
+from broker.core import COMPOSITE_PREFIX, Ban, BanKind, Message, canonical, peer_address
 from broker.hooks import SubscriptionAction
-from broker.net._http import Request, Response
+from broker.net import Request, Response
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
 
 if TYPE_CHECKING:
     from broker._broker import Broker
-    from broker.core._session import Session
+    from broker.core import Session
 
 __all__ = ["Admin", "error", "load_bans"]
 

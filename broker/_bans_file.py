@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from broker.core._bans import Ban, BanKind, canonical
+from broker.core import Ban, BanKind, canonical
 
 if TYPE_CHECKING:
     from broker._broker import Broker

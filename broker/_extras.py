@@ -15,7 +15,7 @@ subscriptions, persistence, TLS/WebSocket, the CLI); the rest comes with extras
 
 A feature that needs an extra asks :func:`require` before it imports anything of it; when a
 module of the extra is absent it raises :class:`MissingExtra`, whose text is one line naming
-the ``pip install`` command, and the CLI prints it and exits with status 2 (CONTRACT.md,
+the ``pip install`` command, and the CLI prints it and exits with status 2 (docs/reference.md,
 "Packaging"). The check is ``importlib.util.find_spec`` of each top-level module: nothing is
 imported, so asking costs microseconds and never loads Spark.
 """

@@ -46,8 +46,7 @@ from broker.packets import NO_PROPERTIES, Properties, ReasonCode
 
 if TYPE_CHECKING:
     from broker._broker import Broker
-    from broker.core._deliverylog import DeliveryLog
-    from broker.core._message import Message
+    from broker.core import DeliveryLog, Message
 
 __all__ = [
     "DROP_REASONS",
@@ -445,4 +444,16 @@ class Hooks:
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
         """Allow or deny ``action`` ("publish", "subscribe" or "receive") on a topic name or
         filter; ``username`` is the *authenticated* user name, None if there is none."""
+        return None
+
+    def authorize_ahead(  # noqa: PLR0917 (positional, as authorize)
+        self, client_id: str, username: str | None, action: str, topic: str, qos: int, retain: bool
+    ) -> Awaitable[None] | None:
+        """Asked before the broker processes a client's PUBLISH (``action`` "publish", its
+        topic, QoS and retain flag) or each filter of a SUBSCRIBE ("subscribe", the filter
+        without a ``$filter/`` prefix, the requested QoS): None when :meth:`authorize` can
+        decide at once (this runs for every PUBLISH: answer in O(1)), or an awaitable, which
+        holds the connection (nothing more read, its packets kept in order) until it is done;
+        then the packet is processed, this method asked again first.  For a hook whose
+        decisions live elsewhere (``broker.authn.HttpAuthz``; broker/core/_ahead.py)."""
         return None

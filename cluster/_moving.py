@@ -30,14 +30,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker.core._message import SHARE_PREFIX, Message, Route
-from broker.core._session import PUBLISH_SENT, PUBREL_SENT, Outgoing
-from broker.durability._records import MessageState
+from broker.ext import PUBLISH_SENT, PUBREL_SENT, SHARE_PREFIX, Message, MessageState, Outgoing, Route
 from broker.packets import Decoder, Publish, Pubrel, encode_publish
 
 if TYPE_CHECKING:
-    from broker.core._core import Core
-    from broker.core._session import Session
+    from broker.ext import Core, Session
 
 __all__ = ["Diversions", "Handler", "decode_entry", "deliver_dup", "install", "session_entries"]
 

@@ -46,9 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker._config import Listener
-from broker.core._atom_ids import ORIGIN_PROPERTY, boot_tag, split_origin
-from broker.core._message import PEER_PREFIX, Message, Route
+from broker.ext import ORIGIN_PROPERTY, PEER_PREFIX, Listener, Message, Route, boot_tag, split_origin
 from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
@@ -63,7 +61,7 @@ from cluster._routes import RouteChange, RouteTable
 from cluster._takeover import Takeover
 
 if TYPE_CHECKING:
-    from broker._broker import Broker
+    from broker.ext import Broker
 
 __all__ = ["AclClusterNode", "ClusterNode"]
 

@@ -31,6 +31,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import topics
+from broker.core._ahead import held_for
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._message import INTERNAL_PREFIXES, RESERVED_PREFIXES, Message, Route
@@ -62,7 +63,7 @@ from broker.packets import (
     encode,
     encode_publish,
 )
-from broker.protocol._record import Record
+from broker.protocol import Record
 
 if TYPE_CHECKING:
     from broker.core._core import Core
@@ -405,7 +406,7 @@ class Connection(RareFields):
             )
 
     # ------------------------------------------------------------ input
-    def received(self, packets: Iterable[Packet], now: float) -> None:  # noqa: C901, PLR0912 (hot path: one frame per read)
+    def received(self, packets: Iterable[Packet], now: float) -> None:  # noqa: C901, PLR0912, PLR0915 (hot path: one frame per read)
         """Process decoded packets in order (stops at the first one that closes).
 
         Micro-batching (issue 8): when the router matches content in batches
@@ -427,12 +428,19 @@ class Connection(RareFields):
         connected = self.state is ConnectionState.CONNECTED
         batch = connected and self.core.router.batching
         quota = self.quota  # publish quota (issue 39, core/_quota.py): None for most clients
+        ahead = self.core.obs.ahead  # authorization fetched first (core/_ahead.py): [] mostly
         run: list[tuple[Publish, Message]] = []
         it = iter(packets)
         for p in it:
             if self.close_requested:
                 break
             if self.blockers:  # a receiver of the last PUBLISH is over its mark: stop here
+                if run:
+                    self._publish_run(run, now)
+                    run = []
+                self.pending = [p, *it]
+                break
+            if ahead and held_for(self, p):  # held until a hook knows (connected: a session)
                 if run:
                     self._publish_run(run, now)
                     run = []

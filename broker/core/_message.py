@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from broker.packets import NO_PROPERTIES, Properties
-from broker.protocol._record import Record
+from broker.protocol import Record
 
 __all__ = [
     "FILTER_PREFIX",
@@ -46,7 +46,7 @@ RESERVED_PREFIXES: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 #: client ids the broker gives its own sessions (in-process subscriptions ``$local/<n>``, a
 #: peer's received QoS 2 ids ``$cluster-in/<peer>``): a network CONNECT may not take them
 INTERNAL_CLIENT_PREFIXES: Final = ("$local/", "$cluster-in/")
-#: siftmq's 3.1.1 content filter: ``$filter/<selector>/<filter>`` (CONTRACT.md)
+#: siftmq's 3.1.1 content filter: ``$filter/<selector>/<filter>`` (docs/reference.md)
 FILTER_PREFIX: Final = "$filter/"
 
 

@@ -61,6 +61,9 @@ class Observers:
         either = {id(h) for name in ("authenticate", "authenticate_request") for h in over(name)}
         self.authenticate = [h for h in self.all if id(h) in either]
         self.authorize = over("authorize")
+        # decisions fetched before a PUBLISH/SUBSCRIBE is processed (core/_ahead.py): empty,
+        # the read loop tests this one list
+        self.ahead = over("authorize_ahead")
         # message hooks (issue 39): a client's PUBLISH passes them before routing
         # (broker.core._msghooks); empty: the PUBLISH path tests this one list
         self.message = over("on_publish")

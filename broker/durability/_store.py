@@ -9,7 +9,7 @@ holds everything a restarted broker needs to rebuild its state:
   network connection ended (NULL while connected), user name, next packet id, and the will
   (topic, payload, QoS, retain, properties, wall-clock due time of a delayed will).
 * ``entries``: each client's ordered list of MQTT subscriptions (with every option of
-  :class:`broker.core._message.SubOptions`) and negative entries (CONTRACT.md, "Negative entries
+  :class:`broker.core._message.SubOptions`) and negative entries (docs/reference.md, "Negative entries
   inside the MQTT broker"; seed 002, the IBM patent, Fig. 4), in the client's order, exactly
   as :meth:`topics.SubscriptionIndex.entries` lists them.
 * ``outgoing``: QoS 1/2 messages on their way to a client: queued (no packet id), PUBLISH

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from broker._config import Listener
 from broker._logging import address, fields
-from broker.core._core import Core
+from broker.core import Core
 from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
 from broker.net._lean import LeanProtocol
@@ -155,6 +155,7 @@ async def open_listener(
         listener.slow_consumer_policy,
         proxy=listener.proxy_protocol,
         peers_only=listener.peers_only,
+        name=listener.name,
     )
     make: Callable[[], MQTTProtocol]
     if listener.kind == "ws":
