@@ -213,6 +213,7 @@ _Bucket = Union["_Sub[Any]", _Neg, tuple[_Leaf, ...], dict[str, _Leaf]]
 _Shape = tuple[int, bool, tuple[int, ...]]
 
 _TUPLE_MAX = 8  # a filter's records sit in a tuple up to this many, in a dict above
+_LENGTHS_CACHED = 64  # topic lengths whose applicable shapes _Shapes keeps (bounded: any input)
 _SEQ_CACHED = 256  # CPython caches the ints up to 256: a client's sequence numbers stay below
 
 _NEW = SubscribeOutcome(False, 0)
@@ -275,6 +276,8 @@ class _Shapes:
                 for k, tail, pluses in self.counts
                 if k == n or (tail and k <= n)
             )
+            if len(self._by_len) >= _LENGTHS_CACHED:  # topics of many lengths: start afresh
+                self._by_len.clear()
             self._by_len[n] = got
         return got
 

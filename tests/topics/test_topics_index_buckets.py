@@ -100,3 +100,15 @@ def test_every_wildcard_shape_up_to_four_levels() -> None:
     ix._check()
     for t in topics_:
         assert answer(ix, t) == brute(ix, t), t
+
+
+def test_topics_of_many_lengths_keep_the_shape_cache_bounded() -> None:
+    ix: SubscriptionIndex[int] = SubscriptionIndex()
+    ix.subscribe("c1", "a/#", 1)
+    ix.subscribe("c2", "a/+/#", 2)
+    ix.subscribe("c3", "+/b", 3)
+    for n in range(1, 300):  # a publisher that sends topics of every length
+        topic = "/".join(["a"] + ["b"] * (n - 1))
+        assert answer(ix, topic) == brute(ix, topic), n
+        assert len(ix._subs.shapes._by_len) <= 64
+    ix._check()
