@@ -61,10 +61,11 @@ of nodes, and what compiling this module with mypyc does not save (tried: within
 
 Complexity: ``match`` is O(1) for the exact filters, plus O(levels) per wildcard shape that can
 match the topic's length, plus O(matched records); it does not depend on the number of clients
-or subscriptions.  The price of no tree is the shapes: a set of filters with many different
-wildcard positions at one length (at most 2^levels of them, in practice a handful: the IoT
-workload has 3) costs one lookup each even where nothing matches, where a tree walks only the
-paths that exist.  ``subscribe`` and the identical-filter ``unsubscribe`` are O(levels + the
+or subscriptions.  One lookup per shape would be the price of no tree where many shapes share a
+length (a client may hold 10,000 filters with '+' at different positions: that many lookups per
+topic, matching or not), so above 8 shapes for a topic's length the wildcard filters are found
+by walking a tree of the wildcard filters alone (O(levels x matching paths), the former tree's
+bound), built at its first use and maintained from then on.  ``subscribe`` and the identical-filter ``unsubscribe`` are O(levels + the
 client's negative entries + min(subscribers of the filter, 8)); a partial unsubscribe
 additionally tests overlap against the client's subscriptions (O(entries of that client)).
 """
@@ -72,7 +73,7 @@ additionally tests overlap against the client's subscriptions (O(entries of that
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, Union
 
@@ -213,6 +214,7 @@ _Bucket = Union["_Sub[Any]", _Neg, tuple[_Leaf, ...], dict[str, _Leaf]]
 _Shape = tuple[int, bool, tuple[int, ...]]
 
 _TUPLE_MAX = 8  # a filter's records sit in a tuple up to this many, in a dict above
+_FEW_SHAPES = 8  # up to this many shapes for a topic's length: one lookup each; above: the tree
 _LENGTHS_CACHED = 64  # topic lengths whose applicable shapes _Shapes keeps (bounded: any input)
 _SEQ_CACHED = 256  # CPython caches the ints up to 256: a client's sequence numbers stay below
 
@@ -231,8 +233,25 @@ def _shape(topic_filter: str) -> _Shape | None:
     return len(levels), tail, tuple(i for i, lv in enumerate(levels) if lv == "+")
 
 
+class _TNode:
+    """A node of the wildcard filters' tree: literal children in a dict, the '+' and '#'
+    children apart, and ``key``: the wildcard filter that ends here (None if none does)."""
+
+    __slots__ = ("children", "hash", "key", "plus")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _TNode] | None = None
+        self.plus: _TNode | None = None
+        self.hash: _TNode | None = None
+        self.key: str | None = None
+
+    def empty(self) -> bool:
+        return self.key is None and self.children is None and self.plus is None and self.hash is None
+
+
 class _Shapes:
-    """The wildcard shapes of a set of filters, and per topic length the shapes that apply.
+    """The wildcard shapes of a set of filters, and per topic length the shapes that apply;
+    beside them, a tree of the wildcard filters for lengths with many shapes.
 
     ``counts``: shape -> how many distinct filters of the set have it.  ``_by_len``: topic
     length -> the shapes that can match a topic of that many levels, as ``(levels, ends with
@@ -240,29 +259,150 @@ class _Shapes:
     most that length with one ('a/#' matches 'a').  Built on first use per length and dropped
     when a shape comes or goes (a new shape, not a new filter: rare).  Exact filters have no
     shape.
+
+    One lookup per shape is cheap for a few shapes (the IoT workload has 3) but would make a
+    set of many shapes at one length (a client may hold 10,000 subscriptions, each with '+' at
+    other positions) cost that many lookups per topic, matching or not.  So every wildcard
+    filter is also in a tree (``root``, literal levels and '+'/'#' children), and a topic
+    length with more than ``_FEW_SHAPES`` shapes is matched by walking it instead: O(levels x
+    matching paths), the former topic tree's bound.  The tree holds only wildcard filters and
+    is built only when a topic first needs it (a set with few shapes never pays its memory:
+    about 13 bytes per subscription in the benchmark's workload).
     """
 
-    __slots__ = ("_by_len", "counts")
+    __slots__ = ("_by_len", "_source", "counts", "root")
 
-    def __init__(self) -> None:
+    def __init__(self, source: Mapping[str, object]) -> None:
         self.counts: dict[_Shape, int] = {}
         self._by_len: dict[int, tuple[tuple[Callable[..., str], bool], ...]] = {}
+        self._source = source  # the set's filters (its dict's keys): the tree is built from them
+        self.root: _TNode | None = None  # built at the first walk, then kept up to date
 
-    def add(self, shape: _Shape) -> None:
-        """One more filter of ``shape``. O(1)."""
+    def add(self, shape: _Shape, key: str) -> None:
+        """One more filter ``key``, of ``shape``. O(1), O(levels) once the tree exists."""
         n = self.counts.get(shape, 0)
         self.counts[shape] = n + 1
         if not n:
             self._by_len.clear()
+        if self.root is not None:
+            self._insert(self.root, key)
 
-    def remove(self, shape: _Shape) -> None:
-        """One filter of ``shape`` fewer. O(1)."""
+    @staticmethod
+    def _insert(root: _TNode, key: str) -> None:
+        node = root
+        for lv in key.split("/"):
+            if lv == "+":
+                nxt = node.plus
+                if nxt is None:
+                    nxt = node.plus = _TNode()
+            elif lv == "#":
+                nxt = node.hash
+                if nxt is None:
+                    nxt = node.hash = _TNode()
+            else:
+                ch = node.children
+                if ch is None:
+                    ch = node.children = {}
+                nxt = ch.get(lv)
+                if nxt is None:
+                    nxt = ch[lv] = _TNode()
+            node = nxt
+        node.key = key
+
+    def remove(self, shape: _Shape, key: str) -> None:
+        """One filter ``key``, of ``shape``, fewer; empty tree nodes are pruned. O(levels)."""
         n = self.counts[shape] - 1
         if n:
             self.counts[shape] = n
         else:
             del self.counts[shape]
             self._by_len.clear()
+        if self.root is None:
+            return
+        path: list[tuple[_TNode, str]] = []
+        node = self.root
+        for lv in key.split("/"):
+            path.append((node, lv))
+            nxt = node.plus if lv == "+" else node.hash if lv == "#" else node.children[lv]  # type: ignore[index]
+            assert nxt is not None
+            node = nxt
+        node.key = None
+        for parent, lv in reversed(path):
+            if not node.empty():
+                return
+            if lv == "+":
+                parent.plus = None
+            elif lv == "#":
+                parent.hash = None
+            else:
+                ch = parent.children
+                assert ch is not None
+                del ch[lv]
+                if not ch:
+                    parent.children = None
+            node = parent
+
+    def walk(self, topic: str, levels: list[str]) -> list[str]:
+        """The filters of the tree that match ``topic``: O(levels x matching paths).  The first
+        walk builds the tree (O(filters of the set)); it is kept up to date from then on."""
+        root = self.root
+        if root is None:
+            root = self.root = _TNode()
+            for key in self._source:
+                if "+" in key or "#" in key:
+                    self._insert(root, key)
+        out: list[str] = []
+        nodes = [root]
+        dollar = topic[:1] == "$"  # MQTT 5 section 4.7.2: no wildcard-first filter matches
+        for lv in levels:
+            nxt: list[_TNode] = []
+            for n in nodes:
+                if not dollar:
+                    h = n.hash
+                    if h is not None and h.key is not None:
+                        out.append(h.key)
+                    if n.plus is not None:
+                        nxt.append(n.plus)
+                ch = n.children
+                if ch is not None:
+                    c = ch.get(lv)
+                    if c is not None:
+                        nxt.append(c)
+            if not nxt:
+                return out
+            nodes = nxt
+            dollar = False
+        for n in nodes:
+            if n.key is not None:
+                out.append(n.key)
+            h = n.hash
+            if h is not None and h.key is not None:  # "a/#" matches "a"
+                out.append(h.key)
+        return out
+
+    def check(self, keys: set[str]) -> None:
+        """Assert that the tree holds exactly ``keys`` (the set's wildcard filters), each at
+        the node of its levels, and no empty node.  O(nodes)."""
+        if self.root is None:
+            return
+        found: set[str] = set()
+        stack: list[tuple[_TNode, list[str]]] = [(self.root, [])]
+        while stack:
+            n, path = stack.pop()
+            if path:
+                assert not n.empty(), f"empty tree node {'/'.join(path)!r} not pruned"
+            if n.key is not None:
+                assert n.key == "/".join(path), (n.key, path)
+                found.add(n.key)
+            for lv, c in (n.children or {}).items():
+                assert lv not in ("+", "#")
+                stack.append((c, [*path, lv]))
+            if n.plus is not None:
+                stack.append((n.plus, [*path, "+"]))
+            if n.hash is not None:
+                assert n.hash.children is None and n.hash.plus is None and n.hash.hash is None
+                stack.append((n.hash, [*path, "#"]))
+        assert found == keys, f"tree and filters differ: {sorted(found ^ keys)[:3]}"
 
     def for_length(self, n: int) -> tuple[tuple[Callable[..., str], bool], ...]:
         """The shapes that can match a topic of ``n`` levels, each as the ``format`` method of
@@ -282,10 +422,14 @@ class _Shapes:
         return got
 
     def keys(self, topic: str, levels: list[str]) -> list[str]:
-        """The filters, one per shape of the set, that match ``topic`` (``levels``: its split),
-        whether or not they are in the set: the keys to look up.  O(applicable shapes x levels)."""
+        """The keys to look up for ``topic`` (``levels``: its split): with few shapes for its
+        length, one filter per shape (whether or not it is in the set), O(shapes x levels);
+        else the set's filters that match it, from the tree (:meth:`walk`)."""
+        shapes = self.for_length(len(levels))
+        if len(shapes) > _FEW_SHAPES:
+            return self.walk(topic, levels)
         dollar = topic[:1] == "$"  # MQTT 5 section 4.7.2: no wildcard-first filter matches
-        return [fmt(*levels) for fmt, wild0 in self.for_length(len(levels)) if not (dollar and wild0)]
+        return [fmt(*levels) for fmt, wild0 in shapes if not (dollar and wild0)]
 
 
 def _template(k: int, tail: bool, pluses: tuple[int, ...]) -> str:
@@ -305,7 +449,7 @@ class _Filters:
 
     def __init__(self) -> None:
         self.buckets: dict[str, _Bucket] = {}
-        self.shapes = _Shapes()
+        self.shapes = _Shapes(self.buckets)
 
     def put(self, rec: _Leaf, old: _Leaf | None = None) -> None:
         """Store ``rec`` under its filter.  ``old``: the same client's record there, which
@@ -320,7 +464,7 @@ class _Filters:
             buckets[key] = rec
             shape = _shape(key)
             if shape is not None:
-                self.shapes.add(shape)
+                self.shapes.add(shape, key)
             return
         t = type(b)
         if t is dict:
@@ -360,7 +504,7 @@ class _Filters:
         del buckets[key]
         shape = _shape(key)
         if shape is not None:
-            self.shapes.remove(shape)
+            self.shapes.remove(shape, key)
 
 
 def _position(tup: tuple[_Leaf, ...], rec: _Leaf) -> int:
@@ -417,7 +561,7 @@ class SubscriptionIndex(Generic[O]):
         self._negs = _Filters()  # filter -> the negative entries on it
         # inner filter -> group -> client id -> shared subscription record
         self._shared: dict[str, dict[str, dict[str, _Shared[Any]]]] = {}
-        self._shared_shapes = _Shapes()
+        self._shared_shapes = _Shapes(self._shared)
         # client id -> its entries: a dict filter -> record (oldest first), or the record
         # itself when the client's only entry is a (plain or shared) subscription
         self._clients: dict[str, dict[str, _Rec] | _Rec] = {}
@@ -477,7 +621,7 @@ class SubscriptionIndex(Generic[O]):
                     del self._shared[rec.inner]
                     shape = _shape(rec.inner)
                     if shape is not None:
-                        self._shared_shapes.remove(shape)
+                        self._shared_shapes.remove(shape, rec.inner)
         elif type(rec) is _Neg:
             self._negs.drop(rec)
         else:
@@ -609,7 +753,7 @@ class SubscriptionIndex(Generic[O]):
             groups = self._shared[inner] = {}
             shape = _shape(inner)
             if shape is not None:
-                self._shared_shapes.add(shape)
+                self._shared_shapes.add(shape, inner)
         members = groups.get(group)
         if members is None:
             members = groups[group] = {}
@@ -694,10 +838,13 @@ class SubscriptionIndex(Generic[O]):
         if shapes.counts:
             levels = topic.split("/")
             dollar = topic[:1] == "$"
-            for fmt, wild0 in shapes.for_length(len(levels)):
-                if dollar and wild0:
-                    continue  # MQTT 5 section 4.7.2
-                b = buckets.get(fmt(*levels))
+            fitting = shapes.for_length(len(levels))
+            if len(fitting) <= _FEW_SHAPES:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
+                keys = [fmt(*levels) for fmt, wild0 in fitting if not (dollar and wild0)]
+            else:
+                keys = shapes.walk(topic, levels)
+            for key in keys:
+                b = buckets.get(key)
                 if b is not None:
                     t = type(b)
                     if t is tuple:
@@ -763,7 +910,7 @@ class SubscriptionIndex(Generic[O]):
         return out
 
     # ------------------------------------------------------------------ invariants
-    def _check(self) -> None:  # noqa: C901, PLR0912 (one assertion per invariant)
+    def _check(self) -> None:  # noqa: C901, PLR0912, PLR0915 (one assertion per invariant)
         """Assert the invariants (O(total size + sum of squared entries per client))."""
         found: dict[tuple[str, str], _Rec] = {}
         for table, kind in ((self._subs, _Sub), (self._negs, _Neg)):
@@ -786,6 +933,7 @@ class SubscriptionIndex(Generic[O]):
                 if shape is not None:
                     shapes[shape] = shapes.get(shape, 0) + 1
             assert shapes == table.shapes.counts, "wildcard shapes out of step with the filters"
+            table.shapes.check({f for f in table.buckets if _shape(f) is not None})
         shapes = {}
         for inner, groups in self._shared.items():
             assert groups, f"shared filter {inner!r} without groups"
@@ -800,6 +948,7 @@ class SubscriptionIndex(Generic[O]):
             if shape is not None:
                 shapes[shape] = shapes.get(shape, 0) + 1
         assert shapes == self._shared_shapes.counts, "shared shapes out of step with the filters"
+        self._shared_shapes.check({f for f in self._shared if _shape(f) is not None})
         for cache in (self._subs.shapes, self._negs.shapes, self._shared_shapes):
             for n, cached in list(cache._by_len.items()):
                 del cache._by_len[n]

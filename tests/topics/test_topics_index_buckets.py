@@ -112,3 +112,31 @@ def test_topics_of_many_lengths_keep_the_shape_cache_bounded() -> None:
         assert answer(ix, topic) == brute(ix, topic), n
         assert len(ix._subs.shapes._by_len) <= 64
     ix._check()
+
+
+def test_many_shapes_at_one_length_walk_the_tree() -> None:
+    """A client with thousands of wildcard filters, '+' at different positions of 12 levels:
+    more shapes than one lookup each would afford, so matching walks the filters' tree."""
+    ix: SubscriptionIndex[int] = SubscriptionIndex()
+    for mask in range(1, 3_000):
+        f = "/".join("+" if mask >> i & 1 else "a" for i in range(12))
+        ix.subscribe("c", f, mask)
+    ix.subscribe("d", "a/" * 11 + "a", 0)  # the exact one beside them
+    assert len(ix._subs.shapes.for_length(12)) > 8
+    every_a = "/".join(["a"] * 12)
+    for t in [
+        every_a,
+        "/".join(["b"] * 12),
+        "/".join(["a", "b"] * 6),
+        "$a/" + "/".join(["a"] * 11),
+    ]:
+        got = answer(ix, t)
+        assert got == brute(ix, t), t
+        if t == every_a:
+            assert len(got["c"]) == 2_999 and got["d"] == [("a/" * 11 + "a", 0)]
+    ix._check()
+    for mask in range(1, 3_000, 2):
+        ix.unsubscribe("c", "/".join("+" if mask >> i & 1 else "a" for i in range(12)))
+    ix._check()
+    t = "/".join(["a", "b"] * 6)
+    assert answer(ix, t) == brute(ix, t)
