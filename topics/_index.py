@@ -65,8 +65,9 @@ or subscriptions.  One lookup per shape would be the price of no tree where many
 length (a client may hold 10,000 filters with '+' at different positions: that many lookups per
 topic, matching or not), so above 8 shapes for a topic's length the wildcard filters are found
 by walking a tree of the wildcard filters alone (O(levels x matching paths), the former tree's
-bound), built at its first use and maintained from then on.  ``subscribe`` and the identical-filter ``unsubscribe`` are O(levels + the
-client's negative entries + min(subscribers of the filter, 8)); a partial unsubscribe
+bound), built at its first use and maintained from then on.  ``subscribe`` and the
+identical-filter ``unsubscribe`` are O(levels + the client's negative entries +
+min(subscribers of the filter, 8)); a partial unsubscribe
 additionally tests overlap against the client's subscriptions (O(entries of that client)).
 """
 
