@@ -255,9 +255,9 @@ class _Shapes:
     beside them, a tree of the wildcard filters for lengths with many shapes.
 
     ``counts``: shape -> how many distinct filters of the set have it.  ``_by_len``: topic
-    length -> the shapes that can match a topic of that many levels, as ``(levels, ends with
-    '#', '+' positions, first level is a wildcard)``: the same length without a final '#', at
-    most that length with one ('a/#' matches 'a').  Built on first use per length and dropped
+    length -> the shapes that can match a topic of that many levels (the same length without a
+    final '#', at most that length with one: 'a/#' matches 'a'), as ``(template.format, first
+    level is a wildcard)`` (``for_length``).  Built on first use per length and dropped
     when a shape comes or goes (a new shape, not a new filter: rare).  Exact filters have no
     shape.
 
