@@ -1,5 +1,5 @@
 """``siftmq pub`` and ``siftmq sub``: command-line clients that behave like mosquitto_pub /
-mosquitto_sub (issue 19 item 2, issue 38 items 3 and 7; CONTRACT.md, "Operations";
+mosquitto_sub (issue 19 item 2, issue 38 items 3 and 7; docs/reference.md, "Operations";
 docs/operations.md, "Command-line clients", lists every remaining difference).
 
 **Flags** are mosquitto's where they exist (``-h`` is the host, so help is ``--help`` only):

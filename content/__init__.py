@@ -1,6 +1,6 @@
 """Content filters on subscriptions: selector language, attribute extraction, matching engines.
 
-Public surface (CONTRACT.md, "content"): :func:`compile` turns an SQL-92 selector into a
+Public surface (docs/reference.md, "content"): :func:`compile` turns an SQL-92 selector into a
 :class:`Filter` (DNF of :class:`Predicate` atoms) and :func:`format_filter` prints that normal
 form back as selector text; :func:`attributes` flattens a JSON payload
 into the event an engine matches; :data:`ENGINES` maps engine names to classes that all give

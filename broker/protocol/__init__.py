@@ -7,9 +7,7 @@ back.
 
 This module is the package's public seam (docs/architecture.md, "Seams"). Who may use it: the
 rest of the ``broker`` package; users and the packages above the broker import the packets
-through :mod:`broker.packets`, which re-exports them. Two compiled hot modules of the core
-(``_message``, ``_connection``: ``Record``) still import ``_record`` directly (listed in
-``tests/test_layers.py``, ``CROSSING``). Stable: the names below, within a release.
+through :mod:`broker.packets`, which re-exports them. Stable: the names below, within a release.
 
 Every name is imported from its home module at its first use (PEP 562, as :mod:`broker`
 does): importing the package costs nothing and a name loads only the module that defines it,
