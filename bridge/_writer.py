@@ -519,6 +519,7 @@ class Bridge(Hooks):
         self.writer = writer
         self._process = WriterProcess(str(landing_dir)) if writer == "process" else None
         self._jobs: list[Job] = []
+        self._process_failing = False  # the child failed and no job succeeded since (logged once)
 
     def attach(self, broker: Broker) -> None:
         self._core = broker.core
@@ -596,7 +597,8 @@ class Bridge(Hooks):
         # measured 28 % of a paced QoS 1 profile's samples in it, in the first seconds only).
         self._stopping.clear()
         if self._process is not None:  # its libraries load now, in the child, not at the first round
-            self._process.start()
+            with contextlib.suppress(OSError):  # tried again, and said once, by the first round
+                self._process.start()
         self._thread = threading.Thread(target=self._run, name="siftmq-bridge-writer", daemon=True)
         self._thread.start()
 
@@ -754,13 +756,22 @@ class Bridge(Hooks):
                 break
             except (OSError, EOFError) as exc:
                 self._write_errors += 1
+                if not self._process_failing:  # once per episode (a child that cannot start
+                    self._process_failing = True  # would otherwise say it every round)
+                    _log.warning(
+                        "bridge: the writer process failed (%s; exit status %s); it is started again "
+                        "and the %d jobs it did not acknowledge are sent again",
+                        exc,
+                        process.last_exit,
+                        len(queue),
+                    )
                 if restarted:
                     break  # the next round tries again
                 restarted = True
-                _log.warning(
-                    "bridge: the writer process failed (%s); restarting it, %d jobs to send", exc, len(queue)
-                )
                 continue
+            if self._process_failing:
+                self._process_failing = False
+                _log.warning("bridge: writer process running again (%d restarts so far)", process.starts - 1)
             if self._write_failing:
                 self._write_failing = False
                 _log.warning(

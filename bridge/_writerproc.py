@@ -158,6 +158,7 @@ class WriterProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self.starts = 0  # children started (restarts = starts - 1)
+        self.last_exit: int | None = None  # exit status of the last child that ended on a failure
 
     def _start(self) -> socket.socket:
         ours, theirs = socket.socketpair()
@@ -176,8 +177,6 @@ class WriterProcess:
         ours.settimeout(self.timeout)
         self._sock = ours
         self.starts += 1
-        if self.starts > 1:
-            _log.warning("bridge: writer process restarted (pid %d, start %d)", self.proc.pid, self.starts)
         return ours
 
     def start(self) -> None:
@@ -213,8 +212,7 @@ class WriterProcess:
         if proc is not None:
             if proc.poll() is None:
                 proc.kill()
-            code = proc.wait()
-            _log.warning("bridge: writer process %d ended (exit status %s)", proc.pid, code)
+            self.last_exit = proc.wait()  # the Bridge logs it, once per episode
 
     def close(self) -> None:
         """End the child: it sees the socket close and exits (killed if it does not in 10 s)."""

@@ -253,7 +253,36 @@ def test_ctrl_c_to_the_process_group_stops_serve_without_losing_the_writer(tmp_p
             proc.kill()
             proc.wait()
         proc.stderr.close()
-    assert "writer process" in log and "ended" not in log and "restarted" not in log, log
+    assert "writer process" in log and "writer process failed" not in log, log
     table = ds.dataset(str(data / "landing" / "deliveries"), format="parquet").to_table()
     topics = table["topic"].to_pylist()
     assert topics.count("t/a") == len(got)  # every delivery of t/a recorded, the last flush too
+
+
+async def test_a_writer_process_that_cannot_start_is_said_once_and_the_records_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The child cannot be started (here: no interpreter at ``sys.executable``): one warning
+    for the episode, not one per round; the records stay buffered and land once it starts."""
+    import sys
+
+    caplog.set_level(logging.INFO)
+    landing = tmp_path / "landing"
+    bridge = Bridge(landing, roll_interval=0.02, writer="process")
+    real = sys.executable
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[bridge]) as b,
+        aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub,
+    ):
+        await sub.subscribe("t/#", qos=1)
+        await _publish(b.port, "t/a", 30)
+        await eventually(lambda: bridge.stats().write_errors >= 10, DEADLINE)  # rounds went by
+        assert bridge.stats().written["deliveries"] == 0
+        assert bridge.stats().pending["deliveries"] == 30
+        monkeypatch.setattr(sys, "executable", real)
+        await eventually(lambda: bridge.stats().written["deliveries"] >= 30, DEADLINE)
+    messages = [r.getMessage() for r in caplog.records if r.name == "siftmq.bridge"]
+    assert sum("writer process failed" in m for m in messages) == 1, messages
+    assert sum("writer process running again" in m for m in messages) == 1, messages
+    assert len(set(_ids(landing, "deliveries"))) == len(_ids(landing, "deliveries")) == 30
