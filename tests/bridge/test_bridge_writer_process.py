@@ -286,3 +286,59 @@ async def test_a_writer_process_that_cannot_start_is_said_once_and_the_records_w
     assert sum("writer process failed" in m for m in messages) == 1, messages
     assert sum("writer process running again" in m for m in messages) == 1, messages
     assert len(set(_ids(landing, "deliveries"))) == len(_ids(landing, "deliveries")) == 30
+
+
+def test_every_kind_lands_the_same_through_the_writer_process(tmp_path: Path) -> None:
+    """Subscription changes, the three composite kinds and whole messages, written by the
+    writer process and by the thread writer from the same hook calls: the same rows."""
+    import time
+
+    from broker.hooks import CompositeAction, SubscriptionAction
+    from tests.bridge.records import (
+        change,
+        composite_change,
+        composite_event,
+        composite_loss,
+        delivery,
+        feed,
+        publication,
+    )
+
+    def run(writer: str) -> dict[str, list[dict[str, object]]]:
+        landing = tmp_path / writer
+        t = 1_800_000_000.0
+        with Bridge(landing, messages=["a/#"], writer=writer) as b:
+            for i in range(5):
+                feed(b, delivery(i, t + i))
+                feed(b, publication(i, t + i))  # and its whole message (messages=["a/#"])
+            b.on_subscription_change(change(t, "c1", SubscriptionAction.SUBSCRIBE, "a/#", 1))
+            b.on_composite_change(composite_change(t, "c1", "n", CompositeAction.SUBSCRIBE))
+            for i in range(3):
+                b.on_composite_event(composite_event(t + i))
+            b.on_composite_loss(composite_loss(t))
+            deadline = time.monotonic() + DEADLINE
+            while b.stats().written["composite_events"] < 3:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        out = {}
+        for kind in Kind:
+            d = landing / kind.value
+            rows = (
+                ds.dataset(str(d), format="parquet").to_table().to_pylist()
+                if any(d.glob("*.parquet"))
+                else []
+            )
+            out[kind.value] = sorted(rows, key=repr)
+        return out
+
+    process, thread = run("process"), run("thread")
+    assert process == thread
+    assert {k: len(v) for k, v in process.items()} == {
+        "deliveries": 5,
+        "publications": 5,
+        "subscription_changes": 1,
+        "composite_changes": 1,
+        "composite_events": 3,
+        "composite_losses": 1,
+        "messages": 5,
+    }
