@@ -686,6 +686,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
             res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
+        res["children_cpu_s"] = b.children_cpu()  # of broker_cpu_s: the bridge's writer process
         res["loadgen_cpu_s"] = time.process_time() - cpu0
         if spy is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
