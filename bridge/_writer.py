@@ -467,6 +467,11 @@ class Bridge(Hooks):
     not free: the broker then calls :meth:`on_deliveries` once per publication (an interpreted
     call, instead of the compiled core appending to the delivery log) and the payloads are
     copied.
+
+    ``writer``: ``"thread"`` (default when embedding) builds and writes the files in a thread of
+    this process; ``"process"`` (``siftmq serve``'s default) in a child process
+    (bridge/_writerproc.py: numpy and pyarrow never load here; a child that dies is restarted
+    and nothing acknowledged is lost; ``stats().writer_restarts``).
     """
 
     def __init__(
