@@ -83,6 +83,34 @@ def test_every_relative_link_resolves_inside_the_repository() -> None:
     assert broken == []
 
 
+def anchors(md: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces
+    as hyphens, a repeated one numbered (``-1``, ``-2``)."""
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", without_code(md.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def test_every_anchor_of_a_link_exists() -> None:
+    """``page.md#heading`` links name a heading that page has (a section moved to docs/lab/
+    takes its anchor with it)."""
+    broken = []
+    for md in markdown_files():
+        for target in LINK.findall(without_code(md.read_text())):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or "#" not in target:
+                continue
+            path, anchor = target.split("#", 1)
+            page = (md.parent / path).resolve() if path else md
+            if page.suffix == ".md" and page.exists() and anchor not in anchors(page):
+                broken.append(f"{md.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
 def test_no_file_names_the_outside_contract() -> None:
     word = "CONT" + "RACT"  # spelt apart, so that this file does not name it either
     out = subprocess.run(
