@@ -88,7 +88,8 @@ def anchors(md: Path) -> set[str]:
     as hyphens, a repeated one numbered (``-1``, ``-2``)."""
     seen: dict[str, int] = {}
     found = set()
-    for heading in re.findall(r"^#{1,6} (.+)$", without_code(md.read_text()), re.M):
+    text = re.sub(r"^([ \t]*)```.*?^\1```", "", md.read_text(), flags=re.S | re.M)  # not headings
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
         slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
         n = seen.get(slug, 0)
         seen[slug] = n + 1
