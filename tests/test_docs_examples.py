@@ -171,9 +171,11 @@ class Servers:
     async def get(self, command: str, cwd: Path | None = None) -> Served:
         """The broker of ``command``, started in ``cwd`` (the page's directory: its files)
         the first time."""
-        if command not in self.started:
-            self.started[command] = await serve(command, cwd or self.cwd)
-        return self.started[command]
+        words = shlex.split(command, comments=True)
+        key = " ".join(["siftmq" if w.endswith("/siftmq") else w for w in words])  # .venv/bin/siftmq
+        if key not in self.started:
+            self.started[key] = await serve(command, cwd or self.cwd)
+        return self.started[key]
 
     async def stop(self) -> None:
         for served in self.started.values():
