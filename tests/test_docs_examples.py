@@ -37,6 +37,7 @@ import asyncio
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tomllib
@@ -136,15 +137,21 @@ async def serve(command: str, cwd: Path) -> Served:
     )  # fmt: skip
     assert proc.stderr is not None
     log, mqtt, metrics = "", 0, 0
-    async with asyncio.timeout(60):
-        while not (mqtt and metrics):
-            line = (await proc.stderr.readline()).decode()
-            assert line, f"{command!r} ended: {log}"
-            log += line
-            if m := re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line):
-                mqtt = int(m[1])
-            if m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line):
-                metrics = int(m[1])
+    try:
+        async with asyncio.timeout(60):
+            while not (mqtt and metrics):
+                line = (await proc.stderr.readline()).decode()
+                assert line, f"{command!r} ended: {log}"
+                log += line
+                if m := re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line):
+                    mqtt = int(m[1])
+                if m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line):
+                    metrics = int(m[1])
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
     asyncio.get_running_loop().create_task(drain(proc))
     return Served(mqtt, metrics, proc)
 
@@ -207,6 +214,23 @@ def localise(code: str, served: Served) -> str:
     return code.replace("127.0.0.1:9464", f"127.0.0.1:{served.metrics}")
 
 
+async def bash(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """bash with ``args`` in ``cwd``: (status, stdout and stderr); killed after 60 s (a
+    subscriber waiting for a message that never comes fails the test, it does not hang it)."""
+    proc = await asyncio.create_subprocess_exec(
+        "bash", *args, cwd=cwd, env=env, start_new_session=True,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # bash and what it started
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
 SHELL_PAGES = sorted({e.page for e in ALL if e.language in ("sh", "console") and e.mark in ("", "serve")})
 
 
@@ -247,23 +271,15 @@ async def test_shell_examples_run_in_order(
             code = localise(code, served or await servers.get(SHARED))
         if block.language == "console":
             for command, expected in transcript(code):
-                proc = await asyncio.create_subprocess_exec(
-                    "bash", "-c", command, cwd=cwd, env=env,
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                )  # fmt: skip
-                out, _ = await asyncio.wait_for(proc.communicate(), 60)
-                lines = [line.rstrip() for line in out.decode().splitlines()]
+                _, out = await bash(["-c", command], cwd, env)
+                lines = [line.rstrip() for line in out.splitlines()]
                 assert lines == expected, f"{block.id}: $ {command}"
             continue
-        proc = await asyncio.create_subprocess_exec(
-            "bash", "-e", "-o", "pipefail", "-c", code, cwd=cwd, env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, f"{block.id}:\n{block.code}\n{out.decode()}"
+        status, out = await bash(["-e", "-o", "pipefail", "-c", code], cwd, env)
+        assert status == 0, f"{block.id}:\n{block.code}\n{out}"
         assert out or not block.code.strip().startswith(("curl", ".venv/bin/siftmq sub")), block.id
         if block.prints is not None:  # what the page says it prints (stdout and stderr)
-            assert [" ".join(line.split()) for line in out.decode().splitlines()] == block.prints, block.id
+            assert [" ".join(line.split()) for line in out.splitlines()] == block.prints, block.id
 
 
 async def run_python(example: Example, cwd: Path, slots: asyncio.Semaphore) -> tuple[int, str, str]:
