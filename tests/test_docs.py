@@ -125,6 +125,12 @@ def test_no_file_names_the_outside_contract() -> None:
     assert out == ""
 
 
+def test_the_table_of_contents_links_every_lab_page() -> None:
+    toc = DOCS / "README.md"
+    linked = {(toc.parent / t.split("#")[0]).resolve() for t in LINK.findall(without_code(toc.read_text()))}
+    assert [p.name for p in sorted(LAB.glob("*.md")) if p.resolve() not in linked] == []
+
+
 def test_the_table_of_contents_links_every_user_page() -> None:
     toc = DOCS / "README.md"
     linked = {(toc.parent / t.split("#")[0]).resolve() for t in LINK.findall(without_code(toc.read_text()))}
