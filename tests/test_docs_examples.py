@@ -24,8 +24,8 @@ bash (``-e -o pipefail``) in a temporary directory per page holding a ``.venv`` 
 environment, the page's blocks in order, against the page's ``serve`` block or, when it has
 none, one broker shared by the module (pages whose ``serve`` lines are the same share one
 process). No Spark here, and the broker network's example is two nodes in one process: about
-16 CPU seconds in all (measured with ``/usr/bin/time`` at load 7-10: 16.6 s of CPU, 28-31 s of
-wall time), most of them the start of a Python process per example and per ``siftmq``
+18 CPU seconds in all (measured with ``/usr/bin/time``: 18.0 s of CPU and 22 s of wall time at
+load 3, 28-31 s at load 7-10), most of them the start of a Python process per example and per ``siftmq``
 command. A block or a broker that hangs is killed after 60 s and fails the test.
 
 Configuration examples (``toml`` blocks) are checked as ``siftmq serve --config`` checks a
