@@ -394,8 +394,7 @@ class Admin:
             if core.retain_hook is not None:  # a cluster: every node must forget it
                 core.publish(empty, now)
             else:
-                core.router.store_retained(empty)
-                core.journal.retained(empty, now)
+                core.journal.retain(empty, now)
         core.flush()
         return _json({"deleted": len(victims), "topics": victims[: data.MAX_LIMIT]})
 

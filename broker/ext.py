@@ -20,7 +20,8 @@ broker's own types, not copies, re-exported from where they live:
 * **the broker's state** (what the cluster moves between nodes and the bridge reads):
   :class:`Broker`, :class:`LocalCompositeSubscription`, :class:`Core`, :class:`Session`,
   :class:`Outgoing` with its flow states :data:`PUBLISH_SENT` / :data:`PUBREL_SENT`,
-  :class:`MessageState` (the same states as stored), :class:`Message`, :class:`Route`,
+  :class:`MessageState` (the same states as an enum: one encoding, :mod:`broker.values`),
+  :class:`Message`, :class:`Route`,
   :data:`PEER_PREFIX`, :data:`SHARE_PREFIX`; the composite atom ids (:class:`Atom`,
   :func:`event_key`, :data:`ORIGIN_PROPERTY`, :func:`boot_tag`, :func:`split_origin`); the
   delivery log the bridge drains (:class:`DeliveryLog`, :class:`LogColumns`); the bans the

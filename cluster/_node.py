@@ -438,7 +438,7 @@ class ClusterNode(Hooks):
             routes = self.takeover.diversions.routes_from(peer, msg, routes)
         # a QoS 2 copy reaches the local subscribers only once the peer's packet id is durable
         # with it: a crash before that commit, then the peer's resend, would deliver it twice
-        defer = p.qos == 2 and journal.defer(True)
+        defer = p.qos == 2 and core.defer_qos2(True)
         self._injecting = True
         core.composite.origin = origin
         try:
@@ -446,7 +446,7 @@ class ClusterNode(Hooks):
         finally:
             self._injecting = False
             core.composite.origin = None
-            deferred = journal.deferred() if defer else None
+            deferred = core.take_deferred() if defer else None
         self.injected += 1
         if p.qos == 2 and p.packet_id is not None:
             # the received id joins the store transaction of the copies just journalled: a
@@ -533,8 +533,7 @@ class ClusterNode(Hooks):
         now = core.clock.monotonic()
         props = NO_PROPERTIES if expiry is None else Properties(message_expiry_interval=expiry)
         msg = Message.create(topic, payload, qos, True, props, None, now)
-        core.router.store_retained(msg)
-        core.journal.retained(msg, now)
+        core.journal.retain(msg, now)
 
     def _held_retained(self, topic: str) -> tuple[bytes, int, int | None] | None:
         msg = self._core.router.retained.get(topic)
