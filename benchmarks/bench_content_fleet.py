@@ -833,7 +833,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--connections", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=4, help="subscriber processes")
-    ap.add_argument("--rate", type=float, default=10.0, help="stream messages per second")
+    ap.add_argument("--rate", type=float, default=2.0, help="stream messages per second")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of stream")
     ap.add_argument("--qos", type=int, default=0, choices=(0, 1))
     ap.add_argument("--warmup", type=int, default=5, help="messages sent (and awaited) before the window")
