@@ -11,8 +11,9 @@ and puts those libraries in a child that blocks pandas (:func:`_block_pandas`: n
 needs it; ~50 MB less).  The encoding's CPU (numpy, Arrow, Snappy, fsync) also leaves the
 broker's interpreter: the event loop no longer waits for the GIL while the writer converts.
 
-**What crosses.**  One *job* per kind and round, built by the broker's writer thread
-(:func:`job_frame`): a pickle (protocol 5) whose large columns -- the delivery log's typed
+**What crosses.**  One *job* per source and round (:class:`Job`: the delivery log, the
+composite events, or one record kind), built by the broker's writer thread
+(``Bridge._take_jobs``, with :func:`fanout_payload`) and sent by :func:`send`: a pickle (protocol 5) whose large columns -- the delivery log's typed
 vectors -- travel out of band, written to the socket from their own buffers (no copy, no Python
 object per value); strings are the batch's distinct values (a few hundred, not one per row);
 subscription changes and the other rare records are pickled as they are.  Frames are
@@ -25,9 +26,11 @@ job, so a job sent again after the child died writes the same names, and the chi
 file already committed under its name (a file is renamed into place only once it is whole): a
 file is never written twice and a sequence number never goes backwards (the landing zone's
 offsets, ``bridge/_landing.py``).  A child that dies (killed, crashed, out of memory) is
-restarted at the next job and the jobs not acknowledged are sent again, in order; a write that
-fails (full disk) is answered as an error and the job is kept for the next round, as in the
-thread writer.
+started again (at most once per round; the failure logged once per episode by the Bridge) and
+the jobs not acknowledged are sent again, in order; a write that fails (full disk) is answered
+as an error and the job is kept for the next round, as in the thread writer.  The child is
+started with the bridge (:meth:`WriterProcess.start`) and loads its libraries at once, beside
+the broker's start-up; the program it runs is ``bridge/_writerchild.py``.
 
 Costs, broker side: per round O(columns) buffer writes to the socket and one pickle of the
 distinct strings; the child does the O(rows) work of the thread writer.
@@ -35,7 +38,6 @@ distinct strings; the child does the O(rows) work of the thread writer.
 
 from __future__ import annotations
 
-import logging
 import pickle
 import socket
 import struct
@@ -48,8 +50,6 @@ if TYPE_CHECKING:
     from broker.ext import LogColumns
 
 __all__ = ["Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
-
-_log = logging.getLogger("siftmq.bridge")
 
 #: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
 COLUMNS = (
