@@ -13,10 +13,11 @@ broker's interpreter: the event loop no longer waits for the GIL while the write
 
 **What crosses.**  One *job* per source and round (:class:`Job`: the delivery log, the
 composite events, or one record kind), built by the broker's writer thread
-(``Bridge._take_jobs``, with :func:`fanout_payload`) and sent by :func:`send`: a pickle (protocol 5) whose large columns -- the delivery log's typed
-vectors -- travel out of band, written to the socket from their own buffers (no copy, no Python
-object per value); strings are the batch's distinct values (a few hundred, not one per row);
-subscription changes and the other rare records are pickled as they are.  Frames are
+(``Bridge._take_jobs``, with :func:`fanout_payload`) and sent by :func:`send`: a pickle
+(protocol 5) whose large columns -- the delivery log's typed vectors -- travel out of band,
+written to the socket from their own buffers (no copy, no Python object per value); strings
+are the batch's distinct values (a few hundred, not one per row); subscription changes and
+the other rare records are pickled as they are.  Frames are
 ``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``.
 
 **Nothing acknowledged is lost.**  The broker counts records as written (``stats().written``)
