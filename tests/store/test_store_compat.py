@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 from broker import Broker
@@ -43,6 +44,13 @@ async def test_a_store_of_the_old_broker_resumes_its_sessions(tmp_path: Path) ->
     db = tmp_path / "data" / "broker.db"
     db.parent.mkdir()
     shutil.copy(OLD, db)
+    # the sessions' expiry (3,600 s) counts from their disconnection, which the fixture recorded
+    # in wall-clock time when it was made: an hour later they had expired and the test failed.
+    # The copy's sessions are disconnected now; the flow-state rows under test are untouched
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "UPDATE sessions SET disconnected_at = ? WHERE disconnected_at IS NOT NULL", (time.time(),)
+        )
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=str(db), max_inflight=2) as b:
         try:
             sub, ack = await RawClient.connect(b.port, "sub", 5, clean_start=False, properties=EXPIRY)
