@@ -279,11 +279,12 @@ class _HttpService(_Grants):
     parameters).
 
     The client is aiohttp's: its HTTP parser is compiled and its connection pool does O(1)
-    work per request, where httpx (the first choice) cost 1.6 ms of the event loop's CPU per
-    request, against 0.75 ms for aiohttp and 0.18 ms for a hook that only sleeps, in one run
-    (benchmarks/bench_auth_backends.py; docs/security.md, "Measured").  The session is made
-    at the first request (aiohttp wants a running loop), from parts made at build time: the
-    SSL context (the CA bundle is read once, 0.1-0.3 s of CPU) and the import."""
+    work per request, where httpx (the first choice) cost 1.9-2.7 ms of the event loop's CPU
+    per request, against 0.5-0.9 ms for aiohttp and 0.13-0.25 ms for a hook that only sleeps
+    (benchmarks/bench_auth_backends.py part 5, same runs; docs/security.md, "Measured").  The
+    session is made on the loop when the broker starts (:meth:`start`; else at the first
+    request: aiohttp wants a running loop), from parts made at build time: the SSL context
+    (the CA bundle is read once, 0.1-0.3 s of CPU) and the import."""
 
     def __init__(
         self,
