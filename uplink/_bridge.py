@@ -62,7 +62,7 @@ from broker.packets import (
     Pubrel,
     ReasonCode,
     SubscriptionRequest,
-    encode,
+    encode_publish,
 )
 from uplink._client import Link, LinkError, open_link
 from uplink._config import BridgeConfig, Remote, TopicRule
@@ -78,6 +78,8 @@ NEVER = 0xFFFFFFFF
 #: the packet identifier of the bridge's SUBSCRIBE requests (its PUBLISH identifiers are the
 #: other broker's, which start from 1)
 SUBSCRIBE_ID = 65535
+#: topics whose rule is remembered per direction (the cache is emptied when full)
+RULE_CACHE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,9 @@ class Bridge:
         self.local_endpoint = local
         self.state = BridgeState()
         self._filters = [None if r.filter is None else content.compile(r.filter) for r in config.topics]
+        #: topic -> the index of its rule (or None), per direction (:meth:`_rule`)
+        self._rules_out: dict[str, int | None] = {}
+        self._rules_in: dict[str, int | None] = {}
         self._v5 = config.protocol == "5"
         self._local: Link | None = None
         self._remote: Link | None = None
@@ -412,12 +417,24 @@ class Bridge:
     # ---- the relay (event loop) ------------------------------------------------------------
 
     def _rule(self, topic: str, outbound: bool) -> int | None:
+        """The first rule of the direction matching ``topic`` (O(1) for a topic seen before:
+        a bounded cache; else O(rules))."""
+        cache = self._rules_out if outbound else self._rules_in
+        hit = cache.get(topic, -2)
+        if hit != -2:
+            return hit
+        found: int | None = None
         for i, r in enumerate(self.config.topics):
             if outbound and r.direction.outbound and topics.matches(r.local_filter, topic):
-                return i
+                found = i
+                break
             if not outbound and r.direction.inbound and topics.matches(r.remote_filter, topic):
-                return i
-        return None
+                found = i
+                break
+        if len(cache) >= RULE_CACHE:
+            cache.clear()
+        cache[topic] = found
+        return found
 
     def _passes(self, i: int, payload: bytes) -> bool:
         flt = self._filters[i]
@@ -533,7 +550,7 @@ class Bridge:
         rule: TopicRule = self.config.topics[i]
         topic = rule.to_remote(p.topic) if outbound else rule.to_local(p.topic)
         props = _forwarded(p.properties) if (self._v5 or not outbound) else NO_PROPERTIES
-        data = encode(Publish(topic, p.payload, qos, p.retain, p.dup, p.packet_id, props), to.version)
+        data = encode_publish(topic, p.payload, qos, p.retain, p.dup, p.packet_id, props, to.version)
         limit = self._remote_max_packet if outbound else None
         if limit is not None and len(data) > limit:
             self.state.dropped += 1
