@@ -36,7 +36,8 @@ from pathlib import Path
 import psutil
 from _workload004 import Workload
 
-from content import HCEM, TAMA, Engine, HTree
+from content import HCEM, Engine
+from content.baselines import TAMA, HTree
 
 ENGINES = ("tama", "htree", "rein", "hcem")
 CHUNK = 64  # HCEM's word: events per match_batch call

@@ -100,5 +100,5 @@ def render(run: dict[str, Any], img: Path) -> str:
             lines.append(f"| {n:,} | {m['session_object_bytes']:.0f} B | {m['tick_us']:.1f} us |")
     name = _plot(run, img)
     if name:
-        lines += ["", f"![restart storm](img/{name})"]
+        lines += ["", f"![restart storm](lab/img/{name})"]
     return "\n".join(lines)

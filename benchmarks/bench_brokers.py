@@ -16,8 +16,8 @@ latency p50/p99 from the timestamp in each payload (CLOCK_MONOTONIC), broker CPU
 percent of one core), broker peak RSS (VmHWM) and RSS once all clients are set up, and the
 generator's own CPU so a saturated generator is visible. ``qos0_half`` re-runs QoS 0 one-to-one
 open loop at half of that broker's measured maximum (latency at half load). Results go to a JSON
-file; ``--docs`` renders docs/performance-brokers.md (newest run first, older runs kept) and
-docs/img/brokers-<run>-*.png from it.
+file; ``--docs`` renders docs/lab/performance-brokers.md (newest run first, older runs kept) and
+docs/lab/img/brokers-<run>-*.png from it (docs/performance-brokers.md quotes the newest run).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV_PY = ROOT / ".venv" / "bin" / "python"
 BROKERS = ("siftmq", "mosquitto", "amqtt", "iotcore")
 PEERS = ("amqtt", "mosquitto", "iotcore")
-DOC = ROOT / "docs" / "performance-brokers.md"
-IMG = ROOT / "docs" / "img"
+DOC = ROOT / "docs" / "lab" / "performance-brokers.md"
+IMG = ROOT / "docs" / "lab" / "img"
 
 
 def free_port() -> int:

@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload004 import Workload
 
-from content import HCEM, REIN, TAMA, Engine, Filter, HTree
+from content import HCEM, REIN, Engine, Filter
+from content.baselines import TAMA, HTree
 
 ENGINES = ("rein", "hcem", "tama", "htree")
 RATES = (0, 100, 1000, 10_000)

@@ -658,7 +658,7 @@ def write_block(out: Path, marker: str, text: str) -> None:
     )
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     block = (
-        f"{marker}\nCommand (run {when}, commit {commit}):\n\n{cmd}\n\nMachine: {machine} "
+        f"{marker}\nCommand ({when}, commit {commit}):\n\n{cmd}\n\nMachine: {machine} "
         f"(2 cores shared with other jobs; timings are noisy, ratios are measured in the same "
         f"run).\n\n{text}\n{marker}"
     )

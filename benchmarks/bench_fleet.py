@@ -17,7 +17,7 @@ broker and of the generator during the storm.
     .venv/bin/python benchmarks/bench_fleet.py --counts 19000 --brokers siftmq \\
         --serve-args "--connection-rate 50 --connection-burst 20"             # rate limit
 
-Results (JSON next to the plots) and plots: docs/performance-connections.md, docs/img.
+Results (JSON next to the plots) and plots: docs/performance-connections.md, docs/lab/img.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from bench_connections import _latency, _ms
 from loadgen._fleet import FleetPlan, FleetResult, fleet_main, sources
 
 ROOT = Path(__file__).resolve().parent.parent
-IMG = ROOT / "docs" / "img"
+IMG = ROOT / "docs" / "lab" / "img"
 BROKERS = ("siftmq", "siftmq-uvloop", "mosquitto")
 PIN = False  # --pin: broker on CPU 0, generator on CPU 1 (on a quiet machine)
 
@@ -261,8 +261,8 @@ def main() -> None:
     ap.add_argument("--tls", action="store_true")
     ap.add_argument("--serve-args", default="", help="extra `siftmq serve` flags")
     ap.add_argument("--pin", action="store_true", help="broker on CPU 0, generator on CPU 1")
-    ap.add_argument("--replot", default="", help="only redraw docs/img/<name>.png from its JSON")
-    ap.add_argument("--plot", default="", help="write docs/img/<name>.png and <name>.json")
+    ap.add_argument("--replot", default="", help="only redraw docs/lab/img/<name>.png from its JSON")
+    ap.add_argument("--plot", default="", help="write docs/lab/img/<name>.png and <name>.json")
     a = ap.parse_args()
     if a.replot:
         plot(json.loads((IMG / f"{a.replot}.json").read_text()), a.replot)

@@ -23,7 +23,7 @@ without subscriptions and messages).
 
     .venv/bin/python benchmarks/bench_restart_storm.py --sessions 10000 50000 100000 --doc
 
-``--doc`` writes the plots to docs/img/ and prints the Markdown section for
+``--doc`` writes the plots to docs/lab/img/ and prints the Markdown section for
 docs/performance-connections.md ("Restart storm"); raw results go to the JSON file named by
 ``--json``.
 """
@@ -375,6 +375,7 @@ def memory_only(sizes: list[int]) -> None:
     then with two subscriptions, then with 2 queued messages for every tenth session."""
     import tracemalloc
 
+    from broker import BrokerConfig
     from broker.core._core import Core
     from broker.store import Store
 
@@ -385,7 +386,7 @@ def memory_only(sizes: list[int]) -> None:
                 _populate(db, n, subs, queued)
                 with Store(db) as st:
                     state = st.load()
-                    core = Core()
+                    core = Core(BrokerConfig())
                     core.journal.store = st
                     tracemalloc.start()
                     base = tracemalloc.get_traced_memory()[0]
@@ -467,7 +468,7 @@ def main() -> None:
     if args.doc:
         from _storm_report import render
 
-        print(render(run, ROOT / "docs" / "img"))
+        print(render(run, ROOT / "docs" / "lab" / "img"))
 
 
 if __name__ == "__main__":

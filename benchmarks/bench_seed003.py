@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload003 import EXPERIMENTS, Experiment, Workload
 
 from content import ENGINES, Engine, Filter
-from content._betree import BETree
 from content._hema import HEMA
+from content.baselines import BETree
 
 PEERS = ("hema", "iccounting", "counting")
 FREEZE_GC = True

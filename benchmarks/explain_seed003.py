@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload003 import EXPERIMENTS, Workload
 
-from content import BETree, Poset
+from content.baselines import BETree, Poset
 
 
 def main() -> None:

@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _workload004 import Workload
 
-from content import REIN, HTree
+from content import REIN
 from content._units import EventVector
+from content.baselines import HTree
 
 SETTINGS = {
     "default": {},

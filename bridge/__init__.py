@@ -4,7 +4,10 @@
 Parquet files per record kind (``bridge/_writer.py``); ``bridge/_schema.py`` declares the
 schemas; ``bridge/_analytics.py`` runs the Spark Structured Streaming jobs over the landing zone
 and ``bridge/_report.py`` renders their results as HTML.  ``siftmq analytics`` is wired in by
-``bridge/_cli.py``.  Imports from ``broker`` only its public hook records (:mod:`broker.hooks`).
+``bridge/_cli.py``.  Imports from ``broker`` only public modules: :mod:`broker` (types),
+the hook records (:mod:`broker.hooks`), the plugin registration (:mod:`broker.plugins`), the
+packets (:mod:`broker.packets`) and :mod:`broker.ext` (the delivery log it drains, the options
+of its plugin, the optional extras, private files), never a ``_``-module of the broker.
 :func:`register` adds the PySpark data source ``siftmq`` (``bridge/_datasource.py``: reads the
 landing zone, batch and streaming; writes rows to MQTT, ``bridge/_sink.py``), issue 29; in a
 session made with :func:`with_spark_jar` the name ``siftmq`` is the JVM provider's
@@ -14,7 +17,13 @@ session made with :func:`with_spark_jar` the name ``siftmq`` is the JVM provider
 Everything here needs the ``spark`` extra (pyarrow, ...), which a broker-only install lacks, and
 the ``siftmq`` plugin (:mod:`bridge._plugin`) is imported through this package: so the public
 names are loaded on first use (PEP 562), and using one without the extra raises
-:class:`broker._extras.MissingExtra` naming ``pip install 'siftmq[spark]'``.
+:class:`broker.ext.MissingExtra` naming ``pip install 'siftmq[spark]'``.
+
+Seam (docs/architecture.md, "Seams"): this module is the package's public face, for users
+(``Bridge``, ``register``, ``with_spark_jar``, the schemas); ``siftmq`` reaches the plugin
+through its entry point. Nothing outside ``bridge`` imports its ``_``-modules, and the bridge
+imports from ``broker`` only public modules (``tests/test_layers.py``). Stable: the names in
+``__all__`` and the landing zone's schemas (docs/bridge.md).
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from bridge._jar import WORKER_PYTHON, spark_jar, with_spark_jar
-from broker._extras import Extra, lazy_names, require
+from broker.ext import Extra, lazy_names, require
 
 if TYPE_CHECKING:
     from bridge._schema import SCHEMAS, Kind, spark_schema

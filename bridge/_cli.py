@@ -7,7 +7,7 @@ subscriptions' view of the latest results, as text or ``--json``) and ``analytic
 (the loop of issue 29: telemetry -> z-score -> alerts published to MQTT, ``bridge/_loop.py``).
 Spark and matplotlib are imported only when the command runs, so ``siftmq --help`` stays fast,
 and each command first checks that the ``spark`` extra is installed: without it, one line
-naming ``pip install 'siftmq[spark]'`` and exit status 2 (``broker._extras``).
+naming ``pip install 'siftmq[spark]'`` and exit status 2 (``broker.ext.require``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from broker._config import Kind, Option, flag_type
-from broker._extras import Extra, require
+from broker.ext import Extra, Kind, Option, flag_type, require
 
 __all__ = ["DEFAULT_DATA_DIR", "register"]
 

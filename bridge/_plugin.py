@@ -20,8 +20,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import cast
 
-from broker._config import Kind, Option
-from broker._extras import Extra, MissingExtra, missing_module
+from broker.ext import Extra, Kind, MissingExtra, Option, missing_module
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
@@ -34,7 +33,7 @@ class BridgePlugin:
     """``siftmq analytics`` and the bridge hook of ``siftmq serve``."""
 
     name = "bridge"
-    #: the ``[serve]`` keys, checked at load like every option (``broker._config.Option``)
+    #: the ``[serve]`` keys, checked at load like every option (``broker.ext.Option``)
     serve_options: Mapping[str, Option] = {
         "bridge": Option(Kind.BOOL),
         "bridge_roll_interval": Option(Kind.FLOAT, lo=0, lo_open=True, hi=3600, unit="seconds"),

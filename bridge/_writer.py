@@ -1,7 +1,7 @@
 """The bridge: broker hook records -> in-memory buffers -> Parquet files in a landing zone.
 
 Hot path (event loop).  The bridge hands the broker a columnar
-:class:`~broker.core._deliverylog.DeliveryLog` (``Hooks.delivery_log``): for each routed
+:class:`~broker.ext.DeliveryLog` (``Hooks.delivery_log``): for each routed
 publication the compiled core appends the message's fields and its fan-out's delivery entries
 to per-field lists -- no call into the bridge, no encoding, no I/O, nothing the cyclic GC
 tracks.  (Profiled in issue 19: the previous form, one interpreted ``on_deliveries`` call per
@@ -67,8 +67,7 @@ from typing import TYPE_CHECKING, Any
 from bridge import _schema
 from bridge._eventlog import EventLog, events_table
 from bridge._schema import Kind
-from broker._files import PRIVATE_FILE, private_dir, tighten
-from broker.core._deliverylog import DeliveryLog, LogColumns
+from broker.ext import PRIVATE_FILE, DeliveryLog, LogColumns, private_dir, tighten
 from broker.hooks import (
     CompositeChange,
     CompositeEventRecord,
@@ -84,7 +83,7 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
 
     from broker import Broker, Message
-    from broker.core._core import Core
+    from broker.ext import Core
 
 __all__ = ["Bridge", "BridgeStats"]
 

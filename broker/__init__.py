@@ -4,8 +4,15 @@ The protocol core is sans-IO (bytes in, events and bytes out); the asyncio trans
 thin adapter around it.  Routing uses :mod:`topics` (topic tree, negative entries) and
 :mod:`content` (content filters).  See docs/architecture.md and docs/broker.md.
 
-``broker.hooks`` is importable on its own (the bridge depends only on it); the broker
+``broker.hooks`` is importable on its own (a hook needs nothing else); the broker
 itself (``Broker``, ``BrokerConfig``, ``Listener``, ``Message``) is imported lazily on first access.
+
+Seams (docs/architecture.md, "Seams"): users import this module and :mod:`broker.hooks`,
+:mod:`broker.plugins`, :mod:`broker.packets`, :mod:`broker.store`, :mod:`broker.auth`,
+:mod:`broker.authn`, :mod:`broker.testing`; the packages built on the broker (cluster, bridge,
+uplink) also :mod:`broker.ext`. Nobody outside ``broker`` imports its ``_``-modules, and inside
+it the subpackages (``core``, ``net``, ``durability``, ``protocol``) are reached through their
+``__init__`` (``tests/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +39,7 @@ from broker.hooks import (
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
-    from broker.core._message import Message
-    from broker.core._quota import QuotaRule
+    from broker.core import Message, QuotaRule
 
 __all__ = [
     "Broker",
@@ -66,8 +72,8 @@ _LAZY = {
     "BrokerConfig": "broker._config",
     "Listener": "broker._config",
     "load_toml": "broker._config",
-    "Message": "broker.core._message",
-    "QuotaRule": "broker.core._quota",
+    "Message": "broker.core",
+    "QuotaRule": "broker.core",
 }
 
 

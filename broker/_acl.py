@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import topics
-from broker.core._message import SHARE_PREFIX, split_filter_prefix
+from broker.core import SHARE_PREFIX, split_filter_prefix
 
 __all__ = ["Access", "AccessList", "AclError", "AclRule", "ClientRules", "inner_filter"]
 

@@ -27,22 +27,25 @@ from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
 from broker._logging import fields
 from broker._reload import ReloadCounters, ReloadResult, reload_broker
-from broker.core._clock import Clock
-from broker.core._core import Core
-from broker.core._message import Message, Route
-from broker.core._session import Session
-from broker.durability._records import StoreError
-from broker.durability._store import Store
+from broker.core import Clock, Core, Message, Route, Session
+from broker.durability import Store, StoreError
 from broker.hooks import Hooks
-from broker.net._accept import connection_capacity, descriptor_limit
-from broker.net._admission import ConnectionLimits
-from broker.net._listeners import OpenListener, close_listeners, open_listener, open_listeners, wait_closed
-from broker.net._transport import MQTTProtocol
+from broker.net import (
+    ConnectionLimits,
+    MQTTProtocol,
+    OpenListener,
+    close_listeners,
+    connection_capacity,
+    descriptor_limit,
+    open_listener,
+    open_listeners,
+    wait_closed,
+)
 from broker.packets import NO_PROPERTIES, Properties
 
 if TYPE_CHECKING:
     from broker._dashboard import Dashboard, DashboardProvider
-    from broker.net._http import HttpServer
+    from broker.net import HttpServer
 
 __all__ = ["Broker", "LocalCompositeSubscription", "LocalSubscription", "Message"]
 
@@ -281,7 +284,7 @@ class Broker:
 
             await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:
-            self._listeners = await open_listeners(self.core, self._open)
+            self._listeners = await open_listeners(self.core, self._open, self.config)
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
             await self._close_store()
             raise
@@ -323,7 +326,7 @@ class Broker:
     async def _start_http(self, listen: str) -> None:
         """The HTTP listener of ``/metrics`` and the dashboard (broker.net._http, on this loop)."""
         from broker._dashboard import Dashboard
-        from broker.net._http import HttpLimits, parse_listen, serve_http
+        from broker.net import HttpLimits, parse_listen, serve_http
 
         host, port = parse_listen(listen)
         cfg = self.config

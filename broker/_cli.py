@@ -607,7 +607,7 @@ def _raise_descriptors() -> None:
     """The soft descriptor limit up to the hard limit: one descriptor per connection, and the
     soft limit of many systems (1,024) is far below the hard one (docs/operations-fleet.md).
     ``Broker.start`` logs the connection capacity that results."""
-    from broker.net._accept import raise_descriptor_limit
+    from broker.net import raise_descriptor_limit
 
     before, after = raise_descriptor_limit()
     if after != before:

@@ -1,5 +1,5 @@
 """``siftmq pub`` and ``siftmq sub``: command-line clients that behave like mosquitto_pub /
-mosquitto_sub (issue 19 item 2, issue 38 items 3 and 7; CONTRACT.md, "Operations";
+mosquitto_sub (issue 19 item 2, issue 38 items 3 and 7; docs/reference.md, "Operations";
 docs/operations.md, "Command-line clients", lists every remaining difference).
 
 **Flags** are mosquitto's where they exist (``-h`` is the host, so help is ``--help`` only):
@@ -277,8 +277,7 @@ def _filter(flag: str, f: str) -> None:
     """A SUBSCRIBE filter as the broker reads it: ``$composite/<name>[/<expression>]``,
     ``$filter/<selector>/<filter>``, ``$share/<group>/<filter>``, plain MQTT."""
     import topics
-    from broker.core._composite import COMPOSITE_PREFIX, split_composite
-    from broker.core._message import split_filter_prefix
+    from broker.core import COMPOSITE_PREFIX, split_composite, split_filter_prefix
 
     shown = f"{flag} {f!r}"
     if f.startswith(COMPOSITE_PREFIX):

@@ -42,11 +42,11 @@ from typing import TYPE_CHECKING
 
 from broker._files import open_private
 from broker._logging import fields
-from broker.durability._records import StoreError
+from broker.durability import StoreError
 
 if TYPE_CHECKING:
-    from broker.core._composite import Composites
-    from broker.durability._store import Store
+    from broker.core import Composites
+    from broker.durability import Store
 
 __all__ = ["COMPOSITE_COMPACT_ROWS", "COMPOSITE_SNAPSHOT_INTERVAL", "CompositeSaver"]
 

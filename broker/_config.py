@@ -37,8 +37,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
-from broker.core._quota import ACTIONS as QUOTA_ACTIONS
-from broker.core._quota import QuotaRule, parse_quotas
+from broker.core import ACTIONS as QUOTA_ACTIONS
+from broker.core import QuotaRule, Strategy, group_strategies, parse_quotas
 
 __all__ = [
     "QUOTA_OPTIONS",
@@ -74,21 +74,21 @@ def check_policy(policy: str) -> None:
         )
 
 
-#: the strategies of shared subscription groups (docs/broker.md, "Shared subscriptions";
-#: the values of ``broker.core._shared.Strategy``)
-SHARED_STRATEGIES = ("round_robin", "random", "sticky", "hash_clientid", "hash_topic", "local")
+#: the strategies of shared subscription groups (docs/broker.md, "Shared subscriptions"):
+#: the values of ``broker.core._shared.Strategy``, their one home
+SHARED_STRATEGIES = tuple(s.value for s in Strategy)
 
 
 def shared_group_strategies(rules: tuple[str, ...]) -> dict[str, str]:
     """``("g1=sticky", ...)`` as ``{"g1": "sticky"}``; :class:`ConfigError` on a malformed
-    rule. O(rules)."""
+    rule (``broker.core._shared.group_strategies`` reads them). O(rules)."""
     out: dict[str, str] = {}
     for rule in rules:
-        group, sep, name = rule.partition("=")
-        if not sep or not group or any(c in group for c in "/+#") or name not in SHARED_STRATEGIES:
+        try:
+            out.update((g, s.value) for g, s in group_strategies((rule,)).items())
+        except ValueError:
             strategies = "|".join(SHARED_STRATEGIES)
-            raise ConfigError("shared_subscription_group_strategy", rule, f"GROUP={strategies}")
-        out[group] = name
+            raise ConfigError("shared_subscription_group_strategy", rule, f"GROUP={strategies}") from None
     return out
 
 
@@ -401,6 +401,9 @@ class Listener:
     #: rate limits); a connection without one is closed. Trusts whoever can connect here:
     #: bind it where only the balancer reaches it (docs/security.md, "PROXY protocol").
     proxy_protocol: bool = option(False, Kind.BOOL)
+    #: a name for this listener, by which ``[[quotas]]`` tables select its clients
+    #: (``listener = "NAME"``; docs/broker.md, "Quotas"); unset: no name. Unique.
+    name: str | None = option(None, Kind.STR, optional=True)
     #: serve cluster peer links only: a CONNECT whose client id is not ``$cluster/<node>``
     #: is refused (CONNACK 0x87 / 5), counted and logged; the cluster's token check refuses
     #: the rest (the cluster's link listener; docs/cluster.md, "Security").
@@ -458,7 +461,7 @@ class BrokerConfig:
 
     host: str = option("127.0.0.1", Kind.STR)
     port: int = option(1883, Kind.INT, **PORT)
-    #: CONTRACT.md "Negative entries inside the MQTT broker"; False = pure MQTT UNSUBSCRIBE.
+    #: docs/reference.md "Negative entries inside the MQTT broker"; False = pure MQTT UNSUBSCRIBE.
     partial_unsubscribe: bool = option(True, Kind.BOOL)
     #: name in ``content.ENGINES`` evaluating content filters (iccounting: the fastest correct
     #: engine in docs/performance-content.md at every measured point).
@@ -647,6 +650,15 @@ class BrokerConfig:
                 raise ConfigError("slow_consumer_rules", rule, f"PATTERN={policies}")
         if self.auth_backoff > self.auth_backoff_max:  # each field's range: its Option
             raise ValueError("auth_backoff must be <= auth_backoff_max")
+        names = [li.name for li in self.listeners if li.name is not None]
+        if len(set(names)) != len(names):
+            raise ValueError(f"listener names must be unique: {names}")
+        for i, quota in enumerate(self.quotas):
+            if quota.listener is not None and quota.listener not in names:
+                raise ValueError(
+                    f"quota {i + 1}: listener {quota.listener!r} is not the name of a [[listeners]] "
+                    f"table (named: {', '.join(map(repr, names)) or 'none'})"
+                )
 
     @property
     def high_water(self) -> int:
@@ -688,6 +700,7 @@ SERVE_OPTIONS: Mapping[str, Option] = {
     "acl_file": Option(Kind.PATH),
     # the HTTP and JWT auth backends (broker.authn; meanings in authn.SERVE_KEY_HELP)
     "auth_http_url": Option(Kind.STR),
+    "auth_http_authz_url": Option(Kind.STR),
     "auth_http_timeout": Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds"),
     "auth_http_retries": Option(Kind.INT, lo=0, hi=10),
     "auth_http_cache_ttl": Option(Kind.FLOAT, lo=0, unit="seconds"),
@@ -702,6 +715,7 @@ SERVE_OPTIONS: Mapping[str, Option] = {
     "auth_jwt_username_claim": Option(Kind.STR),
     "auth_jwt_acl_claim": Option(Kind.STR),
     "auth_jwt_leeway": Option(Kind.FLOAT, lo=0, unit="seconds"),
+    "auth_jwt_watch_interval": Option(Kind.FLOAT, lo=0, unit="seconds"),
 }
 
 
@@ -807,6 +821,7 @@ def config_from_toml(
 QUOTA_OPTIONS: Mapping[str, Option] = {
     "client_id": Option(Kind.STR, optional=True),
     "username": Option(Kind.STR, optional=True),
+    "listener": Option(Kind.STR, optional=True),
     "messages_per_second": Option(Kind.FLOAT, lo=0, unit="messages per second"),
     "bytes_per_second": Option(Kind.FLOAT, lo=0, unit="payload bytes per second"),
     "burst_seconds": Option(Kind.FLOAT, lo=0, lo_open=True, unit="seconds"),

@@ -1,9 +1,13 @@
 """``siftmq ctl``: drive a running broker through its admin API (issue 39, item 2; docs/admin.md).
 
-    siftmq ctl [--url http://HOST:PORT] [-u USER -P PASSWORD] VERB ...
+    siftmq ctl [--url http://HOST:PORT] [-u USER [-P PASSWORD]] VERB ...
 
 ``--url`` is the broker's ``--metrics-listen`` listener (default ``$SIFTMQ_URL`` or
-``http://127.0.0.1:9464``). Verbs map one to one onto ``/api/v1/`` calls
+``http://127.0.0.1:9464``).  The user (``-u``, default ``$SIFTMQ_USERNAME``) logs in with the
+password of ``-P``, else of ``$SIFTMQ_PASSWORD``, else typed at a prompt when standard input
+is a terminal (not echoed; ``getpass``), else none: a password on the command line is seen
+by every local user in ``ps``, the environment and the prompt are not (mosquitto_ctrl's
+reasoning for its options file). Verbs map one to one onto ``/api/v1/`` calls
 (``broker._admin_routes.ROUTES``): ``clients list|show|kick``, ``subscriptions
 list|add|remove``, ``retained list|show|delete``, ``publish``, ``bans list|add|remove``,
 ``users list|add|remove``, ``acl list|add|remove``. A state-changing call first reads the
@@ -120,8 +124,19 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:  # noqa: PLR091
         default=os.environ.get("SIFTMQ_URL", DEFAULT_URL),
         help=f"the broker's --metrics-listen URL (default $SIFTMQ_URL or {DEFAULT_URL})",
     )
-    p.add_argument("-u", "--username", default=None, help="user of the password file (a dashboard admin)")
-    p.add_argument("-P", "--password", default=None, help="its password")
+    p.add_argument(
+        "-u",
+        "--username",
+        default=os.environ.get("SIFTMQ_USERNAME"),
+        help="user of the password file, a dashboard admin (default $SIFTMQ_USERNAME)",
+    )
+    p.add_argument(
+        "-P",
+        "--password",
+        default=None,
+        help="its password (default $SIFTMQ_PASSWORD, else asked when on a terminal; "
+        "a password here is visible in ps)",
+    )
     verbs = p.add_subparsers(dest="area", metavar="AREA", parser_class=_Parser)
 
     clients = verbs.add_parser("clients", help="list, show, kick clients").add_subparsers(
@@ -310,10 +325,28 @@ def _quote(part: str) -> str:
     return quote(part, safe="")
 
 
+def _password(args: argparse.Namespace) -> str | None:
+    """The login's password: ``-P``, else ``$SIFTMQ_PASSWORD``, else asked on the terminal
+    (when standard input is one), else None; None without a user."""
+    if args.username is None or args.password is not None:
+        return args.password  # type: ignore[no-any-return]
+    from_env = os.environ.get("SIFTMQ_PASSWORD")
+    if from_env is not None:
+        return from_env
+    if not sys.stdin.isatty():
+        return None
+    import getpass
+
+    try:
+        return getpass.getpass(f"{PROG}: password of {args.username}: ")
+    except (EOFError, KeyboardInterrupt):
+        raise _Usage("no password typed (-P, $SIFTMQ_PASSWORD or the prompt)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """``siftmq ctl``: 0 on success, 1 for a refused or failed call, 2 for a usage error."""
     try:
-        client = Client(args.url, args.username, args.password)
+        client = Client(args.url, args.username, _password(args))
         answer = dispatch(client, args)
     except (_Usage, ValueError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

@@ -67,7 +67,7 @@ from broker._admin import Admin
 from broker._extras import Extra, MissingExtra, require
 from broker._history import History
 from broker.auth import FileAuth
-from broker.net._http import HttpServer, Request, Response
+from broker.net import HttpServer, Request, Response
 from broker.packets import ReasonCode
 
 if TYPE_CHECKING:

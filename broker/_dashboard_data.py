@@ -21,14 +21,11 @@ import resource
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from broker.core._composite import ATOM_CLIENT
-from broker.core._message import SubOptions
-from broker.core._session import PUBREL_SENT, ConnectionState, Session
+from broker.core import ATOM_CLIENT, PUBREL_SENT, ConnectionState, Session, SubOptions
 from topics import Entry
 
 if TYPE_CHECKING:
-    from broker.core._core import Core
-    from broker.core._message import Message
+    from broker.core import Core, Message
 
 __all__ = [
     "CHUNK",

@@ -9,13 +9,13 @@ subscriptions, persistence, TLS/WebSocket, the CLI); the rest comes with extras
 - ``cluster``: the broker network (kademlia);
 - ``metrics``: the Prometheus text at ``/metrics`` of ``--metrics-listen`` (prometheus-client;
   the dashboard on the same listener needs no extra);
-- ``auth``: the HTTP and JWT authentication backends (``broker.authn``: httpx, PyJWT,
+- ``auth``: the HTTP and JWT authentication backends (``broker.authn``: aiohttp, PyJWT,
   cryptography);
 - ``all``: every one of them.
 
 A feature that needs an extra asks :func:`require` before it imports anything of it; when a
 module of the extra is absent it raises :class:`MissingExtra`, whose text is one line naming
-the ``pip install`` command, and the CLI prints it and exits with status 2 (CONTRACT.md,
+the ``pip install`` command, and the CLI prints it and exits with status 2 (docs/reference.md,
 "Packaging"). The check is ``importlib.util.find_spec`` of each top-level module: nothing is
 imported, so asking costs microseconds and never loads Spark.
 """
@@ -45,7 +45,7 @@ MODULES: dict[Extra, tuple[str, ...]] = {
     Extra.SPARK: ("pyspark", "pyarrow", "pandas", "matplotlib"),
     Extra.CLUSTER: ("kademlia",),
     Extra.METRICS: ("prometheus_client",),
-    Extra.AUTH: ("httpx", "jwt", "cryptography"),
+    Extra.AUTH: ("aiohttp", "jwt", "cryptography"),
 }
 
 

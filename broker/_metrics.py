@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from broker.net._http import HttpServer, HttpStats, parse_listen
+from broker.net import HttpServer, HttpStats, parse_listen
 
 if TYPE_CHECKING:
-    from broker.core._core import Core
+    from broker.core import Core
 
 __all__ = ["GAUGES", "CoreCollector", "HttpCollector", "parse_listen", "registry_for"]
 

@@ -3,6 +3,8 @@ serve``, ``siftmq reload``.
 
 What one reload reads again, all or nothing:
 
+* the key or JWKS file of every :class:`broker.authn.JwtAuth` hook (``JwtAuth.reload``: the
+  next token is verified with the new keys; a file that does not parse fails the reload);
 * the password and ACL files of every :class:`broker.auth.FileAuth` hook
   (``FileAuth.reload``, which swaps both in only when both parse).  The ACL is asked on every
   PUBLISH and SUBSCRIBE and on every delivery (``"receive"``, ``Core.may_receive``), so a
@@ -51,7 +53,8 @@ from typing import TYPE_CHECKING
 from broker._files import private_dir, write_private
 from broker._logging import fields
 from broker.auth import FileAuth
-from broker.net._listeners import prepare_tls_reload
+from broker.authn import JwtAuth
+from broker.net import prepare_tls_reload
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -234,6 +237,9 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
                 if inspect.isawaitable(done):  # should FileAuth.reload become a coroutine
                     await done
                 changed += _auth_summary(hook)
+            elif isinstance(hook, JwtAuth):
+                hook.reload()
+                changed.append(f"JWT keys {hook.path} ({hook.keys()} key(s))")
     except Exception as exc:
         error = _where(exc) if isinstance(exc, OSError | ValueError) else f"{type(exc).__name__}: {exc}"
         _failed(counters, error)

@@ -12,13 +12,12 @@ everything else the standards call a Malformed Packet or Protocol Error at the p
 
 from __future__ import annotations
 
-from broker.protocol._decode import Decoder
-from broker.protocol._encode import PublishTemplate, encode, encode_publish
-from broker.protocol._values import (
+from broker.protocol import (
     NO_PROPERTIES,
     Auth,
     Connack,
     Connect,
+    Decoder,
     Disconnect,
     MalformedPacket,
     Packet,
@@ -29,6 +28,7 @@ from broker.protocol._values import (
     Puback,
     Pubcomp,
     Publish,
+    PublishTemplate,
     Pubrec,
     Pubrel,
     ReasonCode,
@@ -38,6 +38,8 @@ from broker.protocol._values import (
     Unsuback,
     Unsubscribe,
     Will,
+    encode,
+    encode_publish,
 )
 
 __all__ = [

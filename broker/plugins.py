@@ -1,6 +1,6 @@
 """The broker's registration point for packages above it (the bridge, the cluster, ...).
 
-The broker is a lower layer: it never imports the packages that extend it (CONTRACT.md:
+The broker is a lower layer: it never imports the packages that extend it (docs/reference.md:
 topics/content <- broker <- bridge). A package that wants a ``siftmq`` sub-command, options of
 ``siftmq serve``, or hooks in a served broker declares a :class:`Plugin` under the
 ``siftmq.plugins`` entry-point group of its distribution (``pyproject.toml``)::

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from broker.durability._records import (
+from broker.durability import (
     DB_NAME,
+    MIGRATIONS,
+    SCHEMA_VERSION,
     EntryRecord,
     LoadedState,
     MessageRecord,
     MessageState,
     OutgoingRecord,
     SessionRecord,
+    Store,
     StoreClosed,
     StoreError,
     StoreVersionError,
     decode_properties,
     encode_properties,
     message_record,
+    migrate,
     replay_entries,
 )
-from broker.durability._store import MIGRATIONS, SCHEMA_VERSION, Store, migrate
 
 __all__ = [
     "DB_NAME",

@@ -11,14 +11,22 @@ subscription groups are kept by the alpha brokers closest to their GroupCode
 The overlay needs the ``cluster`` extra (kademlia), which a broker-only install lacks, and the
 ``siftmq`` plugin (:mod:`cluster._plugin`) is imported through this package: so
 ``ClusterNode`` and ``load_node_id`` are loaded on first use (PEP 562), and using one without
-the extra raises :class:`broker._extras.MissingExtra` naming ``pip install 'siftmq[cluster]'``.
+the extra raises :class:`broker.ext.MissingExtra` naming ``pip install 'siftmq[cluster]'``.
+
+Seam (docs/architecture.md, "Seams"): this module is the package's public face, for users
+(``ClusterNode``, ``load_node_id``, the route table and token helpers); ``siftmq`` reaches
+the plugin through its entry point. Nothing outside ``cluster`` imports its ``_``-modules, and
+the cluster imports from ``broker`` only public modules (:mod:`broker.ext` for the broker's
+state it moves between nodes: sessions, messages, routes; :mod:`broker.hooks`,
+:mod:`broker.packets`, :mod:`broker.plugins`), checked by ``tests/test_layers.py``. Stable:
+the names in ``__all__``, within a release.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker._extras import Extra, lazy_names
+from broker.ext import Extra, lazy_names
 from cluster._auth import TokenChecker, make_token
 from cluster._routes import RouteChange, RouteTable
 

@@ -42,7 +42,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from broker._logging import address, fields
+from broker.ext import address, fields
 from broker.packets import (
     NO_PROPERTIES,
     Connack,

@@ -27,7 +27,7 @@ the request's nonce) and dropped unparsed when it is over :data:`MAX_DATAGRAM` b
 is wrong, it is addressed to another node, it is outside the clock window, it was seen before,
 or it is a reply to no request of ours; each drop is counted by reason
 (``Overlay.refused``, ``$SYS/cluster/overlay/dropped/<reason>``) and logged at most once per
-:data:`~broker.core._core.LIMIT_LOG_INTERVAL` per reason.  The protocol therefore receives
+:data:`~broker.ext.LIMIT_LOG_INTERVAL` per reason.  The protocol therefore receives
 and answers datagrams itself (:meth:`_Protocol.datagram_received`) instead of rpcudp's
 ``_solve_datagram``, and sends its requests through :meth:`_Protocol._call`, which knows the
 id of the node asked; rpcudp's bare ``ping(address, ...)`` (the bootstrap's, to a seed
@@ -54,8 +54,7 @@ from kademlia.network import Server
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
-from broker._files import private_dir, write_private
-from broker.core._core import LIMIT_LOG_INTERVAL
+from broker.ext import LIMIT_LOG_INTERVAL, private_dir, write_private
 from cluster._auth import ZERO_ID, DatagramGuard, Opened, Refusal, TokenChecker, datagram_key
 
 __all__ = ["LOST_PROBED", "MAX_DATAGRAM", "Overlay", "freshness_metrics", "freshness_values", "load_node_id"]

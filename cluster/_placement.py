@@ -37,7 +37,7 @@ from cluster._groups import group_code
 from cluster._replicas import Replicas
 
 if TYPE_CHECKING:
-    from broker._broker import Broker, LocalCompositeSubscription
+    from broker.ext import Broker, LocalCompositeSubscription
     from cluster._overlay import Overlay
 
 __all__ = ["CTL_PREFIX", "Csgt", "Placement"]

@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
-from broker._config import ConfigError, Kind, Option, split_hostport
-from broker._extras import Extra, require
-from broker._files import shared_access
+from broker.ext import ConfigError, Extra, Kind, Option, require, shared_access, split_hostport
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
@@ -43,7 +41,7 @@ class ClusterPlugin:
     """The ``serve`` options of the broker network (docs/cluster.md)."""
 
     name = "cluster"
-    #: the ``[serve]`` keys, checked at load like every option (``broker._config.Option``)
+    #: the ``[serve]`` keys, checked at load like every option (``broker.ext.Option``)
     serve_options: Mapping[str, Option] = {
         "cluster_listen": Option(Kind.HOSTPORT),
         "join": Option(Kind.HOSTPORTS),

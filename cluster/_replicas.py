@@ -53,11 +53,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from broker.core._atom_ids import Atom, event_key
+from broker.ext import Atom, event_key
 
 if TYPE_CHECKING:
-    from broker._broker import LocalCompositeSubscription
-    from broker.core._message import Message
+    from broker.ext import LocalCompositeSubscription, Message
     from cluster._placement import Csgt, Placement
 
 __all__ = ["GRACE_TICKS", "REPLAY_S", "Replicas"]

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import topics
-from broker._files import open_private, write_private
+from broker.ext import open_private, write_private
 from cluster._auth import WINDOW
 from cluster._control import BadControl
 

@@ -65,7 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from broker.core._message import PEER_PREFIX, Message, Route
+from broker.ext import PEER_PREFIX, Message, Route
 from broker.hooks import SubscriptionAction
 from broker.packets import NO_PROPERTIES, ReasonCode, SubscriptionRequest
 from cluster._moving import (
@@ -80,8 +80,7 @@ from cluster._moving import (
 )
 
 if TYPE_CHECKING:
-    from broker.core._core import Core
-    from broker.core._session import Session
+    from broker.ext import Core, Session
 
 __all__ = ["Takeover"]
 

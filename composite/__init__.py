@@ -64,6 +64,11 @@ the new ids)::
     journal.append(offered(eng, atom_ids, comp))    # after each offer to their atoms
     # after a crash:
     eng = CompositeEngine.restore(data); replay(eng, journal)   # no event delivered again
+
+Seam (docs/architecture.md, "Seams"): this module is the package's public face, for the
+broker (its core drives :class:`CompositeEngine`) and for users who parse expressions; nobody
+outside ``composite`` imports its ``_``-modules (``tests/test_layers.py``). Stable: the names
+in ``__all__`` and the interface above, within a release.
 """
 
 from __future__ import annotations

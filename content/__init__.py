@@ -1,11 +1,13 @@
 """Content filters on subscriptions: selector language, attribute extraction, matching engines.
 
-Public surface (CONTRACT.md, "content"): :func:`compile` turns an SQL-92 selector into a
+Public surface (docs/reference.md, "content"): :func:`compile` turns an SQL-92 selector into a
 :class:`Filter` (DNF of :class:`Predicate` atoms) and :func:`format_filter` prints that normal
 form back as selector text; :func:`attributes` flattens a JSON payload
 into the event an engine matches; :data:`ENGINES` maps engine names to classes that all give
-the same answers (seeds 000, 003, 004 and seed 004's baselines TAMA and H-Tree; brute
-force is the oracle).
+the same answers (seeds 000, 003, 004; brute force is the oracle). The product engines live
+here; the research baselines (BE-Tree, Poset, TAMA, H-Tree), kept to reproduce the papers'
+comparisons, live in :mod:`content.baselines` and are listed in :data:`ENGINES` under their
+names all the same.
 
 This package imports nothing from ``broker`` or ``bridge``.
 
@@ -14,6 +16,12 @@ numpy and a broker uses one, the configured one. :data:`ENGINES` is a read-only 
 lists every name without importing anything and imports an engine's module at its first lookup
 (``ENGINES["hema"]``); the classes (``content.HEMA``, ``from content import TAMA``) are module
 attributes loaded the same way (PEP 562 ``__getattr__``).
+
+Seam (docs/architecture.md, "Seams"): this module and :mod:`content.baselines` are the
+package's public modules, for users, for ``composite`` and for the broker; nobody outside
+``content`` imports its ``_``-modules (``tests/test_layers.py``). Stable: the selector
+language, :func:`compile`, :func:`attributes`, :data:`ENGINES` and the ``Engine`` interface;
+the engines' internals are not.
 """
 
 from __future__ import annotations
@@ -29,16 +37,13 @@ from content._predicate import Kind, Op, Predicate, Scalar
 from content._selector import FilterSyntaxError, compile, format_filter
 
 if TYPE_CHECKING:
-    from content._betree import BETree
     from content._counting import Counting
     from content._hcem import HCEM
     from content._hema import HEMA
-    from content._htree import HTree
     from content._iccounting import ICCounting
-    from content._poset import Poset
     from content._rabased import RABasedMatching
     from content._rein import REIN
-    from content._tama import TAMA
+    from content.baselines import TAMA, BETree, HTree, Poset
 
 __all__ = [
     "ENGINES",
@@ -76,10 +81,10 @@ _CLASSES: dict[str, str] = {
     "HEMA": "content._hema",
     "REIN": "content._rein",
     "HCEM": "content._hcem",
-    "BETree": "content._betree",
-    "Poset": "content._poset",
-    "TAMA": "content._tama",
-    "HTree": "content._htree",
+    "BETree": "content.baselines",
+    "Poset": "content.baselines",
+    "TAMA": "content.baselines",
+    "HTree": "content.baselines",
 }
 
 #: engine name (``Engine.name``) -> class name, in the order ENGINES lists them

@@ -1,4 +1,4 @@
-"""Attribute extraction: the event a content filter sees for one publish (CONTRACT.md, "content").
+"""Attribute extraction: the event a content filter sees for one publish (docs/reference.md, "content").
 
 A payload that is a JSON object becomes a flat mapping from dotted paths to scalar values
 (seed 000, Definition 1: an attribute is <type, name, value>; here the type is the Python

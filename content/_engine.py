@@ -1,4 +1,4 @@
-"""The engine interface (CONTRACT.md, "content") and the brute-force oracle.
+"""The engine interface (docs/reference.md, "content") and the brute-force oracle.
 
 Every engine maps subscription ids to :class:`~content._filter.Filter` values and answers
 ``match(event)`` with the set of ids whose filter the event satisfies.  Engines differ only

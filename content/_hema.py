@@ -33,7 +33,7 @@ where they live here:
   it if it sits between them (or at an end); otherwise Step 2 inserts it into the Mtable.
   Both are O(k log n); deletion unlinks the unit and removes its nodes, also O(k log n).
 
-Exactness for the whole selector language (CONTRACT.md, "content"): a :class:`Filter` is a
+Exactness for the whole selector language (docs/reference.md, "content"): a :class:`Filter` is a
 DNF; every conjunction is indexed as its own *subscription unit* and a subscription matches
 when any unit does.  A unit enters a chain only if all its predicates are numeric order
 comparisons on distinct families with non-NaN literals.  In the Mlist a unit's start node is

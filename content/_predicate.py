@@ -1,6 +1,6 @@
 """Atomic predicates and the normal form every engine indexes.
 
-A selector (CONTRACT.md, "content") is compiled to a :class:`Filter`: a disjunction of
+A selector (docs/reference.md, "content") is compiled to a :class:`Filter`: a disjunction of
 conjunctions (DNF) of atomic :class:`Predicate` objects, with every ``NOT`` already pushed
 into the operators.  This is the representation all engines share; seed 000 (section 2)
 calls the atoms *constraints* (type, name, operator, value) and stores identical ones once

@@ -8,7 +8,7 @@ an event *fails* (negative search): in ``L_low`` every bound above the event val
 ``L_high`` every bound below it; only the event's own bucket is compared, the buckets
 beyond it are marked wholesale.  What stays unmarked matches.
 
-Mapping of the whole selector language onto that index (CONTRACT.md, "content"):
+Mapping of the whole selector language onto that index (docs/reference.md, "content"):
 
 * a *unit* is one DNF conjunction of a filter (a subscription matches when any of its units
   does), so OR is exact; units are dense ids (intp: numpy scatters with native indices) into numpy arrays;

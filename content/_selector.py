@@ -1,6 +1,6 @@
 """The selector language: tokenizer, recursive-descent parser and normalisation to DNF.
 
-Grammar (CONTRACT.md, "content"; keywords case-insensitive)::
+Grammar (docs/reference.md, "content"; keywords case-insensitive)::
 
     selector   := or
     or         := and ( OR and )*

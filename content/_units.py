@@ -2,9 +2,9 @@
 
 Seed 004 (section 4) measures HCEM against TAMA and H-Tree.  Both index *range constraints*
 ``[v_low, v_high]`` per attribute, like REIN (seed 004, Definition 2), and both must answer
-exactly like brute force here (CONTRACT.md, "content"), so both need the same things around
+exactly like brute force here (docs/reference.md, "content"), so both need the same things around
 their index: units, exact verification of candidates and residual predicates.  This module
-holds them; :mod:`content._tama` and :mod:`content._htree` add their index.
+holds them; :mod:`content.baselines._tama` and :mod:`content.baselines._htree` add their index.
 
 * A *unit* is one DNF conjunction of a filter (a filter matches when any unit does), as in
   :mod:`content._rein`; per unit and attribute the numeric ``= < <= > >=`` predicates are

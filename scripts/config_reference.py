@@ -92,10 +92,15 @@ def _flags(serve: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 def _flag_of(flags: dict[str, argparse.Action], name: str) -> str:
+    """The flags of key ``name``: the option of that dest, its ``--no-`` form, or for a list key
+    (``dashboard_admins``) the repeatable option named in the singular (``--dashboard-admin``)."""
     for dest in (name, "no_" + name):
         action = flags.get(dest)
         if action is not None:
             return ", ".join(f"`{o}`" for o in action.option_strings)
+    action = flags.get(name.removesuffix("s"))
+    if name.endswith("s") and isinstance(action, argparse._AppendAction):
+        return ", ".join(f"`{o}` (repeatable)" for o in action.option_strings)
     return ""
 
 

@@ -51,6 +51,7 @@ SPARK_SESSION_FILES = frozenset(
         "tests/bridge/test_bridge_end_to_end.py",
         "tests/bridge/test_bridge_loop.py",
         "tests/bridge/test_bridge_spark.py",
+        "tests/bridge/test_docs_spark.py",
     }
 )
 

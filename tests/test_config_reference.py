@@ -47,3 +47,11 @@ def test_the_example_configuration_of_the_systemd_unit_is_valid() -> None:
     assert set(serve) <= known
     unit = (ROOT / "packaging" / "siftmq.service").read_text()
     assert "--config /etc/siftmq/siftmq.toml" in unit
+
+
+def test_a_list_key_names_its_repeatable_flag() -> None:
+    """``dashboard_admins`` is set by ``--dashboard-admin USER`` given once per user: its row
+    names that flag (it had an empty flag column: the flag's name is the key's singular)."""
+    committed = (ROOT / "docs" / "config-reference.md").read_text(encoding="utf-8")
+    row = next(line for line in committed.splitlines() if line.startswith("| `dashboard_admins` |"))
+    assert "`--dashboard-admin` (repeatable)" in row

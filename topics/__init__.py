@@ -11,6 +11,12 @@
 * ``RetainedTree``: retained messages by topic name, searched by filter (``topics._retained``).
 
 This package imports nothing from ``broker`` or ``bridge``.  Design notes: ``docs/topics.md``.
+
+Seam (docs/architecture.md, "Seams"): this module is the package's public face, for users,
+for ``composite`` and for the broker; nobody outside ``topics`` imports its
+``_``-modules (``tests/test_layers.py``). Stable: the names in ``__all__`` (the contract's
+``validate_*``, ``matches``, ``includes``, ``overlaps``, ``TopicSet``; the index and retained
+tree the broker uses, within a release).
 """
 
 from __future__ import annotations

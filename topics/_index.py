@@ -1,6 +1,6 @@
 """``SubscriptionIndex``: every client's MQTT subscriptions and negative entries, in one topic tree.
 
-Semantics (CONTRACT.md, "Negative entries inside the MQTT broker"; seed 002 Fig. 4 and 8 adapted
+Semantics (docs/reference.md, "Negative entries inside the MQTT broker"; seed 002 Fig. 4 and 8 adapted
 to MQTT).  Each client has an ordered list (oldest first) of entries: MQTT subscriptions
 (filter + opaque options ``O``) and negative entries (filter only).
 

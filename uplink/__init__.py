@@ -7,6 +7,13 @@ Configured by ``[[bridges]]`` tables of ``siftmq serve --config`` or, embedded, 
 whose deliveries are published to the remote and acknowledged locally only when the remote
 acknowledged them, so the broker's store keeps what the remote has not taken yet
 (:mod:`uplink._bridge`).  This package sits above ``broker`` (a plugin, like ``cluster``).
+
+Seam (docs/architecture.md, "Seams"): this module is the package's public face, for users
+(``Uplink``, ``BridgeConfig`` and its parts); ``siftmq`` reaches the plugin through its entry
+point. Nothing outside ``uplink`` imports its ``_``-modules, and the uplink imports from
+``broker`` only public modules (:mod:`broker.ext`, :mod:`broker.hooks`,
+:mod:`broker.plugins`), checked by ``tests/test_layers.py``. Stable: the names in
+``__all__``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from uplink._bridge import Bridge, LocalEndpoint
 from uplink._config import BridgeConfig
 
 if TYPE_CHECKING:
-    from broker._broker import Broker
+    from broker.ext import Broker
 
 __all__ = ["Uplink"]
 

@@ -12,7 +12,7 @@ import argparse
 import tomllib
 from collections.abc import Mapping, Sequence
 
-from broker._config import Option
+from broker.ext import Option
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 from uplink._config import parse_bridges

@@ -1,7 +1,7 @@
 """Render a bench_brokers.py JSON run as a markdown section and matplotlib plots.
 
-The section is inserted at the top of the runs in docs/performance-brokers.md (older runs are
-kept below it, for history); plots go to docs/img/brokers-<run>-*.png.
+The section is inserted at the top of the runs in docs/lab/performance-brokers.md (older runs are
+kept below it, for history); plots go to docs/lab/img/brokers-<run>-*.png.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every scenario is split over ``procs`` worker processes (pairs, idle connections and retained
 subscribers are dealt round-robin; fan-out stays in one process so its window is local). All
-traffic is MQTT 3.1.1; the content filter travels as ``$filter/<selector>/<topic>`` (CONTRACT.md,
+traffic is MQTT 3.1.1; the content filter travels as ``$filter/<selector>/<topic>`` (docs/reference.md,
 broker). Sizes are chosen so that each scenario's setup takes seconds even on the slowest peer.
 """
 

@@ -1,10 +1,11 @@
 """Per-client publish quotas (issue 39, item 4): token buckets that pace a publisher (sans-IO).
 
 A :class:`QuotaRule` (``BrokerConfig.quotas``; TOML ``[[quotas]]``, docs/broker.md, "Quotas")
-selects clients by client id and/or authenticated user name (``fnmatch`` patterns) and gives
-them a rate in messages/s and/or bytes/s, a burst, and an action.  At CONNECT the first
-matching rule gives the connection a :class:`ClientQuota` (a rare field of the connection: a
-client without a quota pays one attribute test per PUBLISH).
+selects clients by client id and/or authenticated user name (``fnmatch`` patterns) and/or the
+listener they connected to (its ``name``, ``Listener.name``: the transport's
+``ListenerPolicy.name``), and gives them a rate in messages/s and/or bytes/s, a burst, and an
+action.  At CONNECT the first matching rule gives the connection a :class:`ClientQuota` (a
+rare field of the connection: a client without a quota pays one attribute test per PUBLISH).
 
 Each PUBLISH read from the client is charged to its buckets *after* it was processed
 (:meth:`ClientQuota.charge`).  A :class:`TokenBucket` holds at most ``burst`` tokens, refills
@@ -49,7 +50,7 @@ __all__ = [
     "retained_refusal",
 ]
 
-ACTIONS = ("pace", "disconnect")
+ACTIONS: tuple[str, ...] = ("pace", "disconnect")
 
 
 class TokenBucket:
@@ -89,6 +90,8 @@ class QuotaRule:
     client_id: str | None = None
     #: fnmatch pattern of the *authenticated* user name (unset: every client)
     username: str | None = None
+    #: the ``name`` of the listener the client connected to (unset: every listener)
+    listener: str | None = None
     #: PUBLISHes per second (0: no message rate)
     messages_per_second: float = 0.0
     #: payload bytes per second (0: no byte rate); a rule needs this and/or messages_per_second
@@ -109,8 +112,11 @@ class QuotaRule:
         if self.burst_seconds <= 0:
             raise ValueError("quota burst_seconds must be > 0")
 
-    def matches(self, client_id: str, username: str | None) -> bool:
-        """Whether this rule selects the client (O(pattern length))."""
+    def matches(self, client_id: str, username: str | None, listener: str | None = None) -> bool:
+        """Whether this rule selects the client that connected to the listener named
+        ``listener`` (None: an unnamed one) (O(pattern length))."""
+        if self.listener is not None and listener != self.listener:
+            return False
         if self.client_id is not None and not fnmatch.fnmatchcase(client_id, self.client_id):
             return False
         return self.username is None or (
@@ -180,8 +186,11 @@ class Quotas:
 
     def attach(self, conn: Connection, client_id: str, username: str | None, now: float) -> None:
         """At CONNECT: the first matching rule gives ``conn`` its buckets. O(rules)."""
+        # the listener's name: on its admission policy, which the transport keeps (None for a
+        # connection without one: a plugin's link, a test's)
+        listener = getattr(getattr(conn.link, "policy", None), "name", None)
         for rule in self.rules:
-            if rule.matches(client_id, username):
+            if rule.matches(client_id, username, listener):
                 conn.quota = ClientQuota(rule, now)
                 return
 

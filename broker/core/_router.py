@@ -2,7 +2,7 @@
 
 The router answers one question per PUBLISH: which clients receive it, at which QoS and
 with which subscription identifiers.  It never re-implements topic matching: the
-subscription lists, negative entries and partial unsubscribe (CONTRACT.md, "Negative
+subscription lists, negative entries and partial unsubscribe (docs/reference.md, "Negative
 entries inside the MQTT broker"; seed 002, the IBM patent, Fig. 4-7) live in
 :class:`topics.SubscriptionIndex`, retained messages in :class:`topics.RetainedTree`.
 
@@ -466,7 +466,7 @@ class Router:
         return routes
 
     def route(self, msg: Message) -> list[Route]:
-        """Decide every delivery of ``msg`` (MQTT 5 section 4.5 and CONTRACT.md rules)."""
+        """Decide every delivery of ``msg`` (MQTT 5 section 4.5 and docs/reference.md rules)."""
         self.routed += 1
         plan = self._plan(msg.topic)
         if plan is None:
@@ -636,7 +636,7 @@ class Router:
         return Subscribed(ReasonCode(qos), None, None, full_filter, plain, selector, due)
 
     def unsubscribe(self, client_id: str, selectors: dict[str, str], raw: str) -> Subscribed:
-        """One filter of an UNSUBSCRIBE (partial unsubscribe: CONTRACT.md); ``code`` is the
+        """One filter of an UNSUBSCRIBE (partial unsubscribe: docs/reference.md); ``code`` is the
         UNSUBACK reason code, ``limit`` the change: ``removed``, ``partial`` or None."""
         try:
             _, full_filter = split_filter_prefix(raw)

@@ -43,7 +43,7 @@ import socket
 import ssl
 from collections.abc import Callable
 
-from broker.core._core import Core
+from broker.core import Core
 from broker.net._admission import ConnectionLimits
 from broker.net._lean import LeanProtocol, Poller
 

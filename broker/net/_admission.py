@@ -14,7 +14,7 @@ import enum
 from collections.abc import Callable
 
 from broker._config import BrokerConfig
-from broker.core._session import Stats
+from broker.core import Stats
 from broker.packets import ReasonCode
 
 __all__ = ["ConnectionLimits", "ListenerPolicy", "Refusal"]
@@ -103,7 +103,7 @@ class ConnectionLimits:
 class ListenerPolicy:
     """What one listener admits: the shared limits plus its anonymous-client rule."""
 
-    __slots__ = ("anonymous", "identity", "limits", "peers_only", "proxy", "slow_consumer")
+    __slots__ = ("anonymous", "identity", "limits", "name", "peers_only", "proxy", "slow_consumer")
 
     def __init__(
         self,
@@ -114,8 +114,11 @@ class ListenerPolicy:
         *,
         proxy: bool = False,
         peers_only: bool = False,
+        name: str | None = None,
     ) -> None:
         self.limits = limits
+        #: the listener's name (``Listener.name``: ``[[quotas]]`` select clients by it)
+        self.name = name
         self.anonymous = anonymous
         #: cluster peer links only (``Listener.peers_only``)
         self.peers_only = peers_only

@@ -57,7 +57,7 @@ import select
 import socket
 from typing import Any, cast
 
-from broker.core._core import Core
+from broker.core import Core
 from broker.net._admission import ListenerPolicy
 from broker.net._transport import MQTTProtocol
 

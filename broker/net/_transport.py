@@ -47,10 +47,7 @@ import termios
 from typing import Any, cast
 
 from broker._logging import address
-from broker.core._backoff import address_of
-from broker.core._connection import Connection
-from broker.core._core import Core
-from broker.core._message import PEER_PREFIX
+from broker.core import PEER_PREFIX, Connection, Core, address_of
 from broker.net._admission import ListenerPolicy, Refusal
 from broker.packets import (
     NO_PROPERTIES,
@@ -62,7 +59,7 @@ from broker.packets import (
     Properties,
     ReasonCode,
 )
-from broker.protocol._proxy import ProxyError, ProxyParser
+from broker.protocol import ProxyError, ProxyParser
 
 __all__ = ["LINGER", "MQTTProtocol", "common_name"]
 

@@ -30,7 +30,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.typing import Subprotocol
 
-from broker.core._core import Core
+from broker.core import Core
 from broker.net._transport import LINGER, MQTTProtocol
 
 if TYPE_CHECKING:

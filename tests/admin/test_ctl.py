@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import select
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +188,84 @@ async def test_unreachable_broker_is_status_1() -> None:
     )
     _, err = await proc.communicate()
     assert proc.returncode == 1 and err.decode().startswith("siftmq ctl: cannot reach 127.0.0.1:1")
+
+
+async def _ctl_env(b: Broker, env: dict[str, str], *argv: str) -> tuple[int, Any, str]:
+    """``siftmq ctl`` with ``env`` added to the environment (stdin not a terminal)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "broker._cli", "ctl", "--url", f"http://127.0.0.1:{b.metrics_port}", *argv,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, json.loads(out) if out.strip() else None, err.decode()
+
+
+async def test_the_password_from_the_environment(b: Broker) -> None:
+    code, out, err = await _ctl_env(b, {"SIFTMQ_PASSWORD": "rootpw"}, "-u", "root", "bans", "list")
+    assert code == 0 and isinstance(out, dict) and "bans" in out, err
+    # the user from the environment too
+    code, out, err = await _ctl_env(
+        b, {"SIFTMQ_USERNAME": "root", "SIFTMQ_PASSWORD": "rootpw"}, "bans", "list"
+    )
+    assert code == 0 and "bans" in out, err
+    # -P wins over the environment
+    code, _, err = await _ctl_env(
+        b, {"SIFTMQ_PASSWORD": "rootpw"}, "-u", "root", "-P", "nope", "bans", "list"
+    )
+    assert code == 1 and "401" in err
+    code, _, err = await _ctl_env(b, {"SIFTMQ_PASSWORD": "nope"}, "-u", "root", "bans", "list")
+    assert code == 1 and "401" in err
+    # no password anywhere and no terminal: no prompt, the API refuses
+    env = {k: v for k, v in os.environ.items() if k not in ("SIFTMQ_PASSWORD",)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "broker._cli", "ctl", "--url", f"http://127.0.0.1:{b.metrics_port}",
+        "-u", "root", "bans", "list",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )  # fmt: skip
+    _, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1 and b"401" in err_b
+
+
+async def test_the_password_typed_at_a_prompt_on_a_terminal(b: Broker) -> None:
+    """On a terminal (a pseudo-terminal made the child's controlling terminal) with no -P and
+    no $SIFTMQ_PASSWORD, ctl asks for the password; what is typed logs in."""
+    master, slave = pty.openpty()
+    argv = [sys.executable, "-m", "broker._cli", "ctl", "--url", f"http://127.0.0.1:{b.metrics_port}",
+            "-u", "root", "bans", "list"]  # fmt: skip
+    # a new session whose controlling terminal is the pty, then ctl itself
+    boot = (
+        "import fcntl, os, sys, termios\n"
+        "os.setsid()\n"
+        "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+        "os.execv(sys.argv[1], sys.argv[1:])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SIFTMQ_PASSWORD"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", boot, *argv,
+        stdin=slave, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    os.close(slave)
+    try:
+
+        def answer() -> bytes:
+            seen = b""
+            deadline = time.monotonic() + 30
+            while b"password of root" not in seen:
+                assert time.monotonic() < deadline, seen
+                ready, _, _ = select.select([master], [], [], 1.0)
+                if ready:
+                    seen += os.read(master, 1024)
+            os.write(master, b"rootpw\n")
+            return seen
+
+        prompt = await asyncio.to_thread(answer)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        os.close(master)
+    assert b"siftmq ctl: password of root:" in prompt
+    assert proc.returncode == 0, err
+    assert "bans" in json.loads(out)
+    assert b"rootpw" not in prompt  # not echoed

@@ -215,3 +215,83 @@ async def test_a_client_that_leaves_while_paced_is_forgotten() -> None:
         assert not quotas.paused
         assert b.core.stats.publishers_paused == 0
         b.core._check()
+
+
+async def test_a_quota_selects_clients_by_listener() -> None:
+    """Two listeners; the rule names one ("devices"): a client there is held to the quota
+    (disconnected 0x96 past it), the same client id on the other listener ("apps") has no
+    quota and all its messages go through."""
+    from broker._config import Listener
+
+    rule = QuotaRule(listener="devices", messages_per_second=5, action="disconnect")
+    listeners = (
+        Listener("tcp", "127.0.0.1", 0, name="devices"),
+        Listener("tcp", "127.0.0.1", 0, name="apps"),
+    )
+    async with Broker(listeners=listeners, sys_interval=0, quotas=(rule,)) as b:
+        devices, apps = b.ports
+        # on "apps": no quota; 50 messages at once all reach a subscriber
+        async with aiomqtt.Client("127.0.0.1", apps, identifier="watcher") as sub:
+            await sub.subscribe("g/#", qos=1)
+            async with aiomqtt.Client("127.0.0.1", apps, identifier="greedy") as pub:
+                await eventually(lambda: _connection(b, "greedy") is not None)
+                assert _quota_of(b, "greedy") is None
+                for i in range(50):
+                    await pub.publish("g/x", b"%d" % i, qos=1)
+                got = 0
+                async with asyncio.timeout(T):
+                    async for _ in sub.messages:
+                        got += 1
+                        if got == 50:
+                            break
+                assert _connection(b, "greedy") is not None  # still connected
+        assert b.core.stats.quota_disconnects == 0
+        # on "devices": the same client gets the quota and is disconnected past it
+        gone = threading.Event()
+        codes: list[int] = []
+
+        def on_disconnect(_c: object, _u: object, _f: object, rc: mqtt.ReasonCode, _p: object = None) -> None:
+            codes.append(rc.value)
+            gone.set()
+
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "greedy", protocol=mqtt.MQTTv5)
+        c.on_disconnect = on_disconnect
+        c.connect("127.0.0.1", devices)
+        c.loop_start()
+        try:
+            await eventually(lambda: _quota_of(b, "greedy") is not None)
+            for i in range(50):
+                c.publish("g/x", b"%d" % i, qos=0)
+            assert await asyncio.to_thread(gone.wait, T)
+            assert codes[0] == ReasonCode.MESSAGE_RATE_TOO_HIGH
+            assert b.core.stats.quota_disconnects == 1
+        finally:
+            c.loop_stop()
+
+
+def _connection(b: Broker, client_id: str) -> object:
+    return next((c for c in b.core.connections if c.client_id == client_id), None)
+
+
+def test_quotas_by_listener_from_toml(tmp_path: Path) -> None:
+    path = tmp_path / "siftmq.toml"
+    path.write_text(
+        '[[listeners]]\nname = "devices"\nport = 0\n\n[[listeners]]\nname = "apps"\nport = 0\n\n'
+        '[[quotas]]\nlistener = "devices"\nmessages_per_second = 10\n'
+    )
+    cfg = load_toml(path)
+    assert [li.name for li in cfg.listeners] == ["devices", "apps"]
+    assert cfg.quotas == (QuotaRule(listener="devices", messages_per_second=10),)
+    rule = cfg.quotas[0]
+    assert rule.matches("c", None, "devices") and not rule.matches("c", None, "apps")
+    assert not rule.matches("c", None, None)
+    # a rule naming no listener of the file is refused, as are two listeners of one name
+    path.write_text(
+        '[[listeners]]\nname = "devices"\nport = 0\n\n'
+        '[[quotas]]\nlistener = "device"\nmessages_per_second = 1\n'
+    )
+    with pytest.raises(ValueError, match="listener 'device' is not the name of a"):
+        load_toml(path)
+    path.write_text('[[listeners]]\nname = "a"\nport = 0\n\n[[listeners]]\nname = "a"\nport = 0\n')
+    with pytest.raises(ValueError, match="listener names must be unique"):
+        load_toml(path)

@@ -1,7 +1,7 @@
 """Model test of the router's plan cache and engine-first join against per-message routing.
 
 The reference is brute force for plain subscriptions: the machine keeps every client's
-ordered entries (subscriptions and negative entries, CONTRACT.md "Negative entries inside the
+ordered entries (subscriptions and negative entries, docs/reference.md "Negative entries inside the
 MQTT broker") itself, walks them newest first with ``topics.matches`` and evaluates every
 selector with ``content.compile(...)`` directly on the JSON attributes; ``$share`` groups come
 from ``SubscriptionIndex.match`` (only the member choice is the router's).  The state

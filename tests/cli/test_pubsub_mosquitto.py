@@ -144,26 +144,28 @@ async def test_retained_no_eol_no_retained_and_timeout_alike(tmp_path: Path, bro
         for pf in FAMILIES:
             status, _, err = await run(*_pub(pf), *at, "-t", f"r/{pf}", "-m", "kept", "-r", "-q", "1")
             assert status == 0, err
-        for sf in FAMILIES:
-            for version in ("mqttv311", "mqttv5"):
-                v = ["-V", version]
-                # -C 2 -N: both retained messages, no newline (their order is the broker's)
-                status, out, err = await run(*_sub(sf), *at, *v, "-t", "r/#", "-C", "2", "-N")
-                assert (status, out) == (0, "keptkept"), (sf, out, err)
-                status, out, err = await run(*_sub(sf), *at, *v, "-t", "r/#", "-C", "2", "-N", "-v")
-                assert status == 0 and out in {
-                    "r/mosquitto keptr/siftmq kept",
-                    "r/siftmq keptr/mosquitto kept",
-                }, (sf, out, err)
-                # -R: retained messages are not printed; -W 1 then ends it with status 27
-                status, out, err = await run(*_sub(sf), *at, *v, "-t", "r/#", "-R", "-W", "1")
-                assert (status, out) == (27, ""), (sf, err)
-                # -W with nothing at all
-                status, out, err = await run(*_sub(sf), *at, *v, "-t", "nothing/here", "-W", "1")
-                assert (status, out) == (27, ""), (sf, err)
-                assert (
-                    "imed out" in err
-                )  # mosquitto: "Timed out"; siftmq: "siftmq sub: timed out after 1 s (-W)"
+
+        async def reads(sf: str, version: str) -> None:
+            v = ["-V", version]
+            # -C 2 -N: both retained messages, no newline (their order is the broker's)
+            status, out, err = await run(*_sub(sf), *at, *v, "-t", "r/#", "-C", "2", "-N")
+            assert (status, out) == (0, "keptkept"), (sf, out, err)
+            status, out, err = await run(*_sub(sf), *at, *v, "-t", "r/#", "-C", "2", "-N", "-v")
+            assert status == 0 and out in {
+                "r/mosquitto keptr/siftmq kept",
+                "r/siftmq keptr/mosquitto kept",
+            }, (sf, out, err)
+            # -R: retained messages are not printed; -W 1 then ends it with status 27
+            status, out, err = await run(*_sub(sf), *at, *v, "-t", "r/#", "-R", "-W", "1")
+            assert (status, out) == (27, ""), (sf, err)
+            # -W with nothing at all
+            status, out, err = await run(*_sub(sf), *at, *v, "-t", "nothing/here", "-W", "1")
+            assert (status, out) == (27, ""), (sf, err)
+            assert "imed out" in err  # mosquitto: "Timed out"; siftmq: "siftmq sub: timed out after 1 s (-W)"
+
+        # the four readers only read the retained messages: they run side by side (each waits
+        # out its -W seconds; one after the other they took 11-12 s)
+        await asyncio.gather(*(reads(sf, version) for sf in FAMILIES for version in ("mqttv311", "mqttv5")))
         for pf in FAMILIES:
             status, _, err = await run(*_pub(pf), *at, "-t", f"r/{pf}", "-n", "-r")
             assert status == 0, err

@@ -1,5 +1,5 @@
 """MQTT 3.8/3.9 SUBSCRIBE/SUBACK, 3.10/3.11 UNSUBSCRIBE/UNSUBACK, with the project's extensions
-(CONTRACT.md): content filters from both versions and partial unsubscribe (negative entries)."""
+(docs/reference.md): content filters from both versions and partial unsubscribe (negative entries)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from content import BruteForce, Filter, Op, Predicate
-from content._betree import BETree
+from content.baselines._betree import BETree
 from tests.content.strategies import events, events_sparse, selector_texts
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from content import BruteForce, compile
-from content._poset import Poset, covers
+from content.baselines._poset import Poset, covers
 from tests.content.strategies import events, events_sparse, selector_texts
 
 _SETTINGS = settings(

@@ -1,4 +1,4 @@
-"""The predicate model's three-valued semantics (CONTRACT.md, content)."""
+"""The predicate model's three-valued semantics (docs/reference.md, content)."""
 
 from __future__ import annotations
 

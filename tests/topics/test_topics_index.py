@@ -1,4 +1,4 @@
-"""SubscriptionIndex and RetainedTree: the CONTRACT.md rules on worked examples."""
+"""SubscriptionIndex and RetainedTree: the docs/reference.md rules on worked examples."""
 
 from __future__ import annotations
 

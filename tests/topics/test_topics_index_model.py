@@ -1,6 +1,6 @@
 """Model-based tests: SubscriptionIndex, RetainedTree and TopicSet against brute-force references.
 
-The reference index keeps, per client, a plain list of entries and applies CONTRACT.md
+The reference index keeps, per client, a plain list of entries and applies docs/reference.md
 ("Negative entries inside the MQTT broker") literally, with inclusion decided by brute force
 over every topic of up to 5 levels (exact for filters of up to 3 levels, see
 test_topics_match.py); matching walks each client's list newest first.  After every step the

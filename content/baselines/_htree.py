@@ -34,7 +34,7 @@ Deviations (docs/content.md, "H-Tree"), for exact answers over the whole languag
   most units are indexed (ties: first seen); each one's tau segments have equal widths,
   as in the paper, over the span ``[min, max]`` of its range bounds (nobody declares a
   domain), recomputed at rebuilds; the first and last segments are open-ended.
-* **Updates.**  As in :mod:`content._tama`: the tree is rebuilt (vectorised) when units
+* **Updates.**  As in :mod:`content.baselines._tama`: the tree is rebuilt (vectorised) when units
   added since the last build exceed a sixteenth of it; those units are candidates of every
   event until then; deletes are tombstones, compacted when the dead outnumber the live.
 
