@@ -20,7 +20,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from broker.core._qbound import QueueBound
+from broker.ext import QueueBound
 from broker.hooks import Hooks
 from uplink._bridge import Bridge, LocalEndpoint
 from uplink._config import BridgeConfig
