@@ -25,7 +25,9 @@ acknowledged, with the same identifiers.  Because identifiers are the source's, 
 message sent again after a reconnection reaches the destination under the identifier it
 already knows, which discards the duplicate: **QoS 2 is exactly once end to end** (and QoS 1
 at least once), in order per topic.  The local window is the remote's Receive Maximum (and
-``max_inflight``), so the remote never sees more unacknowledged identifiers than it allows.
+``max_inflight``), so the remote never sees more unacknowledged identifiers than it allows;
+the local broker's own ``max_inflight`` (meant for ordinary clients) does not narrow it
+(``widen``, given by the Uplink hook).
 
 The supervisor coroutine connects the remote first (failover list in order, jittered
 exponential back-off between rounds, bounded by ``backoff_max``), then the local side; packets
@@ -78,6 +80,11 @@ NEVER = 0xFFFFFFFF
 #: the packet identifier of the bridge's SUBSCRIBE requests (its PUBLISH identifiers are the
 #: other broker's, which start from 1)
 SUBSCRIBE_ID = 65535
+#: messages in flight to a 3.1.1 remote (it announces no Receive Maximum) when ``max_inflight``
+#: is 0: mosquitto's default ``max_inflight_messages``
+V311_WINDOW = 20
+#: the Receive Maximum the bridge announces to an MQTT 5 remote when ``max_inflight`` is 0
+IN_WINDOW = 100
 #: topics whose rule is remembered per direction (the cache is emptied when full)
 RULE_CACHE = 4096
 
@@ -140,8 +147,13 @@ def _forwarded(props: Properties) -> Properties:
 class Bridge:
     """Runs one :class:`BridgeConfig` against a local endpoint until :meth:`stop`."""
 
-    def __init__(self, config: BridgeConfig, local: LocalEndpoint) -> None:
+    def __init__(
+        self, config: BridgeConfig, local: LocalEndpoint, widen: Callable[[str, int], None] | None = None
+    ) -> None:
         self.config = config
+        #: asked to let the local broker keep ``window`` messages in flight to the bridge's
+        #: session (its ``max_inflight``, 20 by default, bounds ordinary clients): the Uplink hook
+        self._widen = widen
         self.local_endpoint = local
         self.state = BridgeState()
         self._filters = [None if r.filter is None else content.compile(r.filter) for r in config.topics]
@@ -268,7 +280,9 @@ class Bridge:
         cfg = self.config
         props = NO_PROPERTIES
         if self._v5:
-            props = Properties(session_expiry_interval=cfg.session_expiry, receive_maximum=cfg.max_inflight)
+            props = Properties(
+                session_expiry_interval=cfg.session_expiry, receive_maximum=cfg.max_inflight or IN_WINDOW
+            )
         return Connect(
             cfg.remote_client_id,
             5 if self._v5 else 4,
@@ -310,13 +324,18 @@ class Bridge:
         self._remote.release()
         rprops = rconnack.properties
         self._remote_max_packet = rprops.maximum_packet_size
-        window = min(cfg.max_inflight, rprops.receive_maximum or 65535)
+        if self._v5:  # the remote's Receive Maximum, unless max_inflight is lower
+            window = min(cfg.max_inflight or 65535, rprops.receive_maximum or 65535)
+        else:  # a 3.1.1 remote announces none: mosquitto's default max_inflight_messages
+            window = cfg.max_inflight or V311_WINDOW
         local = Remote(f"mqtt://{self.local_endpoint.host}:{self.local_endpoint.port}", "", 0, False, False)
         llink = await self._open(local, self._local_connect(window), self._from_local, None)
         if llink is None:
             return False
         self._local = llink[0]
         self._local.release()
+        if self._widen is not None:
+            self._widen(cfg.local_client_id, window)
         try:
             async with asyncio.timeout(cfg.connect_timeout):
                 await self._subscribe_local(self._local)

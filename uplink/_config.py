@@ -153,9 +153,9 @@ class BridgeConfig:
     backoff_max: float = 30.0
     #: seconds a connection attempt may take
     connect_timeout: float = 10.0
-    #: QoS 1/2 messages sent to the remote and not yet acknowledged (at most the remote's
-    #: Receive Maximum)
-    max_inflight: int = 100
+    #: QoS 1/2 messages in flight across the bridge each way; 0: the remote's Receive Maximum
+    #: (MQTT 5), 20 to a 3.1.1 remote, and 100 announced for ``in`` messages
+    max_inflight: int = 0
     #: the bound of the bridge's queue (its local session's, while the remote is away or
     #: slower than the local publishers): messages (0 = the broker's ``max_queued_messages``)
     #: and bytes of topics and payloads (0 = no bound in bytes)
@@ -178,8 +178,8 @@ class BridgeConfig:
             raise ValueError("topics: at least one rule is needed")
         if not 0 < self.backoff_min <= self.backoff_max:
             raise ValueError("backoff_min must be > 0 and <= backoff_max")
-        if self.keep_alive < 0 or self.session_expiry < 0 or not 0 < self.max_inflight <= 65535:
-            raise ValueError("keep_alive, session_expiry >= 0 and max_inflight 1..65535 expected")
+        if self.keep_alive < 0 or self.session_expiry < 0 or not 0 <= self.max_inflight <= 65535:
+            raise ValueError("keep_alive, session_expiry >= 0 and max_inflight 0..65535 expected")
         if self.max_queued_messages < 0 or self.max_queued_bytes < 0:
             raise ValueError("max_queued_messages and max_queued_bytes must be >= 0 (0: no bound of its own)")
         if self.queue_policy not in QUEUE_POLICIES:

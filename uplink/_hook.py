@@ -66,9 +66,20 @@ class Uplink(Hooks):
                 core.queue_bounds[cfg.local_client_id] = bound
         endpoint = LocalEndpoint(host, port, self._password)
         for cfg in self.configs:
-            bridge = Bridge(cfg, endpoint)
+            bridge = Bridge(cfg, endpoint, self._widen)
             self.bridges[cfg.name] = bridge
             bridge.start()
+
+    def _widen(self, client_id: str, window: int) -> None:
+        """Let the broker keep ``window`` messages in flight to the bridge's local session (the
+        CONNECT asked for it as its Receive Maximum; the broker's ``max_inflight``, meant for
+        ordinary clients, would cap it at 20 by default: a bridge to a distant remote needs
+        more in flight to fill the link). O(1); the next drain of the session uses it."""
+        if self._broker is None:
+            return
+        s = self._broker.core.sessions.get(client_id)
+        if s is not None and s.conn is not None and window > s.conn.window:
+            s.conn.window = window
 
     async def stopping(self) -> None:
         for bridge in self.bridges.values():

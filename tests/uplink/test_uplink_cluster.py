@@ -63,6 +63,10 @@ async def test_a_bridge_to_a_cluster_node_both_ways() -> None:
             await hq_sub.subscribe("edge/sensors/#", qos=2)
             await edge_sub.subscribe("cmd/#", qos=1)
             await asyncio.wait_for(uplink.bridges["hq"].wait_connected(), 10)
+            # the bridge's window: the remote's Receive Maximum (1024), not the edge's
+            # max_inflight for ordinary clients (20)
+            conn = edge.core.sessions["$uplink/hq"].conn
+            assert conn is not None and conn.window == 1024
             at_hq: list[tuple[str, bytes, int]] = []
             at_edge: list[tuple[str, bytes, int]] = []
             readers = [asyncio.create_task(_collect(hq_sub, at_hq))]
