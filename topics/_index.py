@@ -1,4 +1,4 @@
-"""``SubscriptionIndex``: every client's MQTT subscriptions and negative entries, in one topic tree.
+"""``SubscriptionIndex``: every client's MQTT subscriptions and negative entries, by filter.
 
 Semantics (docs/reference.md, "Negative entries inside the MQTT broker"; seed 002 Fig. 4 and 8 adapted
 to MQTT).  Each client has an ordered list (oldest first) of entries: MQTT subscriptions
@@ -18,35 +18,63 @@ to MQTT).  Each client has an ordered list (oldest first) of entries: MQTT subsc
 * ``partial_unsubscribe=False``: pure MQTT (no negative entries are ever created).
 * Shared subscriptions ``$share/<group>/<filter>`` (MQTT 5 section 4.8.2) are entries of the
   client too (``entries`` lists them by their full filter), but they live in per-group member
-  lists of the tree node of ``<filter>``.  Negative entries never apply to them, an UNSUBSCRIBE
+  lists under ``<filter>``.  Negative entries never apply to them, an UNSUBSCRIBE
   of ``$share/g/f`` removes exactly that membership, and a plain UNSUBSCRIBE never turns into a
   partial unsubscribe because of a shared subscription.  ``match`` reports, per (group, filter),
   the members; choosing one member is the broker's business.
 
-Data structure: a topic tree whose nodes have their literal children (the child node itself
-when there is one, which knows its level: no dict of one entry for the ``<id>`` level of
-``fleet/<id>/cmd``; a dict level -> node for two or more), a dedicated '+' child
-and a dedicated '#' child; a node holds the records of the filters that end there.  A record is
-the ``Subscription`` object handed out by ``match`` (no allocation per delivery) with the client
-id and a global sequence number (its age) in extra slots.  One subscriber at a node is stored
-inline, two or more in a dict keyed by client id.  Empty nodes are pruned on removal.  Per
-client, a dict filter -> record keeps the order (dict insertion order), and a second small dict
-holds only its negative entries.  A client whose only entry is a subscription (the common
-device: one command topic) is stored compactly as that record itself, without a dict of one
-entry (issue 27, item 2: about 200 bytes per client); an update turns it into a dict first
-(``_dict``) and stores it inline again when one subscription is left (``_settle``).
+Data structure (issue 42 item 3: 1M subscriptions in <= 150 bytes each, match p50 <= 5 us,
+built in <= 3 s): no tree.  Every filter is a key of one dict, filter -> its *bucket*: the
+records of the clients that hold it (subscriptions and negative entries): the record itself
+when there is one, a tuple of 2 to 8, a dict client id -> record above 8 (a tuple of 4 takes
+72 bytes, a dict of 4 takes 184; a record is found in a tuple by identity, without reading the
+other records).  Negative entries have a second dict of the same kind, looked at only when
+some client has one.  A record is the
+``Subscription`` object handed out by ``match`` (no allocation per delivery) with the client id
+and a sequence number in extra slots.  Exact filters (85 % in the IoT workload of
+``benchmarks/bench_topics.py``) are then found by one lookup of the topic name itself.  A
+wildcard filter has a *shape*: how many levels, whether it ends in '#', where its '+' levels
+are (``a/+/c/+`` and ``b/+/d/+`` share the shape (4, no '#', (1, 3))).  ``_Shapes`` counts the
+distinct filters of each shape and keeps, per topic length, the shapes that can match a topic
+that long; ``match`` builds, for each such shape, the one filter of that shape the topic would
+match (the topic's levels with '+' at the shape's positions, cut before a final '#') and looks
+it up.  The key strings are the caller's filter strings: the index stores no level strings and
+no tree nodes.  Shared subscriptions ``$share/<group>/<filter>`` sit in their own dict, inner
+filter -> group -> client id -> record, with their own shapes.
 
-Complexity: ``match`` visits at most 2 nodes per topic level for every matching path (O(levels x
-matching '+' paths + matches)), independent of the number of clients and subscriptions; a client
-with a matching negative entry costs O(its matching records).  ``subscribe`` and the identical-
-filter ``unsubscribe`` are O(levels + the client's negative entries); a partial unsubscribe
+Per client, a dict filter -> record keeps the order (dict insertion order), and a second small
+dict holds only its negative entries.  A client whose only entry is a subscription (the common
+device: one command topic) is stored compactly as that record itself, without a dict of one
+entry (issue 27, item 2); an update turns it into a dict first (``_dict``) and stores it inline
+again when one subscription is left (``_settle``).  Sequence numbers order a client's entries
+(newest first in ``match``, a negative entry hides only older subscriptions); they are per
+client and renumbered 0..n-1 when they reach 256 (for a client with more than 128 entries:
+when they reach twice its number of entries), so they are CPython's cached small ints, not a
+32-byte int object per record.
+
+Where the time goes (measured, ``benchmarks/bench_topics.py``): at 1M subscriptions ``match``
+is bound by memory latency, not by instructions: the same call on a topic whose records are in
+the CPU cache takes about a third of the time it takes on a random topic.  Each matched record
+and its client id string are read (Python's reference counts touch them), and each lookup
+reads a dict slot, its entry and the key string: that is what the flat dict saves over a tree
+of nodes, and what compiling this module with mypyc does not save (tried: within the noise).
+
+Complexity: ``match`` is O(1) for the exact filters, plus O(levels) per wildcard shape that can
+match the topic's length, plus O(matched records); it does not depend on the number of clients
+or subscriptions.  One lookup per shape would be the price of no tree where many shapes share a
+length (a client may hold 10,000 filters with '+' at different positions: that many lookups per
+topic, matching or not), so above 8 shapes for a topic's length the wildcard filters are found
+by walking a tree of the wildcard filters alone (O(levels x matching paths), the former tree's
+bound), built at its first use and maintained from then on.  ``subscribe`` and the
+identical-filter ``unsubscribe`` are O(levels + the client's negative entries +
+min(subscribers of the filter, 8)); a partial unsubscribe
 additionally tests overlap against the client's subscriptions (O(entries of that client)).
 """
 
 from __future__ import annotations
 
 import enum
-import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, Union
 
@@ -181,30 +209,321 @@ class _Neg:
 
 _Leaf = Union["_Sub[Any]", _Neg]
 _Rec = Union["_Sub[Any]", _Neg, "_Shared[Any]"]
+# the records of one filter: one record, a tuple of 2.._TUPLE_MAX, or a dict client id -> record
+_Bucket = Union["_Sub[Any]", _Neg, tuple[_Leaf, ...], dict[str, _Leaf]]
+# where a filter has its wildcards: (levels before any final '#', ends with '#', '+' positions)
+_Shape = tuple[int, bool, tuple[int, ...]]
+
+_TUPLE_MAX = 8  # a filter's records sit in a tuple up to this many, in a dict above
+_FEW_SHAPES = 8  # up to this many shapes for a topic's length: one lookup each; above: the tree
+_LENGTHS_CACHED = 64  # topic lengths whose applicable shapes _Shapes keeps (bounded: any input)
+_SEQ_CACHED = 256  # CPython caches the ints up to 256: a client's sequence numbers stay below
+
+_NEW = SubscribeOutcome(False, 0)
+_REPLACED = SubscribeOutcome(True, 0)
 
 
-class _Node:
-    """A topic-tree node.  ``subs``: None, one record, or a dict client id -> record (>= 2)."""
+def _shape(topic_filter: str) -> _Shape | None:
+    """The shape of a filter, None when it has no wildcard. O(levels)."""
+    if "+" not in topic_filter and "#" not in topic_filter:
+        return None
+    levels = topic_filter.split("/")
+    tail = levels[-1] == "#"
+    if tail:
+        del levels[-1]
+    return len(levels), tail, tuple(i for i, lv in enumerate(levels) if lv == "+")
 
-    __slots__ = ("children", "hash", "level", "plus", "shared", "subs")
 
-    def __init__(self, level: str = "") -> None:
-        self.level = level  # its level name under its parent (literal children only)
-        # None, the one literal child, or a dict level -> child (two or more)
-        self.children: _Node | dict[str, _Node] | None = None
-        self.plus: _Node | None = None
-        self.hash: _Node | None = None
-        self.subs: _Leaf | dict[str, _Leaf] | None = None
-        self.shared: dict[str, dict[str, _Shared[Any]]] | None = None
+class _TNode:
+    """A node of the wildcard filters' tree: literal children in a dict, the '+' and '#'
+    children apart, and ``key``: the wildcard filter that ends here (None if none does)."""
+
+    __slots__ = ("children", "hash", "key", "plus")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _TNode] | None = None
+        self.plus: _TNode | None = None
+        self.hash: _TNode | None = None
+        self.key: str | None = None
 
     def empty(self) -> bool:
-        return (
-            self.children is None
-            and self.plus is None
-            and self.hash is None
-            and self.subs is None
-            and self.shared is None
-        )
+        return self.key is None and self.children is None and self.plus is None and self.hash is None
+
+
+class _Shapes:
+    """The wildcard shapes of a set of filters, and per topic length the shapes that apply;
+    beside them, a tree of the wildcard filters for lengths with many shapes.
+
+    ``counts``: shape -> how many distinct filters of the set have it.  ``_by_len``: topic
+    length -> the shapes that can match a topic of that many levels (the same length without a
+    final '#', at most that length with one: 'a/#' matches 'a'), as ``(template.format, first
+    level is a wildcard)`` (``for_length``).  Built on first use per length and dropped
+    when a shape comes or goes (a new shape, not a new filter: rare).  Exact filters have no
+    shape.
+
+    One lookup per shape is cheap for a few shapes (the IoT workload has 3) but would make a
+    set of many shapes at one length (a client may hold 10,000 subscriptions, each with '+' at
+    other positions) cost that many lookups per topic, matching or not.  So every wildcard
+    filter is also in a tree (``root``, literal levels and '+'/'#' children), and a topic
+    length with more than ``_FEW_SHAPES`` shapes is matched by walking it instead: O(levels x
+    matching paths), the former topic tree's bound.  The tree holds only wildcard filters and
+    is built only when a topic first needs it (a set with few shapes never pays its memory:
+    about 13 bytes per subscription in the benchmark's workload).
+    """
+
+    __slots__ = ("_by_len", "_source", "counts", "root")
+
+    def __init__(self, source: Mapping[str, object]) -> None:
+        self.counts: dict[_Shape, int] = {}
+        self._by_len: dict[int, tuple[tuple[Callable[..., str], bool], ...]] = {}
+        self._source = source  # the set's filters (its dict's keys): the tree is built from them
+        self.root: _TNode | None = None  # built at the first walk, then kept up to date
+
+    def add(self, shape: _Shape, key: str) -> None:
+        """One more filter ``key``, of ``shape``. O(1), O(levels) once the tree exists."""
+        n = self.counts.get(shape, 0)
+        self.counts[shape] = n + 1
+        if not n:
+            self._by_len.clear()
+        if self.root is not None:
+            self._insert(self.root, key)
+
+    @staticmethod
+    def _insert(root: _TNode, key: str) -> None:
+        node = root
+        for lv in key.split("/"):
+            if lv == "+":
+                nxt = node.plus
+                if nxt is None:
+                    nxt = node.plus = _TNode()
+            elif lv == "#":
+                nxt = node.hash
+                if nxt is None:
+                    nxt = node.hash = _TNode()
+            else:
+                ch = node.children
+                if ch is None:
+                    ch = node.children = {}
+                nxt = ch.get(lv)
+                if nxt is None:
+                    nxt = ch[lv] = _TNode()
+            node = nxt
+        node.key = key
+
+    def remove(self, shape: _Shape, key: str) -> None:
+        """One filter ``key``, of ``shape``, fewer; empty tree nodes are pruned. O(levels)."""
+        n = self.counts[shape] - 1
+        if n:
+            self.counts[shape] = n
+        else:
+            del self.counts[shape]
+            self._by_len.clear()
+        if self.root is None:
+            return
+        path: list[tuple[_TNode, str]] = []
+        node = self.root
+        for lv in key.split("/"):
+            path.append((node, lv))
+            nxt = node.plus if lv == "+" else node.hash if lv == "#" else node.children[lv]  # type: ignore[index]
+            assert nxt is not None
+            node = nxt
+        node.key = None
+        for parent, lv in reversed(path):
+            if not node.empty():
+                return
+            if lv == "+":
+                parent.plus = None
+            elif lv == "#":
+                parent.hash = None
+            else:
+                ch = parent.children
+                assert ch is not None
+                del ch[lv]
+                if not ch:
+                    parent.children = None
+            node = parent
+
+    def walk(self, topic: str, levels: list[str]) -> list[str]:
+        """The filters of the tree that match ``topic``: O(levels x matching paths).  The first
+        walk builds the tree (O(filters of the set)); it is kept up to date from then on."""
+        root = self.root
+        if root is None:
+            root = self.root = _TNode()
+            for key in self._source:
+                if "+" in key or "#" in key:
+                    self._insert(root, key)
+        out: list[str] = []
+        nodes = [root]
+        dollar = topic[:1] == "$"  # MQTT 5 section 4.7.2: no wildcard-first filter matches
+        for lv in levels:
+            nxt: list[_TNode] = []
+            for n in nodes:
+                if not dollar:
+                    h = n.hash
+                    if h is not None and h.key is not None:
+                        out.append(h.key)
+                    if n.plus is not None:
+                        nxt.append(n.plus)
+                ch = n.children
+                if ch is not None:
+                    c = ch.get(lv)
+                    if c is not None:
+                        nxt.append(c)
+            if not nxt:
+                return out
+            nodes = nxt
+            dollar = False
+        for n in nodes:
+            if n.key is not None:
+                out.append(n.key)
+            h = n.hash
+            if h is not None and h.key is not None:  # "a/#" matches "a"
+                out.append(h.key)
+        return out
+
+    def check(self, keys: set[str]) -> None:
+        """Assert that the tree holds exactly ``keys`` (the set's wildcard filters), each at
+        the node of its levels, and no empty node.  O(nodes)."""
+        if self.root is None:
+            return
+        found: set[str] = set()
+        stack: list[tuple[_TNode, list[str]]] = [(self.root, [])]
+        while stack:
+            n, path = stack.pop()
+            if path:
+                assert not n.empty(), f"empty tree node {'/'.join(path)!r} not pruned"
+            if n.key is not None:
+                assert n.key == "/".join(path), (n.key, path)
+                found.add(n.key)
+            for lv, c in (n.children or {}).items():
+                assert lv not in ("+", "#")
+                stack.append((c, [*path, lv]))
+            if n.plus is not None:
+                stack.append((n.plus, [*path, "+"]))
+            if n.hash is not None:
+                assert n.hash.children is None and n.hash.plus is None and n.hash.hash is None
+                stack.append((n.hash, [*path, "#"]))
+        assert found == keys, f"tree and filters differ: {sorted(found ^ keys)[:3]}"
+
+    def for_length(self, n: int) -> tuple[tuple[Callable[..., str], bool], ...]:
+        """The shapes that can match a topic of ``n`` levels, each as the ``format`` method of
+        a template (``'{0}/+/{2}'``, ``'{0}/{1}/#'``: called with the topic's levels it gives
+        the filter of that shape to look up; extra levels are ignored) and whether its first
+        level is a wildcard.  O(1), O(shapes x levels) on a miss."""
+        got = self._by_len.get(n)
+        if got is None:
+            got = tuple(
+                (_template(k, tail, pluses).format, (tail and k == 0) or (bool(pluses) and pluses[0] == 0))
+                for k, tail, pluses in self.counts
+                if k == n or (tail and k <= n)
+            )
+            if len(self._by_len) >= _LENGTHS_CACHED:  # topics of many lengths: start afresh
+                self._by_len.clear()
+            self._by_len[n] = got
+        return got
+
+    def keys(self, topic: str, levels: list[str]) -> list[str]:
+        """The keys to look up for ``topic`` (``levels``: its split): with few shapes for its
+        length, one filter per shape (whether or not it is in the set), O(shapes x levels);
+        else the set's filters that match it, from the tree (:meth:`walk`)."""
+        shapes = self.for_length(len(levels))
+        if len(shapes) > _FEW_SHAPES:
+            return self.walk(topic, levels)
+        dollar = topic[:1] == "$"  # MQTT 5 section 4.7.2: no wildcard-first filter matches
+        return [fmt(*levels) for fmt, wild0 in shapes if not (dollar and wild0)]
+
+
+def _template(k: int, tail: bool, pluses: tuple[int, ...]) -> str:
+    """The ``str.format`` template of a shape: ``(3, False, (1,))`` -> ``'{0}/+/{2}'``."""
+    parts = ["+" if i in pluses else f"{{{i}}}" for i in range(k)]
+    if tail:
+        parts.append("#")
+    return "/".join(parts)
+
+
+class _Filters:
+    """Filter -> bucket (the records of every client holding that filter), and the wildcard
+    shapes of the filters.  The index has one for subscriptions and one for negative entries
+    (rare: ``match`` looks there only when there are any)."""
+
+    __slots__ = ("buckets", "shapes")
+
+    def __init__(self) -> None:
+        self.buckets: dict[str, _Bucket] = {}
+        self.shapes = _Shapes(self.buckets)
+
+    def put(self, rec: _Leaf, old: _Leaf | None = None) -> None:
+        """Store ``rec`` under its filter.  ``old``: the same client's record there, which
+        ``rec`` replaces (the caller knows it from the client's entries), or None when the
+        client has none: then nothing is searched.  Records are found by identity, never by
+        reading them (a record elsewhere in memory is a cache miss).  O(levels) for a new
+        filter, else O(min(records, _TUPLE_MAX))."""
+        key = rec.topic_filter
+        buckets = self.buckets
+        b = buckets.get(key)
+        if b is None:
+            buckets[key] = rec
+            shape = _shape(key)
+            if shape is not None:
+                self.shapes.add(shape, key)
+            return
+        t = type(b)
+        if t is dict:
+            b[rec.client_id] = rec  # type: ignore[index]
+        elif t is tuple:
+            tup: tuple[_Leaf, ...] = b  # type: ignore[assignment]
+            if old is not None:
+                i = _position(tup, old)
+                buckets[key] = (*tup[:i], rec, *tup[i + 1 :])
+            elif len(tup) < _TUPLE_MAX:
+                buckets[key] = (*tup, rec)
+            else:
+                d = {r.client_id: r for r in tup}
+                d[rec.client_id] = rec
+                buckets[key] = d
+        else:
+            buckets[key] = rec if b is old else (b, rec)  # type: ignore[assignment]
+
+    def drop(self, rec: _Leaf) -> None:
+        """Remove ``rec`` from its filter's bucket; forget the filter when it was the last.
+        O(min(records, _TUPLE_MAX)), O(levels) when the filter goes."""
+        key = rec.topic_filter
+        buckets = self.buckets
+        b = buckets[key]
+        t = type(b)
+        if t is dict:
+            d: dict[str, _Leaf] = b  # type: ignore[assignment]
+            del d[rec.client_id]
+            if len(d) <= _TUPLE_MAX:
+                buckets[key] = tuple(d.values())
+            return
+        if t is tuple:
+            tup: tuple[_Leaf, ...] = b  # type: ignore[assignment]
+            i = _position(tup, rec)
+            buckets[key] = tup[1 - i] if len(tup) == 2 else tup[:i] + tup[i + 1 :]
+            return
+        del buckets[key]
+        shape = _shape(key)
+        if shape is not None:
+            self.shapes.remove(shape, key)
+
+
+def _position(tup: tuple[_Leaf, ...], rec: _Leaf) -> int:
+    """The index of ``rec`` in ``tup``, by identity (``tuple.index`` would compare records by
+    value, and two clients' records on one filter may be equal).  O(len(tup)), no record read."""
+    for i, r in enumerate(tup):
+        if r is rec:
+            return i
+    raise AssertionError(f"record of {rec.client_id!r} missing under {rec.topic_filter!r}")
+
+
+def _bucket_records(b: _Bucket) -> tuple[_Leaf, ...] | list[_Leaf]:
+    """The records of a bucket. O(records)."""
+    if type(b) is tuple:
+        return b
+    if type(b) is dict:
+        return list(b.values())
+    return (b,)  # type: ignore[return-value]
 
 
 def _split_shared(topic_filter: str) -> tuple[str, str]:
@@ -239,13 +558,16 @@ class SubscriptionIndex(Generic[O]):
 
     def __init__(self, partial_unsubscribe: bool = True) -> None:
         self.partial_unsubscribe = partial_unsubscribe
-        self._root = _Node()
+        self._subs = _Filters()  # filter -> the subscription records of every client on it
+        self._negs = _Filters()  # filter -> the negative entries on it
+        # inner filter -> group -> client id -> shared subscription record
+        self._shared: dict[str, dict[str, dict[str, _Shared[Any]]]] = {}
+        self._shared_shapes = _Shapes(self._shared)
         # client id -> its entries: a dict filter -> record (oldest first), or the record
         # itself when the client's only entry is a (plain or shared) subscription
         self._clients: dict[str, dict[str, _Rec] | _Rec] = {}
         self._negatives: dict[str, dict[str, _Neg]] = {}
         self._count = 0
-        self._seq = 0
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -276,120 +598,37 @@ class SubscriptionIndex(Generic[O]):
                 out.append(Entry(r.topic_filter, True, r.options))  # type: ignore[union-attr]
         return out
 
-    # ------------------------------------------------------------------ tree helpers
-    def _node(self, topic_filter: str) -> _Node:
-        """The node of ``topic_filter``, created if missing.
+    def _empty(self) -> bool:
+        """No filter, shape or shared group is left (everything was pruned). O(1)."""
+        return not (
+            self._subs.buckets
+            or self._subs.shapes.counts
+            or self._negs.buckets
+            or self._negs.shapes.counts
+            or self._shared
+            or self._shared_shapes.counts
+        )
 
-        A node's only child has its level interned (a fixed suffix such as ``cmd`` in
-        ``fleet/<id>/cmd`` is then one string for all devices); a level added beside
-        siblings is kept as it is (usually an id: interning it would cost an entry in the
-        interpreter's table of interned strings, with nothing to share)."""
-        n = self._root
-        intern = sys.intern
-        for lv in topic_filter.split("/"):
-            if lv == "+":
-                c = n.plus
-                if c is None:
-                    c = n.plus = _Node()
-            elif lv == "#":
-                c = n.hash
-                if c is None:
-                    c = n.hash = _Node()
-            else:
-                ch = n.children
-                if ch is None:
-                    c = n.children = _Node(intern(lv))
-                elif type(ch) is _Node:
-                    if ch.level == lv:
-                        c = ch
-                    else:  # a second child: a dict from now on
-                        c = _Node(lv)
-                        n.children = {ch.level: ch, c.level: c}
-                else:
-                    c = ch.get(lv)  # type: ignore[union-attr]
-                    if c is None:
-                        c = ch[lv] = _Node(lv)  # type: ignore[index]
-            n = c
-        return n
-
-    def _path(self, topic_filter: str) -> list[tuple[_Node, str]]:
-        """(node, level) pairs from the root to the node of an existing filter."""
-        n = self._root
-        path = []
-        for lv in topic_filter.split("/"):
-            path.append((n, lv))
-            if lv == "+":
-                c = n.plus
-            elif lv == "#":
-                c = n.hash
-            else:
-                c = _child(n, lv)
-            assert c is not None
-            n = c
-        path.append((n, ""))
-        return path
-
-    @staticmethod
-    def _prune(path: list[tuple[_Node, str]]) -> None:
-        for i in range(len(path) - 1, 0, -1):
-            node = path[i][0]
-            if not node.empty():
-                return
-            parent, lv = path[i - 1]
-            if lv == "+":
-                parent.plus = None
-            elif lv == "#":
-                parent.hash = None
-            else:
-                ch = parent.children
-                assert ch is not None
-                if type(ch) is _Node:
-                    parent.children = None
-                else:
-                    del ch[lv]  # type: ignore[union-attr]
-                    if len(ch) == 1:  # type: ignore[arg-type]
-                        parent.children = next(iter(ch.values()))  # type: ignore[union-attr]
-
-    @staticmethod
-    def _leaf_put(node: _Node, rec: _Leaf) -> None:
-        s = node.subs
-        cid = rec.client_id
-        if s is None:
-            node.subs = rec
-        elif type(s) is dict:
-            s[cid] = rec
-        else:
-            one: _Leaf = s  # type: ignore[assignment]
-            if one.client_id == cid:
-                node.subs = rec
-            else:
-                node.subs = {one.client_id: one, cid: rec}
-
+    # ------------------------------------------------------------------ filter side
     def _unlink(self, rec: _Rec) -> None:
-        """Remove ``rec`` from the tree (not from the client's dicts) and prune."""
+        """Remove ``rec`` from the filter side (not from the client's dicts)."""
         if type(rec) is _Shared:
-            path = self._path(rec.inner)
-            node = path[-1][0]
-            groups = node.shared
-            assert groups is not None
+            groups = self._shared[rec.inner]
             members = groups[rec.group]
             del members[rec.client_id]
             if not members:
                 del groups[rec.group]
                 if not groups:
-                    node.shared = None
+                    del self._shared[rec.inner]
+                    shape = _shape(rec.inner)
+                    if shape is not None:
+                        self._shared_shapes.remove(shape, rec.inner)
+        elif type(rec) is _Neg:
+            self._negs.drop(rec)
         else:
-            path = self._path(rec.topic_filter)
-            node = path[-1][0]
-            s = node.subs
-            if type(s) is dict:
-                del s[rec.client_id]
-                if len(s) == 1:
-                    node.subs = next(iter(s.values()))
-            else:
-                node.subs = None
-        self._prune(path)
+            self._subs.drop(rec)  # type: ignore[arg-type]
 
+    # ------------------------------------------------------------------ client helpers
     def _remove(self, ents: dict[str, _Rec], client_id: str, key: str) -> _Rec:
         rec = ents.pop(key)
         self._unlink(rec)
@@ -418,6 +657,21 @@ class SubscriptionIndex(Generic[O]):
         one: _Rec = ents  # type: ignore[assignment]
         d = self._clients[client_id] = {one.topic_filter: one}
         return d
+
+    @staticmethod
+    def _next_seq(ents: dict[str, _Rec]) -> int:
+        """The sequence number of the client's next entry: one more than its newest entry's.
+        Numbers are per client (only a client's own entries are ever compared) and kept
+        small: past the cached ints they are renumbered 0..n-1 in order (O(entries), once per
+        ~n updates), so no int object is allocated per record."""
+        if not ents:
+            return 0
+        nxt: int = next(reversed(ents.values())).seq + 1
+        if nxt < _SEQ_CACHED or nxt < 2 * len(ents):
+            return nxt
+        for i, r in enumerate(ents.values()):
+            _set(r, "seq", i)
+        return len(ents)
 
     def _filters(self, client_id: str) -> list[str]:
         """The filters of the client's entries (read-only)."""
@@ -449,28 +703,41 @@ class SubscriptionIndex(Generic[O]):
 
     # ------------------------------------------------------------------ updates
     def subscribe(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
-        """SUBSCRIBE ``topic_filter`` for ``client_id`` with ``options``; raises InvalidTopic."""
+        """SUBSCRIBE ``topic_filter`` for ``client_id`` with ``options``; raises InvalidTopic.
+        O(levels + the client's negative entries + min(subscribers of the filter, 8))."""
         if topic_filter.startswith(SHARE_PREFIX):
             return self._subscribe_shared(client_id, topic_filter, options)
         validate_filter(topic_filter)
-        self._seq += 1
-        rec: _Sub[O] = _Sub(topic_filter, options, client_id, self._seq)
-        ents = self._dict(client_id)
+        clients = self._clients
+        ents = clients.get(client_id)
         if ents is None:  # the client's first entry: stored inline
+            rec: _Sub[O] = _Sub(topic_filter, options, client_id, 0)
             self._count += 1
-            self._leaf_put(self._node(topic_filter), rec)
-            self._clients[client_id] = rec
-            return SubscribeOutcome(False, 0)
-        removed = self._remove_included_negatives(ents, client_id, topic_filter)
+            self._subs.put(rec)
+            clients[client_id] = rec
+            return _NEW
+        if type(ents) is not dict:
+            one: _Rec = ents  # type: ignore[assignment]
+            ents = clients[client_id] = {one.topic_filter: one}
+        negs = client_id in self._negatives
+        removed = self._remove_included_negatives(ents, client_id, topic_filter) if negs else 0
         old = ents.pop(topic_filter, None)
         if old is None:
             self._count += 1
-        self._leaf_put(self._node(topic_filter), rec)
+        seq = 0
+        if ents:  # one more than the newest entry's (_next_seq, inline: the common path)
+            seq = next(reversed(ents.values())).seq + 1
+            if seq >= _SEQ_CACHED:
+                seq = self._next_seq(ents)
+        rec = _Sub(topic_filter, options, client_id, seq)
+        self._subs.put(rec, old)  # type: ignore[arg-type]
         ents[topic_filter] = rec
-        if (removed or old is not None) and client_id in self._negatives:
+        if (removed or old is not None) and negs and client_id in self._negatives:
             self._tidy(client_id, ents)
-        else:
+        elif len(ents) < 2:
             self._settle(client_id, ents)
+        if not removed:
+            return _NEW if old is None else _REPLACED
         return SubscribeOutcome(old is not None, removed)
 
     def _subscribe_shared(self, client_id: str, topic_filter: str, options: O) -> SubscribeOutcome:
@@ -481,12 +748,13 @@ class SubscriptionIndex(Generic[O]):
         old = ents.pop(topic_filter, None)
         if old is None:
             self._count += 1
-        self._seq += 1
-        rec = _Shared(topic_filter, options, client_id, self._seq, (group, inner))
-        node = self._node(inner)
-        groups = node.shared
+        rec = _Shared(topic_filter, options, client_id, self._next_seq(ents), (group, inner))
+        groups = self._shared.get(inner)
         if groups is None:
-            groups = node.shared = {}
+            groups = self._shared[inner] = {}
+            shape = _shape(inner)
+            if shape is not None:
+                self._shared_shapes.add(shape, inner)
         members = groups.get(group)
         if members is None:
             members = groups[group] = {}
@@ -499,7 +767,8 @@ class SubscriptionIndex(Generic[O]):
         return SubscribeOutcome(old is not None, 0)
 
     def unsubscribe(self, client_id: str, topic_filter: str) -> UnsubscribeOutcome:
-        """UNSUBSCRIBE ``topic_filter`` for ``client_id``; raises InvalidTopic."""
+        """UNSUBSCRIBE ``topic_filter`` for ``client_id``; raises InvalidTopic.  O(levels + the
+        client's negative entries), plus O(the client's entries) for a partial unsubscribe."""
         if topic_filter.startswith(SHARE_PREFIX):
             _split_shared(topic_filter)
             if topic_filter not in self._filters(client_id):
@@ -522,9 +791,8 @@ class SubscriptionIndex(Generic[O]):
         if not removed and self.partial_unsubscribe:
             for r in reversed(ents.values()):
                 if type(r) is _Sub and overlaps(r.topic_filter, topic_filter):
-                    self._seq += 1
-                    neg = _Neg(topic_filter, client_id, self._seq)
-                    self._leaf_put(self._node(topic_filter), neg)
+                    neg = _Neg(topic_filter, client_id, self._next_seq(ents))
+                    self._negs.put(neg)
                     ents[topic_filter] = neg
                     negs = self._negatives.get(client_id)
                     if negs is None:
@@ -537,7 +805,8 @@ class SubscriptionIndex(Generic[O]):
         return outcome
 
     def remove_client(self, client_id: str) -> int:
-        """Remove every entry of ``client_id`` (session end); returns how many there were."""
+        """Remove every entry of ``client_id`` (session end); returns how many there were.
+        O(its entries)."""
         ents = self._clients.pop(client_id, None)
         if ents is None:
             return 0
@@ -549,148 +818,145 @@ class SubscriptionIndex(Generic[O]):
         return len(recs)
 
     # ------------------------------------------------------------------ matching
-    def match(self, topic: str) -> MatchResult[O]:  # noqa: C901, PLR0912, PLR0915 (hot path: the tree walk in one frame)
+    def match(self, topic: str) -> MatchResult[O]:  # noqa: C901, PLR0912 (hot path: one frame)
         """Per client, the subscriptions that apply to ``topic`` (newest first), and the shared
-        subscription members per (group, filter).  ``topic`` must be a valid topic name."""
-        found: list[_Node] = []  # nodes whose records apply to the topic
-        push = found.append
-        dollar = topic[:1] == "$"
-        nodes = [self._root]
-        for lv in topic.split("/"):
-            nxt: list[_Node] = []
-            for n in nodes:
-                if not dollar:
-                    h = n.hash
-                    if h is not None:
-                        push(h)
-                    p = n.plus
-                    if p is not None:
-                        nxt.append(p)
-                ch = n.children
-                if ch is not None:
-                    if type(ch) is _Node:  # one literal child
-                        if ch.level == lv:
-                            nxt.append(ch)
-                    else:
-                        c = ch.get(lv)  # type: ignore[union-attr]
-                        if c is not None:
-                            nxt.append(c)
-            nodes = nxt
-            if not nxt:
-                break
-            dollar = False
-        for n in nodes:
-            push(n)
-            h = n.hash
-            if h is not None:  # "a/#" matches "a"
-                push(h)
+        subscription members per (group, filter).  ``topic`` must be a valid topic name.
 
-        clients: dict[str, list[Subscription[O]]] = {}
-        get = clients.get
-        negs: dict[str, int] | None = None
-        shared_nodes: list[_Node] | None = None
-        multi = False
-        for n in found:
-            s = n.subs
-            if s is not None:
-                if type(s) is dict:
-                    for cid, r in s.items():
-                        if type(r) is _Neg:
-                            if negs is None:
-                                negs = {}
-                            if negs.get(cid, -1) < r.seq:
-                                negs[cid] = r.seq
-                        else:
-                            lst = get(cid)
-                            if lst is None:
-                                clients[cid] = [r]  # type: ignore[list-item]
-                            else:
-                                lst.append(r)  # type: ignore[arg-type]
-                                multi = True
-                elif type(s) is _Neg:
-                    if negs is None:
-                        negs = {}
-                    if negs.get(s.client_id, -1) < s.seq:
-                        negs[s.client_id] = s.seq
+        O(1 + applicable wildcard shapes x levels + matched records)."""
+        subs = self._subs
+        buckets = subs.buckets
+        recs: list[Any] = []
+        b = buckets.get(topic)
+        if b is not None:
+            t = type(b)
+            if t is tuple:
+                recs.extend(b)  # type: ignore[arg-type]
+            elif t is dict:
+                recs.extend(b.values())  # type: ignore[union-attr]
+            else:
+                recs.append(b)
+        shapes = subs.shapes
+        if shapes.counts:
+            levels = topic.split("/")
+            dollar = topic[:1] == "$"
+            fitting = shapes.for_length(len(levels))
+            if len(fitting) <= _FEW_SHAPES:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
+                keys = [fmt(*levels) for fmt, wild0 in fitting if not (dollar and wild0)]
+            else:
+                keys = shapes.walk(topic, levels)
+            for key in keys:
+                b = buckets.get(key)
+                if b is not None:
+                    t = type(b)
+                    if t is tuple:
+                        recs.extend(b)  # type: ignore[arg-type]
+                    elif t is dict:
+                        recs.extend(b.values())  # type: ignore[union-attr]
+                    else:
+                        recs.append(b)
+        # one subscription per client: the common case, one comprehension
+        clients: dict[str, list[Subscription[O]]] = {r.client_id: [r] for r in recs}
+        if len(clients) != len(recs):  # a client with two or more: newest first
+            clients = {}
+            for r in recs:
+                lst = clients.get(r.client_id)
+                if lst is None:
+                    clients[r.client_id] = [r]
                 else:
-                    cid = s.client_id  # type: ignore[union-attr]
-                    lst = get(cid)
-                    if lst is None:
-                        clients[cid] = [s]  # type: ignore[list-item]
-                    else:
-                        lst.append(s)  # type: ignore[arg-type]
-                        multi = True
-            if n.shared is not None:
-                if shared_nodes is None:
-                    shared_nodes = []
-                shared_nodes.append(n)
-        if negs is not None:
-            for cid, nseq in negs.items():
-                lst = get(cid)
-                if lst is not None:
-                    keep = [r for r in lst if r.seq > nseq]  # type: ignore[attr-defined]
-                    if keep:
-                        clients[cid] = keep
-                    else:
-                        del clients[cid]
-        if multi:
+                    lst.append(r)
             for lst in clients.values():
                 if len(lst) > 1:
                     lst.sort(key=_seq_of, reverse=True)
-        if shared_nodes is None:
+        if self._negatives:
+            self._apply_negatives(topic, clients)
+        if not self._shared:
             return MatchResult(clients, {})
-        shared: dict[tuple[str, str], list[tuple[str, O]]] = {}
-        for n in shared_nodes:
-            assert n.shared is not None
-            for group, members in n.shared.items():
-                first = next(iter(members.values()))
-                shared[(group, first.inner)] = [(cid, m.options) for cid, m in members.items()]
-        return MatchResult(clients, shared)
+        return MatchResult(clients, self._match_shared(topic))
+
+    def _apply_negatives(self, topic: str, clients: dict[str, list[Subscription[O]]]) -> None:
+        """Per client, drop the subscriptions older than its newest negative entry matching
+        ``topic``.  O(applicable negative shapes x levels + matched records)."""
+        negs = self._negs
+        keys = [topic]
+        if negs.shapes.counts:
+            keys += negs.shapes.keys(topic, topic.split("/"))
+        newest: dict[str, int] = {}
+        for key in keys:
+            b = negs.buckets.get(key)
+            if b is not None:
+                for r in _bucket_records(b):
+                    if newest.get(r.client_id, -1) < r.seq:
+                        newest[r.client_id] = r.seq
+        for cid, nseq in newest.items():
+            lst = clients.get(cid)
+            if lst is not None:
+                keep = [r for r in lst if r.seq > nseq]  # type: ignore[attr-defined]
+                if keep:
+                    clients[cid] = keep
+                else:
+                    del clients[cid]
+
+    def _match_shared(self, topic: str) -> dict[tuple[str, str], list[tuple[str, O]]]:
+        """(group, inner filter) -> members, for the shared subscriptions matching ``topic``."""
+        shared = self._shared
+        keys = [topic]
+        if self._shared_shapes.counts:
+            keys += self._shared_shapes.keys(topic, topic.split("/"))
+        out: dict[tuple[str, str], list[tuple[str, O]]] = {}
+        for key in keys:
+            groups = shared.get(key)
+            if groups is not None:
+                for group, members in groups.items():
+                    out[(group, key)] = [(cid, m.options) for cid, m in members.items()]
+        return out
 
     # ------------------------------------------------------------------ invariants
     def _check(self) -> None:  # noqa: C901, PLR0912, PLR0915 (one assertion per invariant)
         """Assert the invariants (O(total size + sum of squared entries per client))."""
         found: dict[tuple[str, str], _Rec] = {}
-        stack: list[tuple[_Node, list[str]]] = [(self._root, [])]
-        while stack:
-            n, path = stack.pop()
-            f = "/".join(path)
-            if path:
-                assert not n.empty(), f"empty node {f!r} not pruned"
-            ch = n.children
-            if ch is not None:
-                if type(ch) is _Node:
-                    kids = {ch.level: ch}
-                else:
-                    kids = ch  # type: ignore[assignment]
-                    assert len(kids) >= 2, "a lone child kept in a dict"
-                for lv, c in kids.items():
-                    assert lv not in ("+", "#")
-                    assert c.level == lv, (c.level, lv)
-                    stack.append((c, [*path, lv]))
-            if n.plus is not None:
-                stack.append((n.plus, [*path, "+"]))
-            if n.hash is not None:
-                assert n.hash.children is None and n.hash.plus is None and n.hash.hash is None
-                stack.append((n.hash, [*path, "#"]))
-            s = n.subs
-            if s is not None:
-                recs = list(s.values()) if type(s) is dict else [s]
-                if type(s) is dict:
-                    assert len(s) >= 2, "single subscriber not stored inline"
-                    assert all(k == r.client_id for k, r in s.items())
+        for table, kind in ((self._subs, _Sub), (self._negs, _Neg)):
+            shapes: dict[_Shape, int] = {}
+            for f, b in table.buckets.items():
+                validate_filter(f)
+                assert not f.startswith(SHARE_PREFIX), f
+                if type(b) is tuple:
+                    assert 2 <= len(b) <= _TUPLE_MAX, f"bucket {f!r}: a tuple of {len(b)}"
+                elif type(b) is dict:
+                    assert len(b) > _TUPLE_MAX, f"bucket {f!r}: a dict of {len(b)}"
+                    assert all(k == r.client_id for k, r in b.items())
+                recs = _bucket_records(b)
+                assert len({r.client_id for r in recs}) == len(recs), f"bucket {f!r}: a client twice"
                 for r in recs:
-                    assert r.topic_filter == f, (r.topic_filter, f)  # type: ignore[union-attr]
-                    key = (r.client_id, f)  # type: ignore[union-attr]
-                    assert key not in found
-                    found[key] = r  # type: ignore[assignment]
-            if n.shared is not None:
-                assert n.shared
-                for group, members in n.shared.items():
-                    assert members
-                    for cid, m in members.items():
-                        assert m.client_id == cid and m.group == group and m.inner == f
-                        found[(cid, m.topic_filter)] = m
+                    assert type(r) is kind, f"bucket {f!r}: a {type(r).__name__} among {kind.__name__}"
+                    assert r.topic_filter == f, (r.topic_filter, f)
+                    found[(r.client_id, f)] = r
+                shape = _shape(f)
+                if shape is not None:
+                    shapes[shape] = shapes.get(shape, 0) + 1
+            assert shapes == table.shapes.counts, "wildcard shapes out of step with the filters"
+            table.shapes.check({f for f in table.buckets if _shape(f) is not None})
+        shapes = {}
+        for inner, groups in self._shared.items():
+            assert groups, f"shared filter {inner!r} without groups"
+            for group, members in groups.items():
+                assert members, f"shared group {group!r} without members"
+                for cid, m in members.items():
+                    assert type(m) is _Shared
+                    assert m.client_id == cid and m.group == group and m.inner == inner
+                    assert m.topic_filter == f"{SHARE_PREFIX}{group}/{inner}"
+                    found[(cid, m.topic_filter)] = m
+            shape = _shape(inner)
+            if shape is not None:
+                shapes[shape] = shapes.get(shape, 0) + 1
+        assert shapes == self._shared_shapes.counts, "shared shapes out of step with the filters"
+        self._shared_shapes.check({f for f in self._shared if _shape(f) is not None})
+        for cache in (self._subs.shapes, self._negs.shapes, self._shared_shapes):
+            for n, cached in list(cache._by_len.items()):
+                del cache._by_len[n]
+                fresh = cache.for_length(n)
+                assert [(f.__self__, w) for f, w in fresh] == [(f.__self__, w) for f, w in cached], (  # type: ignore[attr-defined]
+                    f"shapes cached for length {n} are stale"
+                )
         total = 0
         for cid, stored in self._clients.items():
             if type(stored) is dict:
@@ -701,7 +967,7 @@ class SubscriptionIndex(Generic[O]):
                 ents = {stored.topic_filter: stored}  # type: ignore[dict-item, union-attr]
             assert ents, f"client {cid!r} without entries"
             total += len(ents)
-            last = 0
+            last = -1
             negs = {k for k, r in ents.items() if type(r) is _Neg}
             assert negs == set(self._negatives.get(cid, {})), cid
             if negs:
@@ -718,19 +984,9 @@ class SubscriptionIndex(Generic[O]):
                 assert rec.seq > last, "entries out of order"
                 last = rec.seq
                 assert found.pop((cid, fkey)) is rec, (cid, fkey)
-        assert not found, f"records in the tree without a client entry: {list(found)[:3]}"
+        assert not found, f"records under a filter without a client entry: {list(found)[:3]}"
         assert total == self._count
         assert set(self._negatives) <= set(self._clients)
-
-
-def _child(n: _Node, lv: str) -> _Node | None:
-    """The literal child ``lv`` of ``n`` (None if there is none)."""
-    ch = n.children
-    if ch is None:
-        return None
-    if type(ch) is _Node:
-        return ch if ch.level == lv else None
-    return ch.get(lv)  # type: ignore[union-attr]
 
 
 def _records(ents: dict[str, _Rec] | _Rec) -> list[_Rec]:

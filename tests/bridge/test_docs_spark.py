@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -61,15 +63,21 @@ def test_bridge_page_has_spark_examples() -> None:
     assert [e.id for e in ALL if e.mark == "spark"], "docs/bridge.md marks its Spark examples"
 
 
-@pytest.mark.parametrize("example", [e for e in ALL if e.mark == "spark"], ids=lambda e: e.id)
-def test_spark_example_runs(
-    example: Any, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture(scope="module")
+def landing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding ``siftmq-data/landing``, made by docs/bridge.md's embedding example
+    (run once), and its copies ``node1/landing`` and ``node2/landing``."""
+    root = tmp_path_factory.mktemp("docs-spark")
     embedding = next(e for e in ALL if e.page == "bridge.md" and not e.mark and "Bridge(" in e.code)
-    exec(compile(embedding.code, embedding.id, "exec"), {"__name__": "__main__"})
+    subprocess.run([sys.executable, "-c", embedding.code], cwd=root, check=True, capture_output=True)
     for node in ("node1", "node2"):
-        shutil.copytree("siftmq-data/landing", f"{node}/landing")
+        shutil.copytree(root / "siftmq-data" / "landing", root / node / "landing")
+    return root
+
+
+@pytest.mark.parametrize("example", [e for e in ALL if e.mark == "spark"], ids=lambda e: e.id)
+def test_spark_example_runs(example: Any, spark: Any, landing: Path) -> None:
+    tmp_path = landing
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     # the JVM resolves a relative path against its own working directory, not this test's
     code = re.sub(

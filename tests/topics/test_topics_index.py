@@ -140,7 +140,7 @@ def test_remove_client_prunes_the_tree() -> None:
     ix.unsubscribe("c0", "t/0/x/m")
     assert sum(ix.remove_client(f"c{i}") for i in range(5)) == 101
     assert len(ix) == 0
-    assert ix._root.empty()
+    assert ix._empty()
     ix._check()
 
 
