@@ -208,6 +208,8 @@ class Bridge:
                 index -= 1  # stay on the remote that answered
                 await self._serve()
                 self.state.connected = False
+                if not self._stopping:
+                    self.state.fail("lost", self.state.last_error)
                 self._up.clear()
                 self._log(
                     "lost",
