@@ -100,6 +100,21 @@ def _connect_properties() -> Properties:
     return Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
 
 
+def _finish(client: paho.Client) -> None:
+    """Stop a client's network thread and close its sockets (blocks: run it in an executor).
+
+    ``loop_stop`` only joins the thread: the socket pair ``loop_start`` made (paho's wake-up
+    pipe, a loopback TCP connection) is closed by the client's ``__del__`` alone
+    (eclipse-paho/paho.mqtt.python#627).  Our clients sit in reference cycles (their callbacks
+    hold their ``_Side``), so that was left to the cycle collector, which finalizes the
+    sockets and the client in no set order and, when a socket goes first, warns
+    ``ResourceWarning: unclosed socket``.  ``reinitialise`` is paho's public call that closes
+    them (and leaves a fresh, unconnected client, which is then dropped).
+    """
+    client.loop_stop()
+    client.reinitialise()
+
+
 class _Side:
     """One paho connection and the events the supervisor waits on."""
 
@@ -217,11 +232,11 @@ class Bridge:
                     await self._subscribe_local(side)
                     side.closing = True
                     side.client.disconnect()
-                    side.client.loop_stop()
+                    await asyncio.get_running_loop().run_in_executor(None, _finish, side.client)
                     return
             except Exception as exc:  # a refused subscription: said once, then retried
                 self._log("local", logging.ERROR, "bridge %s: local session: %s", self.config.name, exc)
-            side.client.loop_stop()
+            await asyncio.get_running_loop().run_in_executor(None, _finish, side.client)
             await asyncio.sleep(self.config.backoff_min)
 
     async def _connect(self, remote: Remote) -> bool:
@@ -269,7 +284,7 @@ class Bridge:
             side.closing = True
             with contextlib.suppress(Exception):
                 side.client.disconnect()
-            await asyncio.get_running_loop().run_in_executor(None, side.client.loop_stop)
+            await asyncio.get_running_loop().run_in_executor(None, _finish, side.client)
         with self._lock:
             self._both_up = False
             self._held.clear()
