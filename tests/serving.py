@@ -12,12 +12,14 @@ kills what is still running on the way out; :meth:`Serve.stop` is the clean way 
 exit status, the rest of the log).
 
 Waiting never sleeps a fixed time: the reader notifies a condition per line, so ``wait_for``
-is O(lines) per line read. From a coroutine, use ``await asyncio.to_thread(s.wait_for, ...)``
-when the test's own event loop must keep running meanwhile.
+is O(lines) per line read. From a coroutine, ``await s.line(...)`` waits in a worker thread
+(the test's own clients keep running); a short blocking ``wait_for`` is fine where nothing
+of the test's runs on its loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -110,6 +112,10 @@ class Serve:
                     log = "".join(self.lines[start:])
                     raise AssertionError(f"no log line {what or test!r} ({why}):\n{log}")
                 self._cond.wait(left)
+
+    async def line(self, pattern: str, start: int = 0, timeout: float = T) -> re.Match[str]:
+        """:meth:`wait_for` from a coroutine: the test's event loop runs on meanwhile."""
+        return await asyncio.to_thread(self.wait_for, pattern, start, timeout)
 
     def port(self, kind: str = "tcp") -> int:
         """The port of this broker's ``kind`` listener (``tcp``, ``tcp+tls``, ``ws``, ...)."""
