@@ -58,6 +58,7 @@ from broker.auth import CheckPool  # noqa: E402
 from broker.authn import HttpAuth, JwtAuth  # noqa: E402
 from broker.hooks import AuthRequest, Hooks  # noqa: E402
 from broker.packets import Connack, Connect, Decoder, Pingreq, encode  # noqa: E402
+from tests.auth.authservice import keep_alive  # noqa: E402
 
 
 def pct(xs: list[float]) -> dict[str, float]:
@@ -331,25 +332,12 @@ def service_main(delay: float) -> None:
     """The slow service in its own process: asyncio, HTTP/1.1 keep-alive, each answer after
     ``delay`` s (an ``asyncio.sleep``: thousands wait at once without a thread each)."""
 
+    async def allow(_: bytes) -> bytes:
+        await asyncio.sleep(delay)
+        return b'{"result": "allow"}'
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                await asyncio.sleep(delay)
-                body = b'{"result": "allow"}'
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await keep_alive(reader, writer, allow)
 
     async def main() -> None:
         server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
