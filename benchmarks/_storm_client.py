@@ -28,12 +28,13 @@ import contextlib
 import resource
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Slice", "expected", "queue_phase", "run_slice", "source_address"]
+__all__ = ["Slice", "expected", "free_port", "queue_phase", "run_slice", "source_address", "wait_port"]
 
 EXPIRY = 3600  # Session Expiry Interval of every device (seconds)
 
@@ -325,3 +326,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 120) -> float:
+    """Poll (every 5 ms) until ``port`` accepts a TCP connection; the ``time.monotonic()`` it
+    did. RuntimeError if ``proc`` exits or ``timeout`` passes first (bench_footprint.py,
+    bench_restart_storm.py: a broker's start-up time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return time.monotonic()
+        except OSError:
+            time.sleep(0.005)
+    raise RuntimeError("broker did not open its port")
