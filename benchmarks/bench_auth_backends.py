@@ -54,10 +54,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._pinger import paced, pinger, pings  # noqa: E402
 from broker.auth import CheckPool  # noqa: E402
 from broker.authn import HttpAuth, JwtAuth  # noqa: E402
 from broker.hooks import AuthRequest, Hooks  # noqa: E402
-from broker.packets import Connack, Connect, Decoder, Pingreq, encode  # noqa: E402
+from broker.packets import Connack, Connect, Decoder, encode  # noqa: E402
 from tests.auth.authservice import keep_alive  # noqa: E402
 
 
@@ -268,34 +269,6 @@ def timeouts(clients: int) -> dict[str, Any]:
     }
 
 
-def pinger(port: int) -> socket.socket:
-    """An MQTT 5 session (connected before the storm: its CONNECT would queue behind it)."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.settimeout(60)
-    s.sendall(encode(Connect("pinger", 5, keep_alive=0), 5))
-    dec = Decoder(5, server=False)
-    got: list[Any] = []
-    while not got:
-        got = dec.feed(s.recv(4096))
-    assert isinstance(got[0], Connack) and got[0].reason_code == 0, got
-    return s
-
-
-def pings(s: socket.socket, seconds: float) -> list[float]:
-    """PINGREQ -> PINGRESP round trips (seconds each) for ``seconds``, one at a time."""
-    ping = encode(Pingreq(), 5)
-    rtts: list[float] = []
-    end = time.perf_counter() + seconds
-    while (t0 := time.perf_counter()) < end:
-        s.sendall(ping)
-        data = s.recv(16)
-        while len(data) < 2:
-            data += s.recv(16)
-        rtts.append(time.perf_counter() - t0)
-    return rtts
-
-
 async def storm_main(port: int, rate: float, seconds: float) -> None:
     """The storm (its own process): ``rate`` CONNECTs a second, each waiting for its CONNACK."""
     outcomes: Counter[str] = Counter()
@@ -316,15 +289,7 @@ async def storm_main(port: int, rate: float, seconds: float) -> None:
         finally:
             writer.close()
 
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    tasks = []
-    i = 0
-    while (due := start + i / rate) < start + seconds:
-        await asyncio.sleep(max(0.0, due - loop.time()))
-        tasks.append(asyncio.create_task(attempt(i)))
-        i += 1
-    await asyncio.gather(*tasks, return_exceptions=True)
+    i = await paced(rate, seconds, attempt, tolerate=True)
     print(json.dumps({"sent": i, "outcomes": dict(outcomes)}), flush=True)
 
 

@@ -32,7 +32,6 @@ import json
 import os
 import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,8 +46,9 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._pinger import paced, pinger, pings  # noqa: E402
 from broker._passwd import PasswordFile  # noqa: E402
-from broker.packets import Connack, Connect, Decoder, Pingreq, encode  # noqa: E402
+from broker.packets import Connack, Connect, Decoder, encode  # noqa: E402
 
 USER, PASSWORD = "alice", "correct horse"
 
@@ -102,29 +102,10 @@ class Served:
 # ------------------------------------------------------------ the pinging client
 
 
-def pinger(port: int, seconds: float) -> list[float]:
+def ping_for(port: int, seconds: float) -> list[float]:
     """PINGREQ -> PINGRESP round trips (seconds each) for ``seconds``, one at a time."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.settimeout(60)
-    s.sendall(encode(Connect("pinger", 5, keep_alive=0), 5))
-    dec = Decoder(5, server=False)
-    got: list[Any] = []
-    while not got:
-        got = dec.feed(s.recv(4096))
-    assert isinstance(got[0], Connack) and got[0].reason_code == 0, got
-    ping = encode(Pingreq(), 5)
-    rtts: list[float] = []
-    end = time.perf_counter() + seconds
-    while (t0 := time.perf_counter()) < end:
-        s.sendall(ping)
-        data = s.recv(16)
-        while len(data) < 2:  # PINGRESP is 2 bytes: 0xD0 0x00
-            data += s.recv(16)
-        assert data[:2] == b"\xd0\x00", data
-        rtts.append(time.perf_counter() - t0)
-    s.close()
-    return rtts
+    with pinger(port) as s:
+        return pings(s, seconds)
 
 
 # ------------------------------------------------------------ the storm (its own process)
@@ -166,13 +147,7 @@ async def storm(port: int, rate: float, seconds: float) -> dict[str, Any]:
 
     loop = asyncio.get_running_loop()
     start = loop.time()
-    tasks = []
-    i = 0
-    while (due := start + i / rate) < start + seconds:
-        await asyncio.sleep(max(0.0, due - loop.time()))
-        tasks.append(asyncio.create_task(attempt(i)))
-        i += 1
-    await asyncio.gather(*tasks)
+    i = await paced(rate, seconds, attempt)
     use = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "sent": i,
@@ -205,7 +180,7 @@ def phase(b: Served, seconds: float, rate: float) -> dict[str, Any]:
         )  # fmt: skip
         time.sleep(0.3)  # the child's interpreter starts; its first CONNECTs are on their way
     c0 = b.cpu()
-    rtts = pinger(b.port, seconds)
+    rtts = ping_for(b.port, seconds)
     used = b.cpu() - c0
     out: dict[str, Any] = {**stats(rtts, seconds), "broker_cpu": 100 * used / seconds}
     if load is not None:
