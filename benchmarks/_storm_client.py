@@ -19,6 +19,9 @@ Phases (each a function run in a worker process, returning a picklable result):
 * ``storm``: every client reconnects with clean start off, checks CONNACK's session present
   flag, acknowledges each PUBLISH it receives, and disconnects once it has the messages
   queued for it (or after ``deadline`` seconds, counted as missing).
+
+Two small helpers the other process-starting benchmarks share: :func:`free_port` and
+:func:`wait_port` (the moment a started broker accepts connections).
 """
 
 from __future__ import annotations
