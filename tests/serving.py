@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -49,14 +49,18 @@ class Serve:
         log: Path | None = None,
         prefix: tuple[str, ...] = (),
         preexec_fn: Callable[[], None] | None = None,
+        command: Sequence[str] = CLI,
+        cwd: Path | None = None,
     ) -> None:
         """``env`` is added to this process's environment; ``prefix`` goes before the command
         (a wrapper such as ``sh -c 'umask 0; exec "$@"' sh``); ``preexec_fn`` runs in the
-        child before the broker (a resource limit)."""
+        child before the broker (a resource limit); ``command`` replaces ``python -m
+        broker._cli`` (a script that patches a constant first, then calls its ``main``)."""
         self.proc = subprocess.Popen(
-            [*prefix, *CLI, "serve", "--port", "0", *flags],
+            [*prefix, *command, "serve", "--port", "0", *flags],
             stderr=subprocess.PIPE,
             text=True,
+            cwd=cwd,
             env={**os.environ, **env} if env else None,
             preexec_fn=preexec_fn,  # noqa: PLW1509 (a test's resource limit, set before exec)
         )
@@ -117,9 +121,9 @@ class Serve:
         """:meth:`wait_for` from a coroutine: the test's event loop runs on meanwhile."""
         return await asyncio.to_thread(self.wait_for, pattern, start, timeout)
 
-    def port(self, kind: str = "tcp") -> int:
+    def port(self, kind: str = "tcp", timeout: float = T) -> int:
         """The port of this broker's ``kind`` listener (``tcp``, ``tcp+tls``, ``ws``, ...)."""
-        return int(self.wait_for(rf"listening on 127\.0\.0\.1:(\d+) \({re.escape(kind)}\)")[1])
+        return int(self.wait_for(rf"listening on 127\.0\.0\.1:(\d+) \({re.escape(kind)}\)", 0, timeout)[1])
 
     def stop(self, timeout: float = T) -> int:
         """SIGTERM, then its exit status once it ended and its whole log is in :attr:`lines`."""
