@@ -30,12 +30,10 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -49,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._pinger import paced, pinger, pings  # noqa: E402
 from broker._passwd import PasswordFile  # noqa: E402
 from broker.packets import Connack, Connect, Decoder, encode  # noqa: E402
+from tests.serving import Serve  # noqa: E402
 
 USER, PASSWORD = "alice", "correct horse"
 
@@ -57,46 +56,33 @@ USER, PASSWORD = "alice", "correct horse"
 
 
 class Served:
-    """``siftmq serve --port 0`` in a subprocess; ``port`` parsed from its log."""
+    """``siftmq serve --port 0`` of source ``tree`` in a subprocess (tests/serving.py)."""
 
     def __init__(self, passwd: Path, config: Path, tree: Path = ROOT) -> None:
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--no-bridge", "--no-persistence",
-             "--password-file", str(passwd), "--config", str(config)],
-            stderr=subprocess.PIPE, text=True, env=env, cwd=tree,
-        )  # fmt: skip
-        assert self.proc.stderr is not None
-        self.log: list[str] = []
-        found = threading.Event()
-        self.port = 0
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line)
-                if m and not self.port:
-                    self.port = int(m.group(1))
-                    found.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not found.wait(60):
-            self.proc.kill()
-            raise RuntimeError("broker did not start:\n" + "".join(self.log))
-        self.ps = psutil.Process(self.proc.pid)
+        self.serve = Serve(
+            *("--no-bridge", "--no-persistence", "--password-file", str(passwd), "--config", str(config)),
+            env={"PYTHONPATH": str(tree)},
+            cwd=tree,
+        )
+        try:
+            self.port = self.serve.port(timeout=60)
+        except BaseException:
+            self.serve.close()
+            raise
+        self.ps = psutil.Process(self.serve.proc.pid)
 
     def cpu(self) -> float:
         t = self.ps.cpu_times()
         return t.user + t.system
 
     def stop(self) -> None:
-        self.proc.terminate()
+        """SIGTERM, 30 s to end, then SIGKILL."""
         try:
-            self.proc.wait(30)
+            self.serve.stop(30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            pass
+        finally:
+            self.serve.close()
 
 
 # ------------------------------------------------------------ the pinging client
