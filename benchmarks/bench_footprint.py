@@ -34,7 +34,6 @@ import argparse
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _storm_client import free_port
+from _storm_client import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -100,20 +99,6 @@ def children_rss(pid: int) -> int:
                     continue
                 todo.append(int(kid))
     return total
-
-
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> float:
-    """Poll until ``port`` accepts a TCP connection; the monotonic time it did."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return time.monotonic()
-        except OSError:
-            time.sleep(0.005)
-    raise RuntimeError("broker did not open its port")
 
 
 def command(kind: str, port: int, data: Path) -> list[str]:

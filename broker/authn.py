@@ -908,22 +908,24 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
             raise ValueError(f"[serve] {key} must be a string")
         return value
 
-    url = text("auth_http_url")
-    if url is not None:
+    def http(kind: type[_HttpService], url: str) -> Hooks:
+        """``kind`` (HttpAuth or HttpAuthz) with the ``auth_http_*`` keys both share."""
         headers = options.get("auth_http_headers", {})
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ValueError("[serve] auth_http_headers must be a table of strings")
-        hooks.append(
-            HttpAuth(
-                url,
-                timeout=num("auth_http_timeout", 5.0),
-                retries=int(num("auth_http_retries", 1)),
-                cache_ttl=num("auth_http_cache_ttl", 60.0),
-                negative_ttl=num("auth_http_negative_ttl", 5.0),
-                cache_size=int(num("auth_http_cache_size", 10_000)),
-                headers=headers,
-            )
+        return kind(
+            url,
+            timeout=num("auth_http_timeout", 5.0),
+            retries=int(num("auth_http_retries", 1)),
+            cache_ttl=num("auth_http_cache_ttl", 60.0),
+            negative_ttl=num("auth_http_negative_ttl", 5.0),
+            cache_size=int(num("auth_http_cache_size", 10_000)),
+            headers=headers,
         )
+
+    url = text("auth_http_url")
+    if url is not None:
+        hooks.append(http(HttpAuth, url))
     key_file, jwks_file = text("auth_jwt_key_file"), text("auth_jwt_jwks_file")
     if key_file is not None or jwks_file is not None:
         algorithms = options.get("auth_jwt_algorithms", ["HS256"])
@@ -947,18 +949,5 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
     # last: the rules a client's identity carries (above) decide before the service
     authz_url = text("auth_http_authz_url")
     if authz_url is not None:
-        headers = options.get("auth_http_headers", {})
-        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-            raise ValueError("[serve] auth_http_headers must be a table of strings")
-        hooks.append(
-            HttpAuthz(
-                authz_url,
-                timeout=num("auth_http_timeout", 5.0),
-                retries=int(num("auth_http_retries", 1)),
-                cache_ttl=num("auth_http_cache_ttl", 60.0),
-                negative_ttl=num("auth_http_negative_ttl", 5.0),
-                cache_size=int(num("auth_http_cache_size", 10_000)),
-                headers=headers,
-            )
-        )
+        hooks.append(http(HttpAuthz, authz_url))
     return hooks

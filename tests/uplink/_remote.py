@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-import shutil
 import socket
 import subprocess
 import threading
@@ -24,17 +23,9 @@ from pathlib import Path
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-MOSQUITTO = shutil.which("mosquitto") or (
-    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
-)
+from tests.mosquitto import MOSQUITTO, free_port
 
 __all__ = ["MOSQUITTO", "Collector", "Cutter", "Mosquitto", "free_port"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Mosquitto:
