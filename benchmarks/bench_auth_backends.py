@@ -3,7 +3,7 @@
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_auth_backends.py [--seconds 5]
 
-Four parts, each with its peer measured in the same run:
+Five parts, each with its peer measured in the same run:
 
 1. ``decision``: ``HttpAuth.authenticate_request`` answered from its cache (one real request to
    a local service filled it), p50/p99 over ``--decisions`` calls; beside it the same for a

@@ -46,18 +46,25 @@ mix   n     template
 10 %  3     ``class IN ('meter', 'motor') AND pressure > 1044.71 AND alarm = FALSE``
 ====  ====  ===========================================================================
 
-**Measured** over the window from the publisher's first message to the moment every worker
-has received what it expects (or ``--drain`` seconds after the last publish), per *useful*
-delivery (a message that satisfies the subscriber's selector; each counted once per
-connection): broker CPU (/proc of the broker), bytes received by the subscribers (MQTT bytes
+Before the window, ``--warmup`` messages (seqs -5..-1) are sent and awaited by every worker
+(the engines build their indexes at the first match), then the broker's idle CPU is read over
+``--idle`` seconds.  **Measured** over the window from the publisher's first message to the
+moment every worker has received what it expects (or ``--drain`` seconds after the last
+publish), per *useful* delivery (a message that satisfies the subscriber's selector; each counted once per
+connection): broker CPU (/proc of the broker, user and system), bytes received by the subscribers (MQTT bytes
 read from their sockets: loopback's /proc/net/dev is shared by every process on the machine),
 the subscribers' CPU (all worker processes), latency p50/p99 (``ts`` in the payload ->
 arrival of a useful message), and delivered as a percentage of the expected matches (plus
-duplicates and false deliveries).  The publisher's CPU is shown beside them.  With ``--pin``
-(the default) the broker runs on CPU 0, the workers and the publisher on CPU 1.
+duplicates and false deliveries); per stream message, its first useful arrival and the
+spread to its last one.  The publisher's CPU is shown beside them.  The broker is pinned to
+CPU 0, the workers and the publisher to CPU 1 (``--no-pin`` to leave them free).
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_content_fleet.py \\
-        --rows iccounting:1,hema:1,hcem:1,mosquitto:1,iccounting:10,hema:10,hcem:10,mosquitto:10
+        --rows iccounting:1,hema:1,hcem:1,mosquitto:1,iccounting:10,hema:10,hcem:10,mosquitto:10 \\
+        --duration 30 --rate 2
+
+``--probe`` times only the broker's routing decision in this process (``Router.route``
+against ``engine.match``, same subscriptions, no sockets): where the broker's time goes.
 
 Results: docs/performance-content.md, "Fleet scale: content routing vs client-side filtering".
 """
@@ -826,7 +833,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--connections", type=int, default=10_000)
     ap.add_argument("--workers", type=int, default=4, help="subscriber processes")
-    ap.add_argument("--rate", type=float, default=10.0, help="stream messages per second")
+    ap.add_argument("--rate", type=float, default=2.0, help="stream messages per second")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of stream")
     ap.add_argument("--qos", type=int, default=0, choices=(0, 1))
     ap.add_argument("--warmup", type=int, default=5, help="messages sent (and awaited) before the window")

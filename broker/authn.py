@@ -360,6 +360,9 @@ class _HttpService(_Grants):
             )
         return session
 
+    async def start(self) -> None:
+        self._client()  # made when the broker starts, not by the first CONNECT's request
+
     async def stop(self) -> None:
         session, self._session = self._session, None
         if session is not None:
