@@ -1,8 +1,10 @@
 """A store written by an older siftmq opens with the same sessions (issue 41, item 2).
 
 The QoS 1/2 flow state has one encoding since issue 41 (``broker.values._flow``); before, the
-core counted 0/1 and translated to the store's 1/2.  ``data/store-main-741a4d4.db`` was written
-by the broker of main at 741a4d4 (``python -m tests.store.old_store OUT`` in that checkout):
+core counted 0/1 and translated to the store's 1/2.  ``data/store-main-b166b29.db`` was written
+by the broker of main at b166b29, the last commit before issue 41 item 2
+(``python -m tests.store.old_store OUT`` in that checkout; its sessions never expire, so the file
+does not age):
 today's broker must resume its sessions exactly (a PUBLISH sent again with DUP, a PUBREL sent
 again, the queue after them, the publisher's QoS 2 id still known), and today's broker must
 write the same numbers for the same state.
@@ -20,8 +22,8 @@ from broker.packets import Properties, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from tests.rawclient import RawClient
 from tests.store.old_store import write_store
 
-OLD = Path(__file__).parent / "data" / "store-main-741a4d4.db"
-EXPIRY = Properties(session_expiry_interval=3600)
+OLD = Path(__file__).parent / "data" / "store-main-b166b29.db"
+EXPIRY = Properties(session_expiry_interval=0xFFFFFFFF)  # never expires: the file has no age
 
 
 def _rows(path: Path) -> list[tuple[object, ...]]:
