@@ -6,12 +6,10 @@ not parse keeps the keys in use."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from broker import Broker
 from broker.authn import JwtAuth
 from broker.packets import ReasonCode
-from tests.broker.test_reload import START, Serve, sighup
+from tests.broker.test_reload import START, sighup
 from tests.rawclient import RawClient
+from tests.serving import Serve
 from tests.waiting import eventually
 
 OLD, NEW = b"the-old-secret-of-at-least-32-bytes!!", b"the-new-secret-of-at-least-32-bytes!!"
@@ -147,13 +146,7 @@ async def test_sighup_to_siftmq_serve_reloads_the_jwt_key(tmp_path: Path) -> Non
         "auth_jwt_watch_interval = 0\n"
     )
     data = tmp_path / "data"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--no-bridge",
-        "--config", str(config), "--data-dir", str(data),
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    serve = Serve(proc)
-    try:
+    with Serve("--no-bridge", "--config", str(config), "--data-dir", str(data)) as serve:
         port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START))[1])
         assert await login(port, token(OLD)) is ReasonCode.SUCCESS
         replace(key, NEW)
@@ -163,5 +156,3 @@ async def test_sighup_to_siftmq_serve_reloads_the_jwt_key(tmp_path: Path) -> Non
         assert re.search(r"JWT keys .*jwt\.key \(1 key\(s\)\)", done[1]), done[1]
         assert await login(port, token(NEW)) is ReasonCode.SUCCESS
         assert await login(port, token(OLD)) is ReasonCode.NOT_AUTHORIZED
-    finally:
-        await serve.stop()
