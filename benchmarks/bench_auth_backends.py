@@ -3,7 +3,7 @@
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_auth_backends.py [--seconds 5]
 
-Four parts, each with its peer measured in the same run:
+Five parts, each with its peer measured in the same run:
 
 1. ``decision``: ``HttpAuth.authenticate_request`` answered from its cache (one real request to
    a local service filled it), p50/p99 over ``--decisions`` calls; beside it the same for a
@@ -21,6 +21,13 @@ Four parts, each with its peer measured in the same run:
    p50/p99/max.  ``quiet`` is the peer of ``storm``; so is the same storm against a hook that
    sleeps as long without HTTP, and (``--peer-tree PATH``) the ``HttpAuth`` of another source
    tree (e.g. a worktree of an older main).  ``--repeat N`` runs part 4 N times.
+5. ``loop``: what an HTTP auth request costs the event loop, without a broker: a process
+   (its own interpreter) calls ``HttpAuth.authenticate_request`` ``--rate`` times a second
+   for ``--seconds`` against the slow service (cache off) and times every event-loop
+   callback with the thread's CPU clock (``time.thread_time``: preemption by other
+   processes of a loaded machine is not counted): the loop's CPU per request and the
+   callbacks' p50/p99/max.  Peers in the same run: a hook that only sleeps as long, and
+   (``--peer-tree``) the ``HttpAuth`` of another tree.
 """
 
 from __future__ import annotations
@@ -406,6 +413,70 @@ def storm_one(url: str, seconds: float, rate: float, delay: float, tree: Path = 
     return out
 
 
+LOOP_CHILD = """
+import asyncio, asyncio.events, json, sys, time
+from broker.authn import HttpAuth
+from broker.hooks import AuthRequest
+
+url, rate, delay, seconds = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+cpu = []
+run = asyncio.events.Handle._run
+
+def timed(self):
+    t = time.thread_time()
+    run(self)
+    cpu.append(time.thread_time() - t)
+
+asyncio.events.Handle._run = timed
+
+async def sleepy():
+    await asyncio.sleep(delay)
+    return True
+
+async def main():
+    loop = asyncio.get_running_loop()
+    auth = None if url == "sleep" else HttpAuth(url, timeout=5.0, cache_ttl=0, negative_ttl=0)
+    await asyncio.sleep(0.1)
+    cpu.clear()
+    t0 = time.thread_time()
+    start, tasks, i = loop.time(), [], 0
+    while (due := start + i / rate) < start + seconds:
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        r = AuthRequest(f"c{i}", "alice", b"pw", "127.0.0.1", None, "", None, 5)
+        tasks.append(asyncio.ensure_future(sleepy()) if auth is None else auth.authenticate_request(r))
+        i += 1
+    res = await asyncio.gather(*tasks, return_exceptions=True)
+    total = time.thread_time() - t0
+    xs = sorted(cpu)
+    n = len(xs)
+    print(json.dumps({"requests": i, "allowed": sum(1 for x in res if x is True),
+                      "loop CPU ms per request": total / i * 1e3, "callbacks": n,
+                      "callback CPU ms": {"p50": xs[n // 2] * 1e3, "p99": xs[int(n * 0.99)] * 1e3,
+                                          "max": xs[-1] * 1e3}}))
+    if auth is not None:
+        await auth.stop()
+
+asyncio.run(main())
+"""
+
+
+def loop_cost(seconds: float, rate: float, delay: float, peer_tree: Path | None) -> dict[str, Any]:
+    """Part 5: the event loop's CPU per HTTP auth request (see the module docstring)."""
+    out: dict[str, Any] = {"rate": rate, "service delay ms": delay * 1e3}
+    with service_process(delay) as url:
+        runs = [("HttpAuth", url, ROOT), ("peer: a hook sleeping as long", "sleep", ROOT)]
+        if peer_tree is not None:
+            runs.insert(1, (f"HttpAuth of {peer_tree}", url, peer_tree))
+        for name, target, tree in runs:
+            text = subprocess.run(
+                [sys.executable, "-c", LOOP_CHILD, target, str(rate), str(delay), str(seconds)],
+                capture_output=True, text=True, check=True, cwd=tree, timeout=120,
+                env=dict(os.environ, PYTHONPATH=str(tree)),
+            ).stdout  # fmt: skip
+            out[name] = json.loads(text.strip().splitlines()[-1])
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -415,7 +486,7 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=0.5)
     ap.add_argument("--storm-port", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--service-delay", type=float, default=-1.0, help=argparse.SUPPRESS)
-    ap.add_argument("--only", choices=("decision", "jwt", "timeout", "storm"), default=None)
+    ap.add_argument("--only", choices=("decision", "jwt", "timeout", "storm", "loop"), default=None)
     ap.add_argument(
         "--peer-tree",
         type=Path,
@@ -441,6 +512,11 @@ def main() -> int:
     if args.only in (None, "storm"):
         for n in range(args.repeat):
             report[f"4. PINGREQ during a CONNECT storm, slow service (run {n + 1})"] = storm(
+                args.seconds, args.rate, args.delay, args.peer_tree
+            )
+    if args.only in (None, "loop"):
+        for n in range(args.repeat):
+            report[f"5. the event loop's CPU per HTTP auth request (run {n + 1})"] = loop_cost(
                 args.seconds, args.rate, args.delay, args.peer_tree
             )
     print(json.dumps(report, indent=2))

@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         help="multiply every closed-loop window (smaller: less queueing, lower latency)",
     )
     ap.add_argument("--out", default="/tmp/brokers-bench.json")
-    ap.add_argument("--docs", action="store_true", help="render docs/performance-brokers.md from the results")
+    ap.add_argument("--docs", action="store_true", help="render docs/lab/performance-brokers.md (the runs)")
     ap.add_argument("--render", metavar="JSON", help="only render the docs from an earlier JSON")
     ap.add_argument(
         "--profile",

@@ -375,6 +375,7 @@ def memory_only(sizes: list[int]) -> None:
     then with two subscriptions, then with 2 queued messages for every tenth session."""
     import tracemalloc
 
+    from broker import BrokerConfig
     from broker.core._core import Core
     from broker.store import Store
 
@@ -385,7 +386,7 @@ def memory_only(sizes: list[int]) -> None:
                 _populate(db, n, subs, queued)
                 with Store(db) as st:
                     state = st.load()
-                    core = Core()
+                    core = Core(BrokerConfig())
                     core.journal.store = st
                     tracemalloc.start()
                     base = tracemalloc.get_traced_memory()[0]

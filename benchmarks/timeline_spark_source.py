@@ -9,7 +9,7 @@ Per rep: a batch read of the file source and of the source (columns ``topic,payl
 (availableNow).  Prints the log of ``benchmarks/_timeline_source.py`` (every Python process
 that imports the source: planner, streaming source runner, task workers) merged with the
 driver's own events, times relative to the first event.  This is how the straggler task and
-the cold streaming source process of docs/performance-bridge.md (Session 11) were found.
+the cold streaming source process of docs/lab/performance-bridge.md (Session 11) were found.
 """
 
 from __future__ import annotations

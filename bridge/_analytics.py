@@ -184,7 +184,7 @@ def landing_reader(spark: Any, landing: Landings) -> Callable[..., Any]:
     ``columns`` (all without).  Spark prunes no column of a Python data source, so each
     analytics query names the columns it uses (the source's ``columns`` option): a query
     over two of the twelve columns of ``deliveries`` reads and ships two
-    (docs/performance-bridge.md)."""
+    (docs/lab/performance-bridge.md)."""
     from bridge import jvm_provider, register
 
     register(spark)

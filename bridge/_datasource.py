@@ -12,7 +12,7 @@ reads every file exactly once).  Options ``maxPartitionBytes`` and ``minPartitio
 packing of files into partitions; ``columns`` (comma-separated) reads only those columns: Spark
 does not prune the columns of a Python data source, so a query that needs two of the twelve
 columns of ``deliveries`` reads, converts and ships all twelve unless it says so (measured in
-docs/performance-bridge.md).  ``pushFilters=true`` (batch reads, with Spark's
+docs/lab/performance-bridge.md).  ``pushFilters=true`` (batch reads, with Spark's
 ``spark.sql.python.filterPushdown.enabled``) lets the query's simple predicates skip row groups
 and drop rows in the workers (``bridge/_filters.py``); a separate reader class, because Spark
 refuses a reader with ``pushFilters`` while that setting is off.

@@ -8,7 +8,7 @@ translated in ``bridge/_datasource.py``) as :class:`RowFilter` values.  A read t
   (``time``, the integer columns: the bridge writes one row group per committed file, so a
   time range skips whole files after reading their footers), and
 * drops the rows of the remaining batches that fail a filter (``pyarrow.compute``), so that
-  the rows Spark converts from Arrow (its per-row cost, see docs/performance-bridge.md) are
+  the rows Spark converts from Arrow (its per-row cost, see docs/lab/performance-bridge.md) are
   only the matching ones.
 
 The source still hands every filter back to Spark (Spark evaluates them again on what is left):

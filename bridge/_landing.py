@@ -184,7 +184,7 @@ def pack(
     many cores), at most one per file; the files are cut into that many runs of about equal
     bytes.  Filling each partition up to a target in turn left a straggler: 20 files of 0.25 MB
     in "2" partitions were 10 + 9 + 1, and the one-file third task ran alone after the others
-    (0.5 s of a 1 s read, measured in docs/performance-bridge.md, Session 11)."""
+    (0.5 s of a 1 s read, measured in docs/lab/performance-bridge.md, Session 11)."""
     if not files:
         return []
     sizes = [max(f.size, 1) for f in files]

@@ -113,7 +113,7 @@ def alerts_query(
     ``format(source)`` (``siftmq``: the JVM provider when the session has its jar, else the
     Python source; ``siftmq_python``: the Python source) and publishes with the Python sink,
     ``format("siftmq_python")``, directly: through the JVM provider each micro-batch would be a
-    batch write of its own, planned anew (docs/performance-bridge.md, "Session 12")."""
+    batch write of its own, planned anew (docs/lab/performance-bridge.md, "Session 12")."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
     from pyspark.sql.types import StructType

@@ -468,7 +468,7 @@ class _Publisher:
         PUBLISH packets and the acknowledgements read back in bulk, both through
         :class:`_Flight` and the broker's compiled sans-IO codec: paho's per-message path (a
         ``MQTTMessage``, two ``send`` calls, a ``ReasonCode`` and a ``Properties`` per PUBACK)
-        cost about 35 us per row, most of a task's CPU (docs/performance-bridge.md)."""
+        cost about 35 us per row, most of a task's CPU (docs/lab/performance-bridge.md)."""
         import select
 
         from broker.packets import MalformedPacket

@@ -6,7 +6,7 @@ publication the compiled core appends the message's fields and its fan-out's del
 to per-field lists -- no call into the bridge, no encoding, no I/O, nothing the cyclic GC
 tracks.  (Profiled in issue 19: the previous form, one interpreted ``on_deliveries`` call per
 publication keeping a tuple per call and per delivery, cost 11 % of the event loop in the call
-and tripled its GC time, docs/performance-bridge.md.)  ``on_deliveries`` still works for
+and tripled its GC time, docs/lab/performance-bridge.md.)  ``on_deliveries`` still works for
 callers outside a broker and records into the same log.  ``on_subscription_change``,
 ``on_composite_change`` and ``on_composite_loss`` (issue 16) append the broker's record to a
 list per kind; the writer takes a prefix with ``batch = buf[:n]; del buf[:n]`` (atomic list
@@ -36,7 +36,7 @@ table (and every later one, in order) for the next round.
 
 Durability: a graceful :meth:`Bridge.stop` (or :meth:`Bridge.close`) commits everything buffered.
 A hard kill loses what was buffered since the last commit: at most ``roll_interval`` plus the
-duration of one write round (measured in docs/performance-bridge.md).
+duration of one write round (measured in docs/lab/performance-bridge.md).
 
 Filesystems: a local directory by default; a URI (``s3://bucket/prefix``, ``hdfs://...``) is
 opened with ``pyarrow.fs.FileSystem.from_uri`` and committed by write-then-move (no fsync there:

@@ -48,7 +48,6 @@ import ipaddress
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -57,8 +56,8 @@ import topics
 from broker import _admin_routes as routes
 from broker import _dashboard_data as data
 from broker._acl import AccessList, AclError
-from broker._bans_file import load_bans
-from broker._files import private_dir, write_private
+from broker._bans_file import enforce_ban, load_bans, save_ban
+from broker._files import write_private
 from broker._logging import fields
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
@@ -105,26 +104,16 @@ def _json(body: object, status: int = 200) -> Response:
 
 
 def _save_bans(broker: Broker, changed: Ban, gone: bool) -> None:
-    """Persist one ban change: a row of the store's ``bans`` table, or the whole
-    ``bans_file`` rewritten (atomically, 0600; O(bans)); nothing without either."""
-    store = broker.core.journal.store
-    kind = changed.kind.value
-    if store is not None:
-        row = (kind, changed.value, changed.expires_at, changed.reason, changed.created_at)
-        store.ban(kind, changed.value, None if gone else row)
-    elif broker.config.bans_file is not None:
-        rows = [(b.kind.value, b.value, b.expires_at, b.reason, b.created_at) for b in broker.core.bans.all()]
-        path = Path(broker.config.bans_file)
-        try:
-            private_dir(path.parent)  # the data directory (0700) when nothing else made it
-            write_private(path, orjson.dumps(rows, option=orjson.OPT_INDENT_2))
-        except OSError as exc:
-            log.error(
-                "bans file %s not written: %s", path, exc, extra=fields("admin.failed", reason=str(exc))
-            )
-            raise Refused(
-                409, f"changed in memory, not saved (lost at a restart): {exc.strerror}", str(path)
-            ) from None
+    """Persist one ban change (:func:`broker._bans_file.save_ban`); a file that cannot be
+    written is a 409 (the change stays in memory)."""
+    try:
+        save_ban(broker, changed, gone)
+    except OSError as exc:
+        path = str(broker.config.bans_file)
+        log.error("bans file %s not written: %s", path, exc, extra=fields("admin.failed", reason=str(exc)))
+        raise Refused(
+            409, f"changed in memory, not saved (lost at a restart): {exc.strerror}", path
+        ) from None
 
 
 def _page(keys: list[str], q: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -405,8 +394,7 @@ class Admin:
             if core.retain_hook is not None:  # a cluster: every node must forget it
                 core.publish(empty, now)
             else:
-                core.router.store_retained(empty)
-                core.journal.retained(empty, now)
+                core.journal.retain(empty, now)
         core.flush()
         return _json({"deleted": len(victims), "topics": victims[: data.MAX_LIMIT]})
 
@@ -463,17 +451,9 @@ class Admin:
         ban = Ban(kind, value, None if expiry is None else now + expiry, b.get("reason", ""), now)
         core = self.core
         core.bans.add(ban)
+        core.bans.announce(ban, False)  # the other nodes of a cluster
         _save_bans(self.broker, ban, False)
-        kicked = []
-        for s in list(core.sessions.values()):
-            conn = s.conn
-            if conn is not None and core.bans.match(s.client_id, s.username, conn.peer, now) is ban:
-                # 0x8A Banned is a CONNACK code only (MQTT 5 section 3.14.2.1): DISCONNECT 0x98
-                conn.disconnect(
-                    ReasonCode.ADMINISTRATIVE_ACTION, "banned" + (f": {ban.reason}" if ban.reason else "")
-                )
-                kicked.append(s.client_id)
-        core.flush()
+        kicked = enforce_ban(self.broker, ban, now)
         log.warning(
             "ban %s %r added by %s; %d clients disconnected",
             kind.value,
@@ -489,6 +469,7 @@ class Admin:
         gone = self.core.bans.remove(kind, value)
         if gone is None:
             raise Refused(404, f"no {kind.value} ban {value[:100]!r}")
+        self.core.bans.announce(gone, True)  # the other nodes of a cluster
         _save_bans(self.broker, gone, True)
         return _json({"removed": {"kind": kind.value, "value": value}})
 

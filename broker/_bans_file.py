@@ -1,7 +1,10 @@
 """The admin API's bans read at start (docs/admin.md, "Bans"): from the store's ``bans`` table,
-else from the ``bans_file`` of a broker without a store.  Apart from :mod:`broker._admin` so
-that a broker's start does not import the HTTP listener's modules (h11) when it has no HTTP
-listener (issue 42: libraries imported at first use; tests/broker/test_footprint.py)."""
+else from the ``bans_file`` of a broker without a store; and the two things a new ban does
+whoever made it (the admin API, or another node of the cluster: cluster/_node.py): it is saved
+(:func:`save_ban`) and the connected clients it matches are disconnected (:func:`enforce_ban`).
+Apart from :mod:`broker._admin` so that a broker's start does not import the HTTP listener's
+modules (h11) when it has no HTTP listener (issue 42: libraries imported at first use;
+tests/broker/test_footprint.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from broker._files import private_dir, write_private
 from broker.core import Ban, BanKind, canonical
+from broker.packets import ReasonCode
 
 if TYPE_CHECKING:
     from broker._broker import Broker
 
-__all__ = ["load_bans"]
+__all__ = ["enforce_ban", "load_bans", "save_ban"]
 
 log = logging.getLogger("broker.admin")
 
@@ -47,3 +52,36 @@ async def load_bans(broker: Broker) -> None:
             )
         except (TypeError, ValueError) as exc:
             log.error("bad ban %r ignored: %s", row, exc)
+
+
+def save_ban(broker: Broker, changed: Ban, gone: bool) -> None:
+    """Persist one ban change: a row of the store's ``bans`` table, or the whole ``bans_file``
+    rewritten (atomically, 0600; O(bans)); nothing without either.  OSError when the file
+    cannot be written (the change stays in memory)."""
+    store = broker.core.journal.store
+    kind = changed.kind.value
+    if store is not None:
+        row = (kind, changed.value, changed.expires_at, changed.reason, changed.created_at)
+        store.ban(kind, changed.value, None if gone else row)
+    elif broker.config.bans_file is not None:
+        rows = [(b.kind.value, b.value, b.expires_at, b.reason, b.created_at) for b in broker.core.bans.all()]
+        path = Path(broker.config.bans_file)
+        private_dir(path.parent)  # the data directory (0700) when nothing else made it
+        write_private(path, orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+
+
+def enforce_ban(broker: Broker, ban: Ban, now: float) -> list[str]:
+    """Disconnect the connected clients ``ban`` matches (MQTT 5 DISCONNECT 0x98 Administrative
+    action: 0x8A Banned is a CONNACK code only, MQTT 5 section 3.14.2.1); their client ids.
+    O(sessions)."""
+    core = broker.core
+    kicked = []
+    for s in list(core.sessions.values()):
+        conn = s.conn
+        if conn is not None and core.bans.match(s.client_id, s.username, conn.peer, now) is ban:
+            conn.disconnect(
+                ReasonCode.ADMINISTRATIVE_ACTION, "banned" + (f": {ban.reason}" if ban.reason else "")
+            )
+            kicked.append(s.client_id)
+    core.flush()
+    return kicked

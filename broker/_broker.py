@@ -284,7 +284,7 @@ class Broker:
 
             await load_bans(self)  # the admin API's bans (docs/admin.md)
         try:
-            self._listeners = await open_listeners(self.core, self._open)
+            self._listeners = await open_listeners(self.core, self._open, self.config)
         except BaseException:  # e.g. the port is taken: do not leave the store's thread behind
             await self._close_store()
             raise

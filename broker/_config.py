@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
 from broker.core import ACTIONS as QUOTA_ACTIONS
-from broker.core import QuotaRule, parse_quotas
+from broker.core import QuotaRule, Strategy, group_strategies, parse_quotas
 
 __all__ = [
     "QUOTA_OPTIONS",
@@ -74,21 +74,21 @@ def check_policy(policy: str) -> None:
         )
 
 
-#: the strategies of shared subscription groups (docs/broker.md, "Shared subscriptions";
-#: the values of ``broker.core._shared.Strategy``)
-SHARED_STRATEGIES = ("round_robin", "random", "sticky", "hash_clientid", "hash_topic", "local")
+#: the strategies of shared subscription groups (docs/broker.md, "Shared subscriptions"):
+#: the values of ``broker.core._shared.Strategy``, their one home
+SHARED_STRATEGIES = tuple(s.value for s in Strategy)
 
 
 def shared_group_strategies(rules: tuple[str, ...]) -> dict[str, str]:
     """``("g1=sticky", ...)`` as ``{"g1": "sticky"}``; :class:`ConfigError` on a malformed
-    rule. O(rules)."""
+    rule (``broker.core._shared.group_strategies`` reads them). O(rules)."""
     out: dict[str, str] = {}
     for rule in rules:
-        group, sep, name = rule.partition("=")
-        if not sep or not group or any(c in group for c in "/+#") or name not in SHARED_STRATEGIES:
+        try:
+            out.update((g, s.value) for g, s in group_strategies((rule,)).items())
+        except ValueError:
             strategies = "|".join(SHARED_STRATEGIES)
-            raise ConfigError("shared_subscription_group_strategy", rule, f"GROUP={strategies}")
-        out[group] = name
+            raise ConfigError("shared_subscription_group_strategy", rule, f"GROUP={strategies}") from None
     return out
 
 
@@ -715,6 +715,7 @@ SERVE_OPTIONS: Mapping[str, Option] = {
     "auth_jwt_username_claim": Option(Kind.STR),
     "auth_jwt_acl_claim": Option(Kind.STR),
     "auth_jwt_leeway": Option(Kind.FLOAT, lo=0, unit="seconds"),
+    "auth_jwt_watch_interval": Option(Kind.FLOAT, lo=0, unit="seconds"),
 }
 
 

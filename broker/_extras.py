@@ -9,7 +9,7 @@ subscriptions, persistence, TLS/WebSocket, the CLI); the rest comes with extras
 - ``cluster``: the broker network (kademlia);
 - ``metrics``: the Prometheus text at ``/metrics`` of ``--metrics-listen`` (prometheus-client;
   the dashboard on the same listener needs no extra);
-- ``auth``: the HTTP and JWT authentication backends (``broker.authn``: httpx, PyJWT,
+- ``auth``: the HTTP and JWT authentication backends (``broker.authn``: aiohttp, PyJWT,
   cryptography);
 - ``all``: every one of them.
 
@@ -45,7 +45,7 @@ MODULES: dict[Extra, tuple[str, ...]] = {
     Extra.SPARK: ("pyspark", "pyarrow", "pandas", "matplotlib"),
     Extra.CLUSTER: ("kademlia",),
     Extra.METRICS: ("prometheus_client",),
-    Extra.AUTH: ("httpx", "jwt", "cryptography"),
+    Extra.AUTH: ("aiohttp", "jwt", "cryptography"),
 }
 
 

@@ -2,7 +2,7 @@
 
 Two :class:`~broker.hooks.Hooks` that plug into ``Broker(hooks=[...])`` (or ``siftmq serve``'s
 ``[serve]`` keys ``auth_http_*`` / ``auth_jwt_*``, :data:`SERVE_KEYS`); both need the ``auth``
-extra (``pip install 'siftmq[auth]'``: httpx, PyJWT, cryptography; a missing one raises
+extra (``pip install 'siftmq[auth]'``: aiohttp, PyJWT, cryptography; a missing one raises
 :class:`broker._extras.MissingExtra` naming it).  Both implement the new-style
 :meth:`~broker.hooks.Hooks.authenticate_request` and so see the whole
 :class:`~broker.hooks.AuthRequest` (address, listener, protocol, client certificate).
@@ -56,12 +56,14 @@ import json
 import logging
 import os
 import secrets
+import ssl
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from broker._acl import ClientRules, inner_filter
 from broker._extras import Extra, require
@@ -69,7 +71,7 @@ from broker.auth import CheckPool
 from broker.hooks import AuthRequest, AuthUnavailable, AuthVerdict, Hooks
 
 if TYPE_CHECKING:
-    import httpx
+    import aiohttp
 
 __all__ = [
     "SERVE_KEYS",
@@ -106,13 +108,15 @@ SERVE_KEY_HELP: dict[str, str] = {
     "auth_jwt_username_claim": "claim the CONNECT user name must equal (default username, else sub)",
     "auth_jwt_acl_claim": "claim holding the client's rules (default acl; docs/security.md)",
     "auth_jwt_leeway": "seconds of clock skew allowed for the JWT's exp and nbf (default 0)",
+    "auth_jwt_watch_interval": "seconds between two looks at the JWT key or JWKS file, read again when it "
+    "changed (default 5; 0: only at a reload)",
 }
 SERVE_KEYS = frozenset(SERVE_KEY_HELP)
 
 #: seconds between two log lines of an unavailable auth service
 LOG_EVERY = 10.0
 
-#: seconds an idle connection to the HTTP auth service is kept (httpx's default)
+#: seconds an idle connection to the HTTP auth service is kept
 KEEPALIVE = 5.0
 
 #: pending (authenticated, not yet connected) grants kept at most (LRU)
@@ -271,8 +275,15 @@ def _grant(superuser: object, acl: object, username: str | None, client_id: str)
 
 class _HttpService(_Grants):
     """What the HTTP backends share: the URL, timeout, retries, caches' TTLs and bound, headers,
-    the bound on requests in flight, and the pool of one-connection httpx clients (see
-    :class:`HttpAuth` for the parameters)."""
+    the bound on requests in flight, and the aiohttp session (see :class:`HttpAuth` for the
+    parameters).
+
+    The client is aiohttp's: its HTTP parser is compiled and its connection pool does O(1)
+    work per request, where httpx (the first choice) cost 1.6 ms of the event loop's CPU per
+    request, against 0.75 ms for aiohttp and 0.18 ms for a hook that only sleeps, in one run
+    (benchmarks/bench_auth_backends.py; docs/security.md, "Measured").  The session is made
+    at the first request (aiohttp wants a running loop), from parts made at build time: the
+    SSL context (the CA bundle is read once, 0.1-0.3 s of CPU) and the import."""
 
     def __init__(
         self,
@@ -285,10 +296,9 @@ class _HttpService(_Grants):
         cache_size: int = 10_000,
         headers: Mapping[str, str] | None = None,
         max_pending: int = 256,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         require(Extra.AUTH, type(self).__name__)
-        import httpx  # at build time: an import on the event loop would stall it
+        import aiohttp  # at build time: an import on the event loop would stall it
 
         if timeout <= 0 or retries < 0 or cache_ttl < 0 or negative_ttl < 0 or cache_size < 0:
             raise ValueError(
@@ -299,10 +309,11 @@ class _HttpService(_Grants):
         # checked here, not at the first CONNECT (which a wrong URL or header would refuse
         # 0x88, as an auth service that is down)
         try:
-            parsed = httpx.URL(url)
-        except httpx.InvalidURL as exc:
+            parsed = urlsplit(url)
+            parsed.port  # noqa: B018 (raises ValueError for a bad port)
+        except ValueError as exc:
             raise ValueError(f"{type(self).__name__}: url {url[:200]!r}: {exc}") from None
-        if parsed.scheme not in ("http", "https") or not parsed.host:
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
             raise ValueError(
                 f"{type(self).__name__}: url must be http://HOST[:PORT]/PATH or https://..., "
                 f"not {url[:200]!r}"
@@ -326,79 +337,36 @@ class _HttpService(_Grants):
         self.hits = 0
         self.unavailable = 0
         self._logged_at = -LOG_EVERY
-        self._httpx = httpx
-        self._transport = transport
-        #: built now, not at the first CONNECT: loading the CA bundle takes 0.1-0.3 s of CPU;
-        #: every client shares it
-        self._ssl = httpx.create_ssl_context()
-        #: clients of one connection each, none in use (the last one used at the end: its
-        #: connection is the warmest), and the clients lent to a request now (closed by stop)
-        self._idle: deque[tuple[float, httpx.AsyncClient]] = deque()
-        self._busy: set[httpx.AsyncClient] = set()
-        self._closing: set[asyncio.Task[None]] = set()
-        # anyio imports its asyncio backend at the first request: that import would run on
-        # the event loop (tens of milliseconds), so it runs here
-        import anyio._backends._asyncio  # noqa: F401
-
-        try:  # httpcore imports it for every lock it makes (several per request)
-            import sniffio  # noqa: F401
-        except ImportError:
-            log.warning("HttpAuth: sniffio is not installed (pip install 'siftmq[auth]'): each "
-                        "request searches the import path for it, on the event loop")  # fmt: skip
-
+        self._aiohttp = aiohttp
+        #: built now, not at the first CONNECT (the CA bundle: see the class docstring)
+        self._ssl = ssl.create_default_context() if parsed.scheme == "https" else None
+        self._session: aiohttp.ClientSession | None = None
         self._key = secrets.token_bytes(32)
         self._cache: OrderedDict[bytes, tuple[float, bool | None, Grant | None]] = OrderedDict()
 
-    def _new_client(self) -> httpx.AsyncClient:
-        """A client of one keep-alive connection (O(1) to build: the SSL context is shared).
+    def _client(self) -> aiohttp.ClientSession:
+        """The session (made at the first request, on the loop; again after :meth:`stop`).
+        Its pool keeps up to ``max_pending`` connections, idle ones for ``KEEPALIVE`` s."""
+        session = self._session
+        if session is None or session.closed:
+            hx = self._aiohttp
+            connector = hx.TCPConnector(
+                limit=self.max_pending,
+                keepalive_timeout=KEEPALIVE,
+                ssl=self._ssl if self._ssl is not None else True,
+            )
+            session = self._session = hx.ClientSession(
+                connector=connector, headers=self.headers, raise_for_status=False
+            )
+        return session
 
-        One pooled client for all requests would do O(connections x queued requests) work on
-        the event loop per request (httpcore 1.0's ``_assign_requests_to_connections``, which
-        also closes every idle connection past ``max_keepalive_connections``, so a storm
-        opens a new connection per request); a pool of one-connection clients makes that
-        work O(1) (docs/security.md, "Measured")."""
-        hx = self._httpx
-        client: httpx.AsyncClient = hx.AsyncClient(
-            transport=self._transport,
-            headers=self.headers,
-            timeout=self.timeout,
-            verify=self._ssl,
-            limits=hx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE),
-        )
-        return client
-
-    def _lend(self) -> httpx.AsyncClient:
-        """An idle client (the most recently used), or a new one; O(1)."""
-        idle = self._idle
-        client = idle.pop()[1] if idle else self._new_client()
-        self._busy.add(client)
-        return client
-
-    def _give_back(self, client: httpx.AsyncClient) -> None:
-        """Back among the idle clients; the oldest idle one closed when its connection has
-        expired (one per call: amortised O(1), at most ``max_pending`` clients kept)."""
-        if client not in self._busy:
-            return  # stop() closed it meanwhile
-        self._busy.discard(client)
-        now = time.monotonic()
-        idle = self._idle
-        idle.append((now, client))
-        if idle[0][0] < now - KEEPALIVE or len(idle) > self.max_pending:
-            self._close_later(idle.popleft()[1])
-
-    def _close_later(self, client: httpx.AsyncClient) -> None:
-        task = asyncio.get_running_loop().create_task(client.aclose())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+    async def start(self) -> None:
+        self._client()  # made when the broker starts, not by the first CONNECT's request
 
     async def stop(self) -> None:
-        clients = [c for _, c in self._idle] + list(self._busy)
-        self._idle.clear()
-        self._busy.clear()
-        for client in clients:
-            await client.aclose()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     def _finished(self, _task: object) -> None:
         self.pending -= 1
@@ -406,8 +374,8 @@ class _HttpService(_Grants):
     async def _send(self, body: dict[str, object]) -> tuple[int, bytes]:
         """POST ``body``: the status and content of an answer that is not a 5xx, within
         ``timeout`` and ``retries``; raises AuthUnavailable (fail-closed), logged (limited)."""
-        httpx = self._httpx
-        client = self._lend()
+        hx = self._aiohttp
+        session = self._client()
         attempt = 0
         try:
             async with asyncio.timeout(self.timeout):
@@ -415,16 +383,17 @@ class _HttpService(_Grants):
                     attempt += 1
                     self.requests += 1
                     try:
-                        resp = await client.post(self.url, json=body)
-                    except httpx.TransportError as exc:
+                        async with session.post(self.url, json=body, allow_redirects=False) as resp:
+                            status, content = resp.status, await resp.read()
+                    except hx.ClientError as exc:
                         if attempt > self.retries:
                             raise AuthUnavailable(f"auth service {self.url}: {type(exc).__name__}") from exc
                         continue
-                    if resp.status_code >= 500:
+                    if status >= 500:
                         if attempt > self.retries:
-                            raise AuthUnavailable(f"auth service {self.url}: HTTP {resp.status_code}")
+                            raise AuthUnavailable(f"auth service {self.url}: HTTP {status}")
                         continue
-                    return resp.status_code, resp.content
+                    return status, content
         except TimeoutError as exc:
             why = AuthUnavailable(f"auth service {self.url}: no answer within {self.timeout:g} s")
             self._down(why)
@@ -432,8 +401,6 @@ class _HttpService(_Grants):
         except AuthUnavailable as why:
             self._down(why)
             raise
-        finally:
-            self._give_back(client)
 
     def _down(self, why: AuthUnavailable) -> None:
         """Count an unavailable answer; log why at most once per ``LOG_EVERY`` seconds."""
@@ -452,8 +419,7 @@ class HttpAuth(_HttpService):
     ``retries``: further attempts after a connection error or a 5xx; ``cache_ttl`` /
     ``negative_ttl``: seconds an allow / a deny is remembered (0: not cached); ``cache_size``:
     verdicts remembered at most; ``headers``: sent with each request (e.g. an API key);
-    ``max_pending``: requests in flight at most (beyond: 0x88 at once); ``transport``: an
-    httpx transport (tests, a Unix socket)."""
+    ``max_pending``: requests in flight at most (beyond: 0x88 at once)."""
 
     def _cache_key(self, r: AuthRequest) -> bytes:
         parts = (r.client_id, r.username, r.address, r.listener, r.certificate_subject)
@@ -807,8 +773,18 @@ class JwtAuth(_Grants):
                     if all(a.startswith("HS") for a in self.algorithms)
                     else data.decode("ascii")
                 )
-                for alg in self.algorithms:  # a PEM that does not parse fails here, not per token
-                    jwt.algorithms.get_default_algorithms()[alg].prepare_key(key)
+                # a PEM that does not parse fails here, not per token: some algorithm accepts it
+                # (with HS and RS algorithms both allowed, HS refuses a PEM and RS takes it)
+                algorithms = jwt.algorithms.get_default_algorithms()
+                refusals: list[str] = []
+                for alg in self.algorithms:
+                    try:
+                        algorithms[alg].prepare_key(key)
+                        break
+                    except (jwt.PyJWTError, ValueError, TypeError) as exc:
+                        refusals.append(f"{alg}: {exc}")
+                else:
+                    raise ValueError("; ".join(refusals))
                 self.key = key
             else:
                 self.jwks = jwt.PyJWKSet.from_json(path.read_text())
@@ -964,6 +940,7 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
                 username_claim=text("auth_jwt_username_claim") or "username",
                 acl_claim=text("auth_jwt_acl_claim") or "acl",
                 leeway=num("auth_jwt_leeway", 0.0),
+                watch_interval=num("auth_jwt_watch_interval", 5.0),
             )
         )
     # last: the rules a client's identity carries (above) decide before the service

@@ -20,10 +20,13 @@ broker's own types, not copies, re-exported from where they live:
 * **the broker's state** (what the cluster moves between nodes and the bridge reads):
   :class:`Broker`, :class:`LocalCompositeSubscription`, :class:`Core`, :class:`Session`,
   :class:`Outgoing` with its flow states :data:`PUBLISH_SENT` / :data:`PUBREL_SENT`,
-  :class:`MessageState` (the same states as stored), :class:`Message`, :class:`Route`,
+  :class:`MessageState` (the same states as an enum: one encoding, :mod:`broker.values`),
+  :class:`Message`, :class:`Route`,
   :data:`PEER_PREFIX`, :data:`SHARE_PREFIX`; the composite atom ids (:class:`Atom`,
   :func:`event_key`, :data:`ORIGIN_PROPERTY`, :func:`boot_tag`, :func:`split_origin`); the
-  delivery log the bridge drains (:class:`DeliveryLog`, :class:`LogColumns`).
+  delivery log the bridge drains (:class:`DeliveryLog`, :class:`LogColumns`); the bans the
+  cluster shares between nodes (:class:`Ban`, :class:`BanKind`, :func:`canonical`,
+  :func:`save_ban`, :func:`enforce_ban`).
 
 Every name is imported from its home module at its first use (PEP 562, as :mod:`broker`
 does): importing this module costs nothing, and ``from broker.ext import Option`` loads the
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING
 from broker._extras import Extra, MissingExtra, lazy_names, missing_module, require
 
 if TYPE_CHECKING:
+    from broker._bans_file import enforce_ban, save_ban
     from broker._broker import Broker, LocalCompositeSubscription
     from broker._config import ConfigError, Kind, Listener, Option, flag_type, split_hostport
     from broker._files import PRIVATE_FILE, open_private, private_dir, shared_access, tighten, write_private
@@ -50,6 +54,8 @@ if TYPE_CHECKING:
         PUBREL_SENT,
         SHARE_PREFIX,
         Atom,
+        Ban,
+        BanKind,
         Core,
         DeliveryLog,
         LogColumns,
@@ -58,6 +64,7 @@ if TYPE_CHECKING:
         Route,
         Session,
         boot_tag,
+        canonical,
         event_key,
         split_origin,
     )
@@ -72,6 +79,8 @@ __all__ = [
     "PUBREL_SENT",
     "SHARE_PREFIX",
     "Atom",
+    "Ban",
+    "BanKind",
     "Broker",
     "ConfigError",
     "Core",
@@ -90,6 +99,8 @@ __all__ = [
     "Session",
     "address",
     "boot_tag",
+    "canonical",
+    "enforce_ban",
     "event_key",
     "fields",
     "flag_type",
@@ -98,6 +109,7 @@ __all__ = [
     "open_private",
     "private_dir",
     "require",
+    "save_ban",
     "shared_access",
     "split_hostport",
     "split_origin",
@@ -107,6 +119,11 @@ __all__ = [
 
 #: public name -> the module that defines it (imported at the name's first use)
 _LAZY = {
+    "save_ban": "broker._bans_file",
+    "enforce_ban": "broker._bans_file",
+    "Ban": "broker.core",
+    "BanKind": "broker.core",
+    "canonical": "broker.core",
     "Broker": "broker._broker",
     "LocalCompositeSubscription": "broker._broker",
     "ConfigError": "broker._config",

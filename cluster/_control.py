@@ -29,12 +29,16 @@ _BOOL: Final = (bool,)
 _LIST: Final = (list,)
 _DICT: Final = (dict,)
 _ANY: Final = (object,)
+_NUM: Final = (int, float)
 
 #: kind -> (required fields, optional fields), each field name -> the JSON types it may have
 KINDS: Final[dict[str, tuple[dict[str, tuple[type, ...]], dict[str, tuple[type, ...]]]]] = {
     # retained register (cluster._retained)
     "ret": ({"topic": _STR, "p": _STR, "q": _INT, "h": _INT, "o": _STR}, {"e": _INT}),
     "ret?": ({"src": _STR}, {}),
+    # bans (cluster._node: a ban added or lifted on one node applies on every node)
+    "ban": ({"k": _STR, "v": _STR, "rm": _BOOL, "s": _NUM}, {"x": _NUM, "r": _STR}),
+    "ban?": ({"src": _STR}, {}),
     # session handovers (cluster._takeover)
     "takeover": ({"cid": _STR, "clean": _BOOL, "src": _STR}, {"rid": _STR, "peers": _LIST}),
     "none": ({"cid": _STR, "rid": _STR, "src": _STR}, {}),

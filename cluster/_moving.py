@@ -30,8 +30,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker.ext import PUBLISH_SENT, PUBREL_SENT, SHARE_PREFIX, Message, MessageState, Outgoing, Route
-from broker.packets import Decoder, Publish, Pubrel, encode_publish
+from broker.ext import PUBLISH_SENT, PUBREL_SENT, SHARE_PREFIX, Message, Outgoing, Route
+from broker.packets import Decoder, Publish, encode_publish
 
 if TYPE_CHECKING:
     from broker.ext import Core, Session
@@ -90,68 +90,22 @@ def deliver_route(core: Core, s: Session, msg: Message, route: Route, now: float
 
 
 def deliver_dup(core: Core, s: Session, msg: Message, route: Route, now: float) -> None:
-    """Deliver ``msg`` to ``s`` as a possible duplicate: with DUP if it is sent at once (the
-    same steps as ``Core.deliver``'s direct path), the usual way otherwise."""
-    conn = s.conn
-    qos = route.qos
-    if (
-        qos == 0
-        or s.sink is not None
-        or conn is None
-        or conn.paused
-        or s.queue
-        or len(s.inflight) >= conn.window
-    ):
-        deliver_route(core, s, msg, route, now)
-        return
-    out = Outgoing(msg, qos, route.retain, route.subscription_ids, route.topic_filter, route.selector)
-    pid = s.allocate_pid()
-    s.own_inflight()[pid] = out  # a lean session shares an empty window until used
-    if s.persisted:
-        core.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
-    conn.write_publish(
-        msg, qos, route.retain, True, pid, route.subscription_ids, route.topic_filter, route.selector, now
-    )
+    """Deliver ``msg`` to ``s`` as a possible duplicate (``Core.deliver_duplicate``: with DUP
+    if it is sent at once, the usual way otherwise)."""
+    core.deliver_duplicate(s, msg, route, now)
 
 
 def install(core: Core, s: Session, entries: list[list[Any]], exact: bool, now: float) -> int:
     """Deliver a moved session's ``entries`` to ``s``.  ``exact``: the session still waits
     for its state (CONNACK held), so in-flight ones keep their packet id and state (resent as
-    a reconnecting client's would be: PUBLISH with DUP, or PUBREL) and queued ones are
-    delivered as usual; otherwise every entry is a possible duplicate (one whose PUBREC came
-    is not sent again: the client has it).  Returns the number of possible duplicates. O(n)."""
+    a reconnecting client's would be: PUBLISH with DUP, or PUBREL; ``Core.resume_inflight``)
+    and queued ones are delivered as usual; otherwise every entry is a possible duplicate (one
+    whose PUBREC came is not sent again: the client has it).  Returns the number of possible
+    duplicates. O(n)."""
     dups = 0
-    conn = s.conn
-    s.materialize()  # a lean restored session shares empty containers (Session.lean)
     for entry in entries:
         msg, route, pid, state = decode_entry(entry, now)
-        if not exact:
-            if state != PUBREL_SENT:
-                deliver_dup(core, s, msg, route, now)
-                dups += 1
-        elif pid is not None and pid not in s.inflight and s.sink is None:
-            out = Outgoing(
-                msg, route.qos, route.retain, route.subscription_ids, route.topic_filter, route.selector
-            )
-            out.state = PUBREL_SENT if state == PUBREL_SENT else PUBLISH_SENT
-            s.inflight[pid] = out
-            if s.persisted:
-                stored = (
-                    MessageState.PUBREC_RECEIVED if out.state == PUBREL_SENT else MessageState.PUBLISH_SENT
-                )
-                core.journal.outgoing(s, out, stored, pid, now)
-            if conn is not None:
-                if out.state == PUBREL_SENT:
-                    conn.send(Pubrel(pid))
-                else:
-                    conn.write_publish(
-                        msg, out.qos, out.retain, True, pid, out.sub_ids, out.topic_filter, out.selector, now
-                    )
-        elif pid is not None:
-            if state != PUBREL_SENT:
-                deliver_dup(core, s, msg, route, now)
-                dups += 1
-        else:
+        if exact and pid is None:  # queued: delivered as usual
             core.deliver(
                 s,
                 msg,
@@ -162,16 +116,18 @@ def install(core: Core, s: Session, entries: list[list[Any]], exact: bool, now: 
                 route.selector,
                 now,
             )
+        elif exact and pid is not None and core.resume_inflight(s, pid, msg, route, state, now):
+            continue  # in flight here as it was there
+        elif state != PUBREL_SENT:  # the client may have it: DUP (one whose PUBREC came has it)
+            core.deliver_duplicate(s, msg, route, now)
+            dups += 1
     return dups
 
 
 def install_qos2_ids(core: Core, s: Session, ids: list[int]) -> None:
     """The client's QoS 2 packet ids that the old node received and not yet released."""
-    s.materialize()
     for pid in ids:
-        if pid not in s.qos2_received:
-            s.qos2_received.add(int(pid))
-            core.journal.qos2_received(s, int(pid))
+        core.keep_qos2_id(s, int(pid))
 
 
 class Diversions:

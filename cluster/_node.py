@@ -50,6 +50,7 @@ from broker.ext import ORIGIN_PROPERTY, PEER_PREFIX, Listener, Message, Route, b
 from broker.hooks import Hooks, SubscriptionAction, SubscriptionChange
 from broker.packets import NO_PROPERTIES, Properties, Publish
 from cluster._auth import TokenChecker
+from cluster._bans import SharedBans
 from cluster._control import BadControl, check
 from cluster._link import PeerLink
 from cluster._overlay import Overlay, freshness_metrics, freshness_values, load_node_id
@@ -107,6 +108,8 @@ class ClusterNode(Hooks):
         self._peers_seen: set[str] = set()  # every peer that had a link (hex ids)
         # one converging register per retained topic (issue 30, finding 3)
         self.retained = RetainedRegister(self.name, data_dir, self._store_retained)
+        #: the cluster's side of this node's bans (made when attached to its broker)
+        self.bans: SharedBans | None = None
         self._injecting = False  # a peer's message is being published here
         self._origin_tag = ""  # this process's origin id prefix (broker.core._atom_ids)
         self.placement: Placement | None = None
@@ -138,6 +141,10 @@ class ClusterNode(Hooks):
         broker.core.peer_queue_limit = max(self.link_queue, broker.core.config.max_queued_messages)
         broker.core.peer_pace_limit = self.rpc_timeout
         broker.core.retain_hook = self._retain_hook
+        # bans added or lifted here reach every node (cluster._bans)
+        self.bans = SharedBans(
+            broker, self._send_control, lambda: [link.peer for link in self.links.values()]
+        )
         broker.core.peer_auth = self._peer_auth  # client ids $cluster/... (issue 37)
         # atoms identified across nodes (broker.core._atom_ids, docs/composite.md)
         self._origin_tag = broker.core.composite.origin_tag = boot_tag(self.name)
@@ -306,11 +313,16 @@ class ClusterNode(Hooks):
         up = {link.peer for link in self.links.values() if link.connected}
         self.broker.core.router.unavailable = {PEER_PREFIX + p for p in self._peers_seen - up}
 
+    def _peer_names(self) -> list[str]:
+        """The members this node has a link to (hex ids). O(members)."""
+        return [link.peer for link in self.links.values()]
+
     def _link_up(self, peer: str) -> None:
         self._mark_unavailable()
         # the peer's whole retained register: repairs what an expired session, a restart or
         # a join missed (the values merge by stamp, cluster._retained)
         self._send_control(peer, {"t": "ret?", "src": self.name})
+        self._send_control(peer, {"t": "ban?", "src": self.name})  # and its bans (cluster._bans)
         if self.takeover is not None:
             self.takeover.link_up(peer)
 
@@ -426,7 +438,7 @@ class ClusterNode(Hooks):
             routes = self.takeover.diversions.routes_from(peer, msg, routes)
         # a QoS 2 copy reaches the local subscribers only once the peer's packet id is durable
         # with it: a crash before that commit, then the peer's resend, would deliver it twice
-        defer = p.qos == 2 and journal.defer(True)
+        defer = p.qos == 2 and core.defer_qos2(True)
         self._injecting = True
         core.composite.origin = origin
         try:
@@ -434,7 +446,7 @@ class ClusterNode(Hooks):
         finally:
             self._injecting = False
             core.composite.origin = None
-            deferred = journal.deferred() if defer else None
+            deferred = core.take_deferred() if defer else None
         self.injected += 1
         if p.qos == 2 and p.packet_id is not None:
             # the received id joins the store transaction of the copies just journalled: a
@@ -521,8 +533,7 @@ class ClusterNode(Hooks):
         now = core.clock.monotonic()
         props = NO_PROPERTIES if expiry is None else Properties(message_expiry_interval=expiry)
         msg = Message.create(topic, payload, qos, True, props, None, now)
-        core.router.store_retained(msg)
-        core.journal.retained(msg, now)
+        core.journal.retain(msg, now)
 
     def _held_retained(self, topic: str) -> tuple[bytes, int, int | None] | None:
         msg = self._core.router.retained.get(topic)
@@ -582,6 +593,13 @@ class ClusterNode(Hooks):
         elif kind == "ret?":  # to the asking node only (check: src is the sender)
             for ctl in self.retained.dump(self._held_retained):
                 self._send_control(msg["src"], ctl)
+        elif kind == "ban":
+            if self.bans is not None:
+                self.bans.receive(msg)
+        elif kind == "ban?":  # to the asking node only
+            if self.bans is not None:
+                for ctl in self.bans.dump():
+                    self._send_control(msg["src"], ctl)
         else:
             self.placement.receive(msg)
 

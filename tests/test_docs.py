@@ -83,16 +83,52 @@ def test_every_relative_link_resolves_inside_the_repository() -> None:
     assert broken == []
 
 
+def anchors(md: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces
+    as hyphens, a repeated one numbered (``-1``, ``-2``)."""
+    seen: dict[str, int] = {}
+    found = set()
+    text = re.sub(r"^([ \t]*)```.*?^\1```", "", md.read_text(), flags=re.S | re.M)  # not headings
+    for heading in re.findall(r"^#{1,6} (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def test_every_anchor_of_a_link_exists() -> None:
+    """``page.md#heading`` links name a heading that page has (a section moved to docs/lab/
+    takes its anchor with it)."""
+    broken = []
+    for md in markdown_files():
+        for target in LINK.findall(without_code(md.read_text())):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or "#" not in target:
+                continue
+            path, anchor = target.split("#", 1)
+            page = (md.parent / path).resolve() if path else md
+            if page.suffix == ".md" and page.exists() and anchor not in anchors(page):
+                broken.append(f"{md.relative_to(ROOT)}: {target}")
+    assert broken == []
+
+
 def test_no_file_names_the_outside_contract() -> None:
     word = "CONT" + "RACT"  # spelt apart, so that this file does not name it either
+    outside = "/work/" + "shared"  # the directory beside the repository that held it and the seeds
     out = subprocess.run(
-        ["git", "grep", "--untracked", "-n", "-I", "-e", word],
+        ["git", "grep", "--untracked", "-n", "-I", "-e", word, "-e", outside, "-e", "../" + "shared/"],
         check=False,
         cwd=ROOT,
         capture_output=True,
         text=True,
     ).stdout
     assert out == ""
+
+
+def test_the_table_of_contents_links_every_lab_page() -> None:
+    toc = DOCS / "README.md"
+    linked = {(toc.parent / t.split("#")[0]).resolve() for t in LINK.findall(without_code(toc.read_text()))}
+    assert [p.name for p in sorted(LAB.glob("*.md")) if p.resolve() not in linked] == []
 
 
 def test_the_table_of_contents_links_every_user_page() -> None:
@@ -136,3 +172,68 @@ def test_the_newcomers_path_is_linked() -> None:
     for page, following in itertools.pairwise(path):
         assert following.resolve() in links_of(page), f"{page.name} should link {following.name}"
     assert (DOCS / "README.md").resolve() in links_of(ROOT / "README.md")
+
+
+def test_the_compiled_module_count_shown_is_the_builds() -> None:
+    """docs/operations.md shows ``siftmq version`` and the start-up log line with the number of
+    hot-path modules; it must be ``broker._build.HOT_MODULES``'s (it said 18, then 24)."""
+    from broker._build import HOT_MODULES
+
+    shown = re.findall(r"hot path: (\d+) of (\d+) modules", (DOCS / "operations.md").read_text())
+    assert shown
+    assert {int(total) for _, total in shown} == {len(HOT_MODULES)}, (
+        f"docs/operations.md: write 'hot path: {len(HOT_MODULES)} of {len(HOT_MODULES)} modules'"
+    )
+
+
+def test_the_reference_lists_every_command_and_ctl_verb() -> None:
+    """docs/reference.md's command table names every ``siftmq`` sub-command the CLI has
+    (plugins' included), and no other; a ``siftmq serve`` flag it names exists."""
+    import argparse
+
+    from broker._cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    reference = (DOCS / "reference.md").read_text()
+    table = reference[reference.index("## Commands") : reference.index("## Configuration keys")]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `siftmq")]
+    named = {name for cell in first_cells for name in re.findall(r"`siftmq (\w+)", cell)}
+    assert named == set(commands.choices)
+    serve_flags = {o for a in commands.choices["serve"]._actions for o in a.option_strings}
+    flags = set(re.findall(r"`siftmq serve[^`]*?(--[\w-]+)", reference))
+    flags |= set(re.findall(r"\(`(--[\w-]+)`\)", reference))
+    assert flags and flags <= serve_flags, flags - serve_flags
+
+
+def test_the_ctl_verbs_the_reference_lists_exist() -> None:
+    import argparse
+
+    from broker._cli import build_parser
+
+    def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return dict(found[0].choices) if found else {}
+
+    ctl = subcommands(build_parser())["ctl"]
+    row = next(line for line in (DOCS / "reference.md").read_text().splitlines() if "`siftmq ctl " in line)
+    nouns = subcommands(ctl)
+    pairs = [(n, v) for n, v in re.findall(r"`(\w+) (\w+)[^`]*`", row) if n != "siftmq"]
+    assert len(pairs) >= 10, pairs
+    for noun, verb in pairs:
+        assert noun in nouns and verb in subcommands(nouns[noun]), f"siftmq ctl {noun} {verb}"
+
+
+def test_every_docs_path_named_in_the_repository_exists() -> None:
+    """A ``docs/...`` path named in plain text (a docstring, a benchmark's output note, a page)
+    names a file that exists: a page or plot moved to docs/lab/ is named there."""
+    out = subprocess.run(
+        ["git", "grep", "--untracked", "-ohE", r"docs/[A-Za-z0-9_./-]+\.(md|png|json)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    named = set(out.split())
+    assert len(named) > 20
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []

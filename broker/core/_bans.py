@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 from broker.packets import ReasonCode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from broker.core._connection import Connection
     from broker.packets import Connect
 
@@ -92,13 +94,26 @@ def peer_address(peer: object) -> ipaddress.IPv4Address | ipaddress.IPv6Address 
 class BanList:
     """The bans in force, by kind (see the module docstring for the costs)."""
 
-    __slots__ = ("_by_key", "_networks", "refused")
+    __slots__ = ("_by_key", "_networks", "refused", "watchers")
 
     def __init__(self) -> None:
         #: CONNECTs refused by a ban (``siftmq_banned_total`` in /metrics)
         self.refused = 0
         self._by_key: dict[tuple[BanKind, str], Ban] = {}
         self._networks: list[tuple[Network, Ban]] = []
+        #: told of each change an operator makes here (:meth:`announce`): the cluster, which
+        #: sends it to the other nodes (cluster/_node.py); (ban, removed) -> None
+        self.watchers: list[Callable[[Ban, bool], None]] = []
+
+    def announce(self, ban: Ban, removed: bool) -> None:
+        """Tell the watchers that an operator added (or removed) ``ban`` on this node (not
+        called for a change received from another node, nor for an expiry). O(watchers)."""
+        for watcher in self.watchers:
+            watcher(ban, removed)
+
+    def get(self, kind: BanKind, value: str) -> Ban | None:
+        """The ban of ``(kind, value)`` (canonical value), expired or not. O(1)."""
+        return self._by_key.get((kind, value))
 
     def __len__(self) -> int:
         return len(self._by_key)

@@ -73,14 +73,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import composite
 from broker.core._atom_ids import RECENT_PER_ATOM, Atom, Recent, event_key, origin_in
 from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
-from broker.core._message import Message, SubOptions
-from broker.core._router import Subscribed, at_position, shown
-from broker.hooks import (
+from broker.core._hooks import (
     CompositeAction,
     CompositeChange,
     CompositeEventRecord,
     CompositeLoss,
 )
+from broker.core._message import Message, SubOptions
+from broker.core._router import Subscribed, at_position, shown
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
 
 if TYPE_CHECKING:

@@ -82,7 +82,7 @@ from broker.core._atom_ids import Recent
 
 if TYPE_CHECKING:
     from broker.core._composite import Composites
-    from broker.durability._store import Store
+    from broker.durability import Store
 
 __all__ = [
     "DELEGATE",

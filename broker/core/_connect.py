@@ -45,9 +45,9 @@ from broker._logging import address, fields
 from broker.core._backoff import address_of
 from broker.core._bans import ban_refusal
 from broker.core._connrare import NO_PACKETS
+from broker.core._hooks import AuthRequest, AuthUnavailable, CoreHooks
 from broker.core._internal import internal_refusal
 from broker.core._session import ConnectionState
-from broker.hooks import AuthRequest, AuthUnavailable, Hooks
 from broker.packets import Connack, Connect, Packet, ReasonCode
 
 if TYPE_CHECKING:
@@ -237,10 +237,10 @@ class _Login:
         self.index = 0
         self.request: AuthRequest | None = None  # built for the first new-style hook asked
 
-    def _ask(self, h: Hooks) -> object:
+    def _ask(self, h: CoreHooks) -> object:
         """One hook's answer: the new-style call with the whole request if it overrides
         ``authenticate_request``, else ``authenticate(client_id, username, password)``."""
-        if type(h).authenticate_request is Hooks.authenticate_request:
+        if type(h).authenticate_request is CoreHooks.authenticate_request:
             p = self.connect
             return h.authenticate(self.client_id, p.username, p.password)
         request = self.request

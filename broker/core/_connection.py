@@ -3,9 +3,10 @@
 Like h11, nothing here touches a socket or awaits: a :class:`Connection` is fed decoded
 packets (``received``) and the time, and answers by appending encoded bytes to its
 ``outbox`` and by setting ``close_requested``; the transport (:mod:`broker.net`) owns the
-socket.  States: ``AWAIT_CONNECT -> CONNECTED -> CLOSED``.  The packet handlers (CONNECT,
-PUBLISH and its acknowledgements in both directions, SUBSCRIBE and UNSUBSCRIBE (in
-:mod:`broker.core._subscribe`), DISCONNECT) check the packet and call the core
+socket.  States: ``AWAIT_CONNECT -> CONNECTED -> CLOSED``.  The packet handlers (CONNECT
+(in :mod:`broker.core._connect`), PUBLISH and its acknowledgements in both directions (in
+:mod:`broker.core._publish`), SUBSCRIBE and UNSUBSCRIBE (in :mod:`broker.core._subscribe`),
+DISCONNECT) check the packet and call the core
 (:mod:`broker.core._core`) for everything that concerns sessions, routing and delivery.  For
 flow control (issue 14) a connection is also a publisher that can be paused: the packets read
 after the pause wait in ``pending``, in order, and the transport stops reading
@@ -27,19 +28,26 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-import topics
 from broker.core._ahead import held_for
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
-from broker.core._message import INTERNAL_PREFIXES, RESERVED_PREFIXES, Message, Route
-from broker.core._msghooks import refused_publish, run_message_hooks
-from broker.core._quota import over_quota, retained_refusal
-from broker.core._session import NEVER, PUBREL_SENT, AckWaiter, ConnectionState, Session, WriteBuffer
+from broker.core._hooks import Delivery
+from broker.core._message import Message
+from broker.core._publish import accept_publish, acknowledged, deliver_accepted, on_publish, on_pubrel, resend
+from broker.core._quota import over_quota
+from broker.core._session import (
+    NEVER,
+    PUBACK,
+    PUBCOMP,
+    PUBREC,
+    AckWaiter,
+    ConnectionState,
+    Session,
+    WriteBuffer,
+)
 from broker.core._subscribe import on_subscribe, on_unsubscribe
-from broker.hooks import Delivery
 from broker.packets import (
     NO_PROPERTIES,
     Auth,
@@ -85,10 +93,6 @@ log = logging.getLogger("broker")
 #: PUBLISHes of one read routed as one content-matching batch at most (flow control can only
 #: pause between batches)
 _MAX_RUN = 128
-
-
-def _ok(code: int) -> bool:
-    return code < 0x80
 
 
 Writer = Callable[[bytes], None]
@@ -309,7 +313,7 @@ class Connection(RareFields):
     def _reason(self, text: str) -> Properties:
         return Properties(reason_string=text) if self.version == 5 and self.problem_info else NO_PROPERTIES
 
-    def write_publish(  # noqa: PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
+    def write_publish(  # noqa: C901, PLR0917, PLR0912 (hot path: positional arguments, one frame per delivery)
         self,
         msg: Message,
         qos: int,
@@ -372,7 +376,10 @@ class Connection(RareFields):
                 self.session.inflight.pop(pid, None)
                 core.journal.completed(self.session, pid)
             return
-        if core.deferred is not None or self.held_writes or (msg.qos == 2 and core.hold_qos2):
+        deferred = core.deferred
+        if deferred is not None:  # a QoS 2 message is routed: set aside until its id is submitted
+            deferred.append((self, data))
+        elif self.held_writes or (msg.qos == 2 and core.hold_qos2):
             core.journal.hold_write(self, data)  # QoS 2 (or behind one): after the next commit
         else:
             self._out().append(data)
@@ -450,7 +457,7 @@ class Connection(RareFields):
                 break  # disconnected by its quota (action "disconnect")
             try:
                 if batch and type(p) is Publish and p.qos < 2:
-                    accepted = self._accept_publish(p, now)
+                    accepted = accept_publish(self, p, now)
                     if isinstance(accepted, Message):
                         run.append((p, accepted))
                         if len(run) >= _MAX_RUN:  # bounds what one pause can let through
@@ -466,9 +473,9 @@ class Connection(RareFields):
                     self._publish_run(run, now)
                     run = []
                 if connected and type(p) is Publish:  # the hot path, without the dispatch
-                    accepted = self._accept_publish(p, now)
+                    accepted = accept_publish(self, p, now)
                     if isinstance(accepted, Message):
-                        self._deliver_accepted(p, accepted, None, now)
+                        deliver_accepted(self, p, accepted, None, now)
                     else:
                         accepted()
                     continue
@@ -501,7 +508,7 @@ class Connection(RareFields):
         """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
         all_routes = self.core.router.route_batch([msg for _, msg in run])
         for (p, msg), routes in zip(run, all_routes, strict=True):
-            self._deliver_accepted(p, msg, routes, now)
+            deliver_accepted(self, p, msg, routes, now)
 
     def malformed(self, exc: MalformedPacket) -> None:
         """Bad input: v5 DISCONNECT with the codec's reason code then close; 3.1.1: close."""
@@ -523,15 +530,15 @@ class Connection(RareFields):
             return
         match p:
             case Publish():
-                self._on_publish(p, now)
+                on_publish(self, p, now)
             case Puback():
-                self._on_puback(p, now)
+                acknowledged(self, PUBACK, p.packet_id, True, now)
             case Pubrec():
-                self._on_pubrec(p, now)
+                acknowledged(self, PUBREC, p.packet_id, p.reason_code < 0x80, now)
             case Pubrel():
-                self._on_pubrel(p)
+                on_pubrel(self, p)
             case Pubcomp():
-                self._on_pubcomp(p, now)
+                acknowledged(self, PUBCOMP, p.packet_id, True, now)
             case Subscribe():
                 on_subscribe(self, p, now)
             case Unsubscribe():
@@ -612,225 +619,7 @@ class Connection(RareFields):
         if core.obs.connect:
             core._call(core.obs.connect, "on_connect", client_id, p.username, v)
         if present:
-            self._resend(now)
-
-    def _resend(self, now: float) -> None:
-        """Resumed session: in-flight messages again (PUBLISH with DUP, or PUBREL), then the queue."""
-        s = self.session
-        assert s is not None
-        for pid, out in list(s.inflight.items()):
-            if out.state == PUBREL_SENT:
-                self.send_ordered(Pubrel(pid), s.persisted)
-            else:
-                self.write_publish(
-                    out.msg, out.qos, out.retain, True, pid, out.sub_ids, out.topic_filter, out.selector, now
-                )
-        self.core.drain(s, now)
-
-    # ------------------------------------------------------------ PUBLISH from the client
-    def _on_publish(self, p: Publish, now: float) -> None:
-        accepted = self._accept_publish(p, now)
-        if isinstance(accepted, Message):
-            self._deliver_accepted(p, accepted, None, now)
-        else:
-            accepted()
-
-    def _accept_publish(self, p: Publish, now: float) -> Message | Callable[[], None]:  # noqa: C901, PLR0912 (hot path: every check in one frame)
-        """Every check of an incoming PUBLISH: the Message to route, or the answer to give
-        instead (a refusal, or the PUBREC of a QoS 2 duplicate) as a call, so that a batch can
-        deliver and acknowledge the PUBLISHes before it first (``received``)."""
-        core = self.core
-        cfg = core.config
-        s = self.session
-        assert s is not None
-        qos = p.qos
-        if qos > cfg.maximum_qos:
-            return partial(self.disconnect, ReasonCode.QOS_NOT_SUPPORTED, f"QoS {qos} not supported")
-        if p.retain and not cfg.retain_available:
-            return partial(self.disconnect, ReasonCode.RETAIN_NOT_SUPPORTED, "retain not supported")
-        topic = p.topic
-        props = p.properties
-        if self.version == 5 and props.topic_alias is not None:
-            alias = props.topic_alias
-            if alias == 0 or alias > cfg.topic_alias_maximum:
-                return partial(
-                    self.disconnect, ReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias} out of range"
-                )
-            if topic:
-                if self.alias_in is NO_ALIASES_IN:  # its own map at its first alias
-                    self.alias_in = {}
-                self.alias_in[alias] = topic
-            else:
-                known = self.alias_in.get(alias)
-                if known is None:
-                    return partial(self.disconnect, ReasonCode.PROTOCOL_ERROR, f"unknown topic alias {alias}")
-                topic = known
-        try:
-            topics.validate_topic(topic)
-        except topics.InvalidTopic as exc:
-            return partial(self.disconnect, ReasonCode.TOPIC_NAME_INVALID, str(exc)[:300])  # names it
-        if topic.count("/") >= cfg.max_topic_levels:
-            core.stats.refused_topic_levels += 1
-            core.log_limit("topic_levels", s.client_id, "topic name beyond max_topic_levels")
-            return partial(
-                self.disconnect,
-                ReasonCode.TOPIC_NAME_INVALID,
-                f"more than {cfg.max_topic_levels} topic levels",
-            )
-        pid = p.packet_id
-        if qos == 2 and pid in s.qos2_received:
-            # duplicate: already routed (method A, MQTT 5 4.3.3)
-            return partial(self.send_ordered, Pubrec(pid), False)
-        if qos == 2 and len(s.qos2_received) >= cfg.receive_maximum:
-            return partial(self.disconnect, ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-        if topic.startswith("$") and not self._may_publish_reserved(topic):
-            # broker-owned topics: refused (v5 0x87; 3.1.1 acknowledged and dropped), counted
-            core.stats.refused_reserved_publish += 1
-            core.log_limit("reserved_topic", s.client_id, "PUBLISH to a broker-owned topic refused")
-            return self._denied(qos, pid, "broker-owned topic")
-        if core.obs.authorize and not core.authorize(s, "publish", topic):
-            return self._denied(qos, pid, "not authorized")
-        if p.retain and p.payload and (cfg.max_retained_messages or cfg.max_retained_bytes):
-            full = retained_refusal(self, p, topic)  # retained store caps (issue 39)
-            if full is not None:
-                return full
-        if props.topic_alias is not None or props.subscription_identifiers:
-            props = dataclasses.replace(props, topic_alias=None, subscription_identifiers=())
-        if core.obs.message:  # message hooks (issue 39): one list test when there are none
-            return run_message_hooks(self, p, topic, props, now)
-        return Message.create(topic, p.payload, qos, p.retain, props, s.client_id, now)
-
-    def _denied(self, qos: int, pid: int | None, why: str) -> Callable[[], None]:
-        """A refused PUBLISH's answer: PUBACK/PUBREC 0x87 (3.1.1: plain ack, dropped); QoS 0: none."""
-        return refused_publish(self, qos, pid, ReasonCode.NOT_AUTHORIZED, why)
-
-    def _may_publish_reserved(self, topic: str) -> bool:
-        """``$SYS/...`` and ``$share/...`` belong to the broker: a client may publish there only
-        when an authorize hook (an ACL rule) grants that topic explicitly, or (mosquitto
-        bridges) to ``$SYS/broker/connection/<its client id>/state``; ``$cluster/...`` only a
-        verified peer link, whatever a hook says (broker/core/_internal.py). Other ``$``: free."""
-        if not topic.startswith(RESERVED_PREFIXES):  # asked only for topics starting with "$"
-            return True
-        if topic.startswith(INTERNAL_PREFIXES):
-            return self.peer_link
-        s = self.session
-        assert s is not None
-        if topic == f"$SYS/broker/connection/{s.client_id}/state":
-            return True
-        core = self.core
-        user = s.verified_username  # a claimed name has no rights
-        grant = core._opinion(core.obs.authorize, "authorize", s.client_id, user, "publish", topic)
-        return grant is True
-
-    def _deliver_accepted(self, p: Publish, msg: Message, routes: list[Route] | None, now: float) -> None:
-        """Route (unless ``routes`` is given) and deliver an accepted PUBLISH, then acknowledge it."""
-        core = self.core
-        s = self.session
-        assert s is not None
-        qos = p.qos
-        pid = p.packet_id
-        journal = core.journal
-        store = journal.store
-        before = 0 if store is None else store.submitted
-        track = qos == 1 and store is not None
-        if track:
-            journal.track()
-        defer = qos == 2 and journal.defer(s.persisted)  # QoS 2: sent after the commit
-        core.current = self  # the connection flow control pauses for a congested receiver
-        try:
-            n = core.publish(msg, now, routes)
-        finally:
-            core.current = None
-            waiter = journal.tracked() if track else None
-            deferred = journal.deferred() if defer else None
-        if store is not None and qos != 0:
-            # durability before acknowledgement (docs/persistence.md, "Acknowledgements")
-            if qos == 2:
-                journal.qos2_received(s, pid or 0, deferred)
-            wrote = store.submitted != before
-            if wrote:
-                journal.bound(self)
-            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
-            if qos == 2:
-                assert pid is not None
-                s.own_ids().add(pid)
-                self.send_ordered(Pubrec(pid, code), wrote)
-            else:
-                # early PUBACK only when the publication wrote nothing but its deliveries
-                early = waiter is not None and waiter.writes == store.submitted - before
-                self.send_ordered(Puback(pid or 0, code), wrote, waiter if early else None)
-            return None
-        if qos == 1:
-            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
-            self.send(Puback(pid or 0, code))
-        elif qos == 2:
-            assert pid is not None
-            s.own_ids().add(pid)
-            code = ReasonCode.SUCCESS if n or self.version != 5 else ReasonCode.NO_MATCHING_SUBSCRIBERS
-            self.send(Pubrec(pid, code))
-
-    def _on_pubrel(self, p: Pubrel) -> None:
-        s = self.session
-        assert s is not None
-        if p.packet_id in s.qos2_received:
-            s.qos2_received.discard(p.packet_id)
-            wrote = self.core.journal.qos2_released(s, p.packet_id)
-            self.send_ordered(Pubcomp(p.packet_id), wrote)
-        else:
-            self.send_ordered(Pubcomp(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND), False)
-
-    # ------------------------------------------------------------ acks from the client
-    def _complete(self, s: Session, pid: int, now: float) -> None:
-        """An outgoing QoS 1/2 flow ended (PUBACK, PUBCOMP, PUBREC refusal): free it, refill."""
-        out = s.inflight.pop(pid)
-        self.core.journal.completed(s, pid, out)
-        self.core.drain(s, now)
-
-    def _violation(self, what: str) -> None:
-        """An ack that does not fit its packet id's flow [MQTT-4.8.0-1]: 0x82, close (logged)."""
-        w = logging.WARNING
-        log_refusal(self, "protocol_violation", "client.protocol_violation", self.client_id, what, what, w)
-        self.disconnect(ReasonCode.PROTOCOL_ERROR, what)
-
-    def _on_puback(self, p: Puback, now: float) -> None:
-        s = self.session
-        assert s is not None
-        out = s.inflight.get(p.packet_id)
-        if out is None:
-            return  # an acknowledgement of a flow that is over (e.g. resent before a takeover)
-        if out.qos != 1:
-            self._violation(f"PUBACK for the QoS 2 message {p.packet_id}")
-            return
-        self._complete(s, p.packet_id, now)
-
-    def _on_pubrec(self, p: Pubrec, now: float) -> None:
-        s = self.session
-        assert s is not None
-        out = s.inflight.get(p.packet_id)
-        if out is not None and out.qos != 2:
-            self._violation(f"PUBREC for the QoS 1 message {p.packet_id}")
-            return
-        if out is None:
-            self.send(Pubrel(p.packet_id, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
-            return
-        if not _ok(p.reason_code):
-            self._complete(s, p.packet_id, now)
-            return
-        out.state = PUBREL_SENT
-        # PUBREL (a Paho receiver hands the message over on it) waits until the message and
-        # its state are durable: a crash cannot then duplicate a QoS 2 delivery
-        self.send_ordered(Pubrel(p.packet_id), self.core.journal.pubrec(s, p.packet_id))
-
-    def _on_pubcomp(self, p: Pubcomp, now: float) -> None:
-        s = self.session
-        assert s is not None
-        out = s.inflight.get(p.packet_id)
-        if out is None:
-            return
-        if out.state != PUBREL_SENT:
-            self._violation(f"PUBCOMP before PUBREL for message {p.packet_id}")
-            return
-        self._complete(s, p.packet_id, now)
+            resend(self, now)
 
     # ------------------------------------------------------------ end of connection
     def _on_disconnect(self, p: Disconnect) -> None:

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._config import BrokerConfig, shared_group_strategies
 from broker._logging import fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
@@ -37,16 +36,17 @@ from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
 from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
+from broker.core._hooks import CoreHooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.core._journal import Journal
 from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
+from broker.core._options import CoreConfig
 from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
-from broker.core._shared import SharedPolicy, Strategy
-from broker.durability._records import MessageState
-from broker.hooks import Hooks, Publication, SubscriptionAction, SubscriptionChange
-from broker.packets import NO_PROPERTIES, PublishTemplate, ReasonCode
+from broker.core._shared import SharedPolicy, Strategy, group_strategies
+from broker.packets import NO_PROPERTIES, PublishTemplate, Pubrel, ReasonCode
+from broker.values import PUBLISH_SENT, PUBREL_SENT, QUEUED
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -80,17 +80,16 @@ class Core:
     """Session registry, router, counters and timers of one broker (no I/O)."""
 
     def __init__(
-        self, config: BrokerConfig | None = None, hooks: Iterable[Hooks] = (), clock: Clock | None = None
+        self, config: CoreConfig, hooks: Iterable[CoreHooks] = (), clock: Clock | None = None
     ) -> None:
-        self.config = cfg = config or BrokerConfig()
+        self.config = cfg = config
         self.clock = clock or Clock()
         limits = SubscribeLimits(
             cfg.max_topic_levels, cfg.max_subscriptions_per_client, cfg.maximum_qos, cfg.refused_filters
         )
-        groups = shared_group_strategies(cfg.shared_subscription_group_strategy)
         shared = SharedPolicy(
             Strategy(cfg.shared_subscription_strategy),
-            {g: Strategy(n) for g, n in groups.items()},
+            group_strategies(cfg.shared_subscription_group_strategy),
             cfg.shared_subscription_seed,
         )
         self.router = Router(
@@ -136,8 +135,9 @@ class Core:
         # receivers over their mark, and the paused publishers to resume at the next flush
         self.current: Connection | None = None
         #: while an inbound QoS 2 message of a persisted publisher (or a peer's) is routed:
-        #: its encoded deliveries, sent only once its packet id is durable with them
-        #: (``Journal.hold_writes``; docs/persistence.md, "Exactly once, end to end")
+        #: its encoded deliveries (``Connection.write_publish`` sets them aside), sent only once
+        #: its packet id is durable with them (:meth:`defer_qos2`, ``Journal.hold_writes``;
+        #: docs/persistence.md, "Exactly once, end to end")
         self.deferred: list[tuple[Connection, bytes]] | None = None
         #: QoS 2 deliveries wait for the store's next durable signal (``Broker.start`` sets it
         #: with a store; docs/persistence.md).  benchmarks/bench_qos2_commit.py clears it for
@@ -181,7 +181,7 @@ class Core:
         self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
     # ------------------------------------------------------------ hooks
-    def _call(self, hooks: list[Hooks], name: str, *args: object) -> None:
+    def _call(self, hooks: list[CoreHooks], name: str, *args: object) -> None:
         for h in hooks:
             try:
                 getattr(h, name)(*args)
@@ -189,7 +189,7 @@ class Core:
                 self.stats.hook_errors += 1
                 log.exception("hook %s.%s failed", type(h).__name__, name, extra=_HOOK_FAILED)
 
-    def _opinion(self, hooks: list[Hooks], name: str, *args: object) -> bool | None:
+    def _opinion(self, hooks: list[CoreHooks], name: str, *args: object) -> bool | None:
         for h in hooks:
             try:
                 answer = getattr(h, name)(*args)
@@ -381,8 +381,7 @@ class Core:
         traffic, issue 38).  O(routes)."""
         router = self.router
         if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
-            router.store_retained(msg)
-            self.journal.retained(msg, now)
+            self.journal.retain(msg, now)
         if routes is None:
             routes = router.route(msg)
         # a cluster stamps a QoS 1/2 publication that crosses a link with its origin id
@@ -466,7 +465,7 @@ class Core:
             pid = s.allocate_pid()
             s.own_inflight()[pid] = out  # a lean session shares an empty window until now
             if s.persisted:
-                self.journal.outgoing(s, out, MessageState.PUBLISH_SENT, pid, now)
+                self.journal.outgoing(s, out, PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
         if (
@@ -479,9 +478,90 @@ class Core:
             queue = s.own_queue()
         queue.append(out)
         if s.persisted:
-            self.journal.outgoing(s, out, MessageState.QUEUED, None, now)
+            self.journal.outgoing(s, out, QUEUED, None, now)
         if conn is not None and len(queue) >= self.high_water and not conn.slow:
             self._congested(conn, now)
+
+    # ------------------------------------------------------------ QoS 2 deferral
+    def defer_qos2(self, persisted: bool) -> bool:
+        """A QoS 2 message is about to be routed (a persisted publisher's, or a peer's:
+        ``persisted``): with a store, its deliveries are encoded and set aside
+        (:attr:`deferred`) until its packet id is submitted, then held until the commit
+        (``Journal.hold_writes``).  Exactly once across a crash: a delivery that left before
+        the id was durable is delivered again after the publisher's resend (issue 30).  True
+        if deferring (end with :meth:`take_deferred`). O(1)."""
+        if self.journal.store is None or not persisted or not self.hold_qos2 or self.deferred is not None:
+            return False
+        self.deferred = []
+        return True
+
+    def take_deferred(self) -> list[tuple[Connection, bytes]]:
+        """The deliveries set aside since :meth:`defer_qos2` (deferring ends). O(1)."""
+        out = self.deferred or []
+        self.deferred = None
+        return out
+
+    # ------------------------------------------------------------ a session moved in from another node
+    def deliver_duplicate(self, s: Session, msg: Message, route: Route, now: float) -> None:
+        """Deliver ``msg`` to ``s`` as a possible duplicate (a copy another node may have
+        delivered: a session moving between cluster nodes): with DUP if it is sent at once (the
+        same steps as :meth:`deliver`'s direct path), the usual way otherwise. O(1)."""
+        conn = s.conn
+        qos = route.qos
+        if (
+            qos == 0
+            or s.sink is not None
+            or conn is None
+            or conn.paused
+            or s.queue
+            or len(s.inflight) >= conn.window
+        ):
+            self.deliver(
+                s, msg, qos, route.retain, route.subscription_ids, route.topic_filter, route.selector, now
+            )
+            return
+        out = Outgoing(msg, qos, route.retain, route.subscription_ids, route.topic_filter, route.selector)
+        pid = s.allocate_pid()
+        s.own_inflight()[pid] = out  # a lean session shares an empty window until used
+        if s.persisted:
+            self.journal.outgoing(s, out, PUBLISH_SENT, pid, now)
+        conn.write_publish(
+            msg, qos, route.retain, True, pid, route.subscription_ids, route.topic_filter, route.selector, now
+        )
+
+    def resume_inflight(  # noqa: PLR0917
+        self, s: Session, pid: int, msg: Message, route: Route, state: int, now: float
+    ) -> bool:
+        """A message that was in flight to the client on another node, under packet id
+        ``pid`` in flow ``state`` (``broker.values``: PUBREL_SENT, else PUBLISH_SENT), goes on
+        here as a reconnecting client's would (``OUTGOING_FLOW``): PUBREL again, or PUBLISH
+        with DUP; written through to the store for a persisted session.  False, and nothing
+        done, when ``pid`` is in flight already or ``s`` is an in-process one. O(1)."""
+        if pid in s.inflight or s.sink is not None:
+            return False
+        out = Outgoing(
+            msg, route.qos, route.retain, route.subscription_ids, route.topic_filter, route.selector
+        )
+        out.state = PUBREL_SENT if state == PUBREL_SENT else PUBLISH_SENT
+        s.own_inflight()[pid] = out
+        if s.persisted:
+            self.journal.outgoing(s, out, out.state, pid, now)
+        conn = s.conn
+        if conn is not None:
+            if out.state == PUBREL_SENT:
+                conn.send(Pubrel(pid))
+            else:
+                conn.write_publish(
+                    msg, out.qos, out.retain, True, pid, out.sub_ids, out.topic_filter, out.selector, now
+                )
+        return True
+
+    def keep_qos2_id(self, s: Session, pid: int) -> None:
+        """An incoming QoS 2 packet id of the client that the other node received and did not
+        release yet: its PUBLISH sent again with DUP is not routed twice. O(1)."""
+        if pid not in s.qos2_received:
+            s.own_ids().add(pid)
+            self.journal.qos2_received(s, pid)
 
     # ------------------------------------------------------------ flow control
     def _queue_full(self, s: Session, conn: Connection | None) -> bool:

@@ -2,7 +2,7 @@
 
 Recorders such as the Spark bridge used to receive one ``Hooks.on_deliveries`` call per routed
 publication and keep a tuple per call and per delivery.  Profiled under publisher-paced QoS 1
-(issue 19 item 5, docs/performance-bridge.md), that cost more than the recording itself: the
+(issue 19 item 5, docs/lab/performance-bridge.md), that cost more than the recording itself: the
 interpreted call, and CPython's cyclic GC, which counts every kept tuple as a new container and
 ran collections on the event loop to find out they held only scalars.  This log is the cheaper
 contract: a hook returns one from ``Hooks.delivery_log()`` and the compiled core appends each

@@ -28,19 +28,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import content
-from broker.core._message import Message
-from broker.core._session import PUBLISH_SENT, PUBREL_SENT, AckWaiter, ConnectionState, Outgoing, Session
-from broker.durability._records import (
+from broker.core._session import AckWaiter, ConnectionState, Outgoing, Session
+from broker.durability import (
     EntryRecord,
     LoadedState,
     MessageRecord,
-    MessageState,
     SessionRecord,
+    Store,
     message_record,
     replay_entries,
 )
-from broker.durability._store import Store
 from broker.packets import Connack, Packet, ReasonCode
+from broker.values import QUEUED, Message
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -140,10 +139,9 @@ class Journal:
         s.persisted = True  # a session kept in memory only until now (a takeover changed it)
         self.entries(s)
         for pid, out in s.inflight.items():
-            state = MessageState.PUBLISH_SENT if out.state == PUBLISH_SENT else MessageState.PUBREC_RECEIVED
-            self.outgoing(s, out, state, pid, now, wall)
+            self.outgoing(s, out, out.state, pid, now, wall)
         for out in s.queue:
-            self.outgoing(s, out, MessageState.QUEUED, None, now, wall)
+            self.outgoing(s, out, QUEUED, None, now, wall)
         for pid in s.qos2_received:
             store.qos2_received(cid, pid)
         self.core.composite.persistence(cid, True)  # journalled from now on
@@ -171,8 +169,11 @@ class Journal:
             entries = self.core.router.index.entries(s.client_id)
             self.store.put_entries(s.client_id, [EntryRecord(e.topic_filter, e.options) for e in entries])
 
-    def retained(self, msg: Message, now: float) -> None:
-        """A retained message (or its deletion) for the store; ``$SYS`` topics are not kept."""
+    def retain(self, msg: Message, now: float) -> None:
+        """A retained message (or, empty, its deletion): kept in the router's retained tree and
+        written to the store (``$SYS`` topics are not stored).  The one way retained storage is
+        reached (``Core.publish``, the admin API, a cluster's retained register). O(levels)."""
+        self.core.router.store_retained(msg)
         if self.store is not None and not msg.topic.startswith("$SYS/"):
             self.store.set_retained(message_record(msg, now))
 
@@ -181,13 +182,14 @@ class Journal:
         self,
         s: Session,
         out: Outgoing,
-        state: MessageState,
+        state: int,
         pid: int | None,
         now: float,
         wall: float | None = None,
     ) -> None:
-        """A message queued for or sent to the persisted session ``s`` (caller checks
-        ``s.persisted``, which implies a store)."""
+        """A message queued for (``state`` :data:`~broker.values.QUEUED`, ``pid`` None) or
+        sent to the persisted session ``s`` (caller checks ``s.persisted``, which implies a
+        store).  ``state`` is stored as it is: one encoding (:mod:`broker.values._flow`)."""
         store = self.store
         assert store is not None
         if self._tracking:
@@ -198,7 +200,7 @@ class Journal:
             w.remaining += 1
             w.writes += 1
         out.seq = seq = store.next_seq()
-        store.add_delivery(s.client_id, seq, int(state), pid, out, now, wall)
+        store.add_delivery(s.client_id, seq, state, pid, out, now, wall)
 
     def sent(self, s: Session, out: Outgoing, pid: int) -> None:
         """A queued message left the queue with packet id ``pid``."""
@@ -245,15 +247,11 @@ class Journal:
         return False
 
     # ------------------------------------------------------------ incoming QoS 2 ids
-    def qos2_received(
-        self, s: Session, pid: int, deferred: list[tuple[Connection, bytes]] | None = None
-    ) -> None:
-        """The id is stored; then the message's ``deferred`` deliveries are held until the
-        commit (:meth:`hold_writes`)."""
+    def qos2_received(self, s: Session, pid: int) -> None:
+        """The id of an incoming QoS 2 message is stored (its deferred deliveries wait for the
+        commit that holds it: :meth:`hold_writes`)."""
         if s.persisted and self.store is not None:
             self.store.qos2_received(s.client_id, pid)
-        if deferred:
-            self.hold_writes(deferred)
 
     def qos2_released(self, s: Session, pid: int) -> bool:
         """PUBREL: the id is forgotten; True if written (PUBCOMP waits: a stale id would
@@ -287,38 +285,15 @@ class Journal:
             self.core.flush()
 
     # ------------------------------------------------------------ held deliveries
-    def defer(self, persisted: bool) -> bool:
-        """A QoS 2 message is about to be routed (a persisted publisher's, or a peer's:
-        ``persisted``): with a store, its deliveries are encoded and set aside
-        (``Core.deferred``) until its packet id is submitted, then held until the commit
-        (:meth:`hold_writes`).  Exactly once across a crash: a delivery that left before the
-        id was durable is delivered again after the publisher's resend (issue 30).  True if
-        deferring (end with :meth:`deferred`)."""
-        core = self.core
-        if self.store is None or not persisted or not core.hold_qos2 or core.deferred is not None:
-            return False
-        core.deferred = []
-        return True
-
-    def deferred(self) -> list[tuple[Connection, bytes]]:
-        """The deliveries set aside since :meth:`defer` (deferring ends)."""
-        out = self.core.deferred or []
-        self.core.deferred = None
-        return out
-
     def hold_writes(self, deferred: list[tuple[Connection, bytes]]) -> None:
-        """The deliveries :meth:`deferred` returned, sent once what was submitted to the
+        """The deliveries ``Core.take_deferred`` returned, sent once what was submitted to the
         store so far (the packet id and the copies) is durable, each in its connection's
         order (a later delivery to the connection waits behind them: :meth:`hold_write`)."""
         for conn, data in deferred:
             self.hold_write(conn, data)
 
     def hold_write(self, conn: Connection, data: bytes) -> None:
-        """One encoded delivery: set aside while deferring, else held until the commit."""
-        deferred = self.core.deferred
-        if deferred is not None:
-            deferred.append((conn, data))
-            return
+        """One encoded delivery, held until the commit. O(1)."""
         conn.held_writes += 1
         self.hold(conn, data)
 
@@ -501,7 +476,7 @@ class Journal:
             if o.packet_id is None:
                 s.queue.append(out)
             else:
-                out.state = PUBLISH_SENT if o.state is MessageState.PUBLISH_SENT else PUBREL_SENT
+                out.state = int(o.state)  # the store's value is the core's (broker.values._flow)
                 s.inflight[o.packet_id] = out
         if cid in qos2_in:
             s.qos2_received = set(qos2_in[cid])

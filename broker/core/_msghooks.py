@@ -40,8 +40,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import topics
-from broker.core._message import RESERVED_PREFIXES, Message
-from broker.hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
+from broker.core._hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
+from broker.core._message import RESERVED_PREFIXES, Message, Route
 from broker.packets import Properties, Puback, Publish, Pubrec, ReasonCode
 
 if TYPE_CHECKING:
@@ -50,8 +50,12 @@ if TYPE_CHECKING:
 __all__ = ["refused_publish", "run_message_hooks"]
 
 
-def run_message_hooks(
-    conn: Connection, p: Publish, topic: str, props: Properties, now: float
+#: ``broker.core._publish.deliver_accepted`` (passed in: that module imports this one)
+Deliver = Callable[["Connection", Publish, Message, "list[Route] | None", float], None]
+
+
+def run_message_hooks(  # noqa: PLR0917
+    conn: Connection, p: Publish, topic: str, props: Properties, now: float, deliver: Deliver
 ) -> Message | Callable[[], None]:
     """The registered ``on_publish`` hooks' verdict on ``p`` (topic aliases resolved to
     ``topic``, ``props`` stripped of alias and subscription ids): the Message to route, or
@@ -107,7 +111,7 @@ def run_message_hooks(
     msg = Message.create(ctx.topic, ctx.payload, p.qos, p.retain, props, s.client_id, now)
     if not extra:
         return msg
-    return partial(_deliver_with_extra, conn, p, msg, extra, now)
+    return partial(_deliver_with_extra, deliver, conn, p, msg, extra, now)
 
 
 def refused_publish(
@@ -151,11 +155,11 @@ def _check_rewritten(conn: Connection, p: Publish, new_topic: str) -> Callable[[
     return refused_publish(conn, p.qos, p.packet_id, code, "rewritten topic refused")
 
 
-def _deliver_with_extra(
-    conn: Connection, p: Publish, msg: Message, extra: list[DerivedMessage], now: float
+def _deliver_with_extra(  # noqa: PLR0917
+    deliver: Deliver, conn: Connection, p: Publish, msg: Message, extra: list[DerivedMessage], now: float
 ) -> None:
-    """Route and acknowledge ``msg``, then publish the derived messages as the broker."""
-    conn._deliver_accepted(p, msg, None, now)
+    """Route and acknowledge ``msg`` (``deliver``), then publish the derived messages as the broker."""
+    deliver(conn, p, msg, None, now)
     core = conn.core
     max_qos = core.config.maximum_qos
     core.current = conn  # flow control pauses this publisher for congested receivers

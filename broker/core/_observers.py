@@ -15,9 +15,9 @@ from mypy_extensions import i32
 
 from broker.core._clock import Clock
 from broker.core._deliverylog import DeliveryLog
+from broker.core._hooks import CoreHooks, DeliveryEntry
 from broker.core._message import Message
 from broker.core._session import Stats
-from broker.hooks import DeliveryEntry, Hooks
 
 __all__ = ["Observers"]
 
@@ -27,11 +27,11 @@ log = logging.getLogger("broker")
 class Observers:
     """The registered hooks, split by the methods they override (unused ones cost nothing)."""
 
-    def __init__(self, hooks: Iterable[Hooks]) -> None:
+    def __init__(self, hooks: Iterable[CoreHooks]) -> None:
         self.all = list(hooks)
 
-        def over(name: str) -> list[Hooks]:
-            base = getattr(Hooks, name)
+        def over(name: str) -> list[CoreHooks]:
+            base = getattr(CoreHooks, name)
             return [h for h in self.all if getattr(type(h), name) is not base]
 
         self.connect = over("on_connect")

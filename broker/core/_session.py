@@ -4,7 +4,9 @@ Plain data on purpose (MQTT 5 section 4.1): a :class:`Session` holds in-flight m
 their state, the bounded queue, QoS 2 receive ids and the packet id counter, so it can be
 written through to the store (:mod:`broker.core._journal`) and rebuilt from it.  The state
 transitions that change it live in :mod:`broker.core._core` (sessions: attach, detach, end,
-wills, expiry) and :mod:`broker.core._connection` (the packets of one network connection).
+wills, expiry; delivery, the queue, a session moved in from another node) and the packets of
+one network connection (:mod:`broker.core._connection`, :mod:`broker.core._publish`); an
+outgoing message's flow is the table :data:`OUTGOING_FLOW` here.
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from broker.core._message import FILTER_PREFIX, Message, Route
 from broker.packets import Will
+from broker.values import FILTER_PREFIX, NEVER, PUBLISH_SENT, PUBREL_SENT, Message, Route
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
     from broker.core._journal import Held
 
 __all__ = [
+    "DONE",
     "NEVER",
+    "OUTGOING_FLOW",
+    "PUBACK",
+    "PUBCOMP",
     "PUBLISH_SENT",
+    "PUBREC",
     "PUBREL_SENT",
+    "VIOLATION",
     "AckWaiter",
     "ConnectionState",
     "Outgoing",
@@ -33,10 +41,8 @@ __all__ = [
     "Sink",
     "Stats",
     "WriteBuffer",
+    "flow_row",
 ]
-
-#: Session Expiry Interval meaning "never expires" (MQTT 5 section 3.1.2.11.2)
-NEVER = 0xFFFFFFFF
 
 
 class ConnectionState(enum.Enum):
@@ -45,16 +51,40 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
-#: ``Outgoing.state``: PUBLISH sent (or to send), waiting for PUBACK / PUBREC
-PUBLISH_SENT: Final = 0
-#: ``Outgoing.state``: PUBREL sent, waiting for PUBCOMP
-PUBREL_SENT: Final = 1
+#: the client's acknowledgements of an outgoing QoS 1/2 flow (the columns of :data:`OUTGOING_FLOW`)
+PUBACK: Final = 0
+PUBREC: Final = 1
+PUBCOMP: Final = 2
+#: what an acknowledgement leads to besides a next state: the flow ends, or the client broke it
+DONE: Final = -1
+VIOLATION: Final = -2
+
+
+def flow_row(qos: int, state: int) -> int:
+    """The row of :data:`OUTGOING_FLOW` of a message in flight at ``qos`` in ``state``. O(1)."""
+    return qos * 4 + state
+
+
+#: The transitions of an outgoing QoS 1/2 message in flight (MQTT 5 sections 4.3.2 and 4.3.3),
+#: in one place (as h11's ``_state.py``): (QoS, ``Outgoing.state``) -> what each acknowledgement
+#: of the client leads to (``broker.core._publish.acknowledged`` applies it).  A message enters
+#: the table when it leaves the queue (``Core.deliver`` / ``Core.drain``: PUBLISH_SENT), or
+#: with its stored or moved state (``Journal.restore``, ``Core.resume_inflight``); DONE frees
+#: its packet id.  A PUBREC with an error code ends the flow too (DONE), after the same check.
+OUTGOING_FLOW: Final[dict[int, tuple[int, int, int]]] = {
+    #                          PUBACK     PUBREC       PUBCOMP
+    flow_row(1, PUBLISH_SENT): (DONE, VIOLATION, VIOLATION),
+    flow_row(2, PUBLISH_SENT): (VIOLATION, PUBREL_SENT, VIOLATION),
+    flow_row(2, PUBREL_SENT): (VIOLATION, PUBREL_SENT, DONE),
+}
 
 
 class Outgoing:
     """A QoS 1/2 message on its way to one client (queued or in flight).
 
-    ``state``: :data:`PUBLISH_SENT` or :data:`PUBREL_SENT` (ints: the compiled core compares ints).
+    ``state``: :data:`~broker.values.PUBLISH_SENT` (also while queued) or
+    :data:`~broker.values.PUBREL_SENT`: the encoding the store and the cluster use too
+    (:mod:`broker.values._flow`; ints: the compiled core compares ints).
     """
 
     __slots__ = ("msg", "qos", "retain", "selector", "seq", "state", "sub_ids", "topic_filter", "waiter")

@@ -40,12 +40,12 @@ from enum import Enum
 
 from broker.core._message import PEER_PREFIX, SubOptions
 
-__all__ = ["Members", "SharedPolicy", "Strategy"]
+__all__ = ["Members", "SharedPolicy", "Strategy", "group_strategies"]
 
 
 class Strategy(Enum):
-    """How a shared subscription group picks the member that receives a message (the names
-    are ``broker._config.SHARED_STRATEGIES``, which checks the configuration)."""
+    """How a shared subscription group picks the member that receives a message (the values
+    are the names of the configuration, ``broker._config.SHARED_STRATEGIES``)."""
 
     ROUND_ROBIN = "round_robin"
     RANDOM = "random"
@@ -53,6 +53,19 @@ class Strategy(Enum):
     HASH_CLIENTID = "hash_clientid"
     HASH_TOPIC = "hash_topic"
     LOCAL = "local"
+
+
+def group_strategies(rules: tuple[str, ...]) -> dict[str, Strategy]:
+    """``("g1=sticky", ...)`` as ``{"g1": Strategy.STICKY}``; ValueError on a malformed rule
+    (the configuration refuses those first: ``broker._config.shared_group_strategies``).
+    O(rules)."""
+    out: dict[str, Strategy] = {}
+    for rule in rules:
+        group, sep, name = rule.partition("=")
+        if not sep or not group or any(c in group for c in "/+#"):
+            raise ValueError(rule)
+        out[group] = Strategy(name)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from broker.core._composite import COMPOSITE_PREFIX
+from broker.core._hooks import SubscriptionAction
 from broker.core._internal import internal_filter
 from broker.core._message import SHARE_PREFIX, Message
-from broker.hooks import SubscriptionAction
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, Suback, Subscribe, Unsuback, Unsubscribe
 
 if TYPE_CHECKING:

@@ -3,12 +3,11 @@ store with its group-committing writer thread (``_store``).
 
 This module is the package's public seam (docs/architecture.md, "Seams"). Who may use it: the
 rest of the ``broker`` package (``broker._broker`` opens the store, the composite saver writes
-through it) and :mod:`broker.store`, which offers the same names to users and tests. The core
-is the exception, for now: its journal (``broker.core._journal``, the replay and the writes of
-sessions and messages), ``broker.core._core`` (the stored message states) and
-``broker.core._composite_log`` import ``_records`` / ``_store`` directly, and ``_records`` /
-``_store`` import the core's message type back: the core <-> durability cycle that issue 41
-item 2 removes (``tests/test_layers.py`` lists these imports in ``CROSSING``). Stable: the
+through it), the core's journal (``broker.core._journal``: the replay and the writes of
+sessions and messages), and :mod:`broker.store`, which offers the same names to users and
+tests. The store is below the core: it knows records and the shared values of
+:mod:`broker.values` (messages, subscription options, the QoS flow state), never the core
+(``tests/test_layers.py``, ``test_broker_floors_import_downwards_only``). Stable: the
 names below, within a release; the stored schema has its own version and migrations
 (``SCHEMA_VERSION``, ``MIGRATIONS``).
 

@@ -8,7 +8,6 @@ their state, retained messages, and the MQTT 5 properties codec of the store
 from __future__ import annotations
 
 import dataclasses
-import enum
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -17,15 +16,15 @@ from typing import Any
 import orjson
 
 import topics
-from broker.core._message import Message, SubOptions
 from broker.packets import NO_PROPERTIES, Properties, Will
+from broker.values import NEVER, Message, MessageState, SubOptions
 
 __all__ = [
     "DB_NAME",
     "EntryRecord",
     "LoadedState",
     "MessageRecord",
-    "MessageState",
+    "MessageState",  # broker.values._flow: the flow state's one encoding
     "OutgoingRecord",
     "SessionRecord",
     "StoreClosed",
@@ -53,18 +52,6 @@ class StoreVersionError(StoreError):
 
 class StoreClosed(StoreError):
     """An operation was submitted after :meth:`Store.close`."""
-
-
-class MessageState(enum.IntEnum):
-    """Where an outgoing QoS 1/2 message is in its flow (MQTT 5 section 4.3).
-
-    ``PUBLISH_SENT`` and ``PUBREC_RECEIVED`` are ``Outgoing.state`` 0 and 1 of the broker
-    core; ``QUEUED`` is a message in ``Session.queue`` (no packet id yet).
-    """
-
-    QUEUED = 0
-    PUBLISH_SENT = 1
-    PUBREC_RECEIVED = 2  # PUBREL sent, waiting for PUBCOMP
 
 
 # ---------------------------------------------------------------------------- properties
@@ -159,7 +146,7 @@ class SessionRecord:
 
     def expires_at(self) -> float | None:
         """Wall-clock expiry (None: connected, or expiry interval 0xFFFFFFFF = never)."""
-        if self.disconnected_at is None or self.expiry_interval == 0xFFFFFFFF:
+        if self.disconnected_at is None or self.expiry_interval == NEVER:
             return None
         return self.disconnected_at + self.expiry_interval
 

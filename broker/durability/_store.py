@@ -9,7 +9,7 @@ holds everything a restarted broker needs to rebuild its state:
   network connection ended (NULL while connected), user name, next packet id, and the will
   (topic, payload, QoS, retain, properties, wall-clock due time of a delayed will).
 * ``entries``: each client's ordered list of MQTT subscriptions (with every option of
-  :class:`broker.core._message.SubOptions`) and negative entries (docs/reference.md, "Negative entries
+  :class:`broker.values.SubOptions`) and negative entries (docs/reference.md, "Negative entries
   inside the MQTT broker"; seed 002, the IBM patent, Fig. 4), in the client's order, exactly
   as :meth:`topics.SubscriptionIndex.entries` lists them.
 * ``outgoing``: QoS 1/2 messages on their way to a client: queued (no packet id), PUBLISH
@@ -93,13 +93,11 @@ from typing import Any, Protocol
 
 from broker._files import open_private, private_dir, tighten
 from broker._logging import fields
-from broker.core._message import Message, SubOptions
 from broker.durability._records import (
     DB_NAME,
     EntryRecord,
     LoadedState,
     MessageRecord,
-    MessageState,
     OutgoingRecord,
     SessionRecord,
     StoreClosed,
@@ -111,6 +109,7 @@ from broker.durability._records import (
 )
 from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate, rollback
 from broker.packets import Will
+from broker.values import PUBLISH_SENT, PUBREL_SENT, Message, SubOptions
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
 
@@ -693,7 +692,7 @@ class Store:
                 return
             self.submitted += 1
             row: _Row = self._ops[i][1]  # type: ignore[index]
-            row.state = int(MessageState.PUBLISH_SENT)
+            row.state = PUBLISH_SENT
             row.pid = packet_id
             self._by_pid[key] = i
 
@@ -706,7 +705,7 @@ class Store:
                 return
             self.submitted += 1
             row: _Row = self._ops[i][1]  # type: ignore[index]
-            row.state = int(MessageState.PUBREC_RECEIVED)
+            row.state = PUBREL_SENT
 
     def complete(self, client_id: str, packet_id: int) -> None:
         """PUBACK / PUBCOMP (or a failing PUBREC) ended the flow of ``packet_id``. O(1)."""

@@ -51,7 +51,7 @@ from asyncio import sslproto
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker._config import Listener
+from broker._config import BrokerConfig, Listener
 from broker._logging import address, fields
 from broker.core import Core
 from broker.net._accept import Acceptor, bind
@@ -130,12 +130,13 @@ class _LeanTLSFactory:
         return _LeanTLS(self.loop, self.make(), self.ctx, None, server_side=True)  # type: ignore[arg-type]
 
 
-async def open_listeners(core: Core, registry: set[MQTTProtocol]) -> list[OpenListener]:
-    """Open every listener of ``core.config``; on an error close those opened and raise."""
-    limits = ConnectionLimits(core.config, core.stats)
+async def open_listeners(core: Core, registry: set[MQTTProtocol], config: BrokerConfig) -> list[OpenListener]:
+    """Open every listener of ``config`` (the broker's, which ``core.config`` reads through
+    ``CoreConfig``); on an error close those opened and raise."""
+    limits = ConnectionLimits(config, core.stats)
     opened: list[OpenListener] = []
     try:
-        for listener in core.config.effective_listeners():
+        for listener in config.effective_listeners():
             opened.append(await open_listener(core, registry, listener, limits))  # noqa: PERF401 (closed on error)
     except BaseException:
         await close_listeners(opened)

@@ -43,10 +43,10 @@ def test_a_bad_auth_value_is_one_line_and_status_2(tmp_path: Path) -> None:
 
 
 def test_without_the_auth_extra_building_a_backend_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    """httpx absent (``sys.modules`` entry None: ``find_spec`` finds nothing): one line naming
+    """aiohttp absent (``sys.modules`` entry None: ``find_spec`` finds nothing): one line naming
     ``pip install 'siftmq[auth]'``, an ImportError."""
-    monkeypatch.setitem(sys.modules, "httpx", None)
-    with pytest.raises(MissingExtra, match=r"HttpAuth needs the 'auth' extra \(httpx is not installed\): "
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    with pytest.raises(MissingExtra, match=r"HttpAuth needs the 'auth' extra \(aiohttp is not installed\): "
                        r"pip install 'siftmq\[auth\]'"):  # fmt: skip
         HttpAuth("http://127.0.0.1:1/auth")
 

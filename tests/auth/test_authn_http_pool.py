@@ -5,8 +5,10 @@ one pooled ``httpx.AsyncClient``, httpcore 1.0 did O(connections x queued reques
 request on the loop and closed every idle connection past ``max_keepalive_connections``, so a
 storm of more than 32 concurrent CONNECTs opened a new TCP connection for most requests (and
 the loop's per-request work grew with the storm: benchmarks/bench_auth_backends.py, docs/
-security.md).  The observable contract tested here: a second wave of concurrent CONNECTs
-reuses the first wave's connections, none is opened again.
+security.md); and httpcore imported sniffio (not installed) for each lock, a search of the
+import path on the loop.  The client is aiohttp now.  The observable contract tested here: a
+second wave of concurrent CONNECTs reuses the first wave's connections, none is opened again,
+and no module is imported on the loop meanwhile.
 
 The service is an asyncio HTTP/1.1 keep-alive server on 127.0.0.1 port 0 (in the test's
 loop), which holds every request until the test releases the wave: the concurrency does not

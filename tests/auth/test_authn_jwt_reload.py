@@ -105,3 +105,27 @@ async def test_a_changed_jwks_file_is_read_again_while_running(tmp_path: Path) -
         await eventually(lambda: auth.reloads == 2, timeout=10.0)
         assert await login(b.port, token(OLD, kid="k3")) is ReasonCode.SUCCESS
     assert auth._watcher is None  # stopped with the broker
+
+
+def test_a_pem_with_hs_and_rs_algorithms_allowed_still_loads(tmp_path: Path) -> None:
+    """A key file checked by any allowed algorithm: with HS256 and ES256 both allowed, a PEM
+    public key loads (HS refuses it, ES takes it), as before the check existed."""
+    private = ec.generate_private_key(ec.SECP256R1())
+    pem = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    key = tmp_path / "es.pem"
+    key.write_bytes(pem)
+    auth = JwtAuth(key, algorithms=["HS256", "ES256"], watch_interval=0)
+    assert auth.keys() == 1
+
+
+def test_the_watch_interval_from_serve_options(tmp_path: Path) -> None:
+    from broker.authn import hooks_from_serve_options
+
+    key = tmp_path / "hs.key"
+    key.write_bytes(OLD)
+    (auth,) = hooks_from_serve_options({"auth_jwt_key_file": str(key), "auth_jwt_watch_interval": 0.5})
+    assert isinstance(auth, JwtAuth) and auth.watch_interval == 0.5
+    (auth,) = hooks_from_serve_options({"auth_jwt_key_file": str(key)})
+    assert isinstance(auth, JwtAuth) and auth.watch_interval == 5.0

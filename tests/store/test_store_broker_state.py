@@ -75,7 +75,7 @@ def save(core: Core, store: Store, now: float, wall: float) -> None:
             cid, [EntryRecord(e.topic_filter, e.options) for e in core.router.index.entries(cid)]
         )
         for pid, out in s.inflight.items():
-            state = MessageState.PUBLISH_SENT if out.state == 0 else MessageState.PUBREC_RECEIVED
+            state = MessageState(out.state)  # one encoding: the core's state is the store's
             store.add_outgoing(_outgoing(store, cid, state, pid, out, now, wall))
         for out in s.queue:
             store.add_outgoing(_outgoing(store, cid, MessageState.QUEUED, None, out, now, wall))
@@ -134,7 +134,7 @@ def restore(store: Store, config: BrokerConfig, now: float, wall: float) -> Core
             if o.packet_id is None:
                 s.queue.append(out)
             else:
-                out.state = 0 if o.state is MessageState.PUBLISH_SENT else 1
+                out.state = int(o.state)
                 s.inflight[o.packet_id] = out
         s.qos2_received = set(st.qos2_in.get(cid, set()))
     return core

@@ -1,0 +1,876 @@
+"""Content routing at fleet scale against client-side filtering (issue 42 item 2).
+
+The question a user asks: *10,000 subscribers each want ~1 % of one telemetry stream; is it
+cheaper to let siftmq's content filters pick their messages, or to subscribe to everything on
+mosquitto and filter in each client?*  Rows, one broker process at a time, same generator:
+
+* **siftmq** (``siftmq serve --no-bridge --no-persistence --sys-interval 0 --content-engine E``,
+  uvloop) for each engine E given (default iccounting, hema, hcem): every connection subscribes
+  with an MQTT 5 ``filter`` user property (docs/broker.md, "Content filters"), so only the
+  matching messages leave the broker;
+* **mosquitto** (Debian's, ``persistence false``): every connection subscribes to the whole
+  stream and filters in the client -- ``json.loads`` and a compiled Python predicate (a
+  ``lambda`` made with ``eval`` from the same selector), the cheapest a user would write.
+
+Both kinds of client run the very same code per received message: ``json.loads``, the
+predicate, and, when it holds, the latency and the count; on siftmq the predicate only
+confirms the broker's choice (a delivery it rejects is counted as *false*, and must be 0).
+
+**Scale.** ``--connections`` subscribers (10,000) in ``--workers`` processes (raw asyncio MQTT 5
+over uvloop, connections spread over 64 loopback source addresses, descriptor limit raised to
+the hard limit) with ``--filters`` content filters each: 1 gives 10,000 filtered
+subscriptions, 10 gives 100,000 (10,000 connections x 10 subscriptions: MQTT keys a
+subscription by its topic filter, so the ten use ten topic filters that all match the stream,
+``fleet/telemetry``, ``fleet/+``, ``fleet/#``, ... -- see ``TOPIC_FILTERS``; a message that
+matches several of a client's subscriptions is delivered once, and is useful when it
+satisfies any of its selectors).  ``--rows`` lists ``KIND:FILTERS`` (``iccounting:1``,
+``mosquitto:10``, ...).
+
+**Stream.** One publisher sends ``--rate`` QoS 0 messages per second to ``fleet/telemetry``
+for ``--duration`` seconds, a JSON object of 12 attributes (``telemetry``: device, class of
+10, site of 20, temp, humidity, pressure, vibration, battery, rssi, alarm (5 %), fw, plus
+``seq`` and ``ts``, the publisher's ``time.time_ns()``), ~205 bytes.  The stream is a pure
+function of ``seq``, so every worker knows before the run which messages each of its
+subscribers wants (the *expected* matches, computed with the Python predicates).
+
+**Selectors** (``selector``; each about 1 % of the stream, thresholds drawn per subscription so
+nearly all selectors are distinct):
+
+====  ====  ===========================================================================
+mix   n     template
+====  ====  ===========================================================================
+30 %  2     ``class = 'pump' AND temp > 90.17``  (equality on the device class, range)
+20 %  2     ``site = 'site-07' AND humidity BETWEEN 41.3 AND 61.3``
+20 %  3     ``class = 'valve' AND battery < 31 AND rssi > -53``
+20 %  4     ``(class = 'fan' AND temp > 95.02) OR (site = 'site-11' AND vibration > 9.01)``
+10 %  3     ``class IN ('meter', 'motor') AND pressure > 1044.71 AND alarm = FALSE``
+====  ====  ===========================================================================
+
+Before the window, ``--warmup`` messages (seqs -5..-1) are sent and awaited by every worker
+(the engines build their indexes at the first match), then the broker's idle CPU is read over
+``--idle`` seconds.  **Measured** over the window from the publisher's first message to the
+moment every worker has received what it expects (or ``--drain`` seconds after the last
+publish), per *useful* delivery (a message that satisfies the subscriber's selector; each counted once per
+connection): broker CPU (/proc of the broker, user and system), bytes received by the subscribers (MQTT bytes
+read from their sockets: loopback's /proc/net/dev is shared by every process on the machine),
+the subscribers' CPU (all worker processes), latency p50/p99 (``ts`` in the payload ->
+arrival of a useful message), and delivered as a percentage of the expected matches (plus
+duplicates and false deliveries); per stream message, its first useful arrival and the
+spread to its last one.  The publisher's CPU is shown beside them.  The broker is pinned to
+CPU 0, the workers and the publisher to CPU 1 (``--no-pin`` to leave them free).
+
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_content_fleet.py \\
+        --rows iccounting:1,hema:1,hcem:1,mosquitto:1,iccounting:10,hema:10,hcem:10,mosquitto:10 \\
+        --duration 30 --rate 2
+
+``--probe`` times only the broker's routing decision in this process (``Router.route``
+against ``engine.match``, same subscriptions, no sockets): where the broker's time goes.
+
+Results: docs/performance-content.md, "Fleet scale: content routing vs client-side filtering".
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import multiprocessing as mp
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_fleet
+from _storm_client import _frame, _str, _varint, source_address
+
+__all__ = [
+    "TOPIC",
+    "TOPIC_FILTERS",
+    "Row",
+    "payload",
+    "run_row",
+    "selector",
+    "telemetry",
+]
+
+TOPIC = "fleet/telemetry"
+#: ten distinct topic filters that all match TOPIC (a client's k-th subscription uses the k-th)
+TOPIC_FILTERS = (
+    "fleet/telemetry",
+    "fleet/+",
+    "fleet/#",
+    "+/telemetry",
+    "+/+",
+    "+/#",
+    "#",
+    "fleet/telemetry/#",
+    "+/telemetry/#",
+    "+/+/#",
+)
+CLASSES = ("pump", "valve", "meter", "sensor", "motor", "fan", "heater", "chiller", "compressor", "gateway")
+SITES = tuple(f"site-{k:02d}" for k in range(20))
+FIRMWARE = ("2.3.1", "2.4.0", "3.0.2")
+SEED = 42
+
+
+# ------------------------------------------------------------------ workload
+def telemetry(seq: int) -> dict[str, Any]:
+    """The attributes of stream message ``seq`` (deterministic; without ``seq`` and ``ts``)."""
+    r = random.Random(SEED * 1_000_003 + seq)
+    return {
+        "device": f"dev-{r.randrange(100_000):05d}",
+        "class": r.choice(CLASSES),
+        "site": r.choice(SITES),
+        "temp": round(r.uniform(0, 100), 2),
+        "humidity": round(r.uniform(0, 100), 2),
+        "pressure": round(r.uniform(950, 1050), 2),
+        "vibration": round(r.uniform(0, 10), 3),
+        "battery": r.randint(0, 100),
+        "rssi": r.randint(-100, -30),
+        "alarm": r.random() < 0.05,
+        "fw": r.choice(FIRMWARE),
+    }
+
+
+def payload(seq: int, ts_ns: int) -> bytes:
+    """Message ``seq`` as sent: its attributes plus ``seq`` and ``ts`` (ns since the epoch)."""
+    doc = telemetry(seq)
+    doc["seq"] = seq
+    doc["ts"] = ts_ns
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def selector(conn: int, k: int) -> tuple[str, str]:
+    """(SQL selector, Python expression over ``d``) of connection ``conn``'s ``k``-th filter.
+
+    Each is ~1 % of the stream (see the module docstring's table)."""
+    r = random.Random(f"{SEED}/{conn}/{k}")
+    u = r.random()
+    c = r.choice(CLASSES)
+    s = r.choice(SITES)
+    if u < 0.30:  # P(class) 0.1 x P(temp > t) ~0.1
+        t = f"{r.uniform(88, 92):.2f}"
+        return f"class = '{c}' AND temp > {t}", f"d['class'] == '{c}' and d['temp'] > {t}"
+    if u < 0.50:  # 0.05 x 0.2
+        lo = r.uniform(0, 80)
+        a, b = f"{lo:.2f}", f"{lo + 20:.2f}"
+        return (
+            f"site = '{s}' AND humidity BETWEEN {a} AND {b}",
+            f"d['site'] == '{s}' and {a} <= d['humidity'] <= {b}",
+        )
+    if u < 0.70:  # 0.1 x P(battery < b) x P(rssi > q) with the product of the last two ~0.1
+        bat = r.randint(20, 50)
+        q = round(-30 - 71 * (0.1 / (bat / 101))) - 1
+        return (
+            f"class = '{c}' AND battery < {bat} AND rssi > {q}",
+            f"d['class'] == '{c}' and d['battery'] < {bat} and d['rssi'] > {q}",
+        )
+    if u < 0.90:  # 0.1 x 0.05 + 0.05 x 0.1
+        t = f"{r.uniform(94, 96):.2f}"
+        v = f"{r.uniform(8.9, 9.1):.2f}"
+        return (
+            f"(class = '{c}' AND temp > {t}) OR (site = '{s}' AND vibration > {v})",
+            f"(d['class'] == '{c}' and d['temp'] > {t}) or (d['site'] == '{s}' and d['vibration'] > {v})",
+        )
+    c2 = r.choice([x for x in CLASSES if x != c])  # 0.2 x 0.95 x ~0.053
+    p = f"{r.uniform(1044.4, 1045.0):.2f}"
+    return (
+        f"class IN ('{c}', '{c2}') AND pressure > {p} AND alarm = FALSE",
+        f"d['class'] in ('{c}', '{c2}') and d['pressure'] > {p} and d['alarm'] is False",
+    )
+
+
+def predicate(conn: int, filters: int) -> Callable[[dict[str, Any]], bool]:
+    """The compiled client-side filter of connection ``conn``: any of its selectors."""
+    body = " or ".join(f"({selector(conn, k)[1]})" for k in range(filters))
+    return eval(f"lambda d: {body}")  # type: ignore[no-any-return]
+
+
+# ------------------------------------------------------------------ MQTT bits
+def _connect(cid: str) -> bytes:
+    body = _str("MQTT") + bytes([5, 0x02]) + struct.pack("!H", 600) + b"\x00"
+    return _frame(0x10, body + _str(cid))
+
+
+def _subscribe(pid: int, topic_filter: str, sel: str | None, qos: int) -> bytes:
+    props = b"" if sel is None else b"\x26" + _str("filter") + _str(sel)
+    body = struct.pack("!H", pid) + _varint(len(props)) + props + _str(topic_filter) + bytes([qos])
+    return _frame(0x82, body)
+
+
+def _publish(seq: int, qos: int, pid: int) -> bytes:
+    body = payload(seq, time.time_ns())
+    head = _str(TOPIC) + (struct.pack("!H", pid) if qos else b"") + b"\x00"
+    return _frame(0x30 | (qos << 1), head + body)
+
+
+DISCONNECT = b"\xe0\x00"
+
+
+# ------------------------------------------------------------------ subscriber workers
+@dataclass
+class WorkerPlan:
+    port: int
+    conns: list[int]  # connection numbers of this worker
+    filters: int
+    mosquitto: bool
+    nmax: int  # messages the stream may reach (expected matches precomputed below it)
+    qos: int = 0
+    drain: float = 30.0
+    warmup: int = 5  # messages before the measured stream (seqs -warmup..-1)
+    handshakes: int = 25
+    addresses: int = 64
+    pin: int | None = None
+
+
+@dataclass
+class WorkerResult:
+    connected: int = 0
+    subscribed: int = 0
+    refused: int = 0
+    failed: int = 0
+    first_error: str = ""
+    expected: int = 0  # matches wanted by this worker's connections below the published count
+    useful: int = 0  # unique useful deliveries
+    duplicates: int = 0
+    false: int = 0  # delivered but its selector is false (client-side filtered on mosquitto)
+    raw: int = 0  # every PUBLISH received
+    raw_expected: int = 0  # mosquitto: every message to every connection
+    bytes: int = 0
+    cpu_s: float = 0.0
+    window_s: float = 0.0
+    drained: bool = False
+    latencies_ms: list[float] = field(default_factory=list)
+    seqs: list[int] = field(default_factory=list)  # the message of each latency
+
+
+class _Sub(asyncio.Protocol):
+    """One subscriber connection: parses MQTT frames, filters, counts (no task per message)."""
+
+    def __init__(self, w: _Worker, pred: Callable[[dict[str, Any]], bool]) -> None:
+        self.w = w
+        self.pred = pred
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+        self.seen: set[int] = set()
+        self.acks = 0
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.want_acks = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError(f"closed before SUBACK: {exc!r}"))
+
+    def data_received(self, data: bytes) -> None:
+        w = self.w
+        w.res.bytes += len(data)
+        buf = self.buf + data if self.buf else data
+        n = len(buf)
+        pos = 0
+        while n - pos >= 2:
+            first = buf[pos]
+            i = pos + 1
+            rl = mult = 0
+            while True:
+                if i >= n:
+                    self.buf = buf[pos:]
+                    return
+                d = buf[i]
+                rl |= (d & 0x7F) << mult
+                mult += 7
+                i += 1
+                if not d & 0x80:
+                    break
+            end = i + rl
+            if end > n:
+                break
+            kind = first >> 4
+            if kind == 3:
+                p = i + 2 + ((buf[i] << 8) | buf[i + 1])
+                if first & 0x06:
+                    assert self.transport is not None
+                    self.transport.write(b"\x40\x02" + buf[p : p + 2])
+                    p += 2
+                plen = mult = 0
+                while True:  # properties length
+                    d = buf[p]
+                    p += 1
+                    plen |= (d & 0x7F) << mult
+                    mult += 7
+                    if not d & 0x80:
+                        break
+                w.on_message(self, buf[p + plen : end])
+            elif kind in (2, 9):  # CONNACK, SUBACK
+                self._ack(kind, buf[i:end])
+            pos = end
+        self.buf = buf[pos:]
+
+    def _ack(self, kind: int, body: bytes) -> None:
+        if kind == 2:
+            if body[1] != 0:
+                self.w.res.refused += 1
+                self._fail(f"CONNACK reason {body[1]:#x}")
+            return
+        p = 2
+        plen = mult = 0
+        while True:
+            d = body[p]
+            p += 1
+            plen |= (d & 0x7F) << mult
+            mult += 7
+            if not d & 0x80:
+                break
+        codes = body[p + plen :]
+        if any(c >= 0x80 for c in codes):
+            self.w.res.refused += 1
+            self._fail(f"SUBACK {codes.hex()}")
+            return
+        self.acks += 1
+        if self.acks == self.want_acks and not self.ready.done():
+            self.ready.set_result(None)
+
+    def _fail(self, why: str) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(why))
+
+
+async def _until(cond: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``cond`` every 10 ms until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+class _Worker:
+    def __init__(self, plan: WorkerPlan) -> None:
+        self.plan = plan
+        self.res = WorkerResult()
+        self.protos: list[_Sub] = []
+        self.matches: list[list[int]] = []  # per connection: the seqs its selectors want
+        self.outstanding = 0  # useful deliveries still expected (after "stop")
+        self.raw_outstanding = 0
+        self.warm_left = 0  # warm-up deliveries still expected
+        self.stopped: asyncio.Event | None = None
+
+    def on_message(self, proto: _Sub, body: bytes) -> None:
+        res = self.res
+        d = json.loads(body)
+        ok = proto.pred(d)
+        seq = d["seq"]
+        if seq < 0:  # warm-up
+            if ok or self.plan.mosquitto:
+                self.warm_left -= 1
+            return
+        res.raw += 1
+        if ok:
+            if seq in proto.seen:
+                res.duplicates += 1
+                return
+            proto.seen.add(seq)
+            res.useful += 1
+            res.latencies_ms.append((time.time_ns() - d["ts"]) / 1e6)
+            res.seqs.append(seq)
+            self.outstanding -= 1
+        else:
+            res.false += 1
+        self.raw_outstanding -= 1
+
+    async def open(self, conn: int, sem: asyncio.Semaphore) -> _Sub | None:
+        plan = self.plan
+        loop = asyncio.get_running_loop()
+        proto = _Sub(self, predicate(conn, plan.filters))
+        try:
+            async with sem:
+                await loop.create_connection(
+                    lambda: proto,
+                    "127.0.0.1",
+                    plan.port,
+                    local_addr=(source_address(conn, plan.addresses), 0),
+                )
+                out = [_connect(f"sub{conn}")]
+                if plan.mosquitto:
+                    out.append(_subscribe(1, TOPIC, None, plan.qos))
+                else:
+                    out += [
+                        _subscribe(k + 1, TOPIC_FILTERS[k], selector(conn, k)[0], plan.qos)
+                        for k in range(plan.filters)
+                    ]
+                proto.want_acks = len(out) - 1
+                assert proto.transport is not None
+                proto.transport.write(b"".join(out))
+                await asyncio.wait_for(proto.ready, 120)
+        except (OSError, RuntimeError, ConnectionError, TimeoutError) as exc:
+            self.res.failed += 1
+            if not self.res.first_error:
+                self.res.first_error = f"sub{conn}: {exc!r}"
+            if proto.transport is not None:
+                proto.transport.close()
+            return None
+        self.res.connected += 1
+        self.res.subscribed += proto.want_acks
+        return proto
+
+    async def run(self, pipe: Connection) -> WorkerResult:
+        plan = self.plan
+        loop = asyncio.get_running_loop()
+        # expected matches first (outside the measured window): per connection, the stream's
+        # seqs below nmax its predicate accepts
+        docs = [telemetry(s) for s in range(plan.nmax)]
+        sem = asyncio.Semaphore(plan.handshakes)
+        opened = await asyncio.gather(*(self.open(c, sem) for c in plan.conns))
+        self.protos = [p for p in opened if p is not None]
+        self.matches = [[s for s, d in enumerate(docs) if p.pred(d)] for p in self.protos]
+        warm = [telemetry(s) for s in range(-plan.warmup, 0)]
+        if plan.mosquitto:
+            self.warm_left = len(warm) * len(self.protos)
+        else:
+            self.warm_left = sum(1 for p in self.protos for d in warm if p.pred(d))
+        pipe.send(("ready", self.res.connected, self.res.subscribed, self.res.failed, self.res.first_error))
+        await loop.run_in_executor(None, pipe.recv)  # "warm": the warm-up messages were sent
+        await _until(lambda: self.warm_left <= 0, 120)
+        pipe.send(("warmed", self.warm_left))
+        await loop.run_in_executor(None, pipe.recv)  # "go"
+        self.res.bytes = 0  # the handshakes' and the warm-up's
+        c0 = time.process_time()
+        t0 = time.monotonic()
+        msg = await loop.run_in_executor(None, pipe.recv)  # ("stop", published)
+        published = int(msg[1])
+        expected = sum(bisect.bisect_left(m, published) for m in self.matches)
+        self.res.expected = expected
+        self.outstanding += expected
+        if plan.mosquitto:
+            self.res.raw_expected = published * len(self.protos)
+            self.raw_outstanding += self.res.raw_expected
+        self.res.drained = await _until(
+            lambda: self.outstanding <= 0 and (not plan.mosquitto or self.raw_outstanding <= 0), plan.drain
+        )
+        self.res.cpu_s = time.process_time() - c0
+        self.res.window_s = time.monotonic() - t0
+        for p in self.protos:
+            if p.transport is not None:
+                p.transport.write(DISCONNECT)
+                p.transport.close()
+        return self.res
+
+
+def worker_main(pipe: Connection, plan: WorkerPlan) -> None:
+    """Subscriber worker process: connect and subscribe, "ready", "go", "stop N", results."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if plan.pin is not None:
+        os.sched_setaffinity(0, {plan.pin})
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    res = runner(_Worker(plan).run(pipe))
+    pipe.send(res)
+
+
+# ------------------------------------------------------------------ publisher
+def publisher_main(
+    pipe: Connection, port: int, rate: float, duration: float, qos: int, warmup: int, pin: int | None
+) -> None:
+    """One QoS ``qos`` publisher: on "warm", ``warmup`` messages (seqs -warmup..-1) at ``rate``;
+    on "go", ``rate`` messages per second for ``duration`` s (seqs 0, 1, ...)."""
+    if pin is not None:
+        os.sched_setaffinity(0, {pin})
+
+    async def run() -> tuple[int, int, float]:
+        loop = asyncio.get_running_loop()
+        connack: asyncio.Future[None] = loop.create_future()
+        acked = 0
+
+        class P(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                nonlocal acked
+                if data[0] >> 4 == 2 and not connack.done():
+                    connack.set_result(None)
+                acked += data.count(b"\x40\x02")  # PUBACKs (approximate; QoS 1 only)
+
+        transport, _ = await loop.create_connection(P, "127.0.0.1", port)
+        transport.write(_connect("publisher"))
+        await asyncio.wait_for(connack, 60)
+        pipe.send("ready")
+        await loop.run_in_executor(None, pipe.recv)  # "warm"
+        for seq in range(-warmup, 0):
+            transport.write(_publish(seq, qos, 1))
+            await asyncio.sleep(1 / rate)
+        pipe.send("warmed")
+        await loop.run_in_executor(None, pipe.recv)  # "go"
+        c0 = time.process_time()
+        t0 = time.monotonic()
+        seq = 0
+        while True:
+            due = t0 + seq / rate
+            if due - t0 >= duration:
+                break
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            transport.write(_publish(seq, qos, seq % 65535 + 1))
+            seq += 1
+        await asyncio.sleep(0.2)
+        cpu = time.process_time() - c0
+        transport.write(DISCONNECT)
+        transport.close()
+        return seq, acked, cpu
+
+    pipe.send(asyncio.run(run()))
+
+
+# ------------------------------------------------------------------ driver
+@dataclass
+class Row:
+    kind: str  # an engine name or "mosquitto"
+    filters: int  # per connection
+
+
+def _start(cmd: list[str], port: int, log: Any, pin: bool) -> subprocess.Popen[bytes]:
+    """Start a broker (on CPU 0 with ``pin``, descriptor limit at the hard limit) and wait
+    until it accepts connections."""
+
+    def pre() -> None:
+        if pin:
+            os.sched_setaffinity(0, {0})
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=pre)  # noqa: PLW1509
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"{cmd[0]} did not listen")
+
+
+def _cpu(pid: int) -> float:
+    return sum(_cpu_split(pid))
+
+
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tck = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tck, int(fields[12]) / tck
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
+    """One row: a fresh broker, the subscribers, the stream; the measured figures."""
+    mosq = row.kind == "mosquitto"
+    serve = [] if mosq else ["--content-engine", row.kind]
+    tmp = Path(tempfile.mkdtemp(prefix=f"content-fleet-{row.kind}-"))
+    port = bench_fleet.free_port()
+    cmd = bench_fleet._command("mosquitto" if mosq else "siftmq-uvloop", port, tmp, False, serve)
+    # private like the rest of the data directory, or siftmq warns that it fixed the mode
+    log = open(os.open(tmp / "broker.log", os.O_WRONLY | os.O_CREAT, 0o600), "wb")  # noqa: SIM115
+    try:
+        proc = _start(cmd, port, log, args.pin)
+    except BaseException:
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    ctx = mp.get_context("spawn")
+    nmax = int(args.rate * args.duration) + 2
+    per = -(-args.connections // args.workers)
+    pipes: list[Connection] = []
+    procs: list[Any] = []
+    pin = 1 if args.pin else None
+    try:
+        for w in range(args.workers):
+            conns = list(range(w * per, min(args.connections, (w + 1) * per)))
+            plan = WorkerPlan(
+                port,
+                conns,
+                row.filters,
+                mosq,
+                nmax,
+                args.qos,
+                args.drain,
+                args.warmup,
+                args.handshakes,
+                pin=pin,
+            )
+            a, b = ctx.Pipe()
+            p = ctx.Process(target=worker_main, args=(b, plan), daemon=True)
+            p.start()
+            pipes.append(a)
+            procs.append(p)
+        t_setup = time.monotonic()
+        ready = [a.recv() for a in pipes]
+        setup_s = time.monotonic() - t_setup
+        if any(r[3] for r in ready):
+            print(f"# {row.kind}: connections failed: {[r[3:] for r in ready if r[3]]}", flush=True)
+        pa, pb = ctx.Pipe()
+        pub = ctx.Process(
+            target=publisher_main,
+            args=(pb, port, args.rate, args.duration, args.qos, args.warmup, pin),
+            daemon=True,
+        )
+        pub.start()
+        procs.append(pub)
+        assert pa.recv() == "ready"
+        pa.send("warm")
+        assert pa.recv() == "warmed"
+        for a in pipes:
+            a.send("warm")
+        warm_left = sum(a.recv()[1] for a in pipes)
+        # the broker's CPU with every subscriber connected and nothing published
+        c = _cpu(proc.pid)
+        time.sleep(args.idle)
+        idle_cpu = (_cpu(proc.pid) - c) / args.idle
+        rss = _rss_mib(proc.pid)
+        load = os.getloadavg()[0]
+        user0, sys0 = _cpu_split(proc.pid)
+        t0 = time.monotonic()
+        for a in pipes:
+            a.send("go")
+        pa.send("go")
+        published, _acked, pub_cpu = pa.recv()
+        for a in pipes:
+            a.send(("stop", published))
+        results: list[WorkerResult] = [a.recv() for a in pipes]
+        user1, sys1 = _cpu_split(proc.pid)
+        broker_user, broker_sys = user1 - user0, sys1 - sys0
+        broker_cpu = broker_user + broker_sys
+        window = time.monotonic() - t0
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        proc.send_signal(signal.SIGTERM if not mosq else signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        text = (tmp / "broker.log").read_text(errors="replace")
+        if text.strip():
+            print(f"# {row.kind} broker log (last lines):\n{text[-1500:]}", flush=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    lat = [x for r in results for x in r.latencies_ms]
+    # per stream message: its first useful arrival and the spread to its last one (a late
+    # first arrival is a delay before or inside the broker's routing; a wide spread, the
+    # fan-out or the receivers)
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for r in results:
+        for seq, x in zip(r.seqs, r.latencies_ms, strict=True):
+            first[seq] = min(first.get(seq, x), x)
+            last[seq] = max(last.get(seq, x), x)
+    spread = [last[q] - first[q] for q in first]
+    useful = sum(r.useful for r in results)
+    expected = sum(r.expected for r in results)
+    client_cpu = sum(r.cpu_s for r in results)
+    total_bytes = sum(r.bytes for r in results)
+    per_useful = max(useful, 1)
+    out = {
+        "kind": row.kind,
+        "filters_per_connection": row.filters,
+        "subscriptions": sum(r.subscribed for r in results),
+        "connections": sum(r.connected for r in results),
+        "failed": sum(r.failed for r in results),
+        "refused": sum(r.refused for r in results),
+        "first_error": next((r.first_error for r in results if r.first_error), ""),
+        "setup_s": round(setup_s, 1),
+        "rate": args.rate,
+        "published": published,
+        "expected": expected,
+        "useful": useful,
+        "delivered_pct": round(100 * useful / expected, 3) if expected else float("nan"),
+        "duplicates": sum(r.duplicates for r in results),
+        "false": sum(r.false for r in results),
+        "raw": sum(r.raw for r in results),
+        "raw_expected": sum(r.raw_expected for r in results),
+        "drained": all(r.drained for r in results),
+        "window_s": round(window, 2),
+        "broker_cpu_s": round(broker_cpu, 3),
+        "broker_user_s": round(broker_user, 3),
+        "broker_sys_s": round(broker_sys, 3),
+        "client_cpu_s": round(client_cpu, 3),
+        "publisher_cpu_s": round(pub_cpu, 3),
+        "bytes": total_bytes,
+        "broker_cpu_us_per_useful": round(broker_cpu * 1e6 / per_useful, 2),
+        "client_cpu_us_per_useful": round(client_cpu * 1e6 / per_useful, 2),
+        "total_cpu_us_per_useful": round((broker_cpu + client_cpu) * 1e6 / per_useful, 2),
+        "bytes_per_useful": round(total_bytes / per_useful, 1),
+        "p50_ms": round(_pct(lat, 0.5), 2),
+        "p99_ms": round(_pct(lat, 0.99), 2),
+        "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
+        "first_arrival_max_ms": round(max(first.values(), default=float("nan")), 2),
+        "spread_p50_ms": round(_pct(spread, 0.5), 2),
+        "spread_max_ms": round(max(spread, default=float("nan")), 2),
+        "broker_rss_mib": round(rss, 1),
+        "broker_idle_cpu_per_s": round(idle_cpu, 4),
+        "warmup_missing": warm_left,
+        "load_before": round(load, 2),
+    }
+    return out
+
+
+def probe(engine: str, filters: int, connections: int, messages: int = 60) -> dict[str, Any]:
+    """``--probe``: the broker's routing decision alone, in this process (no sockets): a
+    ``broker.core._router.Router`` holding the same subscriptions as the row, the CPU time of
+    ``Router.route`` per stream message against ``engine.match`` alone (medians after a
+    warm-up), and the routes per message.  Shows where the broker's time per message goes."""
+    import statistics
+
+    import content
+    from broker.core._message import Message
+    from broker.core._router import Router
+    from broker.packets import SubscriptionRequest
+
+    router = Router(engine=engine)
+    for c in range(connections):
+        sels: dict[str, str] = {}
+        for k in range(filters):
+            req = SubscriptionRequest(TOPIC_FILTERS[k], 0)
+            router.subscribe(f"sub{c}", sels, req, selector(c, k)[0], None)
+    msgs = [Message(TOPIC, payload(s, 1), 0, False) for s in range(-5, messages)]
+    for m in msgs[:5]:
+        router.route(m)
+    t_route, t_match, routes = [], [], 0
+    for m in msgs[5:]:
+        t = time.process_time()
+        routes += len(router.route(m))
+        t_route.append(time.process_time() - t)
+        t = time.process_time()
+        router.engine.match(content.attributes(m.payload))
+        t_match.append(time.process_time() - t)
+    return {
+        "engine": engine,
+        "filters_per_connection": filters,
+        "subscriptions": connections * filters,
+        "route_ms": round(statistics.median(t_route) * 1e3, 3),
+        "engine_match_ms": round(statistics.median(t_match) * 1e3, 3),
+        "routes_per_message": round(routes / messages, 1),
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The results table, with ratios against the mosquitto row of the same filter count."""
+    peer = {r["filters_per_connection"]: r for r in rows if r["kind"] == "mosquitto"}
+    peer1 = peer.get(1)
+    lines = [
+        "| row | subscriptions | useful delivered / expected | broker CPU / useful | client CPU / useful "
+        "| total CPU / useful | bytes / useful | p50 / p99 | bytes, CPU vs mosquitto |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ref = peer.get(r["filters_per_connection"], peer1)
+        ratio = ""
+        if ref is not None and r is not ref:
+            ratio = (
+                f"{ref['bytes_per_useful'] / max(r['bytes_per_useful'], 1e-9):.1f}x fewer, "
+                f"{ref['total_cpu_us_per_useful'] / max(r['total_cpu_us_per_useful'], 1e-9):.1f}x less"
+            )
+        lines.append(
+            f"| {r['kind']} x{r['filters_per_connection']} | {r['subscriptions']:,} "
+            f"| {r['useful']:,} / {r['expected']:,} ({r['delivered_pct']:.2f} %) "
+            f"| {r['broker_cpu_us_per_useful']:,.1f} us | {r['client_cpu_us_per_useful']:,.1f} us "
+            f"| {r['total_cpu_us_per_useful']:,.1f} us | {r['bytes_per_useful']:,.0f} B "
+            f"| {r['p50_ms']:.1f} / {r['p99_ms']:.1f} ms | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_rows(text: str) -> list[Row]:
+    out = []
+    for item in text.split(","):
+        kind, _, n = item.partition(":")
+        out.append(Row(kind.strip(), int(n or 1)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--rows", default="iccounting:1,hema:1,hcem:1,mosquitto:1", help="KIND:FILTERS, comma-separated"
+    )
+    ap.add_argument("--connections", type=int, default=10_000)
+    ap.add_argument("--workers", type=int, default=4, help="subscriber processes")
+    ap.add_argument("--rate", type=float, default=2.0, help="stream messages per second")
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds of stream")
+    ap.add_argument("--qos", type=int, default=0, choices=(0, 1))
+    ap.add_argument("--warmup", type=int, default=5, help="messages sent (and awaited) before the window")
+    ap.add_argument("--idle", type=float, default=3.0, help="seconds of idle broker CPU measured before it")
+    ap.add_argument("--drain", type=float, default=30.0, help="seconds allowed after the last publish")
+    ap.add_argument("--handshakes", type=int, default=25, help="CONNACKs awaited at once per worker")
+    ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin broker / generator")
+    ap.add_argument("--json", default="", help="append the rows (JSON lines) to this file")
+    ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
+    args = ap.parse_args(argv)
+    if args.probe:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe(row.kind, row.filters, args.connections))
+                print(json.dumps(out[-1]), flush=True)
+        return out
+    print(f"# load average {os.getloadavg()}; {vars(args)}", flush=True)
+    rows = []
+    for row in parse_rows(args.rows):
+        if (
+            row.kind == "mosquitto"
+            and shutil.which("mosquitto") is None
+            and not Path("/usr/sbin/mosquitto").exists()
+        ):
+            print("# mosquitto not installed: row skipped", flush=True)
+            continue
+        r = run_row(row, args)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(r) + "\n")
+    print(markdown(rows), flush=True)
+    print(f"# load average {os.getloadavg()}", flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
