@@ -19,6 +19,9 @@ Phases (each a function run in a worker process, returning a picklable result):
 * ``storm``: every client reconnects with clean start off, checks CONNACK's session present
   flag, acknowledges each PUBLISH it receives, and disconnects once it has the messages
   queued for it (or after ``deadline`` seconds, counted as missing).
+
+Two small helpers the other process-starting benchmarks share: :func:`free_port` and
+:func:`wait_port` (the moment a started broker accepts connections).
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ import contextlib
 import resource
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Slice", "expected", "queue_phase", "run_slice", "source_address"]
+__all__ = ["Slice", "expected", "free_port", "queue_phase", "run_slice", "source_address", "wait_port"]
 
 EXPIRY = 3600  # Session Expiry Interval of every device (seconds)
 
@@ -325,3 +329,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[Any], timeout: float = 120) -> float:
+    """Poll (every 5 ms) until ``port`` accepts a TCP connection; the ``time.monotonic()`` it
+    did. RuntimeError if ``proc`` exits or ``timeout`` passes first (bench_footprint.py,
+    bench_restart_storm.py: a broker's start-up time)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"broker exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return time.monotonic()
+        except OSError:
+            time.sleep(0.005)
+    raise RuntimeError("broker did not open its port")

@@ -54,10 +54,12 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._pinger import paced, pinger, pings  # noqa: E402
 from broker.auth import CheckPool  # noqa: E402
 from broker.authn import HttpAuth, JwtAuth  # noqa: E402
 from broker.hooks import AuthRequest, Hooks  # noqa: E402
-from broker.packets import Connack, Connect, Decoder, Pingreq, encode  # noqa: E402
+from broker.packets import Connack, Connect, Decoder, encode  # noqa: E402
+from tests.auth.authservice import keep_alive  # noqa: E402
 
 
 def pct(xs: list[float]) -> dict[str, float]:
@@ -267,34 +269,6 @@ def timeouts(clients: int) -> dict[str, Any]:
     }
 
 
-def pinger(port: int) -> socket.socket:
-    """An MQTT 5 session (connected before the storm: its CONNECT would queue behind it)."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.settimeout(60)
-    s.sendall(encode(Connect("pinger", 5, keep_alive=0), 5))
-    dec = Decoder(5, server=False)
-    got: list[Any] = []
-    while not got:
-        got = dec.feed(s.recv(4096))
-    assert isinstance(got[0], Connack) and got[0].reason_code == 0, got
-    return s
-
-
-def pings(s: socket.socket, seconds: float) -> list[float]:
-    """PINGREQ -> PINGRESP round trips (seconds each) for ``seconds``, one at a time."""
-    ping = encode(Pingreq(), 5)
-    rtts: list[float] = []
-    end = time.perf_counter() + seconds
-    while (t0 := time.perf_counter()) < end:
-        s.sendall(ping)
-        data = s.recv(16)
-        while len(data) < 2:
-            data += s.recv(16)
-        rtts.append(time.perf_counter() - t0)
-    return rtts
-
-
 async def storm_main(port: int, rate: float, seconds: float) -> None:
     """The storm (its own process): ``rate`` CONNECTs a second, each waiting for its CONNACK."""
     outcomes: Counter[str] = Counter()
@@ -315,15 +289,7 @@ async def storm_main(port: int, rate: float, seconds: float) -> None:
         finally:
             writer.close()
 
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    tasks = []
-    i = 0
-    while (due := start + i / rate) < start + seconds:
-        await asyncio.sleep(max(0.0, due - loop.time()))
-        tasks.append(asyncio.create_task(attempt(i)))
-        i += 1
-    await asyncio.gather(*tasks, return_exceptions=True)
+    i = await paced(rate, seconds, attempt, tolerate=True)
     print(json.dumps({"sent": i, "outcomes": dict(outcomes)}), flush=True)
 
 
@@ -331,25 +297,12 @@ def service_main(delay: float) -> None:
     """The slow service in its own process: asyncio, HTTP/1.1 keep-alive, each answer after
     ``delay`` s (an ``asyncio.sleep``: thousands wait at once without a thread each)."""
 
+    async def allow(_: bytes) -> bytes:
+        await asyncio.sleep(delay)
+        return b'{"result": "allow"}'
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
-                await asyncio.sleep(delay)
-                body = b'{"result": "allow"}'
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await keep_alive(reader, writer, allow)
 
     async def main() -> None:
         server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)

@@ -30,13 +30,10 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -47,8 +44,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._pinger import paced, pinger, pings  # noqa: E402
 from broker._passwd import PasswordFile  # noqa: E402
-from broker.packets import Connack, Connect, Decoder, Pingreq, encode  # noqa: E402
+from broker.packets import Connack, Connect, Decoder, encode  # noqa: E402
+from tests.serving import Serve  # noqa: E402
 
 USER, PASSWORD = "alice", "correct horse"
 
@@ -57,74 +56,42 @@ USER, PASSWORD = "alice", "correct horse"
 
 
 class Served:
-    """``siftmq serve --port 0`` in a subprocess; ``port`` parsed from its log."""
+    """``siftmq serve --port 0`` of source ``tree`` in a subprocess (tests/serving.py)."""
 
     def __init__(self, passwd: Path, config: Path, tree: Path = ROOT) -> None:
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--no-bridge", "--no-persistence",
-             "--password-file", str(passwd), "--config", str(config)],
-            stderr=subprocess.PIPE, text=True, env=env, cwd=tree,
-        )  # fmt: skip
-        assert self.proc.stderr is not None
-        self.log: list[str] = []
-        found = threading.Event()
-        self.port = 0
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.log.append(line)
-                m = re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line)
-                if m and not self.port:
-                    self.port = int(m.group(1))
-                    found.set()
-
-        threading.Thread(target=read, daemon=True).start()
-        if not found.wait(60):
-            self.proc.kill()
-            raise RuntimeError("broker did not start:\n" + "".join(self.log))
-        self.ps = psutil.Process(self.proc.pid)
+        self.serve = Serve(
+            *("--no-bridge", "--no-persistence", "--password-file", str(passwd), "--config", str(config)),
+            env={"PYTHONPATH": str(tree)},
+            cwd=tree,
+        )
+        try:
+            self.port = self.serve.port(timeout=60)
+        except BaseException:
+            self.serve.close()
+            raise
+        self.ps = psutil.Process(self.serve.proc.pid)
 
     def cpu(self) -> float:
         t = self.ps.cpu_times()
         return t.user + t.system
 
     def stop(self) -> None:
-        self.proc.terminate()
+        """SIGTERM, 30 s to end, then SIGKILL."""
         try:
-            self.proc.wait(30)
+            self.serve.stop(30)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            pass
+        finally:
+            self.serve.close()
 
 
 # ------------------------------------------------------------ the pinging client
 
 
-def pinger(port: int, seconds: float) -> list[float]:
+def ping_for(port: int, seconds: float) -> list[float]:
     """PINGREQ -> PINGRESP round trips (seconds each) for ``seconds``, one at a time."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    s.settimeout(60)
-    s.sendall(encode(Connect("pinger", 5, keep_alive=0), 5))
-    dec = Decoder(5, server=False)
-    got: list[Any] = []
-    while not got:
-        got = dec.feed(s.recv(4096))
-    assert isinstance(got[0], Connack) and got[0].reason_code == 0, got
-    ping = encode(Pingreq(), 5)
-    rtts: list[float] = []
-    end = time.perf_counter() + seconds
-    while (t0 := time.perf_counter()) < end:
-        s.sendall(ping)
-        data = s.recv(16)
-        while len(data) < 2:  # PINGRESP is 2 bytes: 0xD0 0x00
-            data += s.recv(16)
-        assert data[:2] == b"\xd0\x00", data
-        rtts.append(time.perf_counter() - t0)
-    s.close()
-    return rtts
+    with pinger(port) as s:
+        return pings(s, seconds)
 
 
 # ------------------------------------------------------------ the storm (its own process)
@@ -166,13 +133,7 @@ async def storm(port: int, rate: float, seconds: float) -> dict[str, Any]:
 
     loop = asyncio.get_running_loop()
     start = loop.time()
-    tasks = []
-    i = 0
-    while (due := start + i / rate) < start + seconds:
-        await asyncio.sleep(max(0.0, due - loop.time()))
-        tasks.append(asyncio.create_task(attempt(i)))
-        i += 1
-    await asyncio.gather(*tasks)
+    i = await paced(rate, seconds, attempt)
     use = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "sent": i,
@@ -205,7 +166,7 @@ def phase(b: Served, seconds: float, rate: float) -> dict[str, Any]:
         )  # fmt: skip
         time.sleep(0.3)  # the child's interpreter starts; its first CONNECTs are on their way
     c0 = b.cpu()
-    rtts = pinger(b.port, seconds)
+    rtts = ping_for(b.port, seconds)
     used = b.cpu() - c0
     out: dict[str, Any] = {**stats(rtts, seconds), "broker_cpu": 100 * used / seconds}
     if load is not None:

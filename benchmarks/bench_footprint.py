@@ -8,7 +8,9 @@ For each broker, in one run on the same machine:
    client, and again after ``--idle-late`` seconds (default 25): siftmq publishes its ``$SYS``
    topics every ``sys_interval`` (10 s by default) and the bridge records those publications,
    so with the defaults the late reading is after the bridge's first write (which loads
-   numpy, pyarrow and pandas: docs/performance.md "Footprint");
+   numpy and pyarrow: in the bridge's writer process by default, whose RSS, with that of any
+   other child of the broker, is the last column; in the broker with ``--bridge-writer thread``,
+   variant ``siftmq-thread``: docs/performance.md "Footprint");
 3. *clients RSS*: ``VmRSS`` once ``--clients`` (default 1,000) MQTT 3.1.1 clients, opened by a
    separate process (raw sockets: CONNECT, CONNACK, then nothing; keep-alive 0), are all
    connected, after ``--settle`` seconds (default 2).
@@ -32,7 +34,6 @@ import argparse
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _storm_client import free_port
+from _storm_client import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -83,18 +84,21 @@ def rss(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
-def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> float:
-    """Poll until ``port`` accepts a TCP connection; the monotonic time it did."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return time.monotonic()
-        except OSError:
-            time.sleep(0.005)
-    raise RuntimeError("broker did not open its port")
+def children_rss(pid: int) -> int:
+    """``VmRSS`` of ``pid``'s descendants in bytes (the bridge's writer process, issue 42)."""
+    total = 0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").iterdir():
+            kids = (task / "children").read_text().split()
+            for kid in kids:
+                try:
+                    total += rss(int(kid))
+                except (OSError, RuntimeError):
+                    continue
+                todo.append(int(kid))
+    return total
 
 
 def command(kind: str, port: int, data: Path) -> list[str]:
@@ -117,6 +121,8 @@ def command(kind: str, port: int, data: Path) -> list[str]:
     ]
     if kind == "siftmq-light":
         cmd += ["--no-bridge", "--no-persistence"]
+    elif kind == "siftmq-thread":  # the defaults with the bridge's writer in a thread (before)
+        cmd += ["--bridge-writer", "thread"]
     return cmd
 
 
@@ -146,6 +152,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
             if args.idle_late > args.idle:
                 time.sleep(args.idle_late - args.idle)
                 out["late_mb"] = rss(proc.pid) / 1e6
+                out["late_children_mb"] = children_rss(proc.pid) / 1e6
             if args.clients:
                 cl = subprocess.Popen(
                     [PY, "-c", CLIENTS, str(args.clients), str(port)],
@@ -160,6 +167,7 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
                         raise RuntimeError(f"client process failed ({cl.wait()})")
                     time.sleep(args.settle)
                     out["clients_mb"] = rss(proc.pid) / 1e6
+                    out["clients_children_mb"] = children_rss(proc.pid) / 1e6
                 finally:
                     if cl.stdin is not None:
                         cl.stdin.close()
@@ -202,7 +210,10 @@ def main() -> None:
     for name, mb in floor().items():
         print(f"floor  {name:<18} RSS {mb:6.1f} MB")
     late = f"idle {args.idle_late:g} s MB"
-    print(f"{'broker':<16} {'start-up s':>10} {'idle MB':>8} {late:>14} {f'{args.clients} clients MB':>18}")
+    print(
+        f"{'broker':<16} {'start-up s':>10} {'idle MB':>8} {late:>14} {f'{args.clients} clients MB':>18}"
+        f" {'+ children MB (late / clients)':>31}"
+    )
     for kind in brokers:
         runs = [measure(kind, args) for _ in range(args.runs)]
 
@@ -215,9 +226,10 @@ def main() -> None:
             )
 
         label = f"siftmq-store ({args.sessions} sessions)" if kind == "siftmq-store" else kind
+        kids = f"{med('late_children_mb')} / {med('clients_children_mb')}"
         print(
             f"{label:<16} {med('startup_s'):>10} {med('idle_mb'):>8} {med('late_mb'):>14}"
-            f" {med('clients_mb'):>18}",
+            f" {med('clients_mb'):>18} {kids:>31}",
             flush=True,
         )
 

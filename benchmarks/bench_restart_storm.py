@@ -36,7 +36,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _storm_client import Slice, free_port, queue_phase, run_slice
+from _storm_client import Slice, free_port, queue_phase, run_slice, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -130,20 +129,6 @@ def _cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _wait_port(port: int, proc: subprocess.Popen[str], timeout: float = 300) -> float:
-    """Poll until ``port`` accepts a TCP connection; the wall time it did."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return time.time()
-        except OSError:
-            time.sleep(0.005)
-    raise RuntimeError("broker did not open its port")
-
-
 class Broker:
     """One broker process on a fixed data directory, restartable."""
 
@@ -158,7 +143,7 @@ class Broker:
     def start(self) -> float:
         """Start; returns seconds from spawn to the first accepted connection."""
         self.port = free_port()
-        t0 = time.time()
+        t0 = time.monotonic()
         if self.kind == "siftmq":
             self.proc = subprocess.Popen(
                 [PY, "-c", SIFTMQ_CHILD, str(self.data / "broker.db") if self.store else "", str(self.port)],
@@ -191,7 +176,7 @@ class Broker:
             self.proc = subprocess.Popen(
                 [exe, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True
             )
-        ready = _wait_port(self.port, self.proc)
+        ready = wait_port(self.port, self.proc, timeout=300)
         return ready - t0
 
     def stop(self, kill: bool) -> None:

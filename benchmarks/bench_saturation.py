@@ -554,6 +554,9 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
 # nothing): the defaults (store and bridge on), each half of them, and neither.
 VARIANTS: dict[str, list[str]] = {
     "siftmq-defaults": [],
+    # the defaults with the bridge's writer in a thread of the broker (before issue 42's writer
+    # process; `siftmq serve --bridge-writer thread`)
+    "siftmq-thread": ["--bridge-writer", "thread"],
     "siftmq-nostore": ["--no-bridge", "--no-persistence"],
     "siftmq-store": ["--no-bridge"],
     "siftmq-bridge": ["--no-persistence"],
@@ -683,6 +686,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
             res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
+        res["children_cpu_s"] = b.children_cpu()  # of broker_cpu_s: the bridge's writer process
         res["loadgen_cpu_s"] = time.process_time() - cpu0
         if spy is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -809,7 +813,38 @@ def main() -> int:
     ap.add_argument("--profile", default="", help="py-spy the brokers (siftmq) into this directory")
     ap.add_argument("--profile-native", action="store_true", help="--profile with perf (C frames)")
     ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the '<variant>@base' brokers")
+    ap.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="a loaded machine (issue 42 item 4): this many busy-loop processes (any core) run "
+        "through the whole benchmark; the load average is recorded with every result",
+    )
+    ap.add_argument(
+        "--min-load",
+        type=float,
+        default=4.0,
+        help="with --busy: wait (3 min at most) for this load average",
+    )
     a = ap.parse_args()
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        for _ in range(a.busy)
+    ]
+    try:
+        if busy:
+            deadline = time.monotonic() + 180
+            while os.getloadavg()[0] < a.min_load and time.monotonic() < deadline:
+                time.sleep(1)
+            print(f"{len(busy)} busy processes, load average {os.getloadavg()[0]:.2f}", flush=True)
+        return _main(a)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+
+
+def _main(a: argparse.Namespace) -> int:
     if a.base_root:
         BASE_ROOT.append(Path(a.base_root).resolve())
     os.sched_setaffinity(0, {a.load_cpu})
@@ -834,7 +869,7 @@ def main() -> int:
                 res = one(name, scenario, a, capacity)
             except Exception as exc:  # a peer that fails is reported, the run goes on
                 res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
-            res.update(broker=name, scenario=scenario)
+            res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
             results.append(res)
             print(
                 f"{name:16} {scenario:6} "

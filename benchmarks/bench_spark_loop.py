@@ -41,7 +41,7 @@ import subprocess
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from benchmarks.bench_spark_sink import _free_port, _wait_port
+from benchmarks._storm_client import free_port, wait_port
 from bridge import jvm_provider
 from bridge._analytics import spark_session
 from bridge._loop import LoopOptions, alerts_query
@@ -62,13 +62,13 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-spark-loop-"))
     repo = Path(__file__).resolve().parents[1]
-    port = _free_port()
+    port = free_port()
     cmd = [str(repo / ".venv/bin/siftmq"), "serve", "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--no-persistence", "--data-dir", str(root), "--bridge-messages", "telemetry/#"]
     cmd += ["--bridge-roll-interval", str(args.roll), "--log-level", "WARNING"]
     broker = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     try:
-        _wait_port(port, broker)
+        wait_port(port, broker)
         (root / "landing" / "messages").mkdir(parents=True, exist_ok=True)
         spark = spark_session("local[2]")
         spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "10000")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,27 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psutil
 
+from benchmarks._storm_client import free_port, wait_port
 from bridge import register
 from bridge._analytics import spark_session
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)  # polling the broker's port until it listens
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 def _cpu(pids: list[int]) -> float:
@@ -78,12 +59,12 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-spark-sink-"))
     repo = Path(__file__).resolve().parents[1]
     brokers: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
-    port = _free_port()
+    port = free_port()
     siftmq = [str(repo / ".venv/bin/siftmq"), "serve", "--host", "127.0.0.1", "--port", str(port)]
     siftmq += ["--no-bridge", "--no-persistence", "--data-dir", str(root / "data"), "--log-level", "WARNING"]
     brokers["siftmq"] = (subprocess.Popen(siftmq, stderr=subprocess.DEVNULL), port)
     if shutil.which("mosquitto"):
-        mport = _free_port()
+        mport = free_port()
         conf = root / "mosquitto.conf"
         conf.write_text(f"listener {mport} 127.0.0.1\nallow_anonymous true\nmax_inflight_messages 1000\n")
         brokers["mosquitto"] = (
@@ -92,7 +73,7 @@ def main() -> None:
         )
     try:
         for proc, p in brokers.values():
-            _wait_port(p, proc)
+            wait_port(p, proc)
         spark = spark_session("local[2]")
         register(spark)
         df = (

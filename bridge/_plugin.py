@@ -2,9 +2,15 @@
 
 The broker never imports the bridge: ``siftmq`` finds this plugin through the entry point the
 distribution declares, and the plugin adds ``siftmq analytics`` and the ``serve`` options
-``--bridge`` / ``--no-bridge`` / ``--bridge-roll-interval`` / ``--bridge-messages`` (``[serve]``
-keys ``bridge``, ``bridge_roll_interval``, ``bridge_messages``), and registers a
-:class:`~bridge.Bridge` hook in the served broker.
+``--bridge`` / ``--no-bridge`` / ``--bridge-roll-interval`` / ``--bridge-messages`` /
+``--bridge-writer`` (``[serve]`` keys ``bridge``, ``bridge_roll_interval``, ``bridge_messages``,
+``bridge_writer``), and registers a :class:`~bridge.Bridge` hook in the served broker.
+
+The served bridge writes from its own process by default (``--bridge-writer process``,
+``bridge/_writerproc.py``): numpy and pyarrow then never enter the broker's process, which
+stays at its idle footprint after the first write (issue 42: 40 against 146 MB,
+docs/performance.md "Footprint"); ``--bridge-writer thread`` writes from a thread of the
+broker, as before.
 
 The bridge needs the ``spark`` extra (pyarrow, ...). This module imports none of it, so the
 plugin loads in a broker-only install: there ``serve`` runs without the bridge and says so in
@@ -38,6 +44,7 @@ class BridgePlugin:
         "bridge": Option(Kind.BOOL),
         "bridge_roll_interval": Option(Kind.FLOAT, lo=0, lo_open=True, hi=3600, unit="seconds"),
         "bridge_messages": Option(Kind.STRS),
+        "bridge_writer": Option(Kind.CHOICE, choices=("process", "thread")),
     }
     serve_keys = frozenset(serve_options)
 
@@ -68,6 +75,14 @@ class BridgePlugin:
             "landing zone's messages/ (repeatable; what format('siftmq') kind 'messages' reads)",
         )
 
+        parser.add_argument(
+            "--bridge-writer",
+            choices=("process", "thread"),
+            default=None,
+            help="where the bridge encodes and writes its files: a child process (default; numpy "
+            "and pyarrow stay out of the broker) or a thread of the broker",
+        )
+
     def serve_hooks(self, ctx: ServeContext) -> Sequence[Hooks]:
         args, opts = ctx.args, ctx.options
         # flags and keys checked against serve_options by ``siftmq serve``
@@ -83,6 +98,8 @@ class BridgePlugin:
                 or args.bridge_roll_interval is not None
                 or "bridge_roll_interval" in opts
                 or bool(args.bridge_messages or opts.get("bridge_messages"))
+                or args.bridge_writer is not None
+                or "bridge_writer" in opts
             )
             if explicit:
                 raise MissingExtra(Extra.SPARK, "the bridge", module)
@@ -93,10 +110,11 @@ class BridgePlugin:
         messages = list(cast("Sequence[str]", args.bridge_messages or opts.get("bridge_messages") or ()))
         _system_arrow_pool()
         landing = ctx.data_dir / "landing"
-        log.info("bridge on: landing zone %s, roll interval %g s", landing, roll)
+        writer = str(args.bridge_writer or opts.get("bridge_writer") or "process")
+        log.info("bridge on: landing zone %s, roll interval %g s, writer %s", landing, roll, writer)
         if messages:
             log.info("bridge: landing whole messages of %s", ", ".join(messages))
-        return (Bridge(landing, roll_interval=float(roll), messages=messages),)
+        return (Bridge(landing, roll_interval=float(roll), messages=messages, writer=writer),)
 
 
 def _system_arrow_pool() -> None:

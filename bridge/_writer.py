@@ -55,7 +55,6 @@ import contextlib
 import enum
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -66,7 +65,9 @@ from typing import TYPE_CHECKING, Any
 
 from bridge import _schema
 from bridge._eventlog import EventLog, events_table
+from bridge._messages import _MessageRow, _TopicMatcher
 from bridge._schema import Kind
+from bridge._writerproc import Job, JobError, WriterProcess, fanout_payload
 from broker.ext import PRIVATE_FILE, DeliveryLog, LogColumns, private_dir, tighten
 from broker.hooks import (
     CompositeChange,
@@ -135,6 +136,7 @@ class BridgeStats:
     files: int = 0  # files committed
     bytes: int = 0  # bytes committed
     write_errors: int = 0  # failed write rounds (their batches were retried)
+    writer_restarts: int = 0  # writer="process": children started again after one died
 
 
 def _ts(times: np.ndarray[Any, np.dtype[np.float64]]) -> pa.Array:
@@ -288,61 +290,6 @@ def _records_table(kind: Kind, batch: list[Any], node: str | None) -> pa.Table:
 _RECORD_KINDS = (Kind.SUBSCRIPTION_CHANGES, Kind.COMPOSITE_CHANGES, Kind.COMPOSITE_LOSSES, Kind.MESSAGES)
 
 
-@dataclass(frozen=True, slots=True)
-class _MessageRow:
-    """One whole message of a topic the bridge was asked to land (``Bridge(messages=...)``)."""
-
-    time: float
-    message_id: int
-    publisher_id: str | None
-    topic: str
-    payload: bytes
-    qos: int
-    retained: bool
-
-
-def _filter_pattern(topic_filter: str) -> str:
-    """A regular expression for an MQTT topic filter (``+`` one level, ``#`` the rest)."""
-    if not topic_filter or "\x00" in topic_filter:
-        raise ValueError(f"invalid topic filter {topic_filter!r}")
-    levels = topic_filter.split("/")
-    parts: list[str] = []
-    for i, level in enumerate(levels):
-        if level == "#" and i == len(levels) - 1:
-            return "/".join(parts) + ("(/.*)?" if parts else ".*")
-        if level == "+":
-            parts.append("[^/]*")
-        elif "+" in level or "#" in level:
-            raise ValueError(f"invalid topic filter {topic_filter!r}: a wildcard must fill a level")
-        else:
-            parts.append(re.escape(level))
-    return "/".join(parts)
-
-
-class _TopicMatcher:
-    """Does a topic match one of the filters (MQTT rules: a filter starting with a wildcard does
-    not match ``$`` topics)?  Answers are cached per topic (the cache is bounded)."""
-
-    def __init__(self, filters: tuple[str, ...]) -> None:
-        self.filters = filters
-        plain = [_filter_pattern(f) for f in filters if f[:1] not in "+#"]
-        wild = [_filter_pattern(f) for f in filters if f[:1] in "+#"]
-        self._plain = re.compile("|".join(f"(?:{p})" for p in plain) + r"\Z") if plain else None
-        self._wild = re.compile("|".join(f"(?:{p})" for p in wild) + r"\Z") if wild else None
-        self._cache: dict[str, bool] = {}
-
-    def __call__(self, topic: str) -> bool:
-        hit = self._cache.get(topic)
-        if hit is None:
-            hit = bool(self._plain is not None and self._plain.match(topic)) or bool(
-                self._wild is not None and not topic.startswith("$") and self._wild.match(topic)
-            )
-            if len(self._cache) >= 10_000:
-                self._cache.clear()
-            self._cache[topic] = hit
-        return hit
-
-
 # Parquet dictionary encoding only where values repeat (ids, topics, filters, small ints): on
 # unique values (times, message ids, latencies) it is wasted work.  Measured on a deliveries
 # batch: 117 -> 79 ns of CPU per row and a 25% smaller file than dictionary-encoding every column.
@@ -441,10 +388,26 @@ class _Sink:
                     removed += 1
         return removed
 
-    def commit(self, kind: Kind, table: pa.Table) -> int:
-        _load_arrow()
+    def next_name(self) -> str:
+        """The name of the next file (a new, higher sequence number)."""
         self._seq += 1
-        name = f"part-{time.time_ns() // 1000:016d}-{self._tag}-{self._seq:08d}.parquet"
+        return f"part-{time.time_ns() // 1000:016d}-{self._tag}-{self._seq:08d}.parquet"
+
+    def commit(self, kind: Kind, table: pa.Table, name: str | None = None) -> int:
+        """Write ``table`` as one file of ``kind``; its size.  ``name``: given by the broker's
+        side of the writer process (bridge/_writerproc.py), which may send a job again after its
+        child died: a file already committed under that name is kept as it is (renamed into place
+        only once whole, it is that job's file)."""
+        _load_arrow()
+        if name is None:
+            name = self.next_name()
+        elif self.fs is None:
+            with contextlib.suppress(FileNotFoundError):
+                return os.stat(os.path.join(self.base, kind.value, name)).st_size
+        else:
+            info = self.fs.get_file_info(f"{self.base}/{kind.value}/{name}")
+            if info.is_file:
+                return int(info.size)
         if self.fs is not None:
             final = f"{self.base}/{kind.value}/{name}"
             tmp = f"{self.base}/{kind.value}/.{name}.tmp"
@@ -504,6 +467,11 @@ class Bridge(Hooks):
     not free: the broker then calls :meth:`on_deliveries` once per publication (an interpreted
     call, instead of the compiled core appending to the delivery log) and the payloads are
     copied.
+
+    ``writer``: ``"thread"`` (default when embedding) builds and writes the files in a thread of
+    this process; ``"process"`` (``siftmq serve``'s default) in a child process
+    (bridge/_writerproc.py: numpy and pyarrow never load here; a child that dies is restarted
+    and nothing acknowledged is lost; ``stats().writer_restarts``).
     """
 
     def __init__(
@@ -513,7 +481,11 @@ class Bridge(Hooks):
         roll_bytes: int = 32 * 1024 * 1024,
         max_pending: int = 1_000_000,
         messages: Sequence[str] = (),
+        *,
+        writer: str = "thread",
     ) -> None:
+        if writer not in {"thread", "process"}:
+            raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
         if roll_interval <= 0:
             raise ValueError("roll_interval must be positive")
         if max_pending < 1 or roll_bytes < 1:
@@ -547,6 +519,12 @@ class Bridge(Hooks):
         self._thread: threading.Thread | None = None
         self._core: Core | None = None  # the broker's core, for its cluster node id
         self._messages = _TopicMatcher(tuple(messages)) if messages else None
+        # writer="process": the tables are built and written by a child (bridge/_writerproc.py);
+        # the jobs sent and not acknowledged yet, in order (resent to a restarted child)
+        self.writer = writer
+        self._process = WriterProcess(str(landing_dir)) if writer == "process" else None
+        self._jobs: list[Job] = []
+        self._process_failing = False  # the child failed and no job succeeded since (logged once)
 
     def attach(self, broker: Broker) -> None:
         self._core = broker.core
@@ -623,6 +601,9 @@ class Bridge(Hooks):
         # the first round with rows takes that CPU from the event loop once (issue 27 had
         # measured 28 % of a paced QoS 1 profile's samples in it, in the first seconds only).
         self._stopping.clear()
+        if self._process is not None:  # its libraries load now, in the child, not at the first round
+            with contextlib.suppress(OSError):  # tried again, and said once, by the first round
+                self._process.start()
         self._thread = threading.Thread(target=self._run, name="siftmq-bridge-writer", daemon=True)
         self._thread.start()
 
@@ -635,6 +616,8 @@ class Bridge(Hooks):
             thread.join()
             self._thread = None
         self.flush()
+        if self._process is not None:
+            self._process.close()
 
     def __enter__(self) -> Bridge:
         self.start_writer()
@@ -710,8 +693,113 @@ class Bridge(Hooks):
             part = table.slice(start, rows)
             self._unwritten.append((kind, part, part.num_rows if credit else 0))
 
+    def _take_jobs(self) -> None:
+        """``_take`` for the writer process: the buffers as jobs queued in ``_jobs``, their file
+        names chosen now (a job sent again writes the same files). O(columns + distinct strings
+        + rare records)."""
+        node = None if self._core is None else self._core.node
+        rows = self.roll_rows
+        sink = self._sink
+
+        def names(kind: Kind, n: int) -> tuple[str, tuple[str, ...]]:
+            return kind.value, tuple(sink.next_name() for _ in range(-(-n // rows)))
+
+        cols = self._log.take()
+        if cols.calls():
+            m, p = cols.deliveries(), cols.publications()
+            self._jobs.append(
+                Job(
+                    "fanout",
+                    fanout_payload(cols),
+                    node,
+                    rows,
+                    (names(Kind.DELIVERIES, m), names(Kind.PUBLICATIONS, p)),
+                    ((Kind.DELIVERIES.value, m), (Kind.PUBLICATIONS.value, p)),
+                    m + p,
+                )
+            )
+        events = self._events.take()
+        if n := len(events):
+            kind = Kind.COMPOSITE_EVENTS
+            self._jobs.append(Job("events", events, node, rows, (names(kind, n),), ((kind.value, n),), 0))
+        for kind, buf in self._records.items():
+            n = len(buf)
+            if n:
+                part = buf[:n]
+                del buf[:n]
+                self._jobs.append(Job(kind.value, part, node, rows, (names(kind, n),), ((kind.value, n),), 0))
+
+    def _flush_jobs(self, process: WriterProcess) -> None:
+        """``flush`` with the writer process (under the write lock): send the jobs in order; a
+        job is counted written (and its log rows released) only when the child answered that
+        all its files are committed.  A child that died is restarted once per round (the job
+        is sent again; bridge/_writerproc.py explains why that is safe)."""
+        self._take_jobs()
+        queue = self._jobs
+        restarted = False
+        while queue:
+            job = queue[0]
+            try:
+                files = process.run(job)
+            except JobError as exc:
+                self._write_errors += 1
+                if not exc.retry:  # the records could not become a table (a bug): discarded
+                    del queue[0]
+                    self._log.release(job.credit)
+                    rows = sum(n for _, n in job.rows)
+                    _log.error("bridge: %d malformed %s records discarded: %s", rows, job.what, exc)
+                    continue
+                if not self._write_failing:
+                    self._write_failing = True
+                    _log.error(
+                        "bridge: writing %s failed (%s); %d records kept for retry (every round, "
+                        "until a write succeeds)",
+                        job.names[0][0] if job.what != "fanout" else "deliveries",
+                        exc,
+                        sum(n for j in queue for _, n in j.rows),
+                    )
+                break
+            except (OSError, EOFError) as exc:
+                self._write_errors += 1
+                if not self._process_failing:  # once per episode (a child that cannot start
+                    self._process_failing = True  # would otherwise say it every round)
+                    _log.warning(
+                        "bridge: the writer process failed (%s; exit status %s); it is started again "
+                        "and the %d jobs it did not acknowledge are sent again",
+                        exc,
+                        process.last_exit,
+                        len(queue),
+                    )
+                if restarted:
+                    break  # the next round tries again
+                restarted = True
+                continue
+            if self._process_failing:
+                self._process_failing = False
+                _log.warning("bridge: writer process running again (%d restarts so far)", process.starts - 1)
+            if self._write_failing:
+                self._write_failing = False
+                _log.warning(
+                    "bridge: writing resumed (%d failed writes so far); the records kept are landed",
+                    self._write_errors,
+                )
+            del queue[0]
+            for kind, n, size in files:
+                self._written[Kind(kind)] += n
+                self._files += 1
+                self._bytes += size
+            self._log.release(job.credit)
+
     def flush(self) -> None:
         """Commit everything buffered now (callable from any thread)."""
+        process = self._process
+        if process is not None:
+            with self._write_lock:
+                self._flush_jobs(process)
+                self._report_drops()
+            with self._committed:
+                self._committed.notify_all()
+            return
         with self._write_lock:
             self._take()
             queue = self._unwritten
@@ -779,6 +867,9 @@ class Bridge(Hooks):
         }
         for kind, table, _ in list(self._unwritten):
             pending[kind] += table.num_rows
+        for job in list(self._jobs):
+            for name, n in job.rows:
+                pending[Kind(name)] += n
         return BridgeStats(
             written={k.value: v for k, v in self._written.items()},
             dropped={
@@ -790,6 +881,7 @@ class Bridge(Hooks):
             files=self._files,
             bytes=self._bytes,
             write_errors=self._write_errors,
+            writer_restarts=max(0, self._process.starts - 1) if self._process is not None else 0,
         )
 
     def _check(self) -> None:
@@ -798,7 +890,7 @@ class Bridge(Hooks):
         with self._write_lock:
             dlog = self._log
             deliveries, publications = dlog.peek_counts()
-            unwritten = sum(c for _, _, c in self._unwritten)
+            unwritten = sum(c for _, _, c in self._unwritten) + sum(j.credit for j in self._jobs)
             assert dlog.pending == deliveries + publications + unwritten
             assert 0 <= dlog.rows_out <= dlog.rows_in
             assert all(len(buf) <= self.max_pending for buf in self._records.values())

@@ -279,11 +279,12 @@ class _HttpService(_Grants):
     parameters).
 
     The client is aiohttp's: its HTTP parser is compiled and its connection pool does O(1)
-    work per request, where httpx (the first choice) cost 1.6 ms of the event loop's CPU per
-    request, against 0.75 ms for aiohttp and 0.18 ms for a hook that only sleeps, in one run
-    (benchmarks/bench_auth_backends.py; docs/security.md, "Measured").  The session is made
-    at the first request (aiohttp wants a running loop), from parts made at build time: the
-    SSL context (the CA bundle is read once, 0.1-0.3 s of CPU) and the import."""
+    work per request, where httpx (the first choice) cost 1.9-2.7 ms of the event loop's CPU
+    per request, against 0.5-0.9 ms for aiohttp and 0.13-0.25 ms for a hook that only sleeps
+    (benchmarks/bench_auth_backends.py part 5, same runs; docs/security.md, "Measured").  The
+    session is made on the loop when the broker starts (:meth:`start`; else at the first
+    request: aiohttp wants a running loop), from parts made at build time: the SSL context
+    (the CA bundle is read once, 0.1-0.3 s of CPU) and the import."""
 
     def __init__(
         self,
@@ -907,22 +908,24 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
             raise ValueError(f"[serve] {key} must be a string")
         return value
 
-    url = text("auth_http_url")
-    if url is not None:
+    def http(kind: type[_HttpService], url: str) -> Hooks:
+        """``kind`` (HttpAuth or HttpAuthz) with the ``auth_http_*`` keys both share."""
         headers = options.get("auth_http_headers", {})
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ValueError("[serve] auth_http_headers must be a table of strings")
-        hooks.append(
-            HttpAuth(
-                url,
-                timeout=num("auth_http_timeout", 5.0),
-                retries=int(num("auth_http_retries", 1)),
-                cache_ttl=num("auth_http_cache_ttl", 60.0),
-                negative_ttl=num("auth_http_negative_ttl", 5.0),
-                cache_size=int(num("auth_http_cache_size", 10_000)),
-                headers=headers,
-            )
+        return kind(
+            url,
+            timeout=num("auth_http_timeout", 5.0),
+            retries=int(num("auth_http_retries", 1)),
+            cache_ttl=num("auth_http_cache_ttl", 60.0),
+            negative_ttl=num("auth_http_negative_ttl", 5.0),
+            cache_size=int(num("auth_http_cache_size", 10_000)),
+            headers=headers,
         )
+
+    url = text("auth_http_url")
+    if url is not None:
+        hooks.append(http(HttpAuth, url))
     key_file, jwks_file = text("auth_jwt_key_file"), text("auth_jwt_jwks_file")
     if key_file is not None or jwks_file is not None:
         algorithms = options.get("auth_jwt_algorithms", ["HS256"])
@@ -946,18 +949,5 @@ def hooks_from_serve_options(options: Mapping[str, object]) -> list[Hooks]:
     # last: the rules a client's identity carries (above) decide before the service
     authz_url = text("auth_http_authz_url")
     if authz_url is not None:
-        headers = options.get("auth_http_headers", {})
-        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-            raise ValueError("[serve] auth_http_headers must be a table of strings")
-        hooks.append(
-            HttpAuthz(
-                authz_url,
-                timeout=num("auth_http_timeout", 5.0),
-                retries=int(num("auth_http_retries", 1)),
-                cache_ttl=num("auth_http_cache_ttl", 60.0),
-                negative_ttl=num("auth_http_negative_ttl", 5.0),
-                cache_size=int(num("auth_http_cache_size", 10_000)),
-                headers=headers,
-            )
-        )
+        hooks.append(http(HttpAuthz, authz_url))
     return hooks

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
         LogColumns,
         Message,
         Outgoing,
+        QueueBound,
         Route,
         Session,
         boot_tag,
@@ -95,6 +96,7 @@ __all__ = [
     "MissingExtra",
     "Option",
     "Outgoing",
+    "QueueBound",
     "Route",
     "Session",
     "address",
@@ -119,6 +121,7 @@ __all__ = [
 
 #: public name -> the module that defines it (imported at the name's first use)
 _LAZY = {
+    "QueueBound": "broker.core",
     "save_ban": "broker._bans_file",
     "enforce_ban": "broker._bans_file",
     "Ban": "broker.core",

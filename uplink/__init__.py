@@ -18,9 +18,37 @@ point. Nothing outside ``uplink`` imports its ``_``-modules, and the uplink impo
 
 from __future__ import annotations
 
-from uplink._bridge import Bridge, BridgeState
-from uplink._config import BridgeConfig, Direction, Remote, TopicRule, parse_bridges
-from uplink._hook import Uplink
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from uplink._bridge import Bridge, BridgeState
+    from uplink._config import BridgeConfig, Direction, Remote, TopicRule, parse_bridges
+    from uplink._hook import Uplink
+
+# The names are loaded at first use (issue 42, the idle footprint): ``siftmq serve`` loads the
+# plugin (uplink._plugin, then this package) whether or not a [[bridges]] table is configured,
+# and uplink._bridge with its MQTT client was 2.4 MB of a broker that has no uplink. O(1).
+_LAZY = {
+    "Bridge": "uplink._bridge",
+    "BridgeState": "uplink._bridge",
+    "BridgeConfig": "uplink._config",
+    "Direction": "uplink._config",
+    "Remote": "uplink._config",
+    "TopicRule": "uplink._config",
+    "parse_bridges": "uplink._config",
+    "Uplink": "uplink._hook",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'uplink' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Bridge",

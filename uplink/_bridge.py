@@ -1,32 +1,39 @@
 """One outbound bridge at run time: a durable local session piped to a remote broker.
 
-Design (docs/bridging-out.md, "How it works").  A bridge is two MQTT connections driven by
-paho-mqtt, each with manual acknowledgements:
+Design (docs/bridging-out.md, "How it works").  A bridge is two MQTT client connections
+(:class:`uplink._client.Link`: the broker's own codec, in the broker's event loop):
 
 * **local**: a client of this broker (loopback, MQTT 5, client id ``$uplink/<name>``,
-  clean start off, session expiry "never") subscribed at QoS 1 to the ``out`` rules with
-  *no local* (what the bridge itself publishes locally is never sent back out) and *retain as
-  published*.  Its session is an ordinary persistent session: while the remote is away the
-  broker queues the bridge's messages in it and, with persistence on, writes them to SQLite
-  before the local publisher's PUBACK, so they survive a restart and ``kill -9``.
+  clean start off, session expiry "never") subscribed to the ``out`` rules at each rule's
+  QoS with *no local* (what the bridge itself publishes locally is never sent back out) and
+  *retain as published*.  Its session is an ordinary persistent session: while the remote
+  is away the broker queues the bridge's messages in it and, with persistence on, writes them
+  to SQLite before the local publisher's PUBACK, so they survive a restart and ``kill -9``.
 * **remote**: a client of the remote broker (``mqtt``/``mqtts``/``ws``/``wss``, MQTT 5 or
   3.1.1) subscribed to the ``in`` rules (no local on MQTT 5; on 3.1.1 the CONNECT carries
   mosquitto's bridge bit, protocol level 0x84, which mosquitto and siftmq treat as no local).
 
-A message delivered on one side is published on the other and acknowledged on its side only
-when the other side acknowledged it (QoS 1: PUBACK; QoS 2: PUBCOMP).  Nothing is kept in this
-process that its source does not still hold (a message that comes while the other side is
-still connecting waits, unacknowledged, until both are up): when either connection drops,
-both are closed, and the next connection (clean start off) makes the broker that holds the
-unacknowledged messages send them again, in order, then its queue.  Delivery is at least
-once end to end; per topic order is kept.
+**A relay of packets, not of messages.**  A PUBLISH delivered on one side with packet
+identifier *p* is published on the other side at the same QoS *with the same identifier p*,
+and every acknowledgement is relayed the other way with that identifier: PUBACK for QoS 1;
+PUBREC, PUBREL and PUBCOMP for QoS 2 (the source gets its PUBREC when the destination sent
+its PUBREC: the destination owns the message then; the destination gets its PUBREL when the
+source released the message).  The bridge therefore keeps no per-message state and holds
+nothing the source does not still hold: when either connection drops, both are closed, and
+the next connection (clean start off on both sides) makes each broker send again what was not
+acknowledged, with the same identifiers.  Because identifiers are the source's, a QoS 2
+message sent again after a reconnection reaches the destination under the identifier it
+already knows, which discards the duplicate: **QoS 2 is exactly once end to end** (and QoS 1
+at least once), in order per topic.  The local window is the remote's Receive Maximum (and
+``max_inflight``), so the remote never sees more unacknowledged identifiers than it allows;
+the local broker's own ``max_inflight`` (meant for ordinary clients) does not narrow it
+(``widen``, given by the Uplink hook).
 
 The supervisor coroutine connects the remote first (failover list in order, jittered
-exponential back-off between rounds, bounded by ``backoff_max``), then the local side.  paho
-runs each connection's network loop on its own thread; the callbacks only touch this object's
-counters (ints under the GIL) and the pending map (under a lock), and wake the supervisor with
-``call_soon_threadsafe``.  Per message the work is O(rules) to find the matching rule plus
-O(payload) for a content filter.
+exponential back-off between rounds, bounded by ``backoff_max``), then the local side; packets
+that come on one side before both are up are held (unacknowledged) and relayed in order once
+they are.  Per message the work is O(rules) to find the matching rule plus O(payload) for a
+content filter and the codec; no thread, no lock.
 """
 
 from __future__ import annotations
@@ -34,22 +41,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import ssl
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 import content
 import topics
+from broker.packets import (
+    NO_PROPERTIES,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    SubscriptionRequest,
+    encode_publish,
+)
+from uplink._client import Link, LinkError, open_link
 from uplink._config import BridgeConfig, Remote, TopicRule
 
 __all__ = ["Bridge", "BridgeState", "LocalEndpoint"]
@@ -60,6 +77,16 @@ log = logging.getLogger("siftmq.uplink")
 LOG_INTERVAL = 10.0
 #: MQTT 5 "never expires"
 NEVER = 0xFFFFFFFF
+#: the packet identifier of the bridge's SUBSCRIBE requests (its PUBLISH identifiers are the
+#: other broker's, which start from 1)
+SUBSCRIBE_ID = 65535
+#: messages in flight to a 3.1.1 remote (it announces no Receive Maximum) when ``max_inflight``
+#: is 0: mosquitto's default ``max_inflight_messages``
+V311_WINDOW = 20
+#: the Receive Maximum the bridge announces to an MQTT 5 remote when ``max_inflight`` is 0
+IN_WINDOW = 100
+#: topics whose rule is remembered per direction (the cache is emptied when full)
+RULE_CACHE = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +105,14 @@ class BridgeState:
 
     connected: bool = False
     remote: str = ""
-    #: out messages acknowledged by the remote
+    #: out messages acknowledged by the remote (QoS 1 PUBACK, QoS 2 PUBREC; QoS 0 when sent)
     sent: int = 0
     #: in messages acknowledged by the local broker
     received: int = 0
     #: messages whose payload the rule's content filter refused (acknowledged, not crossed)
     filtered: int = 0
-    #: messages that could not cross (bigger than the remote's maximum packet size, no rule)
+    #: messages that could not cross (bigger than the remote's maximum packet size, no rule,
+    #: refused by the destination with a reason code)
     dropped: int = 0
     #: connection attempts and failures by reason (refused, tls, unreachable, lost, ...)
     connects: int = 0
@@ -96,60 +124,57 @@ class BridgeState:
         self.last_error = error
 
 
-def _connect_properties() -> Properties:
-    return Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+def _reason(code: ReasonCode) -> str:
+    """``NOT_AUTHORIZED`` -> ``Not authorized``."""
+    return code.name.replace("_", " ").capitalize()
 
 
-class _Side:
-    """One paho connection and the events the supervisor waits on."""
-
-    def __init__(self, client: paho.Client, loop: asyncio.AbstractEventLoop) -> None:
-        self.client = client
-        self.loop = loop
-        self.connack: asyncio.Future[tuple[int, Any]] = loop.create_future()
-        self.lost = asyncio.Event()
-        self.max_packet: int | None = None
-        #: CONNACK accepted (a disconnect after it is a lost connection, not a refusal)
-        self.up = False
-        #: we are closing it (its disconnect is not an error)
-        self.closing = False
-
-    def resolve(self, rc: int, props: Any) -> None:
-        def set_result() -> None:
-            if not self.connack.done():
-                self.connack.set_result((rc, props))
-
-        self.loop.call_soon_threadsafe(set_result)
-
-    def drop(self) -> None:
-        self.loop.call_soon_threadsafe(self.lost.set)
+def _forwarded(props: Properties) -> Properties:
+    """The message's own properties (not the subscription identifiers nor a topic alias of
+    the connection it came on), O(1)."""
+    if props is NO_PROPERTIES or (not props.subscription_identifiers and props.topic_alias is None):
+        return props
+    return Properties(
+        payload_format_indicator=props.payload_format_indicator,
+        message_expiry_interval=props.message_expiry_interval,
+        content_type=props.content_type,
+        response_topic=props.response_topic,
+        correlation_data=props.correlation_data,
+        user_properties=props.user_properties,
+    )
 
 
 class Bridge:
     """Runs one :class:`BridgeConfig` against a local endpoint until :meth:`stop`."""
 
-    def __init__(self, config: BridgeConfig, local: LocalEndpoint) -> None:
+    def __init__(
+        self, config: BridgeConfig, local: LocalEndpoint, widen: Callable[[str, int], None] | None = None
+    ) -> None:
         self.config = config
+        #: asked to let the local broker keep ``window`` messages in flight to the bridge's
+        #: session (its ``max_inflight``, 20 by default, bounds ordinary clients): the Uplink hook
+        self._widen = widen
         self.local_endpoint = local
         self.state = BridgeState()
         self._filters = [None if r.filter is None else content.compile(r.filter) for r in config.topics]
-        self._lock = threading.Lock()
-        #: message id on the publishing side -> (receiving side, its message id, qos); per
-        #: connection generation (a stale acknowledgement never acknowledges a newer delivery)
-        self._pending_out: dict[int, tuple[int, int]] = {}
-        self._pending_in: dict[int, tuple[int, int]] = {}
-        #: acknowledgements that came before ``publish`` returned their message id
-        self._early_out: set[int] = set()
-        self._early_in: set[int] = set()
-        #: messages that came while the other side was still connecting (unacknowledged)
-        self._held: list[tuple[_Side, paho.MQTTMessage]] = []
+        #: topic -> the index of its rule (or None), per direction (:meth:`_rule`)
+        self._rules_out: dict[str, int | None] = {}
+        self._rules_in: dict[str, int | None] = {}
+        self._v5 = config.protocol == "5"
+        self._local: Link | None = None
+        self._remote: Link | None = None
+        self._remote_max_packet: int | None = None
+        #: packets that came while the other side was still connecting (unacknowledged)
+        self._held: list[tuple[Link, Packet]] = []
         self._both_up = False
-        self._local: _Side | None = None
-        self._remote: _Side | None = None
+        #: QoS 2 identifiers acknowledged here without crossing (filtered, dropped, refused by
+        #: the destination): their PUBREL is answered here, per direction
+        self._here_out: set[int] = set()
+        self._here_in: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._logged: dict[str, float] = {}
-        self._attempt = 0
+        self._lost = asyncio.Event()
         self._up = asyncio.Event()
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -181,15 +206,10 @@ class Bridge:
             if ok:
                 delay = cfg.backoff_min
                 index -= 1  # stay on the remote that answered
-                assert self._local is not None and self._remote is not None
-                lost_local = asyncio.ensure_future(self._local.lost.wait())
-                lost_remote = asyncio.ensure_future(self._remote.lost.wait())
-                try:
-                    await asyncio.wait({lost_local, lost_remote}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    lost_local.cancel()
-                    lost_remote.cancel()
+                await self._serve()
                 self.state.connected = False
+                if not self._stopping:
+                    self.state.fail("lost", self.state.last_error)
                 self._up.clear()
                 self._log(
                     "lost",
@@ -206,54 +226,126 @@ class Bridge:
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, cfg.backoff_max)
 
+    async def _serve(self) -> None:
+        """Until either side is lost: keep-alive of both links (O(1) per tick)."""
+        cfg = self.config
+        intervals = [(self._local, 60.0)]
+        if cfg.keep_alive:
+            intervals.append((self._remote, float(cfg.keep_alive)))
+        tick = min(i for _, i in intervals) / 4
+        while not self._lost.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lost.wait(), tick)
+            for link, interval in intervals:
+                if link is not None and not link.closed:
+                    link.keep_alive(interval)
+
     async def _ensure_local_session(self) -> None:
         """Create the durable local session and its subscriptions before anything else, so
         that messages published while the remote was never reachable are kept (retried
         until the local broker answers)."""
         while not self._stopping:
-            side = self._local_client()
             try:
-                if await self._open(side, self.local_endpoint.host, self.local_endpoint.port, "local"):
-                    await self._subscribe_local(side)
-                    side.closing = True
-                    side.client.disconnect()
-                    side.client.loop_stop()
-                    return
-            except Exception as exc:  # a refused subscription: said once, then retried
+                async with asyncio.timeout(self.config.connect_timeout):
+                    link, connack = await open_link(
+                        self.local_endpoint.host,
+                        self.local_endpoint.port,
+                        self._local_connect(1),
+                        on_packet=lambda _p: None,  # a restored queue is sent again later
+                        on_lost=lambda _why: None,
+                    )
+                    try:
+                        if connack.reason_code < 0x80:
+                            await self._subscribe_local(link)
+                            link.send(Disconnect())
+                            return
+                        raise LinkError(f"CONNECT refused: {_reason(connack.reason_code)}")
+                    finally:
+                        await link.close()
+            except (OSError, TimeoutError, LinkError, RuntimeError) as exc:  # said once, retried
                 self._log("local", logging.ERROR, "bridge %s: local session: %s", self.config.name, exc)
-            side.client.loop_stop()
             await asyncio.sleep(self.config.backoff_min)
+
+    def _local_connect(self, receive_maximum: int) -> Connect:
+        props = Properties(session_expiry_interval=NEVER, receive_maximum=receive_maximum)
+        return Connect(
+            self.config.local_client_id,
+            5,
+            clean_start=False,
+            keep_alive=60,
+            username="$uplink",
+            password=self.local_endpoint.password.encode(),
+            properties=props,
+        )
+
+    def _remote_connect(self) -> Connect:
+        cfg = self.config
+        props = NO_PROPERTIES
+        if self._v5:
+            props = Properties(
+                session_expiry_interval=cfg.session_expiry, receive_maximum=cfg.max_inflight or IN_WINDOW
+            )
+        return Connect(
+            cfg.remote_client_id,
+            5 if self._v5 else 4,
+            clean_start=cfg.clean_start,
+            keep_alive=cfg.keep_alive,
+            username=cfg.username,
+            password=None if cfg.password is None else cfg.password.encode(),
+            properties=props,
+            bridge=not self._v5,  # protocol level 0x84: mosquitto's try_private (no local)
+        )
+
+    def _tls(self) -> ssl.SSLContext:
+        cfg = self.config
+        ctx = ssl.create_default_context(cafile=cfg.cafile)
+        if cfg.certfile is not None:
+            ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
+        if cfg.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
 
     async def _connect(self, remote: Remote) -> bool:
         cfg = self.config
         self.state.connects += 1
-        self._attempt += 1
-        with self._lock:
-            self._pending_out.clear()
-            self._pending_in.clear()
-            self._early_out.clear()
-            self._early_in.clear()
-            self._held.clear()
-            self._both_up = False
+        self._held.clear()
+        self._both_up = False
+        self._here_out.clear()
+        self._here_in.clear()
+        self._lost.clear()
         try:
-            rside = self._remote_client(remote)
+            tls = self._tls() if remote.tls else None
         except (OSError, ValueError, ssl.SSLError) as exc:
             self._failed("tls", remote, f"TLS setup: {exc}")
             return False
-        self._remote = rside
-        if not await self._open(rside, remote.host, remote.port, "remote", remote):
+        rlink = await self._open(remote, self._remote_connect(), self._from_remote, tls)
+        if rlink is None:
             return False
-        lside = self._local_client()
-        self._local = lside
-        if not await self._open(lside, self.local_endpoint.host, self.local_endpoint.port, "local"):
+        self._remote, rconnack = rlink
+        self._remote.release()
+        rprops = rconnack.properties
+        self._remote_max_packet = rprops.maximum_packet_size
+        if self._v5:  # the remote's Receive Maximum, unless max_inflight is lower
+            window = min(cfg.max_inflight or 65535, rprops.receive_maximum or 65535)
+        else:  # a 3.1.1 remote announces none: mosquitto's default max_inflight_messages
+            window = cfg.max_inflight or V311_WINDOW
+        local = Remote(f"mqtt://{self.local_endpoint.host}:{self.local_endpoint.port}", "", 0, False, False)
+        llink = await self._open(local, self._local_connect(window), self._from_local, None)
+        if llink is None:
             return False
+        self._local = llink[0]
+        self._local.release()
+        if self._widen is not None:
+            self._widen(cfg.local_client_id, window)
         try:
-            await self._subscribe_local(lside)
-            inbound = [(i, r) for i, r in enumerate(cfg.topics) if r.direction.inbound]
-            if inbound:
-                await self._subscribe(rside, [(r.remote_filter, r.qos) for _, r in inbound], "remote")
-        except (RuntimeError, TimeoutError) as exc:
-            self._failed("subscribe", remote, str(exc))
+            async with asyncio.timeout(cfg.connect_timeout):
+                await self._subscribe_local(self._local)
+                inbound = [r for r in cfg.topics if r.direction.inbound]
+                if inbound:
+                    await self._subscribe(self._remote, [(r.remote_filter, r.qos) for r in inbound], "remote")
+        except (RuntimeError, TimeoutError, LinkError) as exc:
+            self._failed("subscribe", remote, str(exc) or "no SUBACK")
             return False
         self.state.connected = True
         self.state.remote = remote.url
@@ -262,180 +354,110 @@ class Bridge:
         log.info("bridge %s: connected to %s (MQTT %s)", cfg.name, remote.url, cfg.protocol)
         return True
 
-    async def _close(self) -> None:
-        for side in (self._local, self._remote):
-            if side is None:
-                continue
-            side.closing = True
-            with contextlib.suppress(Exception):
-                side.client.disconnect()
-            await asyncio.get_running_loop().run_in_executor(None, side.client.loop_stop)
-        with self._lock:
-            self._both_up = False
-            self._held.clear()
-        self._local = self._remote = None
-
-    # ---- connections -----------------------------------------------------------------------
-
-    def _local_client(self) -> _Side:
-        loop = asyncio.get_running_loop()
-        c = paho.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=self.config.local_client_id,
-            protocol=paho.MQTTv5,
-            manual_ack=True,
-        )
-        c.username_pw_set("$uplink", self.local_endpoint.password)
-        c.max_inflight_messages_set(self.config.max_inflight)
-        side = _Side(c, loop)
-        self._callbacks(side, "local")
-        c.on_message = lambda _c, _u, msg: self._from_local(side, msg)
-        c.on_publish = lambda _c, _u, mid, _rc, _p: self._acked_locally(side, mid)
-        return side
-
-    def _remote_client(self, remote: Remote) -> _Side:
-        cfg = self.config
-        loop = asyncio.get_running_loop()
-        v5 = cfg.protocol == "5"
-        c = paho.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=cfg.remote_client_id,
-            clean_session=None if v5 else cfg.clean_start,
-            protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
-            transport="websockets" if remote.websocket else "tcp",
-            manual_ack=True,
-        )
-        if not v5:
-            c.enable_bridge_mode()  # protocol level 0x84: mosquitto's try_private (no local)
-        if remote.websocket:
-            c.ws_set_options(path=remote.path)
-        if remote.tls:
-            ctx = ssl.create_default_context(cafile=cfg.cafile)
-            if cfg.certfile is not None:
-                ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
-            if cfg.insecure:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            c.tls_set_context(ctx)
-        if cfg.username is not None:
-            c.username_pw_set(cfg.username, cfg.password)
-        c.max_inflight_messages_set(cfg.max_inflight)
-        side = _Side(c, loop)
-        self._callbacks(side, "remote")
-        c.on_message = lambda _c, _u, msg: self._from_remote(side, msg)
-        c.on_publish = lambda _c, _u, mid, _rc, _p: self._acked_remotely(side, mid)
-        return side
-
-    def _callbacks(self, side: _Side, which: str) -> None:
-        def on_connect(_c: paho.Client, _u: object, _f: object, rc: Any, props: Any) -> None:
-            if which == "remote" and props is not None and hasattr(props, "MaximumPacketSize"):
-                side.max_packet = int(props.MaximumPacketSize)
-            code = int(rc.value) if hasattr(rc, "value") else int(rc)
-            side.up = code == 0
-            side.resolve(code, rc)
-
-        def on_disconnect(_c: paho.Client, _u: object, _f: object, rc: Any, _p: object) -> None:
-            if side.up and not side.closing:
-                self.state.last_error = f"{which} disconnected: {rc}"
-            side.resolve(-1, rc)
-            side.drop()
-
-        side.client.on_connect = on_connect
-        side.client.on_disconnect = on_disconnect
-
     async def _open(
-        self, side: _Side, host: str, port: int, which: str, remote: Remote | None = None
-    ) -> bool:
-        """Connect one side and wait for its CONNACK; False (counted, logged) on failure."""
-        cfg = self.config
-        c = side.client
-        where = remote if remote is not None else Remote(f"mqtt://{host}:{port}", host, port, False, False)
-        props = None
-        if which == "local" or cfg.protocol == "5":
-            props = _connect_properties()
-            props.SessionExpiryInterval = NEVER if which == "local" else cfg.session_expiry
-        clean: bool = False if which == "local" else cfg.clean_start
-        loop = asyncio.get_running_loop()
+        self,
+        remote: Remote,
+        connect: Connect,
+        on_packet: Callable[[Link, Packet], None],
+        tls: ssl.SSLContext | None,
+    ) -> tuple[Link, Connack] | None:
+        """Connect one side and wait for its CONNACK; None (counted, logged) on failure."""
+        host, port = (
+            (remote.host, remote.port)
+            if remote.host
+            else (self.local_endpoint.host, self.local_endpoint.port)
+        )
+        holder: list[Link] = []
+
+        def packet(p: Packet) -> None:
+            on_packet(holder[0], p)
+
+        def lost(why: str) -> None:
+            if holder and (holder[0] is self._local or holder[0] is self._remote):
+                if not self._stopping and not self._lost.is_set():
+                    self.state.last_error = why
+                self._lost.set()
+
         try:
-            async with asyncio.timeout(cfg.connect_timeout):
-                if which == "local" or cfg.protocol == "5":
-                    await loop.run_in_executor(
-                        None,
-                        lambda: c.connect(
-                            host,
-                            port,
-                            cfg.keep_alive if which == "remote" else 60,
-                            clean_start=clean,
-                            properties=props,
-                        ),
-                    )
-                else:
-                    await loop.run_in_executor(None, lambda: c.connect(host, port, cfg.keep_alive))
-                c.loop_start()
-                rc, reason = await side.connack
+            async with asyncio.timeout(self.config.connect_timeout):
+                link, connack = await open_link(
+                    host,
+                    port,
+                    connect,
+                    on_packet=packet,
+                    on_lost=lost,
+                    tls=tls,
+                    ws_path=remote.path if remote.websocket else None,
+                )
         except ssl.SSLError as exc:
-            self._failed("tls", where, f"TLS: {exc}")
-            return False
+            self._failed("tls", remote, f"TLS: {exc}")
+            return None
         except TimeoutError:
-            self._failed("timeout", where, f"no CONNACK within {cfg.connect_timeout:g} s")
-            return False
+            self._failed("timeout", remote, f"no CONNACK within {self.config.connect_timeout:g} s")
+            return None
         except OSError as exc:
-            self._failed("unreachable", where, f"{type(exc).__name__}: {exc}")
-            return False
-        if rc != 0:
-            self._failed("refused" if rc > 0 else "lost", where, f"CONNECT refused: {reason}")
-            return False
-        return True
+            why = os.strerror(exc.errno) if exc.errno else str(exc)  # "Connection refused"
+            self._failed("unreachable", remote, f"{type(exc).__name__}: {why}")
+            return None
+        except LinkError as exc:
+            self._failed("lost", remote, str(exc))
+            return None
+        holder.append(link)
+        if connack.reason_code >= 0x80:
+            self._failed("refused", remote, f"CONNECT refused: {_reason(connack.reason_code)}")
+            await link.close()
+            return None
+        return link, connack
 
-    async def _subscribe_local(self, side: _Side) -> None:
-        out = [(r.local_filter, 1) for r in self.config.topics if r.direction.outbound]
+    async def _close(self) -> None:
+        links = [x for x in (self._local, self._remote) if x is not None]
+        self._local = self._remote = None
+        self._both_up = False
+        self._held.clear()
+        for link in links:
+            if not link.closed:
+                link.send(Disconnect())
+                await link.close()
+
+    async def _subscribe_local(self, link: Link) -> None:
+        out = [(r.local_filter, r.qos) for r in self.config.topics if r.direction.outbound]
         if out:
-            await self._subscribe(side, out, "local", v5=True)
+            await self._subscribe(link, out, "local")
 
-    async def _subscribe(
-        self, side: _Side, filters: list[tuple[str, int]], which: str, v5: bool | None = None
-    ) -> None:
-        if v5 is None:
-            v5 = self.config.protocol == "5"
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[Any]] = loop.create_future()
-
-        def on_subscribe(_c: paho.Client, _u: object, _mid: int, codes: list[Any], _p: object) -> None:
-            def resolve() -> None:
-                if not done.done():
-                    done.set_result(codes)
-
-            loop.call_soon_threadsafe(resolve)
-
-        side.client.on_subscribe = on_subscribe
-        if v5:
-            # retain handling 1: retained messages only for a new subscription (not at
-            # every reconnection); no local: what this bridge publishes there is not echoed
-            subs: list[tuple[str, Any]] = [
-                (f, SubscribeOptions(qos=q, noLocal=True, retainAsPublished=True, retainHandling=1))
-                for f, q in filters
-            ]
-            side.client.subscribe(subs)
-        else:
-            side.client.subscribe(filters)
-        codes = await asyncio.wait_for(done, self.config.connect_timeout)
-        bad = [
-            (f, c) for (f, _), c in zip(filters, codes, strict=False) if int(getattr(c, "value", c)) >= 0x80
-        ]
+    async def _subscribe(self, link: Link, filters: list[tuple[str, int]], which: str) -> None:
+        # retain handling 1: retained messages only for a new subscription (not at every
+        # reconnection); no local: what this bridge publishes there is not echoed
+        reqs = tuple(SubscriptionRequest(f, q, True, True, 1) for f, q in filters)
+        suback = await link.subscribe(SUBSCRIBE_ID, reqs)
+        bad = [(f, c) for (f, _), c in zip(filters, suback.reason_codes, strict=False) if c >= 0x80]
         if bad:
-            raise RuntimeError(f"{which} SUBSCRIBE refused: " + ", ".join(f"{f} ({c})" for f, c in bad))
+            raise RuntimeError(
+                f"{which} SUBSCRIBE refused: " + ", ".join(f"{f} ({_reason(c)})" for f, c in bad)
+            )
 
-    # ---- message flow (paho threads) -------------------------------------------------------
+    # ---- the relay (event loop) ------------------------------------------------------------
 
     def _rule(self, topic: str, outbound: bool) -> int | None:
+        """The first rule of the direction matching ``topic`` (O(1) for a topic seen before:
+        a bounded cache; else O(rules))."""
+        cache = self._rules_out if outbound else self._rules_in
+        hit = cache.get(topic, -2)
+        if hit != -2:
+            return hit
+        found: int | None = None
         for i, r in enumerate(self.config.topics):
             if outbound and r.direction.outbound and topics.matches(r.local_filter, topic):
-                return i
+                found = i
+                break
             if not outbound and r.direction.inbound and topics.matches(r.remote_filter, topic):
-                return i
-        return None
+                found = i
+                break
+        if len(cache) >= RULE_CACHE:
+            cache.clear()
+        cache[topic] = found
+        return found
 
-    def _passes(self, i: int, payload: bytes | bytearray) -> bool:
+    def _passes(self, i: int, payload: bytes) -> bool:
         flt = self._filters[i]
         if flt is None:
             return True
@@ -444,57 +466,114 @@ class Bridge:
         except (ValueError, TypeError):
             return False
 
-    def _hold(self, side: _Side, msg: paho.MQTTMessage) -> bool:
-        """True if ``msg`` came before both sides were up: kept (unacknowledged) and handled
-        when they are (:meth:`_release`); a stale side's message is left to be sent again."""
-        with self._lock:
-            if side is not self._local and side is not self._remote:
-                return True
-            if not self._both_up:
-                self._held.append((side, msg))
-                return True
-        return False
-
     def _release(self) -> None:
-        """Both sides are up: handle the messages held meanwhile, in their order (those that
-        come while this runs are held too and handled in the next round, so nothing
-        overtakes them), then let the callbacks forward directly."""
-        while True:
-            with self._lock:
-                held, self._held = self._held, []
-                if not held:
-                    self._both_up = True
-                    return
-            for side, msg in held:
-                if side is self._local:
-                    self._from_local(side, msg, released=True)
-                else:
-                    self._from_remote(side, msg, released=True)
+        """Both sides are up: relay the packets held meanwhile, in their order, then let
+        packets pass directly."""
+        held, self._held = self._held, []
+        self._both_up = True
+        for link, p in held:
+            if link is self._local:
+                self._from_local(link, p)
+            elif link is self._remote:
+                self._from_remote(link, p)
 
-    def _route(self, side: _Side, msg: paho.MQTTMessage, outbound: bool) -> TopicRule | None:
-        """The rule that forwards ``msg``; None when no rule of its direction matches (counted
-        dropped) or its content filter refuses it (counted filtered): then it is acknowledged."""
-        i = self._rule(msg.topic, outbound)
+    def _from_local(self, link: Link, p: Packet) -> None:
+        if link is not self._local:
+            return  # a stale connection's packet: sent again at the next one
+        remote = self._remote
+        if not self._both_up or remote is None:
+            self._held.append((link, p))
+            return
+        match p:
+            case Publish():
+                self._publish(link, remote, p, outbound=True)
+            case Pubrel(packet_id=pid):  # the local broker released an out message
+                if pid in self._here_out:
+                    self._here_out.discard(pid)
+                    link.send(Pubcomp(pid))
+                else:
+                    remote.send(Pubrel(pid))
+            case Puback(packet_id=pid, reason_code=rc):  # an in message taken by the local broker
+                self._count_in(rc)
+                remote.send(Puback(pid, rc) if self._v5 else Puback(pid))
+            case Pubrec(packet_id=pid, reason_code=rc):
+                self._count_in(rc)
+                remote.send(Pubrec(pid, rc) if self._v5 else Pubrec(pid))
+            case Pubcomp(packet_id=pid):
+                remote.send(Pubcomp(pid))
+            case Disconnect():
+                link.abort("the local broker sent DISCONNECT")
+            case _:
+                pass
+
+    def _from_remote(self, link: Link, p: Packet) -> None:
+        if link is not self._remote:
+            return
+        local = self._local
+        if not self._both_up or local is None:
+            self._held.append((link, p))
+            return
+        match p:
+            case Publish():
+                self._publish(link, local, p, outbound=False)
+            case Puback(packet_id=pid, reason_code=rc):  # an out message taken by the remote
+                self._count_out(rc, pid)
+                local.send(Puback(pid))
+            case Pubrec(packet_id=pid, reason_code=rc):
+                if rc >= 0x80:  # refused: the flow ends here at the remote, not locally
+                    self._here_out.add(pid)
+                self._count_out(rc, pid)
+                local.send(Pubrec(pid))
+            case Pubcomp(packet_id=pid):
+                local.send(Pubcomp(pid))
+            case Pubrel(packet_id=pid):  # the remote released an in message
+                if pid in self._here_in:
+                    self._here_in.discard(pid)
+                    link.send(Pubcomp(pid))
+                else:
+                    local.send(Pubrel(pid))
+            case Disconnect(reason_code=rc):
+                link.abort(f"the remote sent DISCONNECT: {_reason(rc)}")
+            case _:
+                pass
+
+    def _count_out(self, rc: int, pid: int) -> None:
+        if rc >= 0x80:
+            self.state.dropped += 1
+            self._log(
+                "refused_out",
+                logging.WARNING,
+                "bridge %s: the remote refused a message (0x%02x)",
+                self.config.name,
+                rc,
+            )
+        else:
+            self.state.sent += 1
+
+    def _count_in(self, rc: int) -> None:
+        if rc >= 0x80:
+            self.state.dropped += 1
+        else:
+            self.state.received += 1
+
+    def _publish(self, source: Link, to: Link, p: Publish, *, outbound: bool) -> None:
+        """Relay one PUBLISH under its own packet identifier (O(rules + payload))."""
+        qos = p.qos
+        i = self._rule(p.topic, outbound)
         if i is None:
             self.state.dropped += 1
-        elif self._passes(i, msg.payload):
-            return self.config.topics[i]
-        else:
+            self._ack_here(source, p, outbound)
+            return
+        if not self._passes(i, p.payload):
             self.state.filtered += 1
-        side.client.ack(msg.mid, msg.qos)
-        return None
-
-    def _from_local(self, side: _Side, msg: paho.MQTTMessage, released: bool = False) -> None:
-        if not released and self._hold(side, msg):
+            self._ack_here(source, p, outbound)
             return
-        remote = self._remote
-        if remote is None:
-            return  # not acknowledged: sent again at the next connection
-        rule = self._route(side, msg, True)
-        if rule is None:
-            return
-        topic = rule.to_remote(msg.topic)
-        if remote.max_packet is not None and len(msg.payload) + len(topic) + 16 > remote.max_packet:
+        rule: TopicRule = self.config.topics[i]
+        topic = rule.to_remote(p.topic) if outbound else rule.to_local(p.topic)
+        props = _forwarded(p.properties) if (self._v5 or not outbound) else NO_PROPERTIES
+        data = encode_publish(topic, p.payload, qos, p.retain, p.dup, p.packet_id, props, to.version)
+        limit = self._remote_max_packet if outbound else None
+        if limit is not None and len(data) > limit:
             self.state.dropped += 1
             self._log(
                 "too_large",
@@ -502,84 +581,29 @@ class Bridge:
                 "bridge %s: message on %s (%d bytes) is bigger than the remote's maximum packet size %d: "
                 "dropped",
                 self.config.name,
-                msg.topic,
-                len(msg.payload),
-                remote.max_packet,
+                p.topic,
+                len(p.payload),
+                limit,
             )
-            side.client.ack(msg.mid, msg.qos)
+            self._ack_here(source, p, outbound)
             return
-        self._forward(remote, source=side, msg=msg, topic=topic, rule=rule, pending=self._pending_out)
-
-    def _from_remote(self, side: _Side, msg: paho.MQTTMessage, released: bool = False) -> None:
-        if not released and self._hold(side, msg):
-            return
-        local = self._local
-        if local is None:
-            return
-        rule = self._route(side, msg, False)
-        if rule is None:
-            return
-        self._forward(
-            local, source=side, msg=msg, topic=rule.to_local(msg.topic), rule=rule, pending=self._pending_in
-        )
-
-    def _forward(
-        self,
-        to: _Side,
-        *,
-        source: _Side,
-        msg: paho.MQTTMessage,
-        topic: str,
-        rule: TopicRule,
-        pending: dict[int, tuple[int, int]],
-    ) -> None:
-        qos = min(rule.qos, 2)
-        # never hold our lock while calling paho: its callbacks run under its own mutexes
-        info = to.client.publish(topic, msg.payload, qos, msg.retain)
-        if qos == 0:  # best effort: the source's message is done with
-            if info.rc == paho.MQTT_ERR_SUCCESS:
-                self._count_crossed(pending)
-            if msg.qos > 0:
-                source.client.ack(msg.mid, msg.qos)
-            return
-        if info.rc != paho.MQTT_ERR_SUCCESS:
-            # the other side is going away: left unacknowledged, so sent again by the source
-            # at the next connection
-            return
-        with self._lock:  # the acknowledgement may have come before publish returned
-            acked = self._early_out if pending is self._pending_out else self._early_in
-            early = info.mid in acked
-            if early:
-                acked.discard(info.mid)
+        to.write(data)
+        if qos == 0:
+            if outbound:
+                self.state.sent += 1
             else:
-                pending[info.mid] = (msg.mid, msg.qos)
-        if early:
-            self._count_crossed(pending)
-            if msg.qos > 0:
-                source.client.ack(msg.mid, msg.qos)
+                self.state.received += 1
 
-    def _count_crossed(self, pending: dict[int, tuple[int, int]]) -> None:
-        if pending is self._pending_out:
-            self.state.sent += 1
-        else:
-            self.state.received += 1
-
-    def _acked_remotely(self, side: _Side, mid: int) -> None:
-        self._ack(side, mid, self._pending_out, self._local)
-
-    def _acked_locally(self, side: _Side, mid: int) -> None:
-        self._ack(side, mid, self._pending_in, self._remote)
-
-    def _ack(self, side: _Side, mid: int, pending: dict[int, tuple[int, int]], source: _Side | None) -> None:
-        with self._lock:
-            entry = pending.pop(mid, None)
-            if entry is None:
-                (self._early_out if pending is self._pending_out else self._early_in).add(mid)
-        if entry is None or source is None:
+    def _ack_here(self, source: Link, p: Publish, outbound: bool) -> None:
+        """Acknowledge ``p`` to its source without crossing (QoS 2: its PUBREL too)."""
+        pid = p.packet_id
+        if pid is None or p.qos == 0:
             return
-        self._count_crossed(pending)
-        if entry[1] > 0:
-            source.client.ack(entry[0], entry[1])
+        if p.qos == 1:
+            source.send(Puback(pid))
+        else:
+            (self._here_out if outbound else self._here_in).add(pid)
+            source.send(Pubrec(pid))
 
     # ---- reporting -----------------------------------------------------------------------
 

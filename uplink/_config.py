@@ -28,6 +28,7 @@ import topics
 __all__ = ["BridgeConfig", "Direction", "Remote", "TopicRule", "parse_bridges"]
 
 _SCHEMES = {"mqtt": (False, False), "mqtts": (True, False), "ws": (False, True), "wss": (True, True)}
+QUEUE_POLICIES = ("drop_newest", "drop_oldest")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -152,8 +153,17 @@ class BridgeConfig:
     backoff_max: float = 30.0
     #: seconds a connection attempt may take
     connect_timeout: float = 10.0
-    #: QoS 1/2 messages sent to the remote and not yet acknowledged
-    max_inflight: int = 100
+    #: QoS 1/2 messages in flight across the bridge each way; 0: the remote's Receive Maximum
+    #: (MQTT 5), 20 to a 3.1.1 remote, and 100 announced for ``in`` messages
+    max_inflight: int = 0
+    #: the bound of the bridge's queue (its local session's, while the remote is away or
+    #: slower than the local publishers): messages (0 = the broker's ``max_queued_messages``)
+    #: and bytes of topics and payloads (0 = no bound in bytes)
+    max_queued_messages: int = 0
+    max_queued_bytes: int = 0
+    #: at the bound: ``"drop_newest"`` (the queue keeps the oldest) or ``"drop_oldest"``
+    #: (the queue keeps the most recent); every drop is counted (``queue_dropped``)
+    queue_policy: str = "drop_newest"
     remotes: tuple[Remote, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -168,8 +178,19 @@ class BridgeConfig:
             raise ValueError("topics: at least one rule is needed")
         if not 0 < self.backoff_min <= self.backoff_max:
             raise ValueError("backoff_min must be > 0 and <= backoff_max")
-        if self.keep_alive < 0 or self.session_expiry < 0 or self.max_inflight <= 0:
-            raise ValueError("keep_alive, session_expiry >= 0 and max_inflight > 0 expected")
+        if self.keep_alive < 0 or self.session_expiry < 0 or not 0 <= self.max_inflight <= 65535:
+            raise ValueError("keep_alive, session_expiry >= 0 and max_inflight 0..65535 expected")
+        if self.max_queued_messages < 0 or self.max_queued_bytes < 0:
+            raise ValueError("max_queued_messages and max_queued_bytes must be >= 0 (0: no bound of its own)")
+        if self.queue_policy not in QUEUE_POLICIES:
+            raise ValueError(
+                f'queue_policy must be "drop_newest" or "drop_oldest", got {self.queue_policy!r}'
+            )
+
+    @property
+    def own_queue_bound(self) -> bool:
+        """Whether the bridge's queue has a bound of its own (any of the three keys set)."""
+        return bool(self.max_queued_messages or self.max_queued_bytes or self.queue_policy != "drop_newest")
 
     @property
     def remote_client_id(self) -> str:
@@ -202,6 +223,9 @@ _BRIDGE_KEYS = {
     "backoff_max",
     "connect_timeout",
     "max_inflight",
+    "max_queued_messages",
+    "max_queued_bytes",
+    "queue_policy",
 }
 _TYPES: Mapping[str, type | tuple[type, ...]] = {
     "name": str,
@@ -221,6 +245,9 @@ _TYPES: Mapping[str, type | tuple[type, ...]] = {
     "backoff_max": (int, float),
     "connect_timeout": (int, float),
     "max_inflight": int,
+    "max_queued_messages": int,
+    "max_queued_bytes": int,
+    "queue_policy": str,
     "pattern": str,
     "direction": str,
     "qos": int,

@@ -20,6 +20,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from broker.ext import QueueBound
 from broker.hooks import Hooks
 from uplink._bridge import Bridge, LocalEndpoint
 from uplink._config import BridgeConfig
@@ -53,11 +54,32 @@ class Uplink(Hooks):
         broker = self._broker
         assert broker is not None
         host, port = _plain_listener(broker)
+        core = broker.core
+        for cfg in self.configs:  # after the store's restore: a restored queue's bytes count
+            if cfg.own_queue_bound:
+                bound = QueueBound(
+                    cfg.max_queued_messages or core.config.max_queued_messages,
+                    cfg.max_queued_bytes,
+                    cfg.queue_policy == "drop_oldest",
+                )
+                bound.sync(core.sessions.get(cfg.local_client_id))
+                core.queue_bounds[cfg.local_client_id] = bound
         endpoint = LocalEndpoint(host, port, self._password)
         for cfg in self.configs:
-            bridge = Bridge(cfg, endpoint)
+            bridge = Bridge(cfg, endpoint, self._widen)
             self.bridges[cfg.name] = bridge
             bridge.start()
+
+    def _widen(self, client_id: str, window: int) -> None:
+        """Let the broker keep ``window`` messages in flight to the bridge's local session (the
+        CONNECT asked for it as its Receive Maximum; the broker's ``max_inflight``, meant for
+        ordinary clients, would cap it at 20 by default: a bridge to a distant remote needs
+        more in flight to fill the link). O(1); the next drain of the session uses it."""
+        if self._broker is None:
+            return
+        s = self._broker.core.sessions.get(client_id)
+        if s is not None and s.conn is not None and window > s.conn.window:
+            s.conn.window = window
 
     async def stopping(self) -> None:
         for bridge in self.bridges.values():
@@ -87,9 +109,23 @@ class Uplink(Hooks):
         s = self._broker.core.sessions.get(client_id)
         return 0 if s is None else len(s.queue) + len(s.inflight)
 
+    def _bound(self, client_id: str) -> QueueBound | None:
+        return None if self._broker is None else self._broker.core.queue_bounds.get(client_id)
+
+    def queue_dropped(self, name: str) -> int:
+        """Messages the bridge ``name``'s own queue bound dropped (0 without one)."""
+        bound = self._bound(f"{PREFIX}{name}")
+        return 0 if bound is None else bound.dropped
+
+    def queued_bytes(self, name: str) -> int:
+        """Bytes (topics and payloads) queued for the bridge ``name`` when it has a bound of its
+        own (the broker counts no bytes otherwise: 0)."""
+        bound = self._bound(f"{PREFIX}{name}")
+        return 0 if bound is None else bound.queued_bytes
+
     def sys_values(self) -> dict[str, str]:
-        """``$SYS/uplink/<name>/{connected,remote,queued,sent,received,filtered,dropped,
-        connects,failures,last_error}`` (O(bridges))."""
+        """``$SYS/uplink/<name>/{connected,remote,queued,queued_bytes,sent,received,filtered,
+        dropped,queue_dropped,connects,failures,last_error}`` (O(bridges))."""
         out: dict[str, str] = {}
         for name, b in self.bridges.items():
             st = b.state
@@ -101,6 +137,8 @@ class Uplink(Hooks):
             out[base + "received"] = str(st.received)
             out[base + "filtered"] = str(st.filtered)
             out[base + "dropped"] = str(st.dropped)
+            out[base + "queue_dropped"] = str(self.queue_dropped(name))
+            out[base + "queued_bytes"] = str(self.queued_bytes(name))
             out[base + "connects"] = str(st.connects)
             out[base + "failures"] = str(sum(st.failures.values()))
             out[base + "last_error"] = st.last_error
@@ -118,6 +156,8 @@ class Uplink(Hooks):
                 "uplink_received",
                 "uplink_filtered",
                 "uplink_dropped",
+                "uplink_queue_dropped",
+                "uplink_queued_bytes",
             )
         }
         for name, b in self.bridges.items():
@@ -128,6 +168,8 @@ class Uplink(Hooks):
             out["uplink_received"][name] = st.received
             out["uplink_filtered"][name] = st.filtered
             out["uplink_dropped"][name] = st.dropped
+            out["uplink_queue_dropped"][name] = self.queue_dropped(name)
+            out["uplink_queued_bytes"][name] = self.queued_bytes(name)
             for reason, n in list(st.failures.items()):
                 out.setdefault(f"uplink_failures_{reason}", {})[name] = n
         return out

@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         split_filter_prefix,
     )
     from broker.core._options import CoreConfig
+    from broker.core._qbound import QueueBound
     from broker.core._quota import ACTIONS, QuotaRule, parse_quotas
     from broker.core._session import PUBLISH_SENT, PUBREL_SENT, ConnectionState, Outgoing, Session, Stats
     from broker.core._shared import Strategy, group_strategies
@@ -103,6 +104,7 @@ __all__ = [
     "PublishAction",
     "PublishContext",
     "PublishDecision",
+    "QueueBound",
     "QuotaRule",
     "Route",
     "Session",
@@ -125,6 +127,7 @@ __all__ = [
 
 #: public name -> the module that defines it (imported at the name's first use)
 _LAZY = {
+    "QueueBound": "broker.core._qbound",
     "Atom": "broker.core._atom_ids",
     "ORIGIN_PROPERTY": "broker.core._atom_ids",
     "boot_tag": "broker.core._atom_ids",

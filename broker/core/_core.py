@@ -41,6 +41,7 @@ from broker.core._journal import Journal
 from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._options import CoreConfig
+from broker.core._qbound import QueueBound, size_of
 from broker.core._quota import Quotas
 from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
@@ -160,6 +161,9 @@ class Core:
         #: the others' publishers beyond the failure timeout; None = ``pace`` without end
         self.peer_queue_limit = cfg.max_queued_messages
         self.peer_pace_limit: float | None = None
+        #: sessions bounded by a queue bound of their own instead of ``max_queued_messages``
+        #: (client id -> bound; the outbound bridges', core/_qbound.py)
+        self.queue_bounds: dict[str, QueueBound] = {}
         #: asked before a published retained message is stored (False: not stored, still
         #: routed): a cluster keeps one converging register per topic (docs/cluster.md)
         self.retain_hook: Callable[[Message], bool] | None = None
@@ -326,6 +330,8 @@ class Core:
         router.index.remove_client(session.client_id)
         session.inflight.clear()
         session.queue.clear()
+        if self.queue_bounds and session.client_id in self.queue_bounds:
+            self.queue_bounds[session.client_id].queued_bytes = 0
         session.qos2_received.clear()
         self.journal.ended(session)
         had += self.composite.drop_client(
@@ -468,7 +474,13 @@ class Core:
                 self.journal.outgoing(s, out, PUBLISH_SENT, pid, now)
             conn.write_publish(msg, qos, retain, False, pid, sub_ids, topic_filter, selector, now)
             return
-        if (
+        bounds = self.queue_bounds
+        bound = bounds.get(s.client_id) if bounds else None
+        if bound is not None:
+            if not bound.admit(self, s, out):
+                return
+            queue = s.queue
+        elif (
             len(queue) >= self.config.max_queued_messages
             and (not s.client_id.startswith(PEER_PREFIX) or len(queue) >= self.peer_queue_limit)
             and self._queue_full(s, conn)
@@ -725,8 +737,12 @@ class Core:
         # something to send: the window is its own from here (a lean session shares an empty one)
         inflight = s.own_inflight() if queue else s.inflight
         window = conn.window
+        bounds = self.queue_bounds
+        bound = bounds.get(s.client_id) if bounds else None
         while queue and len(inflight) < window and not conn.paused and not conn.close_requested:
             out = queue.popleft()
+            if bound is not None:
+                bound.queued_bytes -= size_of(out)
             msg = out.msg
             if msg.expires_at is not None and msg.expires_at <= now:
                 self.stats.publish_dropped += 1

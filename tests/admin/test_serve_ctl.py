@@ -5,9 +5,6 @@ restart; a client refused by it gets CONNACK 0x8A (paho, MQTT 5)."""
 from __future__ import annotations
 
 import json
-import queue
-import re
-import signal
 import subprocess
 import sys
 import threading
@@ -16,54 +13,25 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
+from tests.serving import Serve
+
 T = 30.0
 
 
-def _serve(data: Path) -> tuple[subprocess.Popen[str], int, int]:
-    """A ``siftmq serve`` process; (process, MQTT port, HTTP port) read from its log."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "broker._cli",
-            "serve",
-            "--port",
-            "0",
-            "--sys-interval",
-            "0",
-            "--no-persistence",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            str(data),
-            "--no-bridge",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+def _serve(data: Path) -> tuple[Serve, int, int]:
+    """A ``siftmq serve`` process; (it, MQTT port, HTTP port) read from its log."""
+    s = Serve(
+        *("--sys-interval", "0", "--no-persistence", "--metrics-listen", "127.0.0.1:0"),
+        *("--data-dir", str(data), "--no-bridge"),
     )
-    assert proc.stderr is not None
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-    mqtt_port = http_port = 0
-    while not (mqtt_port and http_port):
-        line = lines.get(timeout=T)
-        if m := re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line):
-            mqtt_port = int(m[1])
-        if m := re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line):
-            http_port = int(m[1])
-    return proc, mqtt_port, http_port
+    return s, s.port(), int(s.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")[1])
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
+def _stop(s: Serve) -> None:
     try:
-        assert proc.wait(timeout=T) == 0
+        assert s.stop() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        s.close()
 
 
 def _ctl(http_port: int, *argv: str) -> object:
@@ -101,22 +69,22 @@ def _connack(port: int, client_id: str) -> int:
 
 def test_ban_by_ctl_persists_in_the_data_dir_without_a_store(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    proc, port, http = _serve(data)
+    serve, port, http = _serve(data)
     try:
         assert _connack(port, "spammer") == 0
         _ctl(http, "bans", "add", "--client-id", "spammer", "--reason", "tests")
         assert _connack(port, "spammer") == 0x8A
     finally:
-        _stop(proc)
+        _stop(serve)
     saved = data / "bans.json"
     assert json.loads(saved.read_text())[0][:2] == ["client_id", "spammer"]
     assert saved.stat().st_mode & 0o777 == 0o600
     assert not (data / "broker.db").exists()
-    proc, port, http = _serve(data)
+    serve, port, http = _serve(data)
     try:
         assert _connack(port, "spammer") == 0x8A
         assert _connack(port, "neighbour") == 0
         _ctl(http, "bans", "remove", "--client-id", "spammer")
         assert _connack(port, "spammer") == 0
     finally:
-        _stop(proc)
+        _stop(serve)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from broker.packets import (
 )
 from tests.auth.helpers import FAST, write_passwords
 from tests.rawclient import RawClient
+from tests.serving import Serve
 from tests.waiting import eventually
 
 #: about 0.9 s of scrypt per check on the build machine (p multiplies the time, not the
@@ -421,38 +421,18 @@ async def test_an_async_hook_decides_passes_or_fails(
 async def test_siftmq_serve_with_only_an_acl_file(tmp_path: Path) -> None:
     """The command line end to end: ``siftmq serve --acl-file`` without a password file logs
     the one line at start, and a client claiming ``admin`` gets no ``secret/#``."""
-    import signal
-    import subprocess
-    import sys
-
     acl = tmp_path / "acl"
     acl.write_text(ACL)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--no-bridge", "--no-persistence",
-        "--acl-file", str(acl), stderr=subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    lines: list[str] = []
-    try:
-        port = 0
-        async with asyncio.timeout(30):
-            while not port:
-                line = (await proc.stderr.readline()).decode()
-                assert line, "siftmq serve ended:\n" + "".join(lines)
-                lines.append(line)
-                if m := re.search(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", line):
-                    port = int(m.group(1))
+    with Serve("--no-bridge", "--no-persistence", "--acl-file", str(acl)) as serve:
+        port = await asyncio.to_thread(serve.port)
         c, ack = await RawClient.connect(port, "claims-admin", username="admin")
         try:
             assert ack.reason_code is ReasonCode.SUCCESS
             assert (await c.subscribe("secret/#")).reason_codes == (ReasonCode.NOT_AUTHORIZED,)
         finally:
             await c.close()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, rest = await asyncio.wait_for(proc.communicate(), 30)
-        lines += rest.decode().splitlines(keepends=True)
-    assert proc.returncode == 0
+        assert await asyncio.to_thread(serve.stop) == 0
+    lines = serve.lines
     said = [x for x in lines if "without a password file" in x]
     assert len(said) == 1, lines
     assert "treats every client as anonymous" in said[0]

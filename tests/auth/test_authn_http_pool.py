@@ -28,6 +28,7 @@ from types import ModuleType
 from broker import Broker
 from broker.authn import HttpAuth
 from broker.packets import Connack, Connect, ReasonCode
+from tests.auth.authservice import keep_alive
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 
@@ -44,25 +45,13 @@ class Service:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                json.loads(await reader.readexactly(length))
-                self.requests += 1
-                await self.release.wait()
-                body = b'{"result": "allow"}'
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-                )
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await keep_alive(reader, writer, self._answer)
+
+    async def _answer(self, body: bytes) -> bytes:
+        json.loads(body)
+        self.requests += 1
+        await self.release.wait()
+        return b'{"result": "allow"}'
 
 
 class ImportSpy:

@@ -6,9 +6,12 @@ not parse keeps the keys in use."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
+import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from broker import Broker
 from broker.authn import JwtAuth
 from broker.packets import ReasonCode
+from tests.broker.test_reload import START, Serve, sighup
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 
@@ -129,3 +133,35 @@ def test_the_watch_interval_from_serve_options(tmp_path: Path) -> None:
     assert isinstance(auth, JwtAuth) and auth.watch_interval == 0.5
     (auth,) = hooks_from_serve_options({"auth_jwt_key_file": str(key)})
     assert isinstance(auth, JwtAuth) and auth.watch_interval == 5.0
+
+
+async def test_sighup_to_siftmq_serve_reloads_the_jwt_key(tmp_path: Path) -> None:
+    """``siftmq serve`` with ``[serve] auth_jwt_key_file`` (the watch off): after a new secret
+    is written and ``siftmq reload`` sends SIGHUP, a token of the new secret is accepted and
+    one of the old refused; the reload's log line names the JWT keys."""
+    key = tmp_path / "jwt.key"
+    key.write_bytes(OLD)
+    config = tmp_path / "siftmq.toml"
+    config.write_text(
+        f'[broker]\nsys_interval = 0\nauth_failures = 0\n\n[serve]\nauth_jwt_key_file = "{key}"\n'
+        "auth_jwt_watch_interval = 0\n"
+    )
+    data = tmp_path / "data"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--no-bridge",
+        "--config", str(config), "--data-dir", str(data),
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    serve = Serve(proc)
+    try:
+        port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START))[1])
+        assert await login(port, token(OLD)) is ReasonCode.SUCCESS
+        replace(key, NEW)
+        mark = len(serve.lines)
+        await sighup(data)
+        done = await serve.line(r"INFO +broker: reload: (.*)", mark)
+        assert re.search(r"JWT keys .*jwt\.key \(1 key\(s\)\)", done[1]), done[1]
+        assert await login(port, token(NEW)) is ReasonCode.SUCCESS
+        assert await login(port, token(OLD)) is ReasonCode.NOT_AUTHORIZED
+    finally:
+        await serve.stop()

@@ -22,6 +22,7 @@ from typing import Any
 from broker import Broker
 from broker.authn import HttpAuthz
 from broker.packets import Pingreq, Pingresp, Puback, Publish, ReasonCode
+from tests.auth.authservice import keep_alive
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 
@@ -37,26 +38,14 @@ class Service:
         self.release.set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                body = json.loads(await reader.readexactly(length))
-                self.bodies.append(body)
-                await self.release.wait()
-                result = "allow" if body["topic"].startswith("ok/") else "deny"
-                data = json.dumps({"result": result}).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
-                )
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+        await keep_alive(reader, writer, self._answer)
+
+    async def _answer(self, request: bytes) -> bytes:
+        body = json.loads(request)
+        self.bodies.append(body)
+        await self.release.wait()
+        result = "allow" if body["topic"].startswith("ok/") else "deny"
+        return json.dumps({"result": result}).encode()
 
 
 async def serve(svc: Service) -> tuple[asyncio.Server, str]:

@@ -40,10 +40,12 @@ entries = st.lists(
 
 
 class BridgeMachine(RuleBasedStateMachine):
+    WRITER = "thread"
+
     @initialize(roll=st.integers(1, 8))
     def setup(self, roll: int) -> None:
         self.dir = Path(tempfile.mkdtemp())
-        self.bridge = Bridge(self.dir, roll_bytes=96 * roll, max_pending=MAX_PENDING)
+        self.bridge = Bridge(self.dir, roll_bytes=96 * roll, max_pending=MAX_PENDING, writer=self.WRITER)
         self.deliveries: Counter[tuple[object, ...]] = Counter()
         self.publications: Counter[tuple[object, ...]] = Counter()
         self.pending = 0  # rows accepted since the last flush
@@ -110,9 +112,23 @@ class BridgeMachine(RuleBasedStateMachine):
         assert {k: s.dropped[k] for k in self.dropped} == self.dropped
 
     def teardown(self) -> None:
+        if hasattr(self, "bridge"):
+            self.bridge.close()  # the writer process (writer="process") ends
         if hasattr(self, "dir"):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
 BridgeMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=20, deadline=None)
 test_bridge_model = BridgeMachine.TestCase
+
+
+class ProcessBridgeMachine(BridgeMachine):
+    """The same model with the writer in its own process (``siftmq serve``'s default): what is
+    committed, counted and dropped must not depend on where the files are written."""
+
+    WRITER = "process"
+
+
+# fewer examples: each starts a writer process (an interpreter loading pyarrow)
+ProcessBridgeMachine.TestCase.settings = settings(max_examples=8, stateful_step_count=20, deadline=None)
+test_bridge_model_writer_process = ProcessBridgeMachine.TestCase

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import queue
-import re
-import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -14,6 +10,7 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from broker._cli import main
+from tests.serving import Serve
 
 T = 10.0
 
@@ -42,33 +39,8 @@ def test_unknown_serve_key_and_bad_roll_interval_are_reported(tmp_path: Path) ->
 def test_serve_subprocess(tmp_path: Path) -> None:
     cfg = tmp_path / "siftmq.toml"
     cfg.write_text('[broker]\nsys_interval = 0\nmax_inflight = 10\n\n[serve]\nlog_level = "INFO"\n')
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "broker._cli",
-            "serve",
-            "--port",
-            "0",
-            "--config",
-            str(cfg),
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--no-bridge",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-        port = 0
-        while not port:
-            line = lines.get(timeout=T)
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
-            if found:
-                port = int(found.group(1))
+    with Serve("--config", str(cfg), "--data-dir", str(tmp_path / "data"), "--no-bridge") as serve:
+        port = serve.port()
         got: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         subscribed = threading.Event()
         c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "cli-test")
@@ -83,15 +55,6 @@ def test_serve_subprocess(tmp_path: Path) -> None:
         assert (m.topic, m.payload) == ("cli/x", b"through serve")
         c.disconnect()
         c.loop_stop()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=T) == 0
-        rest = []
-        while not lines.empty():
-            rest.append(lines.get())
-        assert any("stopped" in x for x in rest)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        mark = len(serve.lines)
+        assert serve.stop(T) == 0
+        assert any("stopped" in x for x in serve.lines[mark:])

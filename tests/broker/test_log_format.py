@@ -7,10 +7,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import queue
-import signal
-import subprocess
-import sys
 import threading
 import warnings
 from datetime import datetime
@@ -24,6 +20,7 @@ from paho.mqtt.reasoncodes import ReasonCode as PahoReason
 from broker._cli import main
 from broker._logging import HeldRecords, JsonFormatter, LogFormat, configure, fields
 from tests.auth.helpers import write_passwords
+from tests.serving import Serve
 
 T = 15.0
 KEYS = {"time", "level", "logger", "event", "message"}
@@ -57,32 +54,22 @@ def _connect(port: int, ident: str, password: str) -> tuple[bool, int]:
     return result[0]
 
 
-def _events(lines: queue.Queue[str], seen: list[dict[str, Any]], until: str, **match: str) -> dict[str, Any]:
-    """Read stderr lines (each must be JSON) until one with ``event`` ``until`` and ``match``."""
-    while True:
-        line = lines.get(timeout=T)
+def _event(serve: Serve, until: str, **match: str) -> dict[str, Any]:
+    """The first JSON log record with ``event`` ``until`` and ``match`` (waits for it)."""
+
+    def hit(line: str) -> bool:
         record = json.loads(line)  # every line is one JSON object
-        assert isinstance(record, dict), line
-        seen.append(record)
-        if record["event"] == until and all(record.get(k) == v for k, v in match.items()):
-            return record
+        return bool(record["event"] == until and all(record.get(k) == v for k, v in match.items()))
+
+    record: dict[str, Any] = json.loads(serve.lines[serve.wait_line(hit, timeout=T, what=until)])
+    return record
 
 
 def test_serve_log_format_json(tmp_path: Path) -> None:
     pw = write_passwords(tmp_path / "passwd", {"alice": "wonderland"})
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "broker._cli",
-            "serve",
-            "--port",
-            "0",
-            "--sys-interval",
-            "0",
-            "--no-persistence",
-            "--password-file",
-            str(pw),
+    with Serve(
+        *("--sys-interval", "0", "--no-persistence", "--password-file", str(pw)),
+        *(
             "--log-level",
             "DEBUG",
             "--log-format",
@@ -90,16 +77,9 @@ def test_serve_log_format_json(tmp_path: Path) -> None:
             "--data-dir",
             str(tmp_path / "data"),
             "--no-bridge",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    seen: list[dict[str, Any]] = []
-    try:
-        assert proc.stderr is not None
-        lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-        listening = _events(lines, seen, "broker.listening")
+        ),
+    ) as serve:
+        listening = _event(serve, "broker.listening")
         port = int(listening["address"].rpartition(":")[2])
         assert listening["address"] == f"127.0.0.1:{port}"
 
@@ -108,21 +88,16 @@ def test_serve_log_format_json(tmp_path: Path) -> None:
         assert _connect(port, "mallory", "guess-2") == (False, 0x87)
         # a good client connects and disconnects
         assert _connect(port, "good", "wonderland") == (True, 0)
-        connected = _events(lines, seen, "client.connected", client_id="good")
+        connected = _event(serve, "client.connected", client_id="good")
         assert connected["level"] == "DEBUG" and connected["address"].startswith("127.0.0.1:")
-        gone = _events(lines, seen, "client.disconnected", client_id="good")
+        gone = _event(serve, "client.disconnected", client_id="good")
         assert gone["reason"] == "client disconnected" and gone["address"] == connected["address"]
 
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=T) == 0
-        _events(lines, seen, "broker.stopped")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        assert serve.stop(T) == 0
+        _event(serve, "broker.stopped")
+    seen = [json.loads(line) for line in serve.lines]  # the whole log, every line one JSON object
     for record in seen:
+        assert isinstance(record, dict), record
         assert set(record) >= KEYS, record
         assert record["level"] in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
         assert record["time"].endswith("Z") and datetime.fromisoformat(record["time"]).tzinfo is not None

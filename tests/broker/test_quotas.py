@@ -119,29 +119,35 @@ async def test_a_client_far_over_its_quota_is_paced_not_dropped() -> None:
         b.core._check()
 
 
+async def _greedy_is_disconnected_with_0x96(b: Broker, port: int) -> None:
+    """A paho MQTT 5 client ``greedy`` on ``port`` publishes 50 QoS 0 messages at once: past
+    its quota it is disconnected with 0x96 (message rate too high), counted once."""
+    gone = threading.Event()
+    codes: list[int] = []
+
+    def on_disconnect(_c: object, _u: object, _f: object, rc: mqtt.ReasonCode, _p: object = None) -> None:
+        codes.append(rc.value)
+        gone.set()
+
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "greedy", protocol=mqtt.MQTTv5)
+    c.on_disconnect = on_disconnect
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    try:
+        await eventually(lambda: _quota_of(b, "greedy") is not None)
+        for i in range(50):
+            c.publish("g/x", b"%d" % i, qos=0)
+        assert await asyncio.to_thread(gone.wait, T)
+        assert codes[0] == ReasonCode.MESSAGE_RATE_TOO_HIGH
+        assert b.core.stats.quota_disconnects == 1
+    finally:
+        c.loop_stop()
+
+
 async def test_the_disconnect_action_gives_0x96() -> None:
     rule = QuotaRule(client_id="greedy", messages_per_second=5, action="disconnect")
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, quotas=(rule,)) as b:
-        gone = threading.Event()
-        codes: list[int] = []
-
-        def on_disconnect(_c: object, _u: object, _f: object, rc: mqtt.ReasonCode, _p: object = None) -> None:
-            codes.append(rc.value)
-            gone.set()
-
-        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "greedy", protocol=mqtt.MQTTv5)
-        c.on_disconnect = on_disconnect
-        c.connect("127.0.0.1", b.port)
-        c.loop_start()
-        try:
-            await eventually(lambda: _quota_of(b, "greedy") is not None)
-            for i in range(50):
-                c.publish("g/x", b"%d" % i, qos=0)
-            assert await asyncio.to_thread(gone.wait, T)
-            assert codes[0] == ReasonCode.MESSAGE_RATE_TOO_HIGH
-            assert b.core.stats.quota_disconnects == 1
-        finally:
-            c.loop_stop()
+        await _greedy_is_disconnected_with_0x96(b, b.port)
 
 
 async def test_retained_caps_refuse_with_0x97() -> None:
@@ -247,26 +253,7 @@ async def test_a_quota_selects_clients_by_listener() -> None:
                 assert _connection(b, "greedy") is not None  # still connected
         assert b.core.stats.quota_disconnects == 0
         # on "devices": the same client gets the quota and is disconnected past it
-        gone = threading.Event()
-        codes: list[int] = []
-
-        def on_disconnect(_c: object, _u: object, _f: object, rc: mqtt.ReasonCode, _p: object = None) -> None:
-            codes.append(rc.value)
-            gone.set()
-
-        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "greedy", protocol=mqtt.MQTTv5)
-        c.on_disconnect = on_disconnect
-        c.connect("127.0.0.1", devices)
-        c.loop_start()
-        try:
-            await eventually(lambda: _quota_of(b, "greedy") is not None)
-            for i in range(50):
-                c.publish("g/x", b"%d" % i, qos=0)
-            assert await asyncio.to_thread(gone.wait, T)
-            assert codes[0] == ReasonCode.MESSAGE_RATE_TOO_HIGH
-            assert b.core.stats.quota_disconnects == 1
-        finally:
-            c.loop_stop()
+        await _greedy_is_disconnected_with_0x96(b, devices)
 
 
 def _connection(b: Broker, client_id: str) -> object:

@@ -31,6 +31,7 @@ from broker.packets import Connack, Connect, Disconnect, Publish, ReasonCode
 from tests.auth.helpers import FAST, write_passwords
 from tests.rawclient import RawClient
 from tests.security.helpers import make_certs
+from tests.serving import Serve
 from tests.waiting import eventually, next_message
 
 V5 = aiomqtt.ProtocolVersion.V5
@@ -443,59 +444,19 @@ def test_why_new_contexts_an_in_place_load_cert_chain_with_a_bad_key_breaks_the_
 # ------------------------------------------------------------------ siftmq serve, SIGHUP
 
 
-class Serve:
-    """``siftmq serve`` as a child process; its log lines collected as they come."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.lines: list[str] = []
-        assert proc.stderr is not None
-        self._reader = asyncio.create_task(self._read(proc.stderr))
-
-    async def _read(self, stream: asyncio.StreamReader) -> None:
-        while line := await stream.readline():
-            self.lines.append(line.decode(errors="replace").rstrip("\n"))
-
-    async def line(self, pattern: str, start: int = 0, timeout: float = T) -> re.Match[str]:
-        """The first log line from ``start`` on that matches ``pattern`` (waits for it)."""
-        found: list[re.Match[str]] = []
-
-        def seen() -> bool:
-            found[:] = [m for x in self.lines[start:] if (m := re.search(pattern, x))]
-            return bool(found)
-
-        try:
-            await eventually(seen, timeout)
-        except TimeoutError:
-            raise AssertionError(f"no log line {pattern!r} in {self.lines[start:]}") from None
-        return found[0]
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.terminate()
-            await asyncio.wait_for(self.proc.wait(), T)
-        await self._reader
-
-
-@pytest_asyncio.fixture
-async def serve(tmp_path: Path) -> AsyncIterator[Serve]:
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Serve]:
     """``siftmq serve`` with a password file, an ACL file, a TLS listener and a config file."""
     (tmp_path / "siftmq.toml").write_text("[broker]\nsys_interval = 0\n")
     write_passwords(tmp_path / "passwd", {"alice": "one"})
     (tmp_path / "acl").write_text(ACL)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--no-bridge",
-        "--config", str(tmp_path / "siftmq.toml"), "--data-dir", str(tmp_path / "data"),
+    with Serve(
+        "--no-bridge", "--config", str(tmp_path / "siftmq.toml"), "--data-dir", str(tmp_path / "data"),
         "--password-file", str(tmp_path / "passwd"), "--acl-file", str(tmp_path / "acl"),
         "--tls-port", "0", "--tls-cert", str(tmp_path / "server.pem"),
         "--tls-key", str(tmp_path / "server.key"),
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    s = Serve(proc)
-    try:
+    ) as s:  # fmt: skip
         yield s
-    finally:
-        await s.stop()
 
 
 @pytest.fixture
@@ -567,9 +528,8 @@ async def test_sighup_reloads_passwords_acl_and_limits_of_siftmq_serve(
         toml = re.escape(str(tmp_path / "siftmq.toml"))
         await serve.line(rf"ERROR +broker: reload: {toml}:3: Expected '=' after a key", mark)
         assert granted(await c.subscribe("extra/#", qos=1)) == [1]
-    assert serve.proc.returncode is None
-    await serve.stop()
-    assert serve.proc.returncode == 0
+    assert serve.proc.poll() is None
+    assert await asyncio.to_thread(serve.stop) == 0
     assert not (data / "siftmq.pid").exists()  # removed at a clean stop
 
 

@@ -3,30 +3,22 @@ installed scripts, as subprocesses) for tests/cli/test_pubsub*.py.
 
 :func:`run` returns (status, stdout, stderr) and asserts what every run must show: no
 traceback and no Python warning.  :func:`one_line` is the shape of every error of ours: one
-line ``siftmq <command>: ...`` on stderr.  :func:`free_port` / :func:`mosquitto` start a real
-mosquitto broker (it cannot bind port 0): a port is picked by binding 0, and when mosquitto
-then fails to bind it (another process took it in between) it is started again on a new one.
+line ``siftmq <command>: ...`` on stderr.  :func:`free_port` / :func:`mosquitto` (from
+tests/mosquitto.py) start a real mosquitto broker.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
-import shutil
-import socket
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
+
+from tests.mosquitto import MOSQUITTO, free_port, mosquitto
 
 __all__ = ["MOSQUITTO", "SIFTMQ", "free_port", "mosquitto", "one_line", "run"]
 
 SIFTMQ = str(Path(sys.executable).parent / "siftmq")
-MOSQUITTO = shutil.which("mosquitto") or (
-    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
-)
 
 
 async def run(*argv: str, timeout: float = 30.0, stdin: bytes | None = None) -> tuple[int, str, str]:
@@ -49,45 +41,3 @@ def one_line(err: str, command: str) -> str:
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"siftmq {command}: "), err
     return lines[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-@contextlib.contextmanager
-def mosquitto(tmp: Path, extra: str = "") -> Iterator[int]:
-    """A mosquitto broker on 127.0.0.1; yields its port.  ``extra``: more configuration lines."""
-    assert MOSQUITTO is not None
-    for attempt in range(5):
-        port = free_port()
-        conf = tmp / f"mosquitto-{port}.conf"
-        conf.write_text(f"listener {port} 127.0.0.1\npersistence false\nlog_dest stderr\n{extra}")
-        log = open(tmp / f"mosquitto-{port}.log", "wb")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=log, stderr=log)
-        try:
-            deadline = time.monotonic() + 10.0
-            while proc.poll() is None and not _listening(port) and time.monotonic() < deadline:
-                time.sleep(0.02)
-            if proc.poll() is not None:  # the port was taken in between: another one
-                continue
-            assert _listening(port), f"mosquitto did not listen on {port} (attempt {attempt})"
-            yield port
-            return
-        finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(5)
-            log.close()
-    raise AssertionError("mosquitto could not bind a free port in 5 attempts")

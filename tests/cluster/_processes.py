@@ -4,30 +4,37 @@ publish and subscribe with paho."""
 
 from __future__ import annotations
 
-import os
 import queue
-import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+
+from tests.serving import Serve
 
 T = 20.0
 
 
 @dataclass
 class Node:
-    proc: subprocess.Popen[str]
+    serve: Serve
     data: Path
     port: int = 0
     cluster_port: int = 0
     node_id: str = ""
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
+
+    @property
+    def proc(self) -> subprocess.Popen[str]:
+        return self.serve.proc
+
+    @property
+    def lines(self) -> list[str]:
+        """Its log so far."""
+        return self.serve.lines
 
 
 _ALL: list[Node] = []
@@ -51,55 +58,27 @@ def _launch(data: Path, join: int | None, cluster_port: int, serve: str, broker:
     data.mkdir(parents=True, exist_ok=True)
     cfg = data.parent / f"{data.name}.toml"
     cfg.write_text(f"[broker]\nsys_interval = 0.3\n{broker}\n[serve]\n{serve}\n")
-    cmd = [
-        sys.executable,
-        "-m",
-        "broker._cli",
-        "serve",
-        "--port",
-        "0",
-        "--data-dir",
-        str(data),
-        "--config",
-        str(cfg),
-        "--no-bridge",
-        "--log-level",
-        "INFO",
-        "--cluster-listen",
-        f"127.0.0.1:{cluster_port}",
-    ]
+    flags = ["--data-dir", str(data), "--config", str(cfg), "--no-bridge", "--log-level", "INFO"]
+    flags += ["--cluster-listen", f"127.0.0.1:{cluster_port}"]
     if join is not None:
-        cmd += ["--join", f"127.0.0.1:{join}"]
-    env = {**os.environ, "SIFTMQ_CLUSTER_SECRET": "process-test-secret"}
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=env)
-    node = Node(proc, data)
+        flags += ["--join", f"127.0.0.1:{join}"]
+    node = Node(Serve(*flags, env={"SIFTMQ_CLUSTER_SECRET": "process-test-secret"}), data)
     _ALL.append(node)
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    threading.Thread(target=lambda: [node.lines.put(x) for x in stderr], daemon=True).start()
     return node
 
 
 def _ready(node: Node) -> Node:
     """``node`` once its log said which MQTT and cluster ports it listens on."""
-    deadline = time.monotonic() + T
-    while not node.cluster_port:
-        line = node.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-        if not node.port and (m := re.search(r"listening on 127\.0\.0\.1:(\d+)", line)):
-            node.port = int(m.group(1))
-        if m := re.search(r"cluster node ([0-9a-f]+) on 127\.0\.0\.1:(\d+)", line):
-            node.node_id, node.cluster_port = m.group(1), int(m.group(2))
+    node.port = node.serve.port()
+    m = node.serve.wait_for(r"cluster node ([0-9a-f]+) on 127\.0\.0\.1:(\d+)", timeout=T)
+    node.node_id, node.cluster_port = m.group(1), int(m.group(2))
     return node
 
 
 def kill_all() -> None:
     """Every process started by :func:`start` is killed (a stopped one is continued first)."""
     for n in _ALL:
-        if n.proc.poll() is None:
-            n.proc.kill()
-        n.proc.wait()
-        if n.proc.stderr is not None:
-            n.proc.stderr.close()
+        n.serve.close()
     _ALL.clear()
 
 

@@ -107,7 +107,7 @@ def test_unreachable_peer_neither_loses_acknowledged_nor_stalls_publishers(
         assert acked == set(payloads)
         # the publisher was released by the pace limit (not by the end of B's session)
         eventually(
-            lambda: any("$cluster/" in line and "slow consumer" in line for line in list(a.lines.queue)),
+            lambda: any("$cluster/" in line and "slow consumer" in line for line in list(a.lines)),
             "A never released its publisher from B's link",
         )
         b.proc.send_signal(signal.SIGCONT)

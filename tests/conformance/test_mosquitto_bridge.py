@@ -12,54 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
-import socket
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker import Broker
 from broker.packets import Publish, SubscriptionRequest
+from tests.mosquitto import MOSQUITTO, mosquitto
 from tests.rawclient import RawClient
 from tests.waiting import eventually
-
-MOSQUITTO = shutil.which("mosquitto") or (
-    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
-)
 
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (make installs it)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _edge(tmp: Path, central: int, version: str) -> Iterator[int]:
-    port = _free_port()
-    conf = tmp / "mosquitto.conf"
-    conf.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest stderr\n"
+def _edge(tmp: Path, central: int, version: str) -> contextlib.AbstractContextManager[int]:
+    """mosquitto bridged to ``central`` (``edge/#`` both ways, QoS 1); its port."""
+    return mosquitto(
+        tmp,
+        "allow_anonymous true\n"
         f"connection central\naddress 127.0.0.1:{central}\ntopic edge/# both 1\n"
-        f"bridge_protocol_version {version}\nremote_clientid edge-bridge\nrestart_timeout 10\n"
+        f"bridge_protocol_version {version}\nremote_clientid edge-bridge\nrestart_timeout 10\n",
     )
-    assert MOSQUITTO is not None
-    log = open(tmp / "mosquitto.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stderr=log, stdout=log)
-    try:
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        log.close()
 
 
 async def _connect_retrying(port: int, cid: str) -> RawClient:

@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import signal
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -38,6 +35,7 @@ from broker.packets import Properties, Puback, Publish, Suback, SubscriptionRequ
 from tests.fault._broker_process import ROOT, TIMEOUT
 from tests.fault.test_crash_loop import EXPIRY
 from tests.rawclient import RawClient
+from tests.serving import Serve
 from tests.waiting import eventually
 
 SERVE = """
@@ -51,64 +49,41 @@ sys.exit(main(sys.argv[3:]))
 
 
 @dataclass
-class Serve:
-    """One ``siftmq serve`` process; ``log`` collects its stderr."""
+class Served:
+    """One ``siftmq serve`` process (tests/serving.py) and its MQTT port."""
 
-    proc: asyncio.subprocess.Process
-    port: int = 0
-    log: list[str] = field(default_factory=list)
-    reader: asyncio.Task[None] | None = None
+    serve: Serve
+    port: int
+
+    @property
+    def log(self) -> list[str]:
+        """Its log lines so far (read by a thread as they come)."""
+        return self.serve.lines
 
     async def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-        if self.reader is not None:
-            await self.reader
+        """SIGKILL at once, then wait for the process and its log."""
+        if self.serve.proc.poll() is None:
+            self.serve.proc.kill()
+        await asyncio.to_thread(self.serve.close)
 
 
-async def _serve(data: Path, interval: float = 5.0, rows: int = 10_000, *extra: str) -> Serve:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        SERVE,
-        str(interval),
-        str(rows),
-        "serve",
-        "--port",
-        "0",
-        "--data-dir",
-        str(data),
-        "--no-bridge",
-        "--log-level",
-        "DEBUG",
-        *extra,
+async def _serve(data: Path, interval: float = 5.0, rows: int = 10_000, *extra: str) -> Served:
+    s = Serve(
+        *("--data-dir", str(data), "--no-bridge", "--log-level", "DEBUG", *extra),
+        command=(sys.executable, "-c", SERVE, str(interval), str(rows)),
         cwd=ROOT,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "SIFTMQ_CLUSTER_SECRET": "kill-test-secret"},
+        env={"SIFTMQ_CLUSTER_SECRET": "kill-test-secret"},
     )
-    s = Serve(proc)
-    assert proc.stderr is not None
-    stderr = proc.stderr
-
-    async def drain() -> None:
-        while line := await stderr.readline():
-            s.log.append(line.decode(errors="replace"))
-
-    async with asyncio.timeout(TIMEOUT):
-        while not s.port:
-            line = (await stderr.readline()).decode(errors="replace")
-            assert line, "".join(s.log)
-            s.log.append(line)
-            if m := re.search(r"listening on 127\.0\.0\.1:(\d+)", line):
-                s.port = int(m.group(1))
-    s.reader = asyncio.create_task(drain())
-    return s
+    try:
+        return Served(s, await asyncio.to_thread(s.port, timeout=TIMEOUT))
+    except BaseException:
+        s.close()
+        raise
 
 
 @pytest.fixture
-async def procs() -> AsyncIterator[list[Serve]]:
-    started: list[Serve] = []
+async def procs() -> AsyncIterator[list[Served]]:
+    started: list[Served] = []
     yield started
     for s in started:
         await s.kill()
@@ -133,7 +108,7 @@ COMPOSITE = SubscriptionRequest("$composite/r/d/a & d/b", 1)
 WINDOW = Properties(user_properties=(("composite-window", "3600"),))
 
 
-async def test_subscription_acknowledged_right_before_kill(tmp_path: Path, procs: list[Serve]) -> None:
+async def test_subscription_acknowledged_right_before_kill(tmp_path: Path, procs: list[Served]) -> None:
     procs.append(s := await _serve(tmp_path))
     sub = await _subscriber(s.port, clean=True)
     ack = await sub.subscribe(COMPOSITE, properties=WINDOW)
@@ -148,7 +123,7 @@ async def test_subscription_acknowledged_right_before_kill(tmp_path: Path, procs
 
 
 async def test_components_acknowledged_right_before_kill_stay_buffered(
-    tmp_path: Path, procs: list[Serve]
+    tmp_path: Path, procs: list[Served]
 ) -> None:
     procs.append(s := await _serve(tmp_path))
     sub = await _subscriber(s.port, clean=True)
@@ -166,7 +141,7 @@ async def test_components_acknowledged_right_before_kill_stay_buffered(
 
 
 async def test_event_queued_or_delivered_before_kill_is_not_produced_again(
-    tmp_path: Path, procs: list[Serve]
+    tmp_path: Path, procs: list[Served]
 ) -> None:
     procs.append(s := await _serve(tmp_path))
     sub = await _subscriber(s.port, clean=True)
@@ -213,7 +188,7 @@ def _trimmed(db: Path, seq: int) -> bool:
         return False
 
 
-async def test_forked_snapshots_plus_journal(tmp_path: Path, procs: list[Serve]) -> None:
+async def test_forked_snapshots_plus_journal(tmp_path: Path, procs: list[Served]) -> None:
     """Snapshots every 50 ms once a row was written (a forked child writes each): the state
     after the kill is the last snapshot plus the journal rows after it, which were trimmed
     behind it."""
@@ -241,7 +216,7 @@ async def test_forked_snapshots_plus_journal(tmp_path: Path, procs: list[Serve])
 
 
 async def test_delegated_subscription_acknowledged_right_before_kill(
-    tmp_path: Path, procs: list[Serve]
+    tmp_path: Path, procs: list[Served]
 ) -> None:
     cluster = ("--cluster-listen", "127.0.0.1:0")
     procs.append(s := await _serve(tmp_path, 5.0, 10_000, *cluster))
@@ -267,7 +242,7 @@ def _journalled_qos0(db: Path) -> int:
     return sum(len(json.loads(r[0])["clock"]) for r in rows)
 
 
-async def test_qos0_components_are_journalled_within_a_tick(tmp_path: Path, procs: list[Serve]) -> None:
+async def test_qos0_components_are_journalled_within_a_tick(tmp_path: Path, procs: list[Served]) -> None:
     """QoS 0 offers are written in batches, at the latest at the next broker tick (0.25 s);
     once committed they survive the kill like the others."""
     procs.append(s := await _serve(tmp_path))

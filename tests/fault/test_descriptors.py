@@ -10,13 +10,8 @@ serves new clients once descriptors are free again. Both event loops (asyncio, u
 from __future__ import annotations
 
 import asyncio
-import queue
 import re
 import resource
-import signal
-import subprocess
-import sys
-import threading
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -25,8 +20,8 @@ import pytest
 
 from broker.packets import Connack, Connect, Decoder, Publish, ReasonCode, encode
 from tests.rawclient import RawClient
+from tests.serving import Serve
 
-CLI = [sys.executable, "-m", "broker._cli"]
 T = 20.0
 HARD = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 
@@ -35,51 +30,11 @@ def _limit(soft: int, hard: int) -> Callable[[], None]:
     return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
-class Served:
-    """A running ``siftmq serve``: its process, ports and log lines (read by a thread)."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc = proc
-        self.lines: list[str] = []
-        self._new: queue.Queue[str] = queue.Queue()
-        assert proc.stderr is not None
-        stderr = proc.stderr
-        self.reader = threading.Thread(target=lambda: [self._new.put(x) for x in stderr], daemon=True)
-        self.reader.start()
-
-    def wait_for(self, pattern: str) -> re.Match[str]:
-        for line in self.lines:
-            found = re.search(pattern, line)
-            if found:
-                return found
-        while True:
-            line = self._new.get(timeout=T)
-            self.lines.append(line)
-            found = re.search(pattern, line)
-            if found:
-                return found
-
-
 @asynccontextmanager
-async def serve(limit: Callable[[], None], *flags: str) -> AsyncIterator[Served]:
-    proc = subprocess.Popen(  # noqa: ASYNC220 (started before anything is measured)
-        [*CLI, "serve", "--port", "0", "--no-bridge", "--no-persistence", *flags],
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=limit,  # noqa: PLW1509 (the point: the child starts with this limit)
-    )
-    served = Served(proc)
-    try:
-        yield served
-        proc.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(proc.wait, T) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        served.reader.join(T)
-        assert proc.stderr is not None
-        proc.stderr.close()
+async def serve(limit: Callable[[], None], *flags: str) -> AsyncIterator[Serve]:
+    with Serve("--no-bridge", "--no-persistence", *flags, preexec_fn=limit) as s:
+        yield s
+        assert await asyncio.to_thread(s.stop, T) == 0
 
 
 def _soft_limit_of(pid: int) -> int:
@@ -138,7 +93,7 @@ async def test_out_of_descriptors_refuses_counts_and_serves_after(loop: str) -> 
     if loop == "asyncio":
         flags.append("--no-uvloop")
     async with serve(_limit(200, 200), *flags) as s:
-        port = int(s.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+        port = s.port()
         metrics = int(s.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))
         watcher, _ = await RawClient.connect(port, "watcher", 5)
         await watcher.subscribe("$SYS/broker/connections/#")

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import queue
 import re
-import signal
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,42 +15,27 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import MQTTProtocolVersion
 
 from tests.security.helpers import Certs, T
+from tests.serving import CLI, Serve
 
-CLI = [sys.executable, "-m", "broker._cli"]
+LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+) \((\S+)\)")
 
 
 @contextmanager
 def serve(*flags: str) -> Iterator[dict[str, int]]:
     """Run ``siftmq serve --port 0 ...`` (on uvloop: its own TLS is tested here, the other
     tests run the default loop's); yields {"tcp": port, "tcp+tls": port, "ws": port, ...}."""
-    proc = subprocess.Popen(
-        [*CLI, "serve", "--port", "0", "--no-bridge", "--no-persistence", *flags],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    lines: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(x) for x in stderr], daemon=True)
-    reader.start()
-    try:
+    listeners = 1 + sum(f.endswith("-port") for f in flags)
+    with Serve("--no-bridge", "--no-persistence", *flags) as s:
         ports: dict[str, int] = {}
-        while True:
-            line = lines.get(timeout=T)
-            found = re.search(r"listening on 127\.0\.0\.1:(\d+) \((\S+)\)", line)
-            if found:
+
+        def listening(line: str) -> bool:
+            if found := LISTENING.search(line):
                 ports[found.group(2)] = int(found.group(1))
-            if "started" in line or len(ports) == 1 + sum(f.endswith("-port") for f in flags):
-                break
+            return len(ports) == listeners
+
+        s.wait_line(listening, timeout=T, what=f"{listeners} listeners")
         yield ports
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=T) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.join(T)
-        stderr.close()
+        assert s.stop(T) == 0
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -15,13 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import queue
-import re
-import signal
 import stat
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -31,13 +26,13 @@ import pytest
 from bridge import Bridge
 from broker import Broker
 from broker.store import Store
+from tests.serving import CLI, Serve
 
-CLI = [sys.executable, "-m", "broker._cli"]
 T = 20.0
 
 
 #: run a command with umask 0 (every permission a process asks for, it gets)
-UMASK0 = ["sh", "-c", 'umask 000 && exec "$@"', "umask0"]
+UMASK0 = ("sh", "-c", 'umask 000 && exec "$@"', "umask0")
 
 
 def _modes(root: Path) -> dict[str, int]:
@@ -60,48 +55,6 @@ def _not_private(root: Path) -> dict[str, str]:
     return bad
 
 
-class _Serve:
-    """``siftmq serve`` in a child process with umask 0; its stderr lines in a queue."""
-
-    def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            [*UMASK0, *CLI, "serve", "--port", "0", "--log-level", "INFO", *flags],
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        assert self.proc.stderr is not None
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        stderr = self.proc.stderr
-        self.reader = threading.Thread(target=lambda: [self.lines.put(x) for x in stderr], daemon=True)
-        self.reader.start()
-
-    def wait_for(self, pattern: str) -> re.Match[str]:
-        deadline = time.monotonic() + T
-        while True:
-            line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            self.seen.append(line)
-            if m := re.search(pattern, line):
-                return m
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            assert self.proc.wait(timeout=T) == 0
-        self.reader.join(T)
-        while not self.lines.empty():
-            self.seen.append(self.lines.get())
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.reader.join(T)
-        assert self.proc.stderr is not None
-        self.proc.stderr.close()
-
-
 def _client(port: int, cid: str, clean: bool) -> mqtt.Client:
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, cid, protocol=mqtt.MQTTv311, clean_session=clean)
     c.connect("127.0.0.1", port)
@@ -114,7 +67,9 @@ def test_serve_state_and_backup_are_private_whatever_the_umask(tmp_path: Path) -
     secret = tmp_path / "cluster.secret"
     secret.write_bytes(b"a-private-cluster-secret")
     secret.chmod(0o600)
-    node = _Serve(
+    with Serve(
+        "--log-level",
+        "INFO",
         "--data-dir",
         str(data),
         "--bridge",
@@ -124,9 +79,9 @@ def test_serve_state_and_backup_are_private_whatever_the_umask(tmp_path: Path) -
         "127.0.0.1:0",
         "--cluster-secret-file",
         str(secret),
-    )
-    try:
-        port = int(node.wait_for(r"listening on 127\.0\.0\.1:(\d+)").group(1))
+        prefix=UMASK0,
+    ) as node:
+        port = node.port()
         node.wait_for(r"cluster node [0-9a-f]+ on 127\.0\.0\.1:\d+")
         sub = _client(port, "keeper", clean=False)  # a persisted session: its messages are stored
         got = sub.subscribe("t/#", qos=1)
@@ -160,9 +115,7 @@ def test_serve_state_and_backup_are_private_whatever_the_umask(tmp_path: Path) -
             assert name in running, sorted(running)
         assert _not_private(data) == {}, "while running"
         assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700  # the parent it created too
-    finally:
-        node.stop()
-        node.kill()
+        assert node.stop() == 0
     assert _not_private(data) == {}, "after a graceful stop"
     assert any(p.endswith(".parquet") for p in _modes(data))
 
@@ -238,19 +191,25 @@ def test_a_password_file_readable_by_others_is_warned_about(tmp_path: Path) -> N
     acl.write_text("user alice\ntopic readwrite #\n")
     acl.chmod(0o600)
     files = ("--password-file", str(pw), "--acl-file", str(acl))
-    node = _Serve("--no-bridge", "--no-persistence", "--data-dir", str(data), *files)
-    try:
-        node.wait_for(r"listening on 127\.0\.0\.1:(\d+)")
-    finally:
-        node.stop()
-        node.kill()
-    warned = [line for line in node.seen if "accessible by group or others" in line]
-    assert len(warned) == 1, node.seen
+    with Serve(
+        "--log-level",
+        "INFO",
+        "--no-bridge",
+        "--no-persistence",
+        "--data-dir",
+        str(data),
+        *files,
+        prefix=UMASK0,
+    ) as node:
+        node.port()
+        assert node.stop() == 0
+    warned = [line for line in node.lines if "accessible by group or others" in line]
+    assert len(warned) == 1, node.lines
     assert "password file" in warned[0] and "mode 0644" in warned[0]
     modes = _modes(data)
     assert (modes["."], modes["cluster-node-id"]) == (0o700, 0o600)
     assert modes["analytics/part-0.json"] == 0o666 & ~_umask()  # not the broker's: left alone
-    assert sum("now private to this user" in line for line in node.seen) == 1
+    assert sum("now private to this user" in line for line in node.lines) == 1
 
 
 def _umask() -> int:

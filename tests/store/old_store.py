@@ -9,7 +9,8 @@ that checkout's broker on the database file ``OUT`` and leaves in it a persisted
 * ``t/3`` (QoS 1) queued behind the full window (state QUEUED),
 
 and a persisted publisher ``pub`` whose QoS 2 packet id 9 awaits PUBREL.
-``tests/store/data/store-main-741a4d4.db`` was written so by siftmq's main at commit 741a4d4,
+``tests/store/data/store-main-b166b29.db`` was written so by siftmq's main at commit b166b29
+(the last before issue 41 item 2),
 before the flow state had one encoding (``broker.values._flow``): the core then counted 0/1
 and translated to the store's 1/2; ``test_store_compat.py`` opens it with today's code.
 """
@@ -25,7 +26,7 @@ from tests.rawclient import RawClient
 
 __all__ = ["write_store"]
 
-EXPIRY = Properties(session_expiry_interval=3600)
+EXPIRY = Properties(session_expiry_interval=0xFFFFFFFF)  # never expires: the file has no age
 
 
 async def write_store(path: str) -> None:

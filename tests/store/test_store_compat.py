@@ -1,8 +1,10 @@
 """A store written by an older siftmq opens with the same sessions (issue 41, item 2).
 
 The QoS 1/2 flow state has one encoding since issue 41 (``broker.values._flow``); before, the
-core counted 0/1 and translated to the store's 1/2.  ``data/store-main-741a4d4.db`` was written
-by the broker of main at 741a4d4 (``python -m tests.store.old_store OUT`` in that checkout):
+core counted 0/1 and translated to the store's 1/2.  ``data/store-main-b166b29.db`` was written
+by the broker of main at b166b29, the last commit before issue 41 item 2
+(``python -m tests.store.old_store OUT`` in that checkout; its sessions never expire, so the file
+does not age):
 today's broker must resume its sessions exactly (a PUBLISH sent again with DUP, a PUBREL sent
 again, the queue after them, the publisher's QoS 2 id still known), and today's broker must
 write the same numbers for the same state.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 from broker import Broker
@@ -19,8 +22,8 @@ from broker.packets import Properties, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from tests.rawclient import RawClient
 from tests.store.old_store import write_store
 
-OLD = Path(__file__).parent / "data" / "store-main-741a4d4.db"
-EXPIRY = Properties(session_expiry_interval=3600)
+OLD = Path(__file__).parent / "data" / "store-main-b166b29.db"
+EXPIRY = Properties(session_expiry_interval=0xFFFFFFFF)  # never expires: the file has no age
 
 
 def _rows(path: Path) -> list[tuple[object, ...]]:
@@ -43,6 +46,13 @@ async def test_a_store_of_the_old_broker_resumes_its_sessions(tmp_path: Path) ->
     db = tmp_path / "data" / "broker.db"
     db.parent.mkdir()
     shutil.copy(OLD, db)
+    # the sessions' expiry (3,600 s) counts from their disconnection, which the fixture recorded
+    # in wall-clock time when it was made: an hour later they had expired and the test failed.
+    # The copy's sessions are disconnected now; the flow-state rows under test are untouched
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "UPDATE sessions SET disconnected_at = ? WHERE disconnected_at IS NOT NULL", (time.time(),)
+        )
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=str(db), max_inflight=2) as b:
         try:
             sub, ack = await RawClient.connect(b.port, "sub", 5, clean_start=False, properties=EXPIRY)

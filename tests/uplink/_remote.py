@@ -11,8 +11,9 @@ every (topic, payload, retain) it receives, reconnecting by itself when mosquitt
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import getpass
-import shutil
 import socket
 import subprocess
 import threading
@@ -22,17 +23,9 @@ from pathlib import Path
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-MOSQUITTO = shutil.which("mosquitto") or (
-    "/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None
-)
+from tests.mosquitto import MOSQUITTO, free_port
 
-__all__ = ["MOSQUITTO", "Collector", "Mosquitto", "free_port"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["MOSQUITTO", "Collector", "Cutter", "Mosquitto", "free_port"]
 
 
 class Mosquitto:
@@ -73,9 +66,12 @@ class Mosquitto:
 
 
 class Collector:
-    """A persistent QoS 1 subscriber at ``port`` recording what it receives (thread-safe)."""
+    """A persistent QoS 1 (or ``qos``) subscriber at ``port`` recording what it receives
+    (thread-safe)."""
 
-    def __init__(self, port: int, topic_filter: str, client_id: str = "collector", v5: bool = True) -> None:
+    def __init__(
+        self, port: int, topic_filter: str, client_id: str = "collector", v5: bool = True, qos: int = 1
+    ) -> None:
         self.got: list[tuple[str, bytes, bool]] = []
         self.lock = threading.Lock()
         proto = paho.MQTTv5 if v5 else paho.MQTTv311
@@ -88,7 +84,7 @@ class Collector:
         self.c.reconnect_delay_set(1, 1)
         self.filter = topic_filter
         self.c.on_message = self._on_message
-        self.c.on_connect = lambda c, *_: c.subscribe(self.filter, 1)
+        self.c.on_connect = lambda c, *_: c.subscribe(self.filter, qos)
         self.subscribed = threading.Event()
         self.c.on_subscribe = lambda *_: self.subscribed.set()
         self.port = port
@@ -118,3 +114,46 @@ class Collector:
     def messages(self) -> list[tuple[str, bytes, bool]]:
         with self.lock:
             return list(self.got)
+
+
+class Cutter:
+    """A loopback TCP relay (port 0) in front of a remote: :meth:`cut` drops every
+    connection through it, as a network fault would, while the remote itself keeps running
+    (its sessions and their QoS 2 state untouched)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers += [writer, up_writer]
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            w.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        for w in self._writers:
+            w.transport.abort()
+        self._writers.clear()
+
+    async def stop(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()

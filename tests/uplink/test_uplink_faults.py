@@ -200,3 +200,32 @@ async def test_an_ordinary_client_cannot_take_a_bridge_client_id(ident: str, pas
             assert bridge.state.connected  # its local session was not taken over
             await _pub(edge.port, "t/1", b"still bridged")
             await eventually(lambda: bridge.state.sent >= 1, 5)
+
+
+async def test_a_remote_sending_malformed_packets_is_a_counted_lost_connection() -> None:
+    """A remote that answers CONNECT and then sends bytes that are no MQTT: the bridge's
+    connection ends (the stream is lost), counted as ``failures_lost`` with the decoder's
+    reason in ``last_error``, and it connects again; the local broker serves on."""
+    connects = 0
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connects
+        connects += 1
+        await reader.read(1)  # the CONNECT's first byte
+        writer.write(b"\x20\x03\x00\x00\x00" + b"\xf0\xff\xff\xff\xff\x7f")  # CONNACK, then junk
+        await writer.drain()
+        await reader.read()  # until the bridge closes
+        writer.close()
+
+    server = await asyncio.start_server(garbage, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        uplink = Uplink([_cfg(f"mqtt://127.0.0.1:{port}")])
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
+            bridge = uplink.bridges["up"]
+            await eventually(lambda: bridge.state.failures.get("lost", 0) >= 2, 15)
+            assert "malformed" in bridge.state.last_error
+            assert connects >= 2
+            await _local_serves(edge.port)
+    finally:
+        server.close()

@@ -10,13 +10,8 @@
 
 from __future__ import annotations
 
-import os
-import queue
 import re
-import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,6 +19,7 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
+from tests.serving import CLI, Serve
 from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto
 from tests.uplink.test_uplink_mosquitto import in_order
 
@@ -32,38 +28,18 @@ pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not install
 LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)")
 
 
-def _serve(cfg: Path, data: Path, until: str = "") -> tuple[subprocess.Popen[str], int]:
-    """Start ``siftmq serve``; return once it listens and logged a line holding ``until``."""
-    cmd = [sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--data-dir", str(data)]
-    cmd += ["--config", str(cfg), "--no-bridge", "--log-level", "INFO"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    lines: queue.Queue[str] = queue.Queue()
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    log = data.parent / "serve.log"
-
-    def pump() -> None:
-        with stderr, log.open("a") as out:
-            for x in stderr:
-                out.write(x)
-                out.flush()
-                lines.put(x)
-
-    threading.Thread(target=pump, daemon=True).start()
-    deadline = time.monotonic() + 30
-    port = 0
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1)
-        except queue.Empty:
-            assert proc.poll() is None, "siftmq serve exited"
-            continue
-        m = LISTENING.search(line)
-        if m:
-            port = int(m.group(1))
-        if port and until in line:
-            return proc, port
-    raise AssertionError("siftmq serve did not listen")
+def _serve(cfg: Path, data: Path, until: str = "") -> tuple[Serve, int]:
+    """Start ``siftmq serve`` (its log also in ``serve.log``); return once it listens and then
+    logged a line holding ``until``."""
+    flags = ("--data-dir", str(data), "--config", str(cfg), "--no-bridge", "--log-level", "INFO")
+    edge = Serve(*flags, log=data.parent / "serve.log")
+    try:
+        port = edge.port()
+        edge.wait_line(lambda line: until in line, edge.wait_line(LISTENING.search), what=repr(until))
+    except BaseException:
+        edge.close()
+        raise
+    return edge, port
 
 
 def _publish(port: int, n: int) -> None:
@@ -101,20 +77,18 @@ def test_queue_survives_kill_9_of_the_local_broker(tmp_path: Path) -> None:
     data = tmp_path / "data"
     n = 300
     # the bridge's first attempt comes after its local session exists (made at the first start)
-    proc, port = _serve(cfg, data, until="bridge central: mqtt://")
+    edge, port = _serve(cfg, data, until="bridge central: mqtt://")
     try:
         _publish(port, n)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-        proc, port = _serve(cfg, data)
+        edge.close()  # SIGKILL
+        edge, port = _serve(cfg, data)
         remote.start()
         _wait(lambda: len({p for _, p, _ in collector.messages()}) == n, 60)
         got = collector.messages()
         for k in range(3):
             assert in_order(got, f"central/sensors/{k}") == list(range(k, n, 3))
     finally:
-        proc.kill()
-        proc.wait(10)
+        edge.close()
         collector.stop()
         remote.stop()
 
@@ -146,7 +120,7 @@ def test_queue_survives_kill_9_of_the_local_broker(tmp_path: Path) -> None:
 def test_a_bad_bridge_table_stops_serve_with_status_2(tmp_path: Path, table: str, message: str) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_text(table)
-    cmd = [sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--data-dir", str(tmp_path / "d")]
+    cmd = [*CLI, "serve", "--port", "0", "--data-dir", str(tmp_path / "d")]
     cmd += ["--config", str(cfg), "--no-bridge"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stderr
@@ -168,7 +142,7 @@ def test_kill_9_of_the_local_broker_in_the_middle_of_a_stream(tmp_path: Path) ->
         '[[bridges.topics]]\npattern = "sensors/#"\nremote_prefix = "central/"\n'
     )
     data = tmp_path / "data"
-    proc, port = _serve(cfg, data, until="bridge central: connected")
+    edge, port = _serve(cfg, data, until="bridge central: connected")
     pub = paho.Client(CallbackAPIVersion.VERSION2, client_id="edge-pub")
     acked: list[int] = []
     pub.on_publish = lambda _c, _u, mid, _rc, _p: acked.append(mid)
@@ -177,12 +151,11 @@ def test_kill_9_of_the_local_broker_in_the_middle_of_a_stream(tmp_path: Path) ->
         pub.loop_start()
         mids = {pub.publish(f"sensors/{i % 3}", str(i).encode(), qos=1).mid: i for i in range(2000)}
         _wait(lambda: len(collector.messages()) >= 100, 30)
-        os.kill(proc.pid, signal.SIGKILL)  # mid-stream: some acknowledged, some not
-        proc.wait(10)
+        edge.close()  # SIGKILL, mid-stream: some acknowledged, some not
         pub.loop_stop()
         sent = sorted(mids[m] for m in list(acked))
         assert sent, "no PUBACK before the kill"
-        proc, port = _serve(cfg, data)
+        edge, port = _serve(cfg, data)
         want = set(sent)
         _wait(lambda: want <= {int(p) for _, p, _ in collector.messages()}, 60)
         got = collector.messages()
@@ -191,7 +164,6 @@ def test_kill_9_of_the_local_broker_in_the_middle_of_a_stream(tmp_path: Path) ->
             assert seq == sorted(seq)
             assert {s for s in sent if s % 3 == k} <= set(seq)
     finally:
-        proc.kill()
-        proc.wait(10)
+        edge.close()
         collector.stop()
         remote.stop()

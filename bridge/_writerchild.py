@@ -1,0 +1,130 @@
+"""The bridge's writer process itself (``python -c "from bridge._writerchild import main"``,
+started by :class:`bridge._writerproc.WriterProcess`; the protocol and why: that module).
+
+It reads jobs from the socket it was given, builds their tables with the thread writer's own
+functions (``bridge/_writer.py``: the same files, byte for byte) and commits them under the
+names the job carries, skipping a name already committed (a job sent again after a child
+died).  It answers ``("ok", files)`` or ``("error", message, retry, os_error)`` and exits when
+the broker closes the socket.  pandas is refused (:func:`_block_pandas`).  O(rows) per job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from bridge import _writer
+from bridge._eventlog import events_table
+from bridge._schema import Kind
+from bridge._writerproc import COLUMNS, STRINGS, Job, JobError, receive, send
+
+if TYPE_CHECKING:
+    from broker.ext import LogColumns
+
+__all__ = ["main"]
+
+
+class _Strings:
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[str]) -> None:
+        self.values = values
+
+
+class _Columns:
+    """``LogColumns`` rebuilt in the child: each column a NumPy array over the received bytes."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        import numpy as np
+
+        for name, dtype in COLUMNS:
+            setattr(self, name, np.frombuffer(payload[name], dtype))
+        for name in STRINGS:
+            setattr(self, name, _Strings(payload[name]))
+        self._pubs = int(payload["n_publications"])
+
+    def calls(self) -> int:
+        return len(self.time)  # type: ignore[attr-defined]
+
+    def deliveries(self) -> int:
+        return len(self.subscriber)  # type: ignore[attr-defined]
+
+    def publications(self) -> int:
+        return self._pubs
+
+
+def _block_pandas() -> None:
+    """pyarrow imports pandas at its first conversion of a Python list when it can (~50 MB);
+    nothing the writer does needs it, so the child refuses the import (pyarrow then works
+    without it)."""
+
+    class _NoPandas:
+        @staticmethod
+        def find_spec(name: str, path: Sequence[str] | None = None, target: object = None) -> None:
+            if name == "pandas" or name.startswith("pandas."):
+                raise ImportError("the bridge's writer process does not load pandas")
+
+    sys.meta_path.insert(0, _NoPandas())
+
+
+def _execute(sink: Any, job: Job) -> list[tuple[str, int, int]]:
+    """Build the job's tables and commit them under its names (a name already committed is
+    skipped: the job is being sent again after a child died)."""
+    try:
+        match job.what:
+            case "fanout":
+                deliveries, pubs = _writer._fanout_tables(cast("LogColumns", _Columns(job.payload)), job.node)
+                tables = {Kind.DELIVERIES.value: deliveries, Kind.PUBLICATIONS.value: pubs}
+            case "events":
+                tables = {Kind.COMPOSITE_EVENTS.value: events_table(job.payload, job.node)}
+            case kind:
+                tables = {kind: _writer._records_table(Kind(kind), job.payload, job.node)}
+    except Exception as exc:
+        raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", False, False) from exc
+    files = []
+    for kind, names in job.names:
+        table = tables[kind]
+        for i, name in enumerate(names):
+            part = table.slice(i * job.roll_rows, job.roll_rows)
+            try:
+                size = sink.commit(Kind(kind), part, name=name)
+            except OSError as exc:
+                raise JobError(str(exc), True, True) from exc
+            except Exception as exc:
+                raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", True, False) from exc
+            files.append((kind, part.num_rows, size))
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``main([FD, LANDING])``: commit the jobs read from socket ``FD`` until it closes.
+
+    SIGINT and SIGTERM are ignored: a Ctrl-C in a terminal or a service manager's stop signals
+    the whole process group, and the child must outlive the broker's last flush; it ends when
+    the broker closes the socket (or dies: the socket closes too)."""
+    fd, landing = (argv if argv is not None else sys.argv[1:])[:2]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _block_pandas()
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
+    sock = socket.socket(fileno=int(fd))
+    sink = _writer._Sink(landing)
+    _writer._load_arrow()  # numpy and pyarrow now, while the broker starts: not in its first round
+    while True:
+        try:
+            job = receive(sock)
+        except (EOFError, ConnectionError):
+            return 0
+        try:
+            answer: tuple[Any, ...] = ("ok", _execute(sink, job))
+        except JobError as exc:
+            answer = ("error", str(exc), exc.retry, exc.os_error)
+        try:
+            send(sock, answer)
+        except OSError:
+            return 0

@@ -1,0 +1,229 @@
+"""The bridge's writer in its own process (issue 42 items 1 and 4): the broker keeps the buffers,
+a child interpreter holds numpy and pyarrow and writes the files.
+
+**Why a process.**  Encoding Parquet needs numpy and pyarrow (and pyarrow pulls in pandas at its
+first conversion of a list): loaded in the broker, the first recorded ``$SYS`` publication took
+an idle ``siftmq serve`` from 40 to 146 MB (docs/performance.md "Footprint"); pyarrow alone
+(without pandas) would still be about 100 MB.  No library writes Parquet without them at the
+speed the writer needs (the columns are turned into Arrow arrays without Python work per row).
+So ``Bridge(writer="process")`` (what ``siftmq serve`` uses) leaves the broker at its idle size
+and puts those libraries in a child that blocks pandas (:func:`_block_pandas`: nothing it does
+needs it; ~50 MB less).  The encoding's CPU (numpy, Arrow, Snappy, fsync) also leaves the
+broker's interpreter: the event loop no longer waits for the GIL while the writer converts.
+
+**What crosses.**  One *job* per source and round (:class:`Job`: the delivery log, the
+composite events, or one record kind), built by the broker's writer thread
+(``Bridge._take_jobs``, with :func:`fanout_payload`) and sent by :func:`send`: a pickle
+(protocol 5) whose large columns -- the delivery log's typed vectors -- travel out of band,
+written to the socket from their own buffers (no copy, no Python object per value); strings
+are the batch's distinct values (a few hundred, not one per row); subscription changes and
+the other rare records are pickled as they are.  Frames are
+``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``.
+
+**Nothing acknowledged is lost.**  The broker counts records as written (``stats().written``)
+and releases their buffer space only when the child answers that every file of the job is
+committed (fsync-ed and renamed).  The file names are chosen by the broker when it builds the
+job, so a job sent again after the child died writes the same names, and the child skips a
+file already committed under its name (a file is renamed into place only once it is whole): a
+file is never written twice and a sequence number never goes backwards (the landing zone's
+offsets, ``bridge/_landing.py``).  A child that dies (killed, crashed, out of memory) is
+started again (at most once per round; the failure logged once per episode by the Bridge) and
+the jobs not acknowledged are sent again, in order; a write that fails (full disk) is answered
+as an error and the job is kept for the next round, as in the thread writer.  The child is
+started with the bridge (:meth:`WriterProcess.start`) and loads its libraries at once, beside
+the broker's start-up; the program it runs is ``bridge/_writerchild.py``.
+
+Costs, broker side: per round O(columns) buffer writes to the socket and one pickle of the
+distinct strings; the child does the O(rows) work of the thread writer.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from broker.ext import LogColumns
+
+__all__ = ["Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
+
+#: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
+COLUMNS = (
+    ("time", "<f8"),
+    ("message_id", "<i8"),
+    ("publisher_id", "<i4"),
+    ("topic", "<i4"),
+    ("payload_size", "<i8"),
+    ("flags", "u1"),
+    ("received", "<f8"),
+    ("routes", "<i8"),
+    ("call", "<i4"),
+    ("subscriber", "<i4"),
+    ("topic_filter", "<i4"),
+    ("selector", "<i4"),
+    ("d_flags", "u1"),
+)
+STRINGS = ("publishers", "subscribers", "topics", "filters")
+_HEAD = struct.Struct("<I")
+_SIZE = struct.Struct("<Q")
+
+
+class JobError(Exception):
+    """The child could not commit a job: ``retry`` (a write failed: keep the job) or not (its
+    records could not be turned into a table: discard them, as the thread writer does)."""
+
+    def __init__(self, message: str, retry: bool, os_error: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+        self.os_error = os_error
+
+
+def fanout_payload(c: LogColumns) -> dict[str, Any]:
+    """The delivery log's batch as a picklable dict whose vectors go out of band. O(columns)."""
+    out: dict[str, Any] = {name: pickle.PickleBuffer(getattr(c, name)) for name, _ in COLUMNS}
+    for name in STRINGS:
+        out[name] = getattr(c, name).values
+    out["n_publications"] = c.publications()
+    return out
+
+
+# ---- framing ----
+
+
+def send(sock: socket.socket, obj: object) -> None:
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    views = [memoryview(data), *(b.raw() for b in buffers)]
+    head = _HEAD.pack(len(views)) + b"".join(_SIZE.pack(v.nbytes) for v in views)
+    sock.sendall(head)
+    for v in views:
+        if v.nbytes:
+            sock.sendall(v)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    while view:
+        got = sock.recv_into(view)
+        if not got:
+            raise EOFError("the other end closed the socket")
+        view = view[got:]
+    return buf
+
+
+def receive(sock: socket.socket) -> Any:
+    (count,) = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
+    sizes = [_SIZE.unpack_from(_recv_exact(sock, _SIZE.size))[0] for _ in range(count)]
+    parts = [_recv_exact(sock, n) for n in sizes]
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
+# ---- the broker's side ----
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One round's records of one source: ``what`` is ``"fanout"`` (deliveries and publications
+    of the delivery log), ``"events"`` (composite events) or a record kind's value; ``names``:
+    the file names of each kind's parts, in order, chosen when the job was built."""
+
+    what: str
+    payload: Any
+    node: str | None
+    roll_rows: int
+    names: tuple[tuple[str, tuple[str, ...]], ...]
+    rows: tuple[tuple[str, int], ...]  # records per kind (stats().pending)
+    credit: int  # rows to release from the delivery log once committed
+
+
+#: the child's program (bridge/_writerchild.py; not ``-m``: that module would be loaded twice,
+#: as ``__main__`` and again by pickle)
+_CHILD = "import sys; from bridge._writerchild import main; sys.exit(main())"
+
+
+class WriterProcess:
+    """The child writer seen from the broker's writer thread: :meth:`run` sends a job and waits
+    for its answer, starting the child first if there is none (or it died).  One thread only.
+
+    ``landing``: the landing zone (a path or URI), passed to the child's sink."""
+
+    def __init__(self, landing: str, timeout: float = 300.0) -> None:
+        self.landing = landing
+        self.timeout = timeout
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self.starts = 0  # children started (restarts = starts - 1)
+        self.last_exit: int | None = None  # exit status of the last child that ended on a failure
+
+    def _start(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, str(theirs.fileno()), self.landing],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(self.timeout)
+        self._sock = ours
+        self.starts += 1
+        return ours
+
+    def start(self) -> None:
+        """Start the child now (it loads numpy and pyarrow at once, beside the broker's own
+        start-up) rather than at the first job; idempotent."""
+        if self._sock is None:
+            self._start()
+
+    def run(self, job: Job) -> list[tuple[str, int, int]]:
+        """Commit ``job`` in the child; its files as (kind, rows, bytes).  Raises :class:`JobError`
+        (the child answered a failure) or ``OSError``/``EOFError`` (the child is gone or stuck:
+        it is ended and the next call starts a new one)."""
+        sock = self._sock or self._start()
+        try:
+            send(sock, job)
+            answer = receive(sock)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            self._end()
+            raise
+        match answer:
+            case ("ok", files):
+                return list(files)
+            case ("error", message, retry, os_error):
+                raise JobError(message, retry, os_error)
+        self._end()
+        raise EOFError(f"unexpected answer from the writer process: {answer!r}")
+
+    def _end(self) -> None:
+        sock, proc = self._sock, self.proc
+        self._sock = self.proc = None
+        if sock is not None:
+            sock.close()
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            self.last_exit = proc.wait()  # the Bridge logs it, once per episode
+
+    def close(self) -> None:
+        """End the child: it sees the socket close and exits (killed if it does not in 10 s)."""
+        sock, proc = self._sock, self.proc
+        self._sock = self.proc = None
+        if sock is not None:
+            sock.close()
+        if proc is not None:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

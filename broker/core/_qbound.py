@@ -1,0 +1,86 @@
+"""A queue bound of its own for one session, in messages and bytes, with a drop policy (sans-IO).
+
+The broker bounds every session's queue by ``max_queued_messages`` and drops the newest
+QoS 1/2 message at the bound (``Core._queue_full``).  A session registered in
+``Core.queue_bounds`` (client id -> :class:`QueueBound`; the outbound bridges register their
+``$uplink/<name>`` sessions, docs/bridging-out.md "The store-and-forward bound") is bounded by
+its :class:`QueueBound` instead: at most ``messages`` queued messages and, when ``max_bytes``
+is not 0, at most ``max_bytes`` bytes of topics and payloads, and at the bound either the
+newest message is dropped (``drop_oldest`` false: the queue keeps the oldest, as
+``max_queued_messages`` does) or the oldest queued ones make room for it (``drop_oldest``
+true: the queue keeps the most recent).  Every drop is counted here (``dropped``) and in the
+broker's ``queue_overflow``, and logged rate-limited; a dropped queued message leaves the
+store too (``journal.dropped``).
+
+Only the queue path of ``Core.deliver`` asks (a message that goes straight into the in-flight
+window does not): one dict lookup there when bounds exist, none when there are none; each
+admission is O(1) amortised (each message is dropped at most once); ``drain`` subtracts the
+bytes of what leaves the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from broker.core._core import Core
+    from broker.core._session import Outgoing, Session
+
+__all__ = ["QueueBound", "size_of"]
+
+
+def size_of(out: Outgoing) -> int:
+    """The bytes a queued message counts for: its topic and payload (O(1))."""
+    msg = out.msg
+    return len(msg.topic) + len(msg.payload)
+
+
+@dataclass(slots=True)
+class QueueBound:
+    """The bound of one session's queue (see the module docstring)."""
+
+    messages: int
+    max_bytes: int = 0
+    drop_oldest: bool = False
+    #: bytes of the messages queued now (kept by ``admit``, ``Core.drain``, ``sync``)
+    queued_bytes: int = 0
+    #: messages dropped at the bound
+    dropped: int = 0
+
+    def sync(self, s: Session | None) -> None:
+        """Count the bytes of what ``s`` has queued (a restored session), O(queue)."""
+        self.queued_bytes = 0 if s is None else sum(size_of(o) for o in s.queue)
+
+    def _full(self, count: int, size: int) -> bool:
+        return count >= self.messages or (self.max_bytes > 0 and self.queued_bytes + size > self.max_bytes)
+
+    def admit(self, core: Core, s: Session, out: Outgoing) -> bool:
+        """True: ``out`` may be appended to ``s.queue`` (its bytes are counted); False: it
+        is dropped (counted, logged)."""
+        size = size_of(out)
+        queue = s.queue
+        if self.drop_oldest:
+            while queue and self._full(len(queue), size):
+                old = queue.popleft()
+                self.queued_bytes -= size_of(old)
+                core.journal.dropped(s, old)
+                self._drop(core, s, "oldest")
+            if not self._full(len(queue), size):
+                self.queued_bytes += size
+                return True
+        elif not self._full(len(queue), size):
+            self.queued_bytes += size
+            return True
+        self._drop(core, s, "newest")  # bigger than the whole bound, or drop newest
+        return False
+
+    def _drop(self, core: Core, s: Session, which: str) -> None:
+        self.dropped += 1
+        core.stats.queue_overflow += 1
+        core.stats.dropped_queue_full += 1
+        core.log_limit(
+            "queue",
+            s.client_id,
+            f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): {which} dropped",
+        )
