@@ -31,21 +31,25 @@ The ratio siftmq / mosquitto of each measure is printed (peers measured in the s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
+import multiprocessing
+import os
 import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
+from _uplink_load import Count, counter_main, publish_slice
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -95,55 +99,6 @@ def mosquitto(d: Path, name: str, port: int, extra: str = "", persist: bool = Fa
     return Proc([MOSQUITTO, "-c", str(conf)], port)
 
 
-class Counter:
-    """A persistent QoS 1 subscriber on the central that counts arrivals."""
-
-    def __init__(self, port: int) -> None:
-        self.n = 0
-        self.seen: set[bytes] = set()
-        self.done = threading.Event()
-        self.target = 0
-        self.c = paho.Client(CallbackAPIVersion.VERSION2, client_id="bench-counter", clean_session=False)
-        self.c.reconnect_delay_set(1, 1)
-        self.c.on_connect = lambda c, *_: c.subscribe("central/#", 1)
-        self.c.on_message = self._on
-        self.port = port
-
-    def _on(self, _c: object, _u: object, m: paho.MQTTMessage) -> None:
-        self.seen.add(bytes(m.payload))
-        self.n += 1
-        if self.target and len(self.seen) >= self.target:
-            self.done.set()
-
-    def expect(self, n: int) -> None:
-        self.seen.clear()
-        self.n = 0
-        self.target = n
-        self.done.clear()
-
-    def start(self) -> None:
-        self.c.connect("127.0.0.1", self.port, 30)
-        self.c.loop_start()
-
-    def stop(self) -> None:
-        self.c.disconnect()
-        self.c.loop_stop()
-
-
-def publish(port: int, n: int, tag: str, prefix: str = "bench/") -> None:
-    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-pub-{tag}")
-    c.max_inflight_messages_set(1000)
-    c.max_queued_messages_set(0)
-    c.connect("127.0.0.1", port, 60)
-    c.loop_start()
-    payload = b"x" * 64
-    infos = [c.publish(f"{prefix}{i % 10}", f"{tag}-{i}-".encode() + payload, qos=1) for i in range(n)]
-    for info in infos:
-        info.wait_for_publish(120)
-    c.disconnect()
-    c.loop_stop()
-
-
 def siftmq_edge(d: Path, port: int, central: int) -> Proc:
     cfg = d / "edge.toml"
     cfg.write_text(
@@ -169,72 +124,187 @@ def mosquitto_edge(d: Path, port: int, central: int) -> Proc:
     )
 
 
-def measure(name: str, edge: Proc, central: Proc, counter: Counter, n: int) -> tuple[float, float, bool]:
-    edge.start()
-    time.sleep(1.5)  # the bridge connects (not measured)
-    counter.expect(n)
-    t0 = time.perf_counter()
-    publish(edge.port, n, f"{name}-t")
-    ok = counter.done.wait(300)
-    rate = n / (time.perf_counter() - t0) if ok else 0.0
-    # drain after an outage
-    central.stop()
-    time.sleep(0.5)
-    counter.expect(n)
-    publish(edge.port, n, f"{name}-d")
-    t1 = time.perf_counter()
-    central.start()
-    complete = counter.done.wait(300)
-    drain = time.perf_counter() - t1
-    edge.stop()
-    return rate, drain, complete
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its live descendants, plus what their reaped
+    children used (``cutime``/``cstime`` of /proc/<pid>/stat). O(processes in the tree)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in task.read_text().split()]
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measure: the generator's numbers and the brokers' CPU seconds."""
+
+    acked: int
+    delivered: int
+    duplicates: int
+    seconds: float  # first PUBLISH (any publisher) to the last new arrival at the counter
+    edge_cpu: float  # 0 for the direct line
+    central_cpu: float
+    pub_cpu: float  # all publisher processes
+    pub_busiest: float  # the busiest publisher process, % of one core over its own run
+    counter_cpu: float
+    window: int
+
+    @property
+    def rate(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def per_edge_cpu(self) -> float:
+        return self.delivered / self.edge_cpu if self.edge_cpu > 0 else 0.0
+
+    def show(self, name: str) -> str:
+        edge = (
+            f"edge CPU {self.edge_cpu:5.2f} s ({100 * self.edge_cpu / self.seconds:3.0f} %, "
+            f"{self.per_edge_cpu:7.0f} msg/CPU s)  "
+            if self.edge_cpu
+            else " " * 44
+        )
+        return (
+            f"{name:9s} {self.rate:7.0f} msg/s  delivered {100 * self.delivered / max(1, self.acked):5.1f} % "
+            f"of {self.acked} acked ({self.duplicates} dup)  {edge}central CPU {self.central_cpu:5.2f} s "
+            f"({100 * self.central_cpu / self.seconds:3.0f} %)  publishers {self.pub_cpu:5.2f} s "
+            f"(busiest {self.pub_busiest:3.0f} %)  counter {self.counter_cpu:5.2f} s "
+            f"({100 * self.counter_cpu / self.seconds:3.0f} %)  window {self.window}"
+        )
+
+
+class Load:
+    """The publisher processes and the counting subscriber at the central (benchmarks/_uplink_load.py)."""
+
+    def __init__(self, central: int, publishers: int, window: int) -> None:
+        self.publishers, self.window = publishers, window
+        self.pool = ProcessPoolExecutor(publishers)
+        self.pipe, child = multiprocessing.Pipe()
+        self.counter = multiprocessing.Process(target=counter_main, args=(central, child), daemon=True)
+        self.counter.start()
+        if not self.pipe.poll(30) or self.pipe.recv() != "ready":
+            raise RuntimeError("the counter did not subscribe")
+
+    def wait_route(self, port: int, prefix: str, tag: str, timeout: float = 30) -> None:
+        """Publish one message to ``port`` every 0.3 s until the counter sees one (the bridge is up)."""
+        self.pipe.send(("expect", tag, 1, timeout))
+        deadline = time.monotonic() + timeout
+        while not self.pipe.poll(0.3):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing published to {port} reached the central")
+            publish_slice(port, f"bench-probe-{tag}", prefix, tag, 1, 1)
+        count: Count = self.pipe.recv()
+        if not count.distinct:
+            raise RuntimeError(f"nothing published to {port} reached the central")
+
+    def measure(self, port: int, prefix: str, tag: str, n: int, edge: int, central: int) -> Row:
+        share = [n // self.publishers + (k < n % self.publishers) for k in range(self.publishers)]
+        e0, c0 = (cpu_seconds(edge) if edge else 0.0), cpu_seconds(central)
+        self.pipe.send(("expect", tag, n, 10.0))
+        futures = [
+            self.pool.submit(publish_slice, port, f"bench-pub-{tag}{k}", prefix, f"{tag}{k}", m, self.window)
+            for k, m in enumerate(share)
+        ]
+        sent = [f.result() for f in futures]
+        count: Count = self.pipe.recv()
+        e1, c1 = (cpu_seconds(edge) if edge else 0.0), cpu_seconds(central)
+        first = min(s.first for s in sent)
+        return Row(
+            acked=sum(s.acked for s in sent),
+            delivered=count.distinct,
+            duplicates=count.duplicates,
+            seconds=(count.last - first) if count.last else 0.0,
+            edge_cpu=e1 - e0,
+            central_cpu=c1 - c0,
+            pub_cpu=sum(s.cpu for s in sent),
+            pub_busiest=max(100 * s.cpu / max(1e-9, s.last - s.first) for s in sent),
+            counter_cpu=count.cpu,
+            window=sent[0].window,
+        )
+
+    def close(self) -> None:
+        self.pipe.send(("stop",))
+        self.counter.join(10)
+        self.pool.shutdown()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=10_000)
+    ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--publishers", type=int, default=2, help="publisher processes")
+    ap.add_argument("--window", type=int, default=200, help="QoS 1 messages in flight per publisher")
     a = ap.parse_args()
+    rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "mosquitto": []}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cport = free_port()
-        # persistence on at the central: the counter's session (and what reaches it while it
-        # reconnects) survives the outage, however fast an edge comes back
-        central = mosquitto(d, "central", cport, persist=True)
+        central = mosquitto(d, "central", cport)
         central.start()
-        counter = Counter(cport)
-        counter.start()
-        time.sleep(0.5)
-        results: dict[str, list[tuple[float, float, bool]]] = {"siftmq": [], "mosquitto": []}
-        direct: list[float] = []
+        assert central.p is not None
+        load = Load(cport, a.publishers, a.window)
         try:
-            for _ in range(a.runs):
-                counter.expect(a.messages)  # the ceiling: the same publisher straight to the central
-                t0 = time.perf_counter()
-                publish(cport, a.messages, "direct", "central/")
-                assert counter.done.wait(300)
-                direct.append(a.messages / (time.perf_counter() - t0))
+            for run in range(1, a.runs + 1):
+                load.wait_route(cport, "central/", f"r{run}-warm-direct/")
+                rows["direct"].append(
+                    load.measure(cport, "central/", f"r{run}-direct/", a.messages, 0, central.p.pid)
+                )
+                print(f"run {run}", rows["direct"][-1].show("direct"), flush=True)
                 for name in ("siftmq", "mosquitto"):
                     eport = free_port()
                     edge = (
                         siftmq_edge(d, eport, cport) if name == "siftmq" else mosquitto_edge(d, eport, cport)
                     )
-                    results[name].append(measure(name, edge, central, counter, a.messages))
-                    print(name, results[name][-1], flush=True)
+                    edge.start()
+                    assert edge.p is not None
+                    try:
+                        load.wait_route(eport, "bench/", f"r{run}-warm-{name}/")
+                        row = load.measure(
+                            eport, "bench/", f"r{run}-{name}/", a.messages, edge.p.pid, central.p.pid
+                        )
+                    finally:
+                        edge.stop()
+                    rows[name].append(row)
+                    print(f"run {run}", row.show(name), flush=True)
+                s, m = rows["siftmq"][-1], rows["mosquitto"][-1]
+                print(
+                    f"run {run} ratio siftmq/mosquitto: throughput {s.rate / m.rate:.2f}x, "
+                    f"messages per edge CPU second {s.per_edge_cpu / m.per_edge_cpu:.2f}x",
+                    flush=True,
+                )
         finally:
-            counter.stop()
+            load.close()
             central.stop()
-    print(f"messages per measure: {a.messages}, runs: {a.runs} (median)")
-    print(f"direct     throughput {statistics.median(direct):9.0f} msg/s   (publisher -> central, no bridge)")
-    med: dict[str, tuple[float, float]] = {}
-    for name, rs in results.items():
-        rate = statistics.median(r[0] for r in rs)
-        drain = statistics.median(r[1] for r in rs)
-        med[name] = (rate, drain)
-        print(f"{name:10s} throughput {rate:9.0f} msg/s   drain after outage {drain:6.2f} s   "
-              f"complete {all(r[2] for r in rs)}")  # fmt: skip
-    s, m = med["siftmq"], med["mosquitto"]
-    print(f"ratio siftmq/mosquitto: throughput {s[0] / m[0]:.2f}x, drain time {s[1] / m[1]:.2f}x")
+    print(
+        f"\n{a.messages} QoS 1 messages per measure, {a.publishers} publisher processes x window "
+        f"{a.window}, {a.runs} runs (medians)"
+    )
+    for name, rs in rows.items():
+        med = statistics.median
+        line = f"{name:9s} {med(r.rate for r in rs):7.0f} msg/s"
+        line += f"  delivered {min(100 * r.delivered / max(1, r.acked) for r in rs):5.1f} % (worst)"
+        if name != "direct":
+            line += f"  edge {med(r.edge_cpu for r in rs):5.2f} CPU s"
+            line += f"  {med(r.per_edge_cpu for r in rs):7.0f} msg/CPU s"
+        line += f"  central {med(r.central_cpu for r in rs):5.2f} CPU s"
+        print(line)
+    tp = [s.rate / m.rate for s, m in zip(rows["siftmq"], rows["mosquitto"], strict=True)]
+    pc = [s.per_edge_cpu / m.per_edge_cpu for s, m in zip(rows["siftmq"], rows["mosquitto"], strict=True)]
+    print(
+        "ratio siftmq/mosquitto per run: throughput "
+        + ", ".join(f"{r:.2f}x" for r in tp)
+        + f" (median {statistics.median(tp):.2f}x); messages per edge CPU second "
+        + ", ".join(f"{r:.2f}x" for r in pc)
+        + f" (median {statistics.median(pc):.2f}x)"
+    )
 
 
 if __name__ == "__main__":
