@@ -2,30 +2,37 @@
 
 Run from the repository root (after ``make build``), under the benchmark lock:
 
-    flock /work/bench.lock .venv/bin/python benchmarks/bench_uplink.py [--messages N] [--runs R]
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_uplink.py --messages 20000 --runs 3
 
-One central mosquitto (persistence on, so the counting subscriber's session survives the
-outage) is the remote; a paho subscriber on it (QoS 1) counts
-arrivals on ``central/#``.  Two edges are measured in turn against the same central, each
-bridging ``bench/#`` out at QoS 1 with the remote prefix ``central/`` over MQTT 5:
+One central mosquitto (persistence off) is the remote; a raw asyncio subscriber process on it
+(QoS 1, benchmarks/_uplink_load.py) counts distinct arrivals on ``central/#``.  Two edges are
+measured in turn against the same central, each bridging ``bench/#`` out at QoS 1 with the
+remote prefix ``central/`` over MQTT 5:
 
 * **siftmq**: ``siftmq serve --config`` with one ``[[bridges]]`` table and persistence on
   (``--data-dir``: every message is written to SQLite before its PUBACK);
 * **mosquitto**: Debian's mosquitto with a ``connection`` block (persistence off: its queue is
   in memory).
 
-Two measures per edge:
+The load: ``--publishers`` processes (raw asyncio MQTT 5, uvloop), each sending its share of
+``--messages`` QoS 1 messages with at most ``--window`` unacknowledged.  Each run measures, in
+this order, against the same central:
 
-0. **direct**: the same publisher straight to the central (no bridge): the ceiling the
-   publisher and subscriber themselves allow;
-1. **throughput**: one paho publisher sends N QoS 1 messages to the edge (up to 1000 in flight)
-   while the bridge is up; messages/s from the first publish to the N-th arrival at the
-   central subscriber;
-2. **drain after an outage**: the central is down, N QoS 1 messages are published to the edge
-   (all PUBACKed: queued there), the central comes back; seconds from its start to the N-th
-   arrival, and whether every message arrived (the store-and-forward promise).
+0. **direct**: the publishers straight to the central (no bridge): the ceiling the generator
+   and the central allow, kept to show the generator is not the cap;
+1. **siftmq** then **mosquitto**: the edge is started, a probe message is published every
+   0.3 s until one reaches the counter (the bridge is up, not measured), then the load.
 
-The ratio siftmq / mosquitto of each measure is printed (peers measured in the same run).
+Per measure: messages/s from the first PUBLISH to the last new arrival at the counter,
+delivered (distinct arrivals) as % of the PUBACKs the publishers got, the edge's CPU seconds
+(``/proc/<pid>/stat`` utime+stime+cutime+cstime of the edge and its live descendants), messages
+per edge CPU second, the central's CPU seconds, and the generator's own CPU (all publishers,
+the busiest publisher as % of one core, the counter): a generator near 100 % of a core would
+measure itself.  The ratios siftmq / mosquitto of throughput and of messages per edge CPU
+second are printed per run (peers measured in the same run) and as medians.
+
+The drain after an outage is no longer measured here (its last figures, paho generator, are
+in docs/lab/uplink-measured.md; tests/uplink checks that every message arrives).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import getpass
 import multiprocessing
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -142,6 +150,16 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+def start_py_spy(binary: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` and its children at 200 Hz into ``out`` (collapsed stacks) until SIGINT."""
+    args = ["record", "--pid", str(pid), "--rate", "200", "--subprocesses", "--threads", "--nonblocking"]
+    return subprocess.Popen(
+        [binary, *args, "--format", "raw", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """One measure: the generator's numbers and the brokers' CPU seconds."""
@@ -242,6 +260,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--publishers", type=int, default=2, help="publisher processes")
     ap.add_argument("--window", type=int, default=200, help="QoS 1 messages in flight per publisher")
+    ap.add_argument("--py-spy", default="", help="py-spy binary: profile the siftmq edge during its measures")
+    ap.add_argument("--profile-dir", default=".", help="where the --py-spy profiles go (collapsed stacks)")
     a = ap.parse_args()
     rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "mosquitto": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -267,9 +287,17 @@ def main() -> None:
                     assert edge.p is not None
                     try:
                         load.wait_route(eport, "bench/", f"r{run}-warm-{name}/")
+                        spy = None
+                        if a.py_spy and name == "siftmq":
+                            out = Path(a.profile_dir) / f"uplink-siftmq-run{run}.txt"
+                            spy = start_py_spy(a.py_spy, edge.p.pid, out)
+                            time.sleep(1.0)  # py-spy attaches (before the measure, not part of it)
                         row = load.measure(
                             eport, "bench/", f"r{run}-{name}/", a.messages, edge.p.pid, central.p.pid
                         )
+                        if spy is not None:
+                            spy.send_signal(signal.SIGINT)
+                            spy.wait(30)
                     finally:
                         edge.stop()
                     rows[name].append(row)
