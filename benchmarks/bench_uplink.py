@@ -11,6 +11,7 @@ remote prefix ``central/`` over MQTT 5:
 
 * **siftmq**: ``siftmq serve --config`` with one ``[[bridges]]`` table and persistence on
   (``--data-dir``: every message is written to SQLite before its PUBACK);
+* **siftmq-mem**: the same without ``--data-dir`` (persistence off, like mosquitto's edge);
 * **mosquitto**: Debian's mosquitto with a ``connection`` block (persistence off: its queue is
   in memory).
 
@@ -20,7 +21,7 @@ this order, against the same central:
 
 0. **direct**: the publishers straight to the central (no bridge): the ceiling the generator
    and the central allow, kept to show the generator is not the cap;
-1. **siftmq** then **mosquitto**: the edge is started, a probe message is published every
+1. **siftmq**, **siftmq-mem**, then **mosquitto**: the edge is started, a probe message is published every
    0.3 s until one reaches the counter (the bridge is up, not measured), then the load.
 
 Per measure: messages/s from the first PUBLISH to the last new arrival at the counter,
@@ -28,8 +29,9 @@ delivered (distinct arrivals) as % of the PUBACKs the publishers got, the edge's
 (``/proc/<pid>/stat`` utime+stime+cutime+cstime of the edge and its live descendants), messages
 per edge CPU second, the central's CPU seconds, and the generator's own CPU (all publishers,
 the busiest publisher as % of one core, the counter): a generator near 100 % of a core would
-measure itself.  The ratios siftmq / mosquitto of throughput and of messages per edge CPU
-second are printed per run (peers measured in the same run) and as medians.
+measure itself.  The ratios siftmq / mosquitto (and siftmq-mem / mosquitto) of throughput and
+of messages per edge CPU second are printed per run (peers measured in the same run) and as
+medians.
 
 The drain after an outage is no longer measured here (its last figures, paho generator, are
 in docs/lab/uplink-measured.md; tests/uplink checks that every message arrives).
@@ -107,7 +109,7 @@ def mosquitto(d: Path, name: str, port: int, extra: str = "", persist: bool = Fa
     return Proc([MOSQUITTO, "-c", str(conf)], port)
 
 
-def siftmq_edge(d: Path, port: int, central: int) -> Proc:
+def siftmq_edge(d: Path, port: int, central: int, persist: bool = True) -> Proc:
     cfg = d / "edge.toml"
     cfg.write_text(
         "[broker]\nmax_queued_messages = 1000000\nsys_interval = 0\n\n"
@@ -117,7 +119,9 @@ def siftmq_edge(d: Path, port: int, central: int) -> Proc:
     )
     data = d / "siftmq-data"
     shutil.rmtree(data, ignore_errors=True)
-    args = [sys.executable, "-m", "broker._cli", "serve", "--port", str(port), "--data-dir", str(data)]
+    args = [sys.executable, "-m", "broker._cli", "serve", "--port", str(port)]
+    if persist:
+        args += ["--data-dir", str(data)]
     return Proc([*args, "--config", str(cfg), "--no-bridge", "--log-level", "WARNING"], port)
 
 
@@ -191,7 +195,7 @@ class Row:
             else " " * 44
         )
         return (
-            f"{name:9s} {self.rate:7.0f} msg/s  delivered {100 * self.delivered / max(1, self.acked):5.1f} % "
+            f"{name:10s} {self.rate:7.0f} msg/s delivered {100 * self.delivered / max(1, self.acked):5.1f} % "
             f"of {self.acked} acked ({self.duplicates} dup)  {edge}central CPU {self.central_cpu:5.2f} s "
             f"({100 * self.central_cpu / self.seconds:3.0f} %)  publishers {self.pub_cpu:5.2f} s "
             f"(busiest {self.pub_busiest:3.0f} %)  counter {self.counter_cpu:5.2f} s "
@@ -263,7 +267,7 @@ def main() -> None:
     ap.add_argument("--py-spy", default="", help="py-spy binary: profile the siftmq edge during its measures")
     ap.add_argument("--profile-dir", default=".", help="where the --py-spy profiles go (collapsed stacks)")
     a = ap.parse_args()
-    rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "mosquitto": []}
+    rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "siftmq-mem": [], "mosquitto": []}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cport = free_port()
@@ -278,10 +282,12 @@ def main() -> None:
                     load.measure(cport, "central/", f"r{run}-direct/", a.messages, 0, central.p.pid)
                 )
                 print(f"run {run}", rows["direct"][-1].show("direct"), flush=True)
-                for name in ("siftmq", "mosquitto"):
+                for name in ("siftmq", "siftmq-mem", "mosquitto"):
                     eport = free_port()
                     edge = (
-                        siftmq_edge(d, eport, cport) if name == "siftmq" else mosquitto_edge(d, eport, cport)
+                        mosquitto_edge(d, eport, cport)
+                        if name == "mosquitto"
+                        else siftmq_edge(d, eport, cport, persist=name == "siftmq")
                     )
                     edge.start()
                     assert edge.p is not None
@@ -302,12 +308,14 @@ def main() -> None:
                         edge.stop()
                     rows[name].append(row)
                     print(f"run {run}", row.show(name), flush=True)
-                s, m = rows["siftmq"][-1], rows["mosquitto"][-1]
-                print(
-                    f"run {run} ratio siftmq/mosquitto: throughput {s.rate / m.rate:.2f}x, "
-                    f"messages per edge CPU second {s.per_edge_cpu / m.per_edge_cpu:.2f}x",
-                    flush=True,
-                )
+                m = rows["mosquitto"][-1]
+                for name in ("siftmq", "siftmq-mem"):
+                    s = rows[name][-1]
+                    print(
+                        f"run {run} ratio {name}/mosquitto: throughput {s.rate / m.rate:.2f}x, "
+                        f"messages per edge CPU second {s.per_edge_cpu / m.per_edge_cpu:.2f}x",
+                        flush=True,
+                    )
         finally:
             load.close()
             central.stop()
@@ -317,22 +325,24 @@ def main() -> None:
     )
     for name, rs in rows.items():
         med = statistics.median
-        line = f"{name:9s} {med(r.rate for r in rs):7.0f} msg/s"
+        line = f"{name:10s} {med(r.rate for r in rs):7.0f} msg/s"
         line += f"  delivered {min(100 * r.delivered / max(1, r.acked) for r in rs):5.1f} % (worst)"
         if name != "direct":
             line += f"  edge {med(r.edge_cpu for r in rs):5.2f} CPU s"
             line += f"  {med(r.per_edge_cpu for r in rs):7.0f} msg/CPU s"
         line += f"  central {med(r.central_cpu for r in rs):5.2f} CPU s"
         print(line)
-    tp = [s.rate / m.rate for s, m in zip(rows["siftmq"], rows["mosquitto"], strict=True)]
-    pc = [s.per_edge_cpu / m.per_edge_cpu for s, m in zip(rows["siftmq"], rows["mosquitto"], strict=True)]
-    print(
-        "ratio siftmq/mosquitto per run: throughput "
-        + ", ".join(f"{r:.2f}x" for r in tp)
-        + f" (median {statistics.median(tp):.2f}x); messages per edge CPU second "
-        + ", ".join(f"{r:.2f}x" for r in pc)
-        + f" (median {statistics.median(pc):.2f}x)"
-    )
+    for name in ("siftmq", "siftmq-mem"):
+        pairs = list(zip(rows[name], rows["mosquitto"], strict=True))
+        tp = [s.rate / m.rate for s, m in pairs]
+        pc = [s.per_edge_cpu / m.per_edge_cpu for s, m in pairs]
+        print(
+            f"ratio {name}/mosquitto per run: throughput "
+            + ", ".join(f"{r:.2f}x" for r in tp)
+            + f" (median {statistics.median(tp):.2f}x); messages per edge CPU second "
+            + ", ".join(f"{r:.2f}x" for r in pc)
+            + f" (median {statistics.median(pc):.2f}x)"
+        )
 
 
 if __name__ == "__main__":
