@@ -11,7 +11,8 @@ remote prefix ``central/`` over MQTT 5:
 
 * **siftmq**: ``siftmq serve --config`` with one ``[[bridges]]`` table and persistence on
   (``--data-dir``: every message is written to SQLite before its PUBACK);
-* **siftmq-mem**: the same without ``--data-dir`` (persistence off, like mosquitto's edge);
+* **siftmq-mem**: the same with ``--no-persistence`` (no store: the queue in memory, like
+  mosquitto's edge);
 * **mosquitto**: Debian's mosquitto with a ``connection`` block (persistence off: its queue is
   in memory).
 
@@ -119,9 +120,9 @@ def siftmq_edge(d: Path, port: int, central: int, persist: bool = True) -> Proc:
     )
     data = d / "siftmq-data"
     shutil.rmtree(data, ignore_errors=True)
-    args = [sys.executable, "-m", "broker._cli", "serve", "--port", str(port)]
-    if persist:
-        args += ["--data-dir", str(data)]
+    args = [sys.executable, "-m", "broker._cli", "serve", "--port", str(port), "--data-dir", str(data)]
+    if not persist:
+        args.append("--no-persistence")
     return Proc([*args, "--config", str(cfg), "--no-bridge", "--log-level", "WARNING"], port)
 
 
@@ -154,9 +155,12 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def start_py_spy(binary: str, pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy sampling ``pid`` and its children at 200 Hz into ``out`` (collapsed stacks) until SIGINT."""
-    args = ["record", "--pid", str(pid), "--rate", "200", "--subprocesses", "--threads", "--nonblocking"]
+def start_py_spy(binary: str, pid: int, out: Path, native: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` and its children at 200 Hz into ``out`` (collapsed stacks) until SIGINT
+    (``native``: with the C frames, the mypyc-compiled modules' functions among them; the edge is
+    paused at each sample then, so its rate drops)."""
+    args = ["record", "--pid", str(pid), "--rate", "200", "--subprocesses", "--threads"]
+    args += ["--native"] if native else ["--nonblocking"]  # py-spy unwinds C stacks only paused
     return subprocess.Popen(
         [binary, *args, "--format", "raw", "-o", str(out)],
         stdout=subprocess.DEVNULL,
@@ -264,8 +268,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--publishers", type=int, default=2, help="publisher processes")
     ap.add_argument("--window", type=int, default=200, help="QoS 1 messages in flight per publisher")
-    ap.add_argument("--py-spy", default="", help="py-spy binary: profile the siftmq edge during its measures")
+    ap.add_argument(
+        "--py-spy", default="", help="py-spy binary: profile the siftmq edges during their measures"
+    )
     ap.add_argument("--profile-dir", default=".", help="where the --py-spy profiles go (collapsed stacks)")
+    ap.add_argument("--native", action="store_true", help="--py-spy with native (C, mypyc) frames")
     a = ap.parse_args()
     rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "siftmq-mem": [], "mosquitto": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -294,9 +301,9 @@ def main() -> None:
                     try:
                         load.wait_route(eport, "bench/", f"r{run}-warm-{name}/")
                         spy = None
-                        if a.py_spy and name == "siftmq":
-                            out = Path(a.profile_dir) / f"uplink-siftmq-run{run}.txt"
-                            spy = start_py_spy(a.py_spy, edge.p.pid, out)
+                        if a.py_spy and name != "mosquitto":
+                            out = Path(a.profile_dir) / f"uplink-{name}-run{run}.txt"
+                            spy = start_py_spy(a.py_spy, edge.p.pid, out, a.native)
                             time.sleep(1.0)  # py-spy attaches (before the measure, not part of it)
                         row = load.measure(
                             eport, "bench/", f"r{run}-{name}/", a.messages, edge.p.pid, central.p.pid
