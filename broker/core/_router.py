@@ -10,8 +10,10 @@ Content filters (seed 000 / 003 engines behind ``content.ENGINES``) are kept in 
 engine keyed by selector text, with a reference count, so identical selectors are indexed
 once.  Routing goes through a per-topic plan (an LRU cache of ``cache_size`` topic names,
 issue 8 item 2): plain subscribers get prebuilt routes, selector-only subscribers are indexed
-by selector so one ``engine.match`` per message is joined with the plan in O(matched
-selectors) instead of testing every topic candidate, and the JSON payload is parsed only when
+by selector (a client with several different selectors under each of them, routed once per
+message however many of them match: issue 42 item 2) so one ``engine.match`` per message is
+joined with the plan in O(matched entries) instead of testing every topic candidate, and the
+JSON payload is parsed only when
 a subscription on the topic carries a selector.  Plans are dropped by the index subclass on
 every subscription change that can affect them (one topic for an exact filter, all otherwise);
 a topic gets a plan on its second miss, so scans wider than the cache route directly.
@@ -106,18 +108,24 @@ class _Plan:
     (no selector, no no-local), as ``(client id, best QoS, ids, retain-as-published, filter)``;
     ``routes[2 * qos + retain]`` caches their :class:`Route` lists.  ``by_selector``: selector
     -> the clients whose every subscription carries that one selector (reached only through
-    the engine's result: the inverted join).  ``general``: clients evaluated per message
-    (no-local, several selectors, or a selector next to a plain subscription).  ``shared``:
-    the shared subscription members of each group (:class:`Members`: one picked per message by
+    the engine's result: the inverted join).  ``by_selectors``: the same for the clients whose
+    every subscription carries a selector, with several different selectors and no no-local
+    (issue 42 item 2, 100k subscriptions): each such client is listed under each of its
+    selectors, and a message reaching it through several matched selectors routes it once
+    (:meth:`Router._route_plan` deduplicates; :func:`_client_route` computes the one Route
+    from all its subscriptions, as before).  ``general``: clients evaluated per message
+    (no-local with a selector, or a selector next to a plain subscription).  ``shared``: the
+    shared subscription members of each group (:class:`Members`: one picked per message by
     the group's strategy).  Space O(matched entries).
     """
 
-    __slots__ = ("by_selector", "fixed", "general", "routes", "selective", "shared")
+    __slots__ = ("by_selector", "by_selectors", "fixed", "general", "routes", "selective", "shared")
 
     def __init__(self, result: topics.MatchResult[SubOptions]) -> None:
         fixed: list[tuple[str, int, tuple[int, ...], bool, str]] = []
         general: list[tuple[str, list[topics.Subscription[SubOptions]]]] = []
         by_selector: dict[object, list[tuple[str, list[topics.Subscription[SubOptions]]]]] = {}
+        by_selectors: dict[object, list[tuple[str, list[topics.Subscription[SubOptions]]]]] = {}
         selective = False
         for client_id, subs in result.clients.items():
             selectors = {sub.options.selector for sub in subs}
@@ -143,6 +151,11 @@ class _Plan:
                     assert only is not None
                     by_selector.setdefault(only, []).append((client_id, subs))
                     continue
+                if not no_local:
+                    entry = (client_id, subs)
+                    for one in selectors:
+                        by_selectors.setdefault(one, []).append(entry)
+                    continue
             elif len(selectors) > 1:
                 selective = True
             general.append((client_id, subs))
@@ -153,6 +166,7 @@ class _Plan:
         self.routes: list[list[Route] | None] = [None] * _QOS_RETAIN_KEYS
         self.general = general
         self.by_selector = by_selector
+        self.by_selectors = by_selectors
         self.shared = shared
         self.selective = selective  # some subscription here carries a selector
 
@@ -254,8 +268,9 @@ class Router:
     topics; a miss costs one ``SubscriptionIndex.match`` and O(matched entries) to build the
     plan).  Per message it then costs O(clients without selectors) -- prebuilt routes, one
     list copy -- plus, when a subscription on the topic carries a selector, one JSON parse
-    and one ``engine.match`` and O(matched selectors) to join the engine's result with the
-    plan (not O(topic candidates)).
+    and one ``engine.match`` and O(matched selectors + their clients) to join the engine's
+    result with the plan (not O(topic candidates)); a client with several selectors is
+    deduplicated through a set, O(1) per listing.
     """
 
     def __init__(
@@ -515,7 +530,7 @@ class Router:
         if fixed is None:
             fixed = plan.fixed_routes(key)
         routes = fixed.copy()
-        if not (plan.general or plan.by_selector or plan.shared):
+        if not (plan.general or plan.by_selector or plan.by_selectors or plan.shared):
             return routes
         append = routes.append
         publisher = msg.publisher_id
@@ -543,6 +558,23 @@ class Router:
                             r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
                             if r is not None:
                                 append(r)
+        by_selectors = plan.by_selectors
+        if by_selectors and sel_ok:
+            # a client listed under several matched selectors is routed once: the first of
+            # them computes its Route from all its subscriptions (O(matched entries))
+            seen: set[str] = set()
+            add = seen.add
+            for selector in sel_ok if len(sel_ok) <= len(by_selectors) else by_selectors:
+                clients = by_selectors.get(selector)
+                if clients is None or selector not in sel_ok:
+                    continue
+                for client_id, subs in clients:
+                    if client_id in seen:
+                        continue
+                    add(client_id)
+                    r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
+                    if r is not None:
+                        append(r)
         if plan.shared:
             self._route_shared(plan.shared, sel_ok, msg, append)
         return routes
@@ -555,6 +587,14 @@ class Router:
             assert plan.fixed == fresh.fixed, topic
             assert plan.general == fresh.general, topic
             assert plan.by_selector == fresh.by_selector, topic
+            assert plan.by_selectors == fresh.by_selectors, topic
+            for clients in plan.by_selectors.values():  # listed once per selector
+                assert len({cid for cid, _ in clients}) == len(clients), topic
+            for selector, clients in plan.by_selectors.items():
+                for _, subs in clients:
+                    selectors = {sub.options.selector for sub in subs}
+                    assert selector in selectors and None not in selectors and len(selectors) > 1, topic
+                    assert not any(sub.options.no_local for sub in subs), topic
             assert plan.shared == fresh.shared, topic
             assert plan.selective == fresh.selective, topic
             for key, routes in enumerate(plan.routes):
