@@ -2,50 +2,65 @@
 
 Run from the repository root (after ``make build``), under the benchmark lock:
 
-    flock /work/bench.lock .venv/bin/python benchmarks/bench_uplink.py [--messages N] [--runs R]
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_uplink.py --messages 20000 --runs 3
 
-One central mosquitto (persistence on, so the counting subscriber's session survives the
-outage) is the remote; a paho subscriber on it (QoS 1) counts
-arrivals on ``central/#``.  Two edges are measured in turn against the same central, each
-bridging ``bench/#`` out at QoS 1 with the remote prefix ``central/`` over MQTT 5:
+One central mosquitto (persistence off) is the remote; a raw asyncio subscriber process on it
+(QoS 1, benchmarks/_uplink_load.py) counts distinct arrivals on ``central/#``.  Two edges are
+measured in turn against the same central, each bridging ``bench/#`` out at QoS 1 with the
+remote prefix ``central/`` over MQTT 5:
 
 * **siftmq**: ``siftmq serve --config`` with one ``[[bridges]]`` table and persistence on
   (``--data-dir``: every message is written to SQLite before its PUBACK);
+* **siftmq-mem**: the same with ``--no-persistence`` (no store: the queue in memory, like
+  mosquitto's edge);
 * **mosquitto**: Debian's mosquitto with a ``connection`` block (persistence off: its queue is
   in memory).
 
-Two measures per edge:
+The load: ``--publishers`` processes (raw asyncio MQTT 5, uvloop), each sending its share of
+``--messages`` QoS 1 messages with at most ``--window`` unacknowledged.  Each run measures, in
+this order, against the same central:
 
-0. **direct**: the same publisher straight to the central (no bridge): the ceiling the
-   publisher and subscriber themselves allow;
-1. **throughput**: one paho publisher sends N QoS 1 messages to the edge (up to 1000 in flight)
-   while the bridge is up; messages/s from the first publish to the N-th arrival at the
-   central subscriber;
-2. **drain after an outage**: the central is down, N QoS 1 messages are published to the edge
-   (all PUBACKed: queued there), the central comes back; seconds from its start to the N-th
-   arrival, and whether every message arrived (the store-and-forward promise).
+0. **direct**: the publishers straight to the central (no bridge): the ceiling the generator
+   and the central allow, kept to show the generator is not the cap;
+1. **siftmq**, **siftmq-mem**, then **mosquitto**: the edge is started, a probe message is published every
+   0.3 s until one reaches the counter (the bridge is up, not measured), then the load.
 
-The ratio siftmq / mosquitto of each measure is printed (peers measured in the same run).
+Per measure: messages/s from the first PUBLISH to the last new arrival at the counter,
+delivered (distinct arrivals) as % of the PUBACKs the publishers got, the edge's CPU seconds
+(``/proc/<pid>/stat`` utime+stime+cutime+cstime of the edge and its live descendants), messages
+per edge CPU second, the central's CPU seconds, and the generator's own CPU (all publishers,
+the busiest publisher as % of one core, the counter): a generator near 100 % of a core would
+measure itself.  The ratios siftmq / mosquitto (and siftmq-mem / mosquitto) of throughput and
+of messages per edge CPU second are printed per run (peers measured in the same run) and as
+medians.
+
+The drain after an outage is no longer measured here (its last figures, paho generator, are
+in docs/lab/uplink-measured.md; tests/uplink checks that every message arrives).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
+import multiprocessing
+import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
+from _uplink_load import Count, counter_main, publish_slice
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -95,56 +110,7 @@ def mosquitto(d: Path, name: str, port: int, extra: str = "", persist: bool = Fa
     return Proc([MOSQUITTO, "-c", str(conf)], port)
 
 
-class Counter:
-    """A persistent QoS 1 subscriber on the central that counts arrivals."""
-
-    def __init__(self, port: int) -> None:
-        self.n = 0
-        self.seen: set[bytes] = set()
-        self.done = threading.Event()
-        self.target = 0
-        self.c = paho.Client(CallbackAPIVersion.VERSION2, client_id="bench-counter", clean_session=False)
-        self.c.reconnect_delay_set(1, 1)
-        self.c.on_connect = lambda c, *_: c.subscribe("central/#", 1)
-        self.c.on_message = self._on
-        self.port = port
-
-    def _on(self, _c: object, _u: object, m: paho.MQTTMessage) -> None:
-        self.seen.add(bytes(m.payload))
-        self.n += 1
-        if self.target and len(self.seen) >= self.target:
-            self.done.set()
-
-    def expect(self, n: int) -> None:
-        self.seen.clear()
-        self.n = 0
-        self.target = n
-        self.done.clear()
-
-    def start(self) -> None:
-        self.c.connect("127.0.0.1", self.port, 30)
-        self.c.loop_start()
-
-    def stop(self) -> None:
-        self.c.disconnect()
-        self.c.loop_stop()
-
-
-def publish(port: int, n: int, tag: str, prefix: str = "bench/") -> None:
-    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-pub-{tag}")
-    c.max_inflight_messages_set(1000)
-    c.max_queued_messages_set(0)
-    c.connect("127.0.0.1", port, 60)
-    c.loop_start()
-    payload = b"x" * 64
-    infos = [c.publish(f"{prefix}{i % 10}", f"{tag}-{i}-".encode() + payload, qos=1) for i in range(n)]
-    for info in infos:
-        info.wait_for_publish(120)
-    c.disconnect()
-    c.loop_stop()
-
-
-def siftmq_edge(d: Path, port: int, central: int) -> Proc:
+def siftmq_edge(d: Path, port: int, central: int, persist: bool = True) -> Proc:
     cfg = d / "edge.toml"
     cfg.write_text(
         "[broker]\nmax_queued_messages = 1000000\nsys_interval = 0\n\n"
@@ -155,6 +121,8 @@ def siftmq_edge(d: Path, port: int, central: int) -> Proc:
     data = d / "siftmq-data"
     shutil.rmtree(data, ignore_errors=True)
     args = [sys.executable, "-m", "broker._cli", "serve", "--port", str(port), "--data-dir", str(data)]
+    if not persist:
+        args.append("--no-persistence")
     return Proc([*args, "--config", str(cfg), "--no-bridge", "--log-level", "WARNING"], port)
 
 
@@ -169,72 +137,219 @@ def mosquitto_edge(d: Path, port: int, central: int) -> Proc:
     )
 
 
-def measure(name: str, edge: Proc, central: Proc, counter: Counter, n: int) -> tuple[float, float, bool]:
-    edge.start()
-    time.sleep(1.5)  # the bridge connects (not measured)
-    counter.expect(n)
-    t0 = time.perf_counter()
-    publish(edge.port, n, f"{name}-t")
-    ok = counter.done.wait(300)
-    rate = n / (time.perf_counter() - t0) if ok else 0.0
-    # drain after an outage
-    central.stop()
-    time.sleep(0.5)
-    counter.expect(n)
-    publish(edge.port, n, f"{name}-d")
-    t1 = time.perf_counter()
-    central.start()
-    complete = counter.done.wait(300)
-    drain = time.perf_counter() - t1
-    edge.stop()
-    return rate, drain, complete
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its live descendants, plus what their reaped
+    children used (``cutime``/``cstime`` of /proc/<pid>/stat). O(processes in the tree)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(f) for f in fields[11:15]) / TICK  # utime stime cutime cstime
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in task.read_text().split()]
+    return total
+
+
+def start_py_spy(binary: str, pid: int, out: Path, native: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy sampling ``pid`` and its children at 200 Hz into ``out`` (collapsed stacks) until SIGINT
+    (``native``: with the C frames, the mypyc-compiled modules' functions among them; the edge is
+    paused at each sample then, so its rate drops)."""
+    args = ["record", "--pid", str(pid), "--rate", "200", "--subprocesses", "--threads"]
+    args += ["--native"] if native else ["--nonblocking"]  # py-spy unwinds C stacks only paused
+    return subprocess.Popen(
+        [binary, *args, "--format", "raw", "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measure: the generator's numbers and the brokers' CPU seconds."""
+
+    acked: int
+    delivered: int
+    duplicates: int
+    seconds: float  # first PUBLISH (any publisher) to the last new arrival at the counter
+    edge_cpu: float  # 0 for the direct line
+    central_cpu: float
+    pub_cpu: float  # all publisher processes
+    pub_busiest: float  # the busiest publisher process, % of one core over its own run
+    counter_cpu: float
+    window: int
+
+    @property
+    def rate(self) -> float:
+        return self.delivered / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def per_edge_cpu(self) -> float:
+        return self.delivered / self.edge_cpu if self.edge_cpu > 0 else 0.0
+
+    def show(self, name: str) -> str:
+        edge = (
+            f"edge CPU {self.edge_cpu:5.2f} s ({100 * self.edge_cpu / self.seconds:3.0f} %, "
+            f"{self.per_edge_cpu:7.0f} msg/CPU s)  "
+            if self.edge_cpu
+            else " " * 44
+        )
+        return (
+            f"{name:10s} {self.rate:7.0f} msg/s delivered {100 * self.delivered / max(1, self.acked):5.1f} % "
+            f"of {self.acked} acked ({self.duplicates} dup)  {edge}central CPU {self.central_cpu:5.2f} s "
+            f"({100 * self.central_cpu / self.seconds:3.0f} %)  publishers {self.pub_cpu:5.2f} s "
+            f"(busiest {self.pub_busiest:3.0f} %)  counter {self.counter_cpu:5.2f} s "
+            f"({100 * self.counter_cpu / self.seconds:3.0f} %)  window {self.window}"
+        )
+
+
+class Load:
+    """The publisher processes and the counting subscriber at the central (benchmarks/_uplink_load.py)."""
+
+    def __init__(self, central: int, publishers: int, window: int) -> None:
+        self.publishers, self.window = publishers, window
+        self.pool = ProcessPoolExecutor(publishers)
+        self.pipe, child = multiprocessing.Pipe()
+        self.counter = multiprocessing.Process(target=counter_main, args=(central, child), daemon=True)
+        self.counter.start()
+        if not self.pipe.poll(30) or self.pipe.recv() != "ready":
+            raise RuntimeError("the counter did not subscribe")
+
+    def wait_route(self, port: int, prefix: str, tag: str, timeout: float = 30) -> None:
+        """Publish one message to ``port`` every 0.3 s until the counter sees one (the bridge is up)."""
+        self.pipe.send(("expect", tag, 1, timeout))
+        deadline = time.monotonic() + timeout
+        while not self.pipe.poll(0.3):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing published to {port} reached the central")
+            publish_slice(port, f"bench-probe-{tag}", prefix, tag, 1, 1)
+        count: Count = self.pipe.recv()
+        if not count.distinct:
+            raise RuntimeError(f"nothing published to {port} reached the central")
+
+    def measure(self, port: int, prefix: str, tag: str, n: int, edge: int, central: int) -> Row:
+        share = [n // self.publishers + (k < n % self.publishers) for k in range(self.publishers)]
+        e0, c0 = (cpu_seconds(edge) if edge else 0.0), cpu_seconds(central)
+        self.pipe.send(("expect", tag, n, 10.0))
+        futures = [
+            self.pool.submit(publish_slice, port, f"bench-pub-{tag}{k}", prefix, f"{tag}{k}", m, self.window)
+            for k, m in enumerate(share)
+        ]
+        sent = [f.result() for f in futures]
+        count: Count = self.pipe.recv()
+        e1, c1 = (cpu_seconds(edge) if edge else 0.0), cpu_seconds(central)
+        first = min(s.first for s in sent)
+        return Row(
+            acked=sum(s.acked for s in sent),
+            delivered=count.distinct,
+            duplicates=count.duplicates,
+            seconds=(count.last - first) if count.last else 0.0,
+            edge_cpu=e1 - e0,
+            central_cpu=c1 - c0,
+            pub_cpu=sum(s.cpu for s in sent),
+            pub_busiest=max(100 * s.cpu / max(1e-9, s.last - s.first) for s in sent),
+            counter_cpu=count.cpu,
+            window=sent[0].window,
+        )
+
+    def close(self) -> None:
+        self.pipe.send(("stop",))
+        self.counter.join(10)
+        self.pool.shutdown()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=10_000)
+    ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--publishers", type=int, default=2, help="publisher processes")
+    ap.add_argument("--window", type=int, default=200, help="QoS 1 messages in flight per publisher")
+    ap.add_argument(
+        "--py-spy", default="", help="py-spy binary: profile the siftmq edges during their measures"
+    )
+    ap.add_argument("--profile-dir", default=".", help="where the --py-spy profiles go (collapsed stacks)")
+    ap.add_argument("--native", action="store_true", help="--py-spy with native (C, mypyc) frames")
     a = ap.parse_args()
+    rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "siftmq-mem": [], "mosquitto": []}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cport = free_port()
-        # persistence on at the central: the counter's session (and what reaches it while it
-        # reconnects) survives the outage, however fast an edge comes back
-        central = mosquitto(d, "central", cport, persist=True)
+        central = mosquitto(d, "central", cport)
         central.start()
-        counter = Counter(cport)
-        counter.start()
-        time.sleep(0.5)
-        results: dict[str, list[tuple[float, float, bool]]] = {"siftmq": [], "mosquitto": []}
-        direct: list[float] = []
+        assert central.p is not None
+        load = Load(cport, a.publishers, a.window)
         try:
-            for _ in range(a.runs):
-                counter.expect(a.messages)  # the ceiling: the same publisher straight to the central
-                t0 = time.perf_counter()
-                publish(cport, a.messages, "direct", "central/")
-                assert counter.done.wait(300)
-                direct.append(a.messages / (time.perf_counter() - t0))
-                for name in ("siftmq", "mosquitto"):
+            for run in range(1, a.runs + 1):
+                load.wait_route(cport, "central/", f"r{run}-warm-direct/")
+                rows["direct"].append(
+                    load.measure(cport, "central/", f"r{run}-direct/", a.messages, 0, central.p.pid)
+                )
+                print(f"run {run}", rows["direct"][-1].show("direct"), flush=True)
+                for name in ("siftmq", "siftmq-mem", "mosquitto"):
                     eport = free_port()
                     edge = (
-                        siftmq_edge(d, eport, cport) if name == "siftmq" else mosquitto_edge(d, eport, cport)
+                        mosquitto_edge(d, eport, cport)
+                        if name == "mosquitto"
+                        else siftmq_edge(d, eport, cport, persist=name == "siftmq")
                     )
-                    results[name].append(measure(name, edge, central, counter, a.messages))
-                    print(name, results[name][-1], flush=True)
+                    edge.start()
+                    assert edge.p is not None
+                    try:
+                        load.wait_route(eport, "bench/", f"r{run}-warm-{name}/")
+                        spy = None
+                        if a.py_spy and name != "mosquitto":
+                            out = Path(a.profile_dir) / f"uplink-{name}-run{run}.txt"
+                            spy = start_py_spy(a.py_spy, edge.p.pid, out, a.native)
+                            time.sleep(1.0)  # py-spy attaches (before the measure, not part of it)
+                        row = load.measure(
+                            eport, "bench/", f"r{run}-{name}/", a.messages, edge.p.pid, central.p.pid
+                        )
+                        if spy is not None:
+                            spy.send_signal(signal.SIGINT)
+                            spy.wait(30)
+                    finally:
+                        edge.stop()
+                    rows[name].append(row)
+                    print(f"run {run}", row.show(name), flush=True)
+                m = rows["mosquitto"][-1]
+                for name in ("siftmq", "siftmq-mem"):
+                    s = rows[name][-1]
+                    print(
+                        f"run {run} ratio {name}/mosquitto: throughput {s.rate / m.rate:.2f}x, "
+                        f"messages per edge CPU second {s.per_edge_cpu / m.per_edge_cpu:.2f}x",
+                        flush=True,
+                    )
         finally:
-            counter.stop()
+            load.close()
             central.stop()
-    print(f"messages per measure: {a.messages}, runs: {a.runs} (median)")
-    print(f"direct     throughput {statistics.median(direct):9.0f} msg/s   (publisher -> central, no bridge)")
-    med: dict[str, tuple[float, float]] = {}
-    for name, rs in results.items():
-        rate = statistics.median(r[0] for r in rs)
-        drain = statistics.median(r[1] for r in rs)
-        med[name] = (rate, drain)
-        print(f"{name:10s} throughput {rate:9.0f} msg/s   drain after outage {drain:6.2f} s   "
-              f"complete {all(r[2] for r in rs)}")  # fmt: skip
-    s, m = med["siftmq"], med["mosquitto"]
-    print(f"ratio siftmq/mosquitto: throughput {s[0] / m[0]:.2f}x, drain time {s[1] / m[1]:.2f}x")
+    print(
+        f"\n{a.messages} QoS 1 messages per measure, {a.publishers} publisher processes x window "
+        f"{a.window}, {a.runs} runs (medians)"
+    )
+    for name, rs in rows.items():
+        med = statistics.median
+        line = f"{name:10s} {med(r.rate for r in rs):7.0f} msg/s"
+        line += f"  delivered {min(100 * r.delivered / max(1, r.acked) for r in rs):5.1f} % (worst)"
+        if name != "direct":
+            line += f"  edge {med(r.edge_cpu for r in rs):5.2f} CPU s"
+            line += f"  {med(r.per_edge_cpu for r in rs):7.0f} msg/CPU s"
+        line += f"  central {med(r.central_cpu for r in rs):5.2f} CPU s"
+        print(line)
+    for name in ("siftmq", "siftmq-mem"):
+        pairs = list(zip(rows[name], rows["mosquitto"], strict=True))
+        tp = [s.rate / m.rate for s, m in pairs]
+        pc = [s.per_edge_cpu / m.per_edge_cpu for s, m in pairs]
+        print(
+            f"ratio {name}/mosquitto per run: throughput "
+            + ", ".join(f"{r:.2f}x" for r in tp)
+            + f" (median {statistics.median(tp):.2f}x); messages per edge CPU second "
+            + ", ".join(f"{r:.2f}x" for r in pc)
+            + f" (median {statistics.median(pc):.2f}x)"
+        )
 
 
 if __name__ == "__main__":

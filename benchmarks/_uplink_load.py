@@ -1,0 +1,215 @@
+"""The outbound bridge benchmark's load generator (benchmarks/bench_uplink.py, issue 40).
+
+Raw MQTT 5 over ``asyncio.Protocol`` (the framing of benchmarks/_storm_client.py, no client
+library in the way), uvloop when installed, so the generator is not the cap it was with paho
+(one paho publisher and one paho subscriber reached about 6,000 msg/s straight to mosquitto):
+
+* :func:`publish_slice` runs in one of several worker processes: one connection, QoS 1
+  PUBLISHes with at most ``window`` unacknowledged (capped by the broker's Receive Maximum
+  from CONNACK), and returns how many were acknowledged, when the first was sent and the
+  last acknowledged (``time.monotonic()``: one clock for every process of the machine) and
+  the process's CPU seconds;
+* :func:`counter_main` runs in its own process: one connection to the central, subscribed to
+  ``central/#`` at QoS 1, acknowledging and counting every PUBLISH.  The parent drives it
+  over a pipe: ``("expect", tag, n, idle)`` starts a measure (payloads beginning with
+  ``tag``), answered by :class:`Count` once ``n`` distinct payloads arrived or nothing new
+  arrived for ``idle`` seconds.
+
+Both sides cost O(1) per message (a dict insert at the counter); each reports its CPU
+seconds so the benchmark can show the generator's load beside the brokers'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from _storm_client import (
+    DISCONNECT,
+    _Proto,
+    _publish_fields,
+    connect_packet,
+    publish_packet,
+    subscribe_packet,
+)
+
+__all__ = ["Count", "Sent", "counter_main", "publish_slice"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One publisher process's outcome."""
+
+    acked: int
+    first: float  # time.monotonic() of the first PUBLISH
+    last: float  # time.monotonic() of the last PUBACK
+    cpu: float  # CPU seconds of the process during the run
+    window: int  # the window actually used (min of asked and the broker's Receive Maximum)
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """The counter's outcome for one measure."""
+
+    distinct: int
+    duplicates: int
+    last: float  # time.monotonic() of the last new arrival (0 if none)
+    cpu: float  # CPU seconds of the counter process during the measure
+
+
+def _run(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        import uvloop
+
+        runner: Callable[[Any], Any] = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return runner(coro)
+
+
+def _receive_maximum(body: bytes) -> int:
+    """The Receive Maximum property of a v5 CONNACK body (65535 when absent). O(properties)."""
+    pos, n, mult = 2, 0, 0
+    while True:
+        d = body[pos]
+        pos += 1
+        n += (d & 0x7F) << mult
+        mult += 7
+        if not d & 0x80:
+            break
+    end = pos + n
+    while pos < end:
+        pid = body[pos]
+        pos += 1
+        if pid == 0x21:
+            return int(struct.unpack_from("!H", body, pos)[0])
+        if pid in (0x24, 0x25, 0x28, 0x29, 0x2A, 0x17, 0x19):
+            pos += 1
+        elif pid in (0x22, 0x13):
+            pos += 2
+        elif pid in (0x11, 0x27):
+            pos += 4
+        elif pid == 0x26:  # user property: two strings
+            for _ in range(2):
+                pos += 2 + struct.unpack_from("!H", body, pos)[0]
+        else:  # strings and binary data
+            pos += 2 + struct.unpack_from("!H", body, pos)[0]
+    return 65535
+
+
+async def _publish(port: int, cid: str, prefix: str, tag: str, n: int, window: int) -> Sent:
+    loop = asyncio.get_running_loop()
+    connack: asyncio.Future[int] = loop.create_future()
+    done: asyncio.Future[None] = loop.create_future()
+    acked = 0
+    last = 0.0
+    free: asyncio.Semaphore | None = None
+
+    def on_packet(first: int, body: bytes) -> None:
+        nonlocal acked, last
+        kind = first >> 4
+        if kind == 2 and not connack.done():
+            connack.set_result(_receive_maximum(body) if body[1] == 0 else -body[1])
+        elif kind == 4:
+            acked += 1
+            assert free is not None
+            free.release()
+            if acked == n:
+                last = time.monotonic()
+                if not done.done():
+                    done.set_result(None)
+
+    proto = _Proto(on_packet)
+    await loop.create_connection(lambda: proto, "127.0.0.1", port)
+    proto.send(connect_packet(cid, True, 0))
+    rmax = await asyncio.wait_for(connack, 30)
+    if rmax < 0:
+        raise RuntimeError(f"CONNACK reason {-rmax:#x}")
+    window = min(window, rmax)
+    free = asyncio.Semaphore(window)
+    pad = b"x" * 64
+    pid = 0
+    t0 = time.monotonic()
+    for i in range(n):
+        await free.acquire()
+        pid = pid % 65535 + 1
+        proto.send(publish_packet(f"{prefix}{i % 10}", pid, f"{tag}-{i}-".encode() + pad))
+    if n:
+        await asyncio.wait_for(done, 300)
+    proto.send(DISCONNECT)
+    assert proto.transport is not None
+    proto.transport.close()
+    return Sent(acked, t0, last, 0.0, window)
+
+
+def publish_slice(port: int, cid: str, prefix: str, tag: str, n: int, window: int) -> Sent:
+    """Worker process entry: publish ``n`` QoS 1 messages ``<tag>-<i>-...`` to ``<prefix><i % 10>``."""
+    c0 = time.process_time()
+    out: Sent = _run(_publish(port, cid, prefix, tag, n, window))
+    return Sent(out.acked, out.first, out.last, time.process_time() - c0, out.window)
+
+
+async def _count(port: int, pipe: Connection) -> None:
+    loop = asyncio.get_running_loop()
+    suback: asyncio.Future[None] = loop.create_future()
+    seen: dict[bytes, int] = {}
+    state: dict[str, Any] = {"tag": b"\x00", "n": 0, "last": 0.0, "dups": 0}
+    wake = asyncio.Event()
+
+    def on_packet(first: int, body: bytes) -> None:
+        kind = first >> 4
+        if kind == 3:
+            _topic, pid, payload = _publish_fields(first, body)
+            if pid:
+                proto.send(b"\x40\x02" + struct.pack("!H", pid))
+            if payload.startswith(state["tag"]):
+                if payload in seen:
+                    state["dups"] += 1
+                else:
+                    seen[payload] = 1
+                    state["last"] = time.monotonic()
+                    if len(seen) >= state["n"]:
+                        wake.set()
+        elif kind == 9 and not suback.done():
+            suback.set_result(None)
+
+    proto = _Proto(on_packet)
+    await loop.create_connection(lambda: proto, "127.0.0.1", port)
+    proto.send(connect_packet("bench-counter", True, 0) + subscribe_packet(1, ["central/#"]))
+    await asyncio.wait_for(suback, 30)
+    pipe.send("ready")
+    readable = asyncio.Event()
+    loop.add_reader(pipe.fileno(), readable.set)
+    while True:
+        await readable.wait()
+        readable.clear()
+        while pipe.poll():
+            msg = pipe.recv()
+            if msg[0] == "stop":
+                proto.send(DISCONNECT)
+                assert proto.transport is not None
+                proto.transport.close()
+                return
+            _, tag, n, idle = msg
+            seen.clear()
+            wake.clear()
+            c0 = time.process_time()
+            state.update(tag=tag.encode(), n=n, last=0.0, dups=0)
+            while len(seen) < n:
+                before = len(seen)
+                try:
+                    await asyncio.wait_for(wake.wait(), idle)
+                except TimeoutError:
+                    if len(seen) == before:
+                        break
+            pipe.send(Count(len(seen), state["dups"], state["last"], time.process_time() - c0))
+
+
+def counter_main(port: int, pipe: Connection) -> None:
+    """Counter process entry: count ``central/#`` at the broker on ``port`` until told to stop."""
+    _run(_count(port, pipe))
