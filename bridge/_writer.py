@@ -729,6 +729,15 @@ class Bridge(Hooks):
                 del buf[:n]
                 self._jobs.append(Job(kind.value, part, node, rows, (names(kind, n),), ((kind.value, n),), 0))
 
+    def _write_resumed(self) -> None:
+        """A write succeeded: end a failing episode with its one line (both writers)."""
+        if self._write_failing:
+            self._write_failing = False
+            _log.warning(
+                "bridge: writing resumed (%d failed writes so far); the records kept are landed",
+                self._write_errors,
+            )
+
     def _flush_jobs(self, process: WriterProcess) -> None:
         """``flush`` with the writer process (under the write lock): send the jobs in order; a
         job is counted written (and its log rows released) only when the child answered that
@@ -777,12 +786,7 @@ class Bridge(Hooks):
             if self._process_failing:
                 self._process_failing = False
                 _log.warning("bridge: writer process running again (%d restarts so far)", process.starts - 1)
-            if self._write_failing:
-                self._write_failing = False
-                _log.warning(
-                    "bridge: writing resumed (%d failed writes so far); the records kept are landed",
-                    self._write_errors,
-                )
+            self._write_resumed()
             del queue[0]
             for kind, n, size in files:
                 self._written[Kind(kind)] += n
@@ -822,12 +826,7 @@ class Bridge(Hooks):
                             exc_info=None if isinstance(exc, OSError) else exc,
                         )
                     break
-                if self._write_failing:
-                    self._write_failing = False
-                    _log.warning(
-                        "bridge: writing resumed (%d failed writes so far); the records kept are landed",
-                        self._write_errors,
-                    )
+                self._write_resumed()
                 del queue[0]
                 self._written[kind] += table.num_rows
                 self._log.release(credit)
