@@ -31,12 +31,15 @@ from typing import Any
 
 from _storm_client import (
     DISCONNECT,
+    _frame,
     _Proto,
     _publish_fields,
     connect_packet,
     publish_packet,
     subscribe_packet,
 )
+
+from broker.packets import Connack, Decoder
 
 __all__ = ["Count", "Sent", "counter_main", "publish_slice"]
 
@@ -72,34 +75,13 @@ def _run(coro: Coroutine[Any, Any, Any]) -> Any:
     return runner(coro)
 
 
-def _receive_maximum(body: bytes) -> int:
-    """The Receive Maximum property of a v5 CONNACK body (65535 when absent). O(properties)."""
-    pos, n, mult = 2, 0, 0
-    while True:
-        d = body[pos]
-        pos += 1
-        n += (d & 0x7F) << mult
-        mult += 7
-        if not d & 0x80:
-            break
-    end = pos + n
-    while pos < end:
-        pid = body[pos]
-        pos += 1
-        if pid == 0x21:
-            return int(struct.unpack_from("!H", body, pos)[0])
-        if pid in (0x24, 0x25, 0x28, 0x29, 0x2A, 0x17, 0x19):
-            pos += 1
-        elif pid in (0x22, 0x13):
-            pos += 2
-        elif pid in (0x11, 0x27):
-            pos += 4
-        elif pid == 0x26:  # user property: two strings
-            for _ in range(2):
-                pos += 2 + struct.unpack_from("!H", body, pos)[0]
-        else:  # strings and binary data
-            pos += 2 + struct.unpack_from("!H", body, pos)[0]
-    return 65535
+def _receive_maximum(first: int, body: bytes) -> int:
+    """The Receive Maximum of a v5 CONNACK (65535 when absent), read by the broker's own codec
+    (once per connection)."""
+    (connack,) = Decoder(version=5, server=False).feed(_frame(first, body))
+    assert isinstance(connack, Connack)
+    rm = connack.properties.receive_maximum
+    return 65535 if rm is None else rm
 
 
 async def _publish(port: int, cid: str, prefix: str, tag: str, n: int, window: int) -> Sent:
@@ -114,7 +96,7 @@ async def _publish(port: int, cid: str, prefix: str, tag: str, n: int, window: i
         nonlocal acked, last
         kind = first >> 4
         if kind == 2 and not connack.done():
-            connack.set_result(_receive_maximum(body) if body[1] == 0 else -body[1])
+            connack.set_result(_receive_maximum(first, body) if body[1] == 0 else -body[1])
         elif kind == 4:
             acked += 1
             assert free is not None
