@@ -35,8 +35,6 @@ __all__ = ["held_for"]
 
 log = logging.getLogger("broker")
 
-NO_ALIASES: dict[int, str] = {}
-
 
 def _asks(conn: Connection, p: object) -> list[tuple[str, str, int, bool]] | None:
     """(action, topic or filter, qos, retain) of what ``p`` will be authorised for, as the core

@@ -399,7 +399,9 @@ class Router:
         """One delivery per shared group, to the member its strategy picks among the members
         the message passes (among the reachable ones, :attr:`unavailable`, when there are
         any).  O(1) per group, O(members) for a group whose members carry content filters or
-        when the picked member is unreachable (the candidates are filtered first)."""
+        while a cluster node is unreachable (the candidates are filtered first, then picked
+        once: picking among all and again among the reachable advanced a round robin twice
+        and sent the member after an unreachable one more than its share)."""
         unavailable = self.unavailable
         pick = self.shared.pick
         mqos = msg.qos
@@ -411,13 +413,13 @@ class Router:
                 group = Members.of(
                     [m for m in members.members if m[1].selector is None or m[1].selector in sel_ok]
                 )
+            if unavailable:
+                reachable = [m for m in group.members if m[0] not in unavailable]
+                if reachable and len(reachable) < len(group.members):
+                    group = Members.of(reachable)
             if not group.members:
                 continue
             client_id, o = group.members[pick(key, group, publisher, topic)]
-            if unavailable and client_id in unavailable:
-                reachable = Members.of([m for m in group.members if m[0] not in unavailable])
-                if reachable.members:
-                    client_id, o = reachable.members[pick(key, reachable, publisher, topic)]
             ids_t = () if o.subscription_id is None else (o.subscription_id,)
             append(
                 Route(client_id, mqos if mqos < o.qos else o.qos, False, ids_t, o.topic_filter, o.selector)

@@ -115,11 +115,6 @@ class SharedPolicy:
         self._rr: dict[tuple[str, str], int] = {}
         self._sticky: dict[tuple[str, str], str] = {}
 
-    def strategy_of(self, group: str) -> Strategy:
-        """The strategy of ``group`` (its own if configured, else the broker's). O(1)."""
-        groups = self._groups
-        return groups.get(group, self.strategy) if groups else self.strategy
-
     def pick(self, key: tuple[str, str], group: Members, publisher: str | None, topic: str) -> int:
         """The index in ``group.members`` (not empty) of the member that gets a message
         published by ``publisher`` on ``topic``. O(1) (plus the CRC of the hashed string)."""

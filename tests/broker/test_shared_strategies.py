@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from broker import Broker
 from broker._cli import build_parser
 from broker._config import SHARED_STRATEGIES, BrokerConfig, load_toml
-from broker.core._message import PEER_PREFIX, SubOptions
+from broker.core._message import PEER_PREFIX, Message, SubOptions
+from broker.core._router import Router
 from broker.core._shared import Members, SharedPolicy, Strategy
+from broker.packets import NO_PROPERTIES
 from tests.cluster._support import cluster, node_of
 from tests.waiting import eventually
 
@@ -258,3 +260,25 @@ def test_random_picks_a_member_reproducibly(seed: int, n: int) -> None:
     picks = [one.pick(("g", "f"), group, None, "t") for _ in range(20)]
     assert picks == [two.pick(("g", "f"), group, None, "t") for _ in range(20)]
     assert all(0 <= i < n for i in picks)
+
+
+def test_round_robin_skips_unreachable_members_in_turn() -> None:
+    """A member behind an unreachable node (``Router.unavailable``) is skipped and the others
+    take strict turns: the candidates are filtered before the one pick (picking among all and
+    again among the reachable advanced the counter twice: 3 members, one unreachable, gave the
+    last member three messages of four)."""
+    router = Router()
+    far = PEER_PREFIX + "n1"
+    for cid in (far, "b", "c"):
+        router.index.subscribe(cid, FILTER, SubOptions(1, False, False, 0, None, None, "jobs/#"))
+    router.unavailable = {far}
+    got = [r.client_id for i in range(12) for r in router.route(_message(f"jobs/{i % 2}"))]
+    assert got.count("b") == got.count("c") == 6, got
+    assert far not in got
+    router.unavailable = {far, "b", "c"}  # none reachable: every member again, in turn
+    got = [r.client_id for _ in range(6) for r in router.route(_message("jobs/1"))]
+    assert sorted(set(got)) == sorted([far, "b", "c"]), got
+
+
+def _message(topic: str) -> Message:
+    return Message.create(topic, b"x", 1, False, NO_PROPERTIES, "p", 0.0)
