@@ -98,9 +98,14 @@ async def test_qos2_in_is_exactly_once_through_a_remote_restart(tmp_path: Path) 
     bridge_id.connect("127.0.0.1", remote.port, clean_start=False, properties=props)
     bridge_id.loop_start()
     await eventually(bridge_id.is_connected, 10)
+    granted: list[int] = []  # the SUBACK's reason codes (paho's network thread)
+    bridge_id.on_subscribe = lambda _c, _u, _mid, codes, _p: granted.extend(rc.value for rc in codes)
     sub_info = bridge_id.subscribe([("central/cmd/#", SubscribeOptions(qos=2, noLocal=True))])
     assert sub_info[0] == paho.MQTT_ERR_SUCCESS
-    await asyncio.sleep(0)  # (the SUBACK is waited for through the publisher's completion below)
+    # the subscription is in place at mosquitto before anything is published to it (the
+    # publisher's own acknowledgements say nothing about another client's SUBSCRIBE)
+    await eventually(lambda: bool(granted), 10)
+    assert granted == [2]
     pub = paho.Client(CallbackAPIVersion.VERSION2, client_id="remote-pub")
     pub.connect("127.0.0.1", remote.port)
     pub.loop_start()
