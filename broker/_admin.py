@@ -582,6 +582,8 @@ class Admin:
         who = b.get("user")
         if who is not None and (not who or who != who.strip() or "\n" in who):
             raise Refused(400, "user: a user name without surrounding spaces or newlines")
+        if who is not None and b.get("pattern", False):
+            raise Refused(400, "user: a pattern rule applies to every user (%u, %c): give no user")
 
         def edit(lines: list[str]) -> list[str]:
             if b.get("pattern", False):

@@ -405,6 +405,8 @@ async def test_acl_rule_added_and_removed_takes_effect_at_once(secured: Broker) 
         ("POST", "/acl", {"user": "alice", "filter": "a", "access": "all"}, None),
         ("POST", "/acl", {"user": " alice", "filter": "a"}, None),
         ("POST", "/acl", {"filter": "a\nuser x"}, None),
+        # a pattern rule is every user's: a user with it was dropped silently (and echoed back)
+        ("POST", "/acl", {"user": "alice", "pattern": True, "filter": "a/%c"}, None),
         ("DELETE", "/acl", None, {"filter": "a", "pattern": "maybe"}),
     ],
 )
