@@ -146,6 +146,10 @@ async def test_bans_survive_a_restart_in_the_bans_file_without_a_store(tmp_path:
     path.write_text("{not json")  # a damaged file: logged, the broker starts without bans
     async with Broker(host="127.0.0.1", port=0, **kw) as b3:
         assert (await ok(b3, "GET", "/bans"))["bans"] == []
+    for other in ("5", "null", '{"a": 1}'):  # JSON but not a list of rows: the same (was a TypeError)
+        path.write_text(other)
+        async with Broker(host="127.0.0.1", port=0, **kw) as b4:
+            assert (await ok(b4, "GET", "/bans"))["bans"] == []
     await RawClient.close_all()
 
 
