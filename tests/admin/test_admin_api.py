@@ -497,6 +497,20 @@ async def test_bad_input_is_a_4xx_json_error(
     assert isinstance(err["error"], str) and err["error"]
 
 
+async def test_publish_errors_name_the_property(b: Broker) -> None:
+    # a bad response_topic was reported as "topic: ..."; a format indicator of 1 over a payload
+    # that is not UTF-8 was published (a subscriber may drop it as malformed, 0x99)
+    r = await call(
+        hport(b), "POST", API + "/publish", {"topic": "a", "properties": {"response_topic": "r/#"}}
+    )
+    assert r.status == 400 and r.json()["error"].startswith("properties.response_topic: "), r.body
+    bad = {"topic": "a", "payload_base64": "/w==", "properties": {"payload_format_indicator": 1}}
+    r = await call(hport(b), "POST", API + "/publish", bad)
+    assert r.status == 400 and "UTF-8" in r.json()["error"], r.body
+    good = {"topic": "a", "payload": "é", "properties": {"payload_format_indicator": 1}}
+    assert (await call(hport(b), "POST", API + "/publish", good)).status == 200
+
+
 async def test_oversized_body_is_413(b: Broker) -> None:
     r = await call(hport(b), "POST", API + "/publish", {"topic": "a", "payload": "x" * 70000})
     assert r.status == 413
