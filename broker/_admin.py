@@ -369,11 +369,11 @@ class Admin:
         return _json(self._message(msg, self.may_read(user), True))
 
     @staticmethod
-    def _topic(topic: str) -> str:
+    def _topic(topic: str, name: str = "topic") -> str:
         try:
             topics.validate_topic(topic)
         except topics.InvalidTopic as exc:
-            raise Refused(400, f"topic: {exc}") from None
+            raise Refused(400, f"{name}: {exc}") from None
         return topic
 
     async def h_retained_delete(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
@@ -417,12 +417,19 @@ class Admin:
             texts = [p.get("content_type") or "", *(s for kv in p.get("user_properties", ()) for s in kv)]
             if any("\x00" in t for t in texts):
                 raise Refused(400, "properties: content_type and user_properties may not contain U+0000")
+            if p.get("payload_format_indicator") == 1:  # MQTT 5 section 3.3.2.3.2: 0x99 at a client
+                try:
+                    payload.decode()
+                except UnicodeDecodeError:
+                    raise Refused(400, "payload_format_indicator 1 needs a UTF-8 payload") from None
             try:
                 props = Properties(
                     payload_format_indicator=p.get("payload_format_indicator"),
                     message_expiry_interval=p.get("message_expiry_interval"),
                     content_type=p.get("content_type"),
-                    response_topic=self._topic(p["response_topic"]) if "response_topic" in p else None,
+                    response_topic=self._topic(p["response_topic"], "properties.response_topic")
+                    if "response_topic" in p
+                    else None,
                     correlation_data=p["correlation_data"].encode() if "correlation_data" in p else None,
                     user_properties=tuple(_pair(kv) for kv in p.get("user_properties", ())),
                 )
@@ -582,6 +589,8 @@ class Admin:
         who = b.get("user")
         if who is not None and (not who or who != who.strip() or "\n" in who):
             raise Refused(400, "user: a user name without surrounding spaces or newlines")
+        if who is not None and b.get("pattern", False):
+            raise Refused(400, "user: a pattern rule applies to every user (%u, %c): give no user")
 
         def edit(lines: list[str]) -> list[str]:
             if b.get("pattern", False):

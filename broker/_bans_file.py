@@ -42,6 +42,9 @@ async def load_bans(broker: Broker) -> None:
         except (OSError, orjson.JSONDecodeError) as exc:
             log.error("bans file %s cannot be read, starting without bans: %s", path, exc)
             return
+        if not isinstance(rows, list):
+            log.error("bans file %s is not a JSON array of bans, starting without bans", path)
+            return
     else:
         return
     for row in rows:

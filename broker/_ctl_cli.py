@@ -56,12 +56,16 @@ class Client:
     """One admin API endpoint; ``call`` returns the decoded JSON or raises CtlError."""
 
     def __init__(self, url: str, user: str | None, password: str | None, timeout: float = 30.0) -> None:
-        parts = urlsplit(url)
+        try:  # urlsplit and .port raise for '[::1' or ':99999' with no word of --url
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise ValueError(f"--url {url!r}: {exc}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"--url must be http://HOST:PORT or https://HOST:PORT, not {url!r}")
         self.https = parts.scheme == "https"
         self.host = parts.hostname
-        self.port = parts.port or (443 if self.https else 80)
+        self.port = port or (443 if self.https else 80)
         self.timeout = timeout
         self.headers: dict[str, str] = {"Accept": "application/json"}
         if user is not None:

@@ -28,6 +28,7 @@ the CONNECT path beyond the ban list's own probes.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -111,6 +112,10 @@ class SharedBans:
         if value != msg["v"]:
             raise BadControl(f"ban: {msg['v'][:60]!r} is not in canonical form")
         stamp = float(msg["s"])
+        expires = msg.get("x")
+        if not math.isfinite(stamp) or (expires is not None and not math.isfinite(expires)):
+            # json.loads takes NaN: a NaN stamp compares false both ways (never stale, never lifted)
+            raise BadControl("ban: a stamp or expiry that is not a finite number")
         now = self._wall()
         if stamp > now + MAX_AHEAD_S:
             self.refused += 1
@@ -131,7 +136,6 @@ class SharedBans:
                 log.warning("ban %s %r lifted by another node of the cluster", kind.value, value[:100])
             return
         self.lifted.pop(key, None)
-        expires = msg.get("x")
         ban = Ban(kind, value, None if expires is None else float(expires), str(msg.get("r", "")), stamp)
         bans.add(ban)
         self._save(ban, False)

@@ -146,6 +146,10 @@ async def test_bans_survive_a_restart_in_the_bans_file_without_a_store(tmp_path:
     path.write_text("{not json")  # a damaged file: logged, the broker starts without bans
     async with Broker(host="127.0.0.1", port=0, **kw) as b3:
         assert (await ok(b3, "GET", "/bans"))["bans"] == []
+    for other in ("5", "null", '{"a": 1}'):  # JSON but not a list of rows: the same (was a TypeError)
+        path.write_text(other)
+        async with Broker(host="127.0.0.1", port=0, **kw) as b4:
+            assert (await ok(b4, "GET", "/bans"))["bans"] == []
     await RawClient.close_all()
 
 
@@ -405,6 +409,8 @@ async def test_acl_rule_added_and_removed_takes_effect_at_once(secured: Broker) 
         ("POST", "/acl", {"user": "alice", "filter": "a", "access": "all"}, None),
         ("POST", "/acl", {"user": " alice", "filter": "a"}, None),
         ("POST", "/acl", {"filter": "a\nuser x"}, None),
+        # a pattern rule is every user's: a user with it was dropped silently (and echoed back)
+        ("POST", "/acl", {"user": "alice", "pattern": True, "filter": "a/%c"}, None),
         ("DELETE", "/acl", None, {"filter": "a", "pattern": "maybe"}),
     ],
 )
@@ -489,6 +495,20 @@ async def test_bad_input_is_a_4xx_json_error(
     assert r.headers["content-type"] == "application/json"
     err = r.json()
     assert isinstance(err["error"], str) and err["error"]
+
+
+async def test_publish_errors_name_the_property(b: Broker) -> None:
+    # a bad response_topic was reported as "topic: ..."; a format indicator of 1 over a payload
+    # that is not UTF-8 was published (a subscriber may drop it as malformed, 0x99)
+    r = await call(
+        hport(b), "POST", API + "/publish", {"topic": "a", "properties": {"response_topic": "r/#"}}
+    )
+    assert r.status == 400 and r.json()["error"].startswith("properties.response_topic: "), r.body
+    bad = {"topic": "a", "payload_base64": "/w==", "properties": {"payload_format_indicator": 1}}
+    r = await call(hport(b), "POST", API + "/publish", bad)
+    assert r.status == 400 and "UTF-8" in r.json()["error"], r.body
+    good = {"topic": "a", "payload": "é", "properties": {"payload_format_indicator": 1}}
+    assert (await call(hport(b), "POST", API + "/publish", good)).status == 200
 
 
 async def test_oversized_body_is_413(b: Broker) -> None:

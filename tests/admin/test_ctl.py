@@ -20,6 +20,7 @@ import pytest
 import pytest_asyncio
 
 from broker import Broker
+from broker._ctl_cli import Client
 from broker.auth import FileAuth
 from tests.auth.helpers import FAST, write_passwords
 from tests.waiting import eventually, next_message
@@ -269,3 +270,10 @@ async def test_the_password_typed_at_a_prompt_on_a_terminal(b: Broker) -> None:
     assert proc.returncode == 0, err
     assert "bans" in json.loads(out)
     assert b"rootpw" not in prompt  # not echoed
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://[::1", "ftp://x"])
+def test_a_bad_url_names_the_option(url: str) -> None:
+    # urlsplit's own 'Port out of range 0-65535' / 'Invalid IPv6 URL' said nothing of --url
+    with pytest.raises(ValueError, match=r"^--url"):
+        Client(url, None, None)

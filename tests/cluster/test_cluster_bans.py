@@ -81,3 +81,14 @@ async def test_last_writer_wins_and_bad_messages_are_refused() -> None:
             shared.receive({"t": "ban", "k": "address", "v": "10.1.2.3", "rm": False, "s": 1.0})
         with pytest.raises(BadControl):
             shared.receive({"t": "ban", "k": "nonsense", "v": "x", "rm": False, "s": 1.0})
+
+
+async def test_a_stamp_or_expiry_that_is_not_finite_is_malformed() -> None:
+    # json.loads (cluster._control.check) takes NaN/Infinity: a NaN stamp compares false both ways
+    async with cluster(1) as (a,):
+        shared = node_of(a).bans
+        assert shared is not None
+        for bad in ({"s": float("nan")}, {"s": 1.0, "x": float("nan")}, {"s": float("-inf")}):
+            with pytest.raises(BadControl, match="finite"):
+                shared.receive({"t": "ban", "k": "username", "v": "eve", "rm": False, **bad})
+        assert a.core.bans.get(BanKind.USERNAME, "eve") is None
