@@ -39,9 +39,9 @@ STRATEGIES = ("round_robin", "random", "sticky", "hash_clientid", "hash_topic", 
 def child(src: str, strategy: str, members: int, messages: int, path: str) -> None:
     sys.path.insert(0, src)
     import broker.core._router
-    from broker.core._message import Message
     from broker.core._router import Router
     from broker.packets import SubscriptionRequest
+    from broker.values import Message
 
     origin = broker.core._router.__file__
     assert origin is not None and origin.startswith(src), (origin, src)  # the tree asked for

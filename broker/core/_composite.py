@@ -79,9 +79,9 @@ from broker.core._hooks import (
     CompositeEventRecord,
     CompositeLoss,
 )
-from broker.core._message import Message, SubOptions
 from broker.core._router import Subscribed, at_position, shown
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
+from broker.values import Message, SubOptions
 
 if TYPE_CHECKING:
     from broker.core._core import Core

@@ -34,7 +34,6 @@ from broker.core._ahead import held_for
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._hooks import Delivery
-from broker.core._message import Message
 from broker.core._publish import accept_publish, acknowledged, deliver_accepted, on_publish, on_pubrel, resend
 from broker.core._quota import over_quota
 from broker.core._session import (
@@ -72,6 +71,7 @@ from broker.packets import (
     encode_publish,
 )
 from broker.protocol import Record
+from broker.values import Message
 
 if TYPE_CHECKING:
     from broker.core._core import Core

@@ -38,7 +38,6 @@ from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
 from broker.core._hooks import CoreHooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.core._journal import Journal
-from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._options import CoreConfig
 from broker.core._qbound import QueueBound, size_of
@@ -47,7 +46,7 @@ from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy, group_strategies
 from broker.packets import NO_PROPERTIES, PublishTemplate, Pubrel, ReasonCode
-from broker.values import PUBLISH_SENT, PUBREL_SENT, QUEUED
+from broker.values import PEER_PREFIX, PUBLISH_SENT, PUBREL_SENT, QUEUED, Message, Route, SubOptions
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection

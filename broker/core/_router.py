@@ -35,7 +35,9 @@ from dataclasses import dataclass
 
 import content
 import topics
-from broker.core._message import (
+from broker.core._shared import Groups, Members, SharedPolicy
+from broker.packets import ReasonCode, SubscriptionRequest
+from broker.values import (
     PEER_PREFIX,
     SHARE_PREFIX,
     Message,
@@ -44,8 +46,6 @@ from broker.core._message import (
     split_filter_prefix,
     split_share,
 )
-from broker.core._shared import Groups, Members, SharedPolicy
-from broker.packets import ReasonCode, SubscriptionRequest
 
 __all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position", "shown"]
 

@@ -44,7 +44,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 
-from broker.core._message import PEER_PREFIX, SubOptions
+from broker.values import PEER_PREFIX, SubOptions
 
 __all__ = ["Groups", "Members", "SharedPolicy", "Strategy", "group_strategies"]
 
