@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from broker._logging import bounded
 from broker.core._ahead import held_for
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
@@ -483,13 +484,15 @@ class Connection(RareFields):
             except MalformedPacket as exc:
                 self.malformed(exc)
             except Exception:
-                log.exception("client %s: internal error handling %s", self.client_id, type(p).__name__)
+                log.exception(
+                    "client %s: internal error handling %s", bounded(self.client_id), type(p).__name__
+                )
                 self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         if run:
             try:
                 self._publish_run(run, now)
             except Exception:
-                log.exception("client %s: internal error routing a batch", self.client_id)
+                log.exception("client %s: internal error routing a batch", bounded(self.client_id))
                 self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
 
     def resume(self) -> None:

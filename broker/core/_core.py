@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._logging import fields
+from broker._logging import bounded, cut, fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
 from broker.core._clock import Clock
@@ -857,7 +857,10 @@ class Core:
     ) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
         flood under abuse); the ``$SYS`` counters count every refusal.  The record's ``event``
-        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  O(1)."""
+        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  The
+        client id (the client's own string) is :func:`~broker._logging.bounded` and ``what``
+        cut (it may quote the client's input): one line stays short whatever the client sent.
+        O(1)."""
         now = self.clock.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
@@ -865,8 +868,8 @@ class Core:
             log.log(
                 level,
                 "client %s: %s (further %s refusals not logged for %g s)",
-                client_id,
-                what,
+                bounded(client_id),
+                cut(what),
                 kind,
                 LIMIT_LOG_INTERVAL,
                 extra=fields(event or "limit." + kind, client_id, address, reason or kind),

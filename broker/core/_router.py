@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import content
 import topics
+from broker._logging import shown
 from broker.core._shared import Groups, Members, SharedPolicy
 from broker.packets import ReasonCode, SubscriptionRequest
 from broker.values import (
@@ -47,15 +48,7 @@ from broker.values import (
     split_share,
 )
 
-__all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position", "shown"]
-
-#: characters of client input (a filter, a selector) echoed in a reason string or a log line
-SHOWN = 100
-
-
-def shown(text: str) -> str:
-    """``repr`` of client input, cut to :data:`SHOWN` characters: never echo unbounded input."""
-    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
+__all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position"]
 
 
 def at_position(exc: ValueError, position: int, limit: int = 200) -> str:
