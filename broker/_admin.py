@@ -36,7 +36,9 @@ What each area does to the broker:
   :class:`broker.auth.FileAuth` are rewritten (``PasswordFile.save``; the ACL file edited
   line by line and parsed before it is written, atomically, mode 0600), then
   ``FileAuth.reload()``: effective for the next CONNECT and, for ACLs, the next message.
-  Deleting a user disconnects its clients.
+  Deleting a user disconnects its clients; deleting the user the caller is logged in as, or
+  the last dashboard admin of the password file, is refused (409): the API cannot be locked
+  out.
 """
 
 from __future__ import annotations
@@ -533,7 +535,27 @@ class Admin:
 
     async def h_user_delete(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
         name = q["username"]
-        if not await self._rewrite_passwords(lambda pf: pf.delete(name)):
+        admins = set(self.broker.config.dashboard_admins)
+
+        def change(pf: PasswordFile) -> bool:
+            # checked on the file as it is now (under the files' lock): nobody can lock the
+            # API out, neither by deleting the account they are logged in with nor the last
+            # admin that can log in (409; the file is not rewritten)
+            if name in pf and name == user:
+                raise Refused(
+                    409,
+                    f"you cannot delete the user you are logged in as ({name[:100]!r}): "
+                    "another dashboard admin can",
+                )
+            if name in pf and name in admins and not (admins & set(pf.entries)) - {name}:
+                raise Refused(
+                    409,
+                    f"{name[:100]!r} is the last dashboard admin of the password file: deleting it "
+                    "would lock everyone out of the API (add another admin first)",
+                )
+            return pf.delete(name)
+
+        if not await self._rewrite_passwords(change):
             raise Refused(404, f"no user {name[:100]!r}")
         kicked = []
         for s in list(self.core.sessions.values()):

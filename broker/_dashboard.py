@@ -323,11 +323,10 @@ class Dashboard:
 
             from broker._metrics import registry_for
         except MissingExtra as exc:
-            return Response.text(501, str(exc))
+            return _error(501, str(exc))
         except ImportError:
-            return Response.text(
-                501, "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
-            )
+            why = "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
+            return _error(501, why)
         return Response(200, generate_latest(registry_for(self.core, self.http)), CONTENT_TYPE_LATEST)
 
     async def _login(self, req: Request) -> tuple[Response | None, str | None]:
