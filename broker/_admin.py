@@ -26,6 +26,10 @@ What each area does to the broker:
   without delivering anything (in a cluster, where each node keeps its own register, an
   empty retained message is published instead, so every node forgets it).
 * **publish** -- ``Broker.publish`` (no publisher client id).
+* **bridges** -- the outbound bridges of hooks that run them (``broker._admin_bridges``: the
+  ``uplink`` plugin's ``Uplink`` is a ``BridgeSource``; the broker imports nothing of it):
+  one snapshot per bridge per request; reconnect closes both of a bridge's connections and
+  connects again at once (what was not acknowledged is sent again, as after any drop).
 * **bans** -- ``core.bans`` (``broker/core/_bans.py``), stored in the store's ``bans``
   table (without a store: the JSON file ``BrokerConfig.bans_file``, else memory only);
   matching connected clients are disconnected
@@ -58,6 +62,7 @@ import topics
 from broker import _admin_routes as routes
 from broker import _dashboard_data as data
 from broker._acl import AccessList, AclError
+from broker._admin_bridges import BridgeSource, BridgeStatus, find_bridge, list_bridges
 from broker._bans_file import enforce_ban, load_bans, save_ban
 from broker._files import write_private
 from broker._logging import fields
@@ -162,7 +167,8 @@ class Admin:
                     return error(400, "bad JSON", str(exc))
                 body = routes.parse_body(ep, raw)
             if tail is not None:
-                query["client_id"] = tail
+                assert ep.tail is not None
+                query[ep.tail] = tail
             handler = getattr(self, "h_" + ep.handler)
             result: Response = await handler(query, body, user, csrf)
         except routes.BadInput as exc:
@@ -564,6 +570,27 @@ class Admin:
                 kicked.append(s.client_id)
         self.core.flush()
         return _json({"removed": name, "disconnected": kicked[: data.MAX_LIMIT]})
+
+    # ------------------------------------------------------------ bridges
+    async def h_bridges(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        return _json({"bridges": [s.to_json() for s in list_bridges(self.broker)]})
+
+    def _bridge(self, name: str) -> tuple[BridgeSource, BridgeStatus]:
+        found = find_bridge(self.broker, name)
+        if found is None:
+            known = [s.name for s in list_bridges(self.broker)]
+            raise Refused(404, f"no bridge {name[:100]!r}", {"bridges": known[: data.MAX_LIMIT]})
+        return found
+
+    async def h_bridge(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        return _json(self._bridge(q["name"])[1].to_json())
+
+    async def h_bridge_reconnect(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        name = q["name"]
+        source, _ = self._bridge(name)
+        if not await source.reconnect_bridge(name):
+            raise Refused(404, f"no bridge {name[:100]!r}")
+        return _json({"reconnecting": name})
 
     # ------------------------------------------------------------ acl
     async def h_acl(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:

@@ -10,7 +10,9 @@
   ``$uplink/<name>`` with a password made at random per process; anyone else using such a
   client id is refused), whatever the password file and ACL say for other clients;
 * reports each bridge in ``$SYS/uplink/<name>/...`` and in ``/metrics`` as
-  ``siftmq_uplink_<counter>_total{reason="<bridge name>"}`` (O(bridges) per publication).
+  ``siftmq_uplink_<counter>_total{reason="<bridge name>"}`` (O(bridges) per publication), and
+  to the admin API and the dashboard as a ``broker.ext.BridgeSource`` (``bridge_status``:
+  :mod:`uplink._status`; ``reconnect_bridge``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from broker.ext import QueueBound
+from broker.ext import BridgeStatus, QueueBound
 from broker.hooks import Hooks
 from uplink._bridge import Bridge, LocalEndpoint
 from uplink._config import BridgeConfig
+from uplink._status import status
 
 if TYPE_CHECKING:
     from broker.ext import Broker
@@ -122,6 +125,22 @@ class Uplink(Hooks):
         own (the broker counts no bytes otherwise: 0)."""
         bound = self._bound(f"{PREFIX}{name}")
         return 0 if bound is None else bound.queued_bytes
+
+    def bridge_status(self) -> list[BridgeStatus]:
+        """Each bridge's snapshot for the admin API and the dashboard (``broker.ext.BridgeSource``;
+        uplink._status). O(bridges)."""
+        return [
+            status(b, self._queued(b.config.local_client_id), self._bound(b.config.local_client_id))
+            for b in self.bridges.values()
+        ]
+
+    async def reconnect_bridge(self, name: str) -> bool:
+        """Drop the bridge ``name``'s connections and connect again now (False: no such bridge)."""
+        bridge = self.bridges.get(name)
+        if bridge is None:
+            return False
+        await bridge.reconnect()
+        return True
 
     def sys_values(self) -> dict[str, str]:
         """``$SYS/uplink/<name>/{connected,remote,queued,queued_bytes,sent,received,filtered,

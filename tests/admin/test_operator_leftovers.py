@@ -75,7 +75,9 @@ async def test_the_listeners_own_refusals_are_json(b: Broker, data: str, status:
     assert (await call(b.metrics_port, "GET", API + "/bans")).status == 200  # still serving
 
 
-async def test_metrics_501_without_prometheus_client_is_json(b: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_metrics_501_without_prometheus_client_is_json(
+    b: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
     monkeypatch.setitem(sys.modules, "prometheus_client.exposition", None)
     assert b.metrics_port is not None
