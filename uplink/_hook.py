@@ -47,6 +47,9 @@ class Uplink(Hooks):
         self.bridges: dict[str, Bridge] = {}
         self._password = secrets.token_hex(16)
         self._broker: Broker | None = None
+        #: bridges an admin's reconnect is restarting; set once the broker stops (no restart)
+        self._reconnecting: set[str] = set()
+        self._closing = False
 
     def attach(self, broker: Broker) -> None:
         self._broker = broker
@@ -85,10 +88,12 @@ class Uplink(Hooks):
             s.conn.window = window
 
     async def stopping(self) -> None:
+        self._closing = True
         for bridge in self.bridges.values():
             await bridge.stop()
 
     async def stop(self) -> None:
+        self._closing = True
         for bridge in self.bridges.values():
             await bridge.stop()
 
@@ -139,7 +144,13 @@ class Uplink(Hooks):
         bridge = self.bridges.get(name)
         if bridge is None:
             return False
-        await bridge.reconnect()
+        if name in self._reconnecting or self._closing:  # one restart at a time; none at shutdown
+            return True
+        self._reconnecting.add(name)
+        try:
+            await bridge.reconnect()
+        finally:
+            self._reconnecting.discard(name)
         return True
 
     def sys_values(self) -> dict[str, str]:

@@ -162,6 +162,15 @@ async def test_reconnect_drops_and_reconnects_without_losing_a_message(
     await eventually(lambda: bridge.state.connected, 10)
     got = await get(b, "/bridges/central")
     assert got["connected"] is True and got["reconnects"] == 1 and got["connects"] >= 2
+    # two at once (two admins clicking): one restart, never two bridge tasks fighting over
+    # the remote session
+    assert await asyncio.gather(uplink.reconnect_bridge("central"), uplink.reconnect_bridge("central")) == [
+        True,
+        True,
+    ]
+    await eventually(lambda: bridge.state.connected, 10)
+    running = [t for t in asyncio.all_tasks() if t.get_name() == "uplink-central" and not t.done()]
+    assert running == [bridge._task]
 
 
 async def test_a_broker_without_bridges_lists_none() -> None:
