@@ -29,6 +29,7 @@ from broker import Broker
 from tests.admin.api import call
 from tests.dashboard import httpclient as http
 from tests.serving import Serve
+from tests.uplink._remote import MOSQUITTO, Mosquitto
 from tests.waiting import eventually, next_message
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
 
@@ -185,6 +186,53 @@ async def test_a_broker_without_bridges_lists_none() -> None:
             doc["paths"]
         )
         assert doc["paths"]["/api/v1/bridges/{name}/reconnect"]["post"]["parameters"][0]["name"] == "name"
+
+
+@pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (make installs it)")
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+async def test_the_state_through_an_outage_of_a_mosquitto_remote(tmp_path: Path, protocol: str) -> None:
+    """Debian mosquitto as the remote: sent while up; killed: down, the loss and its error in
+    the API, messages queue; back: connected again (one reconnect), the queue drains."""
+    remote = Mosquitto(tmp_path)
+    remote.start()
+    cfg = BridgeConfig(
+        name="cloud",
+        urls=(f"mqtt://127.0.0.1:{remote.port}",),
+        topics=(TopicRule("site/#", Direction.OUT, 1),),
+        protocol=protocol,
+        backoff_min=0.05,
+        backoff_max=0.2,
+    )
+    uplink = Uplink([cfg])
+    try:
+        async with Broker(
+            host="127.0.0.1", port=0, sys_interval=0, metrics_listen="127.0.0.1:0", hooks=[uplink]
+        ) as b:
+            bridge = uplink.bridges["cloud"]
+            await asyncio.wait_for(bridge.wait_connected(), 10)
+            await _publish(b.port, *((f"site/{i % 3}", b"up") for i in range(10)))
+            await eventually(lambda: bridge.state.sent == 10, 10)
+            up = await get(b, "/bridges/cloud")
+            shown = (up["connected"], up["protocol"], up["sent"], up["queued"]["messages"])
+            assert shown == (True, protocol, 10, 0)
+
+            await asyncio.to_thread(remote.stop)
+            await eventually(lambda: not bridge.state.connected, 10)
+            await _publish(b.port, *((f"site/{i % 3}", b"down") for i in range(6)))
+            await eventually(lambda: bridge.state.failures.get("unreachable", 0) >= 1, 10)
+            down = await get(b, "/bridges/cloud")
+            assert down["connected"] is False and down["connected_since"] is None
+            assert down["failures"]["lost"] == 1 and down["queued"]["messages"] == 6
+            assert down["last_error"]["text"] and down["last_error"]["at"] >= up["connected_since"]
+
+            await asyncio.to_thread(remote.start)
+            await eventually(lambda: bridge.state.connected and bridge.state.sent == 16, 15)
+            back = await get(b, "/bridges/cloud")
+            assert (back["connected"], back["reconnects"], back["sent"]) == (True, 1, 16)
+            assert back["connected_since"] > down["last_error"]["at"] - 1
+            await eventually(lambda: uplink.bridge_status()[0].queued_messages == 0, 10)
+    finally:
+        remote.stop()
 
 
 # ---------------------------------------------------------------------------- siftmq ctl
