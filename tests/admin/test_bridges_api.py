@@ -26,7 +26,9 @@ import pytest
 import pytest_asyncio
 
 from broker import Broker
+from broker.auth import FileAuth
 from tests.admin.api import call
+from tests.auth.helpers import FAST, write_passwords
 from tests.dashboard import httpclient as http
 from tests.serving import Serve
 from tests.uplink._remote import MOSQUITTO, Mosquitto
@@ -233,6 +235,33 @@ async def test_the_state_through_an_outage_of_a_mosquitto_remote(tmp_path: Path,
             await eventually(lambda: uplink.bridge_status()[0].queued_messages == 0, 10)
     finally:
         remote.stop()
+
+
+async def test_bridges_need_the_same_login_and_role_as_the_other_endpoints(
+    tmp_path: Path, refusing_port: int
+) -> None:
+    pw = write_passwords(tmp_path / "passwd", {"admin": "adminpw", "alice": "alicepw"})
+    uplink = _bridges(refusing_port, refusing_port)
+    async with Broker(
+        host="127.0.0.1",
+        port=0,
+        sys_interval=0,
+        metrics_listen="127.0.0.1:0",
+        hooks=[FileAuth(pw, None, params=FAST), uplink],
+        dashboard_admins=("admin",),
+    ) as b:
+        p = b.metrics_port
+        assert p is not None
+        for path in ("/bridges", "/bridges/central"):
+            assert (await call(p, "GET", API + path)).status == 401
+            assert (await call(p, "GET", API + path, headers=http.basic("alice", "alicepw"))).status == 403
+            assert (await call(p, "GET", API + path, headers=http.basic("admin", "adminpw"))).status == 200
+        assert (await http.get(p, "/api/bridges")).status == 401
+        alice = http.basic("alice", "alicepw")
+        r = await call(p, "POST", API + "/bridges/central/reconnect", headers=alice, csrf=False)
+        assert r.status == 403 and "not a dashboard admin" in r.json()["error"]
+        r = await call(p, "POST", API + "/bridges/central/reconnect", headers=http.basic("admin", "adminpw"))
+        assert r.status == 200
 
 
 # ---------------------------------------------------------------------------- siftmq ctl
