@@ -366,19 +366,24 @@ def unknown_tables(data: Mapping[str, Any], plugins: list[Plugin]) -> list[str]:
     fields = set() if "broker" in data else {f.name for f in dataclasses.fields(BrokerConfig)}
     out = []
     for key, value in data.items():
-        table = isinstance(value, dict) or (
-            isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-        )
         name = key.replace("-", "_")
-        if table and name not in known and name not in fields:
+        if _is_table(value) and name not in known and name not in fields:
             out.append(key)
     return out
+
+
+def _is_table(value: object) -> bool:
+    """A TOML table (``[x]``) or array of tables (``[[x]]``)."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    )
 
 
 def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[str, Any]]:
     """The ``[broker]`` options and the ``[serve]`` table of ``path``, both checked against
     the schema (ValueError: one line naming the file, the key, the value, what is expected).
-    A top-level table nobody reads is a warning, once per table (:func:`unknown_tables`)."""
+    A top-level table nobody reads is a warning, once per table (:func:`unknown_tables`); so
+    is a top-level key next to a ``[broker]`` table (``[broker]`` is read, not the top level)."""
     from broker._config import check_table, config_from_toml, read_toml
 
     data = read_toml(path)
@@ -388,6 +393,10 @@ def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[
         known = ", ".join(f"[{t}]" for t in sorted(config_tables(plugins)))
         for key in unknown:
             log.warning("%s: unknown table [%s] ignored (the tables read are %s)", path, key, known)
+    if "broker" in data:  # then the keys before the first table are nobody's either
+        for key, value in data.items():
+            if not _is_table(value):
+                log.warning("%s: top-level key %r ignored: with a [broker] table, put it there", path, key)
     table = data.get("serve", {})
     if not isinstance(table, dict):
         raise ValueError(f"{path}: [serve] must be a table")

@@ -167,6 +167,22 @@ def test_an_unknown_table_is_a_warning_naming_it_and_the_known_ones(
         assert str(path) in line and "[broker]" in line and "[bridges]" in line and "[serve]" in line
 
 
+def test_a_top_level_key_beside_a_broker_table_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TOML puts the keys before the first table header at the top level: with a ``[broker]``
+    table too, only ``[broker]`` is read and ``port`` here was ignored in silence."""
+    from broker._cli import _load_config, load_plugins
+
+    path = tmp_path / "c.toml"
+    path.write_text("port = 1884\nrefused_filters = ['a/#']\n\n[broker]\nsys_interval = 0\n")
+    with caplog.at_level(logging.WARNING):
+        cfg, _ = _load_config(path, load_plugins())
+    assert cfg.port == 1883  # not taken, and now said
+    lines = [r.getMessage() for r in caplog.records if "top-level key" in r.getMessage()]
+    assert len(lines) == 2 and "'port'" in lines[0] and "'refused_filters'" in lines[1], lines
+
+
 def test_known_tables_and_broker_options_as_tables_are_not_warned(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -180,7 +196,8 @@ def test_known_tables_and_broker_options_as_tables_are_not_warned(
     )
     with caplog.at_level(logging.WARNING):
         _load_config(path, load_plugins())
-    assert not [r for r in caplog.records if "unknown table" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "unknown table" in m or "top-level" in m], said
 
 
 def test_serve_warns_once_about_an_unknown_table(tmp_path: Path) -> None:
