@@ -111,9 +111,13 @@ class BridgeState:
     received: int = 0
     #: messages whose payload the rule's content filter refused (acknowledged, not crossed)
     filtered: int = 0
-    #: messages that could not cross (bigger than the remote's maximum packet size, no rule,
-    #: refused by the destination with a reason code)
+    #: messages that could not cross, in total and by reason: bigger than the remote's maximum
+    #: packet size (``too_large``), no rule matches their topic (``no_rule``), refused by the
+    #: destination with a reason code (``refused``); ``dropped`` is their sum
     dropped: int = 0
+    too_large: int = 0
+    no_rule: int = 0
+    refused: int = 0
     #: connection attempts and failures by reason (refused, tls, unreachable, lost, ...)
     connects: int = 0
     failures: dict[str, int] = field(default_factory=dict)
@@ -123,6 +127,18 @@ class BridgeState:
     last_error_at: float | None = None
     connected_since: float | None = None
     connections: int = 0
+
+    def undeliverable(self, reason: str) -> None:
+        """One message that could not cross, for ``reason`` (``too_large``, ``no_rule`` or
+        ``refused``), counted in its counter and in ``dropped`` (O(1))."""
+        match reason:
+            case "too_large":
+                self.too_large += 1
+            case "no_rule":
+                self.no_rule += 1
+            case _:
+                self.refused += 1
+        self.dropped += 1
 
     def fail(self, reason: str, error: str) -> None:
         self.failures[reason] = self.failures.get(reason, 0) + 1
@@ -559,7 +575,7 @@ class Bridge:
 
     def _count_out(self, rc: int, pid: int) -> None:
         if rc >= 0x80:
-            self.state.dropped += 1
+            self.state.undeliverable("refused")
             self._log(
                 "refused_out",
                 logging.WARNING,
@@ -572,7 +588,7 @@ class Bridge:
 
     def _count_in(self, rc: int) -> None:
         if rc >= 0x80:
-            self.state.dropped += 1
+            self.state.undeliverable("refused")
         else:
             self.state.received += 1
 
@@ -581,7 +597,7 @@ class Bridge:
         qos = p.qos
         i = self._rule(p.topic, outbound)
         if i is None:
-            self.state.dropped += 1
+            self.state.undeliverable("no_rule")
             self._ack_here(source, p, outbound)
             return
         if not self._passes(i, p.payload):
@@ -594,7 +610,7 @@ class Bridge:
         data = encode_publish(topic, p.payload, qos, p.retain, p.dup, p.packet_id, props, to.version)
         limit = self._remote_max_packet if outbound else None
         if limit is not None and len(data) > limit:
-            self.state.dropped += 1
+            self.state.undeliverable("too_large")
             self._log(
                 "too_large",
                 logging.WARNING,

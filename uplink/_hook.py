@@ -155,7 +155,8 @@ class Uplink(Hooks):
 
     def sys_values(self) -> dict[str, str]:
         """``$SYS/uplink/<name>/{connected,remote,queued,queued_bytes,sent,received,filtered,
-        dropped,queue_dropped,connects,failures,last_error}`` (O(bridges))."""
+        dropped,queue_dropped,connects,failures,last_error}`` and ``dropped/{too_large,no_rule,
+        refused}`` (``dropped`` is their sum) (O(bridges))."""
         out: dict[str, str] = {}
         for name, b in self.bridges.items():
             st = b.state
@@ -167,6 +168,9 @@ class Uplink(Hooks):
             out[base + "received"] = str(st.received)
             out[base + "filtered"] = str(st.filtered)
             out[base + "dropped"] = str(st.dropped)
+            out[base + "dropped/too_large"] = str(st.too_large)
+            out[base + "dropped/no_rule"] = str(st.no_rule)
+            out[base + "dropped/refused"] = str(st.refused)
             out[base + "queue_dropped"] = str(self.queue_dropped(name))
             out[base + "queued_bytes"] = str(self.queued_bytes(name))
             out[base + "connects"] = str(st.connects)
@@ -176,7 +180,8 @@ class Uplink(Hooks):
 
     def metric_values(self) -> dict[str, dict[str, int]]:
         """Per counter, the bridge name -> value (``siftmq_uplink_sent_total{reason="edge"}``);
-        ``uplink_connected`` is 1 or 0, ``uplink_failures_<reason>`` counts failed attempts."""
+        ``uplink_connected`` is 1 or 0, ``uplink_failures_<reason>`` counts failed attempts,
+        ``uplink_dropped`` is the sum of ``uplink_dropped_{too_large,no_rule,refused}``."""
         out: dict[str, dict[str, int]] = {
             k: {}
             for k in (
@@ -186,6 +191,9 @@ class Uplink(Hooks):
                 "uplink_received",
                 "uplink_filtered",
                 "uplink_dropped",
+                "uplink_dropped_too_large",
+                "uplink_dropped_no_rule",
+                "uplink_dropped_refused",
                 "uplink_queue_dropped",
                 "uplink_queued_bytes",
             )
@@ -198,6 +206,9 @@ class Uplink(Hooks):
             out["uplink_received"][name] = st.received
             out["uplink_filtered"][name] = st.filtered
             out["uplink_dropped"][name] = st.dropped
+            out["uplink_dropped_too_large"][name] = st.too_large
+            out["uplink_dropped_no_rule"][name] = st.no_rule
+            out["uplink_dropped_refused"][name] = st.refused
             out["uplink_queue_dropped"][name] = self.queue_dropped(name)
             out["uplink_queued_bytes"][name] = self.queued_bytes(name)
             for reason, n in list(st.failures.items()):
