@@ -64,12 +64,14 @@ from broker.packets import (
     Pubrel,
     ReasonCode,
     SubscriptionRequest,
+    Unsuback,
+    Unsubscribe,
     encode_publish,
 )
 from uplink._client import Link, LinkError, open_link
 from uplink._config import BridgeConfig, Remote, TopicRule
 
-__all__ = ["Bridge", "BridgeState", "LocalEndpoint"]
+__all__ = ["Bridge", "BridgeState", "LocalEndpoint", "unsubscribe_local"]
 
 log = logging.getLogger("siftmq.uplink")
 
@@ -198,6 +200,8 @@ class Bridge:
         self._logged: dict[str, float] = {}
         self._lost = asyncio.Event()
         self._up = asyncio.Event()
+        #: remote filters of ``in`` rules a reload removed: unsubscribed at the next connection
+        self._retired: tuple[str, ...] = ()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -223,6 +227,11 @@ class Bridge:
         self._stopping = False
         log.info("bridge %s: reconnecting (asked by an admin)", self.config.name)
         self.start()
+
+    def retire_remote(self, filters: tuple[str, ...]) -> None:
+        """Unsubscribe ``filters`` at the remote at the next connection (a reload removed their
+        ``in`` rules; the remote session, kept across connections, still has them). O(1)."""
+        self._retired = filters
 
     async def wait_connected(self) -> None:
         """Wait until both sides are up (tests, embedding programs; put a timeout around it)."""
@@ -378,6 +387,9 @@ class Bridge:
                 inbound = [r for r in cfg.topics if r.direction.inbound]
                 if inbound:
                     await self._subscribe(self._remote, [(r.remote_filter, r.qos) for r in inbound], "remote")
+                if self._retired:  # UNSUBACK ignored (_from_remote): the remote acts in order
+                    self._remote.send(Unsubscribe(SUBSCRIBE_ID - 1, self._retired))
+                    self._retired = ()
         except (RuntimeError, TimeoutError, LinkError) as exc:
             self._failed("subscribe", remote, str(exc) or "no SUBACK")
             return False
@@ -656,3 +668,32 @@ class Bridge:
 
     def queued(self, session_length: Callable[[str], int]) -> int:
         return session_length(self.config.local_client_id)
+
+
+async def unsubscribe_local(local: LocalEndpoint, config: BridgeConfig, filters: tuple[str, ...]) -> None:
+    """Unsubscribe ``filters`` of the bridge's local session, keeping its queue (a reload
+    removed the bridge or some of its ``out`` rules); the bridge itself is stopped.  Raises
+    OSError, TimeoutError (``connect_timeout``) or RuntimeError."""
+    done: asyncio.Future[Unsuback] = asyncio.get_running_loop().create_future()
+
+    def packet(p: Packet) -> None:  # a queued PUBLISH is not acknowledged: sent again later
+        if isinstance(p, Unsuback) and not done.done():
+            done.set_result(p)
+
+    connect = Bridge(config, local)._local_connect(1)
+    async with asyncio.timeout(config.connect_timeout):
+        try:
+            link, connack = await open_link(
+                local.host, local.port, connect, on_packet=packet, on_lost=lambda _why: None
+            )
+        except LinkError as exc:
+            raise RuntimeError(str(exc)) from None
+        try:
+            if connack.reason_code >= 0x80:
+                raise RuntimeError(f"CONNECT refused: {_reason(connack.reason_code)}")
+            link.release()
+            link.send(Unsubscribe(SUBSCRIBE_ID, filters))
+            await done
+            link.send(Disconnect())
+        finally:
+            await link.close()

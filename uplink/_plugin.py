@@ -3,21 +3,24 @@
 ``siftmq serve --config FILE`` reads the ``[[bridges]]`` tables of FILE (docs/bridging-out.md)
 and registers one :class:`~uplink._hook.Uplink` hook running them; a bad table is a
 ``ValueError`` naming the value (``FILE: bridges[0].topics[1].pattern: ...``), which ``serve``
-prints before exiting with status 2.
+prints before exiting with status 2.  The hook reads FILE again at each reload (SIGHUP,
+``siftmq reload``): a bad table then fails the reload (one error line, the running bridges
+stay), so the hook is registered even when FILE has no ``[[bridges]]`` yet.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tomllib
 from collections.abc import Mapping, Sequence
 
 from broker.ext import Option
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
-from uplink._config import parse_bridges
+from uplink._config import BridgeConfig, parse_bridges
 
-__all__ = ["PLUGIN", "UplinkPlugin"]
+__all__ = ["PLUGIN", "UplinkPlugin", "read_bridges"]
 
 
 class UplinkPlugin:
@@ -42,16 +45,27 @@ class UplinkPlugin:
         path = getattr(ctx.args, "config", None)
         if path is None:
             return ()
-        try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ValueError(f"{path}: {exc}") from None
-        if "bridges" not in data:
-            return ()
         from uplink._hook import Uplink
 
-        return (Uplink(parse_bridges(data["bridges"], str(path))),)
+        # registered with or without [[bridges]]: a reload (SIGHUP) reads them again and may
+        # add the first one; the bridge module is imported only when one starts
+        return (Uplink(read_bridges(path), source=lambda: read_bridges(path)),)
+
+
+def read_bridges(path: str | os.PathLike[str]) -> tuple[BridgeConfig, ...]:
+    """The ``[[bridges]]`` of the TOML file ``path`` (none without the table); ValueError
+    naming the file and the value (``FILE: bridges[0].url: ...``; ``FILE:3: ...`` for TOML
+    that does not parse). O(size of the file)."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ValueError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if "bridges" not in data:
+        return ()
+    return parse_bridges(data["bridges"], str(path))
 
 
 PLUGIN = UplinkPlugin()

@@ -1,0 +1,184 @@
+"""Bridges reloaded without a restart (issue 40, brief I item 1): ``Broker.reload`` with the
+``Uplink``'s ``source``, and SIGHUP to a real ``siftmq serve --config`` (``siftmq reload``).
+
+The remote is an embedded siftmq ("central"); a bridge whose remote is a free port that
+nothing listens on keeps its messages queued in its local session.  One reload keeps an
+unchanged bridge as it is (the same object, no new connection), starts a new one, stops a
+removed one (its queued messages stay in its session, nothing more is queued for it, and
+adding it again sends them), and restarts a changed one on the same session (its queue
+crosses once it points at central; a queued message whose rule was removed is counted
+``no_rule``).  A bad ``[[bridges]]`` table fails the whole reload and the bridges run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+
+import aiomqtt
+import pytest
+
+from broker import Broker, LocalSubscription
+from broker._cli import main
+from tests.serving import Serve
+from tests.uplink._remote import free_port
+from tests.waiting import eventually
+from uplink import BridgeConfig, Direction, TopicRule, Uplink
+from uplink._plugin import read_bridges
+
+START = 60.0  # seconds a `siftmq serve` child may take to start on a loaded machine
+
+
+def _bridge(name: str, port: int, *patterns: str) -> BridgeConfig:
+    return BridgeConfig(
+        name=name,
+        urls=(f"mqtt://127.0.0.1:{port}",),
+        topics=tuple(TopicRule(p, Direction.OUT, 1) for p in patterns),
+        backoff_min=0.05,
+        backoff_max=0.2,
+    )
+
+
+async def _publish(port: int, *topics: str) -> None:
+    async with aiomqtt.Client("127.0.0.1", port) as c:
+        for i, topic in enumerate(topics):
+            await c.publish(topic, str(i).encode(), qos=1)
+
+
+async def _arrivals(sub: LocalSubscription, n: int) -> list[str]:
+    async with asyncio.timeout(10):
+        return [(await sub.queue.get()).topic for _ in range(n)]
+
+
+def _held(edge: Broker, name: str) -> int:
+    s = edge.core.sessions[f"$uplink/{name}"]
+    return len(s.queue) + len(s.inflight)
+
+
+async def test_reload_adds_removes_changes_and_leaves_unchanged_bridges_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dead = free_port()  # nothing listens there: what is bound for it stays queued
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        keep = _bridge("keep", central.port, "k/#")
+        current = [keep, _bridge("move", dead, "m/#", "x/#"), _bridge("gone", dead, "g/#")]
+        uplink = Uplink(current, source=lambda: current)
+        async with (
+            Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=":memory:", hooks=[uplink]) as edge,
+            central.subscribe("#", qos=1) as got,
+        ):
+            kept = uplink.bridges["keep"]
+            await asyncio.wait_for(kept.wait_connected(), 10)
+            await eventually(lambda: all(b.state.connects >= 1 for b in uplink.bridges.values()), 10)
+            await _publish(edge.port, "m/1", "m/2", "x/1", "m/3", "g/1", "g/2", "g/3", "g/4")
+            await eventually(lambda: _held(edge, "move") == 4 and _held(edge, "gone") == 4, 10)
+            move_state = uplink.bridges["move"].state
+
+            current[:] = [
+                keep,
+                _bridge("move", central.port, "m/#"),  # now reachable, x/# gone
+                _bridge("new", central.port, "n/#"),
+            ]
+            with caplog.at_level(logging.INFO):
+                result = await edge.reload()
+            assert result.ok, result
+            changes = "; ".join(result.changed)
+            assert "bridge gone removed (4 queued message(s) kept in $uplink/gone)" in changes
+            assert "bridge move restarted (urls, topics changed" in changes
+            assert "bridge new added" in changes
+            assert "keep" not in changes
+            assert any("bridge gone removed: 4 message(s) kept" in r.getMessage() for r in caplog.records)
+
+            # the changed bridge: its queue crosses in order; x/1 has no rule any more
+            assert await _arrivals(got, 3) == ["m/1", "m/2", "m/3"]
+            move = uplink.bridges["move"]
+            assert move.state is move_state  # its counters go on
+            await eventually(lambda: move.state.no_rule == 1 and move.state.sent == 3, 10)
+            # the unchanged one: the same bridge, never reconnected, still crossing
+            assert uplink.bridges["keep"] is kept and kept.state.connections == 1 and kept.state.connected
+            await _publish(edge.port, "k/1")
+            assert await _arrivals(got, 1) == ["k/1"]
+            # the new one
+            await asyncio.wait_for(uplink.bridges["new"].wait_connected(), 10)
+            await _publish(edge.port, "n/1")
+            assert await _arrivals(got, 1) == ["n/1"]
+            # the removed one: stopped, its 4 messages kept, nothing more queued for it
+            assert "gone" not in uplink.bridges and "gone" not in uplink.names
+            await _publish(edge.port, "g/5")
+            assert _held(edge, "gone") == 4
+            assert not any(k.startswith("$SYS/uplink/gone/") for k in uplink.sys_values())
+
+            current.append(_bridge("gone", central.port, "g/#"))  # added again: it sends them
+            result = await edge.reload()
+            assert result.ok and "bridge gone added" in result.changed
+            assert await _arrivals(got, 4) == ["g/1", "g/2", "g/3", "g/4"]
+            await _publish(edge.port, "k/2")  # after g/5 would have been, had it been queued
+            assert await _arrivals(got, 1) == ["k/2"]
+            assert kept.state.connections == 1 and uplink.bridges["keep"] is kept
+            assert _held(edge, "gone") == 0
+
+
+async def test_a_bad_bridges_table_refuses_the_whole_reload(tmp_path: Path) -> None:
+    conf = tmp_path / "bridges.toml"
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        table = f'[[bridges]]\nname = "up"\nurl = "mqtt://127.0.0.1:{central.port}"\n'
+        conf.write_text(table + '[[bridges.topics]]\npattern = "t/#"\n')
+        uplink = Uplink(read_bridges(conf), source=lambda: read_bridges(conf))
+        async with (
+            Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge,
+            central.subscribe("t/#", qos=1) as got,
+        ):
+            bridge = uplink.bridges["up"]
+            await asyncio.wait_for(bridge.wait_connected(), 10)
+            conf.write_text(table + '[[bridges.topics]]\npattern = "t/#/x"\n')  # '#' not last
+            limits = dataclasses.replace(edge.config, max_inflight=7)
+            result = await edge.reload(limits)
+            assert not result.ok
+            assert result.error is not None and f"{conf}: bridges[0].topics[0].pattern" in result.error
+            assert edge.config.max_inflight != 7  # nothing of the reload applied
+            assert edge.reload_counters.failed == 1
+            assert uplink.bridges["up"] is bridge and bridge.state.connections == 1
+            assert uplink.configs == read_bridges_ok(central.port)
+            await _publish(edge.port, "t/1")
+            assert await _arrivals(got, 1) == ["t/1"]
+
+
+def read_bridges_ok(port: int) -> tuple[BridgeConfig, ...]:
+    return (BridgeConfig(name="up", urls=(f"mqtt://127.0.0.1:{port}",), topics=(TopicRule("t/#"),)),)
+
+
+async def test_sighup_to_siftmq_serve_adds_a_bridge_and_refuses_a_bad_table(tmp_path: Path) -> None:
+    conf = tmp_path / "siftmq.toml"
+    conf.write_text("[broker]\nsys_interval = 0\n")  # no bridge yet
+    data = tmp_path / "data"
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0) as central,
+        central.subscribe("s/#", qos=1) as got,
+    ):
+        with Serve(
+            "--no-bridge", "--config", str(conf), "--data-dir", str(data), "--log-level", "INFO"
+        ) as serve:
+            port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START))[1])
+            await eventually((data / "siftmq.pid").exists, START)
+            bridge = (
+                f'[[bridges]]\nname = "central"\nurl = "mqtt://127.0.0.1:{central.port}"\n'
+                'backoff_min = 0.05\n[[bridges.topics]]\npattern = "s/#"\n'
+            )
+            conf.write_text("[broker]\nsys_interval = 0\n" + bridge)
+            mark = len(serve.lines)
+            assert await asyncio.to_thread(main, ["reload", "--data-dir", str(data)]) == 0
+            await serve.line(r"INFO +broker: reload: .*bridge central added", mark)
+            await serve.line(r"bridge central: connected to", mark)
+            await _publish(port, "s/1")
+            assert await _arrivals(got, 1) == ["s/1"]
+
+            conf.write_text("[broker]\nsys_interval = 0\n" + bridge + "qos = 3\n")
+            mark = len(serve.lines)
+            assert await asyncio.to_thread(main, ["reload", "--data-dir", str(data)]) == 0
+            await serve.line(rf"ERROR +broker: reload: .*{conf.name}: bridges\[0\]\.topics\[0\].*qos", mark)
+            await _publish(port, "s/2")  # the bridge runs on
+            assert await _arrivals(got, 1) == ["s/2"]
+            assert not any("connected to" in x for x in serve.lines[mark:])  # not reconnected
+            assert await asyncio.to_thread(serve.stop) == 0
