@@ -336,6 +336,12 @@ class Uplink(Hooks):
         bound = self._bound(f"{PREFIX}{name}")
         return 0 if bound is None else bound.dropped
 
+    def queue_paces(self, name: str) -> int:
+        """Times a local publisher was paused at the bridge ``name``'s bound (``queue_policy =
+        "pace"``; 0 without a bound of its own)."""
+        bound = self._bound(f"{PREFIX}{name}")
+        return 0 if bound is None else bound.paces
+
     def queued_bytes(self, name: str) -> int:
         """Bytes (topics and payloads) queued for the bridge ``name`` when it has a bound of its
         own (the broker counts no bytes otherwise: 0)."""
@@ -371,7 +377,7 @@ class Uplink(Hooks):
 
     def sys_values(self) -> dict[str, str]:
         """``$SYS/uplink/<name>/{connected,remote,queued,queued_bytes,sent,received,filtered,
-        dropped,queue_dropped,connects,failures,last_error}`` and ``dropped/{too_large,no_rule,
+        dropped,queue_dropped,queue_paces,connects,failures,last_error}`` and ``dropped/{too_large,no_rule,
         refused}`` (``dropped`` is their sum) (O(bridges))."""
         out: dict[str, str] = {}
         for name, b in self.bridges.items():
@@ -388,6 +394,7 @@ class Uplink(Hooks):
             out[base + "dropped/no_rule"] = str(st.no_rule)
             out[base + "dropped/refused"] = str(st.refused)
             out[base + "queue_dropped"] = str(self.queue_dropped(name))
+            out[base + "queue_paces"] = str(self.queue_paces(name))
             out[base + "queued_bytes"] = str(self.queued_bytes(name))
             out[base + "connects"] = str(st.connects)
             out[base + "failures"] = str(sum(st.failures.values()))
@@ -411,6 +418,7 @@ class Uplink(Hooks):
                 "uplink_dropped_no_rule",
                 "uplink_dropped_refused",
                 "uplink_queue_dropped",
+                "uplink_queue_paces",
                 "uplink_queued_bytes",
             )
         }
@@ -426,6 +434,7 @@ class Uplink(Hooks):
             out["uplink_dropped_no_rule"][name] = st.no_rule
             out["uplink_dropped_refused"][name] = st.refused
             out["uplink_queue_dropped"][name] = self.queue_dropped(name)
+            out["uplink_queue_paces"][name] = self.queue_paces(name)
             out["uplink_queued_bytes"][name] = self.queued_bytes(name)
             for reason, n in list(st.failures.items()):
                 out.setdefault(f"uplink_failures_{reason}", {})[name] = n

@@ -21,9 +21,10 @@ resumed (``Core.unblock``) once the queue is back at its low-water mark, 3/4 of 
 messages and in bytes (:meth:`QueueBound.drained`, asked by ``Core.drain``), or when the bound
 is released (:meth:`release`: the session ended, the bound removed or its policy changed).
 Publishers of other topics are not paused; a message with no publisher connection to pause
-(the broker's own, ``$SYS``, an in-process publish) is dropped at the bound as with
-``drop_newest``.  A paused publisher that disconnects is forgotten by ``Connection.lost``
-(its ``blockers`` reset); :meth:`release` skips it.
+(the broker's own, ``$SYS``, an in-process publish), or whose publisher is itself a bounded
+session (another bridge's local link: two bridges pacing each other would wait for ever), is
+dropped at the bound as with ``drop_newest`` (counted).  A paused publisher that disconnects
+is forgotten by ``Connection.lost`` (its ``blockers`` reset); :meth:`release` skips it.
 
 Only the queue path of ``Core.deliver`` asks (a message that goes straight into the in-flight
 window does not): one dict lookup there when bounds exist, none when there are none; each
@@ -99,7 +100,7 @@ class QueueBound:
         """At the bound with ``pace``: pause the publisher being routed (once); False when
         there is none to pause (the message is dropped then). O(1)."""
         pub = core.current
-        if pub is None or pub.session is s:
+        if pub is None or pub.client_id in core.queue_bounds:  # no one, or a bridge's own link
             return False
         if pub not in self.paced:
             self.paced.add(pub)
