@@ -22,6 +22,8 @@ import pytest
 
 from broker import Broker, LocalSubscription
 from broker._cli import main
+from broker._config import Listener
+from tests.security.helpers import make_certs
 from tests.serving import Serve
 from tests.uplink._remote import free_port
 from tests.waiting import eventually
@@ -182,3 +184,46 @@ async def test_sighup_to_siftmq_serve_adds_a_bridge_and_refuses_a_bad_table(tmp_
             assert await _arrivals(got, 1) == ["s/2"]
             assert not any("connected to" in x for x in serve.lines[mark:])  # not reconnected
             assert await asyncio.to_thread(serve.stop) == 0
+
+
+async def test_a_reload_restarts_a_bridge_whose_tls_files_changed_and_refuses_a_bad_one(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "certs").mkdir()
+    certs = make_certs(tmp_path / "certs")
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(certs.ca.read_bytes())
+    listener = Listener(port=0, certfile=str(certs.server_cert), keyfile=str(certs.server_key))
+    async with Broker(listeners=(listener,), sys_interval=0) as central:
+        cfg = BridgeConfig(
+            name="tls",
+            urls=(f"mqtts://127.0.0.1:{central.port}",),
+            topics=(TopicRule("t/#"),),
+            cafile=str(ca),
+            backoff_min=0.05,
+            backoff_max=0.2,
+        )
+        uplink = Uplink([cfg], source=lambda: [cfg])
+        async with (
+            Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge,
+            central.subscribe("t/#", qos=1) as got,
+        ):
+            bridge = uplink.bridges["tls"]
+            await asyncio.wait_for(bridge.wait_connected(), 10)
+            result = await edge.reload()  # nothing changed: not touched
+            assert result.ok and not any("bridge" in c for c in result.changed)
+            assert uplink.bridges["tls"] is bridge
+
+            ca.write_text("not a certificate\n")
+            result = await edge.reload()
+            assert not result.ok and result.error is not None and "bridge tls: TLS files" in result.error
+            assert uplink.bridges["tls"] is bridge and bridge.state.connected
+
+            ca.write_bytes(certs.ca.read_bytes() + b"\n")  # the same CA, another file: restarted
+            result = await edge.reload()
+            assert result.ok and "bridge tls restarted (TLS files changed" in "; ".join(result.changed)
+            restarted = uplink.bridges["tls"]
+            assert restarted is not bridge
+            await eventually(lambda: restarted.state.connections == 2 and restarted.state.connected, 10)
+            await _publish(edge.port, "t/1")
+            assert await _arrivals(got, 1) == ["t/1"]
