@@ -253,6 +253,9 @@ class Uplink(Hooks):
             await bridge.stop()
         if not started:
             return f"bridge {name} removed"
+        if bridge is not None and self._broker is not None:  # its retained $SYS values go
+            for topic in self._sys_of(name, bridge):
+                await self._broker.publish(topic, b"", retain=True)
         kept = self._queued(cfg.local_client_id)
         await self._unsubscribe(cfg, _out_filters(cfg))
         core = self._core()
@@ -381,24 +384,30 @@ class Uplink(Hooks):
         refused}`` (``dropped`` is their sum) (O(bridges))."""
         out: dict[str, str] = {}
         for name, b in self.bridges.items():
-            st = b.state
-            base = f"$SYS/uplink/{name}/"
-            out[base + "connected"] = "1" if st.connected else "0"
-            out[base + "remote"] = st.remote
-            out[base + "queued"] = str(self._queued(b.config.local_client_id))
-            out[base + "sent"] = str(st.sent)
-            out[base + "received"] = str(st.received)
-            out[base + "filtered"] = str(st.filtered)
-            out[base + "dropped"] = str(st.dropped)
-            out[base + "dropped/too_large"] = str(st.too_large)
-            out[base + "dropped/no_rule"] = str(st.no_rule)
-            out[base + "dropped/refused"] = str(st.refused)
-            out[base + "queue_dropped"] = str(self.queue_dropped(name))
-            out[base + "queue_paces"] = str(self.queue_paces(name))
-            out[base + "queued_bytes"] = str(self.queued_bytes(name))
-            out[base + "connects"] = str(st.connects)
-            out[base + "failures"] = str(sum(st.failures.values()))
-            out[base + "last_error"] = st.last_error
+            out.update(self._sys_of(name, b))
+        return out
+
+    def _sys_of(self, name: str, b: Bridge) -> dict[str, str]:
+        """The ``$SYS`` values of one bridge (O(1))."""
+        out: dict[str, str] = {}
+        st = b.state
+        base = f"$SYS/uplink/{name}/"
+        out[base + "connected"] = "1" if st.connected else "0"
+        out[base + "remote"] = st.remote
+        out[base + "queued"] = str(self._queued(b.config.local_client_id))
+        out[base + "sent"] = str(st.sent)
+        out[base + "received"] = str(st.received)
+        out[base + "filtered"] = str(st.filtered)
+        out[base + "dropped"] = str(st.dropped)
+        out[base + "dropped/too_large"] = str(st.too_large)
+        out[base + "dropped/no_rule"] = str(st.no_rule)
+        out[base + "dropped/refused"] = str(st.refused)
+        out[base + "queue_dropped"] = str(self.queue_dropped(name))
+        out[base + "queue_paces"] = str(self.queue_paces(name))
+        out[base + "queued_bytes"] = str(self.queued_bytes(name))
+        out[base + "connects"] = str(st.connects)
+        out[base + "failures"] = str(sum(st.failures.values()))
+        out[base + "last_error"] = st.last_error
         return out
 
     def metric_values(self) -> dict[str, dict[str, int]]:

@@ -227,3 +227,17 @@ async def test_a_reload_restarts_a_bridge_whose_tls_files_changed_and_refuses_a_
             await eventually(lambda: restarted.state.connections == 2 and restarted.state.connected, 10)
             await _publish(edge.port, "t/1")
             assert await _arrivals(got, 1) == ["t/1"]
+
+
+async def test_a_removed_bridge_leaves_no_retained_sys_values() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        current = [_bridge("keep", central.port, "k/#"), _bridge("gone", central.port, "g/#")]
+        uplink = Uplink(current, source=lambda: current)
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0.1, hooks=[uplink]) as edge:
+            retained = edge.core.router.retained
+            await eventually(lambda: retained.get("$SYS/uplink/gone/connected") is not None, 10)
+            del current[1]
+            assert (await edge.reload()).ok
+            assert retained.get("$SYS/uplink/gone/connected") is None
+            assert retained.get("$SYS/uplink/gone/dropped/no_rule") is None
+            assert retained.get("$SYS/uplink/keep/connected") is not None
