@@ -123,7 +123,9 @@ _WHERE = re.compile(r"^(?P<path>.*?), line (?P<line>\d+): ")
 
 
 class PreparedReload(Protocol):
-    """What a :class:`Reloadable` hook read and checked, to apply (:meth:`apply`)."""
+    """What a :class:`Reloadable` hook read and checked, to apply (:meth:`apply`).  It may
+    also have a ``restart`` attribute: the items it found changed but cannot apply (named in
+    ``ReloadResult.restart`` and the log line)."""
 
     async def apply(self) -> Sequence[str]:
         """Put it in place; the human-readable items it changed (for the log line).  Runs
@@ -285,6 +287,7 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
         changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
     for plan in prepared:
         changed += await plan.apply()
+        restart += getattr(plan, "restart", ())  # what the hook found changed but cannot apply
     counters.done += 1
     text = "; ".join(changed) or "nothing to read"
     if restart:

@@ -4,8 +4,11 @@
 and registers one :class:`~uplink._hook.Uplink` hook running them; a bad table is a
 ``ValueError`` naming the value (``FILE: bridges[0].topics[1].pattern: ...``), which ``serve``
 prints before exiting with status 2.  The hook reads FILE again at each reload (SIGHUP,
-``siftmq reload``): a bad table then fails the reload (one error line, the running bridges
-stay), so the hook is registered even when FILE has no ``[[bridges]]`` yet.
+``siftmq reload``) and applies the changes (:mod:`uplink._hook`); a bad table then fails the
+reload (one error line, the running bridges stay).  A FILE without ``[[bridges]]`` gets no
+Uplink hook (it would be asked to authorize every PUBLISH and delivery) but a
+:class:`BridgesWatch`: bridges added to it later are checked at each reload and need a
+restart to start (the reload's line names them).
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ import argparse
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from broker.ext import Option
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 from uplink._config import BridgeConfig, parse_bridges
 
-__all__ = ["PLUGIN", "UplinkPlugin", "read_bridges"]
+__all__ = ["PLUGIN", "BridgesWatch", "UplinkPlugin", "read_bridges"]
 
 
 class UplinkPlugin:
@@ -45,11 +49,36 @@ class UplinkPlugin:
         path = getattr(ctx.args, "config", None)
         if path is None:
             return ()
+        bridges = read_bridges(path)
+        if not bridges:
+            # no Uplink hook: its authorization of the bridges' sessions would be asked on
+            # every PUBLISH and delivery of a broker that has no bridge
+            return (BridgesWatch(path),)
         from uplink._hook import Uplink
 
-        # registered with or without [[bridges]]: a reload (SIGHUP) reads them again and may
-        # add the first one; the bridge module is imported only when one starts
-        return (Uplink(read_bridges(path), source=lambda: read_bridges(path)),)
+        return (Uplink(bridges, source=lambda: read_bridges(path)),)
+
+
+class BridgesWatch(Hooks):
+    """A broker started without ``[[bridges]]``: a reload checks the tables that appeared
+    (a bad one fails the reload like any bad table) and reports that starting them needs a
+    restart (``ReloadResult.restart``), since the hook that runs bridges is not registered."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+
+    def prepare_reload(self) -> _NeedsRestart | None:
+        names = tuple(b.name for b in read_bridges(self.path))
+        return _NeedsRestart(tuple(f"[[bridges]] {n}" for n in names)) if names else None
+
+
+@dataclass(frozen=True, slots=True)
+class _NeedsRestart:
+    #: what the reload names as "changed but not applied, need a restart"
+    restart: tuple[str, ...]
+
+    async def apply(self) -> list[str]:
+        return []
 
 
 def read_bridges(path: str | os.PathLike[str]) -> tuple[BridgeConfig, ...]:

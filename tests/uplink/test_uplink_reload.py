@@ -151,39 +151,70 @@ def read_bridges_ok(port: int) -> tuple[BridgeConfig, ...]:
     return (BridgeConfig(name="up", urls=(f"mqtt://127.0.0.1:{port}",), topics=(TopicRule("t/#"),)),)
 
 
+def _table(name: str, port: int, pattern: str) -> str:
+    return (
+        f'[[bridges]]\nname = "{name}"\nurl = "mqtt://127.0.0.1:{port}"\nbackoff_min = 0.05\n'
+        f'[[bridges.topics]]\npattern = "{pattern}"\n'
+    )
+
+
+async def _sighup(data: Path) -> None:
+    """``siftmq reload --data-dir DATA`` (the pid file ``siftmq serve`` wrote there)."""
+    await eventually((data / "siftmq.pid").exists, START)
+    assert await asyncio.to_thread(main, ["reload", "--data-dir", str(data)]) == 0
+
+
 async def test_sighup_to_siftmq_serve_adds_a_bridge_and_refuses_a_bad_table(tmp_path: Path) -> None:
     conf = tmp_path / "siftmq.toml"
-    conf.write_text("[broker]\nsys_interval = 0\n")  # no bridge yet
     data = tmp_path / "data"
+    flags = ("--no-bridge", "--config", str(conf), "--data-dir", str(data), "--log-level", "INFO")
     async with (
         Broker(host="127.0.0.1", port=0, sys_interval=0) as central,
-        central.subscribe("s/#", qos=1) as got,
+        central.subscribe("#", qos=1) as got,
     ):
-        with Serve(
-            "--no-bridge", "--config", str(conf), "--data-dir", str(data), "--log-level", "INFO"
-        ) as serve:
+        first = _table("central", central.port, "s/#")
+        conf.write_text("[broker]\nsys_interval = 0\n" + first)
+        with Serve(*flags) as serve:
             port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START))[1])
-            await eventually((data / "siftmq.pid").exists, START)
-            bridge = (
-                f'[[bridges]]\nname = "central"\nurl = "mqtt://127.0.0.1:{central.port}"\n'
-                'backoff_min = 0.05\n[[bridges.topics]]\npattern = "s/#"\n'
-            )
-            conf.write_text("[broker]\nsys_interval = 0\n" + bridge)
+            await serve.line(r"bridge central: connected to")
+            conf.write_text("[broker]\nsys_interval = 0\n" + first + _table("second", central.port, "u/#"))
             mark = len(serve.lines)
-            assert await asyncio.to_thread(main, ["reload", "--data-dir", str(data)]) == 0
-            await serve.line(r"INFO +broker: reload: .*bridge central added", mark)
-            await serve.line(r"bridge central: connected to", mark)
-            await _publish(port, "s/1")
-            assert await _arrivals(got, 1) == ["s/1"]
+            await _sighup(data)
+            done = await serve.line(r"INFO +broker: reload: (.*)", mark)
+            assert "bridge second added" in done[1] and "central" not in done[1]
+            await serve.line(r"bridge second: connected to", mark)
+            await _publish(port, "s/1", "u/1")
+            assert sorted(await _arrivals(got, 2)) == ["s/1", "u/1"]
+            assert not any("central: connected to" in x for x in serve.lines[mark:])  # not touched
 
-            conf.write_text("[broker]\nsys_interval = 0\n" + bridge + "qos = 3\n")
+            conf.write_text("[broker]\nsys_interval = 0\n" + first + "qos = 3\n")  # bad, and second gone
             mark = len(serve.lines)
-            assert await asyncio.to_thread(main, ["reload", "--data-dir", str(data)]) == 0
+            await _sighup(data)
             await serve.line(rf"ERROR +broker: reload: .*{conf.name}: bridges\[0\]\.topics\[0\].*qos", mark)
-            await _publish(port, "s/2")  # the bridge runs on
-            assert await _arrivals(got, 1) == ["s/2"]
+            await _publish(port, "s/2", "u/2")  # both bridges run on
+            assert sorted(await _arrivals(got, 2)) == ["s/2", "u/2"]
             assert not any("connected to" in x for x in serve.lines[mark:])  # not reconnected
             assert await asyncio.to_thread(serve.stop) == 0
+
+
+async def test_sighup_to_siftmq_serve_started_without_bridges_says_they_need_a_restart(
+    tmp_path: Path,
+) -> None:
+    conf = tmp_path / "siftmq.toml"
+    conf.write_text("[broker]\nsys_interval = 0\n")  # no [[bridges]]: no bridge hook
+    data = tmp_path / "data"
+    flags = ("--no-bridge", "--config", str(conf), "--data-dir", str(data), "--log-level", "INFO")
+    with Serve(*flags) as serve:
+        await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START)
+        conf.write_text("[broker]\nsys_interval = 0\n" + _table("central", 1, "s/#") + "qos = 3\n")
+        mark = len(serve.lines)
+        await _sighup(data)
+        await serve.line(rf"ERROR +broker: reload: .*{conf.name}: bridges\[0\]\.topics\[0\].*qos", mark)
+        conf.write_text("[broker]\nsys_interval = 0\n" + _table("central", 1, "s/#"))
+        mark = len(serve.lines)
+        await _sighup(data)
+        await serve.line(r"INFO +broker: reload: .*need a restart: \[\[bridges\]\] central", mark)
+        assert await asyncio.to_thread(serve.stop) == 0
 
 
 async def test_a_reload_restarts_a_bridge_whose_tls_files_changed_and_refuses_a_bad_one(
