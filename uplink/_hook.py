@@ -26,9 +26,10 @@
   removed ``in`` rules.  A ``source`` that raises (a bad ``[[bridges]]`` table) fails the whole
   reload and the running bridges stay as they are.
 
-The bridge module (its MQTT client) is imported when the first bridge starts: a ``siftmq
-serve --config`` without ``[[bridges]]`` registers this hook (so that a reload can add one)
-without loading it (issue 42, the idle footprint).
+The bridge module (its MQTT client) is imported when the first bridge starts (issue 42, the
+idle footprint: an embedded ``Uplink([])`` whose ``source`` may add bridges later does not load
+it).  ``siftmq serve`` registers this hook only when its file has ``[[bridges]]``
+(:mod:`uplink._plugin`): its ``authorize`` is asked on every PUBLISH and delivery.
 """
 
 from __future__ import annotations
