@@ -272,3 +272,35 @@ async def test_a_removed_bridge_leaves_no_retained_sys_values() -> None:
             assert retained.get("$SYS/uplink/gone/connected") is None
             assert retained.get("$SYS/uplink/gone/dropped/no_rule") is None
             assert retained.get("$SYS/uplink/keep/connected") is not None
+
+
+async def test_a_reload_unsubscribes_the_filters_of_removed_rules_on_both_sides() -> None:
+    def cfg(*rules: TopicRule) -> BridgeConfig:
+        return BridgeConfig(
+            name="both",
+            urls=(f"mqtt://127.0.0.1:{central.port}",),
+            topics=rules,
+            backoff_min=0.05,
+            backoff_max=0.2,
+        )
+
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        in1, in2 = TopicRule("in1/#", Direction.IN), TopicRule("in2/#", Direction.IN)
+        out1, out2 = TopicRule("out1/#"), TopicRule("out2/#")
+        current = [cfg(in1, in2, out1, out2)]
+        uplink = Uplink(current, source=lambda: current)
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
+            await asyncio.wait_for(uplink.bridges["both"].wait_connected(), 10)
+            remote_index, local_index = central.core.router.index, edge.core.router.index
+            assert remote_index.entry_count("siftmq-both") == 2
+            assert local_index.entry_count("$uplink/both") == 2
+            current[0] = cfg(in1, out1)
+            assert (await edge.reload()).ok
+            assert local_index.entry_count("$uplink/both") == 1  # unsubscribed before the restart
+            bridge = uplink.bridges["both"]
+            await asyncio.wait_for(bridge.wait_connected(), 10)
+            await eventually(lambda: remote_index.entry_count("siftmq-both") == 1, 10)
+            async with edge.subscribe("#", qos=1) as got:
+                await _publish(central.port, "in2/x", "in1/marker")  # in order on one link
+                assert await _arrivals(got, 1) == ["in1/marker"]
+            assert bridge.state.no_rule == 0  # in2/x was not sent to the bridge any more
