@@ -39,6 +39,7 @@ import dataclasses
 import hashlib
 import hmac
 import logging
+import os
 import secrets
 import ssl
 from collections.abc import Callable, Sequence
@@ -104,7 +105,7 @@ class Uplink(Hooks):
         self._ready = False
         #: bridge name -> digest of its TLS files as the running bridge read them (a reload
         #: restarts a bridge whose certificate, key or CA file changed under the same path)
-        self._tls = {c.name: _tls_digest(c, strict=False) for c in self.configs}
+        self._tls = {c.name: _tls_digest(c) for c in self.configs}
 
     def attach(self, broker: Broker) -> None:
         self._broker = broker
@@ -210,7 +211,12 @@ class Uplink(Hooks):
                 self._local()
             except RuntimeError as exc:
                 raise ValueError(str(exc)) from None
-        return _Plan(self, configs, {c.name: _tls_digest(c) for c in configs})
+        tls = {c.name: _tls_digest(c) for c in configs}
+        running = {c.name: c for c in self.configs}
+        for c in configs:  # what is new or changed must load (what runs as it is may be broken)
+            if tls[c.name] and (running.get(c.name) != c or self._tls.get(c.name) != tls[c.name]):
+                _check_tls(c)
+        return _Plan(self, configs, tls)
 
     async def replace(self, configs: Sequence[BridgeConfig]) -> list[str]:
         """Run ``configs`` instead of the bridges running now (what a reload does with the
@@ -455,25 +461,27 @@ class Uplink(Hooks):
 _FIELDS = tuple(f.name for f in dataclasses.fields(BridgeConfig) if f.name != "remotes")
 
 
-def _tls_digest(cfg: BridgeConfig, strict: bool = True) -> str:
-    """A digest of the bridge's TLS files ("" without any); with a TLS remote, the files must
-    make a TLS context: ValueError otherwise (``strict``: a reload with a bad certificate
-    fails, the running bridge keeps its own; not strict, at start: "", the bridge counts its
-    TLS failures). O(size of the files)."""
+def _tls_digest(cfg: BridgeConfig) -> str:
+    """A digest of the contents of the bridge's TLS files ("" without any; a file that cannot
+    be read counts as its error). O(size of the files)."""
     files = [f for f in (cfg.cafile, cfg.certfile, cfg.keyfile) if f is not None]
     if not files:
         return ""
-    if not strict:
-        try:
-            return _tls_digest(cfg)
-        except ValueError:
-            return ""
     digest = hashlib.sha256()
-    try:
-        for f in files:
+    for f in files:
+        try:
             digest.update(Path(f).read_bytes())
-    except OSError as exc:
-        raise ValueError(f"bridge {cfg.name}: {exc.filename}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            digest.update(f"{f}: {exc}".encode())
+    return digest.hexdigest()
+
+
+def _check_tls(cfg: BridgeConfig) -> None:
+    """ValueError when the bridge's TLS files cannot be read or, with a TLS remote, do not make
+    a TLS context (a reload that brings them fails; the running bridge keeps its own)."""
+    for f in (cfg.cafile, cfg.certfile, cfg.keyfile):
+        if f is not None and not os.access(f, os.R_OK):
+            raise ValueError(f"bridge {cfg.name}: {f}: cannot be read")
     if any(r.tls for r in cfg.remotes):
         try:
             ctx = ssl.create_default_context(cafile=cfg.cafile)
@@ -481,7 +489,6 @@ def _tls_digest(cfg: BridgeConfig, strict: bool = True) -> str:
                 ctx.load_cert_chain(cfg.certfile, cfg.keyfile)
         except (OSError, ssl.SSLError) as exc:
             raise ValueError(f"bridge {cfg.name}: TLS files: {exc}") from None
-    return digest.hexdigest()
 
 
 def _out_filters(cfg: BridgeConfig) -> tuple[str, ...]:

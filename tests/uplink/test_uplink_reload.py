@@ -304,3 +304,17 @@ async def test_a_reload_unsubscribes_the_filters_of_removed_rules_on_both_sides(
                 await _publish(central.port, "in2/x", "in1/marker")  # in order on one link
                 assert await _arrivals(got, 1) == ["in1/marker"]
             assert bridge.state.no_rule == 0  # in2/x was not sent to the bridge any more
+
+
+async def test_a_bridge_broken_since_its_start_does_not_fail_other_reloads(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not a certificate\n")
+    cfg = BridgeConfig(
+        name="tls", urls=(f"mqtts://127.0.0.1:{free_port()}",), topics=(TopicRule("t/#"),), cafile=str(ca)
+    )
+    uplink = Uplink([cfg], source=lambda: [cfg])
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
+        bridge = uplink.bridges["tls"]
+        await eventually(lambda: bridge.state.failures.get("tls", 0) >= 1, 10)  # counted as it runs
+        result = await edge.reload()  # its files as they were: not a reason to refuse the reload
+        assert result.ok and uplink.bridges["tls"] is bridge
