@@ -331,6 +331,7 @@ class Core:
         session.queue.clear()
         if self.queue_bounds and session.client_id in self.queue_bounds:
             self.queue_bounds[session.client_id].queued_bytes = 0
+            self.queue_bounds[session.client_id].release(self)  # its paced publishers
         session.qos2_received.clear()
         self.journal.ended(session)
         had += self.composite.drop_client(
@@ -755,6 +756,8 @@ class Core:
             )
         if conn.congested_since is not None and len(queue) <= self.low_water and not conn.paused:
             self.relieve(conn)
+        if bound is not None and bound.paced and bound.drained(len(queue)):
+            bound.release(self)  # queue_policy "pace" (core/_qbound.py)
 
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
@@ -942,6 +945,8 @@ class Core:
         for conn in self.congested:
             assert conn.congested_since is not None
         edges = sum(len(c.feeders) for c in self.congested)
+        # publishers paused at a queue bound (core/_qbound.py, "pace"); a lost one is reset
+        edges += sum(1 for b in self.queue_bounds.values() for c in b.paced if c in self.connections)
         quota_paused = self.quotas.paused if self.quotas is not None else {}
         assert edges == sum(c.blockers - c.store_wait - (c in quota_paused) for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)
