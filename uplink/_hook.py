@@ -291,7 +291,13 @@ class Uplink(Hooks):
             await self._unsubscribe(before, gone)
         self._set_bound(cfg)
         self._start(cfg, bridge)
-        stale = tuple(f for f in _in_filters(before) if f not in _in_filters(cfg))
+        # the remote filters to unsubscribe at its next connection: those of the ``in`` rules
+        # removed now and those an earlier reload removed that no connection unsubscribed yet
+        # (the remote refused or was down since: the stopped bridge still held them), but not
+        # a filter this configuration has again
+        pending = bridge._retired if bridge is not None else ()
+        wanted = _in_filters(cfg)
+        stale = tuple(f for f in dict.fromkeys(pending + _in_filters(before)) if f not in wanted)
         if stale:
             self.bridges[name].retire_remote(stale)
         what = ", ".join(f for f in _FIELDS if getattr(before, f) != getattr(cfg, f)) or "TLS files"
