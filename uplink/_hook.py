@@ -132,6 +132,10 @@ class Uplink(Hooks):
         return self._endpoint
 
     def _start(self, cfg: BridgeConfig, state_of: Bridge | None = None) -> None:
+        """Start the bridge ``cfg``; not once the broker stops (a reload that was stopping a
+        bridge when the broker began to stop must not start one after ``stopping`` ran)."""
+        if self._closing:
+            return
         from uplink._bridge import Bridge
 
         bridge = Bridge(cfg, self._local(), self._widen)
@@ -258,7 +262,7 @@ class Uplink(Hooks):
         bridge = self.bridges.pop(name, None)
         if bridge is not None:
             await bridge.stop()
-        if not started:
+        if not started or self._closing:  # the broker stops meanwhile: nothing more to do
             return f"bridge {name} removed"
         if bridge is not None and self._broker is not None:  # its retained $SYS values go
             for topic in self._sys_of(name, bridge):
@@ -284,7 +288,7 @@ class Uplink(Hooks):
         bridge = self.bridges.pop(name, None)
         if bridge is not None:
             await bridge.stop()
-        if not started:
+        if not started or self._closing:  # the broker stops meanwhile: not started again
             return f"bridge {name} changed"
         gone = tuple(f for f in _out_filters(before) if f not in _out_filters(cfg))
         if gone:

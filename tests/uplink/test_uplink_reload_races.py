@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import aiomqtt
 
@@ -79,3 +80,24 @@ async def test_two_reloads_while_the_remote_refuses_still_unsubscribe_a_removed_
                 assert await _arrivals(got, 1) == ["in1/marker"]
             assert remote_index.entry_count("siftmq-both") == 1
             assert bridge.state.no_rule == 0  # in2/x was not sent to the bridge any more
+
+
+async def test_no_bridge_starts_when_a_reload_overlaps_the_broker_stopping() -> None:
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        old = _cfg(central.port, TopicRule("a/#"))
+        new = dataclasses.replace(old, name="other")
+        uplink = Uplink([old])
+        edge = Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink])
+        await edge.start()
+        try:
+            await asyncio.wait_for(uplink.bridges["both"].wait_connected(), 10)
+            replacing = asyncio.create_task(uplink.replace([new]))
+            async with asyncio.timeout(10):  # one loop step at a time: stop once its removal began
+                while "both" in uplink.bridges:  # noqa: ASYNC110 (no event marks that step)
+                    await asyncio.sleep(0)
+        finally:
+            await edge.stop()  # while the reload still stops the removed bridge
+        await replacing
+        running = [t for t in asyncio.all_tasks() if t.get_name().startswith("uplink-") and not t.done()]
+        assert running == []
+        assert all(b._task is None or b._task.done() for b in uplink.bridges.values())
