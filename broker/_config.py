@@ -804,8 +804,10 @@ def config_from_toml(
             changes[name] = _quotas(source, value)
         elif name == "shared_subscription_group_strategy" and isinstance(value, dict):  # a table
             plain[key] = [f"{k}={v}" for k, v in value.items()]
-        elif name not in _FIELDS and (isinstance(value, dict) or name == "bridges"):
-            continue  # another package's table(s) at top level ([[bridges]]: uplink/)
+        elif name not in _FIELDS and table is data and (isinstance(value, dict) or name == "bridges"):
+            # another package's table(s) at top level ([[bridges]]: uplink/); inside [broker]
+            # ([broker.x], a dotted key x.y = 1) it is an unknown option like any other
+            continue
         else:
             plain[key] = value
     changes.update(check_table(plain, schema, "[broker]", source))
