@@ -394,8 +394,10 @@ def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[
         for key in unknown:
             log.warning("%s: unknown table [%s] ignored (the tables read are %s)", path, key, known)
     if "broker" in data:  # then the keys before the first table are nobody's either
+        tables = config_tables(plugins)
         for key, value in data.items():
-            if not _is_table(value):
+            # (an empty or odd array of a table someone reads, "bridges = []", is theirs)
+            if not _is_table(value) and key.replace("-", "_") not in tables:
                 log.warning("%s: top-level key %r ignored: with a [broker] table, put it there", path, key)
     table = data.get("serve", {})
     if not isinstance(table, dict):

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,13 @@ def test_a_table_inside_broker_named_like_an_option_still_counts(tmp_path: Path)
     cfg, _ = _load_config(path, load_plugins())
     assert "alarms=sticky" in "".join(cfg.shared_subscription_group_strategy).replace(" ", "")
 
+
+def test_an_empty_array_of_a_known_table_is_not_a_stray_top_level_key(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("bridges = []\nlisteners = []\n\n[broker]\nport = 0\n")
+    with caplog.at_level(logging.WARNING):
+        _load_config(path, load_plugins())
+    said = [r.getMessage() for r in caplog.records if "top-level key" in r.getMessage()]
+    assert said == []
