@@ -76,6 +76,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Generic, TypeVar, Union
 
 from topics._match import includes, overlaps
@@ -214,6 +215,10 @@ _Bucket = Union["_Sub[Any]", _Neg, tuple[_Leaf, ...], dict[str, _Leaf]]
 # where a filter has its wildcards: (levels before any final '#', ends with '#', '+' positions)
 _Shape = tuple[int, bool, tuple[int, ...]]
 
+_Fitting = tuple[tuple[Callable[[list[str]], Any], ...], tuple[Callable[[list[str]], Any], ...], bool]
+_join = "/".join
+_WILD = ("+", "#")  # appended to a topic's levels: what the getters of ``_Shapes`` pick for wildcards
+
 _TUPLE_MAX = 8  # a filter's records sit in a tuple up to this many, in a dict above
 _FEW_SHAPES = 8  # up to this many shapes for a topic's length: one lookup each; above: the tree
 _LENGTHS_CACHED = 64  # topic lengths whose applicable shapes _Shapes keeps (bounded: any input)
@@ -275,7 +280,7 @@ class _Shapes:
 
     def __init__(self, source: Mapping[str, object]) -> None:
         self.counts: dict[_Shape, int] = {}
-        self._by_len: dict[int, tuple[tuple[Callable[..., str], bool], ...]] = {}
+        self._by_len: dict[int, _Fitting] = {}
         self._source = source  # the set's filters (its dict's keys): the tree is built from them
         self.root: _TNode | None = None  # built at the first walk, then kept up to date
 
@@ -405,18 +410,28 @@ class _Shapes:
                 stack.append((n.hash, [*path, "#"]))
         assert found == keys, f"tree and filters differ: {sorted(found ^ keys)[:3]}"
 
-    def for_length(self, n: int) -> tuple[tuple[Callable[..., str], bool], ...]:
-        """The shapes that can match a topic of ``n`` levels, each as the ``format`` method of
-        a template (``'{0}/+/{2}'``, ``'{0}/{1}/#'``: called with the topic's levels it gives
-        the filter of that shape to look up; extra levels are ignored) and whether its first
-        level is a wildcard.  O(1), O(shapes x levels) on a miss."""
+    def for_length(self, n: int) -> _Fitting:
+        """The shapes that can match a topic of ``n`` levels, as ``(getters, getters for a
+        '$' topic, more than _FEW_SHAPES)``.  A getter is an ``operator.itemgetter`` over the
+        topic's levels followed by ``'+'`` and ``'#'`` (``levels + ['+', '#']``): joined with
+        '/', what it picks is the filter of that shape the topic would match (``a/+/c`` for
+        ``a/b/c`` and the shape (3, no '#', (1,))).  Shapes whose first level is a wildcard are
+        left out of the second tuple (MQTT 5 section 4.7.2: they never match a '$' topic).
+        O(1), O(shapes x levels) on a miss."""
         got = self._by_len.get(n)
         if got is None:
-            got = tuple(
-                (_template(k, tail, pluses).format, (tail and k == 0) or (bool(pluses) and pluses[0] == 0))
-                for k, tail, pluses in self.counts
-                if k == n or (tail and k <= n)
-            )
+            every: list[Callable[[list[str]], Any]] = []
+            plain: list[Callable[[list[str]], Any]] = []
+            for k, tail, pluses in self.counts:
+                if k == n or (tail and k <= n):
+                    picks = [n if i in pluses else i for i in range(k)] + ([n + 1] if tail else [])
+                    # one pick is a lone '+' or '#': the getter returns that string, and
+                    # '/'.join of a one-character string is the string itself
+                    getter = itemgetter(*picks)
+                    every.append(getter)
+                    if not ((tail and k == 0) or (bool(pluses) and pluses[0] == 0)):
+                        plain.append(getter)
+            got = (tuple(every), tuple(plain), len(every) > _FEW_SHAPES)
             if len(self._by_len) >= _LENGTHS_CACHED:  # topics of many lengths: start afresh
                 self._by_len.clear()
             self._by_len[n] = got
@@ -426,19 +441,11 @@ class _Shapes:
         """The keys to look up for ``topic`` (``levels``: its split): with few shapes for its
         length, one filter per shape (whether or not it is in the set), O(shapes x levels);
         else the set's filters that match it, from the tree (:meth:`walk`)."""
-        shapes = self.for_length(len(levels))
-        if len(shapes) > _FEW_SHAPES:
+        every, plain, many = self.for_length(len(levels))
+        if many:
             return self.walk(topic, levels)
-        dollar = topic[:1] == "$"  # MQTT 5 section 4.7.2: no wildcard-first filter matches
-        return [fmt(*levels) for fmt, wild0 in shapes if not (dollar and wild0)]
-
-
-def _template(k: int, tail: bool, pluses: tuple[int, ...]) -> str:
-    """The ``str.format`` template of a shape: ``(3, False, (1,))`` -> ``'{0}/+/{2}'``."""
-    parts = ["+" if i in pluses else f"{{{i}}}" for i in range(k)]
-    if tail:
-        parts.append("#")
-    return "/".join(parts)
+        levels = [*levels, "+", "#"]
+        return [_join(g(levels)) for g in (plain if topic[:1] == "$" else every)]
 
 
 class _Filters:
@@ -838,12 +845,14 @@ class SubscriptionIndex(Generic[O]):
         shapes = subs.shapes
         if shapes.counts:
             levels = topic.split("/")
-            dollar = topic[:1] == "$"
-            fitting = shapes.for_length(len(levels))
-            if len(fitting) <= _FEW_SHAPES:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
-                keys = [fmt(*levels) for fmt, wild0 in fitting if not (dollar and wild0)]
-            else:
+            fitting = shapes._by_len.get(len(levels))
+            if fitting is None:
+                fitting = shapes.for_length(len(levels))
+            if fitting[2]:  # many shapes at this length: the tree
                 keys = shapes.walk(topic, levels)
+            else:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
+                levels += _WILD
+                keys = [_join(g(levels)) for g in (fitting[1] if topic[:1] == "$" else fitting[0])]
             for key in keys:
                 b = buckets.get(key)
                 if b is not None:
@@ -867,7 +876,8 @@ class SubscriptionIndex(Generic[O]):
             for lst in clients.values():
                 if len(lst) > 1:
                     lst.sort(key=_seq_of, reverse=True)
-        if self._negatives:
+        negs = self._negs
+        if negs.buckets and (negs.shapes.counts or topic in negs.buckets):
             self._apply_negatives(topic, clients)
         if not self._shared:
             return MatchResult(clients, {})
@@ -954,9 +964,7 @@ class SubscriptionIndex(Generic[O]):
             for n, cached in list(cache._by_len.items()):
                 del cache._by_len[n]
                 fresh = cache.for_length(n)
-                assert [(f.__self__, w) for f, w in fresh] == [(f.__self__, w) for f, w in cached], (  # type: ignore[attr-defined]
-                    f"shapes cached for length {n} are stale"
-                )
+                assert repr(fresh) == repr(cached), f"shapes cached for length {n} are stale"
         total = 0
         for cid, stored in self._clients.items():
             if type(stored) is dict:
