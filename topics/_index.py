@@ -74,10 +74,10 @@ additionally tests overlap against the client's subscriptions (O(entries of that
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Generic, TypeVar, Union
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from topics._match import includes, overlaps
 from topics._validate import InvalidTopic, validate_filter
@@ -92,6 +92,7 @@ __all__ = [
 ]
 
 O = TypeVar("O")  # noqa: E741  (the name the broker code and docs use)
+O_co = TypeVar("O_co", covariant=True)
 
 SHARE_PREFIX = "$share/"
 
@@ -124,6 +125,20 @@ class Entry(Generic[O]):
     topic_filter: str
     positive: bool
     options: O | None
+
+
+class _EntryLike(Protocol[O_co]):
+    """What :meth:`SubscriptionIndex.replay` reads of an entry: an :class:`Entry`, or a
+    store's record of one (``broker.store.EntryRecord``)."""
+
+    @property
+    def topic_filter(self) -> str: ...
+
+    @property
+    def positive(self) -> bool: ...
+
+    @property
+    def options(self) -> O_co | None: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -810,6 +825,61 @@ class SubscriptionIndex(Generic[O]):
                     break
         self._tidy(client_id, ents)
         return outcome
+
+    def replay(self, client_id: str, entries: Iterable[_EntryLike[O]]) -> int:
+        """Apply a client's saved entries, oldest first, as :meth:`entries` lists them: each
+        positive entry as :meth:`subscribe` with its options, each negative one as
+        :meth:`unsubscribe` (a store restoring its sessions at start-up).  Returns how many
+        entries were applied; raises InvalidTopic at the first invalid filter (the entries
+        before it stay applied, as with one call each).
+
+        The same result as one call per entry, faster for a client without entries: its
+        leading plain subscriptions are stored without the per-call work of ``subscribe``
+        (no lookup of the client per entry, no negative entries to search, the client's dict
+        built once).  From its first negative or shared entry on, or for a client that has
+        entries already, each entry is one ``subscribe`` / ``unsubscribe``.  O(entries x
+        levels), plus what those calls cost."""
+        it = iter(entries)
+        done = 0
+        clients = self._clients
+        pending: _EntryLike[O] | None = None  # the entry that ended the fast path
+        if client_id not in clients:
+            ents: dict[str, _Rec] = {}
+            clients[client_id] = ents
+            put = self._subs.put
+            seq = 0
+            try:
+                for e in it:
+                    f = e.topic_filter
+                    if not e.positive or f.startswith(SHARE_PREFIX):
+                        pending = e
+                        break
+                    validate_filter(f)
+                    old: Any = ents.pop(f, None)
+                    rec: _Sub[O] = _Sub(f, e.options, client_id, seq)  # type: ignore[arg-type]
+                    put(rec, old)
+                    ents[f] = rec
+                    seq += 1
+                    done += 1
+            finally:
+                self._count += len(ents)
+                if seq >= _SEQ_CACHED:  # entries replaced on the way: renumber 0..n-1
+                    for i, r in enumerate(ents.values()):
+                        _set(r, "seq", i)
+                self._settle(client_id, ents)
+        if pending is not None:
+            self._replay_one(client_id, pending)
+            done += 1
+        for e in it:
+            self._replay_one(client_id, e)
+            done += 1
+        return done
+
+    def _replay_one(self, client_id: str, e: _EntryLike[O]) -> None:
+        if e.positive:
+            self.subscribe(client_id, e.topic_filter, e.options)  # type: ignore[arg-type]
+        else:
+            self.unsubscribe(client_id, e.topic_filter)
 
     def remove_client(self, client_id: str) -> int:
         """Remove every entry of ``client_id`` (session end); returns how many there were.

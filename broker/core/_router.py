@@ -27,9 +27,10 @@ local members first) in O(1): a plan keeps each group's members with their looku
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 import content
 import topics
@@ -252,6 +253,16 @@ class _CachingIndex(topics.SubscriptionIndex[SubOptions]):
         outcome = super().unsubscribe(client_id, topic_filter)
         self._invalidate(topic_filter)
         return outcome
+
+    def replay(self, client_id: str, entries: Iterable[Any]) -> int:
+        """A saved list (a store's restore, before clients connect: the cache is empty
+        then); whatever was cached is dropped once, O(1) when nothing was."""
+        try:
+            return super().replay(client_id, entries)
+        finally:
+            if self._cache:
+                self._cache.clear()
+                self.generation += 1
 
     def remove_client(self, client_id: str) -> int:
         removed = super().remove_client(client_id)
