@@ -729,7 +729,8 @@ class SubscriptionIndex(Generic[O]):
         O(levels + the client's negative entries + min(subscribers of the filter, 8))."""
         if topic_filter.startswith(SHARE_PREFIX):
             return self._subscribe_shared(client_id, topic_filter, options)
-        validate_filter(topic_filter)
+        if topic_filter not in self._subs.buckets:  # a filter held already was validated
+            validate_filter(topic_filter)
         clients = self._clients
         ents = clients.get(client_id)
         if ents is None:  # the client's first entry: stored inline
@@ -846,7 +847,8 @@ class SubscriptionIndex(Generic[O]):
         if client_id not in clients:
             ents: dict[str, _Rec] = {}
             clients[client_id] = ents
-            put = self._subs.put
+            subs = self._subs
+            buckets = subs.buckets
             seq = 0
             try:
                 for e in it:
@@ -854,10 +856,15 @@ class SubscriptionIndex(Generic[O]):
                     if not e.positive or f.startswith(SHARE_PREFIX):
                         pending = e
                         break
-                    validate_filter(f)
+                    b = buckets.get(f)
+                    if b is None:  # a filter held already was validated
+                        validate_filter(f)
                     old: Any = ents.pop(f, None)
                     rec: _Sub[O] = _Sub(f, e.options, client_id, seq)  # type: ignore[arg-type]
-                    put(rec, old)
+                    if old is None and type(b) is tuple and len(b) < _TUPLE_MAX:  # _Filters.put
+                        buckets[f] = (*b, rec)
+                    else:
+                        subs.put(rec, old)
                     ents[f] = rec
                     seq += 1
                     done += 1
