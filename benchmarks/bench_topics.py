@@ -29,8 +29,12 @@ one topic repeated (its dict slots and records in the CPU caches: the instructio
 alone); and the index's dict lookups alone (the topic and one key per wildcard shape, no
 record read, no result built).
 
-Garbage collection is frozen after the build (``gc.freeze()``), as a long-running broker does
+Garbage collection is frozen after the builds (``gc.freeze()``), as a long-running broker does
 after start-up, so that full collections over a million objects do not land inside samples.
+The indexes are built one after the other, then matched in turns on slices of the same
+topics (``match_phase``), so that the machine's load moves all of them alike;
+``--peer-index FILE`` adds a third, another copy of ``topics/_index.py`` (main's, to measure a
+change in the same run).
 
 Neither index is compiled by mypyc (``topics._index`` is not in ``broker/_build.py``
 HOT_MODULES; the legacy copy is a plain module): pure Python against pure Python.
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import platform
 import random
 import statistics
@@ -183,8 +188,9 @@ def lookups_of(ix: Any) -> Any:
 
 def measure(
     name: str, cls: type[Any], w: Workload, sample: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
-    """Build, memory, match and update timings of one index class on the workload."""
+) -> tuple[dict[str, Any], Any]:
+    """Memory and build timings of one index class on the workload; returns them and the
+    index built with the default collector (matched and updated by the callers)."""
     out: dict[str, Any] = {}
     # memory: build under tracemalloc (filter strings already exist: owned by the workload)
     gc.collect()
@@ -225,51 +231,69 @@ def measure(
         flush=True,
     )
     assert len(ix) == n_entries
+    return out, ix
+
+
+def match_phase(runs: list[tuple[str, dict[str, Any], Any]], sample: list[str], rounds: int = 4) -> None:
+    """Match timings of the built indexes, interleaved: the sample in ``rounds`` slices, each
+    slice timed on every index in turn (the order alternating), so that a change in the
+    machine's load lands on all of them alike.  Then one topic repeated and the lookups
+    alone, interleaved the same way."""
     gc.collect()
     gc.freeze()
-
     clock = time.perf_counter_ns
-    match = ix.match
-    times: list[float] = []
-    counts: list[int] = []
-    found: list[set[tuple[str, str]]] = []
-    for topic in sample:
-        a = clock()
-        res = match(topic)
-        b = clock()
-        times.append(b - a)
-        counts.append(sum(map(len, res.clients.values())))
-        if len(found) < 2_000:
-            found.append({(c, s.topic_filter) for c, subs in res.clients.items() for s in subs})
-    out["m50"], out["m99"] = pct(times, 0.5), pct(times, 0.99)
-    out["matched"] = statistics.fmean(counts)
-    out["found"] = found
-    # where the time goes: p50 by how many subscriptions a topic matched; one topic repeated
-    # (its dict slots and records in the CPU caches); the lookups alone (no record read)
-    bins: dict[str, list[float]] = {}
-    for t, c in zip(times, counts, strict=True):
-        bins.setdefault(BINS[min(len(BINS) - 1, c // 5)], []).append(t)
-    out["by_matched"] = {k: pct(v, 0.5) for k, v in bins.items() if len(v) >= 100}
-    same: list[float] = []
-    for topic in sample[:20]:
-        for _ in range(250):
-            a = clock()
-            match(topic)
-            same.append(clock() - a)
-    out["same50"] = pct(same, 0.5)
-    if hasattr(ix, "_subs"):
-        lookups = lookups_of(ix)
-        lt: list[float] = []
-        for topic in sample:
-            a = clock()
-            lookups(topic)
-            lt.append(clock() - a)
-        out["look50"] = pct(lt, 0.5)
-    print(
-        f"{name}: match p50 {us(out['m50'])} p99 {us(out['m99'])}, {out['matched']:.1f} matched", flush=True
-    )
+    times: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    counts: dict[str, list[int]] = {name: [] for name, _, _ in runs}
+    found: dict[str, list[set[tuple[str, str]]]] = {name: [] for name, _, _ in runs}
+    same: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    look: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    step = max(1, len(sample) // rounds)
+    for r in range(rounds):
+        part = sample[r * step : (r + 1) * step]
+        order = runs if r % 2 == 0 else runs[::-1]
+        for name, _, ix in order:
+            match = ix.match
+            ts, cs, fs = times[name], counts[name], found[name]
+            for topic in part:
+                a = clock()
+                res = match(topic)
+                b = clock()
+                ts.append(b - a)
+                cs.append(sum(map(len, res.clients.values())))
+                if len(fs) < 2_000:
+                    fs.append({(c, s.topic_filter) for c, subs in res.clients.items() for s in subs})
+            for topic in part[:5]:
+                for _ in range(250):
+                    a = clock()
+                    match(topic)
+                    same[name].append(clock() - a)
+            if hasattr(ix, "_subs"):
+                lookups = lookups_of(ix)
+                for topic in part:
+                    a = clock()
+                    lookups(topic)
+                    look[name].append(clock() - a)
+    for name, out, _ in runs:
+        out["m50"], out["m99"] = pct(times[name], 0.5), pct(times[name], 0.99)
+        out["matched"] = statistics.fmean(counts[name])
+        out["found"] = found[name]
+        # p50 by how many subscriptions a topic matched (the cost per matched subscription)
+        bins: dict[str, list[float]] = {}
+        for t, c in zip(times[name], counts[name], strict=True):
+            bins.setdefault(BINS[min(len(BINS) - 1, c // 5)], []).append(t)
+        out["by_matched"] = {k: pct(v, 0.5) for k, v in bins.items() if len(v) >= 100}
+        out["same50"] = pct(same[name], 0.5)
+        if look[name]:
+            out["look50"] = pct(look[name], 0.5)
+        print(
+            f"{name}: match p50 {us(out['m50'])} p99 {us(out['m99'])}, {out['matched']:.1f} matched",
+            flush=True,
+        )
 
-    # subscribe / unsubscribe on the full index
+
+def update_phase(name: str, out: dict[str, Any], ix: Any, w: Workload, args: argparse.Namespace) -> None:
+    """Subscribe / unsubscribe / partial unsubscribe timings on the full index."""
+    clock = time.perf_counter_ns
     tn, sn, _ = w.names
     r = random.Random(7)
     new = []
@@ -304,10 +328,6 @@ def measure(
         f"p99 {us(out['partial'][1])}",
         flush=True,
     )
-    gc.unfreeze()
-    del ix, match
-    gc.collect()
-    return out
 
 
 def main() -> None:
@@ -317,6 +337,13 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=20_000, help="timed subscribes / unsubscribes")
     ap.add_argument("--scan-topics", type=int, default=3, help="topics for the linear-scan peer")
     ap.add_argument("--no-legacy", action="store_true", help="skip today's index (the peer)")
+    ap.add_argument(
+        "--peer-index",
+        type=Path,
+        default=None,
+        help="another copy of topics/_index.py (e.g. `git show main:topics/_index.py > /tmp/ix.py`), "
+        "built and timed in the same run, interleaved (printed, not in the table)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
 
@@ -331,12 +358,37 @@ def main() -> None:
     )
     filter_bytes = statistics.fmean(sys.getsizeof(f) for _, f, _ in w.ops[:10_000])
     sample = [w.topic() for _ in range(args.matches)]
-    new = measure("index", topics.SubscriptionIndex, w, sample, args)
-    old = (
-        None
-        if args.no_legacy
-        else measure("today's index", _topics_legacy.SubscriptionIndex, w, sample, args)
-    )
+    runs = [("index", *measure("index", topics.SubscriptionIndex, w, sample, args))]
+    if not args.no_legacy:
+        runs.append(
+            ("today's index", *measure("today's index", _topics_legacy.SubscriptionIndex, w, sample, args))
+        )
+    if args.peer_index is not None:
+        spec = importlib.util.spec_from_file_location("peer_index", args.peer_index)
+        assert spec is not None and spec.loader is not None
+        peer = importlib.util.module_from_spec(spec)
+        sys.modules["peer_index"] = peer  # dataclasses look their module up
+        spec.loader.exec_module(peer)
+        runs.append(("peer index", *measure("peer index", peer.SubscriptionIndex, w, sample, args)))
+    match_phase(runs, sample)
+    for name, out, ix in runs:
+        update_phase(name, out, ix, w, args)
+    new = runs[0][1]
+    old = None if args.no_legacy else runs[1][1]
+    if args.peer_index is not None:
+        p = runs[-1][1]
+        assert p["found"] == new["found"], "the peer index disagrees on a sampled topic"
+        print(
+            f"peer index / index: match p50 {p['m50'] / new['m50']:.2f}x (p99 {p['m99'] / new['m99']:.2f}x), "
+            f"one topic repeated {p['same50'] / new['same50']:.2f}x; build CPU: restore path "
+            f"{p['restore'][1] / new['restore'][1]:.2f}x, subscribe {p['build'][1] / new['build'][1]:.2f}x, "
+            f"without the collector {p['build_nogc'][1] / new['build_nogc'][1]:.2f}x; subscribe p50 "
+            f"{p['sub'][0] / new['sub'][0]:.2f}x",
+            flush=True,
+        )
+    gc.unfreeze()
+    del runs, ix
+    gc.collect()
     if old is not None:
         assert new["found"] == old["found"], "the two indexes disagree on a sampled topic"
         assert new["entries"] == old["entries"]
