@@ -52,9 +52,13 @@ client and renumbered 0..n-1 when they reach 256 (for a client with more than 12
 when they reach twice its number of entries), so they are CPython's cached small ints, not a
 32-byte int object per record.
 
-Where the time goes (measured, ``benchmarks/bench_topics.py``): at 1M subscriptions ``match``
-is bound by memory latency, not by instructions: the same call on a topic whose records are in
-the CPU cache takes about a third of the time it takes on a random topic.  Each matched record
+Where the time goes (measured, ``benchmarks/bench_topics.py``; docs/performance-topics.md,
+"Where the match time goes"): at 1M subscriptions ``match`` is bound by memory latency, not by
+instructions: the same call on a topic whose records are in the CPU cache takes about a third
+of the time it takes on a random topic; the dict lookups alone are about half, and each
+matched subscription adds about 0.5 us.  The key of a wildcard shape is ``'/'.join`` of an
+``itemgetter`` over the levels (``str.format`` parsed its template at every call), and the
+negative entries are looked at only when the topic can hit one.  Each matched record
 and its client id string are read (Python's reference counts touch them), and each lookup
 reads a dict slot, its entry and the key string: that is what the flat dict saves over a tree
 of nodes, and what compiling this module with mypyc does not save (tried: within the noise).
@@ -69,6 +73,8 @@ bound), built at its first use and maintained from then on.  ``subscribe`` and t
 identical-filter ``unsubscribe`` are O(levels + the client's negative entries +
 min(subscribers of the filter, 8)); a partial unsubscribe
 additionally tests overlap against the client's subscriptions (O(entries of that client)).
+``replay`` (a store's restore) costs at most one of those per entry, less for a client that
+has no entries yet: its leading plain subscriptions are stored without the per-call work.
 """
 
 from __future__ import annotations
@@ -276,8 +282,8 @@ class _Shapes:
 
     ``counts``: shape -> how many distinct filters of the set have it.  ``_by_len``: topic
     length -> the shapes that can match a topic of that many levels (the same length without a
-    final '#', at most that length with one: 'a/#' matches 'a'), as ``(template.format, first
-    level is a wildcard)`` (``for_length``).  Built on first use per length and dropped
+    final '#', at most that length with one: 'a/#' matches 'a'), as ``operator.itemgetter``
+    objects over its levels (``for_length``).  Built on first use per length and dropped
     when a shape comes or goes (a new shape, not a new filter: rare).  Exact filters have no
     shape.
 
