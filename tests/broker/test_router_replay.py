@@ -4,9 +4,9 @@ must not leave a routing plan cached from before it (the plan would miss the res
 
 from __future__ import annotations
 
-from broker.core._message import Message, SubOptions
 from broker.core._router import Router
 from broker.store import EntryRecord, replay_entries
+from broker.values import Message, SubOptions
 
 
 def test_replay_drops_the_cached_plan_of_a_restored_topic() -> None:
