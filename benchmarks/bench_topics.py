@@ -435,19 +435,19 @@ def main() -> None:
             "",
         ),
         (
-            "build, restore path (collector paused, `replay` per client): wall (CPU)",
+            "build, restore path (collector paused, `replay` per client): wall (CPU), ratio of CPU",
             pair("restore", secs),
             cpu_ratio("restore"),
             "<= 3 s",
         ),
         (
-            "build, `subscribe` one at a time, default collector: wall (CPU)",
+            "build, `subscribe` one at a time, default collector: wall (CPU), ratio of CPU",
             pair("build", secs),
             cpu_ratio("build"),
             "",
         ),
         (
-            "build, `subscribe` one at a time, collector disabled: wall (CPU)",
+            "build, `subscribe` one at a time, collector disabled: wall (CPU), ratio of CPU",
             pair("build_nogc", secs),
             cpu_ratio("build_nogc"),
             "",
