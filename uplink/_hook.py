@@ -406,11 +406,13 @@ class Uplink(Hooks):
 
     def _sys_of(self, name: str, b: Bridge) -> dict[str, str]:
         """The ``$SYS`` values of one bridge (O(1))."""
+        from uplink._status import public_url  # with a bridge, uplink._bridge is loaded already
+
         out: dict[str, str] = {}
         st = b.state
         base = f"$SYS/uplink/{name}/"
         out[base + "connected"] = "1" if st.connected else "0"
-        out[base + "remote"] = st.remote
+        out[base + "remote"] = public_url(st.remote)  # $SYS is readable: no user:password@
         out[base + "queued"] = str(self._queued(b.config.local_client_id))
         out[base + "sent"] = str(st.sent)
         out[base + "received"] = str(st.received)
