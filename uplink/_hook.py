@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from broker.ext import BridgeStatus, QueueBound
 from broker.hooks import Hooks
-from uplink._config import BridgeConfig
+from uplink._config import BridgeConfig, public_url
 
 if TYPE_CHECKING:
     from broker.ext import Broker, Core
@@ -406,8 +406,6 @@ class Uplink(Hooks):
 
     def _sys_of(self, name: str, b: Bridge) -> dict[str, str]:
         """The ``$SYS`` values of one bridge (O(1))."""
-        from uplink._status import public_url  # with a bridge, uplink._bridge is loaded already
-
         out: dict[str, str] = {}
         st = b.state
         base = f"$SYS/uplink/{name}/"
