@@ -51,3 +51,18 @@ def test_an_empty_array_of_a_known_table_is_not_a_stray_top_level_key(
         _load_config(path, load_plugins())
     said = [r.getMessage() for r in caplog.records if "top-level key" in r.getMessage()]
     assert said == []
+
+
+def test_an_unknown_array_of_tables_at_the_top_level_is_warned_like_a_table(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a ``[broker]`` table, ``[[brokr]]`` is another package's table like ``[brokr]``:
+    a warning naming it (it was refused as ``[broker]: unknown option 'brokr'``, naming a
+    table the file does not have, while ``[brokr]`` was only warned about)."""
+    path = tmp_path / "c.toml"
+    path.write_text("port = 0\n\n[[brokr]]\nx = 1\n\n[brokr2]\nx = 1\n")
+    with caplog.at_level(logging.WARNING):
+        cfg, _ = _load_config(path, load_plugins())
+    assert cfg.port == 0
+    said = [r.getMessage() for r in caplog.records if "unknown table" in r.getMessage()]
+    assert len(said) == 2 and "[brokr]" in said[0] and "[brokr2]" in said[1], said
