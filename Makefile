@@ -41,13 +41,20 @@ build: $(BUILT) $(JAR) $(PYC)
 # else a warning and no jar (the Python data source reads, and this step runs again next time)
 jar: $(JAR)
 
+# SIFTMQ_PURE=1: setup.py's mypycify (mypyc's whole type analysis of the hot path, ~20 s of
+# CPU) ran for this command too, which builds no extension, beside the mypyc build of the
+# same modules into the same cache. javac is short-lived: the JIT's C2 threads and the
+# parallel collector cost more than they save (javac 4.3 -> 2.1 s of CPU), as for the suite's
+# JVMs (tests/conftest.py). The step: 25.6 -> 2.7 s of CPU (docs/development.md, session 15)
 $(JAR): bridge/_schema.py bridge/_jar.py $(shell find bridge/jvm/src -type f) | $(STAMP)
-	$(PY) setup.py -q build_jar
+	SIFTMQ_PURE=1 JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" $(PY) setup.py -q build_jar
 
 bytecode: $(PYC)
 
+# the dependencies' own test suites (pandas/tests, ...: 1,600 of the ~6,000 modules) are never
+# imported: left out (22 -> 14.5 s of CPU); whatever is imported uncompiled is compiled then
 $(PYC): $(STAMP)
-	$(PY) -m compileall -q -j0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
+	$(PY) -m compileall -q -j0 -x '/tests?/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
 	touch $(PYC)
 
 # mypyc's incremental cache (build/mypyc-cache) can crash code generation after a merge that
