@@ -86,6 +86,6 @@ async def test_the_bridge_queue_bound_and_its_policy(
 def test_bad_queue_keys_are_refused() -> None:
     rule = (TopicRule("a/#"),)
     with pytest.raises(ValueError, match="queue_policy"):
-        BridgeConfig(name="x", urls=("mqtt://h",), topics=rule, queue_policy="pace")
+        BridgeConfig(name="x", urls=("mqtt://h",), topics=rule, queue_policy="wait")
     with pytest.raises(ValueError, match="max_queued_messages"):
         BridgeConfig(name="x", urls=("mqtt://h",), topics=rule, max_queued_bytes=-1)
