@@ -27,6 +27,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -401,24 +402,36 @@ def _run_process(case: Case, argv: list[str], directory: Path) -> Outcome:
 
 
 def _run_in_process(argv: list[str], directory: Path) -> Outcome:
+    """``main(argv)`` in ``directory``, in a thread of its own: a ``serve`` that accepted its
+    input cannot serve there (asyncio's signal handlers need the main thread), so the case
+    fails with that traceback instead of holding the worker (and a join of 60 s bounds it)."""
     err = io.StringIO()
+    result: list[int] = []
+
+    def call() -> None:
+        try:
+            result.append(main(argv))
+        except SystemExit as exc:
+            result.append(exc.code if isinstance(exc.code, int) else 1)
+        except Exception:  # what escaped main: the case fails with it
+            err.write(traceback.format_exc())
+            result.append(-1)
+
     cwd = Path.cwd()
     os.chdir(directory)
     secret = os.environ.pop("SIFTMQ_CLUSTER_SECRET", None)  # as _run_process's environment
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                status = main(argv)
-            except SystemExit as exc:
-                status = exc.code if isinstance(exc.code, int) else 1
-            except Exception:  # what escaped main: the case fails with it
-                err.write(traceback.format_exc())
-                status = -1
+            thread = threading.Thread(target=call, daemon=True)
+            thread.start()
+            thread.join(60)
     finally:
         os.chdir(cwd)
         if secret is not None:
             os.environ["SIFTMQ_CLUSTER_SECRET"] = secret
-    return Outcome(status, err.getvalue())
+    if not result:
+        return Outcome(-9, err.getvalue() + "\n(still running after 60 s)")
+    return Outcome(result[0], err.getvalue())
 
 
 def _can_mount() -> bool:
