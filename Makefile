@@ -29,9 +29,17 @@ setup: $(STAMP) $(PYC)
 # (~11-15 s of CPU); $(PYC) compiles them on both cores beside the mypyc build instead. They
 # must be compiled before any test: without it, Spark's first Python workers compiled pyspark
 # and pandas at start-up and missed Spark's connect-back timeout on a loaded machine
+#
+# A new venv is made without pip and gets the current pip and setuptools from $(PYTHON)'s own
+# pip (`pip --python`, pip >= 22.3): ensurepip installed and byte-compiled the bundled pip
+# first, only for it to be upgraded (7.1 -> 3.3 s of CPU, 19.4 -> 8.7 s at a load of 7, at the
+# head of the set-up where nothing else runs). Without a pip for $(PYTHON), the usual way.
 $(STAMP): pyproject.toml setup.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'
+	if test -x $(PY); then $(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'; \
+	elif $(PYTHON) -m venv --without-pip $(VENV) && \
+	  $(PYTHON) -m pip --python $(PY) install -q --disable-pip-version-check -U pip 'setuptools>=77'; then :; \
+	else rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && \
+	  $(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'; fi
 	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-compile -e '.[dev]'
 	touch $(STAMP)
 
