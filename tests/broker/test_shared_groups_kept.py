@@ -7,7 +7,7 @@ node of a cluster forwarded for a group (:meth:`Router.route_peer`) each built t
 that nothing is built while the group is unchanged, and that every kind of change (a member
 joins, leaves, re-subscribes, its session ends; a cluster node becomes unreachable and
 reachable again) still takes effect on the very next message.  The last test does it end to
-end with real aiomqtt clients.
+end with real aiomqtt clients, on one broker and across two cluster nodes.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from broker import Broker
 from broker.core._router import Router
 from broker.packets import NO_PROPERTIES
 from broker.values import PEER_PREFIX, Message, SubOptions
+from tests.broker.test_shared_strategies import FILTER, delivered, members, publish, receivers
+from tests.cluster._support import cluster, node_of
 from tests.waiting import eventually, next_message
 
-FILTER = "$share/g/jobs/#"
 KEY = ("g", "jobs/#")
 
 
@@ -154,3 +155,29 @@ async def test_a_member_joining_and_leaving_counts_on_the_next_message(broker: B
         for i in range(8, 11):
             await broker.publish(f"jobs/{i}", b"j", qos=1)
         assert [(await next_message(w3)).topic.value for _ in range(3)] == [f"jobs/{i}" for i in range(8, 11)]
+
+
+async def test_across_two_nodes_the_receiving_node_sees_its_group_change() -> None:
+    """Two real nodes: the publisher's node has no member of its own, so every message crosses
+    the link and node 0 picks one of its local members (``route_peer``), from members kept
+    while its group is unchanged; a member leaving or joining there counts at once."""
+    async with (
+        cluster(2) as bs,
+        members(bs[0].port, ["a", "b"]) as ab,
+    ):
+        link0 = PEER_PREFIX + node_of(bs[0]).name
+        index = bs[1].core.router.index
+        await eventually(lambda: any(e.topic_filter == FILTER for e in index.entries(link0)))
+        await publish(bs[1].port, "p", [f"jobs/{i}" for i in range(10)], "x")
+        await delivered(ab, 10)
+        assert [len(m.got) for m in ab] == [5, 5]
+        await ab[1].client.unsubscribe(FILTER)
+        await publish(bs[1].port, "p", [f"jobs/{i}" for i in range(10, 20)], "y")
+        await delivered(ab, 20)
+        assert receivers(ab, "y") == {"a"}
+        async with members(bs[0].port, ["c"]) as c:
+            await publish(bs[1].port, "p", [f"jobs/{i}" for i in range(20, 30)], "z")
+            await delivered(ab + c, 30)
+            assert receivers(ab + c, "z") == {"a", "c"}
+        # three memberships, each built once (whole and local members), not once per message
+        assert bs[0].core.router.groups.built <= 6, bs[0].core.router.groups.built

@@ -20,7 +20,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto, free_port
+from tests.uplink._remote import MOSQUITTO, central, down_remote, free_port
 from tests.uplink.test_uplink_mosquitto import in_order
 from tests.waiting import eventually, next_message
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
@@ -32,17 +32,10 @@ N = 30
 
 
 async def test_pace_pauses_the_bridges_publishers_at_the_bound_and_loses_nothing(tmp_path: Path) -> None:
-    remote = Mosquitto(tmp_path)
-    remote.start()
-    collector = Collector(remote.port, "central/#", v5=False)
-    collector.start()
-    remote.stop()
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{remote.port}",),
-        topics=(TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),),
-        backoff_min=0.05,
-        backoff_max=0.2,
+    remote, collector = down_remote(tmp_path)
+    cfg = central(
+        remote.port,
+        TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),
         max_queued_messages=BOUND,
         queue_policy="pace",
     )
@@ -106,12 +99,9 @@ def test_pace_is_a_queue_policy() -> None:
 
 async def test_a_reload_away_from_pace_resumes_the_paused_publishers() -> None:
     dead = free_port()  # nothing listens: the bridge's queue only grows
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{dead}",),
-        topics=(TopicRule("sensors/#", Direction.OUT, 1),),
-        backoff_min=0.05,
-        backoff_max=0.2,
+    cfg = central(
+        dead,
+        TopicRule("sensors/#", Direction.OUT, 1),
         max_queued_messages=BOUND,
         queue_policy="pace",
     )
