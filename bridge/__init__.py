@@ -34,10 +34,10 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from bridge._jar import WORKER_PYTHON, spark_jar, with_spark_jar
 from broker.ext import Extra, lazy_names, require
 
 if TYPE_CHECKING:
+    from bridge._jar import spark_jar, with_spark_jar
     from bridge._schema import SCHEMAS, Kind, spark_schema
     from bridge._writer import Bridge, BridgeStats
 
@@ -64,7 +64,15 @@ _HOME = {
 }
 
 
-__getattr__ = lazy_names("bridge", _HOME, Extra.SPARK)
+#: the names that need no extra, imported at first use too: ``siftmq serve`` imports this
+#: package for its plugin, and bridge._jar imports zipfile and tempfile (issue 42 item 1)
+_JAR = {"spark_jar": "bridge._jar", "with_spark_jar": "bridge._jar"}
+_spark = lazy_names("bridge", _HOME, Extra.SPARK)
+_jar = lazy_names("bridge", _JAR)
+
+
+def __getattr__(name: str) -> object:
+    return (_jar if name in _JAR else _spark)(name)
 
 
 class WorkerPythonError(RuntimeError):
@@ -76,6 +84,8 @@ def _check_worker_python(spark: Any) -> None:
     ``PYSPARK_PYTHON`` does not name one (PySpark reads only the variable, at the context's
     start), then check that they can import ``bridge`` (local masters only: a cluster's
     workers may have paths this machine lacks)."""
+    from bridge._jar import WORKER_PYTHON
+
     sc = spark.sparkContext
     configured = sc.getConf().get(WORKER_PYTHON)
     if configured and not os.environ.get("PYSPARK_PYTHON") and sc.pythonExec != configured:

@@ -47,6 +47,11 @@ installed.
 
 from __future__ import annotations
 
+# ruff: noqa: E402  (asyncio is imported after the ssl hook is in place)
+from broker._sslhook import import_asyncio_without_ssl
+
+import_asyncio_without_ssl()  # ssl (OpenSSL, ~4.5 MB) at its first use: broker/_sslhook.py
+
 import argparse
 import asyncio
 import dataclasses
@@ -54,7 +59,6 @@ import logging
 import os
 import re
 import signal
-import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Mapping
@@ -550,6 +554,8 @@ def _check_store(path: Path, data_dir: Path | None) -> None:
             "give the broker's user write access to the file and its directory",
             1,
         )
+    import sqlite3  # with a store only (issue 42 item 1)
+
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -712,7 +718,7 @@ async def _run(
                 log.info("signal received, stopping")
             finally:
                 reloads.close()
-    except sqlite3.Error as exc:
+    except _sqlite_errors() as exc:
         raise CommandError(f"store {cfg.store_path}: {exc}", 1) from exc
     except OSError as exc:
         if exc.filename is not None:  # names what failed (the metrics listener, a file)
@@ -720,6 +726,13 @@ async def _run(
         urls = ", ".join(li.url for li in cfg.effective_listeners())
         raise CommandError(f"cannot listen on {urls}: {exc.strerror or exc}", 1) from exc
     return 0
+
+
+def _sqlite_errors() -> tuple[type[Exception], ...]:
+    """``sqlite3.Error`` when sqlite3 is imported, else nothing: a command without a store
+    never imports it (issue 42 item 1), and then no exception can be one. O(1)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return () if sqlite3 is None else (sqlite3.Error,)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -764,7 +777,7 @@ def _run_command(args: argparse.Namespace, prog: str) -> int:
         return _fail(args, prog, str(exc), 2)
     except OSError as exc:
         return _fail(args, prog, _os_error(exc), 1)
-    except sqlite3.Error as exc:
+    except _sqlite_errors() as exc:
         return _fail(args, prog, f"database: {exc}", 1)
     except Exception as exc:  # a bug: still one line, the traceback with --debug
         text = f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)"

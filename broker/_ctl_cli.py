@@ -23,16 +23,17 @@ error printed) or could not be reached. The HTTP client is the standard library'
 from __future__ import annotations
 
 import argparse
-import base64
-import http.client
 import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlencode, urlsplit
 
 from broker.plugins import Subparsers
+
+if TYPE_CHECKING:
+    import http.client
 
 __all__ = ["CtlError", "register", "run"]
 
@@ -69,6 +70,8 @@ class Client:
         self.timeout = timeout
         self.headers: dict[str, str] = {"Accept": "application/json"}
         if user is not None:
+            import base64
+
             creds = f"{user}:{password or ''}".encode()
             self.headers["Authorization"] = "Basic " + base64.b64encode(creds).decode()
         self._csrf: str | None = None
@@ -76,6 +79,8 @@ class Client:
     def _request(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> tuple[int, Any]:
+        import http.client  # at the first call: it imports ssl (OpenSSL), which serve does not need
+
         conn: http.client.HTTPConnection
         if self.https:
             conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout)

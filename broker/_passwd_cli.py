@@ -16,7 +16,6 @@ import argparse
 import getpass
 import sys
 
-from broker._passwd import PasswordFile, PasswordFileError, check_username
 from broker.plugins import Subparsers
 
 __all__ = ["register", "run"]
@@ -54,6 +53,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per mosqu
         return _fail("a PASSWORD argument needs -b")
     if args.batch and args.password is None and not args.delete:
         return _fail("-b needs a PASSWORD argument")
+    # here, not when the parser is built: hashlib and OpenSSL (issue 42 item 1)
+    from broker._passwd import PasswordFile, PasswordFileError, check_username
+
     try:
         check_username(args.user)
     except PasswordFileError as exc:

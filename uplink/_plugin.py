@@ -9,7 +9,6 @@ prints before exiting with status 2.
 from __future__ import annotations
 
 import argparse
-import tomllib
 from collections.abc import Mapping, Sequence
 
 from broker.ext import Option
@@ -39,6 +38,8 @@ class UplinkPlugin:
         path = getattr(ctx.args, "config", None)
         if path is None:
             return ()
+        import tomllib  # with --config only
+
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)

@@ -40,12 +40,15 @@ import logging
 import os
 import resource
 import socket
-import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from broker.core import Core
 from broker.net._admission import ConnectionLimits
 from broker.net._lean import LeanProtocol, Poller
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "RESERVE",
