@@ -29,8 +29,6 @@ imports from ``broker`` only public modules (``tests/test_layers.py``). Stable: 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +82,9 @@ def _check_worker_python(spark: Any) -> None:
     ``PYSPARK_PYTHON`` does not name one (PySpark reads only the variable, at the context's
     start), then check that they can import ``bridge`` (local masters only: a cluster's
     workers may have paths this machine lacks)."""
+    import shutil
+    import subprocess
+
     from bridge._jar import WORKER_PYTHON
 
     sc = spark.sparkContext

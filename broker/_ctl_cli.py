@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlencode, urlsplit
 
+from broker._cli import Parser
 from broker.plugins import Subparsers
 
 if TYPE_CHECKING:
@@ -45,8 +46,9 @@ class CtlError(Exception):
     """A failed call: the one line to print (status 1)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser whose usage errors are one line ``siftmq ctl: ...`` and status 2."""
+class _Parser(Parser):
+    """An argparse parser whose usage errors are one line ``siftmq ctl: ...`` and status 2
+    (``Parser``'s help formatter: no shutil while the parser is built)."""
 
     def error(self, message: str) -> NoReturn:
         print(f"{PROG}: {message} (see {self.prog} --help)", file=sys.stderr)

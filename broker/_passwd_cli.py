@@ -13,7 +13,6 @@ replaced atomically with mode 0600.  ``register(subparsers)`` adds the sub-comma
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 
 from broker.plugins import Subparsers
@@ -75,6 +74,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per mosqu
     else:
         password = args.password
         if password is None:
+            import getpass
+
             try:
                 password = getpass.getpass("Password: ")
                 again = getpass.getpass("Reenter password: ")
