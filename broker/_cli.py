@@ -65,6 +65,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from broker._argwidth import WidthParser
 from broker._config import SERVE_OPTIONS, ConfigError, Kind, Option
 from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
@@ -90,37 +91,15 @@ class CommandError(Exception):
         self.status = status
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(WidthParser):
     """An argparse parser whose usage errors are one line, ``siftmq COMMAND: what is wrong``
     (no usage block), exit status 2. Sub-parsers (and theirs) are of this class too, so the
-    plugins' commands get it without doing anything."""
+    plugins' commands get it without doing anything. Built without shutil (broker/_argwidth.py)."""
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --port: invalid ..."; the flag alone reads better
         message = re.sub(r"^argument ([^:]+): (\1 )?", lambda m: m.group(2) or f"{m.group(1)}: ", message)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        # argparse asks shutil.get_terminal_size for the width of each formatter it makes, also
-        # the one that checks every add_argument: shutil imports bz2 and lzma (0.6 MB resident,
-        # issue 42 item 1). The same width (COLUMNS, else the terminal's, else 80; minus 2)
-        # without them. O(1).
-        # every HelpFormatter takes width (typeshed's protocol names prog only)
-        return self.formatter_class(prog=self.prog, width=_columns() - 2)  # type: ignore[call-arg]
-
-
-def _columns() -> int:
-    """``shutil.get_terminal_size().columns`` (its rules) without importing shutil."""
-    try:
-        columns = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns if columns > 0 else 80
 
 
 log = logging.getLogger("siftmq")

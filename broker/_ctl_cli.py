@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlencode, urlsplit
 
-from broker._cli import Parser
+from broker._argwidth import WidthParser
 from broker.plugins import Subparsers
 
 if TYPE_CHECKING:
@@ -46,9 +46,9 @@ class CtlError(Exception):
     """A failed call: the one line to print (status 1)."""
 
 
-class _Parser(Parser):
+class _Parser(WidthParser):
     """An argparse parser whose usage errors are one line ``siftmq ctl: ...`` and status 2
-    (``Parser``'s help formatter: no shutil while the parser is built)."""
+    (built without shutil: broker/_argwidth.py)."""
 
     def error(self, message: str) -> NoReturn:
         print(f"{PROG}: {message} (see {self.prog} --help)", file=sys.stderr)

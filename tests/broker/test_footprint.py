@@ -346,3 +346,21 @@ def test_plugin_entry_points_match_importlib_metadata() -> None:
         expected = [(ep.name, ep.value) for ep in entry_points(group=group)]
         assert entry_point_values(group) == expected, group
     assert {name for name, _ in entry_point_values(GROUP)} >= {"bridge", "cluster", "uplink"}
+
+
+def test_cluster_and_bridge_names_load_at_first_use() -> None:
+    """``siftmq serve`` imports ``cluster`` and ``bridge`` for their plugins without their
+    hashlib / zipfile modules; their public names still load on use, also after the package's
+    submodules were imported (a submodule becomes a package attribute)."""
+    code = (
+        "import sys, cluster, bridge\n"
+        "assert 'cluster._auth' not in sys.modules and 'bridge._jar' not in sys.modules\n"
+        "import cluster._overlay, cluster._node, bridge._jar\n"
+        "from cluster import ClusterNode, RouteChange, RouteTable, TokenChecker, load_node_id, make_token\n"
+        "from bridge import spark_jar, with_spark_jar\n"
+        "assert make_token is sys.modules['cluster._auth'].make_token\n"
+        "assert spark_jar is bridge._jar.spark_jar\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
