@@ -35,8 +35,6 @@ async def load_bans(broker: Broker) -> None:
         rows = await asyncio.to_thread(store.bans)
     elif broker.config.bans_file is not None:
         path = Path(broker.config.bans_file)
-        if not path.exists():  # the usual case: no thread for it (its stack and arena stay, issue 42)
-            return
         try:
             rows = orjson.loads(await asyncio.to_thread(path.read_bytes))
         except FileNotFoundError:

@@ -118,10 +118,16 @@ class BridgeState:
     connects: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     last_error: str = ""
+    #: Unix time of the latest failure; since when both sides are up (None: not connected);
+    #: successful connections (the admin API's status, uplink._status)
+    last_error_at: float | None = None
+    connected_since: float | None = None
+    connections: int = 0
 
     def fail(self, reason: str, error: str) -> None:
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_error = error
+        self.last_error_at = time.time()
 
 
 def _reason(code: ReasonCode) -> str:
@@ -189,6 +195,18 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._close()
+
+    async def reconnect(self) -> None:
+        """Close both connections and connect again at once, without the back-off wait (the
+        admin API's ``POST /api/v1/bridges/<name>/reconnect``); nothing is lost: what was
+        not acknowledged is sent again on the next connections, as after any drop."""
+        await self.stop()
+        self.state.connected = False
+        self.state.connected_since = None
+        self._up.clear()
+        self._stopping = False
+        log.info("bridge %s: reconnecting (asked by an admin)", self.config.name)
+        self.start()
 
     async def wait_connected(self) -> None:
         """Wait until both sides are up (tests, embedding programs; put a timeout around it)."""
@@ -349,6 +367,8 @@ class Bridge:
             return False
         self.state.connected = True
         self.state.remote = remote.url
+        self.state.connected_since = time.time()
+        self.state.connections += 1
         self._release()
         self._up.set()
         log.info("bridge %s: connected to %s (MQTT %s)", cfg.name, remote.url, cfg.protocol)

@@ -10,7 +10,9 @@
   ``$uplink/<name>`` with a password made at random per process; anyone else using such a
   client id is refused), whatever the password file and ACL say for other clients;
 * reports each bridge in ``$SYS/uplink/<name>/...`` and in ``/metrics`` as
-  ``siftmq_uplink_<counter>_total{reason="<bridge name>"}`` (O(bridges) per publication).
+  ``siftmq_uplink_<counter>_total{reason="<bridge name>"}`` (O(bridges) per publication), and
+  to the admin API and the dashboard as a ``broker.ext.BridgeSource`` (``bridge_status``:
+  :mod:`uplink._status`; ``reconnect_bridge``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from broker.ext import QueueBound
+from broker.ext import BridgeStatus, QueueBound
 from broker.hooks import Hooks
 from uplink._bridge import Bridge, LocalEndpoint
 from uplink._config import BridgeConfig
+from uplink._status import status
 
 if TYPE_CHECKING:
     from broker.ext import Broker
@@ -44,6 +47,9 @@ class Uplink(Hooks):
         self.bridges: dict[str, Bridge] = {}
         self._password = secrets.token_hex(16)
         self._broker: Broker | None = None
+        #: bridges an admin's reconnect is restarting; set once the broker stops (no restart)
+        self._reconnecting: set[str] = set()
+        self._closing = False
 
     def attach(self, broker: Broker) -> None:
         self._broker = broker
@@ -82,10 +88,12 @@ class Uplink(Hooks):
             s.conn.window = window
 
     async def stopping(self) -> None:
+        self._closing = True
         for bridge in self.bridges.values():
             await bridge.stop()
 
     async def stop(self) -> None:
+        self._closing = True
         for bridge in self.bridges.values():
             await bridge.stop()
 
@@ -122,6 +130,28 @@ class Uplink(Hooks):
         own (the broker counts no bytes otherwise: 0)."""
         bound = self._bound(f"{PREFIX}{name}")
         return 0 if bound is None else bound.queued_bytes
+
+    def bridge_status(self) -> list[BridgeStatus]:
+        """Each bridge's snapshot for the admin API and the dashboard (``broker.ext.BridgeSource``;
+        uplink._status). O(bridges)."""
+        return [
+            status(b, self._queued(b.config.local_client_id), self._bound(b.config.local_client_id))
+            for b in self.bridges.values()
+        ]
+
+    async def reconnect_bridge(self, name: str) -> bool:
+        """Drop the bridge ``name``'s connections and connect again now (False: no such bridge)."""
+        bridge = self.bridges.get(name)
+        if bridge is None:
+            return False
+        if name in self._reconnecting or self._closing:  # one restart at a time; none at shutdown
+            return True
+        self._reconnecting.add(name)
+        try:
+            await bridge.reconnect()
+        finally:
+            self._reconnecting.discard(name)
+        return True
 
     def sys_values(self) -> dict[str, str]:
         """``$SYS/uplink/<name>/{connected,remote,queued,queued_bytes,sent,received,filtered,

@@ -27,6 +27,9 @@ class UplinkPlugin:
     #: :func:`uplink._config.parse_bridges` when ``serve`` starts
     serve_options: Mapping[str, Option] = {}
     serve_keys: frozenset[str] = frozenset()
+    #: the top-level tables of ``--config`` this plugin reads (``siftmq serve`` warns about
+    #: any other table nobody reads)
+    config_tables: frozenset[str] = frozenset({"bridges"})
 
     def add_commands(self, subparsers: Subparsers) -> None:
         del subparsers
