@@ -30,12 +30,12 @@ __all__ = ["import_asyncio_without_ssl"]
 
 
 class _Relink:
-    """The loader of ``ssl`` wrapped: after the module is executed, it is handed to the
-    modules that hid it (``waiting``)."""
+    """The loader of ``ssl`` wrapped: once the module is executed, it is handed to the modules
+    that hid it (``finder.waiting``) and the finder leaves ``sys.meta_path``."""
 
-    def __init__(self, loader: Any, waiting: list[ModuleType]) -> None:
+    def __init__(self, loader: Any, finder: _SslFinder) -> None:
         self.loader = loader
-        self.waiting = waiting
+        self.finder = finder
 
     def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         module: ModuleType | None = self.loader.create_module(spec)
@@ -43,17 +43,20 @@ class _Relink:
 
     def exec_module(self, module: ModuleType) -> None:
         self.loader.exec_module(module)
-        for waiter in self.waiting:
+        for waiter in self.finder.waiting:
             if vars(waiter).get("ssl", 0) is None:
                 waiter.ssl = module  # type: ignore[attr-defined]
         proto = sys.modules.get("asyncio.sslproto")
         if proto is not None and not hasattr(proto, "SSLAgainErrors"):  # `if ssl is not None:` at import
             proto.SSLAgainErrors = (module.SSLWantReadError, module.SSLSyscallError)  # type: ignore[attr-defined]
+        if self.finder in sys.meta_path:  # done: ssl is imported for good
+            sys.meta_path.remove(self.finder)
 
 
 class _SslFinder:
     """First on ``sys.meta_path`` until ``ssl`` is imported: finds it with the other finders
-    and wraps its loader in :class:`_Relink`."""
+    and wraps its loader in :class:`_Relink` (also for ``importlib.util.find_spec("ssl")``,
+    which loads nothing: the finder stays until a spec of it is executed)."""
 
     def __init__(self, waiting: list[ModuleType]) -> None:
         self.waiting = waiting
@@ -63,12 +66,11 @@ class _SslFinder:
     ) -> ModuleSpec | None:
         if name != "ssl":
             return None
-        sys.meta_path.remove(self)  # once: ssl is being imported for real
         for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
+            find = None if finder is self else getattr(finder, "find_spec", None)
             spec: ModuleSpec | None = None if find is None else find(name, path, target)
             if spec is not None and spec.loader is not None:
-                spec.loader = _Relink(spec.loader, self.waiting)  # type: ignore[assignment]
+                spec.loader = _Relink(spec.loader, self)  # type: ignore[assignment]
                 return spec
         return None
 

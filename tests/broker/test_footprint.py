@@ -319,7 +319,8 @@ def test_tls_listener_on_uvloop(tmp_path: Path) -> None:
 
 def test_ssl_hook_links_asyncio_at_the_first_import() -> None:
     """broker._sslhook alone: asyncio imported without ssl, then ``import ssl`` by anyone gives
-    asyncio's modules the module (and sslproto's SSLAgainErrors); the finder is gone after."""
+    asyncio's modules the module (and sslproto's SSLAgainErrors), also after a ``find_spec``
+    that loaded nothing; the finder is gone after."""
     code = (
         "import sys\n"
         "from broker._sslhook import import_asyncio_without_ssl\n"
@@ -327,6 +328,8 @@ def test_ssl_hook_links_asyncio_at_the_first_import() -> None:
         "import asyncio, asyncio.sslproto as sp, asyncio.base_events as be, asyncio.selector_events as se\n"
         "assert 'ssl' not in sys.modules and sp.ssl is None and be.ssl is None\n"
         "assert not hasattr(sp, 'SSLAgainErrors')\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('ssl') is not None and 'ssl' not in sys.modules\n"
         "import ssl\n"
         "assert sp.ssl is ssl and be.ssl is ssl and se.ssl is ssl\n"
         "assert sp.SSLAgainErrors == (ssl.SSLWantReadError, ssl.SSLSyscallError)\n"
