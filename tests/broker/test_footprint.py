@@ -21,6 +21,7 @@ and check that TLS still works once ``ssl`` comes late, on both event loops.
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -367,3 +368,22 @@ def test_cluster_and_bridge_names_load_at_first_use() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+def test_plugin_entry_points_inside_a_zip_on_sys_path(tmp_path: Path) -> None:
+    """A distribution in a zip file on ``sys.path`` (importlib.metadata reads inside zips; the
+    scan does not): the scan asks importlib.metadata, and the zip's plugin is found."""
+    import zipfile
+
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped_plugin-1.0.dist-info/METADATA", "Name: zipped-plugin\nVersion: 1.0\n")
+        z.writestr("zipped_plugin-1.0.dist-info/entry_points.txt", f"[{GROUP}]\nzipped = zmod:PLUGIN\n")
+    code = (
+        "import sys\n"
+        "from broker.plugins import GROUP, entry_point_values\n"
+        "print(dict(entry_point_values(GROUP))['zipped'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(archive)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+    assert out.returncode == 0 and out.stdout == "zmod:PLUGIN\n", out.stderr
