@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NOSSL = "from broker._sslhook import import_asyncio_without_ssl as f; f()"
+# asyncio without ssl, as broker/_sslhook.py imports it (without importing the broker package)
+NOSSL = "import sys; sys.modules['ssl'] = None; import asyncio; del sys.modules['ssl']"
 
 
 def statm_mb() -> float:
