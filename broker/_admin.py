@@ -65,7 +65,7 @@ from broker._acl import AccessList, AclError
 from broker._admin_bridges import BridgeSource, BridgeStatus, find_bridge, list_bridges
 from broker._bans_file import enforce_ban, load_bans, save_ban
 from broker._files import write_private
-from broker._logging import fields
+from broker._logging import bounded, fields, shown
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
 from broker.core import COMPOSITE_PREFIX, Ban, BanKind, Message, canonical, peer_address
@@ -470,10 +470,10 @@ class Admin:
         _save_bans(self.broker, ban, False)
         kicked = enforce_ban(self.broker, ban, now)
         log.warning(
-            "ban %s %r added by %s; %d clients disconnected",
+            "ban %s %s added by %s; %d clients disconnected",
             kind.value,
-            value,
-            user or "local",
+            shown(value),
+            bounded(user or "local"),
             len(kicked),
             extra=fields("admin.ban", reason=f"{kind.value} {value}"),
         )

@@ -49,8 +49,9 @@ class BridgeStatus:
     #: ``in`` messages the local broker acknowledged
     received: int
     #: messages that did not cross, by reason (``filtered``: a rule's content filter;
-    #: ``queue_bound``: the bridge's own queue bound; ``undeliverable``: bigger than the remote's
-    #: Maximum Packet Size, no rule, or refused by the destination with a reason code)
+    #: ``queue_bound``: the bridge's own queue bound; ``too_large``: bigger than the remote's
+    #: Maximum Packet Size; ``no_rule``: no rule matches the topic; ``refused``: refused by the
+    #: destination with a reason code)
     dropped: Mapping[str, int] = field(default_factory=dict)
     #: connection attempts, and failed or lost connections by reason (``unreachable``,
     #: ``refused``, ``tls``, ``timeout``, ``subscribe``, ``lost``)

@@ -69,6 +69,7 @@ from broker._admin import Admin
 from broker._admin_bridges import list_bridges
 from broker._extras import Extra, MissingExtra, require
 from broker._history import History
+from broker._logging import bounded
 from broker.auth import FileAuth
 from broker.net import HttpServer, Request, Response
 from broker.packets import ReasonCode
@@ -504,7 +505,7 @@ class Dashboard:
         who = user or "local"
         conn.disconnect(ReasonCode.ADMINISTRATIVE_ACTION, f"disconnected by dashboard user {who}")
         self.core.flush()
-        log.info("client %s disconnected by dashboard user %s", cid, who)
+        log.info("client %s disconnected by dashboard user %s", bounded(cid), bounded(who))
         return _json(200, {"kicked": cid})
 
     def _same_origin(self, req: Request, user: str | None) -> Response | None:

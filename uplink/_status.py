@@ -46,7 +46,10 @@ def status(bridge: Bridge, queued: int, bound: QueueBound | None) -> BridgeStatu
         dropped={
             "filtered": st.filtered,
             "queue_bound": 0 if bound is None else bound.dropped,
-            "undeliverable": st.dropped,
+            # the bridge's undeliverable messages by reason (their sum is BridgeState.dropped)
+            "too_large": st.too_large,
+            "no_rule": st.no_rule,
+            "refused": st.refused,
         },
         connects=st.connects,
         failures=dict(st.failures),

@@ -268,7 +268,7 @@ async function loadBridges() {
     el("td", {}, fmt(b.queued.messages) + (b.queued.bytes === null ? "" : ` (${fmt(b.queued.bytes)} B)`)),
     el("td", {}, fmt(b.sent)),
     el("td", {}, fmt(b.received)),
-    el("td", { title: "filtered: a rule's content filter; queue_bound: the bridge's queue bound; undeliverable: too large, no rule, refused by the destination" }, counts(b.dropped)),
+    el("td", { title: "filtered: a rule's content filter; queue_bound: the bridge's queue bound; too_large: bigger than the remote's maximum packet size; no_rule: no rule matches; refused: refused by the destination" }, counts(b.dropped)),
     el("td", {}, fmt(b.reconnects)),
     el("td", {}, counts(b.failures)),
     el("td", { class: b.last_error ? "error" : "", title: b.last_error ? since(b.last_error.at) : "" }, b.last_error ? b.last_error.text : ""),

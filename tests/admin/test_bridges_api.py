@@ -118,7 +118,7 @@ async def test_the_admin_api_shows_each_bridges_state(edge: tuple[Broker, Broker
     assert c["connected"] is True and c["protocol"] == "5"
     assert c["remote"] == c["remotes"][0] == f"mqtt://127.0.0.1:{central.port}"
     assert (c["sent"], c["received"], c["reconnects"]) == (2, 0, 0)
-    assert c["dropped"] == {"filtered": 1, "queue_bound": 0, "undeliverable": 0}
+    assert c["dropped"] == {"filtered": 1, "queue_bound": 0, "too_large": 0, "no_rule": 0, "refused": 0}
     assert c["dropped_total"] == 1
     assert c["queued"] == {"messages": 0, "bytes": None}  # no bound of its own: bytes not counted
     assert c["last_error"] is None and c["connects"] == 1 and c["failures"] == {}
