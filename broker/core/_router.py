@@ -29,9 +29,10 @@ plans), for a topic with a plan, a topic without one and a message a peer forwar
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 import content
 import topics
@@ -252,6 +253,16 @@ class _CachingIndex(topics.SubscriptionIndex[SubOptions]):
         outcome = super().unsubscribe(client_id, topic_filter)
         self._invalidate(topic_filter)
         return outcome
+
+    def replay(self, client_id: str, entries: Iterable[Any]) -> int:
+        """A saved list (a store's restore, before clients connect: the cache is empty
+        then); whatever was cached is dropped once, O(1) when nothing was."""
+        try:
+            return super().replay(client_id, entries)
+        finally:
+            if self._cache:
+                self._cache.clear()
+                self.generation += 1
 
     def remove_client(self, client_id: str) -> int:
         for entry in self.entries(client_id) if self._groups.kept() else ():
