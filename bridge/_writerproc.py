@@ -18,7 +18,9 @@ composite events, or one record kind), built by the broker's writer thread
 written to the socket from their own buffers (no copy, no Python object per value); strings
 are the batch's distinct values (a few hundred, not one per row); subscription changes and
 the other rare records are pickled as they are.  Frames are
-``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``.
+``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``: one
+``sendmsg`` per frame on a blocking socket, read by the child into a buffer it keeps
+(the framing section below says why).
 
 **Nothing acknowledged is lost.**  The broker counts records as written (``stats().written``)
 and releases their buffer space only when the child answers that every file of the job is
