@@ -65,6 +65,17 @@ CPU 0, the workers and the publisher to CPU 1 (``--no-pin`` to leave them free).
 
 ``--probe`` times only the broker's routing decision in this process (``Router.route``
 against ``engine.match``, same subscriptions, no sockets): where the broker's time goes.
+``--probe-core`` times the whole sans-IO core per message in this process (routing, every
+delivery encoded and queued, one write per receiving connection into a transport that only
+counts) and the teardown of every connection (its session ended, its selectors released).
+``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
+for the compiled code's C frames, or ``perf``).
+
+``broker_cpu_s`` counts the broker's CPU from the first stream message until the workers'
+results arrive; they send them after their DISCONNECTs, so it also holds whatever part of the
+10,000 sessions' teardown the broker did by then (timing-dependent).  ``broker_stream_cpu_s``
+stops when every worker holds its deliveries, before the DISCONNECTs (JSON only; the tables
+keep ``broker_cpu_s``).
 
 Results: docs/performance-content.md, "Fleet scale: content routing vs client-side filtering".
 """
