@@ -29,9 +29,9 @@ import content
 from broker._config import BrokerConfig
 from broker.core._connection import Callbacks, Connection
 from broker.core._core import Core
-from broker.core._message import Message, SubOptions
 from broker.core._router import Router
 from broker.packets import NO_PROPERTIES, Connect, Properties, Subscribe, SubscriptionRequest
+from broker.values import Message, SubOptions
 
 
 def run(engine: str, subscribers: int, messages: int) -> tuple[float, int]:

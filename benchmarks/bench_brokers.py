@@ -98,13 +98,7 @@ class RunningBroker:
         """CPU seconds of the broker and of its live child processes (siftmq's bridge writes from
         a child by default, issue 42: its CPU is the broker's)."""
         t = self.ps.cpu_times()
-        total = float(t.user + t.system)
-        with contextlib.suppress(psutil.Error):
-            for child in self.ps.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    c = child.cpu_times()
-                    total += float(c.user + c.system)
-        return total
+        return float(t.user + t.system) + self.children_cpu()
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -821,9 +821,9 @@ def probe(engine: str, filters: int, connections: int, messages: int = 60) -> di
     import statistics
 
     import content
-    from broker.core._message import Message
     from broker.core._router import Router
     from broker.packets import SubscriptionRequest
+    from broker.values import Message
 
     router = Router(engine=engine)
     for c in range(connections):

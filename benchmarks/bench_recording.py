@@ -47,9 +47,9 @@ def _imports(root: Path) -> dict[str, Any]:
     from broker.core._connection import Connection
     from broker.core._core import Core
     from broker.core._deliverylog import DeliveryLog
-    from broker.core._message import Message
     from broker.hooks import Hooks
     from broker.packets import Connect, Properties, Puback, Publish, Subscribe, SubscriptionRequest
+    from broker.values import Message
 
     return {
         "pq": pq,

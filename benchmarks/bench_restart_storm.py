@@ -335,8 +335,8 @@ def tick_only(sizes: list[int]) -> None:
 def _populate(path: Path, n: int, subs: int, queued: int) -> None:
     """``n`` disconnected sessions written through the store's own API (the rows the broker
     writes): ``subs`` subscriptions each, ``queued`` QoS 1 messages for every tenth."""
-    from broker.core._message import SubOptions
     from broker.store import EntryRecord, MessageRecord, MessageState, OutgoingRecord, SessionRecord, Store
+    from broker.values import SubOptions
 
     wall = time.time()
     with Store(path, synchronous="NORMAL") as st:

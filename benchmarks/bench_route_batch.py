@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen._scenarios import _CF_GROUPS, _CF_PER_GROUP, _CF_TOPICS
 
 import content
-from broker.core._message import Message, SubOptions
 from broker.core._router import Router
+from broker.values import Message, SubOptions
 
 BATCHES = (8, 16, 32, 128)
 

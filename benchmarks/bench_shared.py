@@ -2,7 +2,7 @@
 another source tree (by default ``main``, exported with ``git archive``), in the same run.
 
     .venv/bin/python benchmarks/bench_shared.py [--peer-ref main | --peer-src DIR] \
-        [--messages 100000] [--rounds 5]
+        [--messages 100000] [--rounds 5] [--path plan|direct|peer] [--strategies round_robin,...]
 
 ``--peer-src /work/main`` compares with a tree as it is (compiled if it was built: then build
 this tree too, ``make build``, so that both sides run compiled code).
@@ -13,6 +13,11 @@ prints the median ns per message over ``--rounds`` rounds, each round measuring 
 round robin and then every strategy of this tree, each in a fresh process (so both sides run
 the same way: pure Python unless the tree was built with ``make build``).  The ratio is this
 tree's time over the peer's round robin for the same group size.
+
+``--path direct``: every message on a topic of its own (``jobs/<i>``), so none has a routing
+plan (``Router._route_direct``); ``--path peer``: every message as another cluster node's
+forward for the group (``Router.route_peer``).  Both built the group's members once per message
+before the groups were kept (``broker.core._shared.Groups``).
 """
 
 from __future__ import annotations
@@ -31,12 +36,12 @@ SIZES = (2, 16, 256)
 STRATEGIES = ("round_robin", "random", "sticky", "hash_clientid", "hash_topic", "local")
 
 
-def child(src: str, strategy: str, members: int, messages: int) -> None:
+def child(src: str, strategy: str, members: int, messages: int, path: str) -> None:
     sys.path.insert(0, src)
     import broker.core._router
-    from broker.core._message import Message
     from broker.core._router import Router
     from broker.packets import SubscriptionRequest
+    from broker.values import Message
 
     origin = broker.core._router.__file__
     assert origin is not None and origin.startswith(src), (origin, src)  # the tree asked for
@@ -50,8 +55,15 @@ def child(src: str, strategy: str, members: int, messages: int) -> None:
     for i in range(members):
         ok = router.subscribe(f"m{i}", {}, SubscriptionRequest("$share/g/jobs/#", 1), None, None)
         assert ok.ok
-    msgs = [Message("jobs/1", b"x", 1, False, publisher_id=f"p{i % 7}") for i in range(messages)]
+    topic = (lambda i: f"jobs/{i}") if path == "direct" else (lambda i: "jobs/1")
+    msgs = [Message(topic(i), b"x", 1, False, publisher_id=f"p{i % 7}") for i in range(messages)]
     route = router.route
+    if path == "peer":
+        groups = {("g", "jobs/#")}
+
+        def route(m: Message) -> object:
+            return router.route_peer(m, False, groups)
+
     for m in msgs[:1000]:  # the plan is built on the second miss
         route(m)
     t0 = time.perf_counter_ns()
@@ -61,9 +73,9 @@ def child(src: str, strategy: str, members: int, messages: int) -> None:
     print(elapsed / messages)
 
 
-def run(src: Path, strategy: str, members: int, messages: int) -> float:
+def run(src: Path, strategy: str, members: int, messages: int, path: str) -> float:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", str(src), strategy, str(members), str(messages)],
+        [sys.executable, __file__, "--child", str(src), strategy, str(members), str(messages), path],
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},  # the peer tree is only read
         check=True,
         capture_output=True,
@@ -78,12 +90,16 @@ def main() -> None:
     ap.add_argument("--peer-src", type=Path, help="an existing tree (a built main) instead")
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--child", nargs=4, metavar=("SRC", "STRATEGY", "MEMBERS", "MESSAGES"))
+    ap.add_argument("--path", choices=("plan", "direct", "peer"), default="plan")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated")
+    ap.add_argument("--child", nargs=5, metavar=("SRC", "STRATEGY", "MEMBERS", "MESSAGES", "PATH"))
     args = ap.parse_args()
     if args.child:
-        src, strategy, members, messages = args.child
-        child(src, strategy, int(members), int(messages))
+        src, strategy, members, messages, path = args.child
+        child(src, strategy, int(members), int(messages), path)
         return
+    strategies = [s for s in args.strategies.split(",") if s]
+    assert all(s in STRATEGIES for s in strategies), strategies
     with tempfile.TemporaryDirectory() as tmp:
         if args.peer_src is not None:
             peer = args.peer_src.resolve()
@@ -96,12 +112,14 @@ def main() -> None:
         times: dict[tuple[str, int], list[float]] = {}
         for _ in range(args.rounds):
             for n in SIZES:
-                times.setdefault(("peer", n), []).append(run(peer, "peer", n, args.messages))
-                for s in STRATEGIES:
-                    times.setdefault((s, n), []).append(run(ROOT, s, n, args.messages))
-    print(f"ns per routed message, median of {args.rounds} rounds ({args.messages} messages each)")
+                times.setdefault(("peer", n), []).append(run(peer, "peer", n, args.messages, args.path))
+                for s in strategies:
+                    times.setdefault((s, n), []).append(run(ROOT, s, n, args.messages, args.path))
+    print(
+        f"ns per routed message ({args.path}), median of {args.rounds} rounds ({args.messages} messages each)"
+    )
     print(f"{'strategy':<16}" + "".join(f"{n:>10} members   ratio" for n in SIZES))
-    for s in ("peer", *STRATEGIES):
+    for s in ("peer", *strategies):
         name = str(args.peer_src or args.peer_ref) + " (rr)" if s == "peer" else s
         row = f"{name:<16}"
         for n in SIZES:

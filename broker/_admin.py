@@ -26,6 +26,10 @@ What each area does to the broker:
   without delivering anything (in a cluster, where each node keeps its own register, an
   empty retained message is published instead, so every node forgets it).
 * **publish** -- ``Broker.publish`` (no publisher client id).
+* **bridges** -- the outbound bridges of hooks that run them (``broker._admin_bridges``: the
+  ``uplink`` plugin's ``Uplink`` is a ``BridgeSource``; the broker imports nothing of it):
+  one snapshot per bridge per request; reconnect closes both of a bridge's connections and
+  connects again at once (what was not acknowledged is sent again, as after any drop).
 * **bans** -- ``core.bans`` (``broker/core/_bans.py``), stored in the store's ``bans``
   table (without a store: the JSON file ``BrokerConfig.bans_file``, else memory only);
   matching connected clients are disconnected
@@ -36,7 +40,9 @@ What each area does to the broker:
   :class:`broker.auth.FileAuth` are rewritten (``PasswordFile.save``; the ACL file edited
   line by line and parsed before it is written, atomically, mode 0600), then
   ``FileAuth.reload()``: effective for the next CONNECT and, for ACLs, the next message.
-  Deleting a user disconnects its clients.
+  Deleting a user disconnects its clients; deleting the user the caller is logged in as, or
+  the last dashboard admin of the password file, is refused (409): the API cannot be locked
+  out.
 """
 
 from __future__ import annotations
@@ -56,9 +62,10 @@ import topics
 from broker import _admin_routes as routes
 from broker import _dashboard_data as data
 from broker._acl import AccessList, AclError
+from broker._admin_bridges import BridgeSource, BridgeStatus, find_bridge, list_bridges
 from broker._bans_file import enforce_ban, load_bans, save_ban
 from broker._files import write_private
-from broker._logging import fields
+from broker._logging import bounded, fields, shown
 from broker._passwd import PasswordFile, PasswordFileError
 from broker.auth import FileAuth
 from broker.core import COMPOSITE_PREFIX, Ban, BanKind, Message, canonical, peer_address
@@ -160,7 +167,8 @@ class Admin:
                     return error(400, "bad JSON", str(exc))
                 body = routes.parse_body(ep, raw)
             if tail is not None:
-                query["client_id"] = tail
+                assert ep.tail is not None
+                query[ep.tail] = tail
             handler = getattr(self, "h_" + ep.handler)
             result: Response = await handler(query, body, user, csrf)
         except routes.BadInput as exc:
@@ -462,10 +470,10 @@ class Admin:
         _save_bans(self.broker, ban, False)
         kicked = enforce_ban(self.broker, ban, now)
         log.warning(
-            "ban %s %r added by %s; %d clients disconnected",
+            "ban %s %s added by %s; %d clients disconnected",
             kind.value,
-            value,
-            user or "local",
+            shown(value),
+            bounded(user or "local"),
             len(kicked),
             extra=fields("admin.ban", reason=f"{kind.value} {value}"),
         )
@@ -533,7 +541,27 @@ class Admin:
 
     async def h_user_delete(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
         name = q["username"]
-        if not await self._rewrite_passwords(lambda pf: pf.delete(name)):
+        admins = set(self.broker.config.dashboard_admins)
+
+        def change(pf: PasswordFile) -> bool:
+            # checked on the file as it is now (under the files' lock): nobody can lock the
+            # API out, neither by deleting the account they are logged in with nor the last
+            # admin that can log in (409; the file is not rewritten)
+            if name in pf and name == user:
+                raise Refused(
+                    409,
+                    f"you cannot delete the user you are logged in as ({name[:100]!r}): "
+                    "another dashboard admin can",
+                )
+            if name in pf and name in admins and not (admins & set(pf.entries)) - {name}:
+                raise Refused(
+                    409,
+                    f"{name[:100]!r} is the last dashboard admin of the password file: deleting it "
+                    "would lock everyone out of the API (add another admin first)",
+                )
+            return pf.delete(name)
+
+        if not await self._rewrite_passwords(change):
             raise Refused(404, f"no user {name[:100]!r}")
         kicked = []
         for s in list(self.core.sessions.values()):
@@ -542,6 +570,27 @@ class Admin:
                 kicked.append(s.client_id)
         self.core.flush()
         return _json({"removed": name, "disconnected": kicked[: data.MAX_LIMIT]})
+
+    # ------------------------------------------------------------ bridges
+    async def h_bridges(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        return _json({"bridges": [s.to_json() for s in list_bridges(self.broker)]})
+
+    def _bridge(self, name: str) -> tuple[BridgeSource, BridgeStatus]:
+        found = find_bridge(self.broker, name)
+        if found is None:
+            known = [s.name for s in list_bridges(self.broker)]
+            raise Refused(404, f"no bridge {name[:100]!r}", {"bridges": known[: data.MAX_LIMIT]})
+        return found
+
+    async def h_bridge(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        return _json(self._bridge(q["name"])[1].to_json())
+
+    async def h_bridge_reconnect(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:
+        name = q["name"]
+        source, _ = self._bridge(name)
+        if not await source.reconnect_bridge(name):
+            raise Refused(404, f"no bridge {name[:100]!r}")
+        return _json({"reconnecting": name})
 
     # ------------------------------------------------------------ acl
     async def h_acl(self, q: Args, b: Args, user: str | None, csrf: str) -> Response:

@@ -47,8 +47,9 @@ class Param:
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One endpoint: ``path`` may end with one ``{name}`` segment that takes the rest of the
-    path (percent-decoded, so it may hold ``/``)."""
+    """One endpoint: ``path`` may hold one ``{name}`` parameter that takes the rest of the
+    path (percent-decoded, so it may hold ``/``) up to a fixed ``suffix`` after it
+    (``/bridges/{name}/reconnect``)."""
 
     method: str
     path: str
@@ -60,11 +61,14 @@ class Endpoint:
     ok: int = 200
     prefix: str = field(init=False)
     tail: str | None = field(init=False)
+    suffix: str = field(init=False)
 
     def __post_init__(self) -> None:
         head, brace, rest = self.path.partition("{")
+        name, _, suffix = rest.partition("}")
         object.__setattr__(self, "prefix", head if brace else self.path)
-        object.__setattr__(self, "tail", rest.rstrip("}") if brace else None)
+        object.__setattr__(self, "tail", name if brace else None)
+        object.__setattr__(self, "suffix", suffix)
 
     @property
     def changes(self) -> bool:
@@ -82,6 +86,7 @@ _PAGE = (
     Param("page", {"type": "integer", "minimum": 1}, "page number (1-based), instead of after"),
 )
 _CLIENT_ID = Param("client_id", _STR, "client id", required=True, where="path")
+_NAME = Param("name", _STR, "the bridge's name", required=True, where="path")
 _PROPERTIES = _obj(
     (),
     content_type=_STR,
@@ -238,6 +243,30 @@ ROUTES: tuple[Endpoint, ...] = (
         (Param("username", _STR, required=True),),
         tag="users",
     ),
+    Endpoint(
+        "GET",
+        PREFIX + "/bridges",
+        "bridges",
+        "the outbound bridges (docs/bridging-out.md): connected, remote, queued, sent, received, "
+        "dropped by reason, reconnects, last error, sorted by name",
+        tag="bridges",
+    ),
+    Endpoint(
+        "GET",
+        PREFIX + "/bridges/{name}",
+        "bridge",
+        "one outbound bridge",
+        (_NAME,),
+        tag="bridges",
+    ),
+    Endpoint(
+        "POST",
+        PREFIX + "/bridges/{name}/reconnect",
+        "bridge_reconnect",
+        "close a bridge's connections and connect again now (no back-off wait; nothing is lost)",
+        (_NAME,),
+        tag="bridges",
+    ),
     Endpoint("GET", PREFIX + "/acl", "acl", "the rules of the ACL file", tag="acl"),
     Endpoint(
         "POST",
@@ -270,13 +299,14 @@ def find(method: str, path: str) -> tuple[Endpoint | None, str | None, bool]:
         if ep.tail is None:
             hit = path == ep.prefix
         else:
-            hit = path.startswith(ep.prefix) and len(path) > len(ep.prefix)
+            end = len(path) - len(ep.suffix)
+            hit = path.startswith(ep.prefix) and path.endswith(ep.suffix) and end > len(ep.prefix)
             if hit and any(o.tail is None and o.path == path for o in ROUTES):
                 hit = False  # a fixed path (/clients/kick) wins over /clients/{client_id}
         if not hit:
             continue
         if ep.method == method or (method == "HEAD" and ep.method == "GET"):
-            return ep, None if ep.tail is None else path[len(ep.prefix) :], False
+            return ep, None if ep.tail is None else path[len(ep.prefix) : len(path) - len(ep.suffix)], False
         other = True
     return None, None, other
 

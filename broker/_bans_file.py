@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from broker._files import private_dir, write_private
+from broker._logging import cut
 from broker.core import Ban, BanKind, canonical
 from broker.packets import ReasonCode
 
@@ -54,7 +55,7 @@ async def load_bans(broker: Broker) -> None:
                 Ban(BanKind(kind), canonical(BanKind(kind), value), expires_at, reason, created_at)
             )
         except (TypeError, ValueError) as exc:
-            log.error("bad ban %r ignored: %s", row, exc)
+            log.error("bad ban %s ignored: %s", cut(repr(row)), cut(str(exc)))
 
 
 def save_ban(broker: Broker, changed: Ban, gone: bool) -> None:

@@ -341,13 +341,62 @@ def serve_schema(plugins: list[Plugin]) -> dict[str, Option]:
     return schema
 
 
+#: the top-level tables of the configuration file the broker reads itself (plugins add theirs:
+#: ``config_tables``, e.g. uplink's ``bridges``)
+CONFIG_TABLES = frozenset({"broker", "serve", "listeners", "quotas"})
+
+
+def config_tables(plugins: list[Plugin]) -> frozenset[str]:
+    """The top-level tables someone reads: :data:`CONFIG_TABLES` and each plugin's
+    ``config_tables`` (an optional attribute: the tables it reads from ``--config`` itself)."""
+    tables = set(CONFIG_TABLES)
+    for plugin in plugins:
+        tables |= set(getattr(plugin, "config_tables", ()))
+    return frozenset(tables)
+
+
+def unknown_tables(data: Mapping[str, Any], plugins: list[Plugin]) -> list[str]:
+    """The top-level tables (``[x]``, ``[[x]]``) of a parsed configuration file that nobody
+    reads: a misspelt ``[brokr]`` or ``[[bridge]]`` would otherwise be ignored in silence.
+    Without a ``[broker]`` table, a table named like a ``[broker]`` option is that option
+    (``shared_subscription_group_strategy``). O(top-level keys)."""
+    from broker._config import BrokerConfig
+
+    known = config_tables(plugins)
+    fields = set() if "broker" in data else {f.name for f in dataclasses.fields(BrokerConfig)}
+    out = []
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        if _is_table(value) and name not in known and name not in fields:
+            out.append(key)
+    return out
+
+
+def _is_table(value: object) -> bool:
+    """A TOML table (``[x]``) or array of tables (``[[x]]``)."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    )
+
+
 def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[str, Any]]:
     """The ``[broker]`` options and the ``[serve]`` table of ``path``, both checked against
-    the schema (ValueError: one line naming the file, the key, the value, what is expected)."""
+    the schema (ValueError: one line naming the file, the key, the value, what is expected).
+    A top-level table nobody reads is a warning, once per table (:func:`unknown_tables`); so
+    is a top-level key next to a ``[broker]`` table (``[broker]`` is read, not the top level)."""
     from broker._config import check_table, config_from_toml, read_toml
 
     data = read_toml(path)
     cfg = config_from_toml(data, path)
+    unknown = unknown_tables(data, plugins)
+    if unknown:
+        known = ", ".join(f"[{t}]" for t in sorted(config_tables(plugins)))
+        for key in unknown:
+            log.warning("%s: unknown table [%s] ignored (the tables read are %s)", path, key, known)
+    if "broker" in data:  # then the keys before the first table are nobody's either
+        for key, value in data.items():
+            if not _is_table(value):
+                log.warning("%s: top-level key %r ignored: with a [broker] table, put it there", path, key)
     table = data.get("serve", {})
     if not isinstance(table, dict):
         raise ValueError(f"{path}: [serve] must be a table")
@@ -376,9 +425,15 @@ def _serve(args: argparse.Namespace) -> int:
     plugins: list[Plugin] = args.plugins
     serve_opts: dict[str, Any] = {}
     cfg = BrokerConfig()
+    held: HeldRecords = getattr(args, "held_records", None) or HeldRecords()
     try:
         if args.config is not None:
-            cfg, serve_opts = _load_config(args.config, plugins)
+            root = logging.getLogger()
+            root.addHandler(held)  # its warnings come out in the --log-format (replayed below)
+            try:
+                cfg, serve_opts = _load_config(args.config, plugins)
+            finally:
+                root.removeHandler(held)
         changes = _flag_changes(args)
         changes.update(_dashboard_options(args))
         data_dir = Path(args.data_dir or serve_opts.get("data_dir") or "siftmq-data")
@@ -406,7 +461,6 @@ def _serve(args: argparse.Namespace) -> int:
         _check_store(Path(cfg.store_path), data_dir if args.data_dir or "data_dir" in serve_opts else None)
     else:
         _check_directory(data_dir, "--data-dir")
-    held: HeldRecords = getattr(args, "held_records", None) or HeldRecords()
     hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level), held)
     configure_logging(str(level), LogFormat(str(log_format)))
     held.replay()  # the lines held while the command line was parsed and the plugins set up

@@ -10,9 +10,9 @@ by every local user in ``ps``, the environment and the prompt are not (mosquitto
 reasoning for its options file). Verbs map one to one onto ``/api/v1/`` calls
 (``broker._admin_routes.ROUTES``): ``clients list|show|kick``, ``subscriptions
 list|add|remove``, ``retained list|show|delete``, ``publish``, ``bans list|add|remove``,
-``users list|add|remove``, ``acl list|add|remove``. A state-changing call first reads the
-``X-CSRF-Token`` of ``GET /api/v1/session`` (the dashboard's CSRF rule) and sends it with a
-JSON body.
+``users list|add|remove``, ``bridges list|show|reconnect``, ``acl list|add|remove``. A
+state-changing call first reads the ``X-CSRF-Token`` of ``GET /api/v1/session`` (the
+dashboard's CSRF rule) and sends it with a JSON body.
 
 Output: the API's JSON answer, indented, on stdout. Errors are one line on stderr starting
 ``siftmq ctl:``: status 2 for a usage error, 1 for a call the broker refused (its JSON
@@ -208,6 +208,15 @@ def register(subparsers: Subparsers) -> argparse.ArgumentParser:  # noqa: PLR091
     c.add_argument("--password", dest="new_password", required=True, help="the user's password")
     users.add_parser("remove", help="delete a user").add_argument("name")
 
+    bridges = verbs.add_parser("bridges", help="list, show, reconnect outbound bridges").add_subparsers(
+        dest="verb", metavar="VERB", parser_class=_Parser
+    )
+    bridges.add_parser("list", help="every outbound bridge and its state")
+    bridges.add_parser("show", help="one bridge").add_argument("name")
+    bridges.add_parser("reconnect", help="drop a bridge's connections and connect again now").add_argument(
+        "name"
+    )
+
     acl = verbs.add_parser("acl", help="list, add, remove ACL rules").add_subparsers(
         dest="verb", metavar="VERB", parser_class=_Parser
     )
@@ -305,6 +314,12 @@ def dispatch(client: Client, args: argparse.Namespace) -> Any:  # noqa: C901, PL
             return client.call("POST", "/users", {"username": args.name, "password": args.new_password})
         case "users", "remove":
             return client.call("DELETE", "/users", query={"username": args.name})
+        case "bridges", "list":
+            return client.call("GET", "/bridges")
+        case "bridges", "show":
+            return client.call("GET", "/bridges/" + _quote(args.name))
+        case "bridges", "reconnect":
+            return client.call("POST", "/bridges/" + _quote(args.name) + "/reconnect")
         case "acl", "list":
             return client.call("GET", "/acl")
         case "acl", "add" | "remove":

@@ -9,8 +9,10 @@ its requests:
   prometheus-client is not installed. Not behind the dashboard's login (scrapers).
 * ``GET /`` (``/app.js``, ``/app.css``) -- the single-page dashboard, files shipped in the
   package (``broker/_static``), nothing fetched from elsewhere (the CSP says ``'self'``).
-* ``GET /api/session|overview|history|clients|clients/<id>|subscriptions|topics|cluster``
-  -- JSON (``broker._dashboard_data``); lists paginated (``offset``, ``limit`` <= 500, ``q``).
+* ``GET /api/session|overview|history|clients|clients/<id>|subscriptions|topics|cluster|bridges``
+  -- JSON (``broker._dashboard_data``; ``bridges``: the outbound bridges' snapshots of
+  ``broker._admin_bridges``, as ``GET /api/v1/bridges``); lists paginated (``offset``,
+  ``limit`` <= 500, ``q``).
 * ``GET /api/events`` -- server-sent events: first a ``history`` event (the server-side
   history and the live points), then one ``overview`` event per sample (``interval``
   seconds) with the rates of messages in and out, built once per sample for every watcher.
@@ -64,8 +66,10 @@ import orjson
 
 from broker import _dashboard_data as data
 from broker._admin import Admin
+from broker._admin_bridges import list_bridges
 from broker._extras import Extra, MissingExtra, require
 from broker._history import History
+from broker._logging import bounded
 from broker.auth import FileAuth
 from broker.net import HttpServer, Request, Response
 from broker.packets import ReasonCode
@@ -323,11 +327,10 @@ class Dashboard:
 
             from broker._metrics import registry_for
         except MissingExtra as exc:
-            return Response.text(501, str(exc))
+            return _error(501, str(exc))
         except ImportError:
-            return Response.text(
-                501, "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
-            )
+            why = "/metrics: prometheus-client cannot be imported: pip install 'siftmq[metrics]'"
+            return _error(501, why)
         return Response(200, generate_latest(registry_for(self.core, self.http)), CONTENT_TYPE_LATEST)
 
     async def _login(self, req: Request) -> tuple[Response | None, str | None]:
@@ -446,6 +449,8 @@ class Dashboard:
                 off, lim = data.page_bounds(q.get("offset"), q.get("limit"), 200)
                 prefix = q.get("prefix")
                 return _json(200, data.topic_level(core, prefix, off, lim, self.may_read(user)))
+            if path == "/api/bridges":  # outbound bridges (broker._admin_bridges): the admin API's rows
+                return _json(200, {"bridges": [st.to_json() for st in list_bridges(self.broker)]})
             if path == "/api/cluster":
                 providers = self.broker.dashboard_providers
                 if not providers:
@@ -500,7 +505,7 @@ class Dashboard:
         who = user or "local"
         conn.disconnect(ReasonCode.ADMINISTRATIVE_ACTION, f"disconnected by dashboard user {who}")
         self.core.flush()
-        log.info("client %s disconnected by dashboard user %s", cid, who)
+        log.info("client %s disconnected by dashboard user %s", bounded(cid), bounded(who))
         return _json(200, {"kicked": cid})
 
     def _same_origin(self, req: Request, user: str | None) -> Response | None:

@@ -19,6 +19,14 @@ the text format ignores them, so both formats say the same thing. Rate limiting 
 before a record exists (``Core.log_limit``: at most one line per kind every 10 s), so it is the
 same in both formats.
 
+Client input in a line (issue: a 64 KiB client id made a 64 KiB warning): a client id, user
+name, topic, filter, selector, or an answer of a remote service is never logged as it came.
+:func:`shown` is its ``repr`` cut to :data:`SHOWN` characters (with the full length said);
+:func:`bounded` keeps a short printable string as it is (``client c1: ...`` stays readable) and
+shows anything else through :func:`shown`, so a client id can neither be long nor carry a line
+break that forges another line.  :func:`fields` bounds the ``client_id`` and ``reason`` it is
+given the same way, and ``Core.log_limit`` bounds its client id and its text.  O(:data:`SHOWN`).
+
 The formatter is a plain :class:`logging.Formatter` over ``orjson`` (a dependency already):
 an application embedding :class:`broker.Broker` that wants these lines installs it on its own
 handler (``handler.setFormatter(JsonFormatter())``); the broker never configures logging by
@@ -39,14 +47,45 @@ import orjson
 __all__ = [
     "EVENTS",
     "FIELDS",
+    "SHOWN",
     "TEXT_FORMAT",
     "HeldRecords",
     "JsonFormatter",
     "LogFormat",
     "address",
+    "bounded",
     "configure",
     "fields",
+    "shown",
 ]
+
+#: characters of client input (a client id, a filter, a selector) echoed in a log line or a
+#: reason string
+SHOWN: Final = 100
+#: characters of a log text built around client input (an exception's message)
+TEXT_SHOWN: Final = 500
+
+
+def shown(text: str) -> str:
+    """``repr`` of client input, cut to :data:`SHOWN` characters: never echo unbounded input.
+    O(:data:`SHOWN`)."""
+    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
+
+
+def bounded(text: str | None) -> str | None:
+    """``text`` itself when it is at most :data:`SHOWN` printable characters (a client id as
+    clients name themselves), else :func:`shown` (cut, quoted, line breaks escaped); None stays
+    None. O(:data:`SHOWN`)."""
+    if text is None or (len(text) <= SHOWN and text.isprintable()):
+        return text
+    return shown(text)
+
+
+def cut(text: str, limit: int = TEXT_SHOWN) -> str:
+    """A log text that may carry client input (an exception's message) cut to ``limit``
+    characters, saying so. O(limit)."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
 
 #: the format of ``--log-format text`` (unchanged since the first release)
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -86,8 +125,14 @@ class LogFormat(Enum):
 def fields(
     event: str, client_id: str | None = None, address: str | None = None, reason: str | None = None
 ) -> dict[str, Any]:
-    """The ``extra=`` of a log call naming its event and what it knows. O(1)."""
-    return {"event": event, "client_id": client_id, "address": address, "reason": reason}
+    """The ``extra=`` of a log call naming its event and what it knows (the client id
+    :func:`bounded`, the reason :func:`cut`). O(:data:`TEXT_SHOWN`)."""
+    return {
+        "event": event,
+        "client_id": bounded(client_id),
+        "address": address,
+        "reason": None if reason is None else cut(reason),
+    }
 
 
 def address(peer: object) -> str | None:

@@ -16,12 +16,19 @@ What one reload reads again, all or nothing:
 * the limits of :data:`LIVE_FIELDS`, when a new :class:`~broker.BrokerConfig` is given
   (``siftmq serve`` reads its ``--config`` file again and applies the flags over it).  The
   other fields need a restart: a reload that finds them changed keeps the old values and
-  names them in its log line.
+  names them in its log line;
+* whatever a hook of a package above the broker reloads in two steps (:class:`Reloadable`,
+  found by its method ``prepare_reload``: the outbound bridges' ``uplink.Uplink`` reads the
+  ``[[bridges]]`` tables again, starts the new bridges, stops the removed ones and restarts the
+  changed ones).  ``prepare_reload`` reads and checks and changes nothing (a ``ValueError``
+  fails the whole reload); the :class:`PreparedReload` it returns is applied once everything
+  else is, and says what it changed.
 
-The order makes it atomic: TLS contexts are built first (nothing swapped), then the auth
-files are re-read (swapped by ``FileAuth.reload`` only when both parse; with several hooks a
-failure after the first would leave it swapped, so hooks are reloaded last of the checks),
-then the TLS contexts and the limits go in.  A failure keeps every old setting, logs ONE
+The order makes it atomic: TLS contexts are built first (nothing swapped), then the hooks'
+two-step reloads are prepared (nothing swapped), then the auth files are re-read (swapped by
+``FileAuth.reload`` only when both parse; with several hooks a failure after the first would
+leave it swapped, so hooks are reloaded last of the checks), then the TLS contexts, the limits
+and the prepared reloads go in.  A failure keeps every old setting, logs ONE
 error line naming the file and line (``reload: /etc/siftmq/acl.conf:7: ...``) and counts
 ``$SYS/broker/reloads/failed``; a success logs one info line of what changed and counts
 ``$SYS/broker/reloads/done`` (``/metrics``: ``siftmq_reloads_total{reason="done"|"failed"}``).
@@ -31,7 +38,8 @@ error line naming the file and line (``reload: /etc/siftmq/acl.conf:7: ...``) an
 sends that SIGHUP (``--pid PID``, ``--pid-file PATH`` or ``--data-dir DIR``).
 
 Cost: a reload is O(size of the files + listeners + config fields), on the event loop
-(the files are small); nothing is added to the PUBLISH path.
+(the files are small), plus what the prepared hooks do (a bridge stopped or started: its
+connections); nothing is added to the PUBLISH path.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from broker._files import private_dir, write_private
 from broker._logging import fields
@@ -57,7 +65,7 @@ from broker.authn import JwtAuth
 from broker.net import prepare_tls_reload
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from broker._broker import Broker
     from broker._config import BrokerConfig
@@ -65,8 +73,10 @@ if TYPE_CHECKING:
 __all__ = [
     "LIVE_FIELDS",
     "PID_FILE_NAME",
+    "PreparedReload",
     "ReloadCounters",
     "ReloadResult",
+    "Reloadable",
     "SighupReloads",
     "read_pid_file",
     "register",
@@ -110,6 +120,29 @@ PID_FILE_NAME = "siftmq.pid"
 
 # "PATH, line N: what" (broker._acl / broker._passwd errors) -> "PATH:N: what"
 _WHERE = re.compile(r"^(?P<path>.*?), line (?P<line>\d+): ")
+
+
+class PreparedReload(Protocol):
+    """What a :class:`Reloadable` hook read and checked, to apply (:meth:`apply`).  It may
+    also have a ``restart`` attribute: the items it found changed but cannot apply (named in
+    ``ReloadResult.restart`` and the log line)."""
+
+    async def apply(self) -> Sequence[str]:
+        """Put it in place; the human-readable items it changed (for the log line).  Runs
+        after everything else of the reload went in; it should not fail (it logs and goes on
+        rather than raise: the rest of the reload is in place already)."""
+        ...
+
+
+@runtime_checkable
+class Reloadable(Protocol):
+    """A hook reloaded in two steps (duck-typed: a package above the broker, e.g.
+    ``uplink.Uplink``, has the method without importing this module)."""
+
+    def prepare_reload(self) -> PreparedReload | None:
+        """Read and check what to reload, changing nothing: None when there is nothing to do;
+        raise ``ValueError`` (or ``OSError``) to fail the whole reload."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +262,8 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
             live, restart = _config_changes(broker.config, config)
             # what needs a restart keeps its running value (validated here, before any swap)
             final = dataclasses.replace(config, **{name: getattr(broker.config, name) for name in restart})
+        # the hooks' two-step reloads: read and checked now, applied last (nothing swapped yet)
+        prepared = [p for h in broker.hooks if isinstance(h, Reloadable) and (p := h.prepare_reload())]
         changed: list[str] = []
         for hook in broker.hooks:
             if isinstance(hook, FileAuth):
@@ -250,6 +285,9 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
     if final is not None:
         _apply_config(broker, final)
         changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
+    for plan in prepared:
+        changed += await plan.apply()
+        restart += getattr(plan, "restart", ())  # what the hook found changed but cannot apply
     counters.done += 1
     text = "; ".join(changed) or "nothing to read"
     if restart:

@@ -67,6 +67,7 @@ from urllib.parse import urlsplit
 
 from broker._acl import ClientRules, inner_filter
 from broker._extras import Extra, require
+from broker._logging import cut, shown
 from broker.auth import CheckPool
 from broker.hooks import AuthRequest, AuthUnavailable, AuthVerdict, Hooks
 
@@ -509,7 +510,9 @@ class HttpAuth(_HttpService):
                 raise ValueError(f"result {result!r}")
             return True, _grant(answer.get("is_superuser"), answer.get("acl"), r.username, r.client_id)
         except ValueError as exc:  # a broken answer: deny, and say so (rate-limited by level)
-            log.warning("auth service %s: bad answer for %r (%s): denied", self.url, r.client_id, exc)
+            log.warning(
+                "auth service %s: bad answer for %s (%s): denied", self.url, shown(r.client_id), cut(str(exc))
+            )
             return False, None
 
 
@@ -642,14 +645,24 @@ class HttpAuthz(_HttpService):
                 raise ValueError("not a JSON object")
             result = answer.get("result", "allow")
         except ValueError as exc:
-            log.warning("authorization service %s: bad answer for %r (%s): denied", self.url, client_id, exc)
+            log.warning(
+                "authorization service %s: bad answer for %s (%s): denied",
+                self.url,
+                shown(client_id),
+                cut(str(exc)),
+            )
             return False
         if result == "allow":
             return True
         if result == "ignore":
             return None
         if result != "deny":
-            log.warning("authorization service %s: bad result %r for %r: denied", self.url, result, client_id)
+            log.warning(
+                "authorization service %s: bad result %s for %s: denied",
+                self.url,
+                cut(repr(result)),
+                shown(client_id),
+            )
         return False
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:
@@ -850,7 +863,7 @@ class JwtAuth(_Grants):
         """Record the outcome on the loop: the client's grant, or the refusal (a reason)."""
         if isinstance(outcome, str):
             self.failures += 1
-            log.debug("JWT of %r refused: %s", request.client_id, outcome)
+            log.debug("JWT of %s refused: %s", shown(request.client_id), cut(outcome))
             self._denied(request.client_id)
             return False
         self._granted(request.client_id, outcome)

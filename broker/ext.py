@@ -26,7 +26,10 @@ broker's own types, not copies, re-exported from where they live:
   :func:`event_key`, :data:`ORIGIN_PROPERTY`, :func:`boot_tag`, :func:`split_origin`); the
   delivery log the bridge drains (:class:`DeliveryLog`, :class:`LogColumns`); the bans the
   cluster shares between nodes (:class:`Ban`, :class:`BanKind`, :func:`canonical`,
-  :func:`save_ban`, :func:`enforce_ban`).
+  :func:`save_ban`, :func:`enforce_ban`);
+* **reporting outbound bridges** (the uplink's state in the admin API, the dashboard and
+  ``siftmq ctl bridges``): :class:`BridgeSource`, the protocol a hook running bridges
+  implements, and :class:`BridgeStatus`, the snapshot of one bridge it returns.
 
 Every name is imported from its home module at its first use (PEP 562, as :mod:`broker`
 does): importing this module costs nothing, and ``from broker.ext import Option`` loads the
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING
 from broker._extras import Extra, MissingExtra, lazy_names, missing_module, require
 
 if TYPE_CHECKING:
+    from broker._admin_bridges import BridgeSource, BridgeStatus
     from broker._bans_file import enforce_ban, save_ban
     from broker._broker import Broker, LocalCompositeSubscription
     from broker._config import ConfigError, Kind, Listener, Option, flag_type, split_hostport
@@ -82,6 +86,8 @@ __all__ = [
     "Atom",
     "Ban",
     "BanKind",
+    "BridgeSource",
+    "BridgeStatus",
     "Broker",
     "ConfigError",
     "Core",
@@ -121,6 +127,8 @@ __all__ = [
 
 #: public name -> the module that defines it (imported at the name's first use)
 _LAZY = {
+    "BridgeSource": "broker._admin_bridges",
+    "BridgeStatus": "broker._admin_bridges",
     "QueueBound": "broker.core",
     "save_ban": "broker._bans_file",
     "enforce_ban": "broker._bans_file",

@@ -10,7 +10,9 @@ topics/content <- broker <- bridge). A package that wants a ``siftmq`` sub-comma
 
 and ``siftmq`` loads every registered plugin when it builds its parser (:func:`load_plugins`),
 the way pytest loads its plugins. A plugin that fails to load is reported by name and left
-out; the broker still serves.
+out; the broker still serves. A plugin that reads top-level tables of the ``siftmq serve
+--config`` file itself (uplink's ``[[bridges]]``) names them in an optional attribute
+``config_tables: frozenset[str]``: ``serve`` warns once about any other table nobody reads.
 """
 
 from __future__ import annotations

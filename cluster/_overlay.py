@@ -160,7 +160,7 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
         try:
             response = self._answer(opened, payload, addr)
         except Exception as exc:  # bad arguments from a member: no answer, the node goes on
-            log.debug("overlay request from %s: %r", addr, exc)
+            log.debug("overlay request from %s: %s", addr, repr(exc)[:200])  # may quote the request
             response = _NO_ANSWER
         if response is _NO_ANSWER:
             guard.refused[Refusal.MALFORMED] += 1

@@ -181,7 +181,7 @@ class Placement:
                     if t.merge(msg["rows"]):
                         self.reconcile()
             case other:
-                log.debug("cluster control: unknown message %r", other)
+                log.debug("cluster control: unknown message %s", repr(other)[:200])  # a peer's, bounded
 
     def _row_change(self, expression: str, src: str, add: bool) -> None:
         code = self._code(expression)

@@ -52,9 +52,13 @@ client and renumbered 0..n-1 when they reach 256 (for a client with more than 12
 when they reach twice its number of entries), so they are CPython's cached small ints, not a
 32-byte int object per record.
 
-Where the time goes (measured, ``benchmarks/bench_topics.py``): at 1M subscriptions ``match``
-is bound by memory latency, not by instructions: the same call on a topic whose records are in
-the CPU cache takes about a third of the time it takes on a random topic.  Each matched record
+Where the time goes (measured, ``benchmarks/bench_topics.py``; docs/performance-topics.md,
+"Where the match time goes"): at 1M subscriptions ``match`` is bound by memory latency, not by
+instructions: the same call on a topic whose records are in the CPU cache takes about a third
+of the time it takes on a random topic; the dict lookups alone are about half, and each
+matched subscription adds about 0.5 us.  The key of a wildcard shape is ``'/'.join`` of an
+``itemgetter`` over the levels (``str.format`` parsed its template at every call), and the
+negative entries are looked at only when the topic can hit one.  Each matched record
 and its client id string are read (Python's reference counts touch them), and each lookup
 reads a dict slot, its entry and the key string: that is what the flat dict saves over a tree
 of nodes, and what compiling this module with mypyc does not save (tried: within the noise).
@@ -69,14 +73,17 @@ bound), built at its first use and maintained from then on.  ``subscribe`` and t
 identical-filter ``unsubscribe`` are O(levels + the client's negative entries +
 min(subscribers of the filter, 8)); a partial unsubscribe
 additionally tests overlap against the client's subscriptions (O(entries of that client)).
+``replay`` (a store's restore) costs at most one of those per entry, less for a client that
+has no entries yet: its leading plain subscriptions are stored without the per-call work.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, Union
+from operator import itemgetter
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from topics._match import includes, overlaps
 from topics._validate import InvalidTopic, validate_filter
@@ -91,6 +98,7 @@ __all__ = [
 ]
 
 O = TypeVar("O")  # noqa: E741  (the name the broker code and docs use)
+O_co = TypeVar("O_co", covariant=True)
 
 SHARE_PREFIX = "$share/"
 
@@ -123,6 +131,20 @@ class Entry(Generic[O]):
     topic_filter: str
     positive: bool
     options: O | None
+
+
+class _EntryLike(Protocol[O_co]):
+    """What :meth:`SubscriptionIndex.replay` reads of an entry: an :class:`Entry`, or a
+    store's record of one (``broker.store.EntryRecord``)."""
+
+    @property
+    def topic_filter(self) -> str: ...
+
+    @property
+    def positive(self) -> bool: ...
+
+    @property
+    def options(self) -> O_co | None: ...
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -214,6 +236,10 @@ _Bucket = Union["_Sub[Any]", _Neg, tuple[_Leaf, ...], dict[str, _Leaf]]
 # where a filter has its wildcards: (levels before any final '#', ends with '#', '+' positions)
 _Shape = tuple[int, bool, tuple[int, ...]]
 
+_Fitting = tuple[tuple[Callable[[list[str]], Any], ...], tuple[Callable[[list[str]], Any], ...], bool]
+_join = "/".join
+_WILD = ("+", "#")  # appended to a topic's levels: what the getters of ``_Shapes`` pick for wildcards
+
 _TUPLE_MAX = 8  # a filter's records sit in a tuple up to this many, in a dict above
 _FEW_SHAPES = 8  # up to this many shapes for a topic's length: one lookup each; above: the tree
 _LENGTHS_CACHED = 64  # topic lengths whose applicable shapes _Shapes keeps (bounded: any input)
@@ -256,8 +282,8 @@ class _Shapes:
 
     ``counts``: shape -> how many distinct filters of the set have it.  ``_by_len``: topic
     length -> the shapes that can match a topic of that many levels (the same length without a
-    final '#', at most that length with one: 'a/#' matches 'a'), as ``(template.format, first
-    level is a wildcard)`` (``for_length``).  Built on first use per length and dropped
+    final '#', at most that length with one: 'a/#' matches 'a'), as ``operator.itemgetter``
+    objects over its levels (``for_length``).  Built on first use per length and dropped
     when a shape comes or goes (a new shape, not a new filter: rare).  Exact filters have no
     shape.
 
@@ -275,7 +301,7 @@ class _Shapes:
 
     def __init__(self, source: Mapping[str, object]) -> None:
         self.counts: dict[_Shape, int] = {}
-        self._by_len: dict[int, tuple[tuple[Callable[..., str], bool], ...]] = {}
+        self._by_len: dict[int, _Fitting] = {}
         self._source = source  # the set's filters (its dict's keys): the tree is built from them
         self.root: _TNode | None = None  # built at the first walk, then kept up to date
 
@@ -405,18 +431,28 @@ class _Shapes:
                 stack.append((n.hash, [*path, "#"]))
         assert found == keys, f"tree and filters differ: {sorted(found ^ keys)[:3]}"
 
-    def for_length(self, n: int) -> tuple[tuple[Callable[..., str], bool], ...]:
-        """The shapes that can match a topic of ``n`` levels, each as the ``format`` method of
-        a template (``'{0}/+/{2}'``, ``'{0}/{1}/#'``: called with the topic's levels it gives
-        the filter of that shape to look up; extra levels are ignored) and whether its first
-        level is a wildcard.  O(1), O(shapes x levels) on a miss."""
+    def for_length(self, n: int) -> _Fitting:
+        """The shapes that can match a topic of ``n`` levels, as ``(getters, getters for a
+        '$' topic, more than _FEW_SHAPES)``.  A getter is an ``operator.itemgetter`` over the
+        topic's levels followed by ``'+'`` and ``'#'`` (``levels + ['+', '#']``): joined with
+        '/', what it picks is the filter of that shape the topic would match (``a/+/c`` for
+        ``a/b/c`` and the shape (3, no '#', (1,))).  Shapes whose first level is a wildcard are
+        left out of the second tuple (MQTT 5 section 4.7.2: they never match a '$' topic).
+        O(1), O(shapes x levels) on a miss."""
         got = self._by_len.get(n)
         if got is None:
-            got = tuple(
-                (_template(k, tail, pluses).format, (tail and k == 0) or (bool(pluses) and pluses[0] == 0))
-                for k, tail, pluses in self.counts
-                if k == n or (tail and k <= n)
-            )
+            every: list[Callable[[list[str]], Any]] = []
+            plain: list[Callable[[list[str]], Any]] = []
+            for k, tail, pluses in self.counts:
+                if k == n or (tail and k <= n):
+                    picks = [n if i in pluses else i for i in range(k)] + ([n + 1] if tail else [])
+                    # one pick is a lone '+' or '#': the getter returns that string, and
+                    # '/'.join of a one-character string is the string itself
+                    getter = itemgetter(*picks)
+                    every.append(getter)
+                    if not ((tail and k == 0) or (bool(pluses) and pluses[0] == 0)):
+                        plain.append(getter)
+            got = (tuple(every), tuple(plain), len(every) > _FEW_SHAPES)
             if len(self._by_len) >= _LENGTHS_CACHED:  # topics of many lengths: start afresh
                 self._by_len.clear()
             self._by_len[n] = got
@@ -426,19 +462,11 @@ class _Shapes:
         """The keys to look up for ``topic`` (``levels``: its split): with few shapes for its
         length, one filter per shape (whether or not it is in the set), O(shapes x levels);
         else the set's filters that match it, from the tree (:meth:`walk`)."""
-        shapes = self.for_length(len(levels))
-        if len(shapes) > _FEW_SHAPES:
+        every, plain, many = self.for_length(len(levels))
+        if many:
             return self.walk(topic, levels)
-        dollar = topic[:1] == "$"  # MQTT 5 section 4.7.2: no wildcard-first filter matches
-        return [fmt(*levels) for fmt, wild0 in shapes if not (dollar and wild0)]
-
-
-def _template(k: int, tail: bool, pluses: tuple[int, ...]) -> str:
-    """The ``str.format`` template of a shape: ``(3, False, (1,))`` -> ``'{0}/+/{2}'``."""
-    parts = ["+" if i in pluses else f"{{{i}}}" for i in range(k)]
-    if tail:
-        parts.append("#")
-    return "/".join(parts)
+        levels = [*levels, "+", "#"]
+        return [_join(g(levels)) for g in (plain if topic[:1] == "$" else every)]
 
 
 class _Filters:
@@ -707,7 +735,8 @@ class SubscriptionIndex(Generic[O]):
         O(levels + the client's negative entries + min(subscribers of the filter, 8))."""
         if topic_filter.startswith(SHARE_PREFIX):
             return self._subscribe_shared(client_id, topic_filter, options)
-        validate_filter(topic_filter)
+        if topic_filter not in self._subs.buckets:  # a filter held already was validated
+            validate_filter(topic_filter)
         clients = self._clients
         ents = clients.get(client_id)
         if ents is None:  # the client's first entry: stored inline
@@ -804,6 +833,67 @@ class SubscriptionIndex(Generic[O]):
         self._tidy(client_id, ents)
         return outcome
 
+    def replay(self, client_id: str, entries: Iterable[_EntryLike[O]]) -> int:
+        """Apply a client's saved entries, oldest first, as :meth:`entries` lists them: each
+        positive entry as :meth:`subscribe` with its options, each negative one as
+        :meth:`unsubscribe` (a store restoring its sessions at start-up).  Returns how many
+        entries were applied; raises InvalidTopic at the first invalid filter (the entries
+        before it stay applied, as with one call each).
+
+        The same result as one call per entry, faster for a client without entries: its
+        leading plain subscriptions are stored without the per-call work of ``subscribe``
+        (no lookup of the client per entry, no negative entries to search, the client's dict
+        built once).  From its first negative or shared entry on, or for a client that has
+        entries already, each entry is one ``subscribe`` / ``unsubscribe``.  O(entries x
+        levels), plus what those calls cost."""
+        it = iter(entries)
+        done = 0
+        clients = self._clients
+        pending: _EntryLike[O] | None = None  # the entry that ended the fast path
+        if client_id not in clients:
+            ents: dict[str, _Rec] = {}
+            clients[client_id] = ents
+            subs = self._subs
+            buckets = subs.buckets
+            seq = 0
+            try:
+                for e in it:
+                    f = e.topic_filter
+                    if not e.positive or f.startswith(SHARE_PREFIX):
+                        pending = e
+                        break
+                    b = buckets.get(f)
+                    if b is None:  # a filter held already was validated
+                        validate_filter(f)
+                    old: Any = ents.pop(f, None)
+                    rec: _Sub[O] = _Sub(f, e.options, client_id, seq)  # type: ignore[arg-type]
+                    if old is None and type(b) is tuple and len(b) < _TUPLE_MAX:  # _Filters.put
+                        buckets[f] = (*b, rec)
+                    else:
+                        subs.put(rec, old)
+                    ents[f] = rec
+                    seq += 1
+                    done += 1
+            finally:
+                self._count += len(ents)
+                if seq >= _SEQ_CACHED:  # entries replaced on the way: renumber 0..n-1
+                    for i, r in enumerate(ents.values()):
+                        _set(r, "seq", i)
+                self._settle(client_id, ents)
+        if pending is not None:
+            self._replay_one(client_id, pending)
+            done += 1
+        for e in it:
+            self._replay_one(client_id, e)
+            done += 1
+        return done
+
+    def _replay_one(self, client_id: str, e: _EntryLike[O]) -> None:
+        if e.positive:
+            self.subscribe(client_id, e.topic_filter, e.options)  # type: ignore[arg-type]
+        else:
+            self.unsubscribe(client_id, e.topic_filter)
+
     def remove_client(self, client_id: str) -> int:
         """Remove every entry of ``client_id`` (session end); returns how many there were.
         O(its entries)."""
@@ -838,12 +928,14 @@ class SubscriptionIndex(Generic[O]):
         shapes = subs.shapes
         if shapes.counts:
             levels = topic.split("/")
-            dollar = topic[:1] == "$"
-            fitting = shapes.for_length(len(levels))
-            if len(fitting) <= _FEW_SHAPES:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
-                keys = [fmt(*levels) for fmt, wild0 in fitting if not (dollar and wild0)]
-            else:
+            fitting = shapes._by_len.get(len(levels))
+            if fitting is None:
+                fitting = shapes.for_length(len(levels))
+            if fitting[2]:  # many shapes at this length: the tree
                 keys = shapes.walk(topic, levels)
+            else:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
+                levels += _WILD
+                keys = [_join(g(levels)) for g in (fitting[1] if topic[:1] == "$" else fitting[0])]
             for key in keys:
                 b = buckets.get(key)
                 if b is not None:
@@ -867,7 +959,8 @@ class SubscriptionIndex(Generic[O]):
             for lst in clients.values():
                 if len(lst) > 1:
                     lst.sort(key=_seq_of, reverse=True)
-        if self._negatives:
+        negs = self._negs
+        if negs.buckets and (negs.shapes.counts or topic in negs.buckets):
             self._apply_negatives(topic, clients)
         if not self._shared:
             return MatchResult(clients, {})
@@ -954,9 +1047,7 @@ class SubscriptionIndex(Generic[O]):
             for n, cached in list(cache._by_len.items()):
                 del cache._by_len[n]
                 fresh = cache.for_length(n)
-                assert [(f.__self__, w) for f, w in fresh] == [(f.__self__, w) for f, w in cached], (  # type: ignore[attr-defined]
-                    f"shapes cached for length {n} are stale"
-                )
+                assert repr(fresh) == repr(cached), f"shapes cached for length {n} are stale"
         total = 0
         for cid, stored in self._clients.items():
             if type(stored) is dict:

@@ -64,12 +64,14 @@ from broker.packets import (
     Pubrel,
     ReasonCode,
     SubscriptionRequest,
+    Unsuback,
+    Unsubscribe,
     encode_publish,
 )
 from uplink._client import Link, LinkError, open_link
 from uplink._config import BridgeConfig, Remote, TopicRule
 
-__all__ = ["Bridge", "BridgeState", "LocalEndpoint"]
+__all__ = ["Bridge", "BridgeState", "LocalEndpoint", "unsubscribe_local"]
 
 log = logging.getLogger("siftmq.uplink")
 
@@ -111,17 +113,39 @@ class BridgeState:
     received: int = 0
     #: messages whose payload the rule's content filter refused (acknowledged, not crossed)
     filtered: int = 0
-    #: messages that could not cross (bigger than the remote's maximum packet size, no rule,
-    #: refused by the destination with a reason code)
+    #: messages that could not cross, in total and by reason: bigger than the remote's maximum
+    #: packet size (``too_large``), no rule matches their topic (``no_rule``), refused by the
+    #: destination with a reason code (``refused``); ``dropped`` is their sum
     dropped: int = 0
+    too_large: int = 0
+    no_rule: int = 0
+    refused: int = 0
     #: connection attempts and failures by reason (refused, tls, unreachable, lost, ...)
     connects: int = 0
     failures: dict[str, int] = field(default_factory=dict)
     last_error: str = ""
+    #: Unix time of the latest failure; since when both sides are up (None: not connected);
+    #: successful connections (the admin API's status, uplink._status)
+    last_error_at: float | None = None
+    connected_since: float | None = None
+    connections: int = 0
+
+    def undeliverable(self, reason: str) -> None:
+        """One message that could not cross, for ``reason`` (``too_large``, ``no_rule`` or
+        ``refused``), counted in its counter and in ``dropped`` (O(1))."""
+        match reason:
+            case "too_large":
+                self.too_large += 1
+            case "no_rule":
+                self.no_rule += 1
+            case _:
+                self.refused += 1
+        self.dropped += 1
 
     def fail(self, reason: str, error: str) -> None:
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_error = error
+        self.last_error_at = time.time()
 
 
 def _reason(code: ReasonCode) -> str:
@@ -176,6 +200,8 @@ class Bridge:
         self._logged: dict[str, float] = {}
         self._lost = asyncio.Event()
         self._up = asyncio.Event()
+        #: remote filters of ``in`` rules a reload removed: unsubscribed at the next connection
+        self._retired: tuple[str, ...] = ()
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -189,6 +215,23 @@ class Bridge:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._close()
+
+    async def reconnect(self) -> None:
+        """Close both connections and connect again at once, without the back-off wait (the
+        admin API's ``POST /api/v1/bridges/<name>/reconnect``); nothing is lost: what was
+        not acknowledged is sent again on the next connections, as after any drop."""
+        await self.stop()
+        self.state.connected = False
+        self.state.connected_since = None
+        self._up.clear()
+        self._stopping = False
+        log.info("bridge %s: reconnecting (asked by an admin)", self.config.name)
+        self.start()
+
+    def retire_remote(self, filters: tuple[str, ...]) -> None:
+        """Unsubscribe ``filters`` at the remote at the next connection (a reload removed their
+        ``in`` rules; the remote session, kept across connections, still has them). O(1)."""
+        self._retired = filters
 
     async def wait_connected(self) -> None:
         """Wait until both sides are up (tests, embedding programs; put a timeout around it)."""
@@ -344,11 +387,16 @@ class Bridge:
                 inbound = [r for r in cfg.topics if r.direction.inbound]
                 if inbound:
                     await self._subscribe(self._remote, [(r.remote_filter, r.qos) for r in inbound], "remote")
+                if self._retired:  # UNSUBACK ignored (_from_remote): the remote acts in order
+                    self._remote.send(Unsubscribe(SUBSCRIBE_ID - 1, self._retired))
+                    self._retired = ()
         except (RuntimeError, TimeoutError, LinkError) as exc:
             self._failed("subscribe", remote, str(exc) or "no SUBACK")
             return False
         self.state.connected = True
         self.state.remote = remote.url
+        self.state.connected_since = time.time()
+        self.state.connections += 1
         self._release()
         self._up.set()
         log.info("bridge %s: connected to %s (MQTT %s)", cfg.name, remote.url, cfg.protocol)
@@ -539,7 +587,7 @@ class Bridge:
 
     def _count_out(self, rc: int, pid: int) -> None:
         if rc >= 0x80:
-            self.state.dropped += 1
+            self.state.undeliverable("refused")
             self._log(
                 "refused_out",
                 logging.WARNING,
@@ -552,7 +600,7 @@ class Bridge:
 
     def _count_in(self, rc: int) -> None:
         if rc >= 0x80:
-            self.state.dropped += 1
+            self.state.undeliverable("refused")
         else:
             self.state.received += 1
 
@@ -561,7 +609,7 @@ class Bridge:
         qos = p.qos
         i = self._rule(p.topic, outbound)
         if i is None:
-            self.state.dropped += 1
+            self.state.undeliverable("no_rule")
             self._ack_here(source, p, outbound)
             return
         if not self._passes(i, p.payload):
@@ -574,7 +622,7 @@ class Bridge:
         data = encode_publish(topic, p.payload, qos, p.retain, p.dup, p.packet_id, props, to.version)
         limit = self._remote_max_packet if outbound else None
         if limit is not None and len(data) > limit:
-            self.state.dropped += 1
+            self.state.undeliverable("too_large")
             self._log(
                 "too_large",
                 logging.WARNING,
@@ -620,3 +668,32 @@ class Bridge:
 
     def queued(self, session_length: Callable[[str], int]) -> int:
         return session_length(self.config.local_client_id)
+
+
+async def unsubscribe_local(local: LocalEndpoint, config: BridgeConfig, filters: tuple[str, ...]) -> None:
+    """Unsubscribe ``filters`` of the bridge's local session, keeping its queue (a reload
+    removed the bridge or some of its ``out`` rules); the bridge itself is stopped.  Raises
+    OSError, TimeoutError (``connect_timeout``) or RuntimeError."""
+    done: asyncio.Future[Unsuback] = asyncio.get_running_loop().create_future()
+
+    def packet(p: Packet) -> None:  # a queued PUBLISH is not acknowledged: sent again later
+        if isinstance(p, Unsuback) and not done.done():
+            done.set_result(p)
+
+    connect = Bridge(config, local)._local_connect(1)
+    async with asyncio.timeout(config.connect_timeout):
+        try:
+            link, connack = await open_link(
+                local.host, local.port, connect, on_packet=packet, on_lost=lambda _why: None
+            )
+        except LinkError as exc:
+            raise RuntimeError(str(exc)) from None
+        try:
+            if connack.reason_code >= 0x80:
+                raise RuntimeError(f"CONNECT refused: {_reason(connack.reason_code)}")
+            link.release()
+            link.send(Unsubscribe(SUBSCRIBE_ID, filters))
+            await done
+            link.send(Disconnect())
+        finally:
+            await link.close()

@@ -28,7 +28,7 @@ import topics
 __all__ = ["BridgeConfig", "Direction", "Remote", "TopicRule", "parse_bridges"]
 
 _SCHEMES = {"mqtt": (False, False), "mqtts": (True, False), "ws": (False, True), "wss": (True, True)}
-QUEUE_POLICIES = ("drop_newest", "drop_oldest")
+QUEUE_POLICIES = ("drop_newest", "drop_oldest", "pace")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -161,8 +161,10 @@ class BridgeConfig:
     #: and bytes of topics and payloads (0 = no bound in bytes)
     max_queued_messages: int = 0
     max_queued_bytes: int = 0
-    #: at the bound: ``"drop_newest"`` (the queue keeps the oldest) or ``"drop_oldest"``
-    #: (the queue keeps the most recent); every drop is counted (``queue_dropped``)
+    #: at the bound: ``"drop_newest"`` (the queue keeps the oldest), ``"drop_oldest"`` (the
+    #: queue keeps the most recent; every drop is counted: ``queue_dropped``) or ``"pace"``
+    #: (the local publishers of messages for the bridge are paused until the queue drained to
+    #: 3/4 of the bound: ``queue_paces``)
     queue_policy: str = "drop_newest"
     remotes: tuple[Remote, ...] = field(init=False, repr=False)
 
@@ -184,7 +186,7 @@ class BridgeConfig:
             raise ValueError("max_queued_messages and max_queued_bytes must be >= 0 (0: no bound of its own)")
         if self.queue_policy not in QUEUE_POLICIES:
             raise ValueError(
-                f'queue_policy must be "drop_newest" or "drop_oldest", got {self.queue_policy!r}'
+                f'queue_policy must be "drop_newest", "drop_oldest" or "pace", got {self.queue_policy!r}'
             )
 
     @property

@@ -252,6 +252,29 @@ async function loadTopics() {
 
 function browse(prefix) { state.prefix = prefix; state.topicOff = 0; loadTopics(); }
 
+// ------------------------------------------------------------------ bridges
+function since(t) { return t ? new Date(t * 1000).toLocaleString() : ""; }
+
+function counts(o) { return Object.entries(o).filter(([, n]) => n).map(([k, n]) => `${k} ${fmt(n)}`).join(", ") || "0"; }
+
+async function loadBridges() {
+  const { bridges } = await api("/api/bridges");
+  $("bridges_none").hidden = bridges.length > 0;
+  $("bridge_rows").replaceChildren(...bridges.map(b => el("tr", { "data-bridge": b.name },
+    el("td", { class: "mono" }, b.name),
+    el("td", { class: b.connected ? "on" : "off", title: b.connected ? `since ${since(b.connected_since)}` : "" }, b.connected ? "connected" : "down"),
+    el("td", { class: "mono", title: b.remotes.join("\n") }, b.remote || b.remotes[0]),
+    el("td", {}, b.protocol),
+    el("td", {}, fmt(b.queued.messages) + (b.queued.bytes === null ? "" : ` (${fmt(b.queued.bytes)} B)`)),
+    el("td", {}, fmt(b.sent)),
+    el("td", {}, fmt(b.received)),
+    el("td", { title: "filtered: a rule's content filter; queue_bound: the bridge's queue bound; too_large: bigger than the remote's maximum packet size; no_rule: no rule matches; refused: refused by the destination" }, counts(b.dropped)),
+    el("td", {}, fmt(b.reconnects)),
+    el("td", {}, counts(b.failures)),
+    el("td", { class: b.last_error ? "error" : "", title: b.last_error ? since(b.last_error.at) : "" }, b.last_error ? b.last_error.text : ""),
+    el("td", {}, el("button", { class: "reconnect", onclick: () => adminAction(`Reconnect bridge ${b.name}?`, `reconnecting ${b.name}`, "POST", `/bridges/${encodeURIComponent(b.name)}/reconnect`, undefined, () => loadBridges().catch(() => {})) }, "reconnect")))));
+}
+
 // ------------------------------------------------------------------ cluster
 async function loadCluster() {
   const c = await api("/api/cluster");
@@ -277,7 +300,7 @@ async function loadCluster() {
 }
 
 // ------------------------------------------------------------------ tabs
-const loaders = { overview: async () => drawCharts(), clients: loadClients, subscriptions: loadSubscriptions, topics: loadTopics, cluster: loadCluster };
+const loaders = { overview: async () => drawCharts(), clients: loadClients, subscriptions: loadSubscriptions, topics: loadTopics, bridges: loadBridges, cluster: loadCluster };
 
 function show(tab) {
   if (!loaders[tab]) tab = "overview";
@@ -301,6 +324,7 @@ async function main() {
   $("sub_search").addEventListener("submit", e => { e.preventDefault(); state.subQ = $("sub_q").value; state.subOff = 0; loadSubscriptions(); });
   window.addEventListener("hashchange", () => show(location.hash.slice(1)));
   setInterval(() => { if (state.tab === "clients") loadClients().catch(() => {}); }, 5000);
+  setInterval(() => { if (state.tab === "bridges") loadBridges().catch(() => {}); }, 2000);
   // the live points cover the last 5 minutes: the server-side history fills what is older
   setInterval(() => { if (state.tab === "overview") api("/api/history").then(setHistory).catch(() => {}); }, 60000);
   show(location.hash.slice(1) || "overview");

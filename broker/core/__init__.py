@@ -1,4 +1,4 @@
-"""The sans-IO broker core: values (``_message``), routing (``_router``), sessions
+"""The sans-IO broker core: routing (``_router``), sessions
 (``_session``), the core's state transitions and delivery with flow control (``_core``), the
 per-connection protocol machine (``_connection``), hooks (``_observers``) and durability
 (``_journal``).  No sockets, no awaits: bytes and times in, bytes out (docs/architecture.md).
@@ -51,7 +51,12 @@ if TYPE_CHECKING:
         SubscriptionAction,
         SubscriptionChange,
     )
-    from broker.core._message import (
+    from broker.core._options import CoreConfig
+    from broker.core._qbound import QueueBound
+    from broker.core._quota import ACTIONS, QuotaRule, parse_quotas
+    from broker.core._session import PUBLISH_SENT, PUBREL_SENT, ConnectionState, Outgoing, Session, Stats
+    from broker.core._shared import Strategy, group_strategies
+    from broker.values import (
         PEER_PREFIX,
         SHARE_PREFIX,
         Message,
@@ -59,11 +64,6 @@ if TYPE_CHECKING:
         SubOptions,
         split_filter_prefix,
     )
-    from broker.core._options import CoreConfig
-    from broker.core._qbound import QueueBound
-    from broker.core._quota import ACTIONS, QuotaRule, parse_quotas
-    from broker.core._session import PUBLISH_SENT, PUBREL_SENT, ConnectionState, Outgoing, Session, Stats
-    from broker.core._shared import Strategy, group_strategies
 
 __all__ = [
     "ACTIONS",
@@ -148,12 +148,12 @@ _LAZY = {
     "LIMIT_LOG_INTERVAL": "broker.core._core",
     "DeliveryLog": "broker.core._deliverylog",
     "LogColumns": "broker.core._deliverylog",
-    "Message": "broker.core._message",
-    "PEER_PREFIX": "broker.core._message",
-    "Route": "broker.core._message",
-    "SHARE_PREFIX": "broker.core._message",
-    "SubOptions": "broker.core._message",
-    "split_filter_prefix": "broker.core._message",
+    "Message": "broker.values",
+    "PEER_PREFIX": "broker.values",
+    "Route": "broker.values",
+    "SHARE_PREFIX": "broker.values",
+    "SubOptions": "broker.values",
+    "split_filter_prefix": "broker.values",
     "ACTIONS": "broker.core._quota",
     "QuotaRule": "broker.core._quota",
     "parse_quotas": "broker.core._quota",

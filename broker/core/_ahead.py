@@ -22,9 +22,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from broker.core._message import split_filter_prefix
 from broker.core._session import ConnectionState
 from broker.packets import Publish, Subscribe
+from broker.values import split_filter_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

@@ -71,6 +71,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import composite
+from broker._logging import shown
 from broker.core._atom_ids import RECENT_PER_ATOM, Atom, Recent, event_key, origin_in
 from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
 from broker.core._hooks import (
@@ -79,9 +80,9 @@ from broker.core._hooks import (
     CompositeEventRecord,
     CompositeLoss,
 )
-from broker.core._message import Message, SubOptions
-from broker.core._router import Subscribed, at_position, shown
+from broker.core._router import Subscribed, at_position
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
+from broker.values import Message, SubOptions
 
 if TYPE_CHECKING:
     from broker.core._core import Core

@@ -41,7 +41,7 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import topics
-from broker._logging import address, fields
+from broker._logging import address, bounded, cut, fields
 from broker.core._backoff import address_of
 from broker.core._bans import ban_refusal
 from broker.core._connrare import NO_PACKETS
@@ -76,9 +76,14 @@ def log_client(conn: Connection, event: str, client_id: str, what: str, reason: 
         if conn.fixed_peer is None and peer:
             conn.fixed_peer = peer
         where = address(peer)
-        tail = "" if reason is None else f": {reason}"
+        tail = "" if reason is None else f": {cut(reason)}"
         log.debug(
-            "client %s %s (%s)%s", client_id, what, where, tail, extra=fields(event, client_id, where, reason)
+            "client %s %s (%s)%s",
+            bounded(client_id),
+            what,
+            where,
+            tail,
+            extra=fields(event, client_id, where, reason),
         )
 
 

@@ -30,11 +30,11 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from broker._logging import bounded
 from broker.core._ahead import held_for
 from broker.core._connect import hold_connack, log_client, log_refusal, negotiate, on_connect
 from broker.core._connrare import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS, NO_PACKETS, RareFields
 from broker.core._hooks import Delivery
-from broker.core._message import Message
 from broker.core._publish import accept_publish, acknowledged, deliver_accepted, on_publish, on_pubrel, resend
 from broker.core._quota import over_quota
 from broker.core._session import (
@@ -72,6 +72,7 @@ from broker.packets import (
     encode_publish,
 )
 from broker.protocol import Record
+from broker.values import Message
 
 if TYPE_CHECKING:
     from broker.core._core import Core
@@ -483,13 +484,15 @@ class Connection(RareFields):
             except MalformedPacket as exc:
                 self.malformed(exc)
             except Exception:
-                log.exception("client %s: internal error handling %s", self.client_id, type(p).__name__)
+                log.exception(
+                    "client %s: internal error handling %s", bounded(self.client_id), type(p).__name__
+                )
                 self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
         if run:
             try:
                 self._publish_run(run, now)
             except Exception:
-                log.exception("client %s: internal error routing a batch", self.client_id)
+                log.exception("client %s: internal error routing a batch", bounded(self.client_id))
                 self.disconnect(ReasonCode.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
 
     def resume(self) -> None:

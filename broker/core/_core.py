@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._logging import fields
+from broker._logging import bounded, cut, fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
 from broker.core._clock import Clock
@@ -38,7 +38,6 @@ from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
 from broker.core._hooks import CoreHooks, Publication, SubscriptionAction, SubscriptionChange
 from broker.core._journal import Journal
-from broker.core._message import PEER_PREFIX, Message, Route, SubOptions
 from broker.core._observers import Observers
 from broker.core._options import CoreConfig
 from broker.core._qbound import QueueBound, size_of
@@ -47,7 +46,7 @@ from broker.core._router import Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy, group_strategies
 from broker.packets import NO_PROPERTIES, PublishTemplate, Pubrel, ReasonCode
-from broker.values import PUBLISH_SENT, PUBREL_SENT, QUEUED
+from broker.values import PEER_PREFIX, PUBLISH_SENT, PUBREL_SENT, QUEUED, Message, Route, SubOptions
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
@@ -332,6 +331,7 @@ class Core:
         session.queue.clear()
         if self.queue_bounds and session.client_id in self.queue_bounds:
             self.queue_bounds[session.client_id].queued_bytes = 0
+            self.queue_bounds[session.client_id].release(self)  # its paced publishers
         session.qos2_received.clear()
         self.journal.ended(session)
         had += self.composite.drop_client(
@@ -756,6 +756,8 @@ class Core:
             )
         if conn.congested_since is not None and len(queue) <= self.low_water and not conn.paused:
             self.relieve(conn)
+        if bound is not None and bound.paced and bound.drained(len(queue)):
+            bound.release(self)  # queue_policy "pace" (core/_qbound.py)
 
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
@@ -858,7 +860,10 @@ class Core:
     ) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
         flood under abuse); the ``$SYS`` counters count every refusal.  The record's ``event``
-        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  O(1)."""
+        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  The
+        client id (the client's own string) is :func:`~broker._logging.bounded` and ``what``
+        cut (it may quote the client's input): one line stays short whatever the client sent.
+        O(1)."""
         now = self.clock.monotonic()
         last = self._limit_logged.get(kind)
         if last is None or now - last >= LIMIT_LOG_INTERVAL:
@@ -866,8 +871,8 @@ class Core:
             log.log(
                 level,
                 "client %s: %s (further %s refusals not logged for %g s)",
-                client_id,
-                what,
+                bounded(client_id),
+                cut(what),
                 kind,
                 LIMIT_LOG_INTERVAL,
                 extra=fields(event or "limit." + kind, client_id, address, reason or kind),
@@ -940,6 +945,8 @@ class Core:
         for conn in self.congested:
             assert conn.congested_since is not None
         edges = sum(len(c.feeders) for c in self.congested)
+        # publishers paused at a queue bound (core/_qbound.py, "pace"); a lost one is reset
+        edges += sum(1 for b in self.queue_bounds.values() for c in b.paced if c in self.connections)
         quota_paused = self.quotas.paused if self.quotas is not None else {}
         assert edges == sum(c.blockers - c.store_wait - (c in quota_paused) for c in self.connections)
         assert self.stats.slow_consumers == sum(1 for c in self.connections if c.slow)

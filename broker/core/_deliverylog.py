@@ -67,7 +67,7 @@ from typing import Final
 from librt.vecs import append, vec
 from mypy_extensions import i32, i64, u8
 
-from broker.core._message import Message
+from broker.values import Message
 
 __all__ = ["DeliveryLog", "LogColumns", "Strings"]
 

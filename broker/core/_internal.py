@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.core._message import (
+from broker.packets import Connect, ReasonCode
+from broker.values import (
     INTERNAL_CLIENT_PREFIXES,
     INTERNAL_PREFIXES,
     PEER_PREFIX,
     split_filter_prefix,
     split_share,
 )
-from broker.packets import Connect, ReasonCode
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection

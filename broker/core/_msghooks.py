@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 
 import topics
 from broker.core._hooks import DerivedMessage, PublishAction, PublishContext, PublishDecision
-from broker.core._message import RESERVED_PREFIXES, Message, Route
 from broker.packets import Properties, Puback, Publish, Pubrec, ReasonCode
+from broker.values import RESERVED_PREFIXES, Message, Route
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection

@@ -16,8 +16,8 @@ from mypy_extensions import i32
 from broker.core._clock import Clock
 from broker.core._deliverylog import DeliveryLog
 from broker.core._hooks import CoreHooks, DeliveryEntry
-from broker.core._message import Message
 from broker.core._session import Stats
+from broker.values import Message
 
 __all__ = ["Observers"]
 

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Final
 import topics
 from broker.core._connect import log_refusal
 from broker.core._connrare import NO_ALIASES_IN
-from broker.core._message import INTERNAL_PREFIXES, RESERVED_PREFIXES, Message, Route
 from broker.core._msghooks import refused_publish, run_message_hooks
 from broker.core._quota import retained_refusal
 from broker.core._session import (
@@ -39,6 +38,7 @@ from broker.core._session import (
     flow_row,
 )
 from broker.packets import Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode
+from broker.values import INTERNAL_PREFIXES, RESERVED_PREFIXES, Message, Route
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection

@@ -12,6 +12,20 @@ true: the queue keeps the most recent).  Every drop is counted here (``dropped``
 broker's ``queue_overflow``, and logged rate-limited; a dropped queued message leaves the
 store too (``journal.dropped``).
 
+With ``pace`` (the bridges' ``queue_policy = "pace"``) nothing is dropped at the bound: the
+connection whose PUBLISH is being routed (``Core.current``) is paused as flow control pauses
+a publisher (``Core.block``: its socket is not read, the packets of its read not processed yet
+wait), the message is queued (past the bound by what that publisher's read already held: it
+gets its PUBACK, nothing acknowledged is lost), and every publisher paused so (``paced``) is
+resumed (``Core.unblock``) once the queue is back at its low-water mark, 3/4 of the bound in
+messages and in bytes (:meth:`QueueBound.drained`, asked by ``Core.drain``), or when the bound
+is released (:meth:`release`: the session ended, the bound removed or its policy changed).
+Publishers of other topics are not paused; a message with no publisher connection to pause
+(the broker's own, ``$SYS``, an in-process publish), or whose publisher is itself a bounded
+session (another bridge's local link: two bridges pacing each other would wait for ever), is
+dropped at the bound as with ``drop_newest`` (counted).  A paused publisher that disconnects
+is forgotten by ``Connection.lost`` (its ``blockers`` reset); :meth:`release` skips it.
+
 Only the queue path of ``Core.deliver`` asks (a message that goes straight into the in-flight
 window does not): one dict lookup there when bounds exist, none when there are none; each
 admission is O(1) amortised (each message is dropped at most once); ``drain`` subtracts the
@@ -20,10 +34,11 @@ bytes of what leaves the queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from broker.core._connection import Connection
     from broker.core._core import Core
     from broker.core._session import Outgoing, Session
 
@@ -47,6 +62,12 @@ class QueueBound:
     queued_bytes: int = 0
     #: messages dropped at the bound
     dropped: int = 0
+    #: at the bound, pause the publisher instead of dropping (see the module docstring)
+    pace: bool = False
+    #: publishers paused at the bound now (resumed by :meth:`release`), and how many times one
+    #: was paused
+    paced: set[Connection] = field(default_factory=set)
+    paces: int = 0
 
     def sync(self, s: Session | None) -> None:
         """Count the bytes of what ``s`` has queued (a restored session), O(queue)."""
@@ -69,11 +90,43 @@ class QueueBound:
             if not self._full(len(queue), size):
                 self.queued_bytes += size
                 return True
-        elif not self._full(len(queue), size):
+        elif not self._full(len(queue), size) or (self.pace and self._hold(core, s)):
             self.queued_bytes += size
             return True
         self._drop(core, s, "newest")  # bigger than the whole bound, or drop newest
         return False
+
+    def _hold(self, core: Core, s: Session) -> bool:
+        """At the bound with ``pace``: pause the publisher being routed (once); False when
+        there is none to pause (the message is dropped then). O(1)."""
+        pub = core.current
+        if pub is None or pub.client_id in core.queue_bounds:  # no one, or a bridge's own link
+            return False
+        if pub not in self.paced:
+            self.paced.add(pub)
+            self.paces += 1
+            core.block(pub)
+            core.log_limit(
+                "queue",
+                s.client_id,
+                f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): "
+                f"publisher {pub.client_id} paused until it drains",
+            )
+        return True
+
+    def drained(self, count: int) -> bool:
+        """Whether a queue of ``count`` messages (and :attr:`queued_bytes`) is back at the
+        low-water mark: 3/4 of the bound. O(1)."""
+        return 4 * count <= 3 * self.messages and (
+            self.max_bytes == 0 or 4 * self.queued_bytes <= 3 * self.max_bytes
+        )
+
+    def release(self, core: Core) -> None:
+        """Resume every publisher paused at this bound (O(paced))."""
+        paced, self.paced = self.paced, set()
+        for pub in paced:
+            if pub in core.connections and pub.blockers > 0:  # a lost one was reset already
+                core.unblock(pub)
 
     def _drop(self, core: Core, s: Session, which: str) -> None:
         self.dropped += 1

@@ -21,19 +21,25 @@ a topic gets a plan on its second miss, so scans wider than the cache route dire
 Shared subscriptions (``$share/<group>/<filter>``) are delivered to one member of the
 group among the members whose options accept the message, picked by the group's strategy
 (:mod:`broker.core._shared`: round robin, random, sticky, hash of the publisher or the topic,
-local members first) in O(1): a plan keeps each group's members with their lookup tables.
+local members first) in O(1): each group's members with their lookup tables are built once per
+change of the group (:class:`broker.core._shared.Groups`, dropped by the index subclass with the
+plans), for a topic with a plan, a topic without one and a message a peer forwarded alike.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 import content
 import topics
-from broker.core._message import (
+from broker._logging import shown
+from broker.core._shared import Groups, Members, SharedPolicy
+from broker.packets import ReasonCode, SubscriptionRequest
+from broker.values import (
     PEER_PREFIX,
     SHARE_PREFIX,
     Message,
@@ -42,18 +48,8 @@ from broker.core._message import (
     split_filter_prefix,
     split_share,
 )
-from broker.core._shared import Members, SharedPolicy
-from broker.packets import ReasonCode, SubscriptionRequest
 
-__all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position", "shown"]
-
-#: characters of client input (a filter, a selector) echoed in a reason string or a log line
-SHOWN = 100
-
-
-def shown(text: str) -> str:
-    """``repr`` of client input, cut to :data:`SHOWN` characters: never echo unbounded input."""
-    return repr(text) if len(text) <= SHOWN else repr(text[:SHOWN]) + f"... ({len(text)} characters)"
+__all__ = ["Router", "SubscribeLimits", "Subscribed", "at_position"]
 
 
 def at_position(exc: ValueError, position: int, limit: int = 200) -> str:
@@ -144,7 +140,7 @@ class _Plan:
         "shared",
     )
 
-    def __init__(self, result: topics.MatchResult[SubOptions]) -> None:
+    def __init__(self, result: topics.MatchResult[SubOptions], groups: Groups) -> None:
         fixed: list[tuple[str, int, tuple[int, ...], bool, str]] = []
         general: list[tuple[str, list[topics.Subscription[SubOptions]]]] = []
         by_selector: dict[object, list[tuple[str, list[topics.Subscription[SubOptions]]]]] = {}
@@ -187,7 +183,7 @@ class _Plan:
             elif len(selectors) > 1:
                 selective = True
             general.append((client_id, subs))
-        shared = {key: Members.of(members) for key, members in result.shared.items()}
+        shared = {key: groups.of(key, members) for key, members in result.shared.items()}
         if any(g.selective for g in shared.values()):
             selective = True
         self.fixed = fixed
@@ -280,18 +276,23 @@ class _CachingIndex(topics.SubscriptionIndex[SubOptions]):
     Every mutation goes through ``subscribe`` / ``unsubscribe`` / ``remove_client``.  A
     filter without wildcards (after any ``$share/<group>/``) applies to one topic name only,
     so only that topic's plan is dropped (O(1)); a wildcard filter or a removed client clears
-    the whole cache (O(cached topics), and the generation counter moves on).
+    the whole cache (O(cached topics), and the generation counter moves on).  A change of a
+    shared group also drops its members kept in ``groups`` (O(1); a removed client's groups:
+    O(its entries)).
     """
 
-    def __init__(self, partial_unsubscribe: bool, cache: OrderedDict[str, _Plan]) -> None:
+    def __init__(self, partial_unsubscribe: bool, cache: OrderedDict[str, _Plan], groups: Groups) -> None:
         super().__init__(partial_unsubscribe=partial_unsubscribe)
         self._cache = cache
+        self._groups = groups
         self.generation = 0  # bumped whenever the whole cache is dropped
 
     def _invalidate(self, topic_filter: str) -> None:
         if topic_filter.startswith(SHARE_PREFIX):
             parts = topic_filter.split("/", 2)
             topic_filter = parts[2] if len(parts) == 3 else "#"
+            if len(parts) == 3:
+                self._groups.drop((parts[1], parts[2]))
         if "+" in topic_filter or "#" in topic_filter:
             self._cache.clear()
             self.generation += 1
@@ -308,7 +309,21 @@ class _CachingIndex(topics.SubscriptionIndex[SubOptions]):
         self._invalidate(topic_filter)
         return outcome
 
+    def replay(self, client_id: str, entries: Iterable[Any]) -> int:
+        """A saved list (a store's restore, before clients connect: the cache is empty
+        then); whatever was cached is dropped once, O(1) when nothing was."""
+        try:
+            return super().replay(client_id, entries)
+        finally:
+            if self._cache:
+                self._cache.clear()
+                self.generation += 1
+
     def remove_client(self, client_id: str) -> int:
+        for entry in self.entries(client_id) if self._groups.kept() else ():
+            if entry.topic_filter.startswith(SHARE_PREFIX):
+                group, _, inner = entry.topic_filter[len(SHARE_PREFIX) :].partition("/")
+                self._groups.drop((group, inner))
         removed = super().remove_client(client_id)
         if removed:
             self._cache.clear()
@@ -346,7 +361,11 @@ class Router:
         self.cache_misses = 0
         self._seen: set[str] = set()  # topics that missed once (admission filter)
         self.routed = 0
-        self.index: topics.SubscriptionIndex[SubOptions] = _CachingIndex(partial_unsubscribe, self._cache)
+        #: each shared group's members, kept from one change of the group to the next
+        self.groups = Groups()
+        self.index: topics.SubscriptionIndex[SubOptions] = _CachingIndex(
+            partial_unsubscribe, self._cache, self.groups
+        )
         self.retained: topics.RetainedTree[Message] = topics.RetainedTree()
         self.retained_bytes = 0  # payload bytes of the retained messages (max_retained_bytes)
         if engine not in content.ENGINES:  # an unknown name fails here, at start, as before
@@ -359,9 +378,19 @@ class Router:
         self.batching = False
         #: the shared groups' strategies and their state (broker.core._shared)
         self.shared = shared or SharedPolicy()
-        #: sessions a shared group's round robin skips while another member is left: the
-        #: links of cluster nodes this node cannot reach (kept by the cluster; issue 30)
-        self.unavailable: set[str] = set()
+        self._unavailable: frozenset[str] = frozenset()
+
+    @property
+    def unavailable(self) -> frozenset[str]:
+        """Sessions a shared group's round robin skips while another member is left: the
+        links of cluster nodes this node cannot reach (set by the cluster; issue 30).  A
+        frozen set: assigning a new one is what tells the kept groups
+        (:class:`broker.core._shared.Groups`) to filter their members again."""
+        return self._unavailable
+
+    @unavailable.setter
+    def unavailable(self, sessions: AbstractSet[str]) -> None:
+        self._unavailable = frozenset(sessions)
 
     # ------------------------------------------------------------ content filters
     @property
@@ -411,7 +440,7 @@ class Router:
             seen.add(topic)
             return None
         seen.discard(topic)
-        plan = _Plan(self.index.match(topic))
+        plan = _Plan(self.index.match(topic), self.groups)
         cache[topic] = plan
         if len(cache) > self.cache_size:
             cache.popitem(last=False)
@@ -438,10 +467,11 @@ class Router:
             if r is not None:
                 append(r)
         if result.shared:
-            groups = {key: Members.of(members) for key, members in result.shared.items()}
+            of = self.groups.of
+            groups = {key: of(key, members) for key, members in result.shared.items()}
             if sel_ok is None and any(g.selective for g in groups.values()):
                 sel_ok = self._matching_selectors(msg.payload)
-            self._route_shared(groups, _EMPTY if sel_ok is None else sel_ok, msg, append)
+            self._route_shared(groups, _EMPTY if sel_ok is None else sel_ok, msg, append, False)
         return routes
 
     def _route_shared(
@@ -450,14 +480,17 @@ class Router:
         sel_ok: AbstractSet[object],
         msg: Message,
         append: Callable[[Route], None],
+        local: bool,
     ) -> None:
         """One delivery per shared group, to the member its strategy picks among the members
         the message passes (among the reachable ones, :attr:`unavailable`, when there are
-        any).  O(1) per group, O(members) for a group whose members carry content filters or
-        while a cluster node is unreachable (the candidates are filtered first, then picked
-        once: picking among all and again among the reachable advanced a round robin twice
-        and sent the member after an unreachable one more than its share)."""
-        unavailable = self.unavailable
+        any).  ``local``: ``shared`` holds the groups' local members (:meth:`route_peer`).
+        O(1) amortized per group (the reachable members are kept in :attr:`groups` while the
+        group and the unreachable nodes are unchanged), O(members) for a group whose members
+        carry content filters (the candidates are filtered first, then picked once: picking
+        among all and again among the reachable advanced a round robin twice and sent the
+        member after an unreachable one more than its share)."""
+        unavailable = self._unavailable
         pick = self.shared.pick
         mqos = msg.qos
         publisher = msg.publisher_id
@@ -468,10 +501,12 @@ class Router:
                 group = Members.of(
                     [m for m in members.members if m[1].selector is None or m[1].selector in sel_ok]
                 )
-            if unavailable:
-                reachable = [m for m in group.members if m[0] not in unavailable]
-                if reachable and len(reachable) < len(group.members):
-                    group = Members.of(reachable)
+                if unavailable:
+                    reachable = [m for m in group.members if m[0] not in unavailable]
+                    if reachable and len(reachable) < len(group.members):
+                        group = Members.of(reachable)
+            elif unavailable:
+                group = self.groups.reachable(key, group, unavailable, local)
             if not group.members:
                 continue
             client_id, o = group.members[pick(key, group, publisher, topic)]
@@ -527,14 +562,11 @@ class Router:
                         r = Route(r.client_id, r.qos, True, r.subscription_ids, r.topic_filter, r.selector)
                     append(r)
         if groups and result.shared:
-            local = {
-                key: Members.of([m for m in members if not m[0].startswith(PEER_PREFIX)])
-                for key, members in result.shared.items()
-                if key in groups
-            }
+            of_local = self.groups.local
+            local = {key: of_local(key, members) for key, members in result.shared.items() if key in groups}
             if sel_ok is None and any(g.selective for g in local.values()):
                 sel_ok = self._matching_selectors(msg.payload)
-            self._route_shared(local, _EMPTY if sel_ok is None else sel_ok, msg, append)
+            self._route_shared(local, _EMPTY if sel_ok is None else sel_ok, msg, append, True)
         return routes
 
     def route(self, msg: Message) -> list[Route]:
@@ -646,14 +678,16 @@ class Router:
                     seen[client_id] = r
             routes.extend(seen.values())
         if plan.shared:
-            self._route_shared(plan.shared, sel_ok, msg, append)
+            self._route_shared(plan.shared, sel_ok, msg, append, False)
         return routes
 
     def _check(self) -> None:
         """Assert the cache bound and that every cached plan equals a fresh one (O(cache))."""
         assert len(self._cache) <= self.cache_size
         for topic, plan in self._cache.items():
-            fresh = _Plan(self.index.match(topic))
+            result = self.index.match(topic)
+            self.groups.check(result.shared)
+            fresh = _Plan(result, Groups())
             assert plan.fixed == fresh.fixed, topic
             assert plan.general == fresh.general, topic
             assert plan.by_selector == fresh.by_selector, topic

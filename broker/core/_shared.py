@@ -25,9 +25,14 @@ under the group's strategy (the names EMQX users know):
 
 Cost: :meth:`SharedPolicy.pick` is O(1) for every strategy (a counter, one RNG draw, one dict
 lookup of the sticky member, one CRC of the publisher id or topic name); no strategy scans the
-members.  :meth:`Members.of` is O(members), paid when the router builds a plan (a group change
-drops the plans it affects) or when a message's candidates must be filtered (content filters on
-members, an unreachable cluster node).  State: one counter and one sticky client id per group.
+members.  :meth:`Members.of` is O(members); :class:`Groups` keeps each group's :class:`Members`
+(all of them, the local ones a peer's message goes to, the reachable ones while a cluster node is
+down) from one membership change to the next, so a message pays O(1) per group whether its topic
+has a routing plan or not and whether it was published here or forwarded by a peer: the O(members)
+build is paid once per change of the group (a SUBSCRIBE / UNSUBSCRIBE of ``$share/<group>/...``, a
+member's session ending) or of the unreachable nodes.  Only a group whose members carry content
+filters is still filtered per message (its candidates depend on the payload).  State: one counter
+and one sticky client id per group, and the cached :class:`Members`.
 """
 
 from __future__ import annotations
@@ -35,12 +40,13 @@ from __future__ import annotations
 import random
 import zlib
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 
-from broker.core._message import PEER_PREFIX, SubOptions
+from broker.values import PEER_PREFIX, SubOptions
 
-__all__ = ["Members", "SharedPolicy", "Strategy", "group_strategies"]
+__all__ = ["Groups", "Members", "SharedPolicy", "Strategy", "group_strategies"]
 
 
 class Strategy(Enum):
@@ -95,6 +101,99 @@ class Members:
             if o.selector is not None:
                 selective = True
         return Members(members, positions, local, selective)
+
+
+def _reachable(group: Members, unavailable: AbstractSet[str]) -> Members:
+    """``group`` without the members in ``unavailable``; ``group`` itself when that leaves
+    none or removes none (nobody reachable: every member again, in turn). O(members)."""
+    reachable = [m for m in group.members if m[0] not in unavailable]
+    if reachable and len(reachable) < len(group.members):
+        return Members.of(reachable)
+    return group
+
+
+class Groups:
+    """The :class:`Members` of each shared group ``(group, filter)``, built at first use and
+    kept until the group changes (:meth:`drop`, called by the router's index on every
+    subscription change of the group) or the unreachable nodes do (:meth:`reachable`).
+
+    ``built`` counts the :class:`Members` built (tests: a message on a topic without a routing
+    plan, or from a peer, builds none while the group is unchanged).  Space: O(members of the
+    groups messages went to).
+    """
+
+    __slots__ = ("_all", "_local", "_reach", "_unavailable", "built")
+
+    def __init__(self) -> None:
+        self._all: dict[tuple[str, str], Members] = {}
+        self._local: dict[tuple[str, str], Members] = {}
+        # (group key, local) -> (the group it was computed from, its reachable members)
+        self._reach: dict[tuple[tuple[str, str], bool], tuple[Members, Members]] = {}
+        self._unavailable: AbstractSet[str] = frozenset()
+        self.built = 0
+
+    def of(self, key: tuple[str, str], members: list[tuple[str, SubOptions]]) -> Members:
+        """The group's members; ``members`` (the index's list for ``key``) is read only when
+        the group changed since the last call. O(1) amortized."""
+        group = self._all.get(key)
+        if group is None:
+            group = self._all[key] = Members.of(members)
+            self.built += 1
+        return group
+
+    def local(self, key: tuple[str, str], members: list[tuple[str, SubOptions]]) -> Members:
+        """The group's members that are not another node's link (where a message a peer
+        forwarded for this group goes). O(1) amortized."""
+        group = self._local.get(key)
+        if group is None:
+            full = self.of(key, members)
+            group = full
+            if len(full.local) < len(full.members):
+                group = Members.of([full.members[i] for i in full.local])
+                self.built += 1
+            self._local[key] = group
+        return group
+
+    def reachable(
+        self, key: tuple[str, str], group: Members, unavailable: AbstractSet[str], local: bool
+    ) -> Members:
+        """``group`` (what :meth:`of` or, ``local``, :meth:`local` returned for ``key``)
+        without the members in ``unavailable`` while one is left.  O(1) amortized: computed
+        again when the group or the ``unavailable`` set (a new object each time the cluster's
+        view changes: ``Router.unavailable``) is not the one it was computed for."""
+        if unavailable is not self._unavailable:
+            self._reach.clear()
+            self._unavailable = unavailable
+        at = (key, local)
+        entry = self._reach.get(at)
+        if entry is not None and entry[0] is group:
+            return entry[1]
+        out = _reachable(group, unavailable)
+        if out is not group:
+            self.built += 1
+        self._reach[at] = (group, out)
+        return out
+
+    def kept(self) -> bool:
+        """Some group is kept (a removed session's groups need dropping). O(1)."""
+        return bool(self._all)
+
+    def drop(self, key: tuple[str, str]) -> None:
+        """Forget what was built for ``key`` (its membership changed). O(1)."""
+        self._all.pop(key, None)
+        self._local.pop(key, None)
+        self._reach.pop((key, False), None)
+        self._reach.pop((key, True), None)
+
+    def check(self, shared: dict[tuple[str, str], list[tuple[str, SubOptions]]]) -> None:
+        """Assert that every group kept for a key of ``shared`` (the index's members of the
+        groups matching some topic) equals one built afresh. O(their members)."""
+        for key, members in shared.items():
+            fresh = Members.of(members)
+            kept = self._all.get(key)
+            assert kept is None or kept == fresh, key
+            kept = self._local.get(key)
+            assert kept is None or kept == Members.of([fresh.members[i] for i in fresh.local]), key
 
 
 class SharedPolicy:

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._hooks import SubscriptionAction
 from broker.core._internal import internal_filter
-from broker.core._message import SHARE_PREFIX, Message
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, Suback, Subscribe, Unsuback, Unsubscribe
+from broker.values import SHARE_PREFIX, Message
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection

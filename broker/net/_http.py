@@ -15,7 +15,9 @@ MQTT:
   a malformed request line, header, target or length (400), a target over ``max_target``
   bytes (414), a request head over ``max_head`` bytes (431), a body over ``max_body`` bytes
   (413, decided from ``Content-Length`` before the body is read), ``Transfer-Encoding``
-  (501: no chunked uploads), another version than HTTP/1.x (505). A request that is fine
+  (501: no chunked uploads), another version than HTTP/1.x (505), each answered with a JSON
+  body ``{"error": reason}`` (:meth:`Response.error`, as the dashboard and the admin API
+  answer their own refusals). A request that is fine
   but comes before a bad one in the same read is answered first. Every response carries
   :data:`SECURITY_HEADERS` (``X-Content-Type-Options: nosniff``, ``Cache-Control:
   no-store``, a strict ``Content-Security-Policy``: no inline script, nothing fetched from
@@ -58,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -154,6 +157,13 @@ class Response:
     def text(cls, status: int, text: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
         return cls(status, (text.rstrip("\n") + "\n").encode(), headers=headers)
 
+    @classmethod
+    def error(cls, status: int, reason: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+        """A JSON error ``{"error": reason}``, the shape of every refusal of the dashboard and
+        the admin API (docs/admin.md, "Errors"): the listener's own refusals (413, 501, 503,
+        ...) look the same to a client. O(len(reason))."""
+        return cls(status, json.dumps({"error": reason}).encode(), "application/json", headers)
+
 
 def _phrase(status: int) -> str:
     try:
@@ -177,8 +187,8 @@ def encode_head(resp: Response, keep_alive: bool, head_only: bool = False) -> by
 
 
 def error_bytes(status: int, reason: str) -> bytes:
-    """A complete error response that closes the connection."""
-    resp = Response.text(status, reason)
+    """A complete JSON error response (:meth:`Response.error`) that closes the connection."""
+    resp = Response.error(status, reason)
     return encode_head(resp, False) + resp.body
 
 
@@ -574,7 +584,7 @@ class HttpServer:
                 resp = await self.handler(req, peer)
             except Exception:
                 log.exception("http handler failed for %s %s", req.method, req.path)
-                resp = Response.text(500, "internal error (logged)")
+                resp = Response.error(500, "internal error (logged)")
             if resp.authenticated and not slot.trusted:
                 slot.trusted = True
                 self.unauthenticated.pop(slot, None)
@@ -607,7 +617,7 @@ class HttpServer:
             if not head_only:
                 self.stats.streams_refused += 1
                 self.log_limit("stream refusals", f"{lim.max_streams} event streams open: 503")
-                return Response.text(
+                return Response.error(
                     503, f"too many event streams ({lim.max_streams} open)", (("Retry-After", "10"),)
                 )
             await self._write(writer, encode_head(resp, False))  # HEAD of a stream: the head only

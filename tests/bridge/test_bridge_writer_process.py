@@ -10,7 +10,6 @@ failure said once without a traceback, the records kept and landed once space is
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import signal
@@ -26,6 +25,7 @@ from bridge import Bridge, Kind
 from bridge._writer import _Sink
 from bridge._writerproc import Job, WriterProcess
 from broker import Broker
+from tests.smallfs import fill, small_tmpfs
 from tests.waiting import eventually
 
 DEADLINE = 60.0  # generous: the suite's workers share the machine
@@ -134,32 +134,8 @@ def test_a_job_sent_again_writes_no_second_file(tmp_path: Path) -> None:
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 4 MiB tmpfs mounted under ``tmp_path`` (unmounted after the test)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, check=False
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path, "4m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for chunk in (1 << 16, 1 << 12, 1):
-            block = b"\0" * chunk
-            while True:
-                try:
-                    os.write(fd, block)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-                    break
-    finally:
-        os.close(fd)
 
 
 async def test_full_disk_keeps_the_records_and_lands_them_when_space_is_back(
@@ -176,11 +152,11 @@ async def test_full_disk_keeps_the_records_and_lands_them_when_space_is_back(
         await _publish(b.port, "t/a", 20)
         await eventually(lambda: bridge.stats().written["deliveries"] >= 20, DEADLINE)
         filler = small_fs / "filler"
-        _fill(filler)
+        fill(filler)
         await _publish(b.port, "t/a", 200, start=20)
         await eventually(lambda: bridge.stats().write_errors > 0, DEADLINE)
         assert bridge.stats().pending["deliveries"] > 0  # kept, not dropped
-        _fill(small_fs / "filler-2")  # what the failed write's partial file gave back
+        fill(small_fs / "filler-2")  # what the failed write's partial file gave back
         filler.unlink()
         (small_fs / "filler-2").unlink()
         await eventually(lambda: bridge.stats().written["deliveries"] >= 220, DEADLINE)

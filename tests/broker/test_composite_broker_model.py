@@ -34,10 +34,10 @@ import topics
 from broker._config import BrokerConfig
 from broker.core._clock import ManualClock
 from broker.core._core import Core
-from broker.core._message import Message, Route
 from broker.core._session import Session
 from broker.durability._store import Store
 from broker.packets import NO_PROPERTIES
+from broker.values import Message, Route
 from tests.composite.reference import Reference
 
 POOL = ["a", "b", "c[v > 1]", "e/+", "e/#"]

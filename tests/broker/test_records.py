@@ -8,8 +8,8 @@ import os
 import pytest
 
 from broker._build import HOT_MODULES, compiled_modules, stale_modules
-from broker.core._message import Message, Route
 from broker.packets import NO_PROPERTIES, Properties, Puback, Pubcomp, Publish, Pubrec, Pubrel, ReasonCode
+from broker.values import Message, Route
 
 
 def test_value_semantics() -> None:

@@ -21,8 +21,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import content
 import topics
-from broker.core._message import Message, Route, SubOptions
 from broker.core._router import Router
+from broker.values import Message, Route, SubOptions
 
 CLIENTS = ["c0", "c1", "c2", "c3"]
 FILTERS = ["a/b", "a/+", "a/#", "+/b", "#", "a/c", "$share/g/a/b", "$share/g/a/+"]

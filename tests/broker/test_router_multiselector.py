@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import content
 from broker import Broker
-from broker.core._message import Message, SubOptions
 from broker.core._router import Router
+from broker.values import Message, SubOptions
 from tests.broker.test_router_model import Entries, model_subscribe, reference
 from tests.waiting import next_message
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from broker import Broker
 from broker._cli import build_parser
 from broker._config import SHARED_STRATEGIES, BrokerConfig, load_toml
-from broker.core._message import PEER_PREFIX, Message, SubOptions
 from broker.core._router import Router
 from broker.core._shared import Members, SharedPolicy, Strategy
 from broker.packets import NO_PROPERTIES
+from broker.values import PEER_PREFIX, Message, SubOptions
 from tests.cluster._support import cluster, node_of
 from tests.waiting import eventually
 

@@ -10,9 +10,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from broker._config import BrokerConfig
 from broker.core._core import Core
-from broker.core._message import Message, Route
 from broker.core._session import PUBLISH_SENT, PUBREL_SENT, Outgoing, Session
 from broker.packets import Properties, SubscriptionRequest
+from broker.values import Message, Route
 from cluster._moving import Diversions, decode_entry, session_entries
 
 PEERS = ["p0", "p1", "p2"]

@@ -13,11 +13,9 @@ counters (``$SYS``, ``/metrics``) count both.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +29,7 @@ from broker._metrics import registry_for
 from broker.packets import Disconnect, Properties, Puback, Publish, ReasonCode, SubscriptionRequest
 from broker.store import MessageRecord, Store, StoreError
 from tests.rawclient import RawClient
+from tests.smallfs import fill, small_tmpfs
 from tests.waiting import eventually
 
 EXPIRY = Properties(session_expiry_interval=3600)
@@ -40,35 +39,8 @@ PAYLOAD = 20_000  # bytes per message: a few hundred fill the file system
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 6 MiB tmpfs mounted under ``tmp_path`` (unmounted after the test)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, check=False
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs (root needed): {r.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path, "6m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(path: Path) -> int:
-    """Write ``path`` until the file system is full; returns the bytes written."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-    written = 0
-    try:
-        for chunk in (1 << 16, 1 << 12, 1):
-            block = b"\0" * chunk
-            while True:
-                try:
-                    written += os.write(fd, block)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-                    break
-    finally:
-        os.close(fd)
-    return written
 
 
 def _payload(i: int) -> bytes:
@@ -116,14 +88,14 @@ async def test_full_disk_refuses_cleanly_and_recovers_without_restart(
             assert await _publish(b.port, version, 0)
             acked.append(0)
             filler = small_fs / "filler"
-            _fill(filler)
+            fill(filler)
             i = 1
             while await _publish(b.port, version, i):  # the WAL may have room for a few more
                 acked.append(i)
                 i += 1
                 assert i < 200, "the full file system never refused a write"
             refused = i
-            _fill(small_fs / "filler-2")  # what the failed writes freed (e.g. the bridge's partial file)
+            fill(small_fs / "filler-2")  # what the failed writes freed (e.g. the bridge's partial file)
             await eventually(lambda: bridge.stats().write_errors > 0, 10.0)  # the landing zone too
 
             filler.unlink()

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import topics
-from broker.core._message import SubOptions
 from broker.packets import Properties, Will
 from broker.store import (
     EntryRecord,
@@ -23,6 +22,7 @@ from broker.store import (
     Store,
     replay_entries,
 )
+from broker.values import SubOptions
 
 CLIENTS = st.sampled_from(["c1", "c2", "c3"])
 PIDS = st.integers(1, 6)

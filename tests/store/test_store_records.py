@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from broker.core._message import Message, SubOptions
 from broker.packets import NO_PROPERTIES, Properties, Will
 from broker.store import (
     DB_NAME,
@@ -23,6 +22,7 @@ from broker.store import (
     StoreError,
     message_record,
 )
+from broker.values import Message, SubOptions
 
 NEVER = 0xFFFFFFFF
 

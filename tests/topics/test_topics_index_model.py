@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from tests.topics.reference import Universe, all_filters, all_topics, ref_match
-from topics import RetainedTree, SubscriptionIndex, TopicSet, UnsubscribeOutcome
+from topics import Entry, RetainedTree, SubscriptionIndex, TopicSet, UnsubscribeOutcome
 
 U = Universe(5)
 MQTT_FILTERS = all_filters(3, extended=False)
@@ -156,6 +156,36 @@ def index_machine(partial: bool) -> type[RuleBasedStateMachine]:
             key = data.draw(st.sampled_from(plain))
             f = data.draw(st.sampled_from([g for g in MQTT_FILTERS if g != key and U.overlaps(g, key)]))
             assert self.ix.unsubscribe(cid, f) is self.ref.unsubscribe(cid, f)
+
+        @rule(cid=st.sampled_from(["c0", "c1", "c2", "c3"]), data=st.data())
+        def replay(self, cid: str, data: st.DataObject) -> None:
+            """A saved list applied in one call (a store's restore): the same as one
+            subscribe / unsubscribe per entry, on a new client (the fast path) or not."""
+            few = st.sampled_from(["a/a", "a/+", "#", "+/a", SHARED[0]])  # repeats in one list
+            drawn = data.draw(st.lists(st.tuples(st.one_of(few, FILTER), st.booleans()), max_size=8))
+            entries = []
+            for f, positive in drawn:
+                self.n += 1
+                entries.append(Entry(f, positive, self.n if positive else None))
+            assert self.ix.replay(cid, entries) == len(entries)
+            for e in entries:
+                if e.positive:
+                    assert e.options is not None
+                    self.ref.subscribe(cid, e.topic_filter, e.options)
+                else:
+                    self.ref.unsubscribe(cid, e.topic_filter)
+
+        @rule(src=CLIENTS, dst=st.sampled_from(["c1", "c3"]))
+        def replay_entries_of(self, src: str, dst: str) -> None:
+            """Another client's entries, as ``entries`` lists them, replayed onto ``dst``."""
+            entries = self.ix.entries(src)
+            assert self.ix.replay(dst, entries) == len(entries)
+            for e in entries:
+                if e.positive:
+                    assert e.options is not None
+                    self.ref.subscribe(dst, e.topic_filter, e.options)
+                else:
+                    self.ref.unsubscribe(dst, e.topic_filter)
 
         @rule(cid=CLIENTS)
         def remove_client(self, cid: str) -> None:

@@ -7,6 +7,8 @@ SIGTERM: mosquitto writes its database on the way out; ``user`` is the test's ow
 mosquitto started as root would switch to the user mosquitto, who cannot write the test's
 directory).  :class:`Collector` is a paho client with a persistent session that records
 every (topic, payload, retain) it receives, reconnecting by itself when mosquitto is back.
+:func:`central` is the bridge the tests configure ("central", one loopback URL, a fast
+back-off); :func:`down_remote` a remote with a collector's session on it, stopped.
 """
 
 from __future__ import annotations
@@ -19,13 +21,26 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from tests.mosquitto import MOSQUITTO, free_port
+from uplink import BridgeConfig, TopicRule
 
-__all__ = ["MOSQUITTO", "Collector", "Cutter", "Mosquitto", "free_port"]
+__all__ = ["MOSQUITTO", "Collector", "Cutter", "Mosquitto", "central", "down_remote", "free_port"]
+
+
+def central(port: int, *rules: TopicRule, **fields: Any) -> BridgeConfig:
+    """The bridge "central" to ``mqtt://127.0.0.1:<port>`` with ``rules``, reconnecting after
+    0.05-0.2 s; ``fields``: any other :class:`uplink.BridgeConfig` field (or these two)."""
+    return BridgeConfig(
+        name="central",
+        urls=(f"mqtt://127.0.0.1:{port}",),
+        topics=rules,
+        **{"backoff_min": 0.05, "backoff_max": 0.2, **fields},
+    )
 
 
 class Mosquitto:
@@ -157,3 +172,15 @@ class Cutter:
         self.cut()
         if self._server is not None:
             self._server.close()
+
+
+def down_remote(tmp: Path, qos: int = 1) -> tuple[Mosquitto, Collector]:
+    """A mosquitto in ``tmp`` on which a 3.1.1 collector of ``central/#`` (``qos``) has its
+    persistent session, then stopped: a bridge starts against a remote that is down, and
+    what it forwards later reaches the collector (started again with the remote)."""
+    remote = Mosquitto(tmp)
+    remote.start()
+    collector = Collector(remote.port, "central/#", v5=False, qos=qos)
+    collector.start()
+    remote.stop()
+    return remote, collector

@@ -17,7 +17,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto
+from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto, central
 from tests.waiting import eventually
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
 
@@ -59,14 +59,7 @@ async def _pub(port: int, topic: str, payload: bytes, retain: bool = False) -> N
 
 
 def _bridge(port: int, protocol: str, *rules: TopicRule) -> BridgeConfig:
-    return BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{port}",),
-        topics=rules,
-        protocol=protocol,
-        backoff_min=0.05,
-        backoff_max=0.2,
-    )
+    return central(port, *rules, protocol=protocol)
 
 
 async def _both_ways_exactly_once(edge: int, central: int) -> None:

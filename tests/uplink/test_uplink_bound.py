@@ -15,7 +15,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto
+from tests.uplink._remote import MOSQUITTO, central, down_remote
 from tests.uplink.test_uplink_mosquitto import in_order
 from tests.waiting import eventually
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
@@ -41,17 +41,10 @@ def _payload(i: int) -> bytes:
 async def test_the_bridge_queue_bound_and_its_policy(
     tmp_path: Path, policy: str, messages: int, max_bytes: int, kept: range
 ) -> None:
-    remote = Mosquitto(tmp_path)
-    remote.start()
-    collector = Collector(remote.port, "central/#", v5=False)
-    collector.start()
-    remote.stop()
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{remote.port}",),
-        topics=(TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),),
-        backoff_min=0.05,
-        backoff_max=0.2,
+    remote, collector = down_remote(tmp_path)
+    cfg = central(
+        remote.port,
+        TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),
         max_queued_messages=messages,
         max_queued_bytes=max_bytes,
         queue_policy=policy,
@@ -86,6 +79,6 @@ async def test_the_bridge_queue_bound_and_its_policy(
 def test_bad_queue_keys_are_refused() -> None:
     rule = (TopicRule("a/#"),)
     with pytest.raises(ValueError, match="queue_policy"):
-        BridgeConfig(name="x", urls=("mqtt://h",), topics=rule, queue_policy="pace")
+        BridgeConfig(name="x", urls=("mqtt://h",), topics=rule, queue_policy="wait")
     with pytest.raises(ValueError, match="max_queued_messages"):
         BridgeConfig(name="x", urls=("mqtt://h",), topics=rule, max_queued_bytes=-1)

@@ -16,9 +16,9 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto
+from tests.uplink._remote import MOSQUITTO, Collector, Mosquitto, central, down_remote
 from tests.waiting import eventually
-from uplink import BridgeConfig, Direction, TopicRule, Uplink
+from uplink import Direction, TopicRule, Uplink
 
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (make installs it)")
 
@@ -42,13 +42,10 @@ async def test_out_bridge_survives_remote_outage(tmp_path: Path, protocol: str) 
     remote.start()
     collector = Collector(remote.port, "central/#", v5=False)  # a 3.1.1 persistent session
     collector.start()
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{remote.port}",),
-        topics=(TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),),
+    cfg = central(
+        remote.port,
+        TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),
         protocol=protocol,
-        backoff_min=0.05,
-        backoff_max=0.2,
         connect_timeout=5,
     )
     uplink = Uplink([cfg])
@@ -98,18 +95,8 @@ async def test_the_queue_bound_drops_the_newest_and_counts_them(tmp_path: Path) 
     """At ``max_queued_messages`` the bridge's session drops newer QoS 1 messages, counted in
     ``queue_overflow`` (docs/bridging-out.md, "The store-and-forward bound"); the ones kept
     arrive when the remote is back."""
-    remote = Mosquitto(tmp_path)
-    remote.start()
-    collector = Collector(remote.port, "central/#", v5=False)
-    collector.start()
-    remote.stop()
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{remote.port}",),
-        topics=(TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"),),
-        backoff_min=0.05,
-        backoff_max=0.2,
-    )
+    remote, collector = down_remote(tmp_path)
+    cfg = central(remote.port, TopicRule("sensors/#", Direction.OUT, 1, remote_prefix="central/"))
     uplink = Uplink([cfg])
     try:
         async with Broker(

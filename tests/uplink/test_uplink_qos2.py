@@ -30,9 +30,9 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, Collector, Cutter, Mosquitto
+from tests.uplink._remote import MOSQUITTO, Collector, Cutter, Mosquitto, central
 from tests.waiting import eventually
-from uplink import BridgeConfig, Direction, TopicRule, Uplink
+from uplink import Direction, TopicRule, Uplink
 
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto not installed (make installs it)")
 
@@ -49,13 +49,8 @@ async def test_qos2_out_is_exactly_once_through_a_remote_restart(tmp_path: Path,
     remote.start()
     collector = Collector(remote.port, "central/#", v5=False, qos=2)
     collector.start()
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{remote.port}",),
-        topics=(TopicRule("sensors/#", Direction.OUT, 2, remote_prefix="central/"),),
-        protocol=protocol,
-        backoff_min=0.05,
-        backoff_max=0.2,
+    cfg = central(
+        remote.port, TopicRule("sensors/#", Direction.OUT, 2, remote_prefix="central/"), protocol=protocol
     )
     uplink = Uplink([cfg])
     try:
@@ -120,13 +115,7 @@ async def test_qos2_in_is_exactly_once_through_a_remote_restart(tmp_path: Path) 
         pub.loop_stop()
     cutter = Cutter(remote.port)
     await cutter.start()
-    cfg = BridgeConfig(
-        name="central",
-        urls=(f"mqtt://127.0.0.1:{cutter.port}",),
-        topics=(TopicRule("cmd/#", Direction.IN, 2, remote_prefix="central/"),),
-        backoff_min=0.05,
-        backoff_max=0.2,
-    )
+    cfg = central(cutter.port, TopicRule("cmd/#", Direction.IN, 2, remote_prefix="central/"))
     uplink = Uplink([cfg])
     got: list[int] = []
     try:
