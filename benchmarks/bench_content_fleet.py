@@ -868,6 +868,7 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
     from broker.core._connection import Callbacks, Connection
     from broker.core._core import Core
     from broker.packets import Connect, Properties, Publish, Subscribe, SubscriptionRequest
+    from broker.values import Message
 
     core = Core(BrokerConfig(sys_interval=0, content_engine=engine))
     sent = [0, 0]  # writes, bytes
@@ -900,8 +901,6 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
     gc.collect()
     t_msg, t_route, writes0, bytes0 = [], [], sent[0], sent[1]
     router = core.router
-    from broker.core._message import Message
-
     for m in msgs[5:]:
         t = time.process_time()
         pub.received([m], 0.0)
