@@ -113,40 +113,15 @@ class _Plan:
     (no-local with a selector, or a selector next to a plain subscription).  ``shared``: the
     shared subscription members of each group (:class:`Members`: one picked per message by
     the group's strategy).  Space O(matched entries).
-
-    ``sel_routes[2 * qos + retain]``: selector -> the :class:`Route` list of its clients in
-    ``by_selector`` (the Route each gets when that selector matches); ``sel_routes[6 + 2 *
-    qos + retain]`` the same for its clients in ``by_selectors`` (the Route each gets when
-    only that one of its selectors matches; a selector can key both maps), made at the first
-    message that needs it and reused: a message's deliveries through a selector then cost
-    one ``list.extend``, not a :func:`_client_route` over each client's subscriptions and a
-    new Route per delivery (issue 42 item 2).  ``local``: the ``by_selector`` selectors with
-    a no-local client (routed per message: the publisher decides); ``multi``: the
-    subscriptions of the ``by_selectors`` clients, for the one reached through several
-    matched selectors.  Space O(cached deliveries), at most one Route per (client, selector,
-    key) of the plan's entries.
     """
 
-    __slots__ = (
-        "by_selector",
-        "by_selectors",
-        "fixed",
-        "general",
-        "local",
-        "multi",
-        "routes",
-        "sel_routes",
-        "selective",
-        "shared",
-    )
+    __slots__ = ("by_selector", "by_selectors", "fixed", "general", "routes", "selective", "shared")
 
     def __init__(self, result: topics.MatchResult[SubOptions], groups: Groups) -> None:
         fixed: list[tuple[str, int, tuple[int, ...], bool, str]] = []
         general: list[tuple[str, list[topics.Subscription[SubOptions]]]] = []
         by_selector: dict[object, list[tuple[str, list[topics.Subscription[SubOptions]]]]] = {}
         by_selectors: dict[object, list[tuple[str, list[topics.Subscription[SubOptions]]]]] = {}
-        local: set[object] = set()
-        multi: dict[str, list[topics.Subscription[SubOptions]]] = {}
         selective = False
         for client_id, subs in result.clients.items():
             selectors = {sub.options.selector for sub in subs}
@@ -171,12 +146,9 @@ class _Plan:
                     (only,) = selectors
                     assert only is not None
                     by_selector.setdefault(only, []).append((client_id, subs))
-                    if no_local:
-                        local.add(only)
                     continue
                 if not no_local:
                     entry = (client_id, subs)
-                    multi[client_id] = subs
                     for one in selectors:
                         by_selectors.setdefault(one, []).append(entry)
                     continue
@@ -191,9 +163,6 @@ class _Plan:
         self.general = general
         self.by_selector = by_selector
         self.by_selectors = by_selectors
-        self.local = local
-        self.multi = multi
-        self.sel_routes: list[dict[object, list[Route]] | None] = [None] * (2 * _QOS_RETAIN_KEYS)
         self.shared = shared
         self.selective = selective  # some subscription here carries a selector
 
@@ -206,30 +175,6 @@ class _Plan:
         ]
         self.routes[key] = routes
         return routes
-
-    def selector_routes(self, key: int) -> dict[object, list[Route]]:
-        """The (initially empty) selector -> Route list cache ``key`` (``2 * qos + retain``
-        for ``by_selector``, 6 more for ``by_selectors``)."""
-        cached = self.sel_routes[key]
-        if cached is None:
-            cached = self.sel_routes[key] = {}
-        return cached
-
-
-def _selector_routes(
-    clients: list[tuple[str, list[topics.Subscription[SubOptions]]]], selector: object, key: int
-) -> list[Route]:
-    """The Route of each of ``clients`` (none with no-local) when ``selector`` is the one of
-    its selectors that matches a message of ``key = 2 * qos + retain``: exactly what
-    :func:`_client_route` gives then. O(their subscriptions)."""
-    only = frozenset((selector,))
-    mqos, mretain = key >> 1, bool(key & 1)
-    out = []
-    for client_id, subs in clients:
-        r = _client_route(client_id, subs, None, mqos, mretain, only)
-        assert r is not None  # every client listed under the selector has it
-        out.append(r)
-    return out
 
 
 def _client_route(  # noqa: PLR0917 (hot path: positional arguments)
@@ -631,52 +576,39 @@ class Router:
                 append(r)
         by_selector = plan.by_selector
         if by_selector and sel_ok:
-            # each matched selector's clients: their cached Routes (one list.extend), or per
-            # client when one of them has no-local (the publisher decides)
-            cached = plan.selector_routes(key)
-            local = plan.local
-            for selector in sel_ok if len(sel_ok) <= len(by_selector) else by_selector:
-                clients = by_selector.get(selector)
-                if clients is None or selector not in sel_ok:
-                    continue
-                if local and selector in local:
-                    for client_id, subs in clients:
-                        r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
-                        if r is not None:
-                            append(r)
-                    continue
-                sroutes = cached.get(selector)
-                if sroutes is None:
-                    sroutes = cached[selector] = _selector_routes(clients, selector, key)
-                routes.extend(sroutes)
+            if len(sel_ok) <= len(by_selector):
+                get = by_selector.get
+                for selector in sel_ok:
+                    clients = get(selector)
+                    if clients is not None:
+                        for client_id, subs in clients:
+                            r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
+                            if r is not None:
+                                append(r)
+            else:
+                for selector, clients in by_selector.items():
+                    if selector in sel_ok:
+                        for client_id, subs in clients:
+                            r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
+                            if r is not None:
+                                append(r)
         by_selectors = plan.by_selectors
         if by_selectors and sel_ok:
-            # a client listed under several matched selectors is routed once, at its first
-            # one's place: its cached Route through one selector, replaced by the Route from
-            # all its subscriptions when a second selector of it matches (O(matched entries))
-            cached = plan.selector_routes(_QOS_RETAIN_KEYS + key)
-            seen: dict[str, Route] = {}
-            again: list[str] = []
+            # a client listed under several matched selectors is routed once: the first of
+            # them computes its Route from all its subscriptions (O(matched entries))
+            seen: set[str] = set()
+            add = seen.add
             for selector in sel_ok if len(sel_ok) <= len(by_selectors) else by_selectors:
                 clients = by_selectors.get(selector)
                 if clients is None or selector not in sel_ok:
                     continue
-                sroutes = cached.get(selector)
-                if sroutes is None:
-                    sroutes = cached[selector] = _selector_routes(clients, selector, key)
-                for r in sroutes:
-                    client_id = r.client_id
+                for client_id, subs in clients:
                     if client_id in seen:
-                        again.append(client_id)
-                    else:
-                        seen[client_id] = r
-            if again:
-                multi = plan.multi
-                for client_id in again:
-                    r = _client_route(client_id, multi[client_id], publisher, mqos, mretain, sel_ok)
-                    assert r is not None  # reached through a matched selector of its own
-                    seen[client_id] = r
-            routes.extend(seen.values())
+                        continue
+                    add(client_id)
+                    r = _client_route(client_id, subs, publisher, mqos, mretain, sel_ok)
+                    if r is not None:
+                        append(r)
         if plan.shared:
             self._route_shared(plan.shared, sel_ok, msg, append, False)
         return routes
@@ -701,16 +633,8 @@ class Router:
                     assert not any(sub.options.no_local for sub in subs), topic
             assert plan.shared == fresh.shared, topic
             assert plan.selective == fresh.selective, topic
-            assert plan.local == fresh.local, topic
-            assert plan.multi == fresh.multi, topic
             for key, routes in enumerate(plan.routes):
                 assert routes is None or routes == fresh.fixed_routes(key), topic
-            for k, cached in enumerate(plan.sel_routes):
-                by = plan.by_selector if k < _QOS_RETAIN_KEYS else plan.by_selectors
-                for selector, sroutes in (cached or {}).items():
-                    assert k >= _QOS_RETAIN_KEYS or selector not in plan.local, topic
-                    want = _selector_routes(by[selector], selector, k % _QOS_RETAIN_KEYS)
-                    assert sroutes == want, topic
 
     # ------------------------------------------------------------ retained
     # ------------------------------------------------------------ subscriptions

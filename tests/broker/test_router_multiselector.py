@@ -112,52 +112,6 @@ def test_a_client_with_several_selectors_is_indexed_under_each() -> None:
     router._check()
 
 
-def test_routes_through_a_selector_are_made_once_and_reused() -> None:
-    """A selector's deliveries are cached in the plan per (QoS, RETAIN) key: a later message
-    matching the same selectors gets the very same Route objects (no ``_client_route`` and no
-    new Route per delivery), a client reached through two matched selectors still once with
-    the Route from all its subscriptions, and a no-local client per message (on main every
-    message made every Route anew)."""
-    router = Router()
-    subs = [
-        ("single", "s/t", "x > 1", 1, None),  # one selector: by_selector
-        ("multi", "s/t", "x > 1", 0, 7),  # two selectors: by_selectors (x > 1 keys both maps)
-        ("multi", "#", "y = 'k'", 2, 8),
-    ]
-    for cid, f, sel, qos, sid in subs:
-        router.add_selector(sel, content.compile(sel))
-        router.index.subscribe(cid, f, SubOptions(qos, False, False, 0, sid, sel, f))
-    router.add_selector("x >= 0", content.compile("x >= 0"))
-    router.index.subscribe("nolocal", "s/+", SubOptions(1, True, False, 0, None, "x >= 0", "s/+"))
-
-    def route(payload: bytes, publisher: str | None = None) -> dict[str, tuple[object, ...]]:
-        routes = router.route(Message("s/t", payload, 1, False, publisher_id=publisher))
-        assert len({r.client_id for r in routes}) == len(routes)  # one Route per client
-        return {r.client_id: (r, r.qos, r.subscription_ids, r.topic_filter, r.selector) for r in routes}
-
-    route(b'{"x": 2}')  # the topic's first message: no plan yet
-    first = route(b'{"x": 2}')
-    again = route(b'{"x": 5, "y": "z"}', publisher="other")
-    assert set(first) == set(again) == {"single", "multi", "nolocal"}
-    assert first["single"] == (first["single"][0], 1, (), "s/t", "x > 1")
-    assert first["multi"] == (first["multi"][0], 0, (7,), "s/t", "x > 1")
-    for cid in ("single", "multi"):
-        assert again[cid][0] is first[cid][0]  # the cached Route itself
-    plan = router._cache["s/t"]
-    key = 2 * 1 + 0
-    assert [r.client_id for r in plan.sel_routes[key]["x > 1"]] == ["single"]
-    assert [r.client_id for r in plan.sel_routes[6 + key]["x > 1"]] == ["multi"]
-    assert plan.local == {"x >= 0"}  # the no-local client's selector: routed per message
-    assert "x >= 0" not in plan.sel_routes[key]
-    assert "nolocal" not in route(b'{"x": 2}', publisher="nolocal")
-    both = route(b'{"x": 2, "y": "k"}')  # both of multi's selectors: best QoS, both ids
-    assert both["multi"][1] == 1  # min(message QoS, best subscription QoS 2)
-    assert sorted(both["multi"][2]) == [7, 8]  # type: ignore[call-overload]
-    assert both["multi"][3:] == ("#", "y = 'k'")
-    assert route(b'{"x": 2}')["multi"][0] is first["multi"][0]  # the cache was not overwritten
-    router._check()
-
-
 async def test_one_copy_of_a_message_matching_two_of_three_selectors(broker: Broker) -> None:
     """Over MQTT: three filters with different selectors on one topic; a message matching two
     of them arrives once, one matching none does not arrive, one matching one arrives once."""
