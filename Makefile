@@ -29,9 +29,17 @@ setup: $(STAMP) $(PYC)
 # (~11-15 s of CPU); $(PYC) compiles them on both cores beside the mypyc build instead. They
 # must be compiled before any test: without it, Spark's first Python workers compiled pyspark
 # and pandas at start-up and missed Spark's connect-back timeout on a loaded machine
+#
+# A new venv is made without pip and gets the current pip and setuptools from $(PYTHON)'s own
+# pip (`pip --python`, pip >= 22.3): ensurepip installed and byte-compiled the bundled pip
+# first, only for it to be upgraded (7.1 -> 3.3 s of CPU, 19.4 -> 8.7 s at a load of 7, at the
+# head of the set-up where nothing else runs). Without a pip for $(PYTHON), the usual way.
 $(STAMP): pyproject.toml setup.py
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'
+	if test -x $(PY); then $(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'; \
+	elif $(PYTHON) -m venv --without-pip $(VENV) && \
+	  $(PYTHON) -m pip --python $(PY) install -q --disable-pip-version-check -U pip 'setuptools>=77'; then :; \
+	else rm -rf $(VENV) && $(PYTHON) -m venv $(VENV) && \
+	  $(PY) -m pip install -q --disable-pip-version-check -U pip 'setuptools>=77'; fi
 	SIFTMQ_PURE=1 $(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-compile -e '.[dev]'
 	touch $(STAMP)
 
@@ -41,13 +49,20 @@ build: $(BUILT) $(JAR) $(PYC)
 # else a warning and no jar (the Python data source reads, and this step runs again next time)
 jar: $(JAR)
 
+# SIFTMQ_PURE=1: setup.py's mypycify (mypyc's whole type analysis of the hot path, ~20 s of
+# CPU) ran for this command too, which builds no extension, beside the mypyc build of the
+# same modules into the same cache. javac is short-lived: the JIT's C2 threads and the
+# parallel collector cost more than they save (javac 4.3 -> 2.1 s of CPU), as for the suite's
+# JVMs (tests/conftest.py). The step: 25.6 -> 2.7 s of CPU (docs/development.md, session 15)
 $(JAR): bridge/_schema.py bridge/_jar.py $(shell find bridge/jvm/src -type f) | $(STAMP)
-	$(PY) setup.py -q build_jar
+	SIFTMQ_PURE=1 JAVA_TOOL_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" $(PY) setup.py -q build_jar
 
 bytecode: $(PYC)
 
+# the dependencies' own test suites (pandas/tests, ...: 1,600 of the ~6,000 modules) are never
+# imported: left out (22 -> 14.5 s of CPU); whatever is imported uncompiled is compiled then
 $(PYC): $(STAMP)
-	$(PY) -m compileall -q -j0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
+	$(PY) -m compileall -q -j0 -x '/tests?/' "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null
 	touch $(PYC)
 
 # mypyc's incremental cache (build/mypyc-cache) can crash code generation after a merge that

@@ -1,13 +1,18 @@
 """Bad input of every kind to every ``siftmq`` command: one line ``siftmq COMMAND: ...`` on
 stderr, no traceback, status 2 (usage, configuration) or 1 (runtime) (issue 38, items 1-2).
 
-The table :data:`CASES` is run through the real CLI: the ``serve`` cases as processes of the
-venv's ``siftmq`` (several at a time, each with a timeout: every input here fails, so none
-serves), the other commands in-process through ``broker._cli.main`` with stderr captured
-(their failure is argparse's or the command's, not the process's). Each case runs in a
-directory of its own that holds its files, with paths relative to it, so the messages are the
-same on every machine. The same run renders the "Bad input" table of docs/operations.md and
-checks the committed one is current; to rewrite it::
+The table :data:`CASES` is run through the real CLI, ``broker._cli.main`` (the entry point of
+the ``siftmq`` script) in-process with stderr captured: every input here is refused before
+``serve`` configures its log or starts a broker, so the failure is argparse's or the
+command's, not the process's. The ``serve`` cases that fail at run time (a listener in use,
+a read-only store: ``logged`` / ``read_only_store``) run only as processes of the venv's
+``siftmq``, and a sample of the others (``sample``: one per kind of input) runs both ways,
+where the process must print the same line with the same status (several processes at a
+time, each with a timeout: none serves). Running the 60-odd ``serve`` cases as processes took
+~16 s of CPU (a Python start and the CLI's imports each, docs/development.md, "Suite time
+(session 15)"). Each case runs in a directory of its own that holds its files, with paths
+relative to it, so the messages are the same on every machine. The same run renders the "Bad
+input" table of docs/operations.md and checks the committed one is current; to rewrite it::
 
     SIFTMQ_WRITE_DOCS=1 .venv/bin/python -m pytest tests/cli/test_bad_input.py -q
 """
@@ -22,6 +27,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +62,8 @@ class Case:
     logged: bool = False
     #: a store in the case's directory, made read-only by a mount namespace
     read_only_store: bool = False
+    #: also run as a real process, which must give the same outcome as the in-process run
+    sample: bool = False
 
     @property
     def command(self) -> str:
@@ -66,8 +74,13 @@ class Case:
         return f"siftmq {self.argv[0]}" if self.argv and self.argv[0] in known else "siftmq"
 
     @property
-    def process(self) -> bool:
+    def serve(self) -> bool:
         return bool(self.argv) and self.argv[0] == "serve"
+
+    @property
+    def process(self) -> bool:
+        """Runs only as a real process: a failure of a started ``serve``, or a mount namespace."""
+        return self.logged or self.read_only_store
 
     @property
     def shown(self) -> str:
@@ -100,7 +113,7 @@ def _toml(text: str) -> dict[str, str | bytes]:
 
 CASES: list[Case] = [
     # --- serve: flags (type, range, allowed values, HOST:PORT, combinations) ---
-    Case(("serve", "--port", "99999"), 2, "--port 99999: expected an integer 0..65535"),
+    Case(("serve", "--port", "99999"), 2, "--port 99999: expected an integer 0..65535", sample=True),
     Case(("serve", "--port", "-1"), 2, "--port -1: expected an integer 0..65535"),
     Case(("serve", "--port", "http"), 2, "--port http: expected an integer"),
     Case(("serve", "--max-inflight", "abc"), 2, "--max-inflight abc: expected an integer 1..65535"),
@@ -116,11 +129,11 @@ CASES: list[Case] = [
     Case(("serve", "--log-level", "LOUD"), 2, "--log-level LOUD: expected one of DEBUG"),
     Case(("serve", "--tls-port", "99999"), 2, "--tls-port 99999: expected an integer 0..65535"),
     Case(("serve", "--tls-port", "8883"), 2, "--tls-port and --wss-port need --tls-cert and --tls-key"),
-    Case(("serve", "--bogus"), 2, "unrecognized arguments: --bogus"),
+    Case(("serve", "--bogus"), 2, "unrecognized arguments: --bogus", sample=True),
     Case(("serve", "--port"), 2, "--port: expected one argument"),
     Case(("serve", "--cluster-listen", "nope"), 2, "--cluster-listen nope: expected HOST:PORT"),
     Case(("serve", "--join", "127.0.0.1:1"), 2, "--join needs --cluster-listen"),
-    Case(("serve", "--cluster-listen", "127.0.0.1:0"), 2, "a cluster needs a shared secret"),
+    Case(("serve", "--cluster-listen", "127.0.0.1:0"), 2, "a cluster needs a shared secret", sample=True),
     Case(
         ("serve", "--cluster-listen", "127.0.0.1:0", "--cluster-secret-file", "s", "--join", "h:x"),
         2,
@@ -133,7 +146,11 @@ CASES: list[Case] = [
     Case(("serve", "--password-file", "missing.txt"), 2, "password_file missing.txt: no such file"),
     Case(("serve", "--acl-file", "acl/"), 2, "acl_file acl/: not a file", {"acl/": ""}),
     Case(
-        ("serve", "--password-file", "p.txt"), 2, "p.txt, line 1: expected 'username:", {"p.txt": "alice\n"}
+        ("serve", "--password-file", "p.txt"),
+        2,
+        "p.txt, line 1: expected 'username:",
+        {"p.txt": "alice\n"},
+        sample=True,
     ),
     Case(("serve", "--acl-file", "a.acl"), 2, "a.acl, line 1: missing topic filter", {"a.acl": "topic\n"}),
     Case(
@@ -146,12 +163,19 @@ CASES: list[Case] = [
     Case(("serve", "--config", "c.toml"), 2, "c.toml: is a directory", {"c.toml/": ""}),
     # --- serve: the data directory and the store ---
     Case(("serve", "--data-dir", "f"), 2, "--data-dir f: f is a file, not a directory", {"f": "x"}),
-    Case(("serve", "--data-dir", "f/d"), 2, "--data-dir f/d: cannot create f/d: Not a directory", {"f": "x"}),
+    Case(
+        ("serve", "--data-dir", "f/d"),
+        2,
+        "--data-dir f/d: cannot create f/d: Not a directory",
+        {"f": "x"},
+        sample=True,
+    ),
     Case(
         ("serve", "--data-dir", "d"),
         1,
         "store d/broker.db: file is not a database",
         {"d/": "", "d/broker.db": b"this is not a database\n" * 200},
+        sample=True,
     ),
     Case(("serve", "--data-dir", "d"), 1, "store d/broker.db: read-only", read_only_store=True),
     # --- serve: listeners in use (runtime: after the start-up log) ---
@@ -233,6 +257,7 @@ CASES: list[Case] = [
         2,
         "c.toml:2: Expected '=' after a key in a key/value pair (column 6: not valid TOML)",
         _toml("[broker]\nport 1883\n"),
+        sample=True,
     ),
     Case(("serve", "--config", "c.toml"), 2, "c.toml: [broker] must be a table", _toml("broker = 3\n")),
     Case(
@@ -288,6 +313,7 @@ CASES: list[Case] = [
         2,
         "c.toml: listener 2: port = 70000: expected an integer 0..65535",
         _toml("[[listeners]]\nport = 1883\n[[listeners]]\nport = 70000\n"),
+        sample=True,
     ),
     Case(
         ("serve", "--config", "c.toml"),
@@ -376,21 +402,36 @@ def _run_process(case: Case, argv: list[str], directory: Path) -> Outcome:
 
 
 def _run_in_process(argv: list[str], directory: Path) -> Outcome:
+    """``main(argv)`` in ``directory``, in a thread of its own: a ``serve`` that accepted its
+    input cannot serve there (asyncio's signal handlers need the main thread), so the case
+    fails with that traceback instead of holding the worker (and a join of 60 s bounds it)."""
     err = io.StringIO()
+    result: list[int] = []
+
+    def call() -> None:
+        try:
+            result.append(main(argv))
+        except SystemExit as exc:
+            result.append(exc.code if isinstance(exc.code, int) else 1)
+        except Exception:  # what escaped main: the case fails with it
+            err.write(traceback.format_exc())
+            result.append(-1)
+
     cwd = Path.cwd()
     os.chdir(directory)
+    secret = os.environ.pop("SIFTMQ_CLUSTER_SECRET", None)  # as _run_process's environment
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            try:
-                status = main(argv)
-            except SystemExit as exc:
-                status = exc.code if isinstance(exc.code, int) else 1
-            except Exception:  # what escaped main: the case fails with it
-                err.write(traceback.format_exc())
-                status = -1
+            thread = threading.Thread(target=call, daemon=True)
+            thread.start()
+            thread.join(60)
     finally:
         os.chdir(cwd)
-    return Outcome(status, err.getvalue())
+        if secret is not None:
+            os.environ["SIFTMQ_CLUSTER_SECRET"] = secret
+    if not result:
+        return Outcome(-9, err.getvalue() + "\n(still running after 60 s)")
+    return Outcome(result[0], err.getvalue())
 
 
 def _can_mount() -> bool:
@@ -409,15 +450,26 @@ def busy_port() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
+@dataclass(frozen=True)
+class Runs:
+    """Every case's outcome (in-process, or as a process for :attr:`Case.process`) and the
+    outcomes of the :attr:`Case.sample` cases run as processes too, by index."""
+
+    outcomes: dict[int, Outcome]
+    processes: dict[int, Outcome]
+
+
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> dict[int, Outcome]:
-    """Every case of :data:`CASES` run once (processes 4 at a time), by index."""
+def runs(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> Runs:
+    """Every case of :data:`CASES` run once (processes 4 at a time beside the in-process ones)."""
     root = tmp_path_factory.mktemp("bad-input")
     mountable = _can_mount()
     argvs = {i: [a.replace("{port}", str(busy_port)) for a in c.argv] for i, c in enumerate(CASES)}
     dirs = {i: root / f"case{i}" for i in range(len(CASES))}
     for i, case in enumerate(CASES):
         _materialize(case, dirs[i])
+        if case.sample:  # a directory of its own for the process (a case may write in it)
+            _materialize(case, root / f"process{i}")
     results: dict[int, Outcome] = {}
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {
@@ -425,12 +477,23 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory, busy_port: int) -> dict[i
             for i, c in enumerate(CASES)
             if c.process and (mountable or not c.read_only_store)
         }
+        samples = {
+            i: pool.submit(_run_process, c, argvs[i], root / f"process{i}")
+            for i, c in enumerate(CASES)
+            if c.sample
+        }
         for i, case in enumerate(CASES):
             if not case.process:
                 results[i] = _run_in_process(argvs[i], dirs[i])
         for i, future in futures.items():
             results[i] = future.result()
-    return results
+        processes = {i: future.result() for i, future in samples.items()}
+    return Runs(results, processes)
+
+
+@pytest.fixture(scope="module")
+def outcomes(runs: Runs) -> dict[int, Outcome]:
+    return runs.outcomes
 
 
 def _message(case: Case, outcome: Outcome) -> str:
@@ -444,7 +507,19 @@ def _message(case: Case, outcome: Outcome) -> str:
 
 def test_there_are_forty_bad_inputs_or_more() -> None:
     assert len(CASES) >= 40
-    assert sum(c.process for c in CASES) >= 40  # the serve cases run as real processes
+    assert sum(c.serve for c in CASES) >= 40
+    # real processes: the run-time failures, and a sample of each kind of input
+    assert all(c.serve for c in CASES if c.process or c.sample)
+    assert sum(c.sample and not c.process for c in CASES) >= 8
+
+
+@pytest.mark.parametrize(
+    "index", [i for i, c in enumerate(CASES) if c.sample], ids=[" ".join(c.argv) for c in CASES if c.sample]
+)
+def test_a_real_process_says_what_the_entry_point_says(index: int, runs: Runs) -> None:
+    """The process of the ``siftmq`` script: the same line on stderr and the same status as
+    ``main`` in-process (nothing else on stderr: no traceback, no warning at exit)."""
+    assert runs.processes[index] == runs.outcomes[index]
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[" ".join(c.argv) or "(none)" for c in CASES])

@@ -15,15 +15,20 @@ import pytest
 from broker import Broker
 from broker.auth import FileAuth
 from tests.auth.helpers import FAST, write_passwords
-from tests.cli._pubsub import SIFTMQ, free_port, one_line, run
+from tests.cli._pubsub import SIFTMQ, free_port, one_line, run, run_main
 from tests.waiting import eventually
 
 NOWHERE = ("-h", "127.0.0.1", "-p", str(free_port()))  # nothing listens: checked before connecting
 
 
-async def _bad(command: str, *args: str) -> str:
-    status, out, err = await run(SIFTMQ, command, *NOWHERE, *args)
+async def _bad(command: str, *args: str, process: bool = False) -> str:
+    """The one error line of an input refused before connecting: through ``broker._cli.main``
+    in-process, and with ``process`` as a process of the ``siftmq`` script too, which must
+    print the same (tests/cli/_pubsub.py, ``run_main``)."""
+    status, out, err = run_main(command, *NOWHERE, *args)
     assert (status, out) == (2, ""), err
+    if process:
+        assert await run(SIFTMQ, command, *NOWHERE, *args) == (status, out, err)
     return one_line(err, command)
 
 
@@ -32,7 +37,7 @@ async def _bad(command: str, *args: str) -> str:
 
 @pytest.mark.parametrize("version", ["mqttv5", "mqttv311"])
 async def test_a_bad_selector_is_named_with_its_position(version: str) -> None:
-    line = await _bad("sub", "-t", "sensors/#", "--filter", "temp >", "-V", version)
+    line = await _bad("sub", "-t", "sensors/#", "--filter", "temp >", "-V", version, process=True)
     assert line == (
         "siftmq sub: --filter 'temp >': bad selector: expected a value after '>' but found end of input at 6"
     )
@@ -47,7 +52,7 @@ async def test_a_bad_composite_expression_is_named_with_its_position() -> None:
 
 
 async def test_a_wildcard_in_a_published_topic() -> None:
-    line = await _bad("pub", "-t", "a/#", "-m", "x")
+    line = await _bad("pub", "-t", "a/#", "-m", "x", process=True)
     assert "wildcard '#' at position 2" in line
 
 
