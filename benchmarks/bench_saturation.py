@@ -661,6 +661,8 @@ VARIANTS: dict[str, list[str]] = {
     # process; `siftmq serve --bridge-writer thread`)
     "siftmq-thread": ["--bridge-writer", "thread"],
     "siftmq-nostore": ["--no-bridge", "--no-persistence"],
+    # the same on asyncio's own loop (issue 42 item 1: uvloop and the OpenSSL it loads cost ~6 MB)
+    "siftmq-nouvloop": ["--no-bridge", "--no-persistence", "--no-uvloop"],
     "siftmq-store": ["--no-bridge"],
     "siftmq-bridge": ["--no-persistence"],
     # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
