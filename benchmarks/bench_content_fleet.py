@@ -65,6 +65,17 @@ CPU 0, the workers and the publisher to CPU 1 (``--no-pin`` to leave them free).
 
 ``--probe`` times only the broker's routing decision in this process (``Router.route``
 against ``engine.match``, same subscriptions, no sockets): where the broker's time goes.
+``--probe-core`` times the whole sans-IO core per message in this process (routing, every
+delivery encoded and queued, one write per receiving connection into a transport that only
+counts) and the teardown of every connection (its session ended, its selectors released).
+``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
+for the compiled code's C frames, or ``perf``).
+
+``broker_cpu_s`` counts the broker's CPU from the first stream message until the workers'
+results arrive; they send them after their DISCONNECTs, so it also holds whatever part of the
+10,000 sessions' teardown the broker did by then (timing-dependent).  ``broker_stream_cpu_s``
+stops when every worker holds its deliveries, before the DISCONNECTs (JSON only; the tables
+keep ``broker_cpu_s``).
 
 Results: docs/performance-content.md, "Fleet scale: content routing vs client-side filtering".
 """
@@ -467,6 +478,9 @@ class _Worker:
         )
         self.res.cpu_s = time.process_time() - c0
         self.res.window_s = time.monotonic() - t0
+        # the driver reads the broker's CPU before the teardown too (``broker_stream_cpu_s``)
+        pipe.send(("drained", self.res.drained))
+        await loop.run_in_executor(None, pipe.recv)  # "close"
         for p in self.protos:
             if p.transport is not None:
                 p.transport.write(DISCONNECT)
@@ -597,6 +611,37 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def _profile(pid: int, row: Row, args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+    """``--profile DIR``: sample the broker over the measured window (stopped with SIGINT when
+    the workers report): ``--profile-with py-spy`` (the ``bench`` extra, collapsed stacks,
+    idle excluded) into ``DIR/<kind>-x<filters>.txt``; ``native``: py-spy with the C frames
+    (the compiled hot path is invisible to plain py-spy; this one pauses the broker to sample);
+    ``perf``: ``perf record -g`` (C and kernel frames) into ``DIR/<kind>-x<filters>.perf.data``."""
+    if not args.profile or row.kind == "mosquitto":
+        return None
+    out = Path(args.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{row.kind}-x{row.filters}"
+    if args.profile_with == "perf":
+        cmd = ["perf", "record", "-F", "999", "-g", "-p", str(pid), "-o", str(out / f"{name}.perf.data")]
+    else:
+        spy = Path(sys.executable).parent / "py-spy"
+        cmd = [str(spy), "record", "--pid", str(pid), "--rate", "500", "--format", "raw"]
+        cmd += ["--native"] if args.profile_with == "native" else ["--nonblocking"]
+        cmd += ["--output", str(out / f"{name}.txt")]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop(spy: subprocess.Popen[bytes]) -> None:
+    """Stop a ``--profile`` sampler (it writes its output on SIGINT)."""
+    spy.send_signal(signal.SIGINT)
+    try:
+        spy.wait(60)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        spy.wait()
+
+
 def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     """One row: a fresh broker, the subscribers, the stream; the measured figures."""
     mosq = row.kind == "mosquitto"
@@ -618,6 +663,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
     pipes: list[Connection] = []
     procs: list[Any] = []
     pin = 1 if args.pin else None
+    spy: subprocess.Popen[bytes] | None = None
     try:
         for w in range(args.workers):
             conns = list(range(w * per, min(args.connections, (w + 1) * per)))
@@ -664,6 +710,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         rss = _rss_mib(proc.pid)
         load = os.getloadavg()[0]
         user0, sys0 = _cpu_split(proc.pid)
+        spy = _profile(proc.pid, row, args)
         t0 = time.monotonic()
         for a in pipes:
             a.send("go")
@@ -671,12 +718,22 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         published, _acked, pub_cpu = pa.recv()
         for a in pipes:
             a.send(("stop", published))
+        for a in pipes:
+            a.recv()  # ("drained", ok): every worker holds what it expects, or gave up
+        stream_user, stream_sys = _cpu_split(proc.pid)
+        if spy is not None:
+            _stop(spy)
+            spy = None
+        for a in pipes:
+            a.send("close")
         results: list[WorkerResult] = [a.recv() for a in pipes]
         user1, sys1 = _cpu_split(proc.pid)
         broker_user, broker_sys = user1 - user0, sys1 - sys0
         broker_cpu = broker_user + broker_sys
         window = time.monotonic() - t0
     finally:
+        if spy is not None:
+            _stop(spy)
         for p in procs:
             p.join(10)
             if p.is_alive():
@@ -731,6 +788,10 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "broker_cpu_s": round(broker_cpu, 3),
         "broker_user_s": round(broker_user, 3),
         "broker_sys_s": round(broker_sys, 3),
+        # the same up to the moment every worker held its deliveries, before the 10,000
+        # DISCONNECTs (broker_cpu_s also counts the part of their teardown the broker did
+        # before the workers' results arrived)
+        "broker_stream_cpu_s": round(stream_user + stream_sys - user0 - sys0, 3),
         "client_cpu_s": round(client_cpu, 3),
         "publisher_cpu_s": round(pub_cpu, 3),
         "bytes": total_bytes,
@@ -756,7 +817,9 @@ def probe(engine: str, filters: int, connections: int, messages: int = 60) -> di
     """``--probe``: the broker's routing decision alone, in this process (no sockets): a
     ``broker.core._router.Router`` holding the same subscriptions as the row, the CPU time of
     ``Router.route`` per stream message against ``engine.match`` alone (medians after a
-    warm-up), and the routes per message.  Shows where the broker's time per message goes."""
+    warm-up), and the routes per message.  Shows where the broker's time per message goes.
+    ``route_again_ms``: the same messages routed a second time (anything a router keeps
+    from a message's first routing is reused: a long-running broker's case)."""
     import statistics
 
     import content
@@ -781,13 +844,98 @@ def probe(engine: str, filters: int, connections: int, messages: int = 60) -> di
         t = time.process_time()
         router.engine.match(content.attributes(m.payload))
         t_match.append(time.process_time() - t)
+    t_again = []  # the same messages once more (warm)
+    for m in msgs[5:]:
+        t = time.process_time()
+        router.route(m)
+        t_again.append(time.process_time() - t)
     return {
         "engine": engine,
         "filters_per_connection": filters,
         "subscriptions": connections * filters,
         "route_ms": round(statistics.median(t_route) * 1e3, 3),
+        "route_again_ms": round(statistics.median(t_again) * 1e3, 3),
         "engine_match_ms": round(statistics.median(t_match) * 1e3, 3),
         "routes_per_message": round(routes / messages, 1),
+    }
+
+
+def probe_core(engine: str, filters: int, connections: int, messages: int = 60) -> dict[str, Any]:
+    """``--probe-core``: the broker's whole work per stream message short of the sockets, in
+    this process: a :class:`broker.core.Core` (the config ``siftmq serve --no-bridge
+    --no-persistence --sys-interval 0`` gives it) with ``connections`` MQTT 5 connections
+    subscribed as in the row, whose transport only counts the bytes; per message the CPU time
+    of the publisher's ``Connection.received`` (routing, every delivery's encoding and
+    queueing) plus ``Core.flush`` (one ``send_bytes`` per receiving connection), medians
+    after the warm-up; ``route_again_ms``: ``Router.route`` of the same message once more
+    (the routing's share, with the caches warm); then the teardown (every connection lost: its
+    session ended, its selectors released) as the CPU time per connection."""
+    import gc
+    import statistics
+
+    from broker._config import BrokerConfig
+    from broker.core._connection import Callbacks, Connection
+    from broker.core._core import Core
+    from broker.packets import Connect, Properties, Publish, Subscribe, SubscriptionRequest
+    from broker.values import Message
+
+    core = Core(BrokerConfig(sys_interval=0, content_engine=engine))
+    sent = [0, 0]  # writes, bytes
+
+    def write(data: bytes) -> None:
+        sent[0] += 1
+        sent[1] += len(data)
+
+    conns = []
+    for c in range(connections):
+        conn = Connection(core, Callbacks(write, lambda: None), 0.0, f"sub{c}")
+        conn.received([Connect(f"sub{c}", protocol_level=5, keep_alive=0)], 0.0)
+        reqs = [
+            Subscribe(
+                k + 1,
+                (SubscriptionRequest(TOPIC_FILTERS[k], 0),),
+                Properties(user_properties=(("filter", selector(c, k)[0]),)),
+            )
+            for k in range(filters)
+        ]
+        conn.received(reqs, 0.0)
+        conns.append(conn)
+    pub = Connection(core, Callbacks(write, lambda: None), 0.0, "publisher")
+    pub.received([Connect("publisher", protocol_level=5, keep_alive=0)], 0.0)
+    core.flush()
+    msgs = [Publish(TOPIC, payload(s, 1), 0) for s in range(-5, messages)]
+    for m in msgs[:5]:
+        pub.received([m], 0.0)
+        core.flush()
+    gc.collect()
+    t_msg, t_route, writes0, bytes0 = [], [], sent[0], sent[1]
+    router = core.router
+    for m in msgs[5:]:
+        t = time.process_time()
+        pub.received([m], 0.0)
+        core.flush()
+        t_msg.append(time.process_time() - t)
+        msg = Message(TOPIC, m.payload, 0, False)
+        t = time.process_time()
+        router.route(msg)
+        t_route.append(time.process_time() - t)
+    writes = (sent[0] - writes0) / messages
+    t = time.process_time()
+    for conn in conns:
+        conn.lost(0.0)
+    core.flush()
+    teardown = time.process_time() - t
+    msg_ms = statistics.median(t_msg) * 1e3
+    route_ms = statistics.median(t_route) * 1e3
+    return {
+        "engine": engine,
+        "filters_per_connection": filters,
+        "subscriptions": connections * filters,
+        "message_ms": round(msg_ms, 3),
+        "route_again_ms": round(route_ms, 3),
+        "writes_per_message": round(writes, 1),
+        "bytes_per_write": round((sent[1] - bytes0) / max(sent[0] - writes0, 1), 1),
+        "teardown_us_per_connection": round(teardown * 1e6 / connections, 1),
     }
 
 
@@ -842,8 +990,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--handshakes", type=int, default=25, help="CONNACKs awaited at once per worker")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin broker / generator")
     ap.add_argument("--json", default="", help="append the rows (JSON lines) to this file")
+    ap.add_argument("--profile", default="", help="sample the siftmq broker over the window into DIR")
+    ap.add_argument("--profile-with", default="py-spy", choices=("py-spy", "native", "perf"))
+    ap.add_argument("--probe-core", action="store_true", help="time the sans-IO core in-process (probe_core)")
     ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
     args = ap.parse_args(argv)
+    if args.probe_core:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe_core(row.kind, row.filters, args.connections))
+                print(json.dumps(out[-1]), flush=True)
+        return out
     if args.probe:
         out = []
         for row in parse_rows(args.rows):

@@ -15,15 +15,23 @@ For each broker, in one run on the same machine:
    separate process (raw sockets: CONNECT, CONNACK, then nothing; keep-alive 0), are all
    connected, after ``--settle`` seconds (default 2).
 
-Brokers: ``siftmq-light`` (``siftmq serve --no-bridge --no-persistence``), ``siftmq-defaults``
+Brokers: ``siftmq-light`` (``siftmq serve --no-bridge --no-persistence``), ``siftmq-nouvloop``
+(the same with ``--no-uvloop``: asyncio's own loop, without uvloop and the OpenSSL it loads),
+``siftmq-defaults``
 (``siftmq serve``: the SQLite store and, with the spark extra installed, the bridge) and
 ``mosquitto`` (2.x, ``persistence false``). ``--sessions N`` adds ``siftmq-store``: the
 defaults' start-up with N persisted sessions in the store (written through the store's API,
 as ``bench_restart_storm.py --restore`` does: two subscriptions each, two queued messages for
-every tenth). The floor of the interpreter is printed too: ``python -c pass`` and
-``python -c "import asyncio"`` RSS, with the same interpreter.
+every tenth). A siftmq broker named ``NAME@base`` runs the same variant from the checkout given
+by ``--base-root`` (its own ``.venv``, e.g. main compiled in another worktree): a same-run
+peer. The floor of the interpreter is printed too: ``python -c pass`` and ``python -c "import
+asyncio"`` RSS, with the same interpreter, and asyncio without ssl (what ``siftmq serve``
+imports: broker/_sslhook.py).
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_footprint.py --sessions 20000
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_footprint.py --runs 3 \
+        --brokers siftmq-light siftmq-nouvloop siftmq-light@base siftmq-defaults mosquitto \
+        --base-root ../wt-main-compiled
 
 Numbers and targets: docs/performance.md "Footprint".
 """
@@ -47,6 +55,8 @@ from _storm_client import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+#: --base-root: the checkout whose interpreter runs the ``NAME@base`` brokers
+BASE: list[Path] = []
 
 # the separate client process: N connections, CONNECT / CONNACK, prints "ready", holds until
 # its stdin closes
@@ -107,8 +117,10 @@ def command(kind: str, port: int, data: Path) -> list[str]:
         conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")
         exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
         return [exe, "-c", str(conf)]
+    base = kind.endswith("@base")
+    kind = kind.removesuffix("@base")
     cmd = [
-        PY,
+        str(BASE[0] / ".venv" / "bin" / "python") if base else PY,
         "-m",
         "broker._cli",
         "serve",
@@ -121,6 +133,8 @@ def command(kind: str, port: int, data: Path) -> list[str]:
     ]
     if kind == "siftmq-light":
         cmd += ["--no-bridge", "--no-persistence"]
+    elif kind == "siftmq-nouvloop":
+        cmd += ["--no-bridge", "--no-persistence", "--no-uvloop"]
     elif kind == "siftmq-thread":  # the defaults with the bridge's writer in a thread (before)
         cmd += ["--bridge-writer", "thread"]
     return cmd
@@ -141,7 +155,10 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
         port = free_port()
         cmd = command(kind, port, data)
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env = dict(os.environ)
+        if kind.endswith("@base"):  # its own sources first (an editable install finds them anyway)
+            env["PYTHONPATH"] = str(BASE[0])
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
             up = wait_port(port, proc) - t0
             out = {"startup_s": up}
@@ -185,7 +202,8 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
 def floor() -> dict[str, float]:
     code = "import {};print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
     res = {}
-    for name, mod in (("python", "sys"), ("python + asyncio", "asyncio")):
+    nossl = "sys;sys.modules['ssl']=None;import asyncio"  # what broker/_sslhook.py does, alone
+    for name, mod in (("python", "sys"), ("python + asyncio", "asyncio"), ("+ asyncio, no ssl", nossl)):
         kb = subprocess.run([PY, "-c", code.format(mod)], capture_output=True, text=True, check=True).stdout
         res[name] = int(kb) * 1024 / 1e6
     return res
@@ -200,7 +218,10 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=2.0, help="seconds after the last CONNACK")
     ap.add_argument("--sessions", type=int, default=0, help="also start-up with this many stored sessions")
     ap.add_argument("--runs", type=int, default=1, help="runs per broker (medians reported)")
+    ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the 'NAME@base' brokers")
     args = ap.parse_args()
+    if args.base_root:
+        BASE.append(Path(args.base_root).resolve())
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, args.clients + 200)), hard))
     brokers = list(args.brokers)

@@ -407,11 +407,108 @@ async def _longest_gap(pt: Tally, gaps: list[float]) -> None:
         gaps[0] = max(gaps[0], now - since)
 
 
+def _tasks(pid: int) -> dict[str, tuple[float, int, int, int]]:
+    """CPU seconds, (voluntary, involuntary) context switches and minor page faults of every
+    thread of process
+    ``pid`` and of its child processes, from ``/proc`` (``--threads``).  Keys: ``loop`` (the
+    main thread: the event loop), ``thread-<name>`` (Python's name of the thread, read with
+    ``py-spy dump`` when it is there, else its tid), ``child-<tid>`` (a child process's threads,
+    the bridge's writer process)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = _thread_names(pid)
+    out: dict[str, tuple[float, int, int, int]] = {}
+
+    def one(p: int, tid: int, key: str) -> None:
+        try:
+            stat = Path(f"/proc/{p}/task/{tid}/stat").read_text()
+            status = Path(f"/proc/{p}/task/{tid}/status").read_text()
+        except OSError:
+            return
+        f = stat[stat.rindex(")") + 2 :].split()
+        cs = {k: int(v) for k, v in (ln.split(":\t") for ln in status.splitlines() if "ctxt_switches" in ln)}
+        prev = out.get(key, (0.0, 0, 0, 0))
+        out[key] = (
+            prev[0] + (int(f[11]) + int(f[12])) / tick,
+            prev[1] + cs.get("voluntary_ctxt_switches", 0),
+            prev[2] + cs.get("nonvoluntary_ctxt_switches", 0),
+            prev[3] + int(f[7]),  # minflt
+        )
+
+    def walk(p: int, child: bool) -> None:
+        with contextlib.suppress(OSError):
+            for tid in sorted(int(t) for t in os.listdir(f"/proc/{p}/task")):
+                if child:
+                    one(p, tid, "child" if tid == p else "child-thread")
+                else:
+                    one(p, tid, "loop" if tid == p else f"thread-{names.get(tid, tid)}")
+        with contextlib.suppress(OSError):
+            for c in Path(f"/proc/{p}/task/{p}/children").read_text().split():
+                walk(int(c), True)
+
+    walk(pid, False)
+    return out
+
+
+_NAMES: dict[int, dict[int, str]] = {}
+
+
+def _thread_names(pid: int) -> dict[int, str]:
+    """tid -> Python thread name of ``pid`` (``py-spy dump``, once per broker; {} without it)."""
+    if pid in _NAMES:
+        return _NAMES[pid]
+    names: dict[int, str] = {}
+    spy = ROOT / ".venv" / "bin" / "py-spy"
+    if spy.exists():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            dump = subprocess.run(
+                [str(spy), "dump", "--pid", str(pid), "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            ).stdout
+            for line in dump.splitlines():
+                # 'Thread 12345 (idle): "siftmq-store"' (the OS thread id, then the name)
+                if line.startswith("Thread ") and '"' in line:
+                    with contextlib.suppress(ValueError):
+                        names[int(line.split()[1], 0)] = line.split('"')[1]
+    _NAMES[pid] = names
+    return names
+
+
+def _task_delta(
+    before: dict[str, tuple[float, int, int, int]],
+    after: dict[str, tuple[float, int, int, int]],
+    delivered: int,
+) -> dict[str, object]:
+    """Per thread over the window: CPU s, ns per delivered message, context switches
+    (voluntary / involuntary) and minor page faults per 1,000 delivered."""
+    out: dict[str, object] = {}
+    for key, (c1, v1, n1, f1) in sorted(after.items()):
+        c0, v0, n0, f0 = before.get(key, (0.0, 0, 0, 0))
+        d = max(1, delivered)
+        out[key] = {
+            "cpu_s": round(c1 - c0, 3),
+            "ns_per_msg": round((c1 - c0) * 1e9 / d),
+            "vcs_per_1k": round((v1 - v0) * 1000 / d, 2),
+            "ivcs_per_1k": round((n1 - n0) * 1000 / d, 2),
+            "minflt_per_1k": round((f1 - f0) * 1000 / d, 2),
+        }
+    return out
+
+
 async def run_paced(
-    port: int, a: argparse.Namespace, slow: bool, hung: bool = False, cpu: Callable[[], float] | None = None
+    port: int,
+    a: argparse.Namespace,
+    slow: bool,
+    hung: bool = False,
+    cpu: Callable[[], float] | None = None,
+    pid: int = 0,
 ) -> dict[str, object]:
     """``cpu``: the broker's CPU seconds so far, read at the window's start and end (the
-    window's CPU of the broker, its threads included, and of this generator are reported)."""
+    window's CPU of the broker, its threads included, and of this generator are reported).
+    ``pid`` (with ``--threads``): the broker's process, whose threads and children are read
+    from ``/proc`` at the window's start and end (:func:`_tasks`)."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
@@ -426,6 +523,9 @@ async def run_paced(
     st.recording = True
     st.window_start_ns = time.monotonic_ns()
     acked0, t0 = pt.acked, time.monotonic()
+    if pid and a.threads:
+        _thread_names(pid)  # before the window: py-spy pauses nothing (--nonblocking) but costs CPU
+    tasks0 = _tasks(pid) if pid and a.threads else {}
     bcpu0, gcpu0 = (cpu() if cpu else 0.0), time.process_time()
     slow_seen0 = _unique(subs[0].seen) if slow else 0
     gaps = [0.0]
@@ -435,6 +535,7 @@ async def run_paced(
     st.recording = False
     dt = time.monotonic() - t0
     bcpu, gcpu = (cpu() if cpu else 0.0) - bcpu0, time.process_time() - gcpu0
+    tasks1 = _tasks(pid) if pid and a.threads else {}
     acked_window = pt.acked - acked0
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
@@ -460,6 +561,8 @@ async def run_paced(
         "window_loadgen_cpu_s": gcpu,
         "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
     }
+    if tasks1:
+        res["threads"] = _task_delta(tasks0, tasks1, st.in_window)
     if slow:
         others = st.in_window - slow_window
         res["others_per_s"] = others / dt
@@ -558,6 +661,8 @@ VARIANTS: dict[str, list[str]] = {
     # process; `siftmq serve --bridge-writer thread`)
     "siftmq-thread": ["--bridge-writer", "thread"],
     "siftmq-nostore": ["--no-bridge", "--no-persistence"],
+    # the same on asyncio's own loop (issue 42 item 1: uvloop and the OpenSSL it loads cost ~6 MB)
+    "siftmq-nouvloop": ["--no-bridge", "--no-persistence", "--no-uvloop"],
     "siftmq-store": ["--no-bridge"],
     "siftmq-bridge": ["--no-persistence"],
     # plain siftmq without ingress load shedding (docs/broker.md, "Flow control")
@@ -634,8 +739,10 @@ def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subproce
     secs = str(int(a.warmup + a.duration))
     if a.profile_native:  # perf: C frames too (the compiled hot path, pyarrow), per thread
         data = str(out / f"{b.name}-{scenario}.perf.data")
+        # the broker and its children (the bridge's writer process, started with the broker)
+        pids = ",".join(str(p) for p in (b.proc.pid, *(c.pid for c in b.ps.children(recursive=True))))
         return subprocess.Popen(
-            ["perf", "record", "-F", "499", "-g", "-p", str(b.proc.pid), "-o", data, "--", "sleep", secs],
+            ["perf", "record", "-F", "499", "-g", "-p", pids, "-o", data, "--", "sleep", secs],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -668,7 +775,7 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
     cpu0 = time.process_time()
     try:
         if scenario == "paced":
-            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, cpu=b.cpu), 300))
+            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid), 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
         elif scenario == "hung":
@@ -812,6 +919,12 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     ap.add_argument("--profile", default="", help="py-spy the brokers (siftmq) into this directory")
     ap.add_argument("--profile-native", action="store_true", help="--profile with perf (C frames)")
+    ap.add_argument(
+        "--threads",
+        action="store_true",
+        help="paced: CPU and context switches per thread of the broker and its children in the "
+        "window (/proc; thread names from py-spy dump), per delivered message",
+    )
     ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the '<variant>@base' brokers")
     ap.add_argument(
         "--busy",

@@ -29,15 +29,13 @@ imports from ``broker`` only public modules (``tests/test_layers.py``). Stable: 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-from bridge._jar import WORKER_PYTHON, spark_jar, with_spark_jar
 from broker.ext import Extra, lazy_names, require
 
 if TYPE_CHECKING:
+    from bridge._jar import spark_jar, with_spark_jar
     from bridge._schema import SCHEMAS, Kind, spark_schema
     from bridge._writer import Bridge, BridgeStats
 
@@ -64,7 +62,15 @@ _HOME = {
 }
 
 
-__getattr__ = lazy_names("bridge", _HOME, Extra.SPARK)
+#: the names that need no extra, imported at first use too: ``siftmq serve`` imports this
+#: package for its plugin, and bridge._jar imports zipfile and tempfile (issue 42 item 1)
+_JAR = {"spark_jar": "bridge._jar", "with_spark_jar": "bridge._jar"}
+_lazy_spark = lazy_names("bridge", _HOME, Extra.SPARK)
+_lazy_jar = lazy_names("bridge", _JAR)
+
+
+def __getattr__(name: str) -> object:
+    return (_lazy_jar if name in _JAR else _lazy_spark)(name)
 
 
 class WorkerPythonError(RuntimeError):
@@ -76,6 +82,11 @@ def _check_worker_python(spark: Any) -> None:
     ``PYSPARK_PYTHON`` does not name one (PySpark reads only the variable, at the context's
     start), then check that they can import ``bridge`` (local masters only: a cluster's
     workers may have paths this machine lacks)."""
+    import shutil
+    import subprocess
+
+    from bridge._jar import WORKER_PYTHON
+
     sc = spark.sparkContext
     configured = sc.getConf().get(WORKER_PYTHON)
     if configured and not os.environ.get("PYSPARK_PYTHON") and sc.pythonExec != configured:

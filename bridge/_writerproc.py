@@ -18,7 +18,9 @@ composite events, or one record kind), built by the broker's writer thread
 written to the socket from their own buffers (no copy, no Python object per value); strings
 are the batch's distinct values (a few hundred, not one per row); subscription changes and
 the other rare records are pickled as they are.  Frames are
-``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``.
+``<u32 count of buffers><u64 size>... payload buffers...`` on a ``socketpair``: one
+``sendmsg`` per frame on a blocking socket, read by the child into a buffer it keeps
+(the framing section below says why).
 
 **Nothing acknowledged is lost.**  The broker counts records as written (``stats().written``)
 and releases their buffer space only when the child answers that every file of the job is
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from broker.ext import LogColumns
 
-__all__ = ["Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
+__all__ = ["Arena", "Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
 
 #: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
 COLUMNS = (
@@ -71,6 +73,8 @@ COLUMNS = (
 STRINGS = ("publishers", "subscribers", "topics", "filters")
 _HEAD = struct.Struct("<I")
 _SIZE = struct.Struct("<Q")
+#: the broker's socket buffer toward the child (the kernel caps it at net.core.wmem_max)
+_SNDBUF = 4 << 20
 
 
 class JobError(Exception):
@@ -93,34 +97,73 @@ def fanout_payload(c: LogColumns) -> dict[str, Any]:
 
 
 # ---- framing ----
+#
+# Both ends use blocking sockets (the broker's with kernel time-outs, SO_SNDTIMEO/SO_RCVTIMEO,
+# not Python's: a Python time-out makes the socket non-blocking, and ``sendall`` then polls and
+# sends one socket buffer at a time, releasing and taking back the broker's GIL twice per
+# buffer -- each time taking it from the event loop; issue 42 item 4).  A frame goes out in one
+# ``sendmsg`` (the header and every buffer, no copy; the rest by ``sendall`` if the kernel took
+# part of it) and is read in two ``recv_into(MSG_WAITALL)`` calls: the header, then every part
+# at once into one buffer, which the child reuses from round to round (:class:`Arena`: no
+# fresh zeroed memory, no page faults, per round).
 
 
 def send(sock: socket.socket, obj: object) -> None:
+    """Write ``obj`` as one frame (its large buffers out of band). O(size) copies by the kernel."""
     buffers: list[pickle.PickleBuffer] = []
     data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     views = [memoryview(data), *(b.raw() for b in buffers)]
     head = _HEAD.pack(len(views)) + b"".join(_SIZE.pack(v.nbytes) for v in views)
-    sock.sendall(head)
-    for v in views:
-        if v.nbytes:
-            sock.sendall(v)
+    parts = [memoryview(head), *(v for v in views if v.nbytes)]
+    sent = sock.sendmsg(parts)
+    for part in parts:  # a partial send (time-out, signal, small buffer): the rest in order
+        if sent >= part.nbytes:
+            sent -= part.nbytes
+            continue
+        sock.sendall(part[sent:])
+        sent = 0
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
     while view:
-        got = sock.recv_into(view)
+        got = sock.recv_into(view, len(view), socket.MSG_WAITALL)
         if not got:
             raise EOFError("the other end closed the socket")
         view = view[got:]
-    return buf
 
 
-def receive(sock: socket.socket) -> Any:
-    (count,) = _HEAD.unpack(_recv_exact(sock, _HEAD.size))
-    sizes = [_SIZE.unpack_from(_recv_exact(sock, _SIZE.size))[0] for _ in range(count)]
-    parts = [_recv_exact(sock, n) for n in sizes]
+class Arena:
+    """The child's receive buffer, kept from frame to frame (a frame's objects are dropped
+    before the next frame is read: the child answers each job before it reads the next)."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def get(self, n: int) -> memoryview:
+        """``n`` bytes of the buffer; a new buffer when it is too small, or more than 4 times
+        too large past 16 MB (after a burst: its memory goes back). O(1), O(n) when it grows."""
+        if n > len(self.buf) or (len(self.buf) > 16 << 20 and len(self.buf) > 4 * n):
+            self.buf = bytearray(n)
+        return memoryview(self.buf)[:n]
+
+
+def receive(sock: socket.socket, arena: Arena | None = None) -> Any:
+    """The next frame's object; its buffers are views of ``arena`` (valid until the next call
+    with it) or of a new buffer."""
+    head = bytearray(_HEAD.size)
+    _recv_into(sock, memoryview(head))
+    (count,) = _HEAD.unpack(head)
+    sizes_buf = bytearray(_SIZE.size * count)
+    _recv_into(sock, memoryview(sizes_buf))
+    sizes = struct.unpack(f"<{count}Q", sizes_buf)
+    total = sum(sizes)
+    body = arena.get(total) if arena is not None else memoryview(bytearray(total))
+    _recv_into(sock, body)
+    parts = []
+    at = 0
+    for n in sizes:
+        parts.append(body[at : at + n])
+        at += n
     return pickle.loads(parts[0], buffers=parts[1:])
 
 
@@ -175,7 +218,13 @@ class WriterProcess:
             raise
         finally:
             theirs.close()
-        ours.settimeout(self.timeout)
+        # blocking, with the kernel's time-outs (the framing's comment says why); a socket
+        # buffer that holds a round's columns in one or two sends (capped by net.core.wmem_max)
+        seconds = int(self.timeout)
+        tv = struct.pack("ll", seconds, int((self.timeout - seconds) * 1e6))
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SNDBUF)
         self._sock = ours
         self.starts += 1
         return ours

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -54,6 +53,8 @@ def backup(source: Path, dest: Path) -> int:
     not pass ``PRAGMA integrity_check``."""
     if not source.is_file():
         raise FileNotFoundError(f"no store at {source}")
+    import sqlite3  # not when the parser is built: serve without a store never imports it
+
     tmp = dest.with_name(f".{dest.name}.partial")
     tmp.unlink(missing_ok=True)
     src = sqlite3.connect(f"{source.resolve().as_uri()}?mode=ro", uri=True)
@@ -82,6 +83,8 @@ def backup(source: Path, dest: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     source: Path = args.db if args.db is not None else (args.data_dir or Path("siftmq-data")) / "broker.db"
+    import sqlite3
+
     try:
         version = backup(source, args.dest)
     except (OSError, sqlite3.Error) as exc:

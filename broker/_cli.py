@@ -47,6 +47,11 @@ installed.
 
 from __future__ import annotations
 
+# ruff: noqa: E402  (asyncio is imported after the ssl hook is in place)
+from broker._sslhook import import_asyncio_without_ssl
+
+import_asyncio_without_ssl()  # ssl (OpenSSL, ~4.5 MB) at its first use: broker/_sslhook.py
+
 import argparse
 import asyncio
 import dataclasses
@@ -54,13 +59,13 @@ import logging
 import os
 import re
 import signal
-import sqlite3
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
+from broker._argwidth import WidthParser
 from broker._config import SERVE_OPTIONS, ConfigError, Kind, Option
 from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
@@ -86,10 +91,10 @@ class CommandError(Exception):
         self.status = status
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(WidthParser):
     """An argparse parser whose usage errors are one line, ``siftmq COMMAND: what is wrong``
     (no usage block), exit status 2. Sub-parsers (and theirs) are of this class too, so the
-    plugins' commands get it without doing anything."""
+    plugins' commands get it without doing anything. Built without shutil (broker/_argwidth.py)."""
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --port: invalid ..."; the flag alone reads better
@@ -599,6 +604,8 @@ def _check_store(path: Path, data_dir: Path | None) -> None:
             "give the broker's user write access to the file and its directory",
             1,
         )
+    import sqlite3  # with a store only (issue 42 item 1)
+
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
         try:
@@ -756,12 +763,13 @@ async def _run(
     try:
         async with Broker(config=cfg, hooks=hooks) as broker:
             reloads.start(broker)
+            _trim_heap()
             try:
                 await stop.wait()
                 log.info("signal received, stopping")
             finally:
                 reloads.close()
-    except sqlite3.Error as exc:
+    except _sqlite_errors() as exc:
         raise CommandError(f"store {cfg.store_path}: {exc}", 1) from exc
     except OSError as exc:
         if exc.filename is not None:  # names what failed (the metrics listener, a file)
@@ -769,6 +777,27 @@ async def _run(
         urls = ", ".join(li.url for li in cfg.effective_listeners())
         raise CommandError(f"cannot listen on {urls}: {exc.strerror or exc}", 1) from exc
     return 0
+
+
+def _trim_heap() -> None:
+    """Give the C heap's free pages back to the system once the broker serves: start-up
+    (parsing, imports, the plugins' set-up) leaves ~1 MB of them resident (issue 42 item 1,
+    docs/performance.md "Footprint"). glibc's ``malloc_trim(0)`` through ctypes (~0.3 MB
+    itself, less than it returns); nothing where it is missing. One call, a few ms."""
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (ImportError, OSError, AttributeError):  # not glibc
+        return
+    trim(0)
+
+
+def _sqlite_errors() -> tuple[type[Exception], ...]:
+    """``sqlite3.Error`` when sqlite3 is imported, else nothing: a command without a store
+    never imports it (issue 42 item 1), and then no exception can be one. O(1)."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return () if sqlite3 is None else (sqlite3.Error,)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -794,6 +823,7 @@ def main(argv: list[str] | None = None) -> int:
             return _version(args)
         if args.command is None:
             parser.error("a command is required (serve, pub, sub, passwd, version, ...)")
+        del parser  # every command's options: garbage once parsed (serve runs for days)
         return _run_command(args, prog)
     finally:
         held.replay()  # if serve did not (another command, or it stopped before logging)
@@ -813,7 +843,7 @@ def _run_command(args: argparse.Namespace, prog: str) -> int:
         return _fail(args, prog, str(exc), 2)
     except OSError as exc:
         return _fail(args, prog, _os_error(exc), 1)
-    except sqlite3.Error as exc:
+    except _sqlite_errors() as exc:
         return _fail(args, prog, f"database: {exc}", 1)
     except Exception as exc:  # a bug: still one line, the traceback with --debug
         text = f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)"

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import functools
 import re
-import secrets
 import sys
 import time
 import traceback
@@ -318,6 +317,8 @@ def _connection(args: argparse.Namespace, url: _Url | None) -> _Connection:
     version = _VERSIONS[args.protocol_version]
     client_id = args.id
     if version == 3 and not client_id:  # MQTT 3.1 has no assigned ids (1-23 characters)
+        import secrets  # hashlib and OpenSSL: not when serve builds the parser
+
         client_id = f"siftmq-{secrets.token_hex(6)}"
     username = args.username if args.username is not None else (url.username if url else None)
     password = args.pw if args.pw is not None else (url.password if url else None)

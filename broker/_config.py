@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import fnmatch
 import ipaddress
 import math
 import re
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -723,6 +721,8 @@ SERVE_OPTIONS: Mapping[str, Option] = {
 def read_toml(path: str | Path) -> dict[str, Any]:
     """The tables of a TOML file; ValueError with one line: the file and what is wrong with
     it (missing, unreadable, a syntax error with its line and column)."""
+    import tomllib  # with --config only (issue 42 item 1)
+
     try:
         with open(path, "rb") as fh:
             return tomllib.load(fh)
@@ -761,6 +761,8 @@ def check_table(
         name = key.replace("-", "_")
         opt = schema.get(name)
         if opt is None:
+            import difflib
+
             close = difflib.get_close_matches(name, schema, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(f"{source}: {where}: unknown option {key!r}{hint}")

@@ -23,16 +23,18 @@ error printed) or could not be reached. The HTTP client is the standard library'
 from __future__ import annotations
 
 import argparse
-import base64
-import http.client
 import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlencode, urlsplit
 
+from broker._argwidth import WidthParser
 from broker.plugins import Subparsers
+
+if TYPE_CHECKING:
+    import http.client
 
 __all__ = ["CtlError", "register", "run"]
 
@@ -44,8 +46,9 @@ class CtlError(Exception):
     """A failed call: the one line to print (status 1)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argparse parser whose usage errors are one line ``siftmq ctl: ...`` and status 2."""
+class _Parser(WidthParser):
+    """An argparse parser whose usage errors are one line ``siftmq ctl: ...`` and status 2
+    (built without shutil: broker/_argwidth.py)."""
 
     def error(self, message: str) -> NoReturn:
         print(f"{PROG}: {message} (see {self.prog} --help)", file=sys.stderr)
@@ -69,6 +72,8 @@ class Client:
         self.timeout = timeout
         self.headers: dict[str, str] = {"Accept": "application/json"}
         if user is not None:
+            import base64
+
             creds = f"{user}:{password or ''}".encode()
             self.headers["Authorization"] = "Basic " + base64.b64encode(creds).decode()
         self._csrf: str | None = None
@@ -76,6 +81,8 @@ class Client:
     def _request(
         self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
     ) -> tuple[int, Any]:
+        import http.client  # at the first call: it imports ssl (OpenSSL), which serve does not need
+
         conn: http.client.HTTPConnection
         if self.https:
             conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout)

@@ -13,10 +13,8 @@ replaced atomically with mode 0600.  ``register(subparsers)`` adds the sub-comma
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 
-from broker._passwd import PasswordFile, PasswordFileError, check_username
 from broker.plugins import Subparsers
 
 __all__ = ["register", "run"]
@@ -54,6 +52,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per mosqu
         return _fail("a PASSWORD argument needs -b")
     if args.batch and args.password is None and not args.delete:
         return _fail("-b needs a PASSWORD argument")
+    # here, not when the parser is built: hashlib and OpenSSL (issue 42 item 1)
+    from broker._passwd import PasswordFile, PasswordFileError, check_username
+
     try:
         check_username(args.user)
     except PasswordFileError as exc:
@@ -73,6 +74,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per mosqu
     else:
         password = args.password
         if password is None:
+            import getpass
+
             try:
                 password = getpass.getpass("Password: ")
                 again = getpass.getpass("Reenter password: ")

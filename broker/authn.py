@@ -50,13 +50,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
-import json
 import logging
 import os
-import secrets
-import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
@@ -68,11 +63,12 @@ from urllib.parse import urlsplit
 from broker._acl import ClientRules, inner_filter
 from broker._extras import Extra, require
 from broker._logging import cut, shown
-from broker.auth import CheckPool
 from broker.hooks import AuthRequest, AuthUnavailable, AuthVerdict, Hooks
 
 if TYPE_CHECKING:
     import aiohttp
+
+    from broker.auth import CheckPool
 
 __all__ = [
     "SERVE_KEYS",
@@ -340,6 +336,9 @@ class _HttpService(_Grants):
         self.unavailable = 0
         self._logged_at = -LOG_EVERY
         self._aiohttp = aiohttp
+        import secrets
+        import ssl  # here, not with the module: OpenSSL only with an HTTP backend (issue 42 item 1)
+
         #: built now, not at the first CONNECT (the CA bundle: see the class docstring)
         self._ssl = ssl.create_default_context() if parsed.scheme == "https" else None
         self._session: aiohttp.ClientSession | None = None
@@ -424,6 +423,10 @@ class HttpAuth(_HttpService):
     ``max_pending``: requests in flight at most (beyond: 0x88 at once)."""
 
     def _cache_key(self, r: AuthRequest) -> bytes:
+        import hashlib
+        import hmac
+        import json
+
         parts = (r.client_id, r.username, r.address, r.listener, r.certificate_subject)
         text = json.dumps(parts).encode() + b"\0" + (b"-" if r.password is None else b"+" + r.password)
         return hmac.new(self._key, text, hashlib.sha256).digest()
@@ -497,6 +500,8 @@ class HttpAuth(_HttpService):
             return False, None  # 401/403 and every other 4xx (3xx is not followed: a deny)
         if status == 204 or not content.strip():
             return True, Grant(False, None)
+        import json
+
         try:
             answer = json.loads(content)
             if not isinstance(answer, dict):
@@ -639,6 +644,8 @@ class HttpAuthz(_HttpService):
             return False
         if status == 204 or not content.strip():
             return True
+        import json
+
         try:
             answer = json.loads(content)
             if not isinstance(answer, dict):

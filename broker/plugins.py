@@ -13,21 +13,36 @@ the way pytest loads its plugins. A plugin that fails to load is reported by nam
 out; the broker still serves. A plugin that reads top-level tables of the ``siftmq serve
 --config`` file itself (uplink's ``[[bridges]]``) names them in an optional attribute
 ``config_tables: frozenset[str]``: ``serve`` warns once about any other table nobody reads.
+
+Finding the plugins does not import :mod:`importlib.metadata`: that module imports ``email``,
+``zipfile``, ``csv`` and ``importlib.resources`` (about 3 MB of the light broker's resident
+memory, issue 42 item 1) to answer what is one small text file per installed distribution.
+:func:`entry_point_values` reads the ``entry_points.txt`` of the ``*.dist-info`` and
+``*.egg-info`` directories on ``sys.path`` itself, with importlib.metadata's rules (the first
+distribution of a normalised name wins; ``module:attr.attr``); where a distribution could be
+somewhere it does not look (a zip file on ``sys.path``, an import hook that provides
+distributions), it asks :mod:`importlib.metadata` instead. ``tests/broker/test_footprint.py``
+checks that both give the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import logging
+import os
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from broker.hooks import Hooks
 
-__all__ = ["GROUP", "Plugin", "ServeContext", "load_plugins"]
+__all__ = ["GROUP", "Plugin", "ServeContext", "entry_point_values", "load_plugins"]
 
 log = logging.getLogger("siftmq")
 
@@ -75,11 +90,78 @@ class Plugin(Protocol):
 def load_plugins() -> list[Plugin]:
     """The plugins registered under :data:`GROUP`, in name order (O(installed plugins))."""
     plugins: list[Plugin] = []
-    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+    for name, value in sorted(entry_point_values(GROUP), key=lambda e: e[0]):
         try:
-            plugin = ep.load()
+            plugin = _load(value)
         except Exception as exc:  # a broken extension must not stop the broker
-            log.warning("plugin %s could not be loaded (%s: %s)", ep.name, type(exc).__name__, exc)
+            log.warning("plugin %s could not be loaded (%s: %s)", name, type(exc).__name__, exc)
             continue
         plugins.append(plugin)
     return plugins
+
+
+def _load(value: str) -> Plugin:
+    """The object an entry point's ``module:attr.attr`` names (``EntryPoint.load``'s rule;
+    extras in brackets are ignored, as there)."""
+    module, _, attrs = value.partition("[")[0].strip().partition(":")
+    found: Plugin = functools.reduce(
+        getattr, filter(None, attrs.strip().split(".")), importlib.import_module(module.strip())
+    )
+    return found
+
+
+def entry_point_values(group: str) -> list[tuple[str, str]]:
+    """``(name, "module:attr")`` of the entry points of ``group`` of the installed
+    distributions (the module docstring). O(entries on sys.path + their directory listings)."""
+    if any(hasattr(f, "find_distributions") and f is not PathFinder for f in sys.meta_path):
+        return _from_metadata(group)  # an import hook that provides distributions
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for entry in sys.path:
+        where = entry or "."
+        if not os.path.isdir(where):
+            if os.path.exists(where):  # a zip file (importlib.metadata reads inside)
+                return _from_metadata(group)
+            continue
+        try:
+            children = os.listdir(where)
+        except OSError:
+            continue
+        for child in children:
+            stem, ext = os.path.splitext(child)
+            if ext not in (".dist-info", ".egg-info"):
+                continue
+            dist = re.sub(r"[-_.]+", "_", stem.partition("-")[0]).lower()
+            if dist in seen:
+                continue
+            seen.add(dist)
+            found += _section(os.path.join(where, child, "entry_points.txt"), group)
+    return found
+
+
+def _section(path: str, group: str) -> list[tuple[str, str]]:
+    """The ``name = value`` lines of ``[group]`` in an ``entry_points.txt`` (none when the
+    file is absent)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return []
+    section = None
+    out: list[tuple[str, str]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+        elif section == group and "=" in line:
+            name, _, value = line.partition("=")
+            out.append((name.strip(), value.strip()))
+    return out
+
+
+def _from_metadata(group: str) -> list[tuple[str, str]]:
+    from importlib.metadata import entry_points
+
+    return [(ep.name, ep.value) for ep in entry_points(group=group)]

@@ -27,17 +27,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.ext import Extra, lazy_names
-from cluster._auth import TokenChecker, make_token
-from cluster._routes import RouteChange, RouteTable
 
 if TYPE_CHECKING:
+    from cluster._auth import TokenChecker, make_token
     from cluster._node import ClusterNode
     from cluster._overlay import load_node_id
+    from cluster._routes import RouteChange, RouteTable
 
 __all__ = ["ClusterNode", "RouteChange", "RouteTable", "TokenChecker", "load_node_id", "make_token"]
 
 #: the public names that need kademlia, and their modules
 _OVERLAY = {"ClusterNode": "cluster._node", "load_node_id": "cluster._overlay"}
+#: the public names that need no extra, imported at first use too: ``siftmq serve`` imports this
+#: package for its plugin, and cluster._auth imports hashlib (OpenSSL, issue 42 item 1)
+_PLAIN = {
+    "TokenChecker": "cluster._auth",
+    "make_token": "cluster._auth",
+    "RouteChange": "cluster._routes",
+    "RouteTable": "cluster._routes",
+}
+_lazy_overlay = lazy_names("cluster", _OVERLAY, Extra.CLUSTER)
+_lazy_plain = lazy_names("cluster", _PLAIN)
 
 
-__getattr__ = lazy_names("cluster", _OVERLAY, Extra.CLUSTER)
+def __getattr__(name: str) -> object:
+    return (_lazy_plain if name in _PLAIN else _lazy_overlay)(name)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -85,6 +84,8 @@ def read_bridges(path: str | os.PathLike[str]) -> tuple[BridgeConfig, ...]:
     """The ``[[bridges]]`` of the TOML file ``path`` (none without the table); ValueError
     naming the file and the value (``FILE: bridges[0].url: ...``; ``FILE:3: ...`` for TOML
     that does not parse). O(size of the file)."""
+    import tomllib  # with --config only (issue 42 item 1: serve without one never imports it)
+
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

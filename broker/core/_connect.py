@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import secrets
+import os
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
@@ -123,7 +123,8 @@ def on_connect(conn: Connection, p: Packet, now: float) -> None:
         # mosquitto does (a refusing CONNACK would point users at their credentials)
         conn.close("CONNECT with a zero-length will topic")
         return
-    client_id = p.client_id or "siftmq-" + secrets.token_hex(8)
+    # secrets.token_hex(8) is this: the secrets module would import hashlib (OpenSSL, issue 42)
+    client_id = p.client_id or "siftmq-" + os.urandom(8).hex()
     refusal = connect_refusal(conn, p, now)
     if refusal is None:  # the broker's own client ids and topics (issue 37, core/_internal.py)
         refusal = internal_refusal(conn, p, client_id)

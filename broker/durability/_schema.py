@@ -10,10 +10,13 @@ its statement (every statement hits a primary key: O(log n)).
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from broker.durability._records import StoreVersionError
+
+if TYPE_CHECKING:  # imported by the store when it opens (issue 42 item 1: not without a store)
+    import sqlite3
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQL", "migrate", "rollback"]
 
@@ -156,6 +159,8 @@ def rollback(db: sqlite3.Connection) -> None:
     """Roll back the open transaction, if SQLite has not already (it does by itself on some
     errors, SQLITE_FULL among them: an unconditional ROLLBACK would then raise "no
     transaction is active" and hide the real cause)."""
+    import sqlite3
+
     if db.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")

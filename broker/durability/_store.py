@@ -82,14 +82,13 @@ import itertools
 import logging
 import os
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
 from itertools import groupby
 from operator import itemgetter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker._files import open_private, private_dir, tighten
 from broker._logging import fields
@@ -110,6 +109,9 @@ from broker.durability._records import (
 from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate, rollback
 from broker.packets import Will
 from broker.values import PUBLISH_SENT, PUBREL_SENT, Message, SubOptions
+
+if TYPE_CHECKING:  # imported when a store opens: a broker without one never loads SQLite (issue 42)
+    pass
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
 
@@ -298,6 +300,8 @@ class Store:
             tighten(parent, *(self.path + x for x in ("", "-wal", "-shm")), recursive=False)
             # created here, 0600: SQLite gives -wal and -shm the database file's mode
             os.close(open_private(self.path, os.O_RDWR))
+        import sqlite3
+
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             if self.path != ":memory:":
@@ -572,6 +576,8 @@ class Store:
         """Commit everything queued, stop the writer and close the database (idempotent)."""
         if self._closed:
             return
+        import sqlite3  # already imported by __init__ (opening the database)
+
         with self._sync_lock:
             self._closed = True
         self._tokens.put(_STOP)

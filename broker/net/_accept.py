@@ -40,12 +40,15 @@ import logging
 import os
 import resource
 import socket
-import ssl
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from broker.core import Core
 from broker.net._admission import ConnectionLimits
 from broker.net._lean import LeanProtocol, Poller
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "RESERVE",
@@ -114,11 +117,20 @@ def connection_capacity() -> int:
 async def bind(host: str | None, port: int, backlog: int) -> list[socket.socket]:
     """Listening sockets for ``host``:``port`` (every address ``host`` resolves to, all
     interfaces for None or ""), like ``create_server``; with port 0 the later sockets take
-    the first one's port. Raises OSError (closing what it opened) when one cannot bind."""
+    the first one's port. Raises OSError (closing what it opened) when one cannot bind.
+
+    An address (``127.0.0.1``, ``::``) or no host is resolved here, without a lookup
+    (``AI_NUMERICHOST``), as ``create_server`` does: the loop's ``getaddrinfo`` would start
+    the default executor's thread for it (its stack and malloc arena stay resident), and a
+    ``str`` host is IDNA-encoded, which imports ``unicodedata`` (issue 42 item 1). A name goes
+    to the loop's ``getaddrinfo``."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(
-        host or None, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )
+    kind, passive = socket.SOCK_STREAM, socket.AI_PASSIVE
+    name = (host.encode("ascii") if host.isascii() else host) if host else None
+    try:
+        infos = socket.getaddrinfo(name, port, socket.AF_UNSPEC, kind, 0, passive | socket.AI_NUMERICHOST)
+    except socket.gaierror:  # not an address: a name to look up, off the event loop
+        infos = await loop.getaddrinfo(host, port, family=socket.AF_UNSPEC, type=kind, flags=passive)
     seen: set[tuple[int, object]] = set()
     socks: list[socket.socket] = []
     try:

@@ -46,10 +46,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import ssl
 from asyncio import sslproto
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker._config import BrokerConfig, Listener
 from broker._logging import address, fields
@@ -58,6 +58,9 @@ from broker.net._accept import Acceptor, bind
 from broker.net._admission import ConnectionLimits, ListenerPolicy
 from broker.net._lean import LeanProtocol
 from broker.net._transport import MQTTProtocol
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "OpenListener",
@@ -86,6 +89,8 @@ def ssl_context(listener: Listener) -> ssl.SSLContext:
     """The server TLS context of a listener (TLS 1.2+; client certificates if ``cafile``,
     checked against the revocation list ``crlfile`` if any: issue 39 item 6)."""
     assert listener.certfile is not None
+    import ssl  # with a TLS listener only: OpenSSL is ~4.5 MB (broker/_sslhook.py)
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(listener.certfile, listener.keyfile)
@@ -235,7 +240,7 @@ def prepare_tls_reload(opened: list[OpenListener]) -> TlsReload:
             continue
         try:
             ctx = ssl_context(li)
-        except (OSError, ssl.SSLError) as exc:
+        except OSError as exc:  # ssl.SSLError included (a subclass)
             files = ", ".join(f for f in (li.certfile, li.keyfile, li.cafile, li.crlfile) if f is not None)
             raise ValueError(f"{files}: {exc}") from exc
         out.append((o, ctx))

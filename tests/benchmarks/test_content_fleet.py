@@ -65,3 +65,14 @@ def test_every_expected_match_is_delivered_once_and_nothing_else() -> None:
         assert r["duplicates"] == 0 and r["false"] == 0, r
         assert r["raw"] == r["useful"], r  # the broker sent nothing the selectors reject
         assert r["bytes"] > 0 and r["p99_ms"] > 0, r
+        # read before the DISCONNECTs, the other after the results: never more
+        assert 0 <= r["broker_stream_cpu_s"] <= r["broker_cpu_s"], r
+
+
+def test_probe_core_counts_the_deliveries_of_the_selectors() -> None:
+    """``--probe-core``: the sans-IO core's writes per message are the expected matches."""
+    (row,) = bench.main(["--probe-core", "--rows", "iccounting:3", "--connections", "200"])
+    wanted = [bench.predicate(c, 3) for c in range(200)]
+    docs = [bench.telemetry(s) for s in range(60)]
+    assert row["writes_per_message"] == round(sum(p(d) for p in wanted for d in docs) / 60, 1)
+    assert row["message_ms"] > 0 and row["route_again_ms"] > 0 and row["teardown_us_per_connection"] > 0

@@ -9,10 +9,19 @@ kademlia only with --cluster-listen,
 the uplink's MQTT client (paho) only with [[bridges]], prometheus_client only with --metrics-listen, h11 only
 with an HTTP listener, pyspark only for Spark commands, websockets only with a ws listener.
 No timing: a regression test of the import graph (docs/performance.md "Footprint").
+
+The light broker (``--no-bridge --no-persistence``) also leaves the standard library's heavy
+modules for their first use (issue 42 item 1, :data:`LIGHT_DEFERRED`): OpenSSL (``ssl``,
+``hashlib``: asyncio's own ``import ssl`` included, ``broker/_sslhook.py``), SQLite, the
+entry-point machinery of ``importlib.metadata`` (email, zipfile, csv), TOML, the admin
+client's ``http.client``, ``shutil``'s compressors. Those tests read ``sys.modules`` of the
+serving process at its exit (``-X importtime`` also lists an import that was only attempted),
+and check that TLS still works once ``ssl`` comes late, on both event loops.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import signal
@@ -26,6 +35,9 @@ from pathlib import Path
 import paho.mqtt.client as paho
 
 import content
+from broker.plugins import GROUP, entry_point_values
+from tests.security.helpers import Certs, make_certs
+from tests.serving import Serve
 
 DEADLINE = 60.0  # generous: the suite's workers share the machine
 
@@ -180,3 +192,198 @@ def test_content_engines_are_imported_at_first_use() -> None:
     ]
     assert all(content.ENGINES[name].name == name for name in content.ENGINES)
     assert dict(content.ENGINES)["tama"] is content.TAMA
+
+
+#: standard-library and own modules the light broker defers to their first use (issue 42 item 1)
+LIGHT_DEFERRED = frozenset(
+    {
+        "ssl",
+        "_ssl",
+        "hashlib",
+        "_hashlib",
+        "hmac",
+        "secrets",
+        "sqlite3",
+        "_sqlite3",
+        "importlib.metadata",
+        "email",
+        "zipfile",
+        "csv",
+        "tempfile",
+        "tomllib",
+        "difflib",
+        "http.client",
+        "shutil",
+        "bz2",
+        "lzma",
+        "getpass",
+        "unicodedata",
+        "encodings.idna",
+        "broker.auth",
+        "broker._passwd",
+        "cluster._auth",
+        "bridge._jar",
+    }
+)
+
+#: python -c: ``siftmq`` whose ``sys.modules`` at exit goes to the file named by $SIFTMQ_MODULES
+#: (one name a line; then whether asyncio's sslproto holds the ssl module that was imported)
+_DUMP = (
+    "import atexit, os, sys\n"
+    "def dump():\n"
+    "    proto = sys.modules.get('asyncio.sslproto')\n"
+    "    linked = proto is not None and getattr(proto, 'ssl', None) is sys.modules.get('ssl')\n"
+    "    with open(os.environ['SIFTMQ_MODULES'], 'w') as f:\n"
+    "        f.write('\\n'.join([*sys.modules, f'ssl-linked={linked}']))\n"
+    "atexit.register(dump)\n"
+    "from broker._cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def _served_modules(tmp_path: Path, *flags: str, during: Callable[[Serve], None] | None = None) -> set[str]:
+    """Every module ``siftmq serve --port 0 FLAGS`` imported from start to its exit (SIGTERM
+    once it listens, after ``during``), and ``ssl-linked=...``."""
+    out = tmp_path / "modules.txt"
+    command = (sys.executable, "-c", _DUMP)
+    with Serve(*flags, env={"SIFTMQ_MODULES": str(out)}, command=command, cwd=tmp_path) as s:
+        s.port("tcp", DEADLINE)
+        if during is not None:
+            during(s)
+        assert s.stop(DEADLINE) == 0, s.lines[-20:]
+    return set(out.read_text().split("\n"))
+
+
+def test_light_serve_defers_the_heavy_standard_modules(tmp_path: Path) -> None:
+    """On asyncio's loop (uvloop imports ssl itself) the light broker serves without OpenSSL,
+    SQLite, importlib.metadata, ... (on main: ssl through asyncio, sqlite3, hashlib, email, ...)."""
+    modules = _served_modules(tmp_path, "--no-bridge", "--no-persistence", "--no-uvloop")
+    assert "asyncio" in modules and "broker._broker" in modules  # the dump is the serving process's
+    assert not modules & LIGHT_DEFERRED, sorted(modules & LIGHT_DEFERRED)
+    assert "email" not in {m.split(".")[0] for m in modules}
+
+
+def _tls_round_trip(certs: Certs) -> Callable[[Serve], None]:
+    """A paho client over the TLS listener: CONNECT, SUBSCRIBE, PUBLISH QoS 1, the message back."""
+
+    def run(s: Serve) -> None:
+        got: queue.Queue[bytes] = queue.Queue()
+        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fp-tls")
+        c.tls_set_context(certs.client_context())
+        c.on_message = lambda _c, _u, m: got.put(m.payload)
+        c.on_subscribe = lambda _c, _u, _m, _rc, _p: c.publish("fp/tls", b"over tls", qos=1)
+        c.connect("127.0.0.1", s.port("tcp+tls", DEADLINE))
+        c.loop_start()
+        try:
+            c.subscribe("fp/tls", qos=1)
+            assert got.get(timeout=DEADLINE) == b"over tls"
+        finally:
+            c.disconnect()
+            c.loop_stop()
+
+    return run
+
+
+def _tls_flags(tmp_path: Path) -> tuple[tuple[str, ...], Certs]:
+    """A CA and certificates in ``tmp_path``/certs, and the flags of a TLS listener with them."""
+    (tmp_path / "certs").mkdir()
+    certs = make_certs(tmp_path / "certs")
+    return (
+        "--tls-port",
+        "0",
+        "--tls-cert",
+        str(certs.server_cert),
+        "--tls-key",
+        str(certs.server_key),
+    ), certs
+
+
+def test_tls_listener_loads_ssl_late_on_asyncio_loop(tmp_path: Path) -> None:
+    """``ssl`` imported after asyncio (the TLS listener's context) is handed to asyncio's
+    modules: a TLS client's round trip works on asyncio's loop, whose TLS is sslproto's."""
+    tls, certs = _tls_flags(tmp_path)
+    flags = ("--no-bridge", "--no-persistence", "--no-uvloop", *tls)
+    modules = _served_modules(tmp_path, *flags, during=_tls_round_trip(certs))
+    assert {"ssl", "_ssl"} <= modules
+    assert "ssl-linked=True" in modules
+
+
+def test_tls_listener_on_uvloop(tmp_path: Path) -> None:
+    """uvloop imports ssl (through the hook) before the broker starts: TLS works the same."""
+    tls, certs = _tls_flags(tmp_path)
+    modules = _served_modules(
+        tmp_path, "--no-bridge", "--no-persistence", *tls, during=_tls_round_trip(certs)
+    )
+    assert {"ssl", "uvloop"} <= modules
+    assert "ssl-linked=True" in modules
+
+
+def test_ssl_hook_links_asyncio_at_the_first_import() -> None:
+    """broker._sslhook alone: asyncio imported without ssl, then ``import ssl`` by anyone gives
+    asyncio's modules the module (and sslproto's SSLAgainErrors), also after a ``find_spec``
+    that loaded nothing; the finder is gone after."""
+    code = (
+        "import sys\n"
+        "from broker._sslhook import import_asyncio_without_ssl\n"
+        "import_asyncio_without_ssl()\n"
+        "import asyncio, asyncio.sslproto as sp, asyncio.base_events as be, asyncio.selector_events as se\n"
+        "assert 'ssl' not in sys.modules and sp.ssl is None and be.ssl is None\n"
+        "assert not hasattr(sp, 'SSLAgainErrors')\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('ssl') is not None and 'ssl' not in sys.modules\n"
+        "import ssl\n"
+        "assert sp.ssl is ssl and be.ssl is ssl and se.ssl is ssl\n"
+        "assert sp.SSLAgainErrors == (ssl.SSLWantReadError, ssl.SSLSyscallError)\n"
+        "assert not any(type(f).__name__ == '_SslFinder' for f in sys.meta_path)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+def test_plugin_entry_points_match_importlib_metadata() -> None:
+    """The entry-point scan of broker.plugins gives what importlib.metadata gives, in order,
+    for siftmq's group and for groups with many entries (console_scripts, pytest11)."""
+    from importlib.metadata import entry_points
+
+    for group in (GROUP, "console_scripts", "pytest11"):
+        expected = [(ep.name, ep.value) for ep in entry_points(group=group)]
+        assert entry_point_values(group) == expected, group
+    assert {name for name, _ in entry_point_values(GROUP)} >= {"bridge", "cluster", "uplink"}
+
+
+def test_cluster_and_bridge_names_load_at_first_use() -> None:
+    """``siftmq serve`` imports ``cluster`` and ``bridge`` for their plugins without their
+    hashlib / zipfile modules; their public names still load on use, also after the package's
+    submodules were imported (a submodule becomes a package attribute)."""
+    code = (
+        "import sys, cluster, bridge\n"
+        "assert 'cluster._auth' not in sys.modules and 'bridge._jar' not in sys.modules\n"
+        "import cluster._overlay, cluster._node, bridge._jar\n"
+        "from cluster import ClusterNode, RouteChange, RouteTable, TokenChecker, load_node_id, make_token\n"
+        "from bridge import spark_jar, with_spark_jar\n"
+        "assert make_token is sys.modules['cluster._auth'].make_token\n"
+        "assert spark_jar is bridge._jar.spark_jar\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+def test_plugin_entry_points_inside_a_zip_on_sys_path(tmp_path: Path) -> None:
+    """A distribution in a zip file on ``sys.path`` (importlib.metadata reads inside zips; the
+    scan does not): the scan asks importlib.metadata, and the zip's plugin is found."""
+    import zipfile
+
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("zipped_plugin-1.0.dist-info/METADATA", "Name: zipped-plugin\nVersion: 1.0\n")
+        z.writestr("zipped_plugin-1.0.dist-info/entry_points.txt", f"[{GROUP}]\nzipped = zmod:PLUGIN\n")
+    code = (
+        "import sys\n"
+        "from broker.plugins import GROUP, entry_point_values\n"
+        "print(dict(entry_point_values(GROUP))['zipped'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(archive)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+    assert out.returncode == 0 and out.stdout == "zmod:PLUGIN\n", out.stderr

@@ -1,0 +1,136 @@
+"""What the idle ``siftmq serve`` holds, by module (issue 42 item 1): the measurement behind
+docs/performance.md "Footprint".
+
+1. ``--in-process`` (the default): starts ``siftmq serve FLAGS`` in this process the way the
+   command does (``broker._cli.main``), waits ``--wait`` seconds, then prints its RSS, the
+   number of modules, the modules per top-level package, and (``--tracemalloc``, slower)
+   the Python memory allocated per top-level package (by the file that allocated it) and per
+   import statement (the innermost frame outside importlib: what that line's import cost).
+2. ``--rank MOD ...``: each module imported alone in a fresh interpreter on top of
+   ``--base`` (default: asyncio without ssl, as ``siftmq serve`` imports it), the RSS it
+   adds (median of 3), largest first. Cumulative: a module's imports are counted with it.
+
+    .venv/bin/python benchmarks/footprint_modules.py -- --no-bridge --no-persistence --no-uvloop
+    .venv/bin/python benchmarks/footprint_modules.py --tracemalloc -- --no-bridge --no-persistence
+    .venv/bin/python benchmarks/footprint_modules.py --rank orjson composite content uvloop ssl
+
+Not a benchmark of speed: numbers are resident megabytes (``/proc/self/statm``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# asyncio without ssl, as broker/_sslhook.py imports it (without importing the broker package)
+NOSSL = "import sys; sys.modules['ssl'] = None; import asyncio; del sys.modules['ssl']"
+
+
+def statm_mb() -> float:
+    """Resident set of this process in MB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def _report(trace: bool, top: int) -> None:
+    mods = sorted(m for m in sys.modules if sys.modules[m] is not None)
+    print(f"RSS {statm_mb():.1f} MB, {len(mods)} modules")
+    tops = collections.Counter(m.split(".")[0] for m in mods)
+    print("modules per package: " + ", ".join(f"{t} {n}" for t, n in tops.most_common(25)))
+    if trace:
+        import tracemalloc
+
+        snap = tracemalloc.take_snapshot()
+        per_file: collections.Counter[str] = collections.Counter()
+        per_line: collections.Counter[str] = collections.Counter()
+        for st in snap.statistics("traceback"):
+            frames = [f for f in reversed(st.traceback) if not f.filename.startswith("<frozen")]
+            where = frames[0] if frames else st.traceback[0]
+            per_line[f"{where.filename}:{where.lineno}"] += st.size
+            name = st.traceback[-1].filename  # the allocating file
+            for p in sorted(sys.path, key=len, reverse=True):
+                if p and name.startswith(p + "/"):
+                    name = name[len(p) + 1 :].split("/")[0].removesuffix(".py")
+                    break
+            per_file[name] += st.size
+        print(f"tracemalloc: {sum(per_file.values()) / 1e6:.2f} MB of Python objects")
+        for name, size in per_file.most_common(top):
+            print(f"  {size / 1e6:7.3f} MB  {name}")
+        print("by import statement (innermost frame outside importlib):")
+        for where, size in per_line.most_common(top):
+            print(f"  {size / 1e6:7.3f} MB  {where.replace(str(ROOT) + '/', '')}")
+    print("ALL " + " ".join(mods))
+
+
+def in_process(flags: list[str], wait: float, trace: bool, top: int) -> int:
+    if trace:
+        import tracemalloc
+
+        tracemalloc.start(40)
+
+    def later() -> None:
+        time.sleep(wait)
+        _report(trace, top)
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGTERM)  # serve stops gracefully
+
+    threading.Thread(target=later, daemon=True).start()
+    from broker._cli import main
+
+    # not tempfile: it imports shutil and random, which the broker does not (this is a profile)
+    data = f"/tmp/siftmq-modules-{os.getpid()}"
+    os.makedirs(data, exist_ok=True)
+    try:
+        return main(["serve", "--port", "0", "--data-dir", data, *flags])
+    finally:
+        for name in os.listdir(data):
+            os.unlink(os.path.join(data, name))
+        os.rmdir(data)
+
+
+def rank(mods: list[str], base: str) -> None:
+    code = "{};import os;print(int(open('/proc/self/statm').read().split()[1])*os.sysconf('SC_PAGE_SIZE'))"
+
+    def rss(stmt: str) -> float:
+        cmd = [sys.executable, "-c", code.format(stmt)]
+        runs = sorted(
+            int(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout) for _ in range(3)
+        )
+        return runs[1] / 1e6
+
+    floor = rss(base)
+    print(f"base ({base}): {floor:.2f} MB")
+    added = sorted(((rss(f"{base};import {m}") - floor, m) for m in mods), reverse=True)
+    for mb, m in added:
+        print(f"  {mb:6.2f} MB  {m}")
+
+
+def main() -> None:
+    # a fixed width: argparse would import shutil (bz2, lzma) for the terminal's, into the profile
+    ap = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(prog, width=100),
+    )
+    ap.add_argument("--wait", type=float, default=5.0, help="seconds serving before the report")
+    ap.add_argument("--tracemalloc", action="store_true", help="Python memory per package and import")
+    ap.add_argument("--top", type=int, default=40, help="lines of each tracemalloc table")
+    ap.add_argument("--rank", nargs="+", default=None, metavar="MODULE", help="RSS each module adds")
+    ap.add_argument("--base", default=NOSSL, help="statement every --rank interpreter runs first")
+    ap.add_argument("flags", nargs="*", help="siftmq serve flags (after --)")
+    args = ap.parse_args()
+    if args.rank:
+        rank(args.rank, args.base)
+        return
+    raise SystemExit(in_process(args.flags, args.wait, args.tracemalloc, args.top))
+
+
+if __name__ == "__main__":
+    main()
