@@ -365,23 +365,16 @@ def unknown_tables(data: Mapping[str, Any], plugins: list[Plugin]) -> list[str]:
     reads: a misspelt ``[brokr]`` or ``[[bridge]]`` would otherwise be ignored in silence.
     Without a ``[broker]`` table, a table named like a ``[broker]`` option is that option
     (``shared_subscription_group_strategy``). O(top-level keys)."""
-    from broker._config import BrokerConfig
+    from broker._config import BrokerConfig, is_table
 
     known = config_tables(plugins)
     fields = set() if "broker" in data else {f.name for f in dataclasses.fields(BrokerConfig)}
     out = []
     for key, value in data.items():
         name = key.replace("-", "_")
-        if _is_table(value) and name not in known and name not in fields:
+        if is_table(value) and name not in known and name not in fields:
             out.append(key)
     return out
-
-
-def _is_table(value: object) -> bool:
-    """A TOML table (``[x]``) or array of tables (``[[x]]``)."""
-    return isinstance(value, dict) or (
-        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-    )
 
 
 def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[str, Any]]:
@@ -389,7 +382,7 @@ def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[
     the schema (ValueError: one line naming the file, the key, the value, what is expected).
     A top-level table nobody reads is a warning, once per table (:func:`unknown_tables`); so
     is a top-level key next to a ``[broker]`` table (``[broker]`` is read, not the top level)."""
-    from broker._config import check_table, config_from_toml, read_toml
+    from broker._config import check_table, config_from_toml, is_table, read_toml
 
     data = read_toml(path)
     cfg = config_from_toml(data, path)
@@ -399,8 +392,10 @@ def _load_config(path: Path, plugins: list[Plugin]) -> tuple[BrokerConfig, dict[
         for key in unknown:
             log.warning("%s: unknown table [%s] ignored (the tables read are %s)", path, key, known)
     if "broker" in data:  # then the keys before the first table are nobody's either
+        tables = config_tables(plugins)
         for key, value in data.items():
-            if not _is_table(value):
+            # (an empty or odd array of a table someone reads, "bridges = []", is theirs)
+            if not is_table(value) and key.replace("-", "_") not in tables:
                 log.warning("%s: top-level key %r ignored: with a [broker] table, put it there", path, key)
     table = data.get("serve", {})
     if not isinstance(table, dict):

@@ -50,6 +50,7 @@ __all__ = [
     "Option",
     "check_policy",
     "flag_type",
+    "is_table",
     "load_toml",
     "option",
     "option_of",
@@ -806,8 +807,11 @@ def config_from_toml(
             changes[name] = _quotas(source, value)
         elif name == "shared_subscription_group_strategy" and isinstance(value, dict):  # a table
             plain[key] = [f"{k}={v}" for k, v in value.items()]
-        elif name not in _FIELDS and (isinstance(value, dict) or name == "bridges"):
-            continue  # another package's table(s) at top level ([[bridges]]: uplink/)
+        elif name not in _FIELDS and table is data and (is_table(value) or name == "bridges"):
+            # another package's table(s) at top level ([x] or [[x]]; [[bridges]]: uplink/;
+            # siftmq serve warns about those nobody reads); inside [broker] ([broker.x], a
+            # dotted key x.y = 1) it is an unknown option like any other
+            continue
         else:
             plain[key] = value
     changes.update(check_table(plain, schema, "[broker]", source))
@@ -817,6 +821,13 @@ def config_from_toml(
         raise exc.located(source) from None
     except ValueError as exc:
         raise ValueError(f"{source}: {exc}") from None
+
+
+def is_table(value: object) -> bool:
+    """A TOML table (``[x]``) or a non-empty array of tables (``[[x]]``). O(len(value))."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    )
 
 
 #: the keys of a ``[[quotas]]`` table (``QuotaRule``'s fields; docs/broker.md, "Quotas")

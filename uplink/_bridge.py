@@ -259,7 +259,7 @@ class Bridge:
                     logging.WARNING,
                     "bridge %s: connection to %s lost (%s)",
                     cfg.name,
-                    remote.url,
+                    remote.shown,
                     self.state.last_error,
                 )
             await self._close()
@@ -399,7 +399,7 @@ class Bridge:
         self.state.connections += 1
         self._release()
         self._up.set()
-        log.info("bridge %s: connected to %s (MQTT %s)", cfg.name, remote.url, cfg.protocol)
+        log.info("bridge %s: connected to %s (MQTT %s)", cfg.name, remote.shown, cfg.protocol)
         return True
 
     async def _open(
@@ -657,7 +657,7 @@ class Bridge:
 
     def _failed(self, reason: str, remote: Remote, error: str) -> None:
         self.state.fail(reason, error)
-        self._log(reason, logging.WARNING, "bridge %s: %s: %s", self.config.name, remote.url, error)
+        self._log(reason, logging.WARNING, "bridge %s: %s: %s", self.config.name, remote.shown, error)
 
     def _log(self, kind: str, level: int, fmt: str, *args: object) -> None:
         now = time.monotonic()

@@ -20,12 +20,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import content
 import topics
 
-__all__ = ["BridgeConfig", "Direction", "Remote", "TopicRule", "parse_bridges"]
+__all__ = ["BridgeConfig", "Direction", "Remote", "TopicRule", "parse_bridges", "public_url"]
 
 _SCHEMES = {"mqtt": (False, False), "mqtts": (True, False), "ws": (False, True), "wss": (True, True)}
 QUEUE_POLICIES = ("drop_newest", "drop_oldest", "pace")
@@ -48,6 +48,14 @@ class Direction(enum.Enum):
         return self is not Direction.OUT
 
 
+def public_url(url: str) -> str:
+    """``url`` without the ``user:password@`` part a remote's address may carry (O(len))."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 @dataclass(frozen=True, slots=True)
 class Remote:
     """One remote address parsed from ``mqtt://``, ``mqtts://``, ``ws://`` or ``wss://`` URLs."""
@@ -58,6 +66,12 @@ class Remote:
     tls: bool
     websocket: bool
     path: str = "/mqtt"
+
+    @property
+    def shown(self) -> str:
+        """:attr:`url` without the ``user:password@`` it may carry: what log lines and ``$SYS``
+        show (O(len))."""
+        return public_url(self.url)
 
     @classmethod
     def parse(cls, url: str) -> Remote:

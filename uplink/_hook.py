@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from broker.ext import BridgeStatus, QueueBound
 from broker.hooks import Hooks
-from uplink._config import BridgeConfig
+from uplink._config import BridgeConfig, public_url
 
 if TYPE_CHECKING:
     from broker.ext import Broker, Core
@@ -132,6 +132,10 @@ class Uplink(Hooks):
         return self._endpoint
 
     def _start(self, cfg: BridgeConfig, state_of: Bridge | None = None) -> None:
+        """Start the bridge ``cfg``; not once the broker stops (a reload that was stopping a
+        bridge when the broker began to stop must not start one after ``stopping`` ran)."""
+        if self._closing:
+            return
         from uplink._bridge import Bridge
 
         bridge = Bridge(cfg, self._local(), self._widen)
@@ -258,7 +262,7 @@ class Uplink(Hooks):
         bridge = self.bridges.pop(name, None)
         if bridge is not None:
             await bridge.stop()
-        if not started:
+        if not started or self._closing:  # the broker stops meanwhile: nothing more to do
             return f"bridge {name} removed"
         if bridge is not None and self._broker is not None:  # its retained $SYS values go
             for topic in self._sys_of(name, bridge):
@@ -284,14 +288,20 @@ class Uplink(Hooks):
         bridge = self.bridges.pop(name, None)
         if bridge is not None:
             await bridge.stop()
-        if not started:
+        if not started or self._closing:  # the broker stops meanwhile: not started again
             return f"bridge {name} changed"
         gone = tuple(f for f in _out_filters(before) if f not in _out_filters(cfg))
         if gone:
             await self._unsubscribe(before, gone)
         self._set_bound(cfg)
         self._start(cfg, bridge)
-        stale = tuple(f for f in _in_filters(before) if f not in _in_filters(cfg))
+        # the remote filters to unsubscribe at its next connection: those of the ``in`` rules
+        # removed now and those an earlier reload removed that no connection unsubscribed yet
+        # (the remote refused or was down since: the stopped bridge still held them), but not
+        # a filter this configuration has again
+        pending = bridge._retired if bridge is not None else ()
+        wanted = _in_filters(cfg)
+        stale = tuple(f for f in dict.fromkeys(pending + _in_filters(before)) if f not in wanted)
         if stale:
             self.bridges[name].retire_remote(stale)
         what = ", ".join(f for f in _FIELDS if getattr(before, f) != getattr(cfg, f)) or "TLS files"
@@ -400,7 +410,7 @@ class Uplink(Hooks):
         st = b.state
         base = f"$SYS/uplink/{name}/"
         out[base + "connected"] = "1" if st.connected else "0"
-        out[base + "remote"] = st.remote
+        out[base + "remote"] = public_url(st.remote)  # $SYS is readable: no user:password@
         out[base + "queued"] = str(self._queued(b.config.local_client_id))
         out[base + "sent"] = str(st.sent)
         out[base + "received"] = str(st.received)

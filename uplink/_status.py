@@ -12,20 +12,11 @@ O(1) per bridge: counters and two dictionary lookups, no walk of the queue.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from broker.ext import BridgeStatus, QueueBound
 from uplink._bridge import Bridge
+from uplink._config import public_url
 
 __all__ = ["public_url", "status"]
-
-
-def public_url(url: str) -> str:
-    """``url`` without the ``user:password@`` part a remote's address may carry (O(len))."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def status(bridge: Bridge, queued: int, bound: QueueBound | None) -> BridgeStatus:

@@ -37,6 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker._logging import bounded
+
 if TYPE_CHECKING:
     from broker.core._connection import Connection
     from broker.core._core import Core
@@ -110,7 +112,7 @@ class QueueBound:
                 "queue",
                 s.client_id,
                 f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): "
-                f"publisher {pub.client_id} paused until it drains",
+                f"publisher {bounded(pub.client_id)} paused until it drains",  # the client's string
             )
         return True
 
