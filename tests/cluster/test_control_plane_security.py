@@ -171,6 +171,11 @@ async def test_malformed_control_messages_from_a_real_peer_leave_the_link_workin
         n1, n2 = node_of(bs[0]), node_of(bs[1])
         link = next(iter(n2.links.values()))
         connects = link.connects
+        # node 2's link subscribes to $cluster/ctl/<node 2> at node 1 right after its CONNACK:
+        # "links up" does not say the SUBSCRIBE arrived, and a control message published at
+        # node 1 before it has no subscriber (this test failed so on a loaded machine)
+        ctl = f"$cluster/ctl/{n2.name}"
+        await eventually(lambda: bool(bs[0].core.router.index.match(ctl).clients), timeout=10)
         bad: list[dict[str, object]] = [
             {"t": "ret"},  # fields missing (the finding's KeyError)
             {"t": "ret", "topic": 5, "p": "", "q": 1, "h": 1, "o": n1.name},
