@@ -6,35 +6,13 @@ the bridge connect again. Skipped with the reason when Chromium is absent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 
 import aiomqtt
-import pytest
-import pytest_asyncio
 
 from broker import Broker
-from tests.dashboard.cdp import Chromium, Page, find_chromium
+from tests.dashboard.cdp import Page
 from tests.waiting import eventually
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Chromium]:
-    binary = find_chromium()
-    if binary is None:
-        pytest.skip("headless Chromium is not installed (make system-packages installs it)")
-    browser = Chromium(binary)
-    yield browser
-    browser.close()
-
-
-@pytest_asyncio.fixture
-async def page(chromium: Chromium) -> AsyncIterator[Page]:
-    url = await asyncio.to_thread(chromium.page_url)
-    p = await Page.open(url)
-    yield p
-    await p.close()
-
 
 ROW = "document.querySelector('tr[data-bridge=\"central\"]')"
 

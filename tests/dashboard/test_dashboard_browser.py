@@ -9,36 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiomqtt
-import pytest
-import pytest_asyncio
 
 from broker import Broker
-from tests.dashboard.cdp import Chromium, Page, find_chromium
+from tests.dashboard.cdp import Page
 from tests.waiting import eventually, next_message
 
 SHOTS = os.environ.get("SIFTMQ_DASHBOARD_SHOTS")
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Chromium]:
-    binary = find_chromium()
-    if binary is None:
-        pytest.skip("headless Chromium is not installed (make system-packages installs it)")
-    browser = Chromium(binary)
-    yield browser
-    browser.close()
-
-
-@pytest_asyncio.fixture
-async def page(chromium: Chromium) -> AsyncIterator[Page]:
-    url = await asyncio.to_thread(chromium.page_url)
-    p = await Page.open(url)
-    yield p
-    await p.close()
 
 
 async def shot(page: Page, name: str, tmp_path: Path) -> None:
