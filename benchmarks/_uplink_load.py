@@ -182,11 +182,15 @@ async def _count(port: int, pipe: Connection, persistent: bool = False) -> None:
             cid = "bench-drain-counter" if persistent else "bench-counter"
             proto.send(connect_packet(cid, not persistent, 3600 if persistent else 0))
             proto.send(subscribe_packet(1, ["central/#"]))
-            done, _ = await asyncio.wait([link["suback"], proto.closed], timeout=30)
-            if link["suback"] in done:
-                return
-            if not persistent:
-                raise RuntimeError("the counter could not subscribe")
+            try:
+                await asyncio.wait_for(link["suback"], 5 if persistent else 30)
+            except TimeoutError:
+                if not persistent:
+                    raise RuntimeError("the counter could not subscribe") from None
+                assert proto.transport is not None
+                proto.transport.close()  # the central went away meanwhile: again
+                continue
+            return
 
     async def reconnect() -> None:
         """``persistent``: the central's session keeps what arrives while the counter is away;
