@@ -10,7 +10,9 @@ library in the way), uvloop when installed, so the generator is not the cap it w
   last acknowledged (``time.monotonic()``: one clock for every process of the machine) and
   the process's CPU seconds;
 * :func:`counter_main` runs in its own process: one connection to the central, subscribed to
-  ``central/#`` at QoS 1, acknowledging and counting every PUBLISH.  The parent drives it
+  ``central/#`` at QoS 1, acknowledging and counting every PUBLISH (``persistent``: a
+  persistent session that reconnects every 20 ms while the central is down, for the drain
+  measure: a central with persistence on keeps what arrives for it meanwhile).  The parent drives it
   over a pipe: ``("expect", tag, n, idle)`` starts a measure (payloads beginning with
   ``tag``), answered by :class:`Count` once ``n`` distinct payloads arrived or nothing new
   arrived for ``idle`` seconds.
@@ -22,6 +24,7 @@ seconds so the benchmark can show the generator's load beside the brokers'.
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import time
 from collections.abc import Callable, Coroutine
@@ -63,6 +66,7 @@ class Count:
     duplicates: int
     last: float  # time.monotonic() of the last new arrival (0 if none)
     cpu: float  # CPU seconds of the counter process during the measure
+    first: float = 0.0  # time.monotonic() of the first new arrival (0 if none)
 
 
 def _run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -136,34 +140,67 @@ def publish_slice(port: int, cid: str, prefix: str, tag: str, n: int, window: in
     return Sent(out.acked, out.first, out.last, time.process_time() - c0, out.window)
 
 
-async def _count(port: int, pipe: Connection) -> None:
+async def _count(port: int, pipe: Connection, persistent: bool = False) -> None:
     loop = asyncio.get_running_loop()
-    suback: asyncio.Future[None] = loop.create_future()
     seen: dict[bytes, int] = {}
-    state: dict[str, Any] = {"tag": b"\x00", "n": 0, "last": 0.0, "dups": 0}
+    state: dict[str, Any] = {"tag": b"\x00", "n": 0, "first": 0.0, "last": 0.0, "dups": 0}
     wake = asyncio.Event()
+    link: dict[str, Any] = {}  # the current connection ("proto") and its SUBACK ("suback")
 
     def on_packet(first: int, body: bytes) -> None:
         kind = first >> 4
         if kind == 3:
             _topic, pid, payload = _publish_fields(first, body)
             if pid:
-                proto.send(b"\x40\x02" + struct.pack("!H", pid))
+                link["proto"].send(b"\x40\x02" + struct.pack("!H", pid))
             if payload.startswith(state["tag"]):
                 if payload in seen:
                     state["dups"] += 1
                 else:
                     seen[payload] = 1
-                    state["last"] = time.monotonic()
+                    now = time.monotonic()
+                    if not state["first"]:
+                        state["first"] = now
+                    state["last"] = now
                     if len(seen) >= state["n"]:
                         wake.set()
-        elif kind == 9 and not suback.done():
-            suback.set_result(None)
+        elif kind == 9 and not link["suback"].done():
+            link["suback"].set_result(None)
 
-    proto = _Proto(on_packet)
-    await loop.create_connection(lambda: proto, "127.0.0.1", port)
-    proto.send(connect_packet("bench-counter", True, 0) + subscribe_packet(1, ["central/#"]))
-    await asyncio.wait_for(suback, 30)
+    async def connect() -> None:
+        """Connect and subscribe (``persistent``: retried every 20 ms while the central is down)."""
+        while True:
+            proto = _Proto(on_packet)
+            try:
+                await loop.create_connection(functools.partial(_same, proto), "127.0.0.1", port)
+            except OSError:
+                if not persistent:
+                    raise
+                await asyncio.sleep(0.02)
+                continue
+            link.update(proto=proto, suback=loop.create_future())
+            cid = "bench-drain-counter" if persistent else "bench-counter"
+            proto.send(connect_packet(cid, not persistent, 3600 if persistent else 0))
+            proto.send(subscribe_packet(1, ["central/#"]))
+            try:
+                await asyncio.wait_for(link["suback"], 5 if persistent else 30)
+            except TimeoutError:
+                if not persistent:
+                    raise RuntimeError("the counter could not subscribe") from None
+                assert proto.transport is not None
+                proto.transport.close()  # the central went away meanwhile: again
+                continue
+            return
+
+    async def reconnect() -> None:
+        """``persistent``: the central's session keeps what arrives while the counter is away;
+        reconnect as soon as the connection is lost (the central restarted)."""
+        while True:
+            await link["proto"].closed
+            await connect()
+
+    await connect()
+    keeper = loop.create_task(reconnect()) if persistent else None
     pipe.send("ready")
     readable = asyncio.Event()
     loop.add_reader(pipe.fileno(), readable.set)
@@ -173,6 +210,9 @@ async def _count(port: int, pipe: Connection) -> None:
         while pipe.poll():
             msg = pipe.recv()
             if msg[0] == "stop":
+                if keeper is not None:
+                    keeper.cancel()
+                proto = link["proto"]
                 proto.send(DISCONNECT)
                 assert proto.transport is not None
                 proto.transport.close()
@@ -181,7 +221,7 @@ async def _count(port: int, pipe: Connection) -> None:
             seen.clear()
             wake.clear()
             c0 = time.process_time()
-            state.update(tag=tag.encode(), n=n, last=0.0, dups=0)
+            state.update(tag=tag.encode(), n=n, first=0.0, last=0.0, dups=0)
             while len(seen) < n:
                 before = len(seen)
                 try:
@@ -189,9 +229,16 @@ async def _count(port: int, pipe: Connection) -> None:
                 except TimeoutError:
                     if len(seen) == before:
                         break
-            pipe.send(Count(len(seen), state["dups"], state["last"], time.process_time() - c0))
+            pipe.send(
+                Count(len(seen), state["dups"], state["last"], time.process_time() - c0, state["first"])
+            )
 
 
-def counter_main(port: int, pipe: Connection) -> None:
-    """Counter process entry: count ``central/#`` at the broker on ``port`` until told to stop."""
-    _run(_count(port, pipe))
+def _same(proto: _Proto) -> _Proto:
+    return proto
+
+
+def counter_main(port: int, pipe: Connection, persistent: bool = False) -> None:
+    """Counter process entry: count ``central/#`` at the broker on ``port`` until told to stop
+    (``persistent``: a persistent session, reconnected while the broker restarts)."""
+    _run(_count(port, pipe, persistent))

@@ -34,8 +34,12 @@ measure itself.  The ratios siftmq / mosquitto (and siftmq-mem / mosquitto) of t
 of messages per edge CPU second are printed per run (peers measured in the same run) and as
 medians.
 
-The drain after an outage is no longer measured here (its last figures, paho generator, are
-in docs/lab/uplink-measured.md; tests/uplink checks that every message arrives).
+``--drain N`` adds, per run and edge, the drain after an outage (:func:`drain_measure`): a
+central of its own (mosquitto with persistence on, a persistent counter session that
+reconnects while it is down), the edge bridged to it, the central stopped, ``N`` QoS 1
+messages published to the edge (acknowledged by it: queued), the central started again;
+printed: seconds from that start to the first and to the last arrival, the rate between
+them, delivered %, the edge's CPU seconds, and the ratios siftmq / mosquitto per run.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,14 +212,76 @@ class Row:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """One drain measure: ``acked`` messages queued at the edge while its remote was down,
+    then the remote restarted (``--drain``)."""
+
+    acked: int
+    queue_rate: float  # messages/s acknowledged by the edge while the remote was down
+    delivered: int
+    duplicates: int
+    first: float  # seconds from the remote's restart to the first arrival
+    seconds: float  # seconds from the remote's restart to the last new arrival
+    edge_cpu: float  # the edge's CPU seconds from the restart to the end
+
+    @property
+    def rate(self) -> float:
+        """Messages/s from the first arrival to the last (the drain itself, without the
+        reconnection's wait)."""
+        span = self.seconds - self.first
+        return self.delivered / span if span > 0 else 0.0
+
+    def show(self, name: str) -> str:
+        return (
+            f"{name:10s} drain {self.seconds:6.2f} s (first arrival {self.first:5.2f} s, "
+            f"{self.rate:7.0f} msg/s after it) delivered {100 * self.delivered / max(1, self.acked):5.1f} % "
+            f"of {self.acked} queued ({self.duplicates} dup)  edge CPU {self.edge_cpu:5.2f} s  "
+            f"queued at {self.queue_rate:7.0f} msg/s"
+        )
+
+
+def drain_measure(d: Path, name: str, run: int, n: int, publishers: int, window: int) -> Drain:
+    """The drain after an outage for the edge ``name``: a central of its own (mosquitto,
+    persistence on, so the counter's persistent session and what reaches it survive its
+    restart), the edge bridged to it and a probe across, the central stopped, ``n`` messages
+    published to the edge, the central started again; timed from that start."""
+    dd = d / f"drain-{name}-{run}"
+    dd.mkdir()
+    port = free_port()
+    central = mosquitto(dd, "central", port, persist=True)
+    central.start()
+    load = Load(port, publishers, window, persistent=True)
+    try:
+        eport = free_port()
+        edge = (
+            mosquitto_edge(dd, eport, port)
+            if name == "mosquitto"
+            else siftmq_edge(dd, eport, port, persist=name == "siftmq")
+        )
+        edge.start()
+        assert edge.p is not None
+        try:
+            load.wait_route(eport, "bench/", f"d{run}-warm-{name}/")
+            central.stop()
+            return load.drain(eport, f"d{run}-{name}/", n, edge.p.pid, central.start)
+        finally:
+            edge.stop()
+    finally:
+        load.close()
+        central.stop()
+
+
 class Load:
     """The publisher processes and the counting subscriber at the central (benchmarks/_uplink_load.py)."""
 
-    def __init__(self, central: int, publishers: int, window: int) -> None:
+    def __init__(self, central: int, publishers: int, window: int, persistent: bool = False) -> None:
         self.publishers, self.window = publishers, window
         self.pool = ProcessPoolExecutor(publishers)
         self.pipe, child = multiprocessing.Pipe()
-        self.counter = multiprocessing.Process(target=counter_main, args=(central, child), daemon=True)
+        self.counter = multiprocessing.Process(
+            target=counter_main, args=(central, child, persistent), daemon=True
+        )
         self.counter.start()
         if not self.pipe.poll(30) or self.pipe.recv() != "ready":
             raise RuntimeError("the counter did not subscribe")
@@ -256,6 +323,34 @@ class Load:
             window=sent[0].window,
         )
 
+    def drain(self, port: int, tag: str, n: int, edge: int, restart: Callable[[], None]) -> Drain:
+        """Publish ``n`` messages to the edge on ``port`` while its remote is down (each
+        acknowledged by the edge: queued), then ``restart()`` the remote and wait until the
+        counter has them all (or nothing new came for 30 s)."""
+        share = [n // self.publishers + (k < n % self.publishers) for k in range(self.publishers)]
+        self.pipe.send(("expect", tag, n, 30.0))
+        futures = [
+            self.pool.submit(
+                publish_slice, port, f"bench-drain-{tag}{k}", "bench/", f"{tag}{k}", m, self.window
+            )
+            for k, m in enumerate(share)
+        ]
+        sent = [f.result() for f in futures]
+        e0 = cpu_seconds(edge)
+        t0 = time.monotonic()
+        restart()
+        count: Count = self.pipe.recv()
+        return Drain(
+            acked=sum(s.acked for s in sent),
+            queue_rate=sum(s.acked for s in sent)
+            / max(1e-9, max(s.last for s in sent) - min(s.first for s in sent)),
+            delivered=count.distinct,
+            duplicates=count.duplicates,
+            first=(count.first - t0) if count.first else 0.0,
+            seconds=(count.last - t0) if count.last else 0.0,
+            edge_cpu=cpu_seconds(edge) - e0,
+        )
+
     def close(self) -> None:
         self.pipe.send(("stop",))
         self.counter.join(10)
@@ -273,7 +368,14 @@ def main() -> None:
     )
     ap.add_argument("--profile-dir", default=".", help="where the --py-spy profiles go (collapsed stacks)")
     ap.add_argument("--native", action="store_true", help="--py-spy with native (C, mypyc) frames")
+    ap.add_argument(
+        "--drain",
+        type=int,
+        default=0,
+        help="also measure the drain after an outage with this many queued messages per edge and run",
+    )
     a = ap.parse_args()
+    drains: dict[str, list[Drain]] = {"siftmq": [], "siftmq-mem": [], "mosquitto": []}
     rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "siftmq-mem": [], "mosquitto": []}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -315,6 +417,10 @@ def main() -> None:
                         edge.stop()
                     rows[name].append(row)
                     print(f"run {run}", row.show(name), flush=True)
+                if a.drain:
+                    for name, ds in drains.items():
+                        ds.append(drain_measure(d, name, run, a.drain, a.publishers, a.window))
+                        print(f"run {run}", ds[-1].show(name), flush=True)
                 m = rows["mosquitto"][-1]
                 for name in ("siftmq", "siftmq-mem"):
                     s = rows[name][-1]
@@ -349,6 +455,30 @@ def main() -> None:
             + f" (median {statistics.median(tp):.2f}x); messages per edge CPU second "
             + ", ".join(f"{r:.2f}x" for r in pc)
             + f" (median {statistics.median(pc):.2f}x)"
+        )
+
+    if not a.drain:
+        return
+    print(f"\ndrain after an outage: {a.drain} QoS 1 messages queued per edge, {a.runs} runs (medians)")
+    for name, ds in drains.items():
+        med = statistics.median
+        print(
+            f"{name:10s} drain {med(x.seconds for x in ds):6.2f} s  "
+            f"first arrival {med(x.first for x in ds):5.2f} s  "
+            f"{med(x.rate for x in ds):7.0f} msg/s after it  delivered "
+            f"{min(100 * x.delivered / max(1, x.acked) for x in ds):5.1f} % (worst)  "
+            f"edge {med(x.edge_cpu for x in ds):5.2f} CPU s"
+        )
+    for name in ("siftmq", "siftmq-mem"):
+        dpairs = list(zip(drains[name], drains["mosquitto"], strict=True))
+        dt = [x.seconds / y.seconds for x, y in dpairs if y.seconds]
+        dr = [x.rate / y.rate for x, y in dpairs if y.rate]
+        print(
+            f"drain {name}/mosquitto per run: time "
+            + ", ".join(f"{r:.2f}x" for r in dt)
+            + f" (median {statistics.median(dt):.2f}x, lower is faster); rate after the first arrival "
+            + ", ".join(f"{r:.2f}x" for r in dr)
+            + f" (median {statistics.median(dr):.2f}x)"
         )
 
 
