@@ -9,8 +9,8 @@ import aiomqtt
 
 from broker import Broker
 from broker.packets import ReasonCode
+from tests.dashboard.browser import chromium, page
 from tests.dashboard.cdp import Page
-from tests.dashboard.test_dashboard_browser import chromium, page
 from tests.rawclient import RawClient
 from tests.waiting import eventually
 
