@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import getpass
+import math
 import multiprocessing
 import os
 import shutil
@@ -140,6 +141,19 @@ def mosquitto_edge(d: Path, port: int, central: int) -> Proc:
         "bridge_protocol_version mqttv50\ncleansession false\nrestart_timeout 1\n"
         "bridge_max_packet_size 0\n",
     )
+
+
+def ratio(x: float, y: float) -> float:
+    """``x / y``, NaN when ``y`` is 0 (a run too short for its edge's CPU to be measured)."""
+    return x / y if y else math.nan
+
+
+def edge_of(name: str, d: Path, port: int, central: int) -> Proc:
+    """The edge of one line: ``mosquitto`` (its bridge), ``siftmq`` (persistent) or
+    ``siftmq-mem`` (no store)."""
+    if name == "mosquitto":
+        return mosquitto_edge(d, port, central)
+    return siftmq_edge(d, port, central, persist=name == "siftmq")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -254,11 +268,7 @@ def drain_measure(d: Path, name: str, run: int, n: int, publishers: int, window:
     load = Load(port, publishers, window, persistent=True)
     try:
         eport = free_port()
-        edge = (
-            mosquitto_edge(dd, eport, port)
-            if name == "mosquitto"
-            else siftmq_edge(dd, eport, port, persist=name == "siftmq")
-        )
+        edge = edge_of(name, dd, eport, port)
         edge.start()
         assert edge.p is not None
         try:
@@ -393,11 +403,7 @@ def main() -> None:
                 print(f"run {run}", rows["direct"][-1].show("direct"), flush=True)
                 for name in ("siftmq", "siftmq-mem", "mosquitto"):
                     eport = free_port()
-                    edge = (
-                        mosquitto_edge(d, eport, cport)
-                        if name == "mosquitto"
-                        else siftmq_edge(d, eport, cport, persist=name == "siftmq")
-                    )
+                    edge = edge_of(name, d, eport, cport)
                     edge.start()
                     assert edge.p is not None
                     try:
@@ -425,8 +431,8 @@ def main() -> None:
                 for name in ("siftmq", "siftmq-mem"):
                     s = rows[name][-1]
                     print(
-                        f"run {run} ratio {name}/mosquitto: throughput {s.rate / m.rate:.2f}x, "
-                        f"messages per edge CPU second {s.per_edge_cpu / m.per_edge_cpu:.2f}x",
+                        f"run {run} ratio {name}/mosquitto: throughput {ratio(s.rate, m.rate):.2f}x, "
+                        f"messages per edge CPU second {ratio(s.per_edge_cpu, m.per_edge_cpu):.2f}x",
                         flush=True,
                     )
         finally:
@@ -447,8 +453,8 @@ def main() -> None:
         print(line)
     for name in ("siftmq", "siftmq-mem"):
         pairs = list(zip(rows[name], rows["mosquitto"], strict=True))
-        tp = [s.rate / m.rate for s, m in pairs]
-        pc = [s.per_edge_cpu / m.per_edge_cpu for s, m in pairs]
+        tp = [ratio(s.rate, m.rate) for s, m in pairs]
+        pc = [ratio(s.per_edge_cpu, m.per_edge_cpu) for s, m in pairs]
         print(
             f"ratio {name}/mosquitto per run: throughput "
             + ", ".join(f"{r:.2f}x" for r in tp)
