@@ -50,10 +50,16 @@ class Direction(enum.Enum):
 
 def public_url(url: str) -> str:
     """``url`` without the ``user:password@`` part a remote's address may carry (O(len))."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not a URL urlsplit takes (a bad IPv6 host): cut what looks like a user part
+        return _USERINFO.sub("//", url)
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+_USERINFO = re.compile(r"//[^/?#]*@")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +84,14 @@ class Remote:
         """Parse a URL (ValueError on an unknown scheme or a missing host)."""
         parts = urlsplit(url)
         if parts.scheme not in _SCHEMES:
-            raise ValueError(f"{url!r}: the scheme must be mqtt://, mqtts://, ws:// or wss://")
+            raise ValueError(f"{public_url(url)!r}: the scheme must be mqtt://, mqtts://, ws:// or wss://")
         if not parts.hostname:
-            raise ValueError(f"{url!r}: no host")
+            raise ValueError(f"{public_url(url)!r}: no host")
         tls, ws = _SCHEMES[parts.scheme]
         try:
             port = parts.port
         except ValueError:
-            raise ValueError(f"{url!r}: bad port") from None
+            raise ValueError(f"{public_url(url)!r}: bad port") from None
         if port is None:
             port = {(False, False): 1883, (True, False): 8883, (False, True): 80, (True, True): 443}[tls, ws]
         return cls(url, parts.hostname, port, tls, ws, parts.path or "/mqtt")

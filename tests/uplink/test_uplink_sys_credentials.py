@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from broker import Broker
-from uplink import BridgeConfig, TopicRule, Uplink
+from uplink import BridgeConfig, TopicRule, Uplink, parse_bridges
 
 
 async def test_sys_remote_does_not_show_the_urls_credentials() -> None:
@@ -57,3 +57,21 @@ async def test_log_lines_do_not_show_the_urls_credentials(caplog: pytest.LogCapt
     assert any("connected to mqtt://127.0.0.1:" in m for m in said), said
     assert any("Connection refused" in m or "refused" in m for m in said), said
     assert not [m for m in said if "secret" in m]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mqtt://user:secret@127.0.0.1:notaport",  # bad port
+        "ftp://user:secret@127.0.0.1:1883",  # bad scheme
+        "mqtt://user:secret@:1883",  # no host
+    ],
+)
+def test_a_bad_remote_urls_error_does_not_show_its_credentials(url: str) -> None:
+    """The error of a remote address that does not parse (printed by ``siftmq serve`` at load,
+    and by a refused reload) names the address without its ``user:password@`` part."""
+    with pytest.raises(ValueError) as err:
+        parse_bridges([{"name": "up", "url": url, "topics": [{"pattern": "t/#"}]}])
+    msg = str(err.value)
+    assert "secret" not in msg and "user" not in msg, msg
+    assert url.replace("user:secret@", "") in msg, msg  # the address is still named
