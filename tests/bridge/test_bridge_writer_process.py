@@ -25,6 +25,7 @@ from bridge import Bridge, Kind
 from bridge._writer import _Sink
 from bridge._writerproc import Job, WriterProcess
 from broker import Broker
+from tests.serving import Serve
 from tests.smallfs import fill, small_tmpfs
 from tests.waiting import eventually
 
@@ -175,28 +176,17 @@ async def test_full_disk_keeps_the_records_and_lands_them_when_space_is_back(
 def test_ctrl_c_to_the_process_group_stops_serve_without_losing_the_writer(tmp_path: Path) -> None:
     """A Ctrl-C in a terminal (or a service manager's stop) signals the whole process group,
     the writer process too: it ignores the signal and commits the broker's last flush."""
-    import re
-    import sys
     import time
 
     import paho.mqtt.client as paho
 
     data = tmp_path / "data"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "broker._cli", "serve", "--port", "0", "--data-dir", str(data)],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        start_new_session=True,  # its own process group, as a shell gives a foreground job
-    )
-    assert proc.stderr is not None
-    try:
+    # its own process group (setsid), as a shell gives a foreground job; its log read by a
+    # thread, so waiting for the port has a deadline (a blocking readline had none)
+    with Serve("--data-dir", str(data), cwd=tmp_path, preexec_fn=os.setsid) as serve:
+        proc = serve.proc
         deadline = time.monotonic() + DEADLINE
-        log = ""
-        while (m := re.search(r"listening on [\d.]+:(\d+)", log)) is None:
-            assert time.monotonic() < deadline and proc.poll() is None, log
-            log += proc.stderr.readline()
-        port = int(m.group(1))
+        port = serve.port("tcp", DEADLINE)
         sub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="sub")
         got: list[bytes] = []
         sub.on_message = lambda _c, _u, msg: got.append(msg.payload)
@@ -223,12 +213,8 @@ def test_ctrl_c_to_the_process_group_stops_serve_without_losing_the_writer(tmp_p
             sub.disconnect()
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=DEADLINE) == 0
-        log += proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
+        serve.kill()  # it has ended: the rest of its log is read
+    log = "".join(serve.lines)
     assert "writer process" in log and "writer process failed" not in log, log
     table = ds.dataset(str(data / "landing" / "deliveries"), format="parquet").to_table()
     topics = table["topic"].to_pylist()

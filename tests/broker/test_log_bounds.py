@@ -121,4 +121,7 @@ async def test_a_client_id_cannot_forge_a_log_line(caplog: pytest.LogCaptureFixt
         if ack.reason_code is ReasonCode.SUCCESS:
             await c.subscribe("a/b/c/d/e")
         await c.close()
-    assert not any(line.startswith("2026-11-29 00:00:00") for line in _lines(caplog))
+    lines = _lines(caplog)
+    assert not any(line.startswith("2026-11-29 00:00:00") for line in lines)
+    # the client id is in the log, escaped (without it in a line the check above checks nothing)
+    assert any("'dev\\n2026-11-29 00:00:00" in line for line in lines)

@@ -46,5 +46,8 @@ async def test_the_pace_line_bounds_the_publishers_client_id(caplog: pytest.LogC
             await asyncio.gather(task, return_exceptions=True)
     records = [r for r in caplog.records if "queue at its bound" in r.getMessage()]
     assert len(records) == 1
+    # the line names the publisher: its client id cut and escaped (not left out)
+    assert "'pub\\n2026-11-29 00:00:00" in records[0].getMessage()
+    assert f"... ({len(FORGED)} characters)" in records[0].getMessage()
     for line in (logging.Formatter(TEXT_FORMAT).format(records[0]), JsonFormatter().format(records[0])):
         assert "\n" not in line and len(line) < 1_000, line[:300]
