@@ -575,12 +575,12 @@ class Bridge:
             case Publish():
                 self._publish(link, local, p, outbound=False)
             case Puback(packet_id=pid, reason_code=rc):  # an out message taken by the remote
-                self._count_out(rc, pid)
+                self._count_out(rc)
                 local.write(_puback(pid))
             case Pubrec(packet_id=pid, reason_code=rc):
                 if rc >= 0x80:  # refused: the flow ends here at the remote, not locally
                     self._here_out.add(pid)
-                self._count_out(rc, pid)
+                self._count_out(rc)
                 local.send(Pubrec(pid))
             case Pubcomp(packet_id=pid):
                 local.send(Pubcomp(pid))
@@ -595,7 +595,7 @@ class Bridge:
             case _:
                 pass
 
-    def _count_out(self, rc: int, pid: int) -> None:
+    def _count_out(self, rc: int) -> None:
         if rc >= 0x80:
             self.state.undeliverable("refused")
             self._log(
@@ -658,7 +658,7 @@ class Bridge:
         if pid is None or p.qos == 0:
             return
         if p.qos == 1:
-            source.send(Puback(pid))
+            source.write(_puback(pid))
         else:
             (self._here_out if outbound else self._here_in).add(pid)
             source.send(Pubrec(pid))
