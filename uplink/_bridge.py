@@ -47,6 +47,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import content
 import topics
@@ -424,7 +425,7 @@ class Bridge:
         )
         holder: list[Link] = []
 
-        def packet(p: Packet) -> None:
+        def packet(p: Packet) -> None:  # replaced below: the link holds its packets until release
             on_packet(holder[0], p)
 
         def lost(why: str) -> None:
@@ -458,6 +459,9 @@ class Bridge:
             self._failed("lost", remote, str(exc))
             return None
         holder.append(link)
+        # packets reach ``on_packet`` only from ``release`` on (the caller's, after this
+        # returns): from then on each one without a Python frame in between
+        link.on_packet = partial(on_packet, link)
         if connack.reason_code >= 0x80:
             self._failed("refused", remote, f"CONNECT refused: {_reason(connack.reason_code)}")
             await link.close()
