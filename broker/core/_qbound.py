@@ -87,7 +87,8 @@ class QueueBound:
         is dropped (counted, logged)."""
         size = size_of(out)
         queue = s.queue
-        if self.drop_oldest:
+        if self.drop_oldest and not (self.max_bytes > 0 and size > self.max_bytes):
+            # (a message bigger than the whole bound is dropped without emptying the queue)
             while queue and self._full(len(queue), size):
                 old = queue.popleft()
                 self.queued_bytes -= size_of(old)
