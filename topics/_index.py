@@ -876,7 +876,7 @@ class SubscriptionIndex(Generic[O]):
                     done += 1
             finally:
                 self._count += len(ents)
-                if seq >= _SEQ_CACHED:  # entries replaced on the way: renumber 0..n-1
+                if seq != len(ents) and seq >= _SEQ_CACHED:  # entries replaced: renumber 0..n-1
                     for i, r in enumerate(ents.values()):
                         _set(r, "seq", i)
                 self._settle(client_id, ents)

@@ -47,6 +47,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import content
 import topics
@@ -424,7 +425,7 @@ class Bridge:
         )
         holder: list[Link] = []
 
-        def packet(p: Packet) -> None:
+        def packet(p: Packet) -> None:  # replaced below: the link holds its packets until release
             on_packet(holder[0], p)
 
         def lost(why: str) -> None:
@@ -458,6 +459,9 @@ class Bridge:
             self._failed("lost", remote, str(exc))
             return None
         holder.append(link)
+        # packets reach ``on_packet`` only from ``release`` on (the caller's, after this
+        # returns): from then on each one without a Python frame in between
+        link.on_packet = partial(on_packet, link)
         if connack.reason_code >= 0x80:
             self._failed("refused", remote, f"CONNECT refused: {_reason(connack.reason_code)}")
             await link.close()
@@ -575,12 +579,12 @@ class Bridge:
             case Publish():
                 self._publish(link, local, p, outbound=False)
             case Puback(packet_id=pid, reason_code=rc):  # an out message taken by the remote
-                self._count_out(rc, pid)
+                self._count_out(rc)
                 local.write(_puback(pid))
             case Pubrec(packet_id=pid, reason_code=rc):
                 if rc >= 0x80:  # refused: the flow ends here at the remote, not locally
                     self._here_out.add(pid)
-                self._count_out(rc, pid)
+                self._count_out(rc)
                 local.send(Pubrec(pid))
             case Pubcomp(packet_id=pid):
                 local.send(Pubcomp(pid))
@@ -595,7 +599,7 @@ class Bridge:
             case _:
                 pass
 
-    def _count_out(self, rc: int, pid: int) -> None:
+    def _count_out(self, rc: int) -> None:
         if rc >= 0x80:
             self.state.undeliverable("refused")
             self._log(
@@ -658,7 +662,7 @@ class Bridge:
         if pid is None or p.qos == 0:
             return
         if p.qos == 1:
-            source.send(Puback(pid))
+            source.write(_puback(pid))
         else:
             (self._here_out if outbound else self._here_in).add(pid)
             source.send(Pubrec(pid))

@@ -24,7 +24,9 @@ Publishers of other topics are not paused; a message with no publisher connectio
 (the broker's own, ``$SYS``, an in-process publish), or whose publisher is itself a bounded
 session (another bridge's local link: two bridges pacing each other would wait for ever), is
 dropped at the bound as with ``drop_newest`` (counted).  A paused publisher that disconnects
-is forgotten by ``Connection.lost`` (its ``blockers`` reset); :meth:`release` skips it.
+is forgotten by ``Connection.lost`` (its ``blockers`` reset); :meth:`release` skips it, and
+``paced`` drops such publishers whenever it doubles (a bound that stays full while publishers
+come and go keeps O(live paused publishers), not every one it ever paused).
 
 Only the queue path of ``Core.deliver`` asks (a message that goes straight into the in-flight
 window does not): one dict lookup there when bounds exist, none when there are none; each
@@ -70,6 +72,8 @@ class QueueBound:
     #: was paused
     paced: set[Connection] = field(default_factory=set)
     paces: int = 0
+    #: size of ``paced`` at which the publishers lost while paused are forgotten (:meth:`_hold`)
+    prune_at: int = 64
 
     def sync(self, s: Session | None) -> None:
         """Count the bytes of what ``s`` has queued (a restored session), O(queue)."""
@@ -83,7 +87,8 @@ class QueueBound:
         is dropped (counted, logged)."""
         size = size_of(out)
         queue = s.queue
-        if self.drop_oldest:
+        if self.drop_oldest and not (self.max_bytes > 0 and size > self.max_bytes):
+            # (a message bigger than the whole bound is dropped without emptying the queue)
             while queue and self._full(len(queue), size):
                 old = queue.popleft()
                 self.queued_bytes -= size_of(old)
@@ -104,8 +109,12 @@ class QueueBound:
         pub = core.current
         if pub is None or pub.client_id in core.queue_bounds:  # no one, or a bridge's own link
             return False
-        if pub not in self.paced:
-            self.paced.add(pub)
+        paced = self.paced
+        if pub not in paced:
+            if len(paced) >= self.prune_at:  # forget the publishers lost while paused: O(1) amortised
+                paced = self.paced = {c for c in paced if c in core.connections}
+                self.prune_at = max(64, 2 * len(paced))
+            paced.add(pub)
             self.paces += 1
             core.block(pub)
             core.log_limit(
