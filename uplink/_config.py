@@ -211,6 +211,10 @@ class BridgeConfig:
             raise ValueError(f"session_expiry must be 0..4294967295 (seconds), got {self.session_expiry!r}")
         if self.max_queued_messages < 0 or self.max_queued_bytes < 0:
             raise ValueError("max_queued_messages and max_queued_bytes must be >= 0 (0: no bound of its own)")
+        if self.keyfile is not None and self.certfile is None:
+            raise ValueError("keyfile needs certfile (the client certificate it is the key of)")
+        if self.protocol == "3.1.1" and self.password is not None and self.username is None:
+            raise ValueError('password needs username with protocol "3.1.1" (MQTT 3.1.1 forbids one without)')
         if self.queue_policy not in QUEUE_POLICIES:
             raise ValueError(
                 f'queue_policy must be "drop_newest", "drop_oldest" or "pace", got {self.queue_policy!r}'

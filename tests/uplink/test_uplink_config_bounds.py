@@ -39,3 +39,22 @@ def test_edge_values_still_load() -> None:
         _bridge(connect_timeout=0.5, keep_alive=65535, session_expiry=2**32 - 1, backoff_max=30)
     )
     assert (b.connect_timeout, b.keep_alive, b.session_expiry) == (0.5, 65535, 2**32 - 1)
+
+
+@pytest.mark.parametrize(
+    ("opts", "key"),
+    [
+        ({"keyfile": "/k.pem"}, "keyfile needs certfile"),
+        ({"protocol": "3.1.1", "password": "pw"}, "password needs username"),
+    ],
+)
+def test_half_given_credentials_are_refused(opts: dict[str, object], key: str) -> None:
+    # before: a keyfile without certfile was ignored in silence; a 3.1.1 CONNECT with a
+    # password and no username is a protocol violation the remote closes the link on
+    with pytest.raises(ValueError, match=rf"bridges\[0\]: {key}"):
+        parse_bridges(_bridge(**opts))
+
+
+def test_a_password_without_username_loads_with_mqtt_5() -> None:
+    (b,) = parse_bridges(_bridge(password="pw"))
+    assert b.password == "pw" and b.username is None
