@@ -346,8 +346,12 @@ class _Usage(Exception):
 
 
 def _quote(part: str) -> str:
+    """``part`` as one segment of the API's path; an empty one is a usage error (the path
+    would name another endpoint: ``/bridges//reconnect``)."""
     from urllib.parse import quote
 
+    if not part:
+        raise _Usage("an empty name or client id")
     return quote(part, safe="")
 
 

@@ -455,4 +455,8 @@ class SighupReloads:
                 except Exception as exc:
                     _failed(broker.reload_counters, _where(exc))
                     continue
-            await broker.reload(config)
+            try:
+                await broker.reload(config)
+            except Exception as exc:  # applying failed: logged, and the next SIGHUP still reloads
+                log.error("reload: applying failed: %s: %s", type(exc).__name__, exc)
+                broker.reload_counters.failed += 1

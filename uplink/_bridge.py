@@ -220,8 +220,14 @@ class Bridge:
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # the task had ended on an error: stopping it is not one
+                log.error(
+                    "bridge %s: had stopped on an error: %s: %s", self.config.name, type(exc).__name__, exc
+                )
         await self._close()
 
     async def reconnect(self) -> None:

@@ -16,6 +16,7 @@ serve`` prints it and exits with status 2.  Parsing is O(bridges x rules).
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -198,12 +199,22 @@ class BridgeConfig:
             raise ValueError(f'protocol must be "5" or "3.1.1", got {self.protocol!r}')
         if not self.topics:
             raise ValueError("topics: at least one rule is needed")
-        if not 0 < self.backoff_min <= self.backoff_max:
-            raise ValueError("backoff_min must be > 0 and <= backoff_max")
-        if self.keep_alive < 0 or self.session_expiry < 0 or not 0 <= self.max_inflight <= 65535:
-            raise ValueError("keep_alive, session_expiry >= 0 and max_inflight 0..65535 expected")
+        if not (0 < self.backoff_min <= self.backoff_max and math.isfinite(self.backoff_max)):
+            raise ValueError("backoff_min must be > 0 and <= backoff_max (finite)")
+        if not (self.connect_timeout > 0 and math.isfinite(self.connect_timeout)):
+            raise ValueError(
+                f"connect_timeout must be a finite number of seconds > 0, got {self.connect_timeout!r}"
+            )
+        if not (0 <= self.keep_alive <= 65535 and 0 <= self.max_inflight <= 65535):
+            raise ValueError("keep_alive 0..65535 (seconds) and max_inflight 0..65535 expected")
+        if not 0 <= self.session_expiry <= 0xFFFFFFFF:
+            raise ValueError(f"session_expiry must be 0..4294967295 (seconds), got {self.session_expiry!r}")
         if self.max_queued_messages < 0 or self.max_queued_bytes < 0:
             raise ValueError("max_queued_messages and max_queued_bytes must be >= 0 (0: no bound of its own)")
+        if self.keyfile is not None and self.certfile is None:
+            raise ValueError("keyfile needs certfile (the client certificate it is the key of)")
+        if self.protocol == "3.1.1" and self.password is not None and self.username is None:
+            raise ValueError('password needs username with protocol "3.1.1" (MQTT 3.1.1 forbids one without)')
         if self.queue_policy not in QUEUE_POLICIES:
             raise ValueError(
                 f'queue_policy must be "drop_newest", "drop_oldest" or "pace", got {self.queue_policy!r}'
