@@ -170,6 +170,13 @@ async function loadClients() {
   if (state.detail) showClient(state.detail);
 }
 
+// after a ban the client is gone: its detail closes instead of asking for it again (a 404)
+function closeDetail() {
+  state.detail = null;
+  $("client_detail").hidden = true;
+  return loadClients();
+}
+
 async function showClient(id) {
   state.detail = id;
   const box = $("client_detail");
@@ -189,7 +196,7 @@ async function showClient(id) {
     box.replaceChildren(el("h3", {}, "Client ", el("code", {}, c.client_id), " ",
       c.connected ? el("button", { class: "kick", onclick: () => kick(c.client_id) }, "kick") : "", " ",
       el("button", { class: "kick", onclick: () => adminAction(`Ban client id ${c.client_id}?`, `banned ${c.client_id}`,
-        "POST", "/bans", { kind: "client_id", value: c.client_id, reason: "dashboard" }, loadClients) }, "ban")),
+        "POST", "/bans", { kind: "client_id", value: c.client_id, reason: "dashboard" }, closeDetail) }, "ban")),
       kv, el("h4", {}, "Subscriptions"), subs, ...(comps.length ? [el("h4", {}, "Composite subscriptions"), ...comps] : []),
       el("h4", {}, `In flight (${c.inflight})`), fl, el("h4", {}, `Queued (${c.queued})`), ql);
   } catch (err) {
