@@ -267,6 +267,9 @@ class WorkerResult:
     window_s: float = 0.0
     drained: bool = False
     latencies_ms: list[float] = field(default_factory=list)
+    #: the same deliveries from ``ts`` to the read that brought them (``data_received``'s
+    #: entry, before the client's frame parsing, ``json.loads`` and predicate)
+    arrivals_ms: list[float] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)  # the message of each latency
 
 
@@ -292,6 +295,7 @@ class _Sub(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         w = self.w
+        w.read_ns = time.time_ns()
         w.res.bytes += len(data)
         buf = self.buf + data if self.buf else data
         n = len(buf)
@@ -383,6 +387,7 @@ class _Worker:
         self.raw_outstanding = 0
         self.warm_left = 0  # warm-up deliveries still expected
         self.stopped: asyncio.Event | None = None
+        self.read_ns = 0  # when the read being parsed returned (``_Sub.data_received``)
 
     def on_message(self, proto: _Sub, body: bytes) -> None:
         res = self.res
@@ -401,6 +406,7 @@ class _Worker:
             proto.seen.add(seq)
             res.useful += 1
             res.latencies_ms.append((time.time_ns() - d["ts"]) / 1e6)
+            res.arrivals_ms.append((self.read_ns - d["ts"]) / 1e6)
             res.seqs.append(seq)
             self.outstanding -= 1
         else:
@@ -611,6 +617,33 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def _heaviest(results: list[WorkerResult], k: int) -> list[dict[str, float]]:
+    """The ``k`` stream messages with the most useful deliveries, each as its deliveries, the
+    first and last arrival (ms after publication, at the read that brought it), the last
+    handled (after the client's ``json.loads`` and predicate) and the time per delivery
+    between first and last arrival: where a p99 made by one message's fan-out comes from."""
+    per: dict[int, list[tuple[float, float]]] = {}
+    for r in results:
+        for seq, a, h in zip(r.seqs, r.arrivals_ms, r.latencies_ms, strict=True):
+            per.setdefault(seq, []).append((a, h))
+    out = []
+    for seq in sorted(per, key=lambda q: -len(per[q]))[:k]:
+        xs = per[seq]
+        a0 = min(a for a, _ in xs)
+        a1 = max(a for a, _ in xs)
+        out.append(
+            {
+                "seq": seq,
+                "deliveries": len(xs),
+                "first_ms": round(a0, 2),
+                "last_ms": round(a1, 2),
+                "last_handled_ms": round(max(h for _, h in xs), 2),
+                "us_per_delivery": round((a1 - a0) * 1e3 / max(len(xs) - 1, 1), 1),
+            }
+        )
+    return out
+
+
 def _profile(pid: int, row: Row, args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
     """``--profile DIR``: sample the broker over the measured window (stopped with SIGINT when
     the workers report): ``--profile-with py-spy`` (the ``bench`` extra, collapsed stacks,
@@ -760,6 +793,8 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
             first[seq] = min(first.get(seq, x), x)
             last[seq] = max(last.get(seq, x), x)
     spread = [last[q] - first[q] for q in first]
+    arrivals = [x for r in results for x in r.arrivals_ms]
+    heavy = _heaviest(results, 3)
     useful = sum(r.useful for r in results)
     expected = sum(r.expected for r in results)
     client_cpu = sum(r.cpu_s for r in results)
@@ -801,6 +836,9 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_useful": round(total_bytes / per_useful, 1),
         "p50_ms": round(_pct(lat, 0.5), 2),
         "p99_ms": round(_pct(lat, 0.99), 2),
+        "arrival_p50_ms": round(_pct(arrivals, 0.5), 2),
+        "arrival_p99_ms": round(_pct(arrivals, 0.99), 2),
+        "heaviest": heavy,
         "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
         "first_arrival_max_ms": round(max(first.values(), default=float("nan")), 2),
         "spread_p50_ms": round(_pct(spread, 0.5), 2),
