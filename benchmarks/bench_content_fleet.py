@@ -562,6 +562,79 @@ def publisher_main(
     pipe.send(asyncio.run(run()))
 
 
+# ------------------------------------------------------------------ loop-stall probe
+PINGREQ = b"\xc0\x00"
+PING_EVERY = 0.005
+
+
+def pinger_main(pipe: Connection, port: int, pin: int | None) -> None:
+    """The broker's loop stalls: one more MQTT connection sends a PINGREQ every
+    ``PING_EVERY`` s (one outstanding) from "go" to "stop" and returns every (send time
+    on the monotonic clock, round trip in ms).  A round trip is the broker's loop latency
+    plus this process's own scheduling (it shares the subscribers' core)."""
+    if pin is not None:
+        os.sched_setaffinity(0, {pin})
+
+    async def run() -> list[tuple[float, float]]:
+        loop = asyncio.get_running_loop()
+        connack: asyncio.Future[None] = loop.create_future()
+        waiter: list[asyncio.Future[None] | None] = [None]
+
+        class P(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                if not connack.done():
+                    connack.set_result(None)
+                    return
+                f = waiter[0]
+                if f is not None and not f.done() and b"\xd0\x00" in data:
+                    f.set_result(None)
+
+        transport, _ = await loop.create_connection(P, "127.0.0.1", port)
+        transport.write(_connect("pinger"))
+        await asyncio.wait_for(connack, 60)
+        pipe.send("ready")
+        await loop.run_in_executor(None, pipe.recv)  # "go"
+        stop = loop.run_in_executor(None, pipe.recv)  # "stop"
+        out: list[tuple[float, float]] = []
+        while not stop.done():
+            t = time.monotonic()
+            f = waiter[0] = loop.create_future()
+            transport.write(PINGREQ)
+            await asyncio.wait({f, stop}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            if not f.done():
+                break
+            out.append((t, (time.monotonic() - t) * 1e3))
+            await asyncio.sleep(max(0.0, t + PING_EVERY - time.monotonic()))
+        transport.close()
+        return out
+
+    pipe.send(asyncio.run(run()))
+
+
+def _stalls(pings: list[tuple[float, float]], t0: float, t1: float) -> dict[str, float]:
+    """Max and p99 of the ping round trips sent in [t0, t1) (ms), and how many."""
+    xs = [rtt for t, rtt in pings if t0 <= t < t1]
+    return {
+        "max_ms": round(max(xs, default=float("nan")), 1),
+        "p99_ms": round(_pct(xs, 0.99), 2),
+        "n": len(xs),
+    }
+
+
+def _until_idle(pid: int, quiet: float = 0.5, seconds: float = 60.0) -> float:
+    """Wait until process ``pid`` used under 2 % of a core over ``quiet`` s (the broker done
+    with a teardown), at most ``seconds``; the monotonic time it went quiet."""
+    deadline = time.monotonic() + seconds
+    c = _cpu(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        c1 = _cpu(pid)
+        if c1 - c < 0.02 * quiet:
+            return time.monotonic() - quiet
+        c = c1
+    return time.monotonic()
+
+
 # ------------------------------------------------------------------ driver
 @dataclass
 class Row:
@@ -731,6 +804,11 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         pub.start()
         procs.append(pub)
         assert pa.recv() == "ready"
+        pp, pq = ctx.Pipe()
+        pinger = ctx.Process(target=pinger_main, args=(pq, port, pin), daemon=True)
+        pinger.start()
+        procs.append(pinger)
+        assert pp.recv() == "ready"
         pa.send("warm")
         assert pa.recv() == "warmed"
         for a in pipes:
@@ -747,6 +825,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         for a in pipes:
             a.send("go")
+        pp.send("go")
         pa.send("go")
         published, _acked, pub_cpu = pa.recv()
         for a in pipes:
@@ -757,6 +836,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         if spy is not None:
             _stop(spy)
             spy = None
+        t_drained = time.monotonic()
         for a in pipes:
             a.send("close")
         results: list[WorkerResult] = [a.recv() for a in pipes]
@@ -764,6 +844,12 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         broker_user, broker_sys = user1 - user0, sys1 - sys0
         broker_cpu = broker_user + broker_sys
         window = time.monotonic() - t0
+        # the teardown: the subscribers closed; the broker ends their sessions (and
+        # releases their selectors) until its CPU goes quiet
+        t_quiet = _until_idle(proc.pid)
+        teardown_cpu = _cpu(proc.pid) - user1 - sys1
+        pp.send("stop")
+        pings: list[tuple[float, float]] = pp.recv()
     finally:
         if spy is not None:
             _stop(spy)
@@ -839,6 +925,12 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "arrival_p50_ms": round(_pct(arrivals, 0.5), 2),
         "arrival_p99_ms": round(_pct(arrivals, 0.99), 2),
         "heaviest": heavy,
+        # the broker's loop stalls (PINGREQ round trips, pinger_main) over the stream and over
+        # the teardown (from "close" until the broker's CPU went quiet)
+        "stall_stream": _stalls(pings, t0, t_drained),
+        "stall_teardown": _stalls(pings, t_drained, t_quiet + 1e-3),
+        "teardown_s": round(t_quiet - t_drained, 2),
+        "teardown_cpu_s": round(teardown_cpu, 3),
         "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
         "first_arrival_max_ms": round(max(first.values(), default=float("nan")), 2),
         "spread_p50_ms": round(_pct(spread, 0.5), 2),
