@@ -67,7 +67,12 @@ CPU 0, the workers and the publisher to CPU 1 (``--no-pin`` to leave them free).
 against ``engine.match``, same subscriptions, no sockets): where the broker's time goes.
 ``--probe-core`` times the whole sans-IO core per message in this process (routing, every
 delivery encoded and queued, one write per receiving connection into a transport that only
-counts) and the teardown of every connection (its session ended, its selectors released).
+counts) and the teardown of every connection (its session ended, its selectors released), by
+loop turns of 1,024 connections (the poller's reads per turn: the worst turn is the loop's
+stall), then the ticks until every released selector left the engine (the worst tick).
+The real broker's stalls: ``stall_stream`` / ``stall_teardown`` in every row, the round trips of
+a PINGREQ every 5 ms (one more connection, ``pinger_main``) over the window and over the
+teardown (the subscribers' DISCONNECTs until the broker's CPU goes quiet).
 ``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
 for the compiled code's C frames, or ``perf``).
 
@@ -85,6 +90,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -466,6 +472,10 @@ class _Worker:
         pipe.send(("ready", self.res.connected, self.res.subscribed, self.res.failed, self.res.first_error))
         await loop.run_in_executor(None, pipe.recv)  # "warm": the warm-up messages were sent
         await _until(lambda: self.warm_left <= 0, 120)
+        # the subscribers' state is long-lived: out of the collector's generations, so that a
+        # full collection of it never pauses the probe inside the window (either broker)
+        gc.collect()
+        gc.freeze()
         pipe.send(("warmed", self.warm_left))
         await loop.run_in_executor(None, pipe.recv)  # "go"
         self.res.bytes = 0  # the handshakes' and the warm-up's
@@ -1050,11 +1060,28 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
         router.route(msg)
         t_route.append(time.process_time() - t)
     writes = (sent[0] - writes0) / messages
+    # the teardown as the broker's loop meets it: the poller reads up to MAX_EVENTS (1,024)
+    # sockets per loop turn, so a turn ends up to 1,024 sessions; then the ticks remove the
+    # released selectors from the engine, a slice each (Router.settle_selectors)
+    turn = 1024
+    worst_turn = 0.0
     t = time.process_time()
-    for conn in conns:
-        conn.lost(0.0)
-    core.flush()
+    for i in range(0, len(conns), turn):
+        t1 = time.process_time()
+        for conn in conns[i : i + turn]:
+            conn.lost(0.0)
+        core.flush()
+        worst_turn = max(worst_turn, time.process_time() - t1)
     teardown = time.process_time() - t
+    ticks = 0
+    worst_tick = 0.0
+    t = time.process_time()
+    while getattr(router, "releasing", 0):
+        t1 = time.process_time()
+        core.tick(1.0 + ticks)
+        worst_tick = max(worst_tick, time.process_time() - t1)
+        ticks += 1
+    settle = time.process_time() - t
     msg_ms = statistics.median(t_msg) * 1e3
     route_ms = statistics.median(t_route) * 1e3
     return {
@@ -1066,6 +1093,10 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
         "writes_per_message": round(writes, 1),
         "bytes_per_write": round((sent[1] - bytes0) / max(sent[0] - writes0, 1), 1),
         "teardown_us_per_connection": round(teardown * 1e6 / connections, 1),
+        "teardown_worst_turn_ms": round(worst_turn * 1e3, 1),  # 1,024 connections ended
+        "settle_ticks": ticks,  # ticks until every released selector left the engine
+        "settle_worst_tick_ms": round(worst_tick * 1e3, 1),
+        "settle_s": round(settle, 3),
     }
 
 
