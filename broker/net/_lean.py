@@ -67,8 +67,11 @@ log = logging.getLogger("broker")
 
 #: bytes asked from the socket per read (asyncio's ``max_size``)
 MAX_READ = 256 * 1024
-#: ready sockets handled per readiness of the poller at most (the rest: next loop turn)
-MAX_EVENTS = 1024
+#: ready sockets handled per readiness of the poller at most (the rest: next loop turn):
+#: a fleet of 10,000 disconnecting at once stalled the loop 218-368 ms with 1,024 per turn
+#: (each read a DISCONNECT, a session ended, a socket closed; bench_content_fleet.py's
+#: ``stall_teardown``, issue 42 item 2)
+MAX_EVENTS = 256
 
 # LeanProtocol.bits: its transport state
 _CLOSING = 1  # close/abort called: no more reading; connection_lost once the backlog is out
