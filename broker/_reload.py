@@ -275,7 +275,7 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
             # what needs a restart keeps its running value (validated here, before any swap)
             final = dataclasses.replace(config, **{name: getattr(broker.config, name) for name in restart})
         # the hooks' two-step reloads: read and checked now, applied last (nothing swapped yet)
-        prepared = [p for h in broker.hooks if isinstance(h, Reloadable) and (p := h.prepare_reload())]
+        prepared = [(h, p) for h in broker.hooks if isinstance(h, Reloadable) and (p := h.prepare_reload())]
         changed: list[str] = []
         # broker.auth (hashlib, OpenSSL) is imported by whoever makes a FileAuth: not imported,
         # no hook is one (issue 42 item 1)
@@ -302,11 +302,11 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
         _apply_config(broker, final)
         changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
     failed: list[str] = []
-    for plan in prepared:
+    for hook, plan in prepared:
         try:
             changed += await plan.apply()
         except Exception as exc:  # the rest is in place: the broker serves on, the reload failed
-            failed.append(f"applying {type(plan).__name__} failed: {type(exc).__name__}: {exc}")
+            failed.append(f"applying {type(hook).__name__}'s reload failed: {type(exc).__name__}: {exc}")
         else:
             failed += getattr(plan, "failed", ())  # what the hook could not apply (it went on)
         restart += getattr(plan, "restart", ())  # what the hook found changed but cannot apply

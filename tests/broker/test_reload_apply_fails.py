@@ -53,13 +53,14 @@ async def test_a_hook_failing_to_apply_fails_the_reload_not_the_broker(
         with caplog.at_level(logging.ERROR, logger="broker"):
             result = await b.reload(new)  # does not raise
         assert not result.ok
-        assert result.error == "applying _Plan failed: ValueError: cannot convert float NaN to integer"
+        want = "applying _TwoStep's reload failed: ValueError: cannot convert float NaN to integer"
+        assert result.error == want
         assert b.reload_counters.failed == 1 and b.reload_counters.done == 0
         assert good.applies == 1 and "good applied" in result.changed  # the hook after it too
         assert b.config.max_connections == 77 and any("max_connections=77" in c for c in result.changed)
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR and "reload" in r.getMessage()]
         assert len(errors) == 1, errors
-        assert "applying _Plan failed: ValueError: cannot convert float NaN" in errors[0].getMessage()
+        assert want in errors[0].getMessage()
 
         async with aiomqtt.Client("127.0.0.1", b.port, identifier="after") as c:  # serving on
             await c.subscribe("t", qos=1)
