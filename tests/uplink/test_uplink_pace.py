@@ -20,7 +20,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, central, down_remote, refusing_port
+from tests.uplink._remote import MOSQUITTO, central, down_remote
 from tests.uplink.test_uplink_mosquitto import in_order
 from tests.waiting import eventually, next_message
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
@@ -97,38 +97,36 @@ def test_pace_is_a_queue_policy() -> None:
     assert cfg.own_queue_bound
 
 
-async def test_a_reload_away_from_pace_resumes_the_paused_publishers() -> None:
-    with refusing_port() as dead:  # nothing listens (bound, not listening): the queue only grows
-        cfg = central(
-            dead,
-            TopicRule("sensors/#", Direction.OUT, 1),
-            max_queued_messages=BOUND,
-            queue_policy="pace",
-        )
-        current = [cfg]
-        uplink = Uplink(current, source=lambda: current)
-        acked = 0
+async def test_a_reload_away_from_pace_resumes_the_paused_publishers(dead_port: int) -> None:
+    dead = dead_port  # nothing listens (a bound socket that does not listen): the queue only grows
+    cfg = central(
+        dead,
+        TopicRule("sensors/#", Direction.OUT, 1),
+        max_queued_messages=BOUND,
+        queue_policy="pace",
+    )
+    current = [cfg]
+    uplink = Uplink(current, source=lambda: current)
+    acked = 0
 
-        async def publish_all(port: int) -> None:
-            nonlocal acked
-            async with aiomqtt.Client("127.0.0.1", port, identifier="pub") as pub:
-                for i in range(N):
-                    await pub.publish("sensors/a", str(i).encode(), qos=1)
-                    acked += 1
+    async def publish_all(port: int) -> None:
+        nonlocal acked
+        async with aiomqtt.Client("127.0.0.1", port, identifier="pub") as pub:
+            for i in range(N):
+                await pub.publish("sensors/a", str(i).encode(), qos=1)
+                acked += 1
 
-        async with Broker(
-            host="127.0.0.1", port=0, sys_interval=0, store_path=":memory:", hooks=[uplink]
-        ) as b:
-            await eventually(lambda: uplink.bridges["central"].state.connects >= 1, 10)
-            task = asyncio.create_task(publish_all(b.port))
-            await eventually(lambda: b.core.stats.publishers_paused == 1 and acked == BOUND + 1, 10)
-            current[0] = dataclasses.replace(cfg, queue_policy="drop_newest")
-            result = await b.reload()
-            assert result.ok and "queue_policy changed" in "; ".join(result.changed)
-            await asyncio.wait_for(task, 10)  # resumed: the rest were acknowledged and dropped
-            assert b.core.stats.publishers_paused == 0
-            s = b.core.sessions["$uplink/central"]
-            held = len(s.queue) + len(s.inflight)  # the restarted bridge's session may take one in flight
-            assert held in {BOUND + 1, BOUND + 2}
-            assert uplink.sys_values()["$SYS/uplink/central/queue_dropped"] == str(N - held)
-            b.core._check()
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=":memory:", hooks=[uplink]) as b:
+        await eventually(lambda: uplink.bridges["central"].state.connects >= 1, 10)
+        task = asyncio.create_task(publish_all(b.port))
+        await eventually(lambda: b.core.stats.publishers_paused == 1 and acked == BOUND + 1, 10)
+        current[0] = dataclasses.replace(cfg, queue_policy="drop_newest")
+        result = await b.reload()
+        assert result.ok and "queue_policy changed" in "; ".join(result.changed)
+        await asyncio.wait_for(task, 10)  # resumed: the rest were acknowledged and dropped
+        assert b.core.stats.publishers_paused == 0
+        s = b.core.sessions["$uplink/central"]
+        held = len(s.queue) + len(s.inflight)  # the restarted bridge's session may take one in flight
+        assert held in {BOUND + 1, BOUND + 2}
+        assert uplink.sys_values()["$SYS/uplink/central/queue_dropped"] == str(N - held)
+        b.core._check()
