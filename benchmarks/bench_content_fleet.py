@@ -70,9 +70,14 @@ delivery encoded and queued, one write per receiving connection into a transport
 counts) and the teardown of every connection (its session ended, its selectors released), by
 loop turns of 1,024 connections (the poller's reads per turn: the worst turn is the loop's
 stall), then the ticks until every released selector left the engine (the worst tick).
-The real broker's stalls: ``stall_stream`` / ``stall_teardown`` in every row, the round trips of
-a PINGREQ every 5 ms (one more connection, ``pinger_main``) over the window and over the
-teardown (the subscribers' DISCONNECTs until the broker's CPU goes quiet).
+The real broker's stalls: ``stall_teardown`` in every row, the longest round trip of a PINGREQ
+every 5 ms (one more connection at nice -10 on the subscribers' core, ``pinger_main``) from
+the subscribers' DISCONNECTs until the broker's CPU goes quiet; ``stall_stream`` over the window
+too with ``--stall-probe-stream`` (off by default: its 200 pings a second cost the broker ~1 s
+of CPU over 30 s, which the CPU columns would count).  Per row also ``heaviest`` (the three
+messages with the most useful deliveries: first and last arrival, microseconds per delivery
+between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
+latency at the read, before the client's parsing, ``json.loads`` and predicate).
 ``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
 for the compiled code's C frames, or ``perf``).
 
