@@ -68,8 +68,8 @@ against ``engine.match``, same subscriptions, no sockets): where the broker's ti
 ``--probe-core`` times the whole sans-IO core per message in this process (routing, every
 delivery encoded and queued, one write per receiving connection into a transport that only
 counts) and the teardown of every connection (its session ended, its selectors released), by
-loop turns of 1,024 connections (the poller's reads per turn: the worst turn is the loop's
-stall), then the ticks until every released selector left the engine (the worst tick).
+loop turns of ``MAX_EVENTS`` connections (the poller's reads per turn: the worst turn is the
+loop's stall), then the ticks until every released selector left the engine (the worst tick).
 The real broker's stalls: ``stall_teardown`` in every row, the longest round trip of a PINGREQ
 every 5 ms (one more connection at nice -10 on the subscribers' core, ``pinger_main``) from
 the subscribers' DISCONNECTs until the broker's CPU goes quiet; ``stall_stream`` over the window
@@ -1073,10 +1073,13 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
         router.route(msg)
         t_route.append(time.process_time() - t)
     writes = (sent[0] - writes0) / messages
-    # the teardown as the broker's loop meets it: the poller reads up to MAX_EVENTS (1,024)
-    # sockets per loop turn, so a turn ends up to 1,024 sessions; then the ticks remove the
-    # released selectors from the engine, a slice each (Router.settle_selectors)
-    turn = 1024
+    # the teardown as the broker's loop meets it: the poller reads up to MAX_EVENTS sockets
+    # per loop turn (256; 1,024 before issue 42 item 2), so a turn ends up to that many
+    # sessions; then the ticks remove the released selectors from the engine, a slice each
+    # (Router.settle_selectors)
+    from broker.net._lean import MAX_EVENTS
+
+    turn = MAX_EVENTS
     worst_turn = 0.0
     t = time.process_time()
     for i in range(0, len(conns), turn):
@@ -1106,7 +1109,7 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
         "writes_per_message": round(writes, 1),
         "bytes_per_write": round((sent[1] - bytes0) / max(sent[0] - writes0, 1), 1),
         "teardown_us_per_connection": round(teardown * 1e6 / connections, 1),
-        "teardown_worst_turn_ms": round(worst_turn * 1e3, 1),  # 1,024 connections ended
+        "teardown_worst_turn_ms": round(worst_turn * 1e3, 1),  # MAX_EVENTS connections ended
         "settle_ticks": ticks,  # ticks until every released selector left the engine
         "settle_worst_tick_ms": round(worst_tick * 1e3, 1),
         "settle_s": round(settle, 3),
