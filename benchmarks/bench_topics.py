@@ -36,8 +36,11 @@ topics (``match_phase``), so that the machine's load moves all of them alike;
 ``--peer-index FILE`` adds a third, another copy of ``topics/_index.py`` (main's, to measure a
 change in the same run).
 
-Neither index is compiled by mypyc (``topics._index`` is not in ``broker/_build.py``
-HOT_MODULES; the legacy copy is a plain module): pure Python against pure Python.
+The index runs ``match``'s loop and makes its records with its C module (``topics/_gather.c``,
+built by ``make build``; the rest of ``topics._index`` is Python, not in ``broker/_build.py``
+HOT_MODULES); today's index and a ``--peer-index`` copy are plain Python modules.
+``--pure-peer`` adds the same ``topics/_index.py`` loaded again with its C module hidden (what
+``SIFTMQ_PURE=1`` or a machine without a compiler runs): the same structure, the loop in Python.
 
 Usage::
 

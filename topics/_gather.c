@@ -353,11 +353,11 @@ static PyObject *shape_key(const char *s, const Py_ssize_t *start, const Py_ssiz
 
 /* match(buckets, topic, specs): the result of SubscriptionIndex.match before negative entries
  * and shared subscriptions, as a MatchResult (its ``shared`` a new empty dict), or None (fall
- * back: a topic that is not ASCII, or deeper than MAX_LEVELS).  ``specs``: a tuple of
+ * back: a topic that is not an ASCII str, or deeper than MAX_LEVELS).  ``specs``: a tuple of
  * ``(levels, ends with '#', *'+' positions)`` per wildcard shape that can match the topic's
  * length (_Shapes.for_length).  O(levels x shapes + matched records). */
 static PyObject *match(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyUnicode_CheckExact(args[1]) || !PyTuple_CheckExact(args[2])) {
+    if (nargs != 3 || !PyDict_CheckExact(args[0]) || !PyUnicode_Check(args[1]) || !PyTuple_CheckExact(args[2])) {
         PyErr_SetString(PyExc_TypeError, "match(buckets: dict, topic: str, specs: tuple)");
         return NULL;
     }
@@ -366,7 +366,7 @@ static PyObject *match(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ss
         return NULL;
     }
     PyObject *buckets = args[0], *topic = args[1], *specs = args[2];
-    if (!PyUnicode_IS_ASCII(topic)) {
+    if (!PyUnicode_CheckExact(topic) || !PyUnicode_IS_ASCII(topic)) {
         Py_RETURN_NONE;
     }
     const char *s = (const char *)PyUnicode_1BYTE_DATA(topic);

@@ -54,14 +54,26 @@ when they reach twice its number of entries), so they are CPython's cached small
 
 Where the time goes (measured, ``benchmarks/bench_topics.py``; docs/performance-topics.md,
 "Where the match time goes"): at 1M subscriptions ``match`` is bound by memory latency, not by
-instructions: the same call on a topic whose records are in the CPU cache takes about a third
-of the time it takes on a random topic; the dict lookups alone are about half, and each
-matched subscription adds about 0.5 us.  The key of a wildcard shape is ``'/'.join`` of an
-``itemgetter`` over the levels (``str.format`` parsed its template at every call), and the
-negative entries are looked at only when the topic can hit one.  Each matched record
-and its client id string are read (Python's reference counts touch them), and each lookup
-reads a dict slot, its entry and the key string: that is what the flat dict saves over a tree
-of nodes, and what compiling this module with mypyc does not save (tried: within the noise).
+instructions: a random topic reads about 36 places that are not in the CPU caches (per lookup
+a dict slot, its entry and the key string; the buckets; about 10 records and their client id
+strings).  The interpreter takes those misses one after the other (each is followed by enough
+bytecode that the next one cannot be in flight), and so would mypyc's code, which calls the
+same C API one object at a time.  So the loop is C (``topics/_gather.c``, built by setup.py
+beside the mypyc modules): for an ASCII topic it builds the key of each wildcard shape, looks
+every key up, then prefetches level by level (every bucket found, then every record, then every
+record's client id) before it builds the result, so that the misses of one level overlap.
+Without the C module (``SIFTMQ_PURE=1``, no compiler), and for what the C loop leaves to Python
+(a topic that is not ASCII or deeper than 64 levels, a length matched through the tree below),
+the same loop runs in Python (``_collect``): the same records in the same order.
+
+The build: CPython's cyclic collector tracks every instance of a class, and its full passes
+traverse all of them: a million records made building 1M subscriptions one at a time twice as
+slow with the collector on as with it off.  The C module makes the records untracked
+(``_gather.record``), and the tuples and dicts that hold them (``_gather.append``,
+``_untrack`` after an insertion re-tracks a dict): none of them can be part of a reference
+cycle (they hold records and strings; a record holds two strings, a small int and the caller's
+options, which never refer back to the records ``match`` hands out), and they are still freed
+by reference counting.
 
 Complexity: ``match`` is O(1) for the exact filters, plus O(levels) per wildcard shape that can
 match the topic's length, plus O(matched records); it does not depend on the number of clients

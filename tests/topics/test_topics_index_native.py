@@ -106,9 +106,14 @@ def test_the_c_loop_answers_as_the_python_loop(seed: int) -> None:
         assert got == brute(ix, topic), topic
 
 
+class Name(str):
+    """A topic given as a subclass of str (the C loop takes exact ``str`` only)."""
+
+
 def test_topics_left_to_python_and_many_shapes() -> None:
-    """A topic deeper than the C loop's 64 levels, and a length with more wildcard shapes than
-    one lookup each (the filters' tree): the same answers as brute force."""
+    """A topic deeper than the C loop's 64 levels, one given as a subclass of str, and a length
+    with more wildcard shapes than one lookup each (the filters' tree): the same answers as
+    brute force."""
     ix: SubscriptionIndex[int] = SubscriptionIndex()
     deep = "/".join(["x"] * 70)
     ix.subscribe("d", deep, 1)
@@ -117,7 +122,7 @@ def test_topics_left_to_python_and_many_shapes() -> None:
     for mask in range(1, 40):
         ix.subscribe("m", "/".join("+" if mask >> i & 1 else "a" for i in range(6)), mask)
     ix._check()
-    for topic in (deep, "x", "a/a/a/a/a/a", "a/b/a/a/a/a", "x/" * 63 + "x"):
+    for topic in (deep, "x", "a/a/a/a/a/a", "a/b/a/a/a/a", "x/" * 63 + "x", Name("x/x"), Name(deep)):
         got = {c: [(s.topic_filter, s.options) for s in lst] for c, lst in ix.match(topic).clients.items()}
         assert got == brute(ix, topic), topic
         native = snapshot(ix, topic)
