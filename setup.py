@@ -163,8 +163,11 @@ class OptionalBuildExt(build_ext):
 def ext_modules() -> list[object]:
     if os.environ.get("SIFTMQ_PURE"):
         return []
+    # optional: if one fails to compile, the others (and mypyc's) are still built, and its
+    # Python fallback runs (topics._index without topics._gather)
     native: list[object] = [
-        Extension(name, [src], extra_compile_args=["-O2"]) for name, src in NATIVE_MODULES.items()
+        Extension(name, [src], extra_compile_args=["-O2"], optional=True)
+        for name, src in NATIVE_MODULES.items()
     ]
     try:
         from mypyc.build import mypycify
