@@ -40,25 +40,32 @@ from setuptools import Command, Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
-#: C extensions written by hand (not mypyc): module name -> its C source.  topics._gather is the
-#: memory-bound loop of SubscriptionIndex.match (issue 42 item 3; the file's comment says why
-#: C); topics._index runs the same loop in Python without it (SIFTMQ_PURE=1, no compiler)
-NATIVE_MODULES = {"topics._gather": "topics/_gather.c"}
-
 #: mypyc's incremental cache: its own, not the .mypy_cache that ``make typecheck`` rewrites
 #: beside the build (mypyc took a module's rewritten metadata as its own and reused old IR)
 MYPYC_CACHE = os.path.join("build", "mypyc-cache")
 
 
-def hot_modules() -> list[str]:
-    """``broker._build.HOT_MODULES`` (its one home), read without importing the package."""
+def _from_build(name: str) -> list[str]:
+    """A tuple of module names from ``broker/_build.py`` (their one home), read without
+    importing the package."""
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "broker", "_build.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HOT_MODULES":
-            return [m.replace(".", "/") + ".py" for m in ast.literal_eval(node.value)]
-    raise RuntimeError("broker/_build.py: HOT_MODULES not found")
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError(f"broker/_build.py defines no {name}")
+
+
+def hot_modules() -> list[str]:
+    """``broker._build.HOT_MODULES`` as source paths."""
+    return [m.replace(".", "/") + ".py" for m in _from_build("HOT_MODULES")]
+
+
+#: C extensions written by hand (not mypyc): module name -> its C source.  topics._gather is the
+#: memory-bound loop of SubscriptionIndex.match (issue 42 item 3; the file's comment says why
+#: C); topics._index runs the same loop in Python without it (SIFTMQ_PURE=1, no compiler)
+NATIVE_MODULES = {m: m.replace(".", "/") + ".c" for m in _from_build("NATIVE_MODULES")}
 
 
 def group_folders() -> list[str]:
