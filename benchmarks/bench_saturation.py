@@ -819,7 +819,12 @@ def _bridge_rows(b: RunningBroker) -> dict[str, object]:
     files = [f for f in landing.glob("*.parquet")] if landing.exists() else []
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     log = (b.tmp / "broker.log").read_text(errors="replace")
-    return {"bridge_deliveries": rows, "bridge_drop_warnings": log.count("dropped so far")}
+    # files: the child's commits of deliveries (rounds of few rows are grouped, issue 42 item 4b)
+    return {
+        "bridge_deliveries": rows,
+        "bridge_files": len(files),
+        "bridge_drop_warnings": log.count("dropped so far"),
+    }
 
 
 def markdown(results: list[dict[str, object]]) -> str:
