@@ -512,6 +512,8 @@ class Bridge(Hooks):
             commit_delay = 4 * roll_interval if roll_interval >= 0.5 else roll_interval
         if not commit_delay >= roll_interval:  # also refuses nan
             raise ValueError("commit_delay must be >= roll_interval")
+        if commit_rows < 0:
+            raise ValueError("commit_rows must be >= 0 (0: every round committed)")
         self.landing_dir = landing_dir
         self.roll_interval = roll_interval
         self.roll_bytes = roll_bytes

@@ -206,3 +206,14 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().lower()
     except OSError:
         return "zombie"
+
+
+def test_grouping_options_are_checked_and_a_short_roll_interval_commits_every_round(tmp_path: Path) -> None:
+    assert Bridge(tmp_path / "a", writer="process").commit_delay == 2.0  # 4 rounds of 0.5 s
+    assert Bridge(tmp_path / "b", roll_interval=0.1, writer="process").commit_delay == 0.1
+    with pytest.raises(ValueError, match="commit_delay"):
+        Bridge(tmp_path / "c", roll_interval=0.5, commit_delay=0.2)
+    with pytest.raises(ValueError, match="commit_delay"):
+        Bridge(tmp_path / "d", commit_delay=float("nan"))
+    with pytest.raises(ValueError, match="commit_rows"):
+        Bridge(tmp_path / "e", commit_rows=-1)
