@@ -464,7 +464,8 @@ class Bridge(Hooks):
     thread and flush everything on a graceful stop.  Outside a broker use ``start_writer()`` and
     ``close()`` (or ``with Bridge(...) as b:``) and call the hook methods yourself.
 
-    ``roll_interval``: seconds between commits (the hard-kill loss window); ``roll_bytes``:
+    ``roll_interval``: seconds between rounds (a round is committed at once, or grouped: see
+    ``commit_rows``; the hard-kill loss window); ``roll_bytes``:
     approximate size at which a file is rolled early; ``max_pending``: bound on the rows
     buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
