@@ -46,7 +46,7 @@ from enum import Enum
 
 from broker.values import PEER_PREFIX, SubOptions
 
-__all__ = ["Groups", "Members", "SharedPolicy", "Strategy", "group_strategies"]
+__all__ = ["Groups", "Members", "SharedPolicy", "Strategy", "group_strategies", "reachable"]
 
 
 class Strategy(Enum):
@@ -103,9 +103,13 @@ class Members:
         return Members(members, positions, local, selective)
 
 
-def _reachable(group: Members, unavailable: AbstractSet[str]) -> Members:
+def reachable(group: Members, unavailable: AbstractSet[str]) -> Members:
     """``group`` without the members in ``unavailable``; ``group`` itself when that leaves
-    none or removes none (nobody reachable: every member again, in turn). O(members)."""
+    none or removes none (nobody reachable: every member again, in turn). O(members).
+
+    The one home of the rule: :meth:`Groups.reachable` keeps its result per group, the
+    router's content-filter branch (``Router._route_shared``, candidates depend on the
+    payload) calls it per message."""
     reachable = [m for m in group.members if m[0] not in unavailable]
     if reachable and len(reachable) < len(group.members):
         return Members.of(reachable)
@@ -168,7 +172,7 @@ class Groups:
         entry = self._reach.get(at)
         if entry is not None and entry[0] is group:
             return entry[1]
-        out = _reachable(group, unavailable)
+        out = reachable(group, unavailable)
         if out is not group:
             self.built += 1
         self._reach[at] = (group, out)
