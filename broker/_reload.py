@@ -65,7 +65,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from broker._files import private_dir, write_private
 from broker._logging import fields
-from broker.authn import JwtAuth
 from broker.net import prepare_tls_reload
 
 if TYPE_CHECKING:
@@ -74,6 +73,7 @@ if TYPE_CHECKING:
     from broker._broker import Broker
     from broker._config import BrokerConfig
     from broker.auth import FileAuth
+    from broker.authn import JwtAuth
 
 __all__ = [
     "LIVE_FIELDS",
@@ -281,6 +281,9 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
         # no hook is one (issue 42 item 1)
         auth = sys.modules.get("broker.auth")
         file_auth: type[FileAuth] | None = None if auth is None else auth.FileAuth
+        # the same for broker.authn (imported when [serve] configures an auth_* backend)
+        authn = sys.modules.get("broker.authn")
+        jwt_auth: type[JwtAuth] | None = None if authn is None else authn.JwtAuth
         for hook in broker.hooks:
             if file_auth is not None and isinstance(hook, file_auth):
                 read_again: Callable[[], object] = hook.reload
@@ -288,7 +291,7 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
                 if inspect.isawaitable(done):  # should FileAuth.reload become a coroutine
                     await done
                 changed += _auth_summary(hook)
-            elif isinstance(hook, JwtAuth):
+            elif jwt_auth is not None and isinstance(hook, jwt_auth):
                 hook.reload()
                 changed.append(f"JWT keys {hook.path} ({hook.keys()} key(s))")
     except Exception as exc:
