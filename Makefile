@@ -73,7 +73,7 @@ $(PYC): $(STAMP)
 # mypyc's incremental cache (build/mypyc-cache) can crash code generation after a merge that
 # moved classes between modules ("ValueError: value is not in list" in emit_undefined_attr_check,
 # mypy 1.x, seen twice in session 14): the build then runs once more from an empty cache
-$(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py")
+$(BUILT): $(STAMP) setup.py $(shell find broker topics -name "*.py" -o -name "*.c")
 	$(PY) setup.py -q build_ext --inplace || { echo "mypyc failed: again from an empty cache"; \
 	  rm -rf build/mypyc-cache; $(PY) setup.py -q build_ext --inplace; }
 	# build_ext copies an unchanged per-module shim with its old time; the group library

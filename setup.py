@@ -36,7 +36,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import ClassVar
 
-from setuptools import Command, setup
+from setuptools import Command, Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
@@ -45,15 +45,27 @@ from setuptools.command.build_py import build_py
 MYPYC_CACHE = os.path.join("build", "mypyc-cache")
 
 
-def hot_modules() -> list[str]:
-    """``broker._build.HOT_MODULES`` (its one home), read without importing the package."""
+def _from_build(name: str) -> list[str]:
+    """A tuple of module names from ``broker/_build.py`` (their one home), read without
+    importing the package."""
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "broker", "_build.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "HOT_MODULES":
-            return [m.replace(".", "/") + ".py" for m in ast.literal_eval(node.value)]
-    raise RuntimeError("broker/_build.py: HOT_MODULES not found")
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError(f"broker/_build.py defines no {name}")
+
+
+def hot_modules() -> list[str]:
+    """``broker._build.HOT_MODULES`` as source paths."""
+    return [m.replace(".", "/") + ".py" for m in _from_build("HOT_MODULES")]
+
+
+#: C extensions written by hand (not mypyc): module name -> its C source.  topics._gather is the
+#: memory-bound loop of SubscriptionIndex.match (issue 42 item 3; the file's comment says why
+#: C); topics._index runs the same loop in Python without it (SIFTMQ_PURE=1, no compiler)
+NATIVE_MODULES = {m: m.replace(".", "/") + ".c" for m in _from_build("NATIVE_MODULES")}
 
 
 def group_folders() -> list[str]:
@@ -71,7 +83,7 @@ def remove_orphans(here: str) -> None:
     libraries of folders no longer compiled (an earlier grouping) under ``here`` (the sources,
     or build_ext's build folder that a wheel is made from): an orphan extension would shadow
     the module's new source, or resurrect a deleted module."""
-    keep = {m[: -len(".py")] for m in hot_modules()}
+    keep = {m[: -len(".py")] for m in hot_modules()} | {m.replace(".", "/") for m in NATIVE_MODULES}
     shared = {os.path.join(here, folder) for folder in group_folders()}
     for pkg in ("broker", "topics"):
         for folder, _dirs, files in os.walk(os.path.join(here, pkg)):
@@ -143,7 +155,8 @@ class OptionalBuildExt(build_ext):
         self.inplace = False
         if not built or not all(os.path.exists(p) for p in built):
             return False
-        sources = [os.path.join(here, m) for m in hot_modules()] + [os.path.abspath(__file__)]
+        sources = [os.path.join(here, m) for m in [*hot_modules(), *NATIVE_MODULES.values()]]
+        sources.append(os.path.abspath(__file__))
         if min(os.path.getmtime(p) for p in built) < max(os.path.getmtime(p) for p in sources):
             return False
         for ext, path in zip(self.extensions, built, strict=True):
@@ -157,11 +170,17 @@ class OptionalBuildExt(build_ext):
 def ext_modules() -> list[object]:
     if os.environ.get("SIFTMQ_PURE"):
         return []
+    # optional: if one fails to compile, the others (and mypyc's) are still built, and its
+    # Python fallback runs (topics._index without topics._gather)
+    native: list[object] = [
+        Extension(name, [src], extra_compile_args=["-O2"], optional=True)
+        for name, src in NATIVE_MODULES.items()
+    ]
     try:
         from mypyc.build import mypycify
     except ImportError:
         print("siftmq: mypyc not installed; using pure Python", file=sys.stderr)
-        return []
+        return native
     paths = hot_modules()
     # one shared library per package folder (so topics/ never depends on broker/, not even in
     # C), largest first: build_ext hands them to its threads in this order
@@ -173,7 +192,7 @@ def ext_modules() -> list[object]:
         groups = [
             ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
         ]
-    return list(mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level="3", separate=groups))
+    return [*mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level="3", separate=groups), *native]
 
 
 def jar_module() -> ModuleType:

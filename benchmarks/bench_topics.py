@@ -36,8 +36,11 @@ topics (``match_phase``), so that the machine's load moves all of them alike;
 ``--peer-index FILE`` adds a third, another copy of ``topics/_index.py`` (main's, to measure a
 change in the same run).
 
-Neither index is compiled by mypyc (``topics._index`` is not in ``broker/_build.py``
-HOT_MODULES; the legacy copy is a plain module): pure Python against pure Python.
+The index runs ``match``'s loop and makes its records with its C module (``topics/_gather.c``,
+built by ``make build``; the rest of ``topics._index`` is Python, not in ``broker/_build.py``
+HOT_MODULES); today's index and a ``--peer-index`` copy are plain Python modules.
+``--pure-peer`` adds the same ``topics/_index.py`` loaded again with its C module hidden (what
+``SIFTMQ_PURE=1`` or a machine without a compiler runs): the same structure, the loop in Python.
 
 Usage::
 
@@ -330,6 +333,27 @@ def update_phase(name: str, out: dict[str, Any], ix: Any, w: Workload, args: arg
     )
 
 
+def pure_index() -> Any:
+    """``topics/_index.py`` loaded again as module ``pure_index``, its C module hidden (the
+    import of ``topics._gather`` fails as without a compiler): the pure-Python paths."""
+    spec = importlib.util.spec_from_file_location("pure_index", Path(topics.__file__).parent / "_index.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["pure_index"] = mod  # dataclasses look their module up
+    hidden = sys.modules.get("topics._gather")
+    sys.modules["topics._gather"] = None  # type: ignore[assignment]
+    saved = topics.__dict__.pop("_gather", None)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        if hidden is not None:
+            sys.modules["topics._gather"] = hidden
+        if saved is not None:
+            topics._gather = saved  # type: ignore[attr-defined]
+    assert mod._native is None
+    return mod
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0)
@@ -343,6 +367,13 @@ def main() -> None:
         default=None,
         help="another copy of topics/_index.py (e.g. `git show main:topics/_index.py > /tmp/ix.py`), "
         "built and timed in the same run, interleaved (printed, not in the table)",
+    )
+    ap.add_argument(
+        "--pure-peer",
+        action="store_true",
+        help="this same topics/_index.py loaded a second time without its C module (topics._gather): "
+        "the same structure with match's loop, the records and the buckets in Python (what "
+        "SIFTMQ_PURE=1 runs), built and timed in the same run (printed, not in the table)",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -370,16 +401,19 @@ def main() -> None:
         sys.modules["peer_index"] = peer  # dataclasses look their module up
         spec.loader.exec_module(peer)
         runs.append(("peer index", *measure("peer index", peer.SubscriptionIndex, w, sample, args)))
+    if args.pure_peer:
+        runs.append(("pure index", *measure("pure index", pure_index().SubscriptionIndex, w, sample, args)))
     match_phase(runs, sample)
     for name, out, ix in runs:
         update_phase(name, out, ix, w, args)
     new = runs[0][1]
     old = None if args.no_legacy else runs[1][1]
-    if args.peer_index is not None:
-        p = runs[-1][1]
-        assert p["found"] == new["found"], "the peer index disagrees on a sampled topic"
+    for name, p, _ in runs[1:]:
+        if name not in ("peer index", "pure index"):
+            continue
+        assert p["found"] == new["found"], f"the {name} disagrees on a sampled topic"
         print(
-            f"peer index / index: match p50 {p['m50'] / new['m50']:.2f}x (p99 {p['m99'] / new['m99']:.2f}x), "
+            f"{name} / index: match p50 {p['m50'] / new['m50']:.2f}x (p99 {p['m99'] / new['m99']:.2f}x), "
             f"one topic repeated {p['same50'] / new['same50']:.2f}x; build CPU: restore path "
             f"{p['restore'][1] / new['restore'][1]:.2f}x, subscribe {p['build'][1] / new['build'][1]:.2f}x, "
             f"without the collector {p['build_nogc'][1] / new['build_nogc'][1]:.2f}x; subscribe p50 "

@@ -13,7 +13,7 @@ import importlib.util
 import os
 from importlib.machinery import EXTENSION_SUFFIXES
 
-__all__ = ["HOT_MODULES", "compiled_modules", "stale_modules"]
+__all__ = ["HOT_MODULES", "NATIVE_MODULES", "compiled_modules", "stale_modules"]
 
 #: the modules ``setup.py`` compiles (issue 8, "Compiled hot path" in docs/performance.md)
 HOT_MODULES = (
@@ -45,6 +45,9 @@ HOT_MODULES = (
     "topics._topicset",
 )
 
+#: hand-written C extensions (setup.py's ``NATIVE_MODULES``, optional: the module's Python
+#: fallback runs without them), stale when their ``.c`` source is newer than the extension
+NATIVE_MODULES = ("topics._gather",)
 
 #: prefix of the shared library that holds a package's compiled code (setup.py's groups)
 _SHARED = "_native__mypyc."
@@ -72,7 +75,8 @@ def compiled_modules() -> list[str]:
 
 
 def stale_modules() -> list[str]:
-    """Compiled hot modules whose ``.py`` source is newer than their extension."""
+    """Compiled hot modules whose ``.py`` source is newer than their extension, and native
+    modules whose ``.c`` source is newer than theirs."""
     stale = []
     for m in HOT_MODULES:
         ext = _extension(m)
@@ -87,5 +91,12 @@ def stale_modules() -> list[str]:
         )
         source = os.path.join(folder, m.rsplit(".", 1)[1] + ".py")
         if os.path.exists(source) and os.path.getmtime(source) > built:
+            stale.append(m)
+    for m in NATIVE_MODULES:
+        ext = _extension(m)
+        if ext is None:
+            continue
+        source = os.path.join(os.path.dirname(ext), m.rsplit(".", 1)[1] + ".c")
+        if os.path.exists(source) and os.path.getmtime(source) > os.path.getmtime(ext):
             stale.append(m)
     return stale

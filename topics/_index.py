@@ -54,14 +54,26 @@ when they reach twice its number of entries), so they are CPython's cached small
 
 Where the time goes (measured, ``benchmarks/bench_topics.py``; docs/performance-topics.md,
 "Where the match time goes"): at 1M subscriptions ``match`` is bound by memory latency, not by
-instructions: the same call on a topic whose records are in the CPU cache takes about a third
-of the time it takes on a random topic; the dict lookups alone are about half, and each
-matched subscription adds about 0.5 us.  The key of a wildcard shape is ``'/'.join`` of an
-``itemgetter`` over the levels (``str.format`` parsed its template at every call), and the
-negative entries are looked at only when the topic can hit one.  Each matched record
-and its client id string are read (Python's reference counts touch them), and each lookup
-reads a dict slot, its entry and the key string: that is what the flat dict saves over a tree
-of nodes, and what compiling this module with mypyc does not save (tried: within the noise).
+instructions: a random topic reads about 36 places that are not in the CPU caches (per lookup
+a dict slot, its entry and the key string; the buckets; about 10 records and their client id
+strings).  The interpreter takes those misses one after the other (each is followed by enough
+bytecode that the next one cannot be in flight), and so would mypyc's code, which calls the
+same C API one object at a time.  So the loop is C (``topics/_gather.c``, built by setup.py
+beside the mypyc modules): for an ASCII topic it builds the key of each wildcard shape, looks
+every key up, then prefetches level by level (every bucket found, then every record, then every
+record's client id) before it builds the result, so that the misses of one level overlap.
+Without the C module (``SIFTMQ_PURE=1``, no compiler), and for what the C loop leaves to Python
+(a topic that is not ASCII or deeper than 64 levels, a length matched through the tree below),
+the same loop runs in Python (``_collect``): the same records in the same order.
+
+The build: CPython's cyclic collector tracks every instance of a class, and its full passes
+traverse all of them: a million records made building 1M subscriptions one at a time twice as
+slow with the collector on as with it off.  The C module makes the records untracked
+(``_gather.record``), and the tuples and dicts that hold them (``_gather.append``,
+``_untrack`` after an insertion re-tracks a dict): none of them can be part of a reference
+cycle (they hold records and strings; a record holds two strings, a small int and the caller's
+options, which never refer back to the records ``match`` hands out), and they are still freed
+by reference counting.
 
 Complexity: ``match`` is O(1) for the exact filters, plus O(levels) per wildcard shape that can
 match the topic's length, plus O(matched records); it does not depend on the number of clients
@@ -80,6 +92,7 @@ has no entries yet: its leading plain subscriptions are stored without the per-c
 from __future__ import annotations
 
 import enum
+import gc
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
@@ -229,6 +242,45 @@ class _Neg:
         self.seq = seq
 
 
+try:  # the memory-bound loop of ``match`` in C (topics/_gather.c), built by setup.py
+    from topics import _gather as _native
+except ImportError:  # SIFTMQ_PURE=1, or no compiler: the same loop in Python
+    _native = None  # type: ignore[assignment]
+#: ``_native.gather`` once set up for ``_Sub``, else None (``match`` then runs in Python; the
+#: benchmark sets it to None on a second copy of this module to compare both in one run)
+_gather: Callable[[dict[str, Any], list[str]], dict[str, list[Any]] | None] | None = None
+#: ``_native.match`` once set up, else None: the whole of ``match`` but negative entries and
+#: shared subscriptions, in C (None for a topic it leaves to Python: not ASCII, > 64 levels)
+_native_match: Callable[[dict[str, Any], str, tuple[tuple[int, ...], ...]], Any] | None = None
+#: a new ``_Sub`` record: ``_native.record`` (not tracked by the cyclic collector, see
+#: topics/_gather.c) or the class itself
+_new_sub: Callable[[str, Any, str, int], _Sub[Any]] = _Sub
+
+
+def _append_py(b: _Leaf | tuple[_Leaf, ...], rec: _Leaf) -> tuple[_Leaf, ...]:
+    """A new bucket tuple: ``b`` (a tuple, or one record) then ``rec``. O(len(b))."""
+    return (*b, rec) if type(b) is tuple else (b, rec)  # type: ignore[return-value]
+
+
+def _untrack_py(obj: object) -> None:
+    """Pure Python cannot take an object off the collector's lists: nothing. O(1)."""
+
+
+#: ``_native.untrack``: take one of the index's containers off the cyclic collector's lists
+#: (it holds records and strings, never anything that refers back to it: no cycle passes
+#: through it; the next insertion of a record tracks it again), or ``_untrack_py``
+_untrack: Callable[[object], None] = _untrack_py
+
+#: ``_native.append`` (the tuple not tracked by the collector) or ``_append_py``
+_append: Callable[[_Leaf | tuple[_Leaf, ...], _Leaf], tuple[_Leaf, ...]] = _append_py
+if _native is not None:
+    _native.setup(_Sub, MatchResult)
+    _gather = _native.gather
+    _native_match = _native.match
+    _new_sub = _native.record
+    _append = _native.append
+    _untrack = _native.untrack
+
 _Leaf = Union["_Sub[Any]", _Neg]
 _Rec = Union["_Sub[Any]", _Neg, "_Shared[Any]"]
 # the records of one filter: one record, a tuple of 2.._TUPLE_MAX, or a dict client id -> record
@@ -236,7 +288,15 @@ _Bucket = Union["_Sub[Any]", _Neg, tuple[_Leaf, ...], dict[str, _Leaf]]
 # where a filter has its wildcards: (levels before any final '#', ends with '#', '+' positions)
 _Shape = tuple[int, bool, tuple[int, ...]]
 
-_Fitting = tuple[tuple[Callable[[list[str]], Any], ...], tuple[Callable[[list[str]], Any], ...], bool]
+# per topic length: (getters, getters for a '$' topic, more than _FEW_SHAPES, the same shapes as
+# ``_gather.match`` specs, specs for a '$' topic)
+_Fitting = tuple[
+    tuple[Callable[[list[str]], Any], ...],
+    tuple[Callable[[list[str]], Any], ...],
+    bool,
+    tuple[tuple[int, ...], ...],
+    tuple[tuple[int, ...], ...],
+]
 _join = "/".join
 _WILD = ("+", "#")  # appended to a topic's levels: what the getters of ``_Shapes`` pick for wildcards
 
@@ -443,16 +503,27 @@ class _Shapes:
         if got is None:
             every: list[Callable[[list[str]], Any]] = []
             plain: list[Callable[[list[str]], Any]] = []
+            every_specs: list[tuple[int, ...]] = []
+            plain_specs: list[tuple[int, ...]] = []
             for k, tail, pluses in self.counts:
                 if k == n or (tail and k <= n):
                     picks = [n if i in pluses else i for i in range(k)] + ([n + 1] if tail else [])
                     # one pick is a lone '+' or '#': the getter returns that string, and
                     # '/'.join of a one-character string is the string itself
                     getter = itemgetter(*picks)
+                    spec = (k, int(tail), *pluses)
                     every.append(getter)
+                    every_specs.append(spec)
                     if not ((tail and k == 0) or (bool(pluses) and pluses[0] == 0)):
                         plain.append(getter)
-            got = (tuple(every), tuple(plain), len(every) > _FEW_SHAPES)
+                        plain_specs.append(spec)
+            got = (
+                tuple(every),
+                tuple(plain),
+                len(every) > _FEW_SHAPES,
+                tuple(every_specs),
+                tuple(plain_specs),
+            )
             if len(self._by_len) >= _LENGTHS_CACHED:  # topics of many lengths: start afresh
                 self._by_len.clear()
             self._by_len[n] = got
@@ -462,7 +533,7 @@ class _Shapes:
         """The keys to look up for ``topic`` (``levels``: its split): with few shapes for its
         length, one filter per shape (whether or not it is in the set), O(shapes x levels);
         else the set's filters that match it, from the tree (:meth:`walk`)."""
-        every, plain, many = self.for_length(len(levels))
+        every, plain, many, _, _ = self.for_length(len(levels))
         if many:
             return self.walk(topic, levels)
         levels = [*levels, "+", "#"]
@@ -498,19 +569,21 @@ class _Filters:
         t = type(b)
         if t is dict:
             b[rec.client_id] = rec  # type: ignore[index]
+            _untrack(b)  # (inserting a record tracks it again)
         elif t is tuple:
             tup: tuple[_Leaf, ...] = b  # type: ignore[assignment]
             if old is not None:
                 i = _position(tup, old)
                 buckets[key] = (*tup[:i], rec, *tup[i + 1 :])
             elif len(tup) < _TUPLE_MAX:
-                buckets[key] = (*tup, rec)
+                buckets[key] = _append(tup, rec)
             else:
                 d = {r.client_id: r for r in tup}
                 d[rec.client_id] = rec
+                _untrack(d)
                 buckets[key] = d
         else:
-            buckets[key] = rec if b is old else (b, rec)  # type: ignore[assignment]
+            buckets[key] = rec if b is old else _append(b, rec)  # type: ignore[arg-type]
 
     def drop(self, rec: _Leaf) -> None:
         """Remove ``rec`` from its filter's bucket; forget the filter when it was the last.
@@ -740,7 +813,7 @@ class SubscriptionIndex(Generic[O]):
         clients = self._clients
         ents = clients.get(client_id)
         if ents is None:  # the client's first entry: stored inline
-            rec: _Sub[O] = _Sub(topic_filter, options, client_id, 0)
+            rec: _Sub[O] = _new_sub(topic_filter, options, client_id, 0)
             self._count += 1
             self._subs.put(rec)
             clients[client_id] = rec
@@ -758,9 +831,10 @@ class SubscriptionIndex(Generic[O]):
             seq = next(reversed(ents.values())).seq + 1
             if seq >= _SEQ_CACHED:
                 seq = self._next_seq(ents)
-        rec = _Sub(topic_filter, options, client_id, seq)
+        rec = _new_sub(topic_filter, options, client_id, seq)
         self._subs.put(rec, old)  # type: ignore[arg-type]
         ents[topic_filter] = rec
+        _untrack(ents)  # (inserting a record tracks it again)
         if (removed or old is not None) and negs and client_id in self._negatives:
             self._tidy(client_id, ents)
         elif len(ents) < 2:
@@ -866,9 +940,9 @@ class SubscriptionIndex(Generic[O]):
                     if b is None:  # a filter held already was validated
                         validate_filter(f)
                     old: Any = ents.pop(f, None)
-                    rec: _Sub[O] = _Sub(f, e.options, client_id, seq)  # type: ignore[arg-type]
+                    rec: _Sub[O] = _new_sub(f, e.options, client_id, seq)
                     if old is None and type(b) is tuple and len(b) < _TUPLE_MAX:  # _Filters.put
-                        buckets[f] = (*b, rec)
+                        buckets[f] = _append(b, rec)
                     else:
                         subs.put(rec, old)
                     ents[f] = rec
@@ -879,6 +953,7 @@ class SubscriptionIndex(Generic[O]):
                 if seq != len(ents) and seq >= _SEQ_CACHED:  # entries replaced: renumber 0..n-1
                     for i, r in enumerate(ents.values()):
                         _set(r, "seq", i)
+                _untrack(ents)
                 self._settle(client_id, ents)
         if pending is not None:
             self._replay_one(client_id, pending)
@@ -908,63 +983,48 @@ class SubscriptionIndex(Generic[O]):
         return len(recs)
 
     # ------------------------------------------------------------------ matching
-    def match(self, topic: str) -> MatchResult[O]:  # noqa: C901, PLR0912 (hot path: one frame)
+    def match(self, topic: str) -> MatchResult[O]:
         """Per client, the subscriptions that apply to ``topic`` (newest first), and the shared
         subscription members per (group, filter).  ``topic`` must be a valid topic name.
 
         O(1 + applicable wildcard shapes x levels + matched records)."""
         subs = self._subs
         buckets = subs.buckets
-        recs: list[Any] = []
-        b = buckets.get(topic)
-        if b is not None:
-            t = type(b)
-            if t is tuple:
-                recs.extend(b)  # type: ignore[arg-type]
-            elif t is dict:
-                recs.extend(b.values())  # type: ignore[union-attr]
-            else:
-                recs.append(b)
         shapes = subs.shapes
+        fitting: _Fitting | None = None
         if shapes.counts:
-            levels = topic.split("/")
-            fitting = shapes._by_len.get(len(levels))
+            n = topic.count("/") + 1
+            fitting = shapes._by_len.get(n)
             if fitting is None:
-                fitting = shapes.for_length(len(levels))
-            if fitting[2]:  # many shapes at this length: the tree
-                keys = shapes.walk(topic, levels)
+                fitting = shapes.for_length(n)
+        native = _native_match
+        res: MatchResult[O] | None = None
+        if native is not None and (fitting is None or not fitting[2]):  # the loop in C
+            res = native(
+                buckets, topic, () if fitting is None else fitting[4] if topic[:1] == "$" else fitting[3]
+            )
+        if res is None:
+            if fitting is None:
+                keys = [topic]
+            elif fitting[2]:  # many shapes at this length: the tree
+                keys = [topic, *shapes.walk(topic, topic.split("/"))]
             else:  # one key per shape (MQTT 5 4.7.2: the '$' rule)
+                levels = topic.split("/")
                 levels += _WILD
-                keys = [_join(g(levels)) for g in (fitting[1] if topic[:1] == "$" else fitting[0])]
-            for key in keys:
-                b = buckets.get(key)
-                if b is not None:
-                    t = type(b)
-                    if t is tuple:
-                        recs.extend(b)  # type: ignore[arg-type]
-                    elif t is dict:
-                        recs.extend(b.values())  # type: ignore[union-attr]
-                    else:
-                        recs.append(b)
-        # one subscription per client: the common case, one comprehension
-        clients: dict[str, list[Subscription[O]]] = {r.client_id: [r] for r in recs}
-        if len(clients) != len(recs):  # a client with two or more: newest first
-            clients = {}
-            for r in recs:
-                lst = clients.get(r.client_id)
-                if lst is None:
-                    clients[r.client_id] = [r]
-                else:
-                    lst.append(r)
-            for lst in clients.values():
-                if len(lst) > 1:
-                    lst.sort(key=_seq_of, reverse=True)
+                keys = [topic]
+                keys += [_join(g(levels)) for g in (fitting[1] if topic[:1] == "$" else fitting[0])]
+            clients = None
+            gather = _gather
+            if gather is not None:
+                clients = gather(buckets, keys)
+            res = MatchResult(_collect(buckets, keys) if clients is None else clients, {})
+        clients = res.clients
         negs = self._negs
         if negs.buckets and (negs.shapes.counts or topic in negs.buckets):
             self._apply_negatives(topic, clients)
-        if not self._shared:
-            return MatchResult(clients, {})
-        return MatchResult(clients, self._match_shared(topic))
+        if self._shared:
+            _set(res, "shared", self._match_shared(topic))
+        return res
 
     def _apply_negatives(self, topic: str, clients: dict[str, list[Subscription[O]]]) -> None:
         """Per client, drop the subscriptions older than its newest negative entry matching
@@ -1021,6 +1081,10 @@ class SubscriptionIndex(Generic[O]):
                 assert len({r.client_id for r in recs}) == len(recs), f"bucket {f!r}: a client twice"
                 for r in recs:
                     assert type(r) is kind, f"bucket {f!r}: a {type(r).__name__} among {kind.__name__}"
+                    # records are made by _new_sub: with the C module, off the collector's lists
+                    assert kind is _Neg or _native is None or not gc.is_tracked(r), (
+                        f"bucket {f!r}: a tracked record"
+                    )
                     assert r.topic_filter == f, (r.topic_filter, f)
                     found[(r.client_id, f)] = r
                 shape = _shape(f)
@@ -1083,6 +1147,36 @@ class SubscriptionIndex(Generic[O]):
 def _records(ents: dict[str, _Rec] | _Rec) -> list[_Rec]:
     """A client's records, oldest first, whether stored as a dict or inline."""
     return list(ents.values()) if type(ents) is dict else [ents]  # type: ignore[list-item]
+
+
+def _collect(buckets: dict[str, _Bucket], keys: list[str]) -> dict[str, list[Any]]:
+    """What ``_gather.gather`` returns, in Python: per client id, its records under ``keys``
+    newest first.  O(keys + matched records)."""
+    recs: list[Any] = []
+    for key in keys:
+        b = buckets.get(key)
+        if b is not None:
+            t = type(b)
+            if t is tuple:
+                recs.extend(b)  # type: ignore[arg-type]
+            elif t is dict:
+                recs.extend(b.values())  # type: ignore[union-attr]
+            else:
+                recs.append(b)
+    # one subscription per client: the common case, one comprehension
+    clients: dict[str, list[Any]] = {r.client_id: [r] for r in recs}
+    if len(clients) != len(recs):  # a client with two or more: newest first
+        clients = {}
+        for r in recs:
+            lst = clients.get(r.client_id)
+            if lst is None:
+                clients[r.client_id] = [r]
+            else:
+                lst.append(r)
+        for lst in clients.values():
+            if len(lst) > 1:
+                lst.sort(key=_seq_of, reverse=True)
+    return clients
 
 
 def _seq_of(r: Subscription[Any]) -> int:

@@ -4,6 +4,7 @@ semantics, and the hot path really runs compiled where it was built so (broker._
 from __future__ import annotations
 
 import os
+import pathlib
 
 import pytest
 
@@ -50,3 +51,33 @@ def test_the_build_under_test_is_the_one_asked_for() -> None:
     else:
         assert compiled_modules() == list(HOT_MODULES)
     assert stale_modules() == []
+
+
+def test_a_native_module_older_than_its_c_source_is_stale(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hand-written C extension (broker._build.NATIVE_MODULES) is stale once its ``.c`` is
+    edited after the build, like a mypyc module after its ``.py``: the suite refuses it."""
+    import importlib.machinery
+    import sys
+
+    import broker._build as build
+
+    pkg = tmp_path / "nativepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    ext = pkg / ("_loop" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    src = pkg / "_loop.c"
+    src.write_text("/* source */")
+    ext.write_bytes(b"")
+    os.utime(src, (1_000, 1_000))
+    os.utime(ext, (2_000, 2_000))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(build, "NATIVE_MODULES", ("nativepkg._loop",))
+    monkeypatch.setattr(build, "HOT_MODULES", ())
+    try:
+        assert build.stale_modules() == []
+        os.utime(src, (3_000, 3_000))
+        assert build.stale_modules() == ["nativepkg._loop"]
+    finally:
+        sys.modules.pop("nativepkg", None)
