@@ -65,8 +65,11 @@ so a round of 1,000 rows could wait seconds for the GIL.  Each such operation ha
 with an ``INSTEAD OF INSERT`` trigger whose body is the operation's statement (``_bulk_schema``);
 ``INSERT INTO bulk_<op> VALUES (...), (...)`` runs that statement once per row, in order,
 inside SQLite (same semantics as the ``executemany``, every statement still hits its primary
-key or index).  The row count is padded up to a power of two with NULL rows that the trigger's
-``WHEN`` skips, so at most 11 statements per operation are ever prepared (and cached).
+key or index: a row-value ``IN (VALUES ...)`` would use the first column of the key only).
+Inserts need no trigger: ``INSERT INTO t SELECT ... FROM (VALUES (...), (...))``.  The row
+count is padded up to a power of two with NULL rows that the trigger's ``WHEN`` (or the
+insert's ``WHERE``) skips, so at most 11 statements per operation are ever prepared (and
+cached).
 Measured against plain multi-row ``VALUES`` and ``json_each`` in docs/performance-store.md
 (``bench_store.py --statements``).
 
@@ -183,9 +186,33 @@ def _bulk_schema(name: str, sql: str) -> list[str]:
     ]
 
 
-_BULK_SCHEMA = [stmt for name in _BULK for stmt in _bulk_schema(name, SQL[name])]
+def _bulk_statement(name: str, size: int) -> str:
+    """The statement writing ``size`` rows of operation ``name`` (NULL rows skipped): an
+    ``INSERT ... VALUES`` operation becomes ``INSERT ... SELECT <its columns> FROM (VALUES
+    (..), ...) WHERE column1 IS NOT NULL`` (rows in order), any other an insert into its TEMP
+    view.  O(size)."""
+    sql = SQL[name]
+    one = "(" + ",".join("?" * _BULK_COLS[name]) + ")"
+    rows = ",".join([one] * size)
+    head, values, template = sql.partition(" VALUES ")
+    if not (values and head.startswith("INSERT")):
+        return f"INSERT INTO bulk_{name} VALUES {rows}"
+    k = 0
+    cols = []
+    for item in template.strip().removeprefix("(").removesuffix(")").split(","):
+        if item.strip() == "?":
+            k += 1
+            cols.append(f"column{k}")
+        else:
+            cols.append(item)  # a literal of the statement
+    return f"{head} SELECT {','.join(cols)} FROM (VALUES {rows}) WHERE column1 IS NOT NULL"
+
+
+_BULK_SCHEMA = [
+    stmt for name in _BULK if not SQL[name].startswith("INSERT") for stmt in _bulk_schema(name, SQL[name])
+]
 _BULK_COLS = {name: SQL[name].count("?") for name in _BULK}  # parameters per row
-#: the bulk statements by (operation, rows): ``INSERT INTO bulk_<op> VALUES (?,...),...``
+#: the bulk statements by (operation, rows): :func:`_bulk_statement`
 _BULK_SQL: dict[tuple[str, int], str] = {}
 
 
@@ -594,8 +621,7 @@ class Store:
             size = 1 << (n - 1).bit_length()
             stmt = _BULK_SQL.get((name, size))
             if stmt is None:
-                one = "(" + ",".join("?" * ncols) + ")"
-                stmt = _BULK_SQL[name, size] = f"INSERT INTO bulk_{name} VALUES " + ",".join([one] * size)
+                stmt = _BULK_SQL[name, size] = _bulk_statement(name, size)
             params = list(chain.from_iterable(chunk))
             if size > n:
                 params.extend([None] * ((size - n) * ncols))
