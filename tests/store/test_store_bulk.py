@@ -4,18 +4,23 @@ same database as the plain statements, and inserts still cancellable until the r
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker import Broker
 from broker.durability._store import _SQL, MIGRATIONS, _entry_row, migrate
+from broker.packets import Properties, Puback, Publish
 from broker.store import EntryRecord, MessageRecord, MessageState, OutgoingRecord, SessionRecord, Store
 from broker.values import SubOptions
+from tests.rawclient import RawClient
 
 MSG = MessageRecord("t", b"\x00\xffpayload", 1, False)
 TABLES = ("sessions", "entries", "outgoing", "qos2_in", "retained")
@@ -102,6 +107,54 @@ def test_acknowledged_after_the_seal_is_deleted(tmp_path: Path) -> None:
         store.sync().result(timeout=60)
         assert store.counts()["outgoing"] == 0
         assert store.inserts == 1 and store.cancelled == 0
+
+
+def _store_counters(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        name: float(value)
+        for name, _, value in (line.rpartition(" ") for line in text.splitlines())
+        if name.startswith("siftmq_store_inserts")
+    }
+
+
+async def test_every_delivery_to_a_persisted_session_is_written_or_cancelled(tmp_path: Path) -> None:
+    """Through the broker: each of 300 QoS 1 deliveries to a persisted subscriber that
+    acknowledges them is counted once, written or cancelled (``/metrics``), and none stays."""
+    n = 300
+    db = tmp_path / "data" / "broker.db"
+    async with Broker(
+        host="127.0.0.1", port=0, sys_interval=0, store_path=str(db), metrics_listen="127.0.0.1:0"
+    ) as b:
+        assert b.metrics_port is not None
+        try:
+            expiry = Properties(session_expiry_interval=600)
+            sub, _ = await RawClient.connect(b.port, "s", 5, clean_start=False, properties=expiry)
+            await sub.subscribe("m/#")
+            pub, _ = await RawClient.connect(b.port, "p", 5)
+            for i in range(1, n + 1):
+                pub.send(Publish("m/t", b"%d" % i, 1, packet_id=i))
+            got = 0
+            while got < n:
+                p = await sub.recv()
+                if isinstance(p, Publish):
+                    sub.send(Puback(p.packet_id))
+                    got += 1
+            acks = 0
+            while acks < n:
+                acks += isinstance(await pub.recv(), Puback)
+            await sub.barrier()  # the broker read every PUBACK of the subscriber
+            store = b.core.journal.store
+            assert store is not None
+            await asyncio.wrap_future(store.sync())
+            counters = await asyncio.to_thread(_store_counters, b.metrics_port)
+            assert (
+                counters["siftmq_store_inserts_total"] + counters["siftmq_store_inserts_cancelled_total"] == n
+            )
+            assert store.counts()["outgoing"] == 0
+        finally:
+            await RawClient.close_all()
 
 
 # --------------------------------------------------------------- same database as the plain SQL
