@@ -21,11 +21,12 @@ it sleeps), four ways, interleaved per round:
 
 * ``executemany`` (peer): one step per row, each releasing and taking back the GIL (the
   writer before 2026-11-29);
-* ``bulk view``: the store's way (``Store._bulk``): ``INSERT INTO bulk_<op> VALUES (..),(..)``
-  into a TEMP view whose ``INSTEAD OF`` trigger runs the operation's statement per row;
-* ``multi-row VALUES``: ``INSERT INTO outgoing SELECT ... FROM (VALUES (..),(..))`` and one
-  ``DELETE ... WHERE client_id = ? AND packet_id IN (..)`` per client;
-* ``VALUES inserts, view deletes``: the two above mixed;
+* ``VALUES inserts, view deletes``: the store's way (``Store._bulk``): ``INSERT INTO outgoing
+  SELECT ... FROM (VALUES (..),(..))``, then ``INSERT INTO bulk_acked VALUES (..),(..)`` into a
+  TEMP view whose ``INSTEAD OF`` trigger runs the DELETE per row;
+* ``a view for inserts too``: the inserts through such a view as well;
+* ``VALUES, per-client IN deletes``: the inserts as the store, and one ``DELETE ... WHERE
+  client_id = ? AND packet_id IN (..)`` per client;
 * ``json_each``: one bound JSON text per statement (``INSERT ... SELECT value->>0, ... FROM
   json_each(?)``, deletes through the bulk view); the payload crosses as text, so this one
   cannot store arbitrary BLOBs (SQLite's ``unhex`` comes with 3.41): measured for comparison.
@@ -50,7 +51,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from broker.durability._store import _BULK_SCHEMA, _SQL, _outgoing_row
+from broker.durability._store import _BULK_SCHEMA, _SQL, _bulk_schema, _outgoing_row
 from broker.store import MIGRATIONS, MessageRecord, MessageState, OutgoingRecord, Store
 
 PAYLOAD = b"x" * 64
@@ -177,9 +178,9 @@ _Write = Callable[[sqlite3.Connection, _Rows, _Rows], None]
 SENT = MessageState.PUBLISH_SENT
 _WAYS: dict[str, _Write] = {
     "executemany (peer)": _write_executemany,
-    "bulk view (the store)": _write_bulk_view,
-    "multi-row VALUES": _write_values,
-    "VALUES inserts, view deletes": _write_values_view,
+    "VALUES inserts, view deletes (the store)": _write_values_view,
+    "a view for inserts too": _write_bulk_view,
+    "VALUES, per-client IN deletes": _write_values,
     "json_each": _write_json,
 }
 
@@ -192,12 +193,14 @@ def _round(db: sqlite3.Connection, write: _Write, rows: _Rows, busy: bool) -> tu
     out: list[tuple[float, float]] = []
 
     def writer() -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        db.execute("BEGIN")
-        write(db, rows, keys)
-        db.execute("COMMIT")
-        out.append((time.perf_counter() - t0, time.thread_time() - c0))
-        stop.set()
+        try:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            db.execute("BEGIN")
+            write(db, rows, keys)
+            db.execute("COMMIT")
+            out.append((time.perf_counter() - t0, time.thread_time() - c0))
+        finally:
+            stop.set()  # also when it failed (else the busy loop never ends)
 
     th = threading.Thread(target=writer)
     th.start()
@@ -208,6 +211,7 @@ def _round(db: sqlite3.Connection, write: _Write, rows: _Rows, busy: bool) -> tu
         else:
             stop.wait(0.01)
     th.join()
+    assert out, "the writer failed"
     left = db.execute("SELECT COUNT(*) FROM outgoing").fetchone()[0]
     assert left == 0, f"{left} rows left"
     return out[0]
@@ -230,7 +234,7 @@ def statements(base: Path, n_rows: int, rounds: int, busy: bool) -> str:
         for stmt in MIGRATIONS[0].split(";"):
             if stmt.strip():
                 db.execute(stmt)
-        for stmt in _BULK_SCHEMA:
+        for stmt in [*_BULK_SCHEMA, *_bulk_schema("outgoing", _SQL["outgoing"])]:
             db.execute(stmt)
     msg = MessageRecord("sensors/b7/f3/r12/temperature", PAYLOAD, 1, False)
     seq = 0

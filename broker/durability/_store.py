@@ -70,8 +70,8 @@ Inserts need no trigger: ``INSERT INTO t SELECT ... FROM (VALUES (...), (...))``
 count is padded up to a power of two with NULL rows that the trigger's ``WHEN`` (or the
 insert's ``WHERE``) skips, so at most 11 statements per operation are ever prepared (and
 cached).
-Measured against plain multi-row ``VALUES`` and ``json_each`` in docs/performance-store.md
-(``bench_store.py --statements``).
+Measured against ``executemany``, plain multi-row ``VALUES`` deletes and ``json_each`` in
+docs/persistence.md, "One statement per table and round" (``bench_store.py --statements``).
 
 ``commit_delay`` (``store_commit_delay``, 2 ms; PostgreSQL's ``commit_delay``, MySQL's
 ``binlog_group_commit_sync_delay``): a writer that wakes while deliveries to persisted sessions
