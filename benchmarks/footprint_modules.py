@@ -5,13 +5,23 @@ docs/performance.md "Footprint".
    command does (``broker._cli.main``), waits ``--wait`` seconds, then prints its RSS, the
    number of modules, the modules per top-level package, and (``--tracemalloc``, slower)
    the Python memory allocated per top-level package (by the file that allocated it) and per
-   import statement (the innermost frame outside importlib: what that line's import cost).
+   import statement (the innermost frame outside importlib: what that line's import cost);
+   ``--maps``: the resident memory by mapping (``/proc/self/smaps``: anonymous memory, the
+   C heap, each shared library and extension), CPython's object allocator (``obmalloc``
+   arenas and the bytes in use, from ``sys._debugmallocstats``) and the threads;
+   ``--per-module``: each module's own cost, measured around its import (RSS, or traced
+   Python memory with ``--tracemalloc``), its imports' cost subtracted, and who imported it
+   (``<fn>``: an import inside a function). The RSS column is page- and arena-granular: a
+   module that grows the heap by a page is charged the page; read it with the traced one.
 2. ``--rank MOD ...``: each module imported alone in a fresh interpreter on top of
    ``--base`` (default: asyncio without ssl, as ``siftmq serve`` imports it), the RSS it
    adds (median of 3), largest first. Cumulative: a module's imports are counted with it.
 
     .venv/bin/python benchmarks/footprint_modules.py -- --no-bridge --no-persistence --no-uvloop
     .venv/bin/python benchmarks/footprint_modules.py --tracemalloc -- --no-bridge --no-persistence
+    .venv/bin/python benchmarks/footprint_modules.py --maps -- --no-bridge --no-persistence --no-uvloop
+    .venv/bin/python benchmarks/footprint_modules.py --per-module --tracemalloc --wait 10 -- \
+        --no-bridge --no-persistence --no-uvloop
     .venv/bin/python benchmarks/footprint_modules.py --rank orjson composite content uvloop ssl
 
 Not a benchmark of speed: numbers are resident megabytes (``/proc/self/statm``).
@@ -28,6 +38,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # asyncio without ssl, as broker/_sslhook.py imports it (without importing the broker package)
@@ -40,12 +51,95 @@ def statm_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-def _report(trace: bool, top: int) -> None:
+#: module -> (own cost, cost with its imports, who imported it), filled by --per-module
+_PER_MODULE: dict[str, tuple[int, int, str]] = {}
+
+
+def _measure_imports(trace: bool) -> None:
+    """Wrap importlib's loader: each module's cost is measured around its execution (RSS from
+    /proc/self/statm, or traced bytes), minus its own imports' (a stack of running totals)."""
+    import importlib._bootstrap as bootstrap
+
+    if trace:
+        import tracemalloc
+
+        def used() -> int:
+            return tracemalloc.get_traced_memory()[0]
+
+    else:
+        page = os.sysconf("SC_PAGE_SIZE")
+
+        def used() -> int:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * page
+
+    stack: list[list[Any]] = []
+    load = bootstrap._load_unlocked  # type: ignore[attr-defined]
+
+    def measured(spec: Any) -> Any:
+        by = stack[-1][0] if stack else "<fn>"
+        stack.append([spec.name, 0])
+        before = used()
+        try:
+            return load(spec)
+        finally:
+            whole = used() - before
+            _, children = stack.pop()
+            _PER_MODULE[spec.name] = (whole - children, whole, by)
+            if stack:
+                stack[-1][1] += whole
+
+    bootstrap._load_unlocked = measured  # type: ignore[attr-defined]
+
+
+def _maps(top: int) -> None:
+    """RSS by mapping, obmalloc's arenas, threads."""
+    rss: collections.Counter[str] = collections.Counter()
+    name = "?"
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
+                name = head[5].rsplit("/", 1)[-1] if len(head) > 5 else "[anonymous]"
+            elif head[0] == "Rss:":
+                rss[name] += int(head[1])
+    print(f"resident by mapping ({sum(rss.values()) / 1e3:.1f} MB, 1 MB = 1,000 kB):")
+    for what, kb in rss.most_common(top):
+        print(f"  {kb:7d} kB  {what}")
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out:  # _debugmallocstats writes to the C stderr
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        stats = out.read()
+    for line in stats.splitlines():
+        if "arenas * " in line or "bytes in allocated blocks" in line or "bytes in available blocks" in line:
+            print("  obmalloc: " + " ".join(line.split()))
+    names = ", ".join(t.name for t in threading.enumerate())
+    print(f"threads: {len(os.listdir('/proc/self/task'))} ({names})")
+
+
+def _report(trace: bool, top: int, maps: bool = False, per_module: bool = False) -> None:
     mods = sorted(m for m in sys.modules if sys.modules[m] is not None)
     print(f"RSS {statm_mb():.1f} MB, {len(mods)} modules")
+    if maps:
+        _maps(top)
+    if per_module:
+        unit = "traced" if trace else "RSS"
+        print(f"per module ({unit}, kB: own, with its imports, imported by), {len(_PER_MODULE)} measured:")
+        ranked = sorted(_PER_MODULE.items(), key=lambda kv: -kv[1][0])
+        for mod, (own, whole, by) in ranked[:top]:
+            print(f"  {own / 1e3:7.0f} {whole / 1e3:7.0f}  {mod}  <- {by}")
     tops = collections.Counter(m.split(".")[0] for m in mods)
     print("modules per package: " + ", ".join(f"{t} {n}" for t, n in tops.most_common(25)))
-    if trace:
+    if trace and not per_module:
         import tracemalloc
 
         snap = tracemalloc.take_snapshot()
@@ -70,15 +164,19 @@ def _report(trace: bool, top: int) -> None:
     print("ALL " + " ".join(mods))
 
 
-def in_process(flags: list[str], wait: float, trace: bool, top: int) -> int:
+def in_process(
+    flags: list[str], wait: float, trace: bool, top: int, maps: bool = False, per_module: bool = False
+) -> int:
     if trace:
         import tracemalloc
 
-        tracemalloc.start(40)
+        tracemalloc.start(1 if per_module else 40)
+    if per_module:
+        _measure_imports(trace)
 
     def later() -> None:
         time.sleep(wait)
-        _report(trace, top)
+        _report(trace, top, maps, per_module)
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGTERM)  # serve stops gracefully
 
@@ -122,6 +220,8 @@ def main() -> None:
     ap.add_argument("--wait", type=float, default=5.0, help="seconds serving before the report")
     ap.add_argument("--tracemalloc", action="store_true", help="Python memory per package and import")
     ap.add_argument("--top", type=int, default=40, help="lines of each tracemalloc table")
+    ap.add_argument("--maps", action="store_true", help="RSS by mapping, obmalloc arenas, threads")
+    ap.add_argument("--per-module", action="store_true", help="each module's own cost (RSS or --tracemalloc)")
     ap.add_argument("--rank", nargs="+", default=None, metavar="MODULE", help="RSS each module adds")
     ap.add_argument("--base", default=NOSSL, help="statement every --rank interpreter runs first")
     ap.add_argument("flags", nargs="*", help="siftmq serve flags (after --)")
@@ -129,7 +229,8 @@ def main() -> None:
     if args.rank:
         rank(args.rank, args.base)
         return
-    raise SystemExit(in_process(args.flags, args.wait, args.tracemalloc, args.top))
+    code = in_process(args.flags, args.wait, args.tracemalloc, args.top, args.maps, args.per_module)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

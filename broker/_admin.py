@@ -98,12 +98,14 @@ class Refused(Exception):
         self.detail = detail
 
 
-def error(status: int, message: str, detail: object = None) -> Response:
+def error(
+    status: int, message: str, detail: object = None, headers: tuple[tuple[str, str], ...] = ()
+) -> Response:
     """The API's JSON error response."""
     body: dict[str, object] = {"error": message}
     if detail is not None:
         body["detail"] = detail
-    return Response(status, orjson.dumps(body), _JSON)
+    return Response(status, orjson.dumps(body), _JSON, headers)
 
 
 def _json(body: object, status: int = 200) -> Response:
@@ -151,12 +153,25 @@ class Admin:
         # CONNECTs refused by a ban: siftmq_banned_total{reason="connect"} in /metrics
         self.core.metric_sources.append(lambda: {"banned": {"connect": bans.refused}})
 
-    async def handle(self, req: Request, user: str | None, csrf: str) -> Response:
-        ep, tail, other = routes.find(req.method, req.path)
+    async def handle(
+        self,
+        req: Request,
+        user: str | None,
+        csrf: str,
+        guard: Callable[[], Response | None] | None = None,
+    ) -> Response:
+        """Answer one request: 404 for a path of no endpoint, 405 with ``Allow`` (the path's
+        methods) for another method, then ``guard`` (the dashboard's CSRF rules) for a
+        state-changing endpoint, the input checks and the handler."""
+        ep, tail, allowed = routes.find(req.method, req.path)
         if ep is None:
-            if other:
-                return error(405, f"method {req.method} not allowed on {req.path[:100]}")
+            if allowed:
+                allow = ", ".join(allowed)
+                what = f"method {req.method[:20]} not allowed on {req.path[:100]} (allowed: {allow})"
+                return error(405, what, None, (("Allow", allow),))
             return error(404, f"no API {req.path[:100]!r}")
+        if ep.changes and guard is not None and (refused := guard()) is not None:
+            return refused
         try:
             query = routes.parse_query(ep, req.query)
             body: dict[str, Any] = {}

@@ -291,24 +291,34 @@ ROUTES: tuple[Endpoint, ...] = (
 )
 
 
-def find(method: str, path: str) -> tuple[Endpoint | None, str | None, bool]:
-    """(the endpoint, its tail path parameter, whether the path exists with another method).
-    O(routes)."""
-    other = False
-    for ep in ROUTES:
-        if ep.tail is None:
-            hit = path == ep.prefix
-        else:
-            end = len(path) - len(ep.suffix)
-            hit = path.startswith(ep.prefix) and path.endswith(ep.suffix) and end > len(ep.prefix)
-            if hit and any(o.tail is None and o.path == path for o in ROUTES):
-                hit = False  # a fixed path (/clients/kick) wins over /clients/{client_id}
-        if not hit:
-            continue
+def _hit(ep: Endpoint, path: str) -> bool:
+    """``path`` is ``ep``'s: its fixed path, or its prefix, a non-empty parameter and its
+    suffix. O(len(path))."""
+    if ep.tail is None:
+        return path == ep.prefix
+    end = len(path) - len(ep.suffix)
+    return path.startswith(ep.prefix) and path.endswith(ep.suffix) and end > len(ep.prefix)
+
+
+def find(method: str, path: str) -> tuple[Endpoint | None, str | None, tuple[str, ...]]:
+    """(the endpoint, its tail path parameter, the methods the path has: for a 405's
+    ``Allow``, empty when no endpoint has the path).  The most specific endpoint of the path
+    takes it: a fixed path (``/clients/kick``) over ``/clients/{client_id}``, and an endpoint
+    with a suffix (``/bridges/{name}/reconnect``) over ``/bridges/{name}``, whatever the
+    method (``GET /bridges/x/reconnect`` is a 405, not the bridge ``x/reconnect``). O(routes)."""
+    hits = [ep for ep in ROUTES if _hit(ep, path)]
+    if any(ep.tail is None for ep in hits):
+        hits = [ep for ep in hits if ep.tail is None]
+    elif hits:
+        longest = max(len(ep.suffix) for ep in hits)
+        hits = [ep for ep in hits if len(ep.suffix) == longest]
+    for ep in hits:
         if ep.method == method or (method == "HEAD" and ep.method == "GET"):
-            return ep, None if ep.tail is None else path[len(ep.prefix) : len(path) - len(ep.suffix)], False
-        other = True
-    return None, None, other
+            return ep, None if ep.tail is None else path[len(ep.prefix) : len(path) - len(ep.suffix)], ()
+    allowed: list[str] = []
+    for ep in hits:
+        allowed += ["GET", "HEAD"] if ep.method == "GET" else [ep.method]
+    return None, None, tuple(dict.fromkeys(allowed))
 
 
 def _check(name: str, schema: Mapping[str, Any], value: Any) -> Any:  # noqa: C901, PLR0912 (one branch per type)

@@ -13,8 +13,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
-
 from broker._files import private_dir, write_private
 from broker._logging import cut
 from broker.core import Ban, BanKind, canonical
@@ -30,17 +28,26 @@ log = logging.getLogger("broker.admin")
 
 async def load_bans(broker: Broker) -> None:
     """Read the stored bans into ``core.bans`` at start: the store's ``bans`` table, else the
-    ``bans_file`` (a file that cannot be read is logged and ignored: the broker starts)."""
+    ``bans_file`` (a file that cannot be read is logged and ignored: the broker starts).
+    orjson is imported when there is a file to read (issue 42 item 1: the light broker
+    without bans does not load it)."""
     store = broker.core.journal.store
     if store is not None:
         rows = await asyncio.to_thread(store.bans)
     elif broker.config.bans_file is not None:
         path = Path(broker.config.bans_file)
         try:
-            rows = orjson.loads(await asyncio.to_thread(path.read_bytes))
+            raw = await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError:
             return
-        except (OSError, orjson.JSONDecodeError) as exc:
+        except OSError as exc:
+            log.error("bans file %s cannot be read, starting without bans: %s", path, exc)
+            return
+        import orjson
+
+        try:
+            rows = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
             log.error("bans file %s cannot be read, starting without bans: %s", path, exc)
             return
         if not isinstance(rows, list):
@@ -62,6 +69,8 @@ def save_ban(broker: Broker, changed: Ban, gone: bool) -> None:
     """Persist one ban change: a row of the store's ``bans`` table, or the whole ``bans_file``
     rewritten (atomically, 0600; O(bans)); nothing without either.  OSError when the file
     cannot be written (the change stays in memory)."""
+    import orjson
+
     store = broker.core.journal.store
     kind = changed.kind.value
     if store is not None:

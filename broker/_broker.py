@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import topics
-from broker._composite_saver import CompositeSaver
 from broker._config import BrokerConfig, Listener
 from broker._logging import fields
 from broker._reload import ReloadCounters, ReloadResult, reload_broker
@@ -44,6 +43,7 @@ from broker.net import (
 from broker.packets import NO_PROPERTIES, Properties
 
 if TYPE_CHECKING:
+    from broker._composite_saver import CompositeSaver
     from broker._dashboard import Dashboard, DashboardProvider
     from broker.net import HttpServer
 
@@ -408,6 +408,8 @@ class Broker:
             }
         )
         if path != ":memory:":
+            from broker._composite_saver import CompositeSaver  # with a store only (issue 42 item 1)
+
             self.composite_saver = CompositeSaver(core.composite, store, path + ".composite")
             await self.composite_saver.load(self._persisted)
 

@@ -71,7 +71,6 @@ from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
 from broker._logging import HeldRecords, LogFormat
 from broker._logging import configure as configure_logging
-from broker.authn import hooks_from_serve_options
 from broker.plugins import Plugin, ServeContext, Subparsers, load_plugins
 
 if TYPE_CHECKING:
@@ -136,7 +135,11 @@ _OPTIONS: list[tuple[str, str]] = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``siftmq`` parser with every command, or with ``command="serve"`` the ``serve``
+    command alone: what ``main`` builds for ``siftmq serve``, whose process then never imports
+    the other commands' modules (``pub``/``sub``, ``ctl``, ``backup``, ``passwd`` and the
+    plugins' commands: about 1 MB of an idle broker, issue 42 item 1). O(options)."""
     parser = Parser(prog="siftmq", description="siftmq: an MQTT broker that routes by topic and by content.")
     parser.add_argument(
         "--version", action="store_true", help="print the version, compiled modules and extras, and exit"
@@ -193,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     for plugin in plugins:
         plugin.add_serve_options(serve)
     serve.set_defaults(func=_serve, plugins=plugins)
+    if command == "serve":
+        _everywhere(parser)
+        return parser
     from broker._passwd_cli import register as register_passwd
 
     register_passwd(sub)
@@ -444,7 +450,7 @@ def _serve(args: argparse.Namespace) -> int:
         acl_file = args.acl_file or serve_opts.get("acl_file")
         _check_files(cfg, password_file=password_file, acl_file=acl_file)
         auth = _file_auth(password_file, acl_file)
-        backends = hooks_from_serve_options(serve_opts)  # auth_http_* / auth_jwt_* (broker.authn)
+        backends = _auth_backends(serve_opts)  # auth_http_* / auth_jwt_* (broker.authn)
         level = SERVE_OPTIONS["log_level"].parse(
             "--log-level", args.log_level or serve_opts.get("log_level") or "INFO"
         )
@@ -485,6 +491,16 @@ def _serve(args: argparse.Namespace) -> int:
         return int(run(_run(cfg, hooks, auth is not None or bool(backends), pid_file, reconfigure)))
     except KeyboardInterrupt:
         return 0
+
+
+def _auth_backends(serve_opts: Mapping[str, Any]) -> list[Hooks]:
+    """The HTTP / JWT authentication hooks of the ``auth_*`` keys of ``[serve]``: broker.authn
+    (with its ACL module) imported only when one is given (issue 42 item 1). O(keys)."""
+    if not any(key.startswith("auth_") for key in serve_opts):
+        return []
+    from broker.authn import hooks_from_serve_options
+
+    return hooks_from_serve_options(serve_opts)
 
 
 def _plugin_flags(args: argparse.Namespace, plugins: list[Plugin]) -> None:
@@ -810,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
     held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
     logging.getLogger().addHandler(held)
     try:
-        parser = build_parser()
+        parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
         args, extra = parser.parse_known_args(argv)
     finally:
         logging.getLogger().removeHandler(held)
@@ -827,6 +843,12 @@ def main(argv: list[str] | None = None) -> int:
         return _run_command(args, prog)
     finally:
         held.replay()  # if serve did not (another command, or it stopped before logging)
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top level's
+    options, ``--version`` and ``--debug``, take no value). O(len(argv))."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _run_command(args: argparse.Namespace, prog: str) -> int:

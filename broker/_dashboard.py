@@ -289,17 +289,14 @@ class Dashboard:
             return self._metrics(req)
         if not self.enabled:
             return _error(404, "the dashboard is off (dashboard = false)")
-        api = path.startswith("/api/v1/")  # the admin API (broker/_admin.py)
-        if req.method not in ("GET", "HEAD", "POST") and not (api and req.method == "DELETE"):
+        api = path.startswith("/api/v1/")  # the admin API (broker/_admin.py): its own 405s
+        if req.method not in ("GET", "HEAD", "POST") and not api:
             return _error(405, f"method {req.method} not allowed", (("Allow", "GET, HEAD, POST"),))
         refused, user = await self._login(req)
         if refused is not None:
             return refused
-        if api:
-            if req.method not in ("GET", "HEAD") and (bad := self._same_origin(req, user)) is not None:
-                resp = bad
-            else:
-                resp = await self.admin.handle(req, user, self.csrf(user))
+        if api:  # 404 / 405 with the path's methods first, then the CSRF rules of a change
+            resp = await self.admin.handle(req, user, self.csrf(user), lambda: self._same_origin(req, user))
         else:
             resp = await self._answer(req, user)
         # valid credentials: the connection leaves the HTTP listener's unauthenticated pool

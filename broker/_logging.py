@@ -38,11 +38,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from datetime import UTC, datetime
 from enum import Enum
 from typing import IO, Any, Final
-
-import orjson
 
 __all__ = [
     "EVENTS",
@@ -144,11 +141,24 @@ def address(peer: object) -> str | None:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record (see the module docstring for the keys). O(message)."""
+    """One JSON object per record (see the module docstring for the keys). O(message).
+    ``datetime`` and ``orjson`` are imported when one is made (``--log-format json``): the
+    text log does not load them (issue 42 item 1)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        from datetime import UTC, datetime
+
+        import orjson
+
+        self._utc = UTC
+        self._timestamp = datetime.fromtimestamp
+        self._dumps = orjson.dumps
 
     def format(self, record: logging.LogRecord) -> str:
+        stamp = self._timestamp(record.created, self._utc).isoformat(timespec="milliseconds")
         out: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")[:-6] + "Z",
+            "time": stamp[:-6] + "Z",
             "level": record.levelname,
             "logger": record.name,
             "event": getattr(record, "event", None) or "log",
@@ -164,7 +174,7 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = record.exc_text
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
-        return orjson.dumps(out, default=str).decode()
+        return self._dumps(out, default=str).decode()
 
 
 class HeldRecords(logging.Handler):

@@ -32,6 +32,11 @@ and the prepared reloads go in.  A failure keeps every old setting, logs ONE
 error line naming the file and line (``reload: /etc/siftmq/acl.conf:7: ...``) and counts
 ``$SYS/broker/reloads/failed``; a success logs one info line of what changed and counts
 ``$SYS/broker/reloads/done`` (``/metrics``: ``siftmq_reloads_total{reason="done"|"failed"}``).
+A prepared reload that fails while applying (it raises, or names what it could not apply in
+``failed``: one bridge of several) comes after everything else went in: that reload applies
+what it can, the other hooks' too, and is a failure (one error line naming it and what was
+applied, counted failed, ``ReloadResult.ok`` false); ``Broker.reload`` does not raise, the
+broker serves on and the next reload tries again.
 
 ``siftmq serve`` writes its process id to a pid file (``--pid-file``; by default
 ``<data-dir>/siftmq.pid`` when persistence is on) and reloads on SIGHUP; ``siftmq reload``
@@ -60,7 +65,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from broker._files import private_dir, write_private
 from broker._logging import fields
-from broker.authn import JwtAuth
 from broker.net import prepare_tls_reload
 
 if TYPE_CHECKING:
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
     from broker._broker import Broker
     from broker._config import BrokerConfig
     from broker.auth import FileAuth
+    from broker.authn import JwtAuth
 
 __all__ = [
     "LIVE_FIELDS",
@@ -129,8 +134,11 @@ class PreparedReload(Protocol):
 
     async def apply(self) -> Sequence[str]:
         """Put it in place; the human-readable items it changed (for the log line).  Runs
-        after everything else of the reload went in; it should not fail (it logs and goes on
-        rather than raise: the rest of the reload is in place already)."""
+        after everything else of the reload went in; it should not fail: it applies what it
+        can and names what it could not in a ``failed`` attribute (``"bridge b: restarting
+        failed: ..."``).  Either that or an exception it raises fails the reload *after* the
+        rest went in (``ReloadResult.ok`` false, ``error`` naming it, ``changed`` what did go
+        in; counted failed, one error line): ``Broker.reload`` does not raise it."""
         ...
 
 
@@ -251,7 +259,11 @@ def _apply_config(broker: Broker, cfg: BrokerConfig) -> None:
 async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> ReloadResult:
     """Re-read the auth files and TLS files, and apply ``config``'s live fields (see the
     module docstring).  Never raises for a bad file: the result says what failed, the old
-    settings stay, one error line is logged."""
+    settings stay, one error line is logged.  Nor for a hook whose prepared reload fails to
+    apply (:meth:`PreparedReload.apply` raises, or names what it could not apply in its
+    ``failed``): the rest stays applied, the other hooks' reloads are applied too, and the
+    result is ``ok`` false with ``error`` naming the failure (counted failed, one error
+    line)."""
     counters = broker.reload_counters
     try:
         tls = prepare_tls_reload(broker._listeners or [])
@@ -263,12 +275,15 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
             # what needs a restart keeps its running value (validated here, before any swap)
             final = dataclasses.replace(config, **{name: getattr(broker.config, name) for name in restart})
         # the hooks' two-step reloads: read and checked now, applied last (nothing swapped yet)
-        prepared = [p for h in broker.hooks if isinstance(h, Reloadable) and (p := h.prepare_reload())]
+        prepared = [(h, p) for h in broker.hooks if isinstance(h, Reloadable) and (p := h.prepare_reload())]
         changed: list[str] = []
         # broker.auth (hashlib, OpenSSL) is imported by whoever makes a FileAuth: not imported,
         # no hook is one (issue 42 item 1)
         auth = sys.modules.get("broker.auth")
         file_auth: type[FileAuth] | None = None if auth is None else auth.FileAuth
+        # the same for broker.authn (imported when [serve] configures an auth_* backend)
+        authn = sys.modules.get("broker.authn")
+        jwt_auth: type[JwtAuth] | None = None if authn is None else authn.JwtAuth
         for hook in broker.hooks:
             if file_auth is not None and isinstance(hook, file_auth):
                 read_again: Callable[[], object] = hook.reload
@@ -276,7 +291,7 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
                 if inspect.isawaitable(done):  # should FileAuth.reload become a coroutine
                     await done
                 changed += _auth_summary(hook)
-            elif isinstance(hook, JwtAuth):
+            elif jwt_auth is not None and isinstance(hook, jwt_auth):
                 hook.reload()
                 changed.append(f"JWT keys {hook.path} ({hook.keys()} key(s))")
     except Exception as exc:
@@ -289,9 +304,21 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
     if final is not None:
         _apply_config(broker, final)
         changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
-    for plan in prepared:
-        changed += await plan.apply()
+    failed: list[str] = []
+    for hook, plan in prepared:
+        try:
+            changed += await plan.apply()
+        except Exception as exc:  # the rest is in place: the broker serves on, the reload failed
+            failed.append(f"applying {type(hook).__name__}'s reload failed: {type(exc).__name__}: {exc}")
+        else:
+            failed += getattr(plan, "failed", ())  # what the hook could not apply (it went on)
         restart += getattr(plan, "restart", ())  # what the hook found changed but cannot apply
+    if failed:
+        error = "; ".join(failed)
+        counters.failed += 1
+        applied = "; ".join(changed) or "nothing else"
+        log.error("reload: %s (applied: %s)", error, applied, extra=fields("reload.failed", reason=error))
+        return ReloadResult(False, tuple(changed), tuple(restart), error)
     counters.done += 1
     text = "; ".join(changed) or "nothing to read"
     if restart:

@@ -68,7 +68,9 @@ from broker.hooks import AuthRequest, AuthUnavailable, AuthVerdict, Hooks
 if TYPE_CHECKING:
     import aiohttp
 
+    from broker._broker import Broker
     from broker.auth import CheckPool
+    from broker.core import Core
 
 __all__ = [
     "SERVE_KEYS",
@@ -334,7 +336,10 @@ class _HttpService(_Grants):
         self.requests = 0
         self.hits = 0
         self.unavailable = 0
+        #: answers that could not be read (denied; logged rate-limited: :meth:`_bad`)
+        self.bad_answers = 0
         self._logged_at = -LOG_EVERY
+        self._core: Core | None = None
         self._aiohttp = aiohttp
         import secrets
         import ssl  # here, not with the module: OpenSSL only with an HTTP backend (issue 42 item 1)
@@ -368,6 +373,22 @@ class _HttpService(_Grants):
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+    def attach(self, broker: Broker) -> None:
+        self._core = broker.core  # its log_limit: the per-request warnings (:meth:`_bad`)
+
+    def _bad(self, client_id: str, what: str, *args: object) -> None:
+        """Count an answer that could not be read (the request is denied) and log ``what`` as
+        the broker logs its other per-request refusals: at most one line per
+        ``LIMIT_LOG_INTERVAL`` (``Core.log_limit``, kind ``auth_bad_answer``), so a service
+        that answers garbage to every CONNECT or PUBLISH does not flood the log; the line
+        (``what % args``, as ``logging`` does) is made only when it is logged. O(1)."""
+        self.bad_answers += 1
+        core = self._core
+        if core is None:  # not in a broker (a hook used on its own): every line
+            log.warning("client %s: %s", shown(client_id), cut(what % args))
+        elif core.log_due("auth_bad_answer"):
+            core.log_limit("auth_bad_answer", client_id, what % args, event="auth.bad_answer")
 
     def _finished(self, _task: object) -> None:
         self.pending -= 1
@@ -514,10 +535,8 @@ class HttpAuth(_HttpService):
             if result != "allow":
                 raise ValueError(f"result {result!r}")
             return True, _grant(answer.get("is_superuser"), answer.get("acl"), r.username, r.client_id)
-        except ValueError as exc:  # a broken answer: deny, and say so (rate-limited by level)
-            log.warning(
-                "auth service %s: bad answer for %s (%s): denied", self.url, shown(r.client_id), cut(str(exc))
-            )
+        except ValueError as exc:  # a broken answer: deny, and say so (rate-limited)
+            self._bad(r.client_id, "auth service %s: bad answer (%s): denied", self.url, exc)
             return False, None
 
 
@@ -652,24 +671,14 @@ class HttpAuthz(_HttpService):
                 raise ValueError("not a JSON object")
             result = answer.get("result", "allow")
         except ValueError as exc:
-            log.warning(
-                "authorization service %s: bad answer for %s (%s): denied",
-                self.url,
-                shown(client_id),
-                cut(str(exc)),
-            )
+            self._bad(client_id, "authorization service %s: bad answer (%s): denied", self.url, exc)
             return False
         if result == "allow":
             return True
         if result == "ignore":
             return None
         if result != "deny":
-            log.warning(
-                "authorization service %s: bad result %s for %s: denied",
-                self.url,
-                cut(repr(result)),
-                shown(client_id),
-            )
+            self._bad(client_id, "authorization service %s: bad result %r: denied", self.url, result)
         return False
 
     def authorize(self, client_id: str, username: str | None, action: str, topic: str) -> bool | None:

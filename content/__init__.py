@@ -28,21 +28,20 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
-
-from content._attributes import attributes
-from content._engine import BruteForce, Engine, Event, SubId
-from content._filter import Clause, Filter
-from content._predicate import Kind, Op, Predicate, Scalar
-from content._selector import FilterSyntaxError, compile, format_filter
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
+    from content._attributes import attributes
     from content._counting import Counting
+    from content._engine import BruteForce, Engine, Event, SubId
+    from content._filter import Clause, Filter
     from content._hcem import HCEM
     from content._hema import HEMA
     from content._iccounting import ICCounting
+    from content._predicate import Kind, Op, Predicate, Scalar
     from content._rabased import RABasedMatching
     from content._rein import REIN
+    from content._selector import FilterSyntaxError, compile, format_filter
     from content.baselines import TAMA, BETree, HTree, Poset
 
 __all__ = [
@@ -73,8 +72,24 @@ __all__ = [
     "format_filter",
 ]
 
-#: class name -> its module, for the engines loaded at their first use
+#: name -> its module, for the names loaded at their first use: the engines, and the selector
+#: language, filters and attribute extraction (a broker without content filters loads none of
+#: them, issue 42 item 1; the first ``content.compile`` or ``content.attributes`` does)
 _CLASSES: dict[str, str] = {
+    "attributes": "content._attributes",
+    "BruteForce": "content._engine",
+    "Engine": "content._engine",
+    "Event": "content._engine",
+    "SubId": "content._engine",
+    "Clause": "content._filter",
+    "Filter": "content._filter",
+    "Kind": "content._predicate",
+    "Op": "content._predicate",
+    "Predicate": "content._predicate",
+    "Scalar": "content._predicate",
+    "FilterSyntaxError": "content._selector",
+    "compile": "content._selector",
+    "format_filter": "content._selector",
     "Counting": "content._counting",
     "ICCounting": "content._iccounting",
     "RABasedMatching": "content._rabased",
@@ -103,17 +118,18 @@ _NAMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> type[Engine]:
-    """An engine class, imported at its first use (PEP 562). O(1) after the first."""
+def __getattr__(name: str) -> object:
+    """A name of :data:`_CLASSES`, its module imported at its first use (PEP 562); then a
+    module attribute like any (O(1) after the first, no call)."""
     home = _CLASSES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    cls: type[Engine] = getattr(importlib.import_module(home), name)
-    globals()[name] = cls
-    return cls
+    value: object = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
 
 
-class _Engines(Mapping[str, type[Engine]]):
+class _Engines(Mapping[str, "type[Engine]"]):
     """Engine name -> engine class; a read-only mapping whose lookups import the engine's
     module at its first use. Names, ``in``, ``len`` and iteration import nothing. O(1)."""
 
@@ -122,7 +138,7 @@ class _Engines(Mapping[str, type[Engine]]):
     def __getitem__(self, name: str) -> type[Engine]:
         cls_name = _NAMES[name]  # KeyError for an unknown engine, as a dict
         cls = globals().get(cls_name)
-        return cls if cls is not None else __getattr__(cls_name)
+        return cast("type[Engine]", cls if cls is not None else __getattr__(cls_name))
 
     def __iter__(self) -> Iterator[str]:
         return iter(_NAMES)

@@ -21,9 +21,8 @@ first non-blank byte is not ``{`` is rejected without parsing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-import orjson
 
 from content._predicate import Scalar
 
@@ -40,7 +39,7 @@ def attributes(payload: bytes | bytearray | memoryview) -> dict[str, Scalar]:
         head = payload.lstrip(_BLANK)[:1]
         if head != b"{":
             return {}
-        doc = orjson.loads(payload)
+        doc = _loads(payload)
     except Exception:  # orjson.JSONDecodeError, TypeError/AttributeError for odd inputs
         return {}
     if not isinstance(doc, dict):
@@ -49,6 +48,19 @@ def attributes(payload: bytes | bytearray | memoryview) -> dict[str, Scalar]:
     _flatten(doc, "", out)
     return out
 
+
+def _first_loads(payload: bytes | bytearray) -> Any:
+    """``orjson.loads``, orjson imported at the first JSON payload a selector reads (a broker
+    without content filters does not load it, issue 42 item 1); ``_loads`` is then
+    ``orjson.loads`` itself (one global lookup per payload, as ``orjson.loads`` was)."""
+    global _loads  # noqa: PLW0603 -- the first call replaces itself by orjson.loads
+    import orjson
+
+    _loads = orjson.loads
+    return orjson.loads(payload)
+
+
+_loads: Callable[[bytes | bytearray], Any] = _first_loads
 
 _SCALAR_TYPES = frozenset({str, int, float, bool})  # orjson returns exactly these types
 

@@ -24,7 +24,12 @@
   so its queue is kept, its counters go on, the local filters it no longer has are
   unsubscribed, and its first connection to the remote unsubscribes the remote filters of
   removed ``in`` rules.  A ``source`` that raises (a bad ``[[bridges]]`` table) fails the whole
-  reload and the running bridges stay as they are.
+  reload and the running bridges stay as they are.  A bridge whose stop or start raises while
+  the change is applied does not stop the others: each bridge's change is applied on its own,
+  one that failed is named (one error line each, ``_Plan.failed``: the broker's reload then
+  counts as failed, ``broker._reload``) and its name is left as it was running (its old
+  configuration, or absent for a bridge that could not be added), so the next reload sees the
+  difference and tries it again.
 
 The bridge module (its MQTT client) is imported when the first bridge starts (issue 42, the
 idle footprint: an embedded ``Uplink([])`` whose ``source`` may add bridges later does not load
@@ -43,7 +48,7 @@ import os
 import secrets
 import ssl
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,9 +75,11 @@ class _Plan:
     configs: tuple[BridgeConfig, ...]
     #: bridge name -> digest of its TLS files' contents (the bridges with TLS files)
     tls: dict[str, str]
+    #: what ``apply`` could not apply, one item per bridge (read by ``broker._reload``)
+    failed: list[str] = field(default_factory=list)
 
     async def apply(self) -> list[str]:
-        return await self.uplink._apply(self.configs, self.tls)
+        return await self.uplink._apply(self.configs, self.tls, self.failed)
 
 
 class Uplink(Hooks):
@@ -106,6 +113,9 @@ class Uplink(Hooks):
         #: bridge name -> digest of its TLS files as the running bridge read them (a reload
         #: restarts a bridge whose certificate, key or CA file changed under the same path)
         self._tls = {c.name: _tls_digest(c) for c in self.configs}
+        #: bridges whose last change failed half-way: the next reload changes them again
+        #: even when their configuration is the one they have
+        self._unsure: set[str] = set()
 
     def attach(self, broker: Broker) -> None:
         self._broker = broker
@@ -224,44 +234,73 @@ class Uplink(Hooks):
 
     async def replace(self, configs: Sequence[BridgeConfig]) -> list[str]:
         """Run ``configs`` instead of the bridges running now (what a reload does with the
-        ``source``'s list; see the module docstring); the changes, one item per bridge.
+        ``source``'s list; see the module docstring); the changes, one item per bridge, then
+        one item per bridge whose change failed (``bridge <name>: restarting failed: ...
+        (retried at the next reload)``; the other bridges' changes are applied).
         Raises ValueError (nothing changed) for two bridges of one name or, with bridges,
         a broker without a plain TCP listener."""
-        return await self._plan(tuple(configs)).apply()
+        plan = self._plan(tuple(configs))
+        changed = await plan.apply()
+        return changed + plan.failed
 
-    async def _apply(self, configs: tuple[BridgeConfig, ...], tls: dict[str, str]) -> list[str]:
+    async def _apply(
+        self, configs: tuple[BridgeConfig, ...], tls: dict[str, str], failed: list[str]
+    ) -> list[str]:
+        """Apply ``configs``, each bridge's change on its own: one that raises is appended to
+        ``failed`` (and logged) and the others go on (module docstring). O(bridges) plus
+        their stops and starts."""
         async with self._lifecycle:
             if self._closing:
                 return []
             old = {c.name: c for c in self.configs}
             new = {c.name: c for c in configs}
             started = self._ready
-            tls_before, self._tls = self._tls, tls
+            tls_before, self._tls = self._tls, dict(tls)
             self.configs = configs
             self.names = frozenset(old) | frozenset(new)  # the removed ones' sessions still log in
             changed: list[str] = []
+            # a bridge whose change failed -> the configuration left under its name (None: none)
+            left: dict[str, BridgeConfig | None] = {}
+            unsure, self._unsure = self._unsure, set()
             for name, cfg in old.items():
                 if name not in new:
-                    changed.append(await self._remove(cfg, started))
+                    try:
+                        changed.append(await self._remove(cfg, started))
+                    except Exception as exc:
+                        left[name] = cfg
+                        failed.append(_failure(name, "removing", exc))
             for name, cfg in new.items():
                 before = old.get(name)
-                if before == cfg and tls_before.get(name) == tls.get(name):
+                if before == cfg and tls_before.get(name) == tls.get(name) and name not in unsure:
                     continue
-                if before is None:
-                    if started:
-                        self._set_bound(cfg)
-                        self._start(cfg)
-                    changed.append(f"bridge {name} added")
-                else:
-                    changed.append(await self._change(before, cfg, started))
-            self.names = frozenset(new)
+                try:
+                    if before is None:
+                        if started:
+                            self._set_bound(cfg)
+                            self._start(cfg)
+                        changed.append(f"bridge {name} added")
+                    else:
+                        changed.append(await self._change(before, cfg, started, name in unsure))
+                except Exception as exc:
+                    left[name] = before
+                    failed.append(_failure(name, "adding" if before is None else "restarting", exc))
+            if left:  # what runs (or ran) under a failed name: the next reload tries it again
+                self._unsure = set(left)
+                kept: dict[str, BridgeConfig | None] = {**new, **left}
+                self.configs = tuple(c for c in kept.values() if c is not None)
+                for name, was in left.items():
+                    self._tls.pop(name, None)
+                    if was is not None and name in tls_before:
+                        self._tls[name] = tls_before[name]
+            self.names = frozenset(c.name for c in self.configs)
             return changed
 
     async def _remove(self, cfg: BridgeConfig, started: bool) -> str:
         name = cfg.name
-        bridge = self.bridges.pop(name, None)
+        bridge = self.bridges.get(name)
         if bridge is not None:
-            await bridge.stop()
+            await bridge.stop()  # (kept in ``bridges`` should it raise: stopped again next time)
+            self.bridges.pop(name, None)
         if not started or self._closing:  # the broker stops meanwhile: nothing more to do
             return f"bridge {name} removed"
         if bridge is not None and self._broker is not None:  # its retained $SYS values go
@@ -283,11 +322,14 @@ class Uplink(Hooks):
         )
         return f"bridge {name} removed ({kept} queued message(s) kept in {cfg.local_client_id})"
 
-    async def _change(self, before: BridgeConfig, cfg: BridgeConfig, started: bool) -> str:
+    async def _change(
+        self, before: BridgeConfig, cfg: BridgeConfig, started: bool, retry: bool = False
+    ) -> str:
         name = cfg.name
-        bridge = self.bridges.pop(name, None)
+        bridge = self.bridges.get(name)
         if bridge is not None:
-            await bridge.stop()
+            await bridge.stop()  # (kept in ``bridges`` should it raise: stopped again next time)
+            self.bridges.pop(name, None)
         if not started or self._closing:  # the broker stops meanwhile: not started again
             return f"bridge {name} changed"
         gone = tuple(f for f in _out_filters(before) if f not in _out_filters(cfg))
@@ -302,11 +344,12 @@ class Uplink(Hooks):
         pending = bridge._retired if bridge is not None else ()
         wanted = _in_filters(cfg)
         stale = tuple(f for f in dict.fromkeys(pending + _in_filters(before)) if f not in wanted)
-        if stale:
+        if stale and name in self.bridges:  # (not started: the broker began to stop meanwhile)
             self.bridges[name].retire_remote(stale)
-        what = ", ".join(f for f in _FIELDS if getattr(before, f) != getattr(cfg, f)) or "TLS files"
+        what = ", ".join(f for f in _FIELDS if getattr(before, f) != getattr(cfg, f))
+        why = f"{what} changed" if what else "after a failed change" if retry else "TLS files changed"
         queued = self._queued(cfg.local_client_id)
-        return f"bridge {name} restarted ({what} changed; {queued} queued message(s) kept)"
+        return f"bridge {name} restarted ({why}; {queued} queued message(s) kept)"
 
     async def _unsubscribe(self, cfg: BridgeConfig, filters: tuple[str, ...]) -> None:
         """Unsubscribe ``filters`` of the bridge's local session (its queue stays); logged,
@@ -469,6 +512,13 @@ class Uplink(Hooks):
 
 #: the fields a reload's log line names when a bridge changed
 _FIELDS = tuple(f.name for f in dataclasses.fields(BridgeConfig) if f.name != "remotes")
+
+
+def _failure(name: str, doing: str, exc: Exception) -> str:
+    """The item (and the one error line) of a bridge whose change failed while applied."""
+    what = f"bridge {name}: {doing} failed: {type(exc).__name__}: {exc} (retried at the next reload)"
+    log.error("%s", what)
+    return what
 
 
 def _tls_digest(cfg: BridgeConfig) -> str:

@@ -17,11 +17,14 @@ import argparse
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.ext import Option
 from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
-from uplink._config import BridgeConfig, parse_bridges
+
+if TYPE_CHECKING:  # uplink._config is imported by the first [[bridges]] read (issue 42 item 1)
+    from uplink._config import BridgeConfig
 
 __all__ = ["PLUGIN", "BridgesWatch", "UplinkPlugin", "read_bridges"]
 
@@ -95,6 +98,8 @@ def read_bridges(path: str | os.PathLike[str]) -> tuple[BridgeConfig, ...]:
         raise ValueError(f"{path}: {exc}") from None
     if "bridges" not in data:
         return ()
+    from uplink._config import parse_bridges
+
     return parse_bridges(data["bridges"], str(path))
 
 

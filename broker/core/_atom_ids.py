@@ -37,8 +37,6 @@ from __future__ import annotations
 import time
 from typing import Final
 
-import orjson
-
 from broker.packets import Properties
 
 __all__ = [
@@ -143,6 +141,8 @@ def event_key(expression: str, body: bytes) -> str | None:
     """The identity of a composite event: its expression and its components' sorted origin
     ids; None if a component has none (a core without origin ids) or the body is not an
     event."""
+    import orjson  # here: a broker without composite events does not load it (issue 42 item 1)
+
     try:
         doc = orjson.loads(body)
         origins = sorted(str(c["origin"]) for c in doc["components"])

@@ -70,7 +70,6 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import composite
 from broker._logging import shown
 from broker.core._atom_ids import RECENT_PER_ATOM, Atom, Recent, event_key, origin_in
 from broker.core._composite_log import DURABLE, PENDING_MAX, CompositeLog
@@ -85,6 +84,7 @@ from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRe
 from broker.values import Message, SubOptions
 
 if TYPE_CHECKING:
+    import composite
     from broker.core._core import Core
     from broker.core._session import Session
 
@@ -136,7 +136,10 @@ class Composites:
 
     def __init__(self, core: Core) -> None:
         self.core = core
-        self.engine = composite.CompositeEngine()
+        #: the engine, made by the first use of :attr:`engine` (issue 42 item 1: a broker
+        #: without composite subscriptions does not import :mod:`composite`)
+        self._engine: composite.CompositeEngine | None = None
+        self._track_losses = False
         #: client id -> name -> subscription identifiers (v5) of its composite subscriptions
         self.clients: dict[str, dict[str, tuple[int, ...]]] = {}
         self.offers = 0  # publications offered to the engine (matched at least one atom)
@@ -167,9 +170,26 @@ class Composites:
         self.log = CompositeLog(self)
         self._observe()
 
+    @property
+    def engine(self) -> composite.CompositeEngine:
+        """The engine (:mod:`composite`), made and imported at the first use. O(1)."""
+        eng = self._engine
+        if eng is None:
+            import composite
+
+            eng = self._engine = composite.CompositeEngine()
+            eng.track_losses(self._track_losses)
+        return eng
+
+    @engine.setter
+    def engine(self, eng: composite.CompositeEngine) -> None:
+        self._engine = eng
+
     def _observe(self) -> None:
         """Have the engine keep its losses when a hook wants them (after a restore too)."""
-        self.engine.track_losses(bool(self.core.obs.composite_loss))
+        self._track_losses = bool(self.core.obs.composite_loss)
+        if self._engine is not None:
+            self._engine.track_losses(self._track_losses)
 
     def flush_losses(self) -> None:
         """One ``on_composite_loss`` per (subscription, atom) with losses counted since the
@@ -178,9 +198,9 @@ class Composites:
         broker's stop."""
         core = self.core
         hooks = core.obs.composite_loss
-        if not hooks:
+        if not hooks or self._engine is None:  # no engine yet: nothing was lost
             return
-        lost = self.engine.drain_losses()
+        lost = self._engine.drain_losses()
         if not lost:
             return
         t = core.clock.wall()
@@ -234,6 +254,8 @@ class Composites:
         authorize: Callable[[str], bool] | None,
     ) -> Subscribed:
         """One ``$composite/...`` request of a SUBSCRIBE; a refusal changes nothing."""
+        import composite  # the first composite subscription imports the engine (issue 42 item 1)
+
         full = req.topic_filter
         try:
             name, expression = split_composite(full)

@@ -71,16 +71,16 @@ from __future__ import annotations
 
 import gc
 import math
-from base64 import b64decode, b64encode
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-import composite
 from broker.core._atom_ids import Recent
 
+# composite, orjson and base64 are imported by the functions that use them: the core makes a
+# CompositeLog at start, and a broker without composite subscriptions and without a store
+# never calls them (issue 42 item 1, docs/performance.md "Footprint")
 if TYPE_CHECKING:
+    import composite
     from broker.core._composite import Composites
     from broker.durability import Store
 
@@ -278,6 +278,10 @@ class CompositeLog:
                 gc.enable()
 
     def _dump(self, keep: Callable[[Hashable], bool]) -> bytes:
+        from base64 import b64encode
+
+        import orjson
+
         comps = self.comps
         data = comps.engine.snapshot(keep)
         for a in data["atoms"]:
@@ -352,6 +356,8 @@ class CompositeLog:
     ) -> int:
         """Make ``eng`` the broker's engine (atoms indexed) with these clients and delegated
         subscriptions, all durable; returns the number of subscribers."""
+        import composite
+
         comps = self.comps
         self.pending, self.pending_clock, self.pending_atoms = [], [], []  # (none at start)
         comps._apply(composite.Change((), tuple(comps.engine.atoms())))
@@ -418,6 +424,12 @@ def _read(
     keys of the remote events delivered to durable subscriptions, oldest first).
     Every subscription it restores is in the durable partition.  Without a snapshot, an empty
     engine with ``current``'s defaults."""
+    from base64 import b64decode
+
+    import orjson
+
+    import composite
+
     clients: dict[str, dict[str, tuple[int, ...]]] = {}
     delegated: dict[Key, tuple[str, int]] = {}
     if raw is None:
@@ -448,6 +460,8 @@ def _read(
 
 def _atom_ids(eng: composite.CompositeEngine, expression: str) -> tuple[int, ...]:
     """The ids of the (distinct) atoms of ``expression`` in ``eng``.  O(atoms)."""
+    import composite
+
     return tuple(i for a in composite.parse(expression).atoms() if (i := eng.atom_id(a.text)) is not None)
 
 
@@ -458,6 +472,10 @@ def _apply_row(
     delegated: dict[Key, tuple[str, int]],
 ) -> None:
     """Replay one journal row on ``eng`` and the clients' maps (no event delivered)."""
+    import orjson
+
+    import composite
+
     _seq, kind, clock, topic, payload, qos, data, _writes = row
     clock = float("-inf") if clock is None else float(clock)
     if kind == OFFERS:
@@ -517,6 +535,8 @@ def _flat(atoms: list[int | list[int]]) -> set[int]:
 
 
 def _json(value: object) -> str:
+    import orjson
+
     return orjson.dumps(value).decode()
 
 

@@ -878,6 +878,13 @@ class Core:
                 extra=fields(event or "limit." + kind, client_id, address, reason or kind),
             )
 
+    def log_due(self, kind: str) -> bool:
+        """Whether :meth:`log_limit` would log a refusal of ``kind`` now: a site that refuses
+        often and builds its message from numbers (a queue bound's drop) asks first and builds
+        it only then (one line per interval is kept, the other drops cost no formatting). O(1)."""
+        last = self._limit_logged.get(kind)
+        return last is None or self.clock.monotonic() - last >= LIMIT_LOG_INTERVAL
+
     def publish_sys(self, now: float) -> None:
         for topic, value in self.sys_values(now).items():
             msg = Message.create(topic, value.encode(), 0, True, NO_PROPERTIES, None, now)

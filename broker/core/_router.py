@@ -37,7 +37,7 @@ from typing import Any
 import content
 import topics
 from broker._logging import shown
-from broker.core._shared import Groups, Members, SharedPolicy
+from broker.core._shared import Groups, Members, SharedPolicy, reachable
 from broker.packets import ReasonCode, SubscriptionRequest
 from broker.values import (
     PEER_PREFIX,
@@ -447,9 +447,7 @@ class Router:
                     [m for m in members.members if m[1].selector is None or m[1].selector in sel_ok]
                 )
                 if unavailable:
-                    reachable = [m for m in group.members if m[0] not in unavailable]
-                    if reachable and len(reachable) < len(group.members):
-                        group = Members.of(reachable)
+                    group = reachable(group, unavailable)
             elif unavailable:
                 group = self.groups.reachable(key, group, unavailable, local)
             if not group.members:

@@ -37,16 +37,14 @@ and one sticky client id per group, and the cached :class:`Members`.
 
 from __future__ import annotations
 
-import random
-import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 
 from broker.values import PEER_PREFIX, SubOptions
 
-__all__ = ["Groups", "Members", "SharedPolicy", "Strategy", "group_strategies"]
+__all__ = ["Groups", "Members", "SharedPolicy", "Strategy", "group_strategies", "reachable"]
 
 
 class Strategy(Enum):
@@ -103,9 +101,13 @@ class Members:
         return Members(members, positions, local, selective)
 
 
-def _reachable(group: Members, unavailable: AbstractSet[str]) -> Members:
+def reachable(group: Members, unavailable: AbstractSet[str]) -> Members:
     """``group`` without the members in ``unavailable``; ``group`` itself when that leaves
-    none or removes none (nobody reachable: every member again, in turn). O(members)."""
+    none or removes none (nobody reachable: every member again, in turn). O(members).
+
+    The one home of the rule: :meth:`Groups.reachable` keeps its result per group, the
+    router's content-filter branch (``Router._route_shared``, candidates depend on the
+    payload) calls it per message."""
     reachable = [m for m in group.members if m[0] not in unavailable]
     if reachable and len(reachable) < len(group.members):
         return Members.of(reachable)
@@ -168,7 +170,7 @@ class Groups:
         entry = self._reach.get(at)
         if entry is not None and entry[0] is group:
             return entry[1]
-        out = _reachable(group, unavailable)
+        out = reachable(group, unavailable)
         if out is not group:
             self.built += 1
         self._reach[at] = (group, out)
@@ -196,11 +198,25 @@ class Groups:
             assert kept is None or kept == Members.of([fresh.members[i] for i in fresh.local]), key
 
 
+def _generator(seed: int | None) -> Callable[[], float]:
+    """``random.Random(seed).random``: the ``random`` module imported at the first draw."""
+    import random
+
+    return random.Random(seed).random
+
+
+def _crc32() -> Callable[[bytes], int]:
+    """``zlib.crc32``, imported at the first hashed pick."""
+    import zlib
+
+    return zlib.crc32
+
+
 class SharedPolicy:
     """The strategies of a broker's shared groups and the state they keep (one counter and
     one sticky member per group, keyed by ``(group, filter)``)."""
 
-    __slots__ = ("_groups", "_rng", "_rr", "_sticky", "strategy")
+    __slots__ = ("_crc32", "_groups", "_random", "_rr", "_seed", "_sticky", "strategy")
 
     def __init__(
         self,
@@ -210,7 +226,12 @@ class SharedPolicy:
     ) -> None:
         self.strategy = strategy
         self._groups: dict[str, Strategy] = dict(groups or {})
-        self._rng = random.Random(seed)
+        # random and zlib are imported by the first group whose strategy needs them (issue 42
+        # item 1: a broker without shared groups does not load them; the seeded generator
+        # made at its first draw gives the same draws as one made here)
+        self._seed = seed
+        self._random: Callable[[], float] | None = None
+        self._crc32: Callable[[bytes], int] | None = None
         self._rr: dict[tuple[str, str], int] = {}
         self._sticky: dict[tuple[str, str], str] = {}
 
@@ -227,7 +248,10 @@ class SharedPolicy:
                 rr[key] = turn + 1
                 return turn % n
             case Strategy.RANDOM:
-                return int(self._rng.random() * n)  # randrange(n) costs twice as much
+                draw = self._random
+                if draw is None:
+                    draw = self._random = _generator(self._seed)
+                return int(draw() * n)  # randrange(n) costs twice as much
             case Strategy.STICKY:
                 chosen = self._sticky.get(key)
                 if chosen is not None:
@@ -240,9 +264,15 @@ class SharedPolicy:
                 self._sticky[key] = group.members[i][0]
                 return i
             case Strategy.HASH_CLIENTID:
-                return zlib.crc32((publisher or "").encode()) % n
+                crc = self._crc32
+                if crc is None:
+                    crc = self._crc32 = _crc32()
+                return crc((publisher or "").encode()) % n
             case Strategy.HASH_TOPIC:
-                return zlib.crc32(topic.encode()) % n
+                crc = self._crc32
+                if crc is None:
+                    crc = self._crc32 = _crc32()
+                return crc(topic.encode()) % n
             case Strategy.LOCAL:
                 turn = rr.get(key, 0)
                 rr[key] = turn + 1

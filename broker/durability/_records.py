@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-import orjson
-
 import topics
 from broker.packets import NO_PROPERTIES, Properties, Will
 from broker.values import NEVER, Message, MessageState, SubOptions
@@ -72,6 +70,8 @@ def encode_properties(p: Properties) -> bytes | None:
         if v == default:
             continue
         out[name] = v.hex() if name in _BYTES_FIELDS else v
+    import orjson  # at the first message with properties (issue 42 item 1: the light broker)
+
     return orjson.dumps(out)
 
 
@@ -79,6 +79,8 @@ def decode_properties(blob: bytes | None) -> Properties:
     """Inverse of :func:`encode_properties`."""
     if blob is None:
         return NO_PROPERTIES
+    import orjson
+
     raw: dict[str, Any] = orjson.loads(blob)
     kw: dict[str, Any] = {}
     for name, v in raw.items():

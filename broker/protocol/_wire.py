@@ -1,6 +1,8 @@
 """Tables and helpers shared by the MQTT encoder and decoder (sans-IO).
 
-Variable byte integers (section 1.5.5; a table below 16384), the MQTT 5 property table
+Variable byte integers (section 1.5.5; a table below 16384, filled at each length's first use:
+built whole at import it held 16,256 two-byte ``bytes`` objects, 0.7 MB of every broker, most
+never used; issue 42 item 1), the MQTT 5 property table
 (section 2.2.2.2: id, field, kind, packet types, allowed values) and packet type names.
 The encoder is :mod:`broker.protocol._encode`, the decoder :mod:`broker.protocol._decode`.
 """
@@ -59,13 +61,18 @@ def vbi_slow(n: int) -> bytes:
             return bytes(out)
 
 
-VBI_TABLE: Final = tuple(vbi_slow(i) for i in range(16384))
+#: the encodings below 16384 (two bytes at most), each made at its first use (None until then)
+VBI_TABLE: Final[list[bytes | None]] = [None] * 16384
 
 
 def vbi(n: int) -> bytes:
-    """Variable byte integer (section 1.5.5); table lookup below 16384."""
+    """Variable byte integer (section 1.5.5); table lookup below 16384 (O(1), the entry made at
+    the first use of ``n``)."""
     if n < 16384:
-        return VBI_TABLE[n]
+        b = VBI_TABLE[n]
+        if b is None:
+            b = VBI_TABLE[n] = vbi_slow(n)
+        return b
     if n > MAX_REMAINING_LENGTH:
         raise ValueError(f"{n} does not fit a variable byte integer")
     return vbi_slow(n)

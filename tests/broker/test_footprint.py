@@ -99,8 +99,9 @@ def _serve_imports(
 def test_light_serve_imports_no_heavy_library(tmp_path: Path) -> None:
     modules, _ = _serve_imports(tmp_path, "--no-bridge", "--no-persistence")
     assert not modules & {*HEAVY, "websockets"}, sorted(modules & {*HEAVY, "websockets"})
-    # the uplink plugin is loaded, its bridges (an MQTT client, 2.4 MB) only with [[bridges]]
-    assert "uplink" in modules
+    # the uplink plugin is loaded (importlib.import_module: -X importtime does not list it,
+    # test_light_serve_defers_the_heavy_standard_modules checks it), its bridges (an MQTT
+    # client, 2.4 MB) only with [[bridges]]
     assert not modules & {"uplink._bridge", "uplink._hook", "paho"}, sorted(modules)
 
 
@@ -223,6 +224,28 @@ LIGHT_DEFERRED = frozenset(
         "broker._passwd",
         "cluster._auth",
         "bridge._jar",
+        # the other commands' modules: `siftmq serve` builds the serve command's parser alone
+        "broker._client_cli",
+        "broker._ctl_cli",
+        "broker._backup_cli",
+        "broker._passwd_cli",
+        "bridge._cli",
+        # the composite engine: made at the first composite subscription
+        "composite",
+        "broker._composite_saver",
+        # orjson (with json, uuid, platform, datetime it imports): at the first JSON payload
+        # a selector reads, the JSON log format, a bans file, a store's record with properties
+        "orjson",
+        "datetime",
+        "uuid",
+        # the HTTP / JWT authentication: with an auth_* key of [serve]
+        "broker.authn",
+        "broker._acl",
+        # shared subscriptions' random and hashed strategies: at their first pick
+        "random",
+        "zlib",
+        # the uplink's [[bridges]] schema: with --config
+        "uplink._config",
     }
 )
 
@@ -260,6 +283,9 @@ def test_light_serve_defers_the_heavy_standard_modules(tmp_path: Path) -> None:
     modules = _served_modules(tmp_path, "--no-bridge", "--no-persistence", "--no-uvloop")
     assert "asyncio" in modules and "broker._broker" in modules  # the dump is the serving process's
     assert not modules & LIGHT_DEFERRED, sorted(modules & LIGHT_DEFERRED)
+    # the plugins are loaded (their serve options), not what they use only when configured
+    assert {"uplink._plugin", "cluster._plugin", "bridge._plugin"} <= modules
+    assert not modules & {"uplink._bridge", "uplink._hook", "paho", "kademlia"}, sorted(modules)
     assert "email" not in {m.split(".")[0] for m in modules}
 
 
@@ -387,3 +413,59 @@ def test_plugin_entry_points_inside_a_zip_on_sys_path(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(archive)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
     assert out.returncode == 0 and out.stdout == "zmod:PLUGIN\n", out.stderr
+
+
+def test_serve_parses_its_own_command_alone(tmp_path: Path) -> None:
+    """``siftmq serve`` builds the serve command's parser alone (the other commands' modules
+    stay unimported, :data:`LIGHT_DEFERRED`); its help, a top-level flag before the command
+    and its usage errors are what they were, and the full parser still lists every command."""
+    run = [sys.executable, "-m", "broker._cli"]
+    done = subprocess.run(
+        [*run, "serve", "--help"], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert done.returncode == 0 and "--no-uvloop" in done.stdout and "--tls-port" in done.stdout, done.stderr
+    bad = subprocess.run(
+        [*run, "--debug", "serve", "--port", "x"], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    last = bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 2 and last == "siftmq serve: --port x: expected an integer 0..65535", bad.stderr
+    assert "Traceback" in bad.stderr  # --debug before the command is still honoured
+    full = subprocess.run([*run, "--help"], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert full.returncode == 0
+    commands = ("serve", "pub", "sub", "passwd", "backup", "ctl", "analytics")
+    assert all(name in full.stdout for name in commands)
+
+
+def test_vbi_table_is_filled_at_first_use() -> None:
+    """The variable byte integers below 16384 come from a table filled at each length's first
+    use (built whole at import it was 16,256 two-byte objects, ~0.7 MB of every broker): a
+    fresh broker's table is nearly empty, and every entry is the encoding (MQTT 5 1.5.5)."""
+    code = (
+        "import broker, broker.protocol._wire as w\n"
+        "print(sum(b is not None for b in w.VBI_TABLE))\n"
+        "assert all(w.vbi(n) == w.vbi_slow(n) for n in range(16384))\n"
+        "assert all(w.VBI_TABLE[n] == w.vbi_slow(n) for n in range(16384))\n"
+        "assert w.vbi(127) == b'\\x7f' and w.vbi(128) == b'\\x80\\x01' and w.vbi(16383) == b'\\xff\\x7f'\n"
+        "assert w.vbi(16384) == b'\\x80\\x80\\x01' and w.vbi(268_435_455) == b'\\xff\\xff\\xff\\x7f'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) < 64  # before: 16,384 (a tuple built at import)
+
+
+def test_shared_random_strategy_draws_as_random_random() -> None:
+    """The random strategy's generator is made at its first pick (``random`` imported then):
+    a seeded policy still picks exactly ``int(random.Random(seed).random() * n)`` in turn."""
+    import random
+
+    from broker.core._shared import Members, SharedPolicy, Strategy
+    from broker.values import SubOptions
+
+    opts = SubOptions(1, False, False, 0, None, None, "jobs/#")
+    for seed, n in ((7, 3), (0, 1), (2**32, 6)):
+        group = Members.of([(str(i), opts) for i in range(n)])
+        policy = SharedPolicy(Strategy.RANDOM, seed=seed)
+        reference = random.Random(seed)
+        assert [policy.pick(("g", "jobs/#"), group, None, "t") for _ in range(50)] == [
+            int(reference.random() * n) for _ in range(50)
+        ]

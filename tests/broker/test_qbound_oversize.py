@@ -20,6 +20,7 @@ def test_drop_oldest_keeps_the_queue_when_a_message_exceeds_the_whole_byte_bound
         journal=SimpleNamespace(dropped=lambda s, out: dropped.append(out)),
         stats=SimpleNamespace(queue_overflow=0, dropped_queue_full=0),
         log_limit=lambda *a: None,
+        log_due=lambda kind: True,
     )
     session: Any = SimpleNamespace(client_id="$uplink/x", queue=deque())
     bound = QueueBound(10, max_bytes=100, drop_oldest=True)

@@ -20,6 +20,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,29 @@ from paho.mqtt.enums import CallbackAPIVersion
 from tests.mosquitto import MOSQUITTO, free_port
 from uplink import BridgeConfig, TopicRule
 
-__all__ = ["MOSQUITTO", "Collector", "Cutter", "Mosquitto", "central", "down_remote", "free_port"]
+__all__ = [
+    "MOSQUITTO",
+    "Collector",
+    "Cutter",
+    "Mosquitto",
+    "central",
+    "down_remote",
+    "free_port",
+    "refusing_port",
+]
+
+
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port where nothing listens, for as long as the ``with`` lasts: a socket is
+    bound to it and kept open without ``listen``, so a connection to it is refused at once
+    and no other socket (another test's listener, an outgoing connection's ephemeral port)
+    can take the port meanwhile.  :func:`free_port` closes its socket: the port it returns
+    is free only at that instant, and anything may listen there by the time a bridge
+    connects (then the "unreachable" remote answers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
 
 
 def central(port: int, *rules: TopicRule, **fields: Any) -> BridgeConfig:

@@ -15,7 +15,6 @@ from broker import Broker
 from broker._config import Listener
 from broker.hooks import Hooks
 from tests.security.helpers import Certs, make_certs
-from tests.uplink._remote import free_port
 from tests.waiting import eventually
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
 
@@ -46,9 +45,9 @@ async def _local_serves(port: int) -> None:
                 break
 
 
-async def test_failover_list_metrics_and_sys(tmp_path: Path) -> None:
+async def test_failover_list_metrics_and_sys(tmp_path: Path, dead_port: int) -> None:
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
-        dead = f"mqtt://127.0.0.1:{free_port()}"
+        dead = f"mqtt://127.0.0.1:{dead_port}"
         live = f"mqtt://127.0.0.1:{central.port}"
         uplink = Uplink([_cfg(dead, live)])
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:

@@ -20,7 +20,7 @@ import aiomqtt
 import pytest
 
 from broker import Broker
-from tests.uplink._remote import MOSQUITTO, central, down_remote, free_port
+from tests.uplink._remote import MOSQUITTO, central, down_remote
 from tests.uplink.test_uplink_mosquitto import in_order
 from tests.waiting import eventually, next_message
 from uplink import BridgeConfig, Direction, TopicRule, Uplink
@@ -97,8 +97,8 @@ def test_pace_is_a_queue_policy() -> None:
     assert cfg.own_queue_bound
 
 
-async def test_a_reload_away_from_pace_resumes_the_paused_publishers() -> None:
-    dead = free_port()  # nothing listens: the bridge's queue only grows
+async def test_a_reload_away_from_pace_resumes_the_paused_publishers(dead_port: int) -> None:
+    dead = dead_port  # nothing listens (a bound socket that does not listen): the queue only grows
     cfg = central(
         dead,
         TopicRule("sensors/#", Direction.OUT, 1),

@@ -13,7 +13,7 @@ import pytest
 
 from broker import Broker
 from broker._logging import TEXT_FORMAT, JsonFormatter
-from tests.uplink._remote import central, free_port
+from tests.uplink._remote import central
 from tests.waiting import eventually
 from uplink import Direction, TopicRule, Uplink
 
@@ -21,10 +21,12 @@ BOUND = 3
 FORGED = "pub\n2026-11-29 00:00:00,000 WARNING broker: forged " + "x" * 5_000
 
 
-async def test_the_pace_line_bounds_the_publishers_client_id(caplog: pytest.LogCaptureFixture) -> None:
+async def test_the_pace_line_bounds_the_publishers_client_id(
+    caplog: pytest.LogCaptureFixture, dead_port: int
+) -> None:
     caplog.set_level(logging.INFO, logger="broker")
     cfg = central(
-        free_port(), TopicRule("s/#", Direction.OUT, 1), max_queued_messages=BOUND, queue_policy="pace"
+        dead_port, TopicRule("s/#", Direction.OUT, 1), max_queued_messages=BOUND, queue_policy="pace"
     )
     uplink = Uplink([cfg])
     acked = 0

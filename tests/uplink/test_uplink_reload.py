@@ -1,13 +1,14 @@
 """Bridges reloaded without a restart (issue 40, brief I item 1): ``Broker.reload`` with the
 ``Uplink``'s ``source``, and SIGHUP to a real ``siftmq serve --config`` (``siftmq reload``).
 
-The remote is an embedded siftmq ("central"); a bridge whose remote is a free port that
-nothing listens on keeps its messages queued in its local session.  One reload keeps an
-unchanged bridge as it is (the same object, no new connection), starts a new one, stops a
-removed one (its queued messages stay in its session, nothing more is queued for it, and
-adding it again sends them), and restarts a changed one on the same session (its queue
-crosses once it points at central; a queued message whose rule was removed is counted
-``no_rule``).  A bad ``[[bridges]]`` table fails the whole reload and the bridges run on.
+The remote is an embedded siftmq ("central"); a bridge whose remote is a port that nothing
+listens on (``dead_port``: bound, not listening) keeps its messages queued in its local
+session.  One reload keeps an unchanged bridge as it is (the same object, no new
+connection), starts a new one, stops a removed one (its queued messages stay in its session,
+nothing more is queued for it, and adding it again sends them), and restarts a changed one on
+the same session (its queue crosses once it points at central; a queued message whose rule
+was removed is counted ``no_rule``).  A bad ``[[bridges]]`` table fails the whole reload and
+the bridges run on.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def _held(edge: Broker, name: str) -> int:
 
 
 async def test_reload_adds_removes_changes_and_leaves_unchanged_bridges_alone(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, dead_port: int
 ) -> None:
-    dead = free_port()  # nothing listens there: what is bound for it stays queued
+    dead = dead_port  # nothing listens there: what is bound for it stays queued
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
         keep = _bridge("keep", central.port, "k/#")
         current = [keep, _bridge("move", dead, "m/#", "x/#"), _bridge("gone", dead, "g/#")]
