@@ -611,8 +611,8 @@ class Store:
 
     def _bulk(self, name: str, rows: list[Any]) -> None:
         """Writer (holding the connection in a transaction): ``rows`` of operation ``name`` in
-        one ``INSERT INTO bulk_<name>`` per :data:`_BULK_MAX` rows, padded with NULL rows to a
-        power of two (module doc, "One statement per table and round").  O(len(rows))."""
+        one statement (:func:`_bulk_statement`) per :data:`_BULK_MAX` rows, padded with NULL
+        rows to a power of two (module doc, "One statement per table and round").  O(len(rows))."""
         db = self._db
         ncols = _BULK_COLS[name]
         for lo in range(0, len(rows), _BULK_MAX):
