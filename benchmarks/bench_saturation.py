@@ -730,8 +730,9 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
 
 
 def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subprocess.Popen[bytes] | None:
-    """``--profile DIR``: py-spy (the ``bench`` extra) samples the broker's threads over the
-    warm-up and the window into ``DIR/<broker>-<scenario>.txt`` (collapsed stacks, idle excluded)."""
+    """``--profile DIR``: py-spy (the ``bench`` extra) samples the broker's threads and its child
+    processes (the bridge's writer process) over the warm-up and the window into
+    ``DIR/<broker>-<scenario>.txt`` (collapsed stacks, idle excluded)."""
     if not a.profile or not b.name.startswith("siftmq"):
         return None
     out = Path(a.profile)
@@ -760,6 +761,7 @@ def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subproce
             "--format",
             "raw",
             "--threads",
+            "--subprocesses",  # the bridge's writer process too (issue 42 item 4b)
             "--nonblocking",
             "--output",
             str(out / f"{b.name}-{scenario}.txt"),
@@ -819,7 +821,12 @@ def _bridge_rows(b: RunningBroker) -> dict[str, object]:
     files = [f for f in landing.glob("*.parquet")] if landing.exists() else []
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     log = (b.tmp / "broker.log").read_text(errors="replace")
-    return {"bridge_deliveries": rows, "bridge_drop_warnings": log.count("dropped so far")}
+    # files: the child's commits of deliveries (rounds of few rows are grouped, issue 42 item 4b)
+    return {
+        "bridge_deliveries": rows,
+        "bridge_files": len(files),
+        "bridge_drop_warnings": log.count("dropped so far"),
+    }
 
 
 def markdown(results: list[dict[str, object]]) -> str:

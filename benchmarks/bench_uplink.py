@@ -58,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -87,13 +88,30 @@ def wait_port(port: int, timeout: float = 20) -> None:
 
 
 class Proc:
-    def __init__(self, args: list[str], port: int) -> None:
-        self.args, self.port = args, port
+    def __init__(self, args: list[str], port: int, cwd: Path | None = None, metrics: int = 0) -> None:
+        self.args, self.port, self.cwd = args, port, cwd
+        self.metrics = metrics  # the port of its /metrics (a siftmq edge), 0: none
         self.p: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.p = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.p = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.cwd
+        )
         wait_port(self.port)
+
+    def store_counters(self) -> dict[str, float]:
+        """The store's counters on its /metrics (``siftmq_store_*_total``), {} without."""
+        if not self.metrics:
+            return {}
+        wait_port(self.metrics)
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("siftmq_store_") and "_total " in line:
+                name, value = line.split()
+                out[name.removeprefix("siftmq_store_").removesuffix("_total")] = float(value)
+        return out
 
     def stop(self) -> None:
         if self.p is not None:
@@ -116,7 +134,7 @@ def mosquitto(d: Path, name: str, port: int, extra: str = "", persist: bool = Fa
     return Proc([MOSQUITTO, "-c", str(conf)], port)
 
 
-def siftmq_edge(d: Path, port: int, central: int, persist: bool = True) -> Proc:
+def siftmq_edge(d: Path, port: int, central: int, persist: bool = True, tree: Path | None = None) -> Proc:
     cfg = d / "edge.toml"
     cfg.write_text(
         "[broker]\nmax_queued_messages = 1000000\nsys_interval = 0\n\n"
@@ -126,10 +144,13 @@ def siftmq_edge(d: Path, port: int, central: int, persist: bool = True) -> Proc:
     )
     data = d / "siftmq-data"
     shutil.rmtree(data, ignore_errors=True)
-    args = [sys.executable, "-m", "broker._cli", "serve", "--port", str(port), "--data-dir", str(data)]
+    python = sys.executable if tree is None else str(tree / ".venv" / "bin" / "python")
+    args = [python, "-m", "broker._cli", "serve", "--port", str(port), "--data-dir", str(data)]
     if not persist:
         args.append("--no-persistence")
-    return Proc([*args, "--config", str(cfg), "--no-bridge", "--log-level", "WARNING"], port)
+    metrics = free_port()
+    args += ["--metrics-listen", f"127.0.0.1:{metrics}", "--no-dashboard"]
+    return Proc([*args, "--config", str(cfg), "--no-bridge", "--log-level", "WARNING"], port, tree, metrics)
 
 
 def mosquitto_edge(d: Path, port: int, central: int) -> Proc:
@@ -148,11 +169,17 @@ def ratio(x: float, y: float) -> float:
     return x / y if y else math.nan
 
 
+#: ``--baseline DIR``: the checkout whose persistent edge is the line ``siftmq-base``
+BASELINE: Path | None = None
+
+
 def edge_of(name: str, d: Path, port: int, central: int) -> Proc:
-    """The edge of one line: ``mosquitto`` (its bridge), ``siftmq`` (persistent) or
-    ``siftmq-mem`` (no store)."""
+    """The edge of one line: ``mosquitto`` (its bridge), ``siftmq`` (persistent),
+    ``siftmq-mem`` (no store) or ``siftmq-base`` (persistent, from ``--baseline``)."""
     if name == "mosquitto":
         return mosquitto_edge(d, port, central)
+    if name == "siftmq-base":
+        return siftmq_edge(d, port, central, tree=BASELINE)
     return siftmq_edge(d, port, central, persist=name == "siftmq")
 
 
@@ -379,14 +406,25 @@ def main() -> None:
     ap.add_argument("--profile-dir", default=".", help="where the --py-spy profiles go (collapsed stacks)")
     ap.add_argument("--native", action="store_true", help="--py-spy with native (C, mypyc) frames")
     ap.add_argument(
+        "--baseline",
+        default="",
+        help="a checkout (with its .venv, built) whose persistent edge is measured too, as siftmq-base",
+    )
+    ap.add_argument(
         "--drain",
         type=int,
         default=0,
         help="also measure the drain after an outage with this many queued messages per edge and run",
     )
     a = ap.parse_args()
-    drains: dict[str, list[Drain]] = {"siftmq": [], "siftmq-mem": [], "mosquitto": []}
-    rows: dict[str, list[Row]] = {"direct": [], "siftmq": [], "siftmq-mem": [], "mosquitto": []}
+    global BASELINE  # noqa: PLW0603 (set once, from the command line)
+    edges = ["siftmq", "siftmq-mem", "mosquitto"]
+    if a.baseline:
+        BASELINE = Path(a.baseline).resolve()
+        edges.insert(1, "siftmq-base")
+    drains: dict[str, list[Drain]] = {name: [] for name in edges}
+    rows: dict[str, list[Row]] = {"direct": [], **{name: [] for name in edges}}
+    counts: dict[str, list[tuple[float, float]]] = {name: [] for name in edges}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cport = free_port()
@@ -401,7 +439,7 @@ def main() -> None:
                     load.measure(cport, "central/", f"r{run}-direct/", a.messages, 0, central.p.pid)
                 )
                 print(f"run {run}", rows["direct"][-1].show("direct"), flush=True)
-                for name in ("siftmq", "siftmq-mem", "mosquitto"):
+                for name in edges:
                     eport = free_port()
                     edge = edge_of(name, d, eport, cport)
                     edge.start()
@@ -413,9 +451,11 @@ def main() -> None:
                             out = Path(a.profile_dir) / f"uplink-{name}-run{run}.txt"
                             spy = start_py_spy(a.py_spy, edge.p.pid, out, a.native)
                             time.sleep(1.0)  # py-spy attaches (before the measure, not part of it)
+                        before = edge.store_counters()
                         row = load.measure(
                             eport, "bench/", f"r{run}-{name}/", a.messages, edge.p.pid, central.p.pid
                         )
+                        after = edge.store_counters()
                         if spy is not None:
                             spy.send_signal(signal.SIGINT)
                             spy.wait(30)
@@ -423,12 +463,22 @@ def main() -> None:
                         edge.stop()
                     rows[name].append(row)
                     print(f"run {run}", row.show(name), flush=True)
+                    if "inserts" in after:  # the store's counters over the measure
+                        written = after["inserts"] - before["inserts"]
+                        cancelled = after["inserts_cancelled"] - before["inserts_cancelled"]
+                        counts[name].append((written, cancelled))
+                        print(
+                            f"run {run} {name} store: {written:.0f} deliveries written, {cancelled:.0f} "
+                            f"cancelled ({100 * written / max(1, written + cancelled):.0f} % written), "
+                            f"{after['commits'] - before['commits']:.0f} commits",
+                            flush=True,
+                        )
                 if a.drain:
                     for name, ds in drains.items():
                         ds.append(drain_measure(d, name, run, a.drain, a.publishers, a.window))
                         print(f"run {run}", ds[-1].show(name), flush=True)
                 m = rows["mosquitto"][-1]
-                for name in ("siftmq", "siftmq-mem"):
+                for name in edges[:-1]:
                     s = rows[name][-1]
                     print(
                         f"run {run} ratio {name}/mosquitto: throughput {ratio(s.rate, m.rate):.2f}x, "
@@ -451,7 +501,7 @@ def main() -> None:
             line += f"  {med(r.per_edge_cpu for r in rs):7.0f} msg/CPU s"
         line += f"  central {med(r.central_cpu for r in rs):5.2f} CPU s"
         print(line)
-    for name in ("siftmq", "siftmq-mem"):
+    for name in edges[:-1]:
         pairs = list(zip(rows[name], rows["mosquitto"], strict=True))
         tp = [ratio(s.rate, m.rate) for s, m in pairs]
         pc = [ratio(s.per_edge_cpu, m.per_edge_cpu) for s, m in pairs]
@@ -462,6 +512,25 @@ def main() -> None:
             + ", ".join(f"{r:.2f}x" for r in pc)
             + f" (median {statistics.median(pc):.2f}x)"
         )
+    if a.baseline:
+        pairs = list(zip(rows["siftmq"], rows["siftmq-base"], strict=True))
+        tp = [ratio(s.rate, b.rate) for s, b in pairs]
+        pc = [ratio(s.per_edge_cpu, b.per_edge_cpu) for s, b in pairs]
+        print(
+            "ratio siftmq/siftmq-base per run: throughput "
+            + ", ".join(f"{r:.2f}x" for r in tp)
+            + f" (median {statistics.median(tp):.2f}x); messages per edge CPU second "
+            + ", ".join(f"{r:.2f}x" for r in pc)
+            + f" (median {statistics.median(pc):.2f}x)"
+        )
+    for name, cs in counts.items():
+        if cs:
+            share = [100 * w / max(1, w + c) for w, c in cs]
+            print(
+                f"{name} store: deliveries written (then deleted) per run "
+                + ", ".join(f"{x:.0f} %" for x in share)
+                + f" (median {statistics.median(share):.0f} %)"
+            )
 
     if not a.drain:
         return
@@ -475,7 +544,7 @@ def main() -> None:
             f"{min(100 * x.delivered / max(1, x.acked) for x in ds):5.1f} % (worst)  "
             f"edge {med(x.edge_cpu for x in ds):5.2f} CPU s"
         )
-    for name in ("siftmq", "siftmq-mem"):
+    for name in edges[:-1]:
         dpairs = list(zip(drains[name], drains["mosquitto"], strict=True))
         dt = [x.seconds / y.seconds for x, y in dpairs if y.seconds]
         dr = [x.rate / y.rate for x, y in dpairs if y.rate]

@@ -63,8 +63,8 @@ class BridgePlugin:
         parser.add_argument(
             "--bridge-roll-interval",
             default=None,
-            help="seconds between the bridge's landing-zone commits (default 0.5; lower = fresher Spark "
-            "results, more files)",
+            help="seconds between the bridge's landing-zone rounds (default 0.5; the writer process "
+            "commits rounds of few rows together, within 4x this; lower = fresher Spark results, more files)",
         )
         parser.add_argument(
             "--bridge-messages",

@@ -36,7 +36,14 @@ table (and every later one, in order) for the next round.
 
 Durability: a graceful :meth:`Bridge.stop` (or :meth:`Bridge.close`) commits everything buffered.
 A hard kill loses what was buffered since the last commit: at most ``roll_interval`` plus the
-duration of one write round (measured in docs/lab/performance-bridge.md).
+duration of one write round (measured in docs/lab/performance-bridge.md).  With the writer
+process (``writer="process"``), rounds of fewer than ``commit_rows`` rows are handed over every
+round but committed in groups of at most ``commit_delay`` seconds of records (by default
+4 x ``roll_interval`` when that is >= 0.5 s: a commit costs the child a fixed 2-6 ms of CPU,
+bridge/_writerproc.py); a SIGKILL of the broker loses no more than above (the child commits
+what it holds when the broker's socket closes), while a kill of both processes or a power loss
+loses at most ``commit_delay`` plus one round, and a reader sees those rows up to
+``commit_delay`` after they were recorded.
 
 Filesystems: a local directory by default; a URI (``s3://bucket/prefix``, ``hdfs://...``) is
 opened with ``pyarrow.fs.FileSystem.from_uri`` and committed by write-then-move (no fsync there:
@@ -52,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
@@ -456,7 +464,8 @@ class Bridge(Hooks):
     thread and flush everything on a graceful stop.  Outside a broker use ``start_writer()`` and
     ``close()`` (or ``with Bridge(...) as b:``) and call the hook methods yourself.
 
-    ``roll_interval``: seconds between commits (the hard-kill loss window); ``roll_bytes``:
+    ``roll_interval``: seconds between rounds (a round is committed at once, or grouped: see
+    ``commit_rows``; the hard-kill loss window); ``roll_bytes``:
     approximate size at which a file is rolled early; ``max_pending``: bound on the rows
     buffered and not yet committed (deliveries + publications together; each other kind
     apart) beyond which new records are dropped and counted (see the module docstring).
@@ -472,6 +481,14 @@ class Bridge(Hooks):
     this process; ``"process"`` (``siftmq serve``'s default) in a child process
     (bridge/_writerproc.py: numpy and pyarrow never load here; a child that dies is restarted
     and nothing acknowledged is lost; ``stats().writer_restarts``).
+
+    ``commit_rows``, ``commit_delay`` (``writer="process"`` only): a round of fewer than
+    ``commit_rows`` rows (deliveries + publications, those held with it included) is held by
+    the child and committed with later rounds as one group, one file per kind, as long as its
+    oldest records are at most ``commit_delay`` seconds old at the group's commit (default
+    ``4 * roll_interval`` when ``roll_interval >= 0.5``, else ``roll_interval``: every round
+    committed, as a short roll interval asks for fresh files).  ``commit_delay=roll_interval``
+    commits every round.  See the module docstring for what it changes on a hard kill.
     """
 
     def __init__(
@@ -483,6 +500,8 @@ class Bridge(Hooks):
         messages: Sequence[str] = (),
         *,
         writer: str = "thread",
+        commit_rows: int = 40_000,
+        commit_delay: float | None = None,
     ) -> None:
         if writer not in {"thread", "process"}:
             raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
@@ -490,11 +509,21 @@ class Bridge(Hooks):
             raise ValueError("roll_interval must be positive")
         if max_pending < 1 or roll_bytes < 1:
             raise ValueError("max_pending and roll_bytes must be positive")
+        if commit_delay is None:
+            commit_delay = 4 * roll_interval if roll_interval >= 0.5 else roll_interval
+        if not commit_delay >= roll_interval:  # also refuses nan
+            raise ValueError("commit_delay must be >= roll_interval")
+        if commit_rows < 0:
+            raise ValueError("commit_rows must be >= 0 (0: every round committed)")
         self.landing_dir = landing_dir
         self.roll_interval = roll_interval
         self.roll_bytes = roll_bytes
         self.roll_rows = max(1, roll_bytes // _ROW_BYTES)
         self.max_pending = max_pending
+        # writer="process": rounds of fewer than commit_rows rows are grouped into one commit
+        # of at most commit_delay seconds of records (bridge/_writerproc.py)
+        self.commit_rows = commit_rows
+        self.commit_delay = commit_delay
         self._sink = _Sink(landing_dir)
         self._wake = threading.Event()
         # Deliveries and publications: appended by the broker's core (or on_deliveries), taken
@@ -524,6 +553,7 @@ class Bridge(Hooks):
         self.writer = writer
         self._process = WriterProcess(str(landing_dir)) if writer == "process" else None
         self._jobs: list[Job] = []
+        self._held: list[Job] = []  # fan-out jobs the child holds, in order (not acknowledged)
         self._process_failing = False  # the child failed and no job succeeded since (logged once)
 
     def attach(self, broker: Broker) -> None:
@@ -644,10 +674,10 @@ class Bridge(Hooks):
             self._wake.clear()
             now = time.monotonic()
             due = max(due + self.roll_interval, now) if now >= due else due
-            self.flush()
+            self._round()
             # A buffer that refilled past the roll size during the write is written at once.
             while not self._stopping.is_set() and self._backlog() and not self._unwritten:
-                self.flush()
+                self._round()
 
     def _take(self) -> None:
         """Turn the buffers into tables queued in ``_unwritten`` (files of at most roll_rows)."""
@@ -716,6 +746,7 @@ class Bridge(Hooks):
                     (names(Kind.DELIVERIES, m), names(Kind.PUBLICATIONS, p)),
                     ((Kind.DELIVERIES.value, m), (Kind.PUBLICATIONS.value, p)),
                     m + p,
+                    at=time.monotonic(),
                 )
             )
         events = self._events.take()
@@ -738,38 +769,92 @@ class Bridge(Hooks):
                 self._write_errors,
             )
 
-    def _flush_jobs(self, process: WriterProcess) -> None:
+    def _may_wait(self, first: Job, rows: int) -> bool:
+        """Whether a group of fan-out jobs whose first was built at ``first.at``, of ``rows`` rows,
+        may be held past this round: fewer than ``commit_rows`` rows, and its oldest records
+        (recorded from one roll interval before its first job was built) still within
+        ``commit_delay`` at the next round. O(1)."""
+        ri = self.roll_interval  # a quarter of a round of slack: rounds wake a little late
+        return (
+            rows < self.commit_rows and time.monotonic() + ri - (first.at - ri) <= self.commit_delay + ri / 4
+        )
+
+    def _release(self, jobs: Sequence[Job], files: list[tuple[str, int, int]]) -> None:
+        for kind, n, size in files:
+            self._written[Kind(kind)] += n
+            self._files += 1
+            self._bytes += size
+        for job in jobs:
+            self._log.release(job.credit)
+
+    def _next_job(self, commit: bool) -> Job | None:
+        """The job to send next (``_jobs[0]``, a fan-out job's hold decided), a ``"commit"`` job
+        when a held group must be committed now, or None: nothing to send this round."""
+        queue = self._jobs
+        if not queue:
+            held = self._held
+            if not held or (not commit and self._may_wait(held[0], sum(j.credit for j in held))):
+                return None
+            node = None if self._core is None else self._core.node
+            queue.append(Job("commit", None, node, self.roll_rows, (), (), 0, hold=False))
+        job = queue[0]
+        if job.what == "fanout" and job.hold is None:  # decided once: sent again the same
+            group = [*self._held, job]
+            hold = not commit and self._may_wait(group[0], sum(j.credit for j in group))
+            job = queue[0] = dataclasses.replace(job, hold=hold)
+        return job
+
+    def _job_failed(self, job: Job, closes: bool, exc: JobError) -> bool:
+        """The child answered ``job`` (``_jobs[0]``) with an error: a job (and the group it
+        closes) whose records cannot become a table is discarded (True: go on with the next);
+        a failed write keeps them for the next round, the group sent again whole (False)."""
+        queue = self._jobs
+        self._write_errors += 1
+        group = [*self._held, job] if closes else [job]
+        if closes:
+            self._held = []
+        if not exc.retry:  # the records could not become a table (a bug): discarded
+            del queue[0]
+            for j in group:
+                self._log.release(j.credit)
+            rows = sum(n for j in group for _, n in j.rows)
+            _log.error("bridge: %d malformed %s records discarded: %s", rows, job.what, exc)
+            return True
+        if not self._write_failing:
+            self._write_failing = True
+            _log.error(
+                "bridge: writing %s failed (%s); %d records kept for retry (every round, "
+                "until a write succeeds)",
+                job.names[0][0] if job.names and job.what != "fanout" else "deliveries",
+                exc,
+                sum(n for j in (*group[:-1], *queue) for _, n in j.rows),
+            )
+        queue[0:0] = group[:-1]  # the child dropped the group: sent again, first
+        return False
+
+    def _flush_jobs(self, process: WriterProcess, commit: bool) -> None:
         """``flush`` with the writer process (under the write lock): send the jobs in order; a
         job is counted written (and its log rows released) only when the child answered that
-        all its files are committed.  A child that died is restarted once per round (the job
-        is sent again; bridge/_writerproc.py explains why that is safe)."""
+        all its files are committed.  ``commit`` False (a round): a fan-out job of few rows may
+        be held by the child (:meth:`_may_wait`), committed with a later one as one group;
+        True (``flush``, a stop): everything is committed.  A child that died is restarted once
+        per round, and sent again the jobs it held, then the job it failed on (bridge/_writerproc.py
+        explains why that is safe)."""
         self._take_jobs()
         queue = self._jobs
         restarted = False
-        while queue:
-            job = queue[0]
+        while job := self._next_job(commit):
+            closes = job.what in ("fanout", "commit") and not job.hold  # commits the held group
             try:
                 files = process.run(job)
             except JobError as exc:
-                self._write_errors += 1
-                if not exc.retry:  # the records could not become a table (a bug): discarded
-                    del queue[0]
-                    self._log.release(job.credit)
-                    rows = sum(n for _, n in job.rows)
-                    _log.error("bridge: %d malformed %s records discarded: %s", rows, job.what, exc)
+                if self._job_failed(job, closes, exc):
                     continue
-                if not self._write_failing:
-                    self._write_failing = True
-                    _log.error(
-                        "bridge: writing %s failed (%s); %d records kept for retry (every round, "
-                        "until a write succeeds)",
-                        job.names[0][0] if job.what != "fanout" else "deliveries",
-                        exc,
-                        sum(n for j in queue for _, n in j.rows),
-                    )
                 break
             except (OSError, EOFError) as exc:
                 self._write_errors += 1
+                queue[0:0] = self._held  # the child's held jobs died with it: sent again, first
+                self._held = []
                 if not self._process_failing:  # once per episode (a child that cannot start
                     self._process_failing = True  # would otherwise say it every round)
                     _log.warning(
@@ -786,20 +871,35 @@ class Bridge(Hooks):
             if self._process_failing:
                 self._process_failing = False
                 _log.warning("bridge: writer process running again (%d restarts so far)", process.starts - 1)
-            self._write_resumed()
             del queue[0]
-            for kind, n, size in files:
-                self._written[Kind(kind)] += n
-                self._files += 1
-                self._bytes += size
-            self._log.release(job.credit)
+            if files is None:  # held by the child: acknowledged with its group
+                self._held.append(job)
+                continue
+            self._write_resumed()
+            group = [*self._held, job] if closes else [job]
+            if closes:
+                self._held = []
+            self._release(group, files)
+
+    def _round(self) -> None:
+        """One round of the writer thread: :meth:`flush`, except that the writer process may
+        hold a round of few rows for a later commit (bridge/_writerproc.py)."""
+        process = self._process
+        if process is None:
+            self.flush()
+            return
+        with self._write_lock:
+            self._flush_jobs(process, commit=False)
+            self._report_drops()
+        with self._committed:
+            self._committed.notify_all()
 
     def flush(self) -> None:
         """Commit everything buffered now (callable from any thread)."""
         process = self._process
         if process is not None:
             with self._write_lock:
-                self._flush_jobs(process)
+                self._flush_jobs(process, commit=True)
                 self._report_drops()
             with self._committed:
                 self._committed.notify_all()
@@ -866,7 +966,7 @@ class Bridge(Hooks):
         }
         for kind, table, _ in list(self._unwritten):
             pending[kind] += table.num_rows
-        for job in list(self._jobs):
+        for job in [*self._held, *self._jobs]:
             for name, n in job.rows:
                 pending[Kind(name)] += n
         return BridgeStats(
@@ -889,7 +989,8 @@ class Bridge(Hooks):
         with self._write_lock:
             dlog = self._log
             deliveries, publications = dlog.peek_counts()
-            unwritten = sum(c for _, _, c in self._unwritten) + sum(j.credit for j in self._jobs)
+            jobs = (*self._jobs, *self._held)
+            unwritten = sum(c for _, _, c in self._unwritten) + sum(j.credit for j in jobs)
             assert dlog.pending == deliveries + publications + unwritten
             assert 0 <= dlog.rows_out <= dlog.rows_in
             assert all(len(buf) <= self.max_pending for buf in self._records.values())

@@ -6,11 +6,26 @@ functions (``bridge/_writer.py``: the same files, byte for byte) and commits the
 names the job carries, skipping a name already committed (a job sent again after a child
 died).  It answers ``("ok", files)`` or ``("error", message, retry, os_error)`` and exits when
 the broker closes the socket.  pandas is refused (:func:`_block_pandas`).  O(rows) per job.
+
+**Held fan-out jobs** (``Job.hold``, issue 42 item 4b: the broker's rounds grouped into fewer
+commits when its rate is low; bridge/_writerproc.py says why and what it changes).  A held job
+is answered ``("held",)`` and its columns are copied out of the receive arena; the next fan-out
+job that is not held, or a ``"commit"`` job, commits the held jobs and itself as *one* group:
+their columns concatenated (:func:`_merge`: each job's string indices mapped into one table of
+distinct values per string column, delivery rows' ``call`` shifted), one table per kind, under
+the names of the group's jobs in order (the first ones; the others stay unused, a gap in the
+sequence numbers, which readers allow).  The group a commit covers is exactly the jobs held
+since the previous commit, so the broker, which keeps every job until its group is answered,
+sends the same group again after a child died and the names already committed are skipped as
+for one job.  When the broker's socket closes (the broker stopped or was killed) the held jobs
+are committed before the child exits: a broker killed with SIGKILL loses no row it had handed
+over.  O(rows + distinct strings) per group.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -84,6 +99,88 @@ def _batch_scheduling() -> None:
             os.sched_setscheduler(0, policy, os.sched_param(0))
 
 
+#: string columns of the call and delivery rows and the table of distinct values each indexes
+_REFS = {
+    "publisher_id": "publishers",
+    "topic": "topics",
+    "subscriber": "subscribers",
+    "topic_filter": "filters",
+    "selector": "filters",
+}
+
+
+def _own(job: Job) -> Job:
+    """``job`` with its columns copied out of the receive arena (reused by the next frame). O(rows)."""
+    payload = dict(job.payload)
+    for name, _ in COLUMNS:
+        payload[name] = bytes(payload[name])
+    return dataclasses.replace(job, payload=payload)
+
+
+def _merge(jobs: Sequence[Job]) -> Job:
+    """One fan-out job of a group's jobs, in order: columns concatenated, string indices mapped
+    into one table of distinct values per string column (-1, None, kept), delivery rows'
+    ``call`` shifted by the call rows before them; per kind the jobs' names, in order, as many
+    as the group's files (the same ``roll_rows`` split as one job's).
+    O(rows + distinct strings)."""
+    if len(jobs) == 1:
+        return jobs[0]
+    import numpy as np
+
+    payload: dict[str, Any] = {}
+    maps: dict[str, list[Any]] = {}
+    for name in STRINGS:
+        index: dict[str, int] = {}
+        per_job = []
+        for job in jobs:
+            values = job.payload[name]
+            m = np.empty(len(values) + 1, np.int32)
+            m[-1] = -1  # index -1 (None) maps to itself
+            for i, v in enumerate(values):
+                m[i] = index.setdefault(v, len(index))
+            per_job.append(m)
+        payload[name] = list(index)
+        maps[name] = per_job
+    for name, dtype in COLUMNS:
+        parts = []
+        calls = 0
+        for k, job in enumerate(jobs):
+            a = np.frombuffer(job.payload[name], dtype)
+            if name in _REFS:
+                a = maps[_REFS[name]][k][a]
+            elif name == "call":
+                a = a + calls
+            parts.append(a.astype(dtype, copy=False))
+            calls += len(np.frombuffer(job.payload["time"], "<f8"))
+        payload[name] = np.concatenate(parts)
+    payload["n_publications"] = sum(int(job.payload["n_publications"]) for job in jobs)
+    kinds = [kind for kind, _ in jobs[0].names]
+    rows = {kind: sum(n for job in jobs for k, n in job.rows if k == kind) for kind in kinds}
+    per = jobs[0].roll_rows
+    names = tuple(
+        (
+            kind,
+            tuple(n for job in jobs for k, ns in job.names if k == kind for n in ns)[: -(-rows[kind] // per)],
+        )
+        for kind in kinds
+    )
+    return dataclasses.replace(
+        jobs[-1],
+        payload=payload,
+        names=names,
+        rows=tuple(rows.items()),
+        credit=sum(job.credit for job in jobs),
+    )
+
+
+def _merged(jobs: Sequence[Job]) -> Job:
+    """:func:`_merge`, a failure (a bug) answered as a job that cannot become a table."""
+    try:
+        return _merge(jobs)
+    except Exception as exc:
+        raise JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", False, False) from exc
+
+
 def _execute(sink: Any, job: Job) -> list[tuple[str, int, int]]:
     """Build the job's tables and commit them under its names (a name already committed is
     skipped: the job is being sent again after a child died)."""
@@ -129,13 +226,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     sink = _writer._Sink(landing)
     _writer._load_arrow()  # numpy and pyarrow now, while the broker starts: not in its first round
     arena = Arena()  # the jobs' buffers, reused: each job is done before the next is read
+    held: list[Job] = []  # fan-out jobs held for the next commit (their columns copied)
     while True:
         try:
             job = receive(sock, arena)
         except (EOFError, ConnectionError):
+            if held:  # the broker stopped or died: what it handed over lands
+                with contextlib.suppress(JobError):
+                    _execute(sink, _merged(held))
             return 0
+        answer: tuple[Any, ...]
         try:
-            answer: tuple[Any, ...] = ("ok", _execute(sink, job))
+            if job.what == "fanout" and job.hold:
+                held.append(_own(job))
+                answer = ("held",)
+            elif job.what in ("fanout", "commit"):
+                group = [*held, job] if job.what == "fanout" else held
+                held = []  # a failed commit is sent again whole by the broker
+                answer = ("ok", _execute(sink, _merged(group)) if group else [])
+            else:
+                answer = ("ok", _execute(sink, job))
         except JobError as exc:
             answer = ("error", str(exc), exc.retry, exc.os_error)
         try:

@@ -35,6 +35,22 @@ as an error and the job is kept for the next round, as in the thread writer.  Th
 started with the bridge (:meth:`WriterProcess.start`) and loads its libraries at once, beside
 the broker's start-up; the program it runs is ``bridge/_writerchild.py``.
 
+**Rounds grouped into fewer commits when the rate is low** (issue 42 item 4b).  A commit has a
+fixed cost whatever its rows -- two Parquet files, their ``fsync``s and renames, the two
+tables' Arrow conversions: 2-3 ms of CPU on a quiet machine, 5-6 ms under load -- which at
+the default round of 0.5 s and a few thousand messages a second was 10-25 % of the broker's
+CPU per message (docs/performance.md, "The defaults on a loaded machine").  So the broker
+still hands the delivery log over every round (a broker killed with SIGKILL loses what the
+thread writer would, no more), but a round with few rows may be *held* by the child
+(``Job.hold``; the Bridge decides: ``commit_rows``, ``commit_delay``): the child copies the
+job's columns, answers ``("held",)``, and commits it with the next job that is not held (or a
+``"commit"`` job) as one group, one file per kind (bridge/_writerchild.py).  The broker keeps
+every job of a group, unacknowledged, until the group's answer: a child that dies is sent the
+same group again (the same names: nothing written twice), and its rows count as written only
+then.  The child commits the jobs it holds when the broker's socket closes (a graceful stop
+commits first anyway).  :meth:`WriterProcess._end` kills the child *before* closing the socket,
+so a child the broker gives up on never commits a partial group that is then sent again.
+
 Costs, broker side: per round O(columns) buffer writes to the socket and one pickle of the
 distinct strings; the child does the O(rows) work of the thread writer.
 """
@@ -173,8 +189,9 @@ def receive(sock: socket.socket, arena: Arena | None = None) -> Any:
 @dataclass(frozen=True, slots=True)
 class Job:
     """One round's records of one source: ``what`` is ``"fanout"`` (deliveries and publications
-    of the delivery log), ``"events"`` (composite events) or a record kind's value; ``names``:
-    the file names of each kind's parts, in order, chosen when the job was built."""
+    of the delivery log), ``"events"`` (composite events), ``"commit"`` (no records: commit the
+    fan-out jobs the child holds) or a record kind's value; ``names``: the file names of each
+    kind's parts, in order, chosen when the job was built."""
 
     what: str
     payload: Any
@@ -183,6 +200,10 @@ class Job:
     names: tuple[tuple[str, tuple[str, ...]], ...]
     rows: tuple[tuple[str, int], ...]  # records per kind (stats().pending)
     credit: int  # rows to release from the delivery log once committed
+    #: fan-out jobs: held by the child for a later commit (True), committed now with the jobs
+    #: it holds (False), not decided yet (None: the Bridge decides when it first sends it)
+    hold: bool | None = None
+    at: float = 0.0  # time.monotonic() when the job was built (a group's age)
 
 
 #: the child's program (bridge/_writerchild.py; not ``-m``: that module would be loaded twice,
@@ -235,8 +256,9 @@ class WriterProcess:
         if self._sock is None:
             self._start()
 
-    def run(self, job: Job) -> list[tuple[str, int, int]]:
-        """Commit ``job`` in the child; its files as (kind, rows, bytes).  Raises :class:`JobError`
+    def run(self, job: Job) -> list[tuple[str, int, int]] | None:
+        """Commit ``job`` in the child; its files as (kind, rows, bytes), those of the held jobs it
+        committed with it included; None: the child holds it (``job.hold``).  Raises :class:`JobError`
         (the child answered a failure) or ``OSError``/``EOFError`` (the child is gone or stuck:
         it is ended and the next call starts a new one)."""
         sock = self._sock or self._start()
@@ -249,20 +271,24 @@ class WriterProcess:
         match answer:
             case ("ok", files):
                 return list(files)
+            case ("held",):
+                return None
             case ("error", message, retry, os_error):
                 raise JobError(message, retry, os_error)
         self._end()
         raise EOFError(f"unexpected answer from the writer process: {answer!r}")
 
     def _end(self) -> None:
+        # killed before its socket closes: a child that saw the socket close would commit the
+        # jobs it holds, and the Bridge sends them again (module docstring)
         sock, proc = self._sock, self.proc
         self._sock = self.proc = None
-        if sock is not None:
-            sock.close()
         if proc is not None:
             if proc.poll() is None:
                 proc.kill()
             self.last_exit = proc.wait()  # the Bridge logs it, once per episode
+        if sock is not None:
+            sock.close()
 
     def close(self) -> None:
         """End the child: it sees the socket close and exits (killed if it does not in 10 s)."""

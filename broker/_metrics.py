@@ -65,6 +65,14 @@ class CoreCollector(Collector):
                 "siftmq_store_backlog", "store operations waiting for the writer thread", store.backlog
             )
             yield CounterMetricFamily("siftmq_store_commits", "store transactions committed", store.commits)
+            yield CounterMetricFamily(
+                "siftmq_store_inserts", "QoS 1/2 deliveries to persisted sessions written", store.inserts
+            )
+            yield CounterMetricFamily(
+                "siftmq_store_inserts_cancelled",
+                "QoS 1/2 deliveries to persisted sessions acknowledged or dropped before they were written",
+                store.cancelled,
+            )
             yield GaugeMetricFamily(
                 "siftmq_store_failed",
                 "1 while the store's commits fail (retried until one succeeds)",

@@ -50,6 +50,29 @@ DELETE was queued after the insert (the id was freed meanwhile) — moving the i
 place would put it before that DELETE; such a "sent" is queued as an update instead (the set
 ``_freed``, replaced at the swap like the dictionaries).
 
+The writer builds the rows of a round, then *seals* it (under ``_sync_lock``, holding the
+connection lock): until then an insert it took can still be cancelled by the event loop
+(``_taken_seq``, ``_taken_pid``: the dictionaries of the round it took, kept until the seal),
+so a delivery acknowledged while the writer builds the round's rows (which it does holding the
+GIL, in turns with the event loop) is not written either; after the seal, its DELETE is queued.
+
+One statement per table and round
+---------------------------------
+A round's consecutive operations of one kind are written by ONE statement (per 1,024 rows),
+not one ``executemany`` step per row: ``sqlite3`` releases the GIL around every step and the
+writer must take it back from a busy event loop each time (up to the 5 ms switch interval),
+so a round of 1,000 rows could wait seconds for the GIL.  Each such operation has a TEMP view
+with an ``INSTEAD OF INSERT`` trigger whose body is the operation's statement (``_bulk_schema``);
+``INSERT INTO bulk_<op> VALUES (...), (...)`` runs that statement once per row, in order,
+inside SQLite (same semantics as the ``executemany``, every statement still hits its primary
+key or index: a row-value ``IN (VALUES ...)`` would use the first column of the key only).
+Inserts need no trigger: ``INSERT INTO t SELECT ... FROM (VALUES (...), (...))``.  The row
+count is padded up to a power of two with NULL rows that the trigger's ``WHEN`` (or the
+insert's ``WHERE``) skips, so at most 11 statements per operation are ever prepared (and
+cached).
+Measured against ``executemany``, plain multi-row ``VALUES`` deletes and ``json_each`` in
+docs/persistence.md, "One statement per table and round" (``bench_store.py --statements``).
+
 ``commit_delay`` (``store_commit_delay``, 2 ms; PostgreSQL's ``commit_delay``, MySQL's
 ``binlog_group_commit_sync_delay``): a writer that wakes while deliveries to persisted sessions
 are pending waits that long, so that subscribers that keep up acknowledge (cancel) them first;
@@ -85,7 +108,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from itertools import groupby
+from itertools import chain, groupby
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -122,6 +145,75 @@ _SQL = SQL  # the statements by operation name (tests replay operations with it)
 _Op = tuple[str, Any]  # (name in _SQL, its parameters; a _Row for "outgoing")
 _WAKE = 1  # the writer's token: a round is due (at most one outstanding: Store._wake_sent)
 _STOP = 0  # the writer's token from close(): a last round, then stop
+
+
+#: operations written through a TEMP view, one statement per round (module doc): every one
+#: whose first parameter is never NULL (the trigger skips the NULL rows that pad a statement)
+_BULK = (
+    "session",
+    "disconnected",
+    "expiry",
+    "del_session",
+    "del_entries",
+    "del_outgoing",
+    "del_qos2",
+    "entry",
+    "outgoing",
+    "sent",
+    "pubrec",
+    "acked",
+    "dropped",
+    "qos2_add",
+    "qos2_del",
+    "retain",
+    "unretain",
+)
+_BULK_MAX = 1024  # rows per statement (x 16 parameters of "outgoing": far below SQLite's limit)
+
+
+def _bulk_schema(name: str, sql: str) -> list[str]:
+    """The TEMP view ``bulk_<name>`` and its ``INSTEAD OF INSERT`` trigger, which runs ``sql``
+    (the operation's statement, its ``?`` replaced by the row's columns in order) for each
+    inserted row whose first column is not NULL.  O(len(sql))."""
+    n = sql.count("?")
+    cols = [f"p{i}" for i in range(1, n + 1)]
+    parts = sql.split("?")
+    body = parts[0] + "".join(f"NEW.{c}{rest}" for c, rest in zip(cols, parts[1:], strict=True))
+    return [
+        f"CREATE TEMP VIEW bulk_{name}({', '.join(cols)}) AS SELECT {', '.join(['NULL'] * n)}",
+        f"CREATE TEMP TRIGGER bulk_{name}_write INSTEAD OF INSERT ON bulk_{name} "
+        f"WHEN NEW.p1 IS NOT NULL BEGIN {body}; END",
+    ]
+
+
+def _bulk_statement(name: str, size: int) -> str:
+    """The statement writing ``size`` rows of operation ``name`` (NULL rows skipped): an
+    ``INSERT ... VALUES`` operation becomes ``INSERT ... SELECT <its columns> FROM (VALUES
+    (..), ...) WHERE column1 IS NOT NULL`` (rows in order), any other an insert into its TEMP
+    view.  O(size)."""
+    sql = SQL[name]
+    one = "(" + ",".join("?" * _BULK_COLS[name]) + ")"
+    rows = ",".join([one] * size)
+    head, values, template = sql.partition(" VALUES ")
+    if not (values and head.startswith("INSERT")):
+        return f"INSERT INTO bulk_{name} VALUES {rows}"
+    k = 0
+    cols = []
+    for item in template.strip().removeprefix("(").removesuffix(")").split(","):
+        if item.strip() == "?":
+            k += 1
+            cols.append(f"column{k}")
+        else:
+            cols.append(item)  # a literal of the statement
+    return f"{head} SELECT {','.join(cols)} FROM (VALUES {rows}) WHERE column1 IS NOT NULL"
+
+
+_BULK_SCHEMA = [
+    stmt for name in _BULK if not SQL[name].startswith("INSERT") for stmt in _bulk_schema(name, SQL[name])
+]
+_BULK_COLS = {name: SQL[name].count("?") for name in _BULK}  # parameters per row
+#: the bulk statements by (operation, rows): :func:`_bulk_statement`
+_BULK_SQL: dict[tuple[str, int], str] = {}
 
 
 def _batches(ops: list[_Op], max_batch: int) -> list[list[_Op]]:
@@ -302,7 +394,8 @@ class Store:
             os.close(open_private(self.path, os.O_RDWR))
         import sqlite3
 
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # cached_statements: the bulk statements, 11 sizes per operation (module doc)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, cached_statements=512)
         try:
             if self.path != ":memory:":
                 mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -311,6 +404,8 @@ class Store:
             db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             db.execute("PRAGMA foreign_keys=OFF")
             self.migrated_from = migrate(db, migrations)
+            for stmt in _BULK_SCHEMA:  # TEMP: per connection, nothing in the file (no migration)
+                db.execute(stmt)
         except BaseException:
             db.close()
             raise
@@ -329,6 +424,10 @@ class Store:
         self._by_pid: dict[tuple[str, int], int] = {}  # insert with a packet id -> index
         # packet ids whose DELETE ("acked") is in _ops: an insert before it must not take one
         self._freed: set[tuple[str, int]] = set()
+        # the round the writer took and has not sealed yet: its inserts are still cancellable
+        self._taken: list[_Op | None] = []
+        self._taken_seq: dict[tuple[str, int], int] = {}
+        self._taken_pid: dict[tuple[str, int], int] = {}
         self._next: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._wake_sent = False
         self._async_waiter: (
@@ -354,7 +453,9 @@ class Store:
         self.operations = 0  # operations written
         self.submitted = 0  # mutating calls (the broker compares it to see if it wrote)
         self.taken = 0  # operations the writer took (cancelled ones included)
-        self.cancelled = 0  # inserts cancelled before the writer took them
+        self.cancelled = 0  # inserts cancelled before the writer wrote them (late ones included)
+        self.cancelled_late = 0  # of which cancelled after the writer took their round
+        self.inserts = 0  # ``outgoing`` inserts written
         #: seconds the writer waits before taking a round while deliveries to persisted
         #: sessions are pending (their acknowledgements may still cancel them); 0 = never
         self.commit_delay = commit_delay
@@ -391,27 +492,46 @@ class Store:
             self._put(name, args)
 
     def _take(self) -> tuple[concurrent.futures.Future[None], list[_Op]]:
-        """Writer: swap out the pending operations and the signal their commit resolves."""
+        """Writer: swap out the pending operations and the signal their commit resolves, build
+        the rows of their inserts, then seal the round (:meth:`_seal`).  O(operations)."""
         with self._sync_lock:
             current = self._next
             self._next = concurrent.futures.Future()
             self._wake_sent = False
             taken = self._ops
             self._ops = []
+            self._taken = taken  # its inserts stay cancellable until the seal
+            self._taken_seq = self._by_seq
+            self._taken_pid = self._by_pid
             self._by_seq = {}
             self._by_pid = {}
             self._freed = set()
         self.taken += len(taken)
+        built: list[Any] = [None] * len(taken)
+        for i, op in enumerate(taken):  # the event loop may cancel any of them meanwhile
+            if op is not None and op[0] == "outgoing":
+                row: _Row = op[1]
+                built[i] = row.row()
+        return current, self._seal(taken, built)
+
+    def _seal(self, taken: list[_Op | None], built: list[Any]) -> list[_Op]:
+        """Writer: end the cancellation of ``taken``'s inserts (an acknowledgement from now on
+        queues its DELETE) and return the operations that stay, with their rows.  Under the
+        connection lock, right before the round's statements (a test holds it to act between
+        the take and the seal).  O(operations)."""
+        with self._lock, self._sync_lock:
+            self._taken = []
+            self._taken_seq = {}
+            self._taken_pid = {}
         ops: list[_Op] = []
-        for op in taken:
+        for i, op in enumerate(taken):
             if op is None:
                 continue
             if op[0] == "outgoing":
-                row: _Row = op[1]
-                ops.append(("outgoing", row.row()))
+                ops.append(("outgoing", built[i]))
             else:
                 ops.append(op)
-        return current, ops
+        return ops
 
     def _run(self) -> None:
         """Writer thread: wait for a token, take the operations and the signal, commit, signal.
@@ -468,13 +588,18 @@ class Store:
                     db.execute("BEGIN")
                     try:
                         for name, group in groupby(batch, itemgetter(0)):
-                            db.executemany(sql[name], [args for _, args in group])
+                            rows = [args for _, args in group]
+                            if len(rows) > 1 and name in _BULK_COLS:
+                                self._bulk(name, rows)
+                            else:
+                                db.executemany(sql[name], rows)
                         db.execute("COMMIT")
                     except BaseException:
                         rollback(db)  # not a bare ROLLBACK: it would hide the real cause
                         raise
                 self.commits += 1
                 self.operations += len(batch)
+                self.inserts += sum(1 for op in batch if op[0] == "outgoing")
             except BaseException as exc:  # the disk is full, the file vanished, ...
                 self._pending = [op for b in batches[k:] for op in b]
                 self._failed_commit(exc)
@@ -483,6 +608,24 @@ class Store:
         if self._failure is not None:
             self._recovered()
         return None
+
+    def _bulk(self, name: str, rows: list[Any]) -> None:
+        """Writer (holding the connection in a transaction): ``rows`` of operation ``name`` in
+        one statement (:func:`_bulk_statement`) per :data:`_BULK_MAX` rows, padded with NULL
+        rows to a power of two (module doc, "One statement per table and round").  O(len(rows))."""
+        db = self._db
+        ncols = _BULK_COLS[name]
+        for lo in range(0, len(rows), _BULK_MAX):
+            chunk = rows[lo : lo + _BULK_MAX]
+            n = len(chunk)
+            size = 1 << (n - 1).bit_length()
+            stmt = _BULK_SQL.get((name, size))
+            if stmt is None:
+                stmt = _BULK_SQL[name, size] = _bulk_statement(name, size)
+            params = list(chain.from_iterable(chunk))
+            if size > n:
+                params.extend([None] * ((size - n) * ncols))
+            db.execute(stmt, params)
 
     def _failed_commit(self, exc: BaseException) -> None:
         """Writer: a commit failed; count it, log the first of an episode, back off."""
@@ -726,14 +869,22 @@ class Store:
         by packet id), else queue the DELETE ``name``. O(1)."""
         with self._sync_lock:
             i = (self._by_seq if queued else self._by_pid).pop((client_id, key), None)
-            if i is None:
-                self._put(name, (client_id, key))
-                if not queued:
-                    self._freed.add((client_id, key))
+            if i is not None:
+                self.submitted += 1
+                self.cancelled += 1
+                self._ops[i] = None
                 return
-            self.submitted += 1
-            self.cancelled += 1
-            self._ops[i] = None
+            # taken by the writer, not sealed yet: still cancellable (module doc)
+            i = (self._taken_seq if queued else self._taken_pid).pop((client_id, key), None)
+            if i is not None:
+                self.submitted += 1
+                self.cancelled += 1
+                self.cancelled_late += 1
+                self._taken[i] = None
+                return
+            self._put(name, (client_id, key))
+            if not queued:
+                self._freed.add((client_id, key))
 
     def qos2_received(self, client_id: str, packet_id: int) -> None:
         """An incoming QoS 2 PUBLISH was accepted; its id awaits PUBREL."""
