@@ -67,10 +67,10 @@ log = logging.getLogger("broker")
 
 #: bytes asked from the socket per read (asyncio's ``max_size``)
 MAX_READ = 256 * 1024
-#: ready sockets handled per readiness of the poller at most (the rest: next loop turn):
-#: a fleet of 10,000 disconnecting at once stalled the loop 218-368 ms with 1,024 per turn
-#: (each read a DISCONNECT, a session ended, a socket closed; bench_content_fleet.py's
-#: ``stall_teardown``, issue 42 item 2)
+#: ready sockets handled per readiness of the poller at most (the rest: next loop turn): a
+#: burst such as a fleet of 10,000 disconnecting at once holds the loop a quarter as long per
+#: turn as with 1,024 (each read a DISCONNECT, a session ended, a socket closed; issue 42
+#: item 2, bench_content_fleet.py's ``stall_teardown``: 125-224 ms with 256, main 1,281 ms)
 MAX_EVENTS = 256
 
 # LeanProtocol.bits: its transport state
