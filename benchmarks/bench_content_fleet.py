@@ -67,7 +67,17 @@ CPU 0, the workers and the publisher to CPU 1 (``--no-pin`` to leave them free).
 against ``engine.match``, same subscriptions, no sockets): where the broker's time goes.
 ``--probe-core`` times the whole sans-IO core per message in this process (routing, every
 delivery encoded and queued, one write per receiving connection into a transport that only
-counts) and the teardown of every connection (its session ended, its selectors released).
+counts) and the teardown of every connection (its session ended, its selectors released), by
+loop turns of ``MAX_EVENTS`` connections (the poller's reads per turn: the worst turn is the
+loop's stall), then the ticks until every released selector left the engine (the worst tick).
+The real broker's stalls: ``stall_teardown`` in every row, the longest round trip of a PINGREQ
+every 5 ms (one more connection at nice -10 on the subscribers' core, ``pinger_main``) from
+the subscribers' DISCONNECTs until the broker's CPU goes quiet; ``stall_stream`` over the window
+too with ``--stall-probe-stream`` (off by default: its 200 pings a second cost the broker ~1 s
+of CPU over 30 s, which the CPU columns would count).  Per row also ``heaviest`` (the three
+messages with the most useful deliveries: first and last arrival, microseconds per delivery
+between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
+latency at the read, before the client's parsing, ``json.loads`` and predicate).
 ``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
 for the compiled code's C frames, or ``perf``).
 
@@ -85,6 +95,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import contextlib
+import gc
 import json
 import multiprocessing as mp
 import os
@@ -267,6 +279,9 @@ class WorkerResult:
     window_s: float = 0.0
     drained: bool = False
     latencies_ms: list[float] = field(default_factory=list)
+    #: the same deliveries from ``ts`` to the read that brought them (``data_received``'s
+    #: entry, before the client's frame parsing, ``json.loads`` and predicate)
+    arrivals_ms: list[float] = field(default_factory=list)
     seqs: list[int] = field(default_factory=list)  # the message of each latency
 
 
@@ -292,6 +307,7 @@ class _Sub(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         w = self.w
+        w.read_ns = time.time_ns()
         w.res.bytes += len(data)
         buf = self.buf + data if self.buf else data
         n = len(buf)
@@ -383,6 +399,7 @@ class _Worker:
         self.raw_outstanding = 0
         self.warm_left = 0  # warm-up deliveries still expected
         self.stopped: asyncio.Event | None = None
+        self.read_ns = 0  # when the read being parsed returned (``_Sub.data_received``)
 
     def on_message(self, proto: _Sub, body: bytes) -> None:
         res = self.res
@@ -401,6 +418,7 @@ class _Worker:
             proto.seen.add(seq)
             res.useful += 1
             res.latencies_ms.append((time.time_ns() - d["ts"]) / 1e6)
+            res.arrivals_ms.append((self.read_ns - d["ts"]) / 1e6)
             res.seqs.append(seq)
             self.outstanding -= 1
         else:
@@ -460,6 +478,10 @@ class _Worker:
         pipe.send(("ready", self.res.connected, self.res.subscribed, self.res.failed, self.res.first_error))
         await loop.run_in_executor(None, pipe.recv)  # "warm": the warm-up messages were sent
         await _until(lambda: self.warm_left <= 0, 120)
+        # the subscribers' state is long-lived: out of the collector's generations, so that a
+        # full collection of it never pauses the probe inside the window (either broker)
+        gc.collect()
+        gc.freeze()
         pipe.send(("warmed", self.warm_left))
         await loop.run_in_executor(None, pipe.recv)  # "go"
         self.res.bytes = 0  # the handshakes' and the warm-up's
@@ -556,6 +578,83 @@ def publisher_main(
     pipe.send(asyncio.run(run()))
 
 
+# ------------------------------------------------------------------ loop-stall probe
+PINGREQ = b"\xc0\x00"
+PING_EVERY = 0.005
+
+
+def pinger_main(pipe: Connection, port: int, pin: int | None) -> None:
+    """The broker's loop stalls: one more MQTT connection sends a PINGREQ every
+    ``PING_EVERY`` s (one outstanding) from "go" to "stop" and returns every (send time
+    on the monotonic clock, round trip in ms).  A round trip is the broker's loop latency
+    plus this process's own scheduling (it shares the subscribers' core, at nice -10)."""
+    if pin is not None:
+        os.sched_setaffinity(0, {pin})
+    # above the subscribers it shares a core with: at the teardown they close 10,000 sockets
+    # at once, and a probe waiting for that core would time its own scheduling
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+
+    async def run() -> list[tuple[float, float]]:
+        loop = asyncio.get_running_loop()
+        connack: asyncio.Future[None] = loop.create_future()
+        waiter: list[asyncio.Future[None] | None] = [None]
+
+        class P(asyncio.Protocol):
+            def data_received(self, data: bytes) -> None:
+                if not connack.done():
+                    connack.set_result(None)
+                    return
+                f = waiter[0]
+                if f is not None and not f.done() and b"\xd0\x00" in data:
+                    f.set_result(None)
+
+        transport, _ = await loop.create_connection(P, "127.0.0.1", port)
+        transport.write(_connect("pinger"))
+        await asyncio.wait_for(connack, 60)
+        pipe.send("ready")
+        await loop.run_in_executor(None, pipe.recv)  # "go"
+        stop = loop.run_in_executor(None, pipe.recv)  # "stop"
+        out: list[tuple[float, float]] = []
+        while not stop.done():
+            t = time.monotonic()
+            f = waiter[0] = loop.create_future()
+            transport.write(PINGREQ)
+            await asyncio.wait({f, stop}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+            if not f.done():
+                break
+            out.append((t, (time.monotonic() - t) * 1e3))
+            await asyncio.sleep(max(0.0, t + PING_EVERY - time.monotonic()))
+        transport.close()
+        return out
+
+    pipe.send(asyncio.run(run()))
+
+
+def _stalls(pings: list[tuple[float, float]], t0: float, t1: float) -> dict[str, float]:
+    """Max and p99 of the ping round trips sent in [t0, t1) (ms), and how many."""
+    xs = [rtt for t, rtt in pings if t0 <= t < t1]
+    return {
+        "max_ms": round(max(xs, default=float("nan")), 1),
+        "p99_ms": round(_pct(xs, 0.99), 2),
+        "n": len(xs),
+    }
+
+
+def _until_idle(pid: int, quiet: float = 0.5, seconds: float = 60.0) -> float:
+    """Wait until process ``pid`` used under 2 % of a core over ``quiet`` s (the broker done
+    with a teardown), at most ``seconds``; the monotonic time it went quiet."""
+    deadline = time.monotonic() + seconds
+    c = _cpu(pid)
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        c1 = _cpu(pid)
+        if c1 - c < 0.02 * quiet:
+            return time.monotonic() - quiet
+        c = c1
+    return time.monotonic()
+
+
 # ------------------------------------------------------------------ driver
 @dataclass
 class Row:
@@ -609,6 +708,33 @@ def _rss_mib(pid: int) -> float:
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def _heaviest(results: list[WorkerResult], k: int) -> list[dict[str, float]]:
+    """The ``k`` stream messages with the most useful deliveries, each as its deliveries, the
+    first and last arrival (ms after publication, at the read that brought it), the last
+    handled (after the client's ``json.loads`` and predicate) and the time per delivery
+    between first and last arrival: where a p99 made by one message's fan-out comes from."""
+    per: dict[int, list[tuple[float, float]]] = {}
+    for r in results:
+        for seq, a, h in zip(r.seqs, r.arrivals_ms, r.latencies_ms, strict=True):
+            per.setdefault(seq, []).append((a, h))
+    out = []
+    for seq in sorted(per, key=lambda q: -len(per[q]))[:k]:
+        xs = per[seq]
+        a0 = min(a for a, _ in xs)
+        a1 = max(a for a, _ in xs)
+        out.append(
+            {
+                "seq": seq,
+                "deliveries": len(xs),
+                "first_ms": round(a0, 2),
+                "last_ms": round(a1, 2),
+                "last_handled_ms": round(max(h for _, h in xs), 2),
+                "us_per_delivery": round((a1 - a0) * 1e3 / max(len(xs) - 1, 1), 1),
+            }
+        )
+    return out
 
 
 def _profile(pid: int, row: Row, args: argparse.Namespace) -> subprocess.Popen[bytes] | None:
@@ -698,6 +824,11 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         pub.start()
         procs.append(pub)
         assert pa.recv() == "ready"
+        pp, pq = ctx.Pipe()
+        pinger = ctx.Process(target=pinger_main, args=(pq, port, pin), daemon=True)
+        pinger.start()
+        procs.append(pinger)
+        assert pp.recv() == "ready"
         pa.send("warm")
         assert pa.recv() == "warmed"
         for a in pipes:
@@ -714,6 +845,8 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.monotonic()
         for a in pipes:
             a.send("go")
+        if args.stall_probe_stream:
+            pp.send("go")
         pa.send("go")
         published, _acked, pub_cpu = pa.recv()
         for a in pipes:
@@ -724,6 +857,9 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         if spy is not None:
             _stop(spy)
             spy = None
+        t_drained = time.monotonic()
+        if not args.stall_probe_stream:
+            pp.send("go")  # the teardown only: over the window its pings cost the broker CPU
         for a in pipes:
             a.send("close")
         results: list[WorkerResult] = [a.recv() for a in pipes]
@@ -731,6 +867,12 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         broker_user, broker_sys = user1 - user0, sys1 - sys0
         broker_cpu = broker_user + broker_sys
         window = time.monotonic() - t0
+        # the teardown: the subscribers closed; the broker ends their sessions (and
+        # releases their selectors) until its CPU goes quiet
+        t_quiet = _until_idle(proc.pid)
+        teardown_cpu = _cpu(proc.pid) - user1 - sys1
+        pp.send("stop")
+        pings: list[tuple[float, float]] = pp.recv()
     finally:
         if spy is not None:
             _stop(spy)
@@ -760,6 +902,8 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
             first[seq] = min(first.get(seq, x), x)
             last[seq] = max(last.get(seq, x), x)
     spread = [last[q] - first[q] for q in first]
+    arrivals = [x for r in results for x in r.arrivals_ms]
+    heavy = _heaviest(results, 3)
     useful = sum(r.useful for r in results)
     expected = sum(r.expected for r in results)
     client_cpu = sum(r.cpu_s for r in results)
@@ -801,6 +945,15 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         "bytes_per_useful": round(total_bytes / per_useful, 1),
         "p50_ms": round(_pct(lat, 0.5), 2),
         "p99_ms": round(_pct(lat, 0.99), 2),
+        "arrival_p50_ms": round(_pct(arrivals, 0.5), 2),
+        "arrival_p99_ms": round(_pct(arrivals, 0.99), 2),
+        "heaviest": heavy,
+        # the broker's loop stalls (PINGREQ round trips, pinger_main) over the stream and over
+        # the teardown (from "close" until the broker's CPU went quiet)
+        "stall_stream": _stalls(pings, t0, t_drained),  # only with --stall-probe-stream
+        "stall_teardown": _stalls(pings, t_drained, t_quiet + 1e-3),
+        "teardown_s": round(t_quiet - t_drained, 2),
+        "teardown_cpu_s": round(teardown_cpu, 3),
         "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
         "first_arrival_max_ms": round(max(first.values(), default=float("nan")), 2),
         "spread_p50_ms": round(_pct(spread, 0.5), 2),
@@ -920,11 +1073,31 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
         router.route(msg)
         t_route.append(time.process_time() - t)
     writes = (sent[0] - writes0) / messages
+    # the teardown as the broker's loop meets it: the poller reads up to MAX_EVENTS sockets
+    # per loop turn (256; 1,024 before issue 42 item 2), so a turn ends up to that many
+    # sessions; then the ticks remove the released selectors from the engine, a slice each
+    # (Router.settle_selectors)
+    from broker.net._lean import MAX_EVENTS
+
+    turn = MAX_EVENTS
+    worst_turn = 0.0
     t = time.process_time()
-    for conn in conns:
-        conn.lost(0.0)
-    core.flush()
+    for i in range(0, len(conns), turn):
+        t1 = time.process_time()
+        for conn in conns[i : i + turn]:
+            conn.lost(0.0)
+        core.flush()
+        worst_turn = max(worst_turn, time.process_time() - t1)
     teardown = time.process_time() - t
+    ticks = 0
+    worst_tick = 0.0
+    t = time.process_time()
+    while getattr(router, "releasing", 0):
+        t1 = time.process_time()
+        core.tick(1.0 + ticks)
+        worst_tick = max(worst_tick, time.process_time() - t1)
+        ticks += 1
+    settle = time.process_time() - t
     msg_ms = statistics.median(t_msg) * 1e3
     route_ms = statistics.median(t_route) * 1e3
     return {
@@ -936,6 +1109,10 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
         "writes_per_message": round(writes, 1),
         "bytes_per_write": round((sent[1] - bytes0) / max(sent[0] - writes0, 1), 1),
         "teardown_us_per_connection": round(teardown * 1e6 / connections, 1),
+        "teardown_worst_turn_ms": round(worst_turn * 1e3, 1),  # MAX_EVENTS connections ended
+        "settle_ticks": ticks,  # ticks until every released selector left the engine
+        "settle_worst_tick_ms": round(worst_tick * 1e3, 1),
+        "settle_s": round(settle, 3),
     }
 
 
@@ -980,7 +1157,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--rows", default="iccounting:1,hema:1,hcem:1,mosquitto:1", help="KIND:FILTERS, comma-separated"
     )
     ap.add_argument("--connections", type=int, default=10_000)
-    ap.add_argument("--workers", type=int, default=4, help="subscriber processes")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="subscriber processes, on one core (4 before: they contended for it, ~4 us more "
+        "per delivery in a fan-out's tail)",
+    )
     ap.add_argument("--rate", type=float, default=2.0, help="stream messages per second")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of stream")
     ap.add_argument("--qos", type=int, default=0, choices=(0, 1))
@@ -989,6 +1172,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--drain", type=float, default=30.0, help="seconds allowed after the last publish")
     ap.add_argument("--handshakes", type=int, default=25, help="CONNACKs awaited at once per worker")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin broker / generator")
+    ap.add_argument(
+        "--stall-probe-stream",
+        action="store_true",
+        help="ping the broker (loop stalls) over the stream too, not only over the teardown "
+        "(200 PINGREQs a second: ~0.8-1 s of broker CPU over a 30 s window, in the CPU columns)",
+    )
     ap.add_argument("--json", default="", help="append the rows (JSON lines) to this file")
     ap.add_argument("--profile", default="", help="sample the siftmq broker over the window into DIR")
     ap.add_argument("--profile-with", default="py-spy", choices=("py-spy", "native", "perf"))

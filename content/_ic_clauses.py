@@ -15,7 +15,18 @@ a satisfied constraint contributes its whole CSList with one ``list.extend``.
 A clause with no predicate is always true (an engine gets it only from a hand-built
 :class:`~content._filter.Filter`); such subscriptions are kept in :attr:`ClauseTable.always`.
 
-Complexity: add/remove O(total predicates of the filter + CSList lengths touched);
+A CSList is a bag: the order of its ids means nothing, so a clause leaves each of its
+CSLists by a swap-remove (the last id moves into its slot) at the position the table keeps
+for it (:attr:`ClauseTable.cpos`), O(1) however long the list: the CSList of a predicate
+shared by thousands of clauses (``class = 'pump'`` in a fleet of 100,000 selectors) cost a
+``list.remove`` scan of ~20 us per removal before (issue 42 item 2, a fleet's teardown).
+A clause id some index still holds after its clause left (ICCounting's ordered leaves drop
+such entries lazily, :class:`content._ic_index._Ordered`) is *held* (:meth:`ClauseTable.hold`)
+and returns to the free ids only when the last holder lets it go (:meth:`ClauseTable.release`);
+it never fires meanwhile (its need is -1).
+
+Complexity: add/remove O(total predicates of the filter) (plus O(predicates of a clause) to
+fix the position of an id moved by a swap-remove);
 :meth:`ClauseTable.fired` O(len(acc)) (one C-level ``Counter`` pass plus one pass over the
 distinct touched clauses).
 """
@@ -39,8 +50,7 @@ NUMPY_FROM = 4096
 even when they all came as Python ints."""
 
 SINK = 0
-"""A reserved clause id that never fires (its need is -1): ICCounting's flattened leaves
-overwrite a deleted entry with it instead of rebuilding (see :mod:`content._ic_index`)."""
+"""A reserved clause id that never fires (its need is -1) and is never given to a clause."""
 
 
 _INT64_MIN = -(2**63)
@@ -60,10 +70,12 @@ class ClauseTable:
     __slots__ = (
         "always",
         "ccsl",
+        "cpos",
         "cpreds",
         "csl",
         "entries",
         "free",
+        "held",
         "n_obj",
         "need",
         "need_np",
@@ -78,7 +90,9 @@ class ClauseTable:
         self.owner: list[SubId | None] = [None]  # cid -> subscription id
         self.cpreds: list[tuple[Predicate, ...]] = [()]  # cid -> its distinct predicates
         self.ccsl: list[tuple[list[int], ...]] = [()]  # cid -> their CSLists (same order)
+        self.cpos: list[list[int]] = [[]]  # cid -> its index in each of them (same order)
         self.free: list[int] = []  # recycled clause ids
+        self.held: dict[int, int] = {}  # removed clause id -> holds left (not free until 0)
         self.csl: dict[Predicate, list[int]] = {}  # CSList: predicate -> clause ids
         self.always: dict[SubId, int] = {}  # subscriptions with an empty clause (count)
         self.sub_cids: dict[SubId, list[int]] = {}
@@ -88,7 +102,7 @@ class ClauseTable:
         # n_obj counts the live clauses whose id is anything else (see fired_np)
         self.owner_np: np.ndarray[Any, np.dtype[np.int64]] = np.zeros(64, dtype=np.int64)
         self.n_obj = 0
-        # (CSList, clause id): every CSList entry the last add/remove made or dropped
+        # (CSList, clause id): every CSList entry the last add made
         self.entries: list[tuple[list[int], int]] = []
 
     def add(self, sub_id: SubId, f: Filter) -> list[Predicate]:
@@ -114,6 +128,7 @@ class ClauseTable:
                 self.owner.append(None)
                 self.cpreds.append(())
                 self.ccsl.append(())
+                self.cpos.append([])
                 if cid >= len(self.need_np):
                     grown = np.full(2 * len(self.need_np), -1, dtype=np.int64)
                     grown[: len(self.need_np)] = self.need_np
@@ -123,6 +138,7 @@ class ClauseTable:
                     self.owner_np = grown_owner
             preds: list[Predicate] = []
             lists: list[list[int]] = []
+            pos: list[int] = []
             for p in clause:
                 lst = csl.get(p)
                 if lst is None:
@@ -130,6 +146,7 @@ class ClauseTable:
                     new.append(p)
                 elif lst[-1] == cid:
                     continue  # p repeated within this clause: counted once
+                pos.append(len(lst))
                 lst.append(cid)
                 preds.append(p)
                 lists.append(lst)
@@ -143,24 +160,34 @@ class ClauseTable:
                 self.n_obj += 1
             self.cpreds[cid] = tuple(preds)
             self.ccsl[cid] = tuple(lists)
+            self.cpos[cid] = pos
             cids.append(cid)
         self.sub_cids[sub_id] = cids
         return new
 
     def remove(self, sub_id: SubId) -> list[tuple[Predicate, list[int]]]:
         """Forget ``sub_id``'s clauses; return the predicates no clause uses any more with
-        their (now empty) CSLists (the caller removes them from its index).
-        :attr:`entries` lists every (CSList, clause id) removed."""
+        their (now empty) CSLists (the caller removes them from its index).  A clause id
+        leaves each CSList by a swap-remove at its kept position (O(1) per entry, plus
+        O(predicates of the moved clause) to find which of its positions moved); it returns
+        to the free ids unless it is held (:meth:`hold`)."""
         gone: list[tuple[Predicate, list[int]]] = []
-        entries: list[tuple[list[int], int]] = []
-        self.entries = entries
         csl = self.csl
+        ccsl = self.ccsl
+        cpos = self.cpos
+        held = self.held
         as_int = _int64(sub_id) is not None
         for cid in self.sub_cids.pop(sub_id):
-            for p, lst in zip(self.cpreds[cid], self.ccsl[cid], strict=True):
-                lst.remove(cid)
-                entries.append((lst, cid))
-                if not lst:
+            for p, lst, i in zip(self.cpreds[cid], ccsl[cid], cpos[cid], strict=True):
+                last = lst.pop()
+                if i < len(lst):  # cid was not the last id: the last one takes its slot
+                    lst[i] = last
+                    k = 0
+                    lists = ccsl[last]
+                    while lists[k] is not lst:
+                        k += 1
+                    cpos[last][k] = i
+                elif not lst:
                     del csl[p]
                     gone.append((p, lst))
             self.need[cid] = 0
@@ -169,10 +196,31 @@ class ClauseTable:
             if not as_int:
                 self.n_obj -= 1
             self.cpreds[cid] = ()
-            self.ccsl[cid] = ()
-            self.free.append(cid)
+            ccsl[cid] = ()
+            cpos[cid] = []
+            if cid not in held:
+                self.free.append(cid)
         self.always.pop(sub_id, None)
         return gone
+
+    def hold(self, cid: int) -> None:
+        """Keep clause ``cid`` from the free ids once it is removed, until as many
+        :meth:`release` calls as holds (an index that still lists it). O(1)."""
+        held = self.held
+        held[cid] = held.get(cid, 0) + 1
+
+    def release(self, cids: Iterable[int]) -> None:
+        """One hold of each of ``cids`` ends (an id may repeat); an id whose last hold ends
+        is free again. O(len(cids))."""
+        held = self.held
+        free = self.free
+        for cid in cids:
+            n = held[cid] - 1
+            if n:
+                held[cid] = n
+            else:
+                del held[cid]
+                free.append(cid)
 
     def fired(self, acc: Iterable[int]) -> set[SubId]:
         """Owners of the clauses whose count in ``acc`` reaches their need, plus the
@@ -211,11 +259,13 @@ class ClauseTable:
         return out
 
     def _check(self) -> None:
-        assert len(self.need) == len(self.owner) == len(self.cpreds) == len(self.ccsl)
+        assert len(self.need) == len(self.owner) == len(self.cpreds) == len(self.ccsl) == len(self.cpos)
         assert self.need_np[: len(self.need)].tolist() == [n if n else -1 for n in self.need]
         assert (self.need_np[len(self.need) :] == -1).all()
         free = set(self.free)
         assert len(free) == len(self.free)
+        assert all(n > 0 for n in self.held.values())
+        assert not free & self.held.keys(), "a held clause id is free"
         assert len(self.owner_np) == len(self.need_np)
         live_obj = 0
         for cid, o in enumerate(self.owner):
@@ -231,13 +281,13 @@ class ClauseTable:
         for cid, preds in enumerate(self.cpreds):
             if cid == SINK:
                 continue
-            if cid in free:
-                assert (
-                    self.need[cid] == 0 and self.owner[cid] is None and preds == () and self.ccsl[cid] == ()
-                )
+            if cid in free or cid in self.held:
+                assert self.need[cid] == 0 and self.owner[cid] is None and preds == ()
+                assert self.ccsl[cid] == () and self.cpos[cid] == [] and self.need_np[cid] == -1
                 continue
             assert self.need[cid] == len(preds) == len(set(preds)) > 0
             assert all(self.csl[p] is cl for p, cl in zip(preds, self.ccsl[cid], strict=True))
+            assert all(cl[i] == cid for cl, i in zip(self.ccsl[cid], self.cpos[cid], strict=True))
             assert cid in self.sub_cids[self.owner[cid]]
             for p in preds:
                 assert self.csl[p].count(cid) == 1

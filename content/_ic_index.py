@@ -14,9 +14,11 @@ distinct constraints in the leaf, k the number that the event satisfies):
   binary search (``bisect``); likewise ``>=`` (prefix, ``x <= v``), ``<`` (suffix, ``x > v``)
   and ``<=`` (suffix, ``x >= v``).  O(log n + k); insert/delete O(n) ``list.insert`` memmove.
   The leaf also keeps its CSLists flattened into one numpy array, exact under churn (a
-  sorted delta of added entries, deleted entries overwritten with the never-firing clause
-  id SINK, rebuilt after max(REBUILD_MIN, entries / REBUILD_FRACTION) changes), so the
-  satisfied run is credited as one or two slices (see :class:`_Ordered`).
+  sorted delta of added entries; a removed clause's entries left in place, where they never
+  fire, its id held from reuse until the rebuild squeezes them out; rebuilt after
+  max(REBUILD_MIN, entries / REBUILD_FRACTION) changes), so the satisfied run is credited as
+  one or two slices and a removal costs no search of the flattened array (see
+  :class:`_Ordered`).
 * ``=`` -- a hash table value -> CSList, O(1).  ``IN`` -- a hash table member -> CSLists of
   the lists containing it (each IN list is single-kinded after compile), O(1 + k).
 * prefix / suffix -- a hash table pattern -> CSList plus the sorted set of pattern lengths;
@@ -46,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from content._ic_clauses import SINK
+from content._ic_clauses import SINK, ClauseTable
 from content._predicate import Kind, Op, Predicate, Scalar, kind_of, like_regex
 
 __all__ = ["ORDERED", "CIndex", "NameIndex"]
@@ -55,14 +57,6 @@ ORDERED = frozenset((Op.GT, Op.GE, Op.LT, Op.LE))
 """The operators whose leaves are covering-sorted (:class:`_Ordered`)."""
 
 CSList = list[int]
-
-
-def _remove_identity(lst: list[CSList], cl: CSList) -> None:
-    for i, c in enumerate(lst):
-        if c is cl:
-            del lst[i]
-            return
-    raise AssertionError("CSList not found")
 
 
 class _Lengths:
@@ -171,24 +165,30 @@ class _Ordered:
       clause ids, ``dn`` the same ids in an int64 buffer with spare capacity, kept in step
       by an in-place shift, a C memmove, on every change: no conversion at query time),
       so its satisfied part is one more ``bisect`` and one slice;
-    * *deletions* of snapshot entries overwrite the id in ``flat`` with :data:`SINK`, a
-      clause id that never fires (an entry added since is simply dropped from the delta).
+    * *deletions* of snapshot entries are lazy: the entry stays in ``flat`` and its clause
+      id goes to ``stale``; a removed clause's id never fires (its need is -1 in the
+      :class:`~content._ic_clauses.ClauseTable`) and is *held* there (not reused) until the
+      rebuild squeezes it out and releases it, so an entry of ``flat`` whose clause is
+      gone is dead whatever the id's position (an entry added since is simply dropped from
+      the delta).  A removal thus costs O(1) here, not a search of the value's run in
+      ``flat`` (issue 42 item 2: a fleet of 100,000 selectors disconnecting).
 
-    So the live entries are always ``flat`` minus the SINKs plus the delta, and no update
-    invalidates the snapshot.  When the pending changes (delta entries plus SINKs) pass
-    max(:data:`REBUILD_MIN`, entries / :data:`REBUILD_FRACTION`) the next query rebuilds
-    the snapshot from the CSLists.
+    So the live entries are always ``flat`` minus the dead ids plus the delta, and no update
+    invalidates the snapshot.  When the pending changes (delta entries plus dead ones,
+    ``dead``) pass max(:data:`REBUILD_MIN`, entries / :data:`REBUILD_FRACTION`) the next
+    query rebuilds the snapshot.
 
     Complexity (n distinct values, m entries, d pending): query O(log n + log d) Python
-    work plus the slices; entry add O(log d) (+ list memmove); entry drop O(log n + length
-    of that CSList) in numpy or O(log d + ties) in the delta; constraint insert/delete
-    O(log n) (+ memmove); rebuild O(m) in numpy (a merge of the delta into the snapshot), amortised
-    O(REBUILD_FRACTION) per change.
+    work plus the slices; entry add O(log d) (+ list memmove); entry drop O(1) in the
+    snapshot or O(log d + ties) in the delta; constraint insert/delete O(log n) (+ memmove);
+    rebuild O(m) in numpy (a merge of the delta into the snapshot, a mask of the dead ids)
+    plus O(dead) to release their ids, amortised O(REBUILD_FRACTION) per change.
     """
 
-    __slots__ = ("cs", "dc", "dead", "dn", "dx", "flat", "fx", "limit", "offs", "xs")
+    __slots__ = ("cs", "dc", "dead", "dn", "dx", "flat", "fx", "limit", "offs", "stale", "table", "xs")
 
-    def __init__(self) -> None:
+    def __init__(self, table: ClauseTable) -> None:
+        self.table = table  # the clause ids' needs (dead: -1) and their holds
         self.xs: list[Scalar] = []  # the constraints' values, strictly ascending
         self.cs: list[CSList] = []  # their CSLists (shared with ClauseTable)
         self.fx: list[Scalar] = []  # the snapshot's values
@@ -197,7 +197,8 @@ class _Ordered:
         self.dx: list[Scalar] = []  # delta: values ascending ...
         self.dc: list[int] = []  # ... and their clause ids
         self.dn: Run = np.zeros(REBUILD_MIN, dtype=np.intp)  # dn[: len(dc)] == dc
-        self.dead = 0  # SINKs in flat
+        self.dead = 0  # dead entries in flat (len(stale))
+        self.stale: list[int] = []  # their clause ids (held in the table until the rebuild)
         self.limit = REBUILD_MIN
 
     def insert(self, x: Scalar, cl: CSList) -> None:
@@ -212,6 +213,12 @@ class _Ordered:
         assert self.cs[i] is cl
         del self.xs[i]
         del self.cs[i]
+        if not self.xs:  # empty: a query never reaches it again, so nothing stays pending
+            assert not self.dc, "a delta entry outlived its constraint"
+            self.offs = [0]
+            self.flat = _EMPTY
+            self.fx = []
+            self._released()
 
     def add(self, x: Scalar, cid: int) -> None:
         """Clause ``cid`` joined constraint ``x``'s CSList."""
@@ -226,8 +233,10 @@ class _Ordered:
         dn[i + 1 : n + 1] = dn[i:n]  # numpy handles the overlap
         dn[i] = cid
 
-    def drop(self, x: Scalar, cid: int) -> None:
-        """Clause ``cid`` left constraint ``x``'s CSList."""
+    def drop(self, x: Scalar, cid: int) -> bool:
+        """Clause ``cid`` (being removed) leaves constraint ``x``'s CSList: dropped from the
+        delta (False), or left dead in the snapshot (True: the caller holds ``cid`` in the
+        table, released at the next rebuild)."""
         dx = self.dx
         if dx:
             dc = self.dc
@@ -238,18 +247,18 @@ class _Ordered:
                     del dc[k]
                     dn = self.dn
                     dn[k : n - 1] = dn[k + 1 : n]
-                    return
-        i = bisect_left(self.fx, x)
-        lo = self.offs[i]
-        flat = self.flat
-        flat[lo + flat[lo : self.offs[i + 1]].tolist().index(cid)] = SINK
+                    return False
+        self.stale.append(cid)
         self.dead += 1
+        return True
 
     def _rebuild(self) -> None:
-        """Merge the delta into the snapshot and squeeze out the SINKs, in numpy: each delta
-        entry goes to the end of its value's group (one ``bisect`` per entry), then one
-        ``np.insert`` and one boolean mask; O(m) in C plus O(n + d log n) Python steps.
-        (Re-flattening the CSLists instead visits every entry's scattered list: ~10x more.)"""
+        """Merge the delta into the snapshot and squeeze out the dead entries, in numpy: each
+        delta entry goes to the end of its value's group (one ``bisect`` per entry), then one
+        ``np.insert`` and one boolean mask (a gather of the ids' needs: a removed clause's
+        is -1, as SINK's); O(m) in C plus O(n + d log n) Python steps, then the dead ids'
+        holds are released.  (Re-flattening the CSLists instead visits every entry's
+        scattered list: ~10x more.)"""
         cs = self.cs
         offs = [0]
         offs.extend(accumulate(map(len, cs)))
@@ -260,15 +269,31 @@ class _Ordered:
             old = self.offs
             flat = np.insert(flat, [old[bisect_right(fx, x)] for x in dx], self.dn[: len(dx)])
         if self.dead:
-            flat = flat[flat != SINK]
+            flat = flat[self.table.need_np[flat] > 0]
         assert len(flat) == offs[-1]
         self.offs = offs
         self.flat = flat
         self.fx = self.xs.copy()
         self.dx = []
         self.dc = []
-        self.dead = 0
+        self._released()
         self.limit = max(REBUILD_MIN, offs[-1] // REBUILD_FRACTION)
+
+    def _released(self) -> None:
+        """The snapshot holds no dead entry any more: their clause ids' holds end."""
+        self.dead = 0
+        stale = self.stale
+        if stale:
+            self.stale = []
+            self.table.release(stale)
+
+    def settle(self) -> None:
+        """Rebuild now if half the snapshot is dead (after removals: a leaf no event
+        queries must not hold removed clause ids without bound; a queried one rebuilds
+        sooner, at :data:`REBUILD_FRACTION`). Amortised O(1) per removal: a fleet's
+        teardown rebuilds a leaf O(log entries) times."""
+        if self.xs and self.dead > max(self.limit, len(self.flat) >> 1):
+            self._rebuild()
 
     def _pending(self) -> int:
         """The delta's length (rebuilding first when too much is pending)."""
@@ -312,10 +337,18 @@ class _Ordered:
         assert self.dn[: len(self.dc)].tolist() == self.dc
         assert len(self.offs) == len(self.fx) + 1 and self.offs[-1] == len(self.flat)
         flat = self.flat.tolist()
-        assert flat.count(SINK) == self.dead
+        assert SINK not in flat
+        # the dead entries are exactly the snapshot's entries of the stale (held) ids
+        assert len(self.stale) == self.dead
+        stale = Counter(self.stale)
+        assert Counter(c for c in flat if c in stale) == stale, "dead entries differ from the stale ids"
+        assert all(self.table.need[c] == 0 and c in self.table.held for c in stale)
         live = Counter((x, c) for x, cl in zip(self.xs, self.cs, strict=True) for c in cl)
         have = Counter(
-            (x, c) for i, x in enumerate(self.fx) for c in flat[self.offs[i] : self.offs[i + 1]] if c != SINK
+            (x, c)
+            for i, x in enumerate(self.fx)
+            for c in flat[self.offs[i] : self.offs[i + 1]]
+            if c not in stale
         )
         assert not have & Counter(zip(self.dx, self.dc, strict=True)), "delta entry also in snapshot"
         have.update(zip(self.dx, self.dc, strict=True))
@@ -348,16 +381,17 @@ class NameIndex:
         "size",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, table: ClauseTable) -> None:
         self.eq: dict[Scalar, CSList] = {}
         self.ne: dict[Scalar, CSList] = {}
-        self.in_: dict[Scalar, list[CSList]] = {}
+        # IN: member -> the CSLists of the IN lists holding it, by id (O(1) removal)
+        self.in_: dict[Scalar, dict[int, CSList]] = {}
         self.not_in: dict[frozenset[Scalar], CSList] = {}
         # ordered leaves: ascending values x and their CSLists (parallel lists)
-        self.gt = _Ordered()
-        self.ge = _Ordered()
-        self.lt = _Ordered()
-        self.le = _Ordered()
+        self.gt = _Ordered(table)
+        self.ge = _Ordered(table)
+        self.lt = _Ordered(table)
+        self.le = _Ordered(table)
         self.affix: dict[Op, _Affix] = {}  # PREFIX/SUFFIX/CONTAINS and their NOT_ forms
         self.like: dict[str, tuple[Pattern[str], CSList]] = {}
         self.not_like: dict[str, tuple[Pattern[str], CSList]] = {}
@@ -390,7 +424,7 @@ class NameIndex:
             case Op.IN:
                 assert isinstance(v, frozenset)
                 for m in v:
-                    self.in_.setdefault(m, []).append(cl)
+                    self.in_.setdefault(m, {})[id(cl)] = cl
             case Op.NOT_IN:
                 assert isinstance(v, frozenset)
                 self.not_in[v] = cl
@@ -419,9 +453,9 @@ class NameIndex:
             case Op.IN:
                 assert isinstance(v, frozenset)
                 for m in v:
-                    lst = self.in_[m]
-                    _remove_identity(lst, cl)
-                    if not lst:
+                    lists = self.in_[m]
+                    del lists[id(cl)]
+                    if not lists:
                         del self.in_[m]
             case Op.NOT_IN:
                 del self.not_in[v]  # type: ignore[arg-type]
@@ -464,9 +498,9 @@ class NameIndex:
         if o.xs:
             o.tail(v, bisect_left, parts)
         if self.in_:
-            lst = self.in_.get(v)
-            if lst is not None:
-                ext(chain.from_iterable(lst))
+            lists = self.in_.get(v)
+            if lists is not None:
+                ext(chain.from_iterable(lists.values()))
         if self.not_in:
             ext(chain.from_iterable(c for fs, c in self.not_in.items() if v not in fs))
         if self.affix or self.like or self.not_like:
@@ -501,6 +535,7 @@ class NameIndex:
     def _check(self) -> None:
         for o in (self.gt, self.ge, self.lt, self.le):
             o._check()
+        assert all(k == id(c) for lists in self.in_.values() for k, c in lists.items())
         for a in self.affix.values():
             assert a.table
             assert sorted({len(t) for t in a.table}) == a.lens.sorted
@@ -508,7 +543,7 @@ class NameIndex:
             len(self.eq)
             + len(self.ne)
             + len(self.not_in)
-            + len({id(c) for lst in self.in_.values() for c in lst})
+            + len({id(c) for lists in self.in_.values() for c in lists.values()})
             + sum(len(o.xs) for o in (self.gt, self.ge, self.lt, self.le))
             + sum(len(a.table) for a in self.affix.values())
             + len(self.like)
@@ -537,9 +572,10 @@ class CIndex:
     constraint has that type and name): two hash lookups.
     """
 
-    __slots__ = ("by_kind", "by_type")
+    __slots__ = ("by_kind", "by_type", "table")
 
-    def __init__(self) -> None:
+    def __init__(self, table: ClauseTable) -> None:
+        self.table = table  # the clause table whose CSLists the leaves hold
         self.by_kind: dict[Kind, dict[str, NameIndex]] = {k: {} for k in (Kind.NUM, Kind.STR, Kind.BOOL)}
         self.by_type: dict[type, dict[str, NameIndex]] = {
             t: self.by_kind[k] for t, k in _KIND_OF_TYPE.items()
@@ -549,7 +585,7 @@ class CIndex:
         names = self.by_kind[_leaf_kind(p)]
         ni = names.get(p.attr)
         if ni is None:
-            ni = names[p.attr] = NameIndex()
+            ni = names[p.attr] = NameIndex(self.table)
         ni.insert(p, cl)
 
     def delete(self, p: Predicate, cl: CSList) -> None:

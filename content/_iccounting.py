@@ -20,14 +20,17 @@ verification pass.
 
 Cost per event: O(sum over its attributes of (log n + k + lengths for string leaves)) Python
 work, where the ordered leaves credit their satisfied runs as numpy slices, plus
-O(total CSList entries of satisfied constraints) in C (``bincount``); add/remove:
-O(predicates x (log n + CSList length)), plus an O(leaf) rebuild of an ordered leaf's
-flattened array after every max(64, leaf/32) changes to it, i.e. amortised O(1) per change
-(the leaves stay exact and flattened under churn: see :class:`content._ic_index._Ordered`).
+O(total CSList entries of satisfied constraints) in C (``bincount``); add: O(predicates x
+log n); remove: O(predicates) (CSLists by swap-remove, ordered leaves' snapshot entries left
+dead until their rebuild: issue 42 item 2, a fleet's teardown), plus an O(leaf) rebuild of an
+ordered leaf's flattened array after every max(64, leaf/32) changes to it, i.e. amortised
+O(1) per change (the leaves stay exact and flattened under churn: see
+:class:`content._ic_index._Ordered`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, cast
 
 import numpy as np
@@ -49,7 +52,7 @@ class ICCounting(Engine):
     def __init__(self) -> None:
         super().__init__()
         self._table = ClauseTable()
-        self._index = CIndex()
+        self._index = CIndex(self._table)
         # id(CSList) of every ``< <= > >=`` constraint -> (its ordered leaf, its value): a
         # CSList entry added or removed is passed on to the leaf without hashing predicates
         self._ordered: dict[int, tuple[_Ordered, Scalar]] = {}
@@ -69,17 +72,28 @@ class ICCounting(Engine):
                 leaf[0].add(leaf[1], cid)
 
     def _delete(self, sub_id: SubId, f: Filter) -> None:
+        """O(predicates of ``f``) plus O(log) per ordered entry still in a leaf's delta:
+        the ordered leaves drop their snapshot entries lazily (the clause id is held until
+        the leaf's next rebuild), the CSLists by swap-remove (issue 42 item 2)."""
         table = self._table
-        index = self._index
         ordered = self._ordered
+        touched: list[_Ordered] = []
+        if ordered:
+            ccsl = table.ccsl
+            for cid in table.sub_cids[sub_id]:  # first the leaves, while every leaf still exists
+                for cl in ccsl[cid]:
+                    leaf = ordered.get(id(cl))
+                    if leaf is not None and leaf[0].drop(leaf[1], cid):
+                        table.hold(cid)  # left dead in the snapshot: not reused before its rebuild
+                        touched.append(leaf[0])
         gone = table.remove(sub_id)
-        for cl, cid in table.entries:  # first the entries, while every leaf still exists
-            leaf = ordered.get(id(cl))
-            if leaf is not None:
-                leaf[0].drop(leaf[1], cid)
-        for p, cl in gone:
-            ordered.pop(id(cl), None)
-            index.delete(p, cl)
+        if gone:
+            index = self._index
+            for p, cl in gone:
+                ordered.pop(id(cl), None)
+                index.delete(p, cl)
+        for o in touched:  # a leaf the events never query is squeezed here (holds stay bounded)
+            o.settle()
 
     def collect(self, event: Event, acc: list[int], parts: list[np.ndarray[Any, np.dtype[np.intp]]]) -> None:
         """Credit the clause ids of every constraint ``event`` satisfies (to ``acc`` as
@@ -104,3 +118,12 @@ class ICCounting(Engine):
         csl = self._table.csl
         want = {id(cl): (self._index.leaf(p), p.value) for p, cl in csl.items() if p.op in ORDERED}
         assert self._ordered == want, "ordered-constraint map out of date"
+        # every hold of a removed clause id is one dead entry of an ordered leaf
+        holds = Counter(
+            c
+            for names in self._index.by_kind.values()
+            for ni in names.values()
+            for o in (ni.gt, ni.ge, ni.lt, ni.le)
+            for c in o.stale
+        )
+        assert holds == Counter(self._table.held), "held clause ids differ from the leaves' dead entries"

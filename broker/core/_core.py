@@ -761,7 +761,8 @@ class Core:
 
     # ------------------------------------------------------------ timers
     def tick(self, now: float) -> None:
-        """Keep-alive timeouts, will delays, session expiry and ``$SYS`` (call periodically)."""
+        """Keep-alive timeouts, will delays, session expiry, released content selectors
+        (a slice per tick) and ``$SYS`` (call periodically)."""
         self.conn_timers.expire(now)  # CONNECT and keep-alive deadlines due (core/_conntimers.py)
         if self.pending_wills:
             for s in self.pending_wills.due(now):
@@ -773,6 +774,8 @@ class Core:
         if self.quotas is not None:
             self.quotas.tick(now)  # publishers whose quota refilled read again
         self.composite.tick()  # composite losses in idle subscriptions, when observed
+        if self.router.releasing:
+            self.router.settle_selectors()  # released selectors leave the engine, a slice a tick
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
             self.publish_sys(now)

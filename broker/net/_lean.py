@@ -67,8 +67,11 @@ log = logging.getLogger("broker")
 
 #: bytes asked from the socket per read (asyncio's ``max_size``)
 MAX_READ = 256 * 1024
-#: ready sockets handled per readiness of the poller at most (the rest: next loop turn)
-MAX_EVENTS = 1024
+#: ready sockets handled per readiness of the poller at most (the rest: next loop turn): a
+#: burst such as a fleet of 10,000 disconnecting at once holds the loop a quarter as long per
+#: turn as with 1,024 (each read a DISCONNECT, a session ended, a socket closed; issue 42
+#: item 2, bench_content_fleet.py's ``stall_teardown``: 125-224 ms with 256, main 1,281 ms)
+MAX_EVENTS = 256
 
 # LeanProtocol.bits: its transport state
 _CLOSING = 1  # close/abort called: no more reading; connection_lost once the backlog is out

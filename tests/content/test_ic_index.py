@@ -255,3 +255,66 @@ def test_owner_ids_of_any_type_come_back_unchanged(name: str) -> None:
         oracle.remove(sid)
         agree()
     assert table.n_obj == 0
+
+
+# --- removal cost (issue 42 item 2: a fleet of 100,000 selectors disconnecting) ------------
+
+
+def test_a_clause_leaves_a_long_cslist_by_swap_remove_at_its_kept_position() -> None:
+    """A predicate shared by thousands of clauses (``class = 'pump'``) has a CSList as long;
+    removing a clause must not scan it (``list.remove`` cost ~20 us there): the table keeps
+    each clause's position in each of its CSLists and the last id takes the freed slot."""
+    engine, oracle = ICCounting(), BruteForce()
+    n = 3000
+    for i in range(n):
+        sel = f"class = 'pump' AND t > {i}"
+        engine.add(i, sel)
+        oracle.add(i, sel)
+    table = engine._table
+    (shared,) = (cl for p, cl in table.csl.items() if p.op is Op.EQ)
+    first, last = shared[0], shared[-1]
+    engine.remove(0)
+    oracle.remove(0)
+    assert first not in shared and len(shared) == n - 1
+    assert shared[0] == last, "the last id did not take the removed one's slot"
+    assert table.cpos[last][table.ccsl[last].index(shared)] == 0
+    rng = random.Random(3)
+    for i in rng.sample(range(1, n), 1500):
+        engine.remove(i)
+        oracle.remove(i)
+    engine._check()
+    for t in (-1, 10, 1500, 2999, 5000):
+        ev = {"class": "pump", "t": t}
+        assert engine.match(ev) == oracle.match(ev)
+
+
+def test_ordered_entries_of_a_removed_clause_stay_until_the_rebuild_and_hold_its_id() -> None:
+    """Removing a clause leaves its entries in an ordered leaf's flattened snapshot (no
+    search of the value's run): they never fire, and the clause id is held -- not given to
+    a new clause -- until the rebuild squeezes them out and releases it."""
+    engine, oracle = ICCounting(), BruteForce()
+    for i in range(400):
+        engine.add(i, f"x > {i}")
+        oracle.add(i, f"x > {i}")
+    assert engine.match({"x": 1000}) == oracle.match({"x": 1000})  # snapshot built
+    table = engine._table
+    leaf = engine._index.by_kind[Kind.NUM]["x"].gt
+    flat = leaf.flat.copy()
+    (cid,) = table.sub_cids[7]
+    engine.remove(7)
+    oracle.remove(7)
+    assert (leaf.flat == flat).all(), "the snapshot was searched and written"
+    assert cid in table.held and cid not in table.free and leaf.stale == [cid]
+    engine.add("new", "x > 3.5")
+    oracle.add("new", "x > 3.5")
+    assert table.sub_cids["new"] != [cid], "a held clause id was given to a new clause"
+    for ev in ({"x": 1000}, {"x": 8}, {"x": 7.5}, {"x": 3}):
+        assert engine.match(ev) == oracle.match(ev)
+    engine._check()
+    for i in range(8, 8 + leaf.limit + 1):  # past the limit: the next query rebuilds
+        engine.remove(i)
+        oracle.remove(i)
+    assert engine.match({"x": 1000}) == oracle.match({"x": 1000})
+    assert not leaf.stale and leaf.dead == 0 and cid not in table.held and cid in table.free
+    assert cid not in leaf.flat.tolist()
+    engine._check()
