@@ -209,6 +209,7 @@ class Broker:
         self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
         self._full_collections = 0  # full (generation 2) collections since the last tick
         self._frozen_sessions = 0  # sessions when the heap was last frozen
+        self._closed_at_freeze = -1  # connections closed before the last freeze (-1: none frozen)
         self._sweeper: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self.dashboard: Dashboard | None = None
@@ -475,13 +476,20 @@ class Broker:
         if phase == "stop" and info["generation"] == 2:
             self._full_collections += 1
 
+    def _closed_connections(self) -> int:
+        """Connections accepted and closed so far. O(1)."""
+        core = self.core
+        return core.stats.connections_total - len(core.connections)
+
     def _freeze_survivors(self) -> None:
         """After a full collection, with :data:`FREEZE_SESSIONS` sessions more than at the last
         freeze, move the heap to the permanent generation (``gc.freeze``): later full
         collections walk only what was made since (the restore does the same for a store's
-        sessions). Objects frozen are still freed by their reference counts; only a reference
-        cycle made garbage among them would outlive the freeze. O(1) (the freeze only links
-        the generations' lists)."""
+        sessions). Objects frozen are still freed by their reference counts; a closed
+        connection, though, is a reference cycle (connection, session, protocol, transport)
+        that only the collector frees, so :meth:`_thaw_after_churn` unfreezes the heap once
+        :data:`FREEZE_SESSIONS` connections closed since the freeze. O(1) (the freeze only
+        links the generations' lists)."""
         self._full_collections = 0
         n = len(self.core.sessions)
         if n < self._frozen_sessions:
@@ -489,11 +497,25 @@ class Broker:
         elif n - self._frozen_sessions >= FREEZE_SESSIONS:
             gc.freeze()
             self._frozen_sessions = n
+            self._closed_at_freeze = self._closed_connections()
+
+    def _thaw_after_churn(self) -> None:
+        """Once :data:`FREEZE_SESSIONS` connections closed since the last freeze (a fleet that
+        left or reconnected), unfreeze the heap so that the next full collection frees their
+        cycles (one full walk, as without the freeze; the survivors are frozen again after it
+        when the sessions are still many). Without it each closed connection of a frozen
+        fleet stayed in memory for good. O(1) per tick."""
+        since = self._closed_connections() - self._closed_at_freeze
+        if self._closed_at_freeze >= 0 and since >= FREEZE_SESSIONS:
+            gc.unfreeze()
+            self._closed_at_freeze = -1
+            self._frozen_sessions = 0
 
     def _tick(self) -> None:
         try:
             if self._full_collections:
                 self._freeze_survivors()
+            self._thaw_after_churn()
             now = self.core.clock.monotonic()
             if now >= self._next_tick - FLOW_CHECK / 2:
                 self._next_tick = now + self.config.tick_interval

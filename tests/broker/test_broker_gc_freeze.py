@@ -58,3 +58,49 @@ async def test_few_sessions_never_freeze() -> None:
         assert b._collected not in gc.callbacks  # stop removed the hook
     finally:
         gc.unfreeze()
+
+
+def _connect_and_subscribe(client_id: str) -> bytes:
+    """CONNECT (MQTT 3.1.1, clean session) and SUBSCRIBE a/b QoS 0, as bytes."""
+    cid = client_id.encode()
+    var = b"\x00\x04MQTT\x04\x02\x00\x3c" + len(cid).to_bytes(2, "big") + cid
+    return bytes([0x10, len(var)]) + var + b"\x82\x08\x00\x01\x00\x03a/b\x00"
+
+
+async def test_a_frozen_fleet_that_leaves_is_freed() -> None:
+    """A closed connection is a reference cycle (connection, session, protocol, transport) that
+    only the collector frees: once FREEZE_SESSIONS connections of a frozen heap closed, the
+    broker unfreezes it so that a full collection frees them (before: they stayed for good)."""
+    from broker.core._connection import Connection
+
+    gc.unfreeze()
+    n = FREEZE_SESSIONS + 50
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            streams = []
+            for i in range(n):
+                r, w = await asyncio.open_connection("127.0.0.1", b.port)
+                w.write(_connect_and_subscribe(f"fleet{i}"))
+                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+                streams.append((r, w))
+            assert await _until(lambda: len(b.core.sessions) == n)
+            gc.collect()
+            assert await _until(lambda: gc.get_freeze_count() > 0), "the heap was not frozen"
+            for _, w in streams:
+                w.write(b"\xe0\x00")  # DISCONNECT
+                w.close()
+            streams.clear()
+            assert await _until(lambda: not b.core.sessions and not b.core.connections, 30.0)
+            assert await _until(lambda: gc.get_freeze_count() == 0), "the heap stayed frozen"
+            gc.collect()
+            gc.unfreeze()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                gc.collect()
+                left = [o for o in gc.garbage if type(o) is Connection]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert left == [], f"{len(left)} closed connections were still waiting for the collector"
+    finally:
+        gc.unfreeze()
