@@ -18,7 +18,8 @@ from contextlib import contextmanager
 import pytest
 
 import topics._index as index_module
-from topics import SubscriptionIndex, matches
+from tests.topics.test_topics_index_buckets import brute
+from topics import SubscriptionIndex
 
 native = pytest.importorskip("topics._gather")
 
@@ -55,24 +56,6 @@ def random_filter(rnd: random.Random) -> str:
 
 def random_topic(rnd: random.Random) -> str:
     return "/".join(rnd.choice(LEVELS) for _ in range(rnd.randint(1, 6))) or "a"
-
-
-def brute(ix: SubscriptionIndex[int], topic: str) -> dict[str, list[tuple[str, int]]]:
-    """The plain subscriptions that apply, from the entries alone (newest first, up to the
-    newest matching negative entry)."""
-    out: dict[str, list[tuple[str, int]]] = {}
-    for cid in list(ix._clients):
-        got = []
-        for e in reversed(ix.entries(cid)):
-            if e.topic_filter.startswith("$share/") or not matches(e.topic_filter, topic):
-                continue
-            if not e.positive:
-                break
-            assert e.options is not None
-            got.append((e.topic_filter, e.options))
-        if got:
-            out[cid] = got
-    return out
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -19,18 +19,9 @@ import aiomqtt
 import pytest
 
 from broker import Broker, LocalSubscription
+from tests.uplink.test_uplink_reload import _bridge
 from tests.waiting import eventually
-from uplink import BridgeConfig, Direction, TopicRule, Uplink
-
-
-def _bridge(name: str, port: int, *patterns: str) -> BridgeConfig:
-    return BridgeConfig(
-        name=name,
-        urls=(f"mqtt://127.0.0.1:{port}",),
-        topics=tuple(TopicRule(p, Direction.OUT, 1) for p in patterns),
-        backoff_min=0.05,
-        backoff_max=0.2,
-    )
+from uplink import Uplink
 
 
 async def _publish(port: int, *topics: str) -> None:
