@@ -210,6 +210,7 @@ class Broker:
         self._full_collections = 0  # full (generation 2) collections since the last tick
         self._frozen_sessions = 0  # sessions when the heap was last frozen
         self._closed_at_freeze = -1  # connections closed before the last freeze (-1: none frozen)
+        self._sessions_at_freeze = 0  # sessions at the last freeze (_thaw_after_churn)
         self._sweeper: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self.dashboard: Dashboard | None = None
@@ -404,6 +405,8 @@ class Broker:
             del state
             if len(core.sessions) >= FREEZE_SESSIONS:
                 gc.freeze()
+                self._frozen_sessions = self._sessions_at_freeze = len(core.sessions)
+                self._closed_at_freeze = self._closed_connections()
         finally:
             if was_enabled:
                 gc.enable()
@@ -496,26 +499,31 @@ class Broker:
             self._frozen_sessions = n  # a fleet that left, and may come back
         elif n - self._frozen_sessions >= FREEZE_SESSIONS:
             gc.freeze()
-            self._frozen_sessions = n
+            self._frozen_sessions = self._sessions_at_freeze = n
             self._closed_at_freeze = self._closed_connections()
 
     def _thaw_after_churn(self) -> None:
         """Once :data:`FREEZE_SESSIONS` connections closed since the last freeze (a fleet that
-        left or reconnected), unfreeze the heap so that the next full collection frees their
-        cycles (one full walk, as without the freeze; the survivors are frozen again after it
-        when the sessions are still many). Without it each closed connection of a frozen
-        fleet stayed in memory for good. O(1) per tick."""
-        since = self._closed_connections() - self._closed_at_freeze
-        if self._closed_at_freeze >= 0 and since >= FREEZE_SESSIONS:
+        left or reconnected), or the sessions fell by as many (restored sessions discarded or
+        expired), unfreeze the heap so that the next full collection frees their cycles (one
+        full walk, as without the freeze; the survivors are frozen again after it when the
+        sessions are still many). Without it each closed connection, and each discarded
+        session, of a frozen heap stayed in memory for good. O(1) per tick."""
+        if self._closed_at_freeze < 0:
+            return
+        closed = self._closed_connections() - self._closed_at_freeze
+        gone = self._sessions_at_freeze - len(self.core.sessions)
+        if closed >= FREEZE_SESSIONS or gone >= FREEZE_SESSIONS:
             gc.unfreeze()
             self._closed_at_freeze = -1
             self._frozen_sessions = 0
+            self._full_collections = 0  # freeze again only after a collection that saw them
 
     def _tick(self) -> None:
         try:
+            self._thaw_after_churn()
             if self._full_collections:
                 self._freeze_survivors()
-            self._thaw_after_churn()
             now = self.core.clock.monotonic()
             if now >= self._next_tick - FLOW_CHECK / 2:
                 self._next_tick = now + self.config.tick_interval

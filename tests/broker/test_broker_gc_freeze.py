@@ -14,6 +14,7 @@ import asyncio
 import gc
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from broker import Broker
 from broker._broker import FREEZE_SESSIONS
@@ -102,5 +103,57 @@ async def test_a_frozen_fleet_that_leaves_is_freed() -> None:
                 gc.set_debug(0)
                 gc.garbage.clear()
             assert left == [], f"{len(left)} closed connections were still waiting for the collector"
+    finally:
+        gc.unfreeze()
+
+
+async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
+    """``n`` clients connect (clean session or not), subscribe, disconnect; returns when the
+    broker has no connection left."""
+    writers = []
+    for i in range(n):
+        r, w = await asyncio.open_connection("127.0.0.1", b.port)
+        packet = bytearray(_connect_and_subscribe(f"fleet{i}"))
+        if not clean:
+            packet[9] = 0x00  # connect flags: no clean session
+        w.write(bytes(packet))
+        assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+        writers.append(w)
+    for w in writers:
+        w.write(b"\xe0\x00")
+        w.close()
+    assert await _until(lambda: not b.core.connections, 30.0)
+
+
+async def test_restored_sessions_discarded_are_freed(tmp_path: Path) -> None:
+    """The restore freezes the heap holding the restored sessions; once FREEZE_SESSIONS of them
+    are gone (here: clean-session clients of the same ids discard them), the broker unfreezes
+    the heap so that the collector frees them (before: 1,050 Sessions stayed for good)."""
+    from broker.core._session import Session
+
+    db = tmp_path / "store.db"
+    n = FREEZE_SESSIONS + 50
+    gc.unfreeze()
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+            await _fleet(b, n, clean=False)
+            assert len(b.core.sessions) == n
+        gc.collect()
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db, tick_interval=0.05) as b:
+            assert len(b.core.sessions) == n
+            assert gc.get_freeze_count() > 0, "the restore did not freeze the heap"
+            await _fleet(b, n, clean=True)
+            assert await _until(lambda: not b.core.sessions)
+            assert await _until(lambda: gc.get_freeze_count() == 0), "the heap stayed frozen"
+            gc.collect()
+            gc.unfreeze()
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            try:
+                gc.collect()
+                left = [o for o in gc.garbage if type(o) is Session]
+            finally:
+                gc.set_debug(0)
+                gc.garbage.clear()
+            assert left == [], f"{len(left)} discarded sessions were still waiting for the collector"
     finally:
         gc.unfreeze()
