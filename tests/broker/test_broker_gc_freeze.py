@@ -12,21 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from broker import Broker
 from broker._broker import FREEZE_SESSIONS
-
-
-async def _until(cond: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
+from tests.waiting import eventually
 
 
 async def test_a_full_collection_with_many_new_sessions_freezes_the_heap() -> None:
@@ -37,11 +27,11 @@ async def test_a_full_collection_with_many_new_sessions_freezes_the_heap() -> No
                 b.core.local_subscribe(f"s{i}", "t/#", None, 0, lambda m, r: None, 0.0)
             assert gc.get_freeze_count() == 0
             gc.collect()
-            assert await _until(lambda: gc.get_freeze_count() > 0), "the heap was not frozen"
+            await eventually(lambda: gc.get_freeze_count() > 0, 10.0)  # else: the heap was not frozen
             frozen = gc.get_freeze_count()
             # no new growth: a later full collection freezes nothing more
             gc.collect()
-            assert await _until(lambda: b._full_collections == 0)
+            await eventually(lambda: b._full_collections == 0, 10.0)
             assert gc.get_freeze_count() <= frozen  # (frozen objects freed meanwhile leave it)
     finally:
         gc.unfreeze()
@@ -54,7 +44,7 @@ async def test_few_sessions_never_freeze() -> None:
             for i in range(50):
                 b.core.local_subscribe(f"s{i}", "t/#", None, 0, lambda m, r: None, 0.0)
             gc.collect()
-            assert await _until(lambda: b._full_collections == 0)  # a tick looked at it
+            await eventually(lambda: b._full_collections == 0, 10.0)  # a tick looked at it
             assert gc.get_freeze_count() == 0
         assert b._collected not in gc.callbacks  # stop removed the hook
     finally:
@@ -98,15 +88,15 @@ async def test_a_frozen_fleet_that_leaves_is_freed() -> None:
                 w.write(_connect_and_subscribe(f"fleet{i}"))
                 assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
                 streams.append((r, w))
-            assert await _until(lambda: len(b.core.sessions) == n)
+            await eventually(lambda: len(b.core.sessions) == n, 10.0)
             gc.collect()
-            assert await _until(lambda: gc.get_freeze_count() > 0), "the heap was not frozen"
+            await eventually(lambda: gc.get_freeze_count() > 0, 10.0)  # else: the heap was not frozen
             for _, w in streams:
                 w.write(b"\xe0\x00")  # DISCONNECT
                 w.close()
             streams.clear()
-            assert await _until(lambda: not b.core.sessions and not b.core.connections, 30.0)
-            assert await _until(lambda: gc.get_freeze_count() == 0), "the heap stayed frozen"
+            await eventually(lambda: not b.core.sessions and not b.core.connections, 30.0)
+            await eventually(lambda: gc.get_freeze_count() == 0, 10.0)  # else: the heap stayed frozen
             left = _left_for_the_collector(Connection)
             assert left == 0, f"{left} closed connections were still waiting for the collector"
     finally:
@@ -128,7 +118,7 @@ async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
     for w in writers:
         w.write(b"\xe0\x00")
         w.close()
-    assert await _until(lambda: not b.core.connections, 30.0)
+    await eventually(lambda: not b.core.connections, 30.0)
 
 
 async def test_restored_sessions_discarded_are_freed(tmp_path: Path) -> None:
@@ -149,8 +139,8 @@ async def test_restored_sessions_discarded_are_freed(tmp_path: Path) -> None:
             assert len(b.core.sessions) == n
             assert gc.get_freeze_count() > 0, "the restore did not freeze the heap"
             await _fleet(b, n, clean=True)
-            assert await _until(lambda: not b.core.sessions)
-            assert await _until(lambda: gc.get_freeze_count() == 0), "the heap stayed frozen"
+            await eventually(lambda: not b.core.sessions, 10.0)
+            await eventually(lambda: gc.get_freeze_count() == 0, 10.0)  # else: the heap stayed frozen
             left = _left_for_the_collector(Session)
             assert left == 0, f"{left} discarded sessions were still waiting for the collector"
     finally:
