@@ -62,6 +62,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import math
 import os
 import threading
 import time
@@ -505,15 +506,15 @@ class Bridge(Hooks):
     ) -> None:
         if writer not in {"thread", "process"}:
             raise ValueError(f"writer must be 'thread' or 'process', not {writer!r}")
-        if roll_interval <= 0:
-            raise ValueError("roll_interval must be positive")
+        if not (math.isfinite(roll_interval) and roll_interval > 0):
+            raise ValueError("roll_interval must be a positive number of seconds")
         if max_pending < 1 or roll_bytes < 1:
             raise ValueError("max_pending and roll_bytes must be positive")
         if commit_delay is None:
             commit_delay = 4 * roll_interval if roll_interval >= 0.5 else roll_interval
-        if not commit_delay >= roll_interval:  # also refuses nan
-            raise ValueError("commit_delay must be >= roll_interval")
-        if commit_rows < 0:
+        if not (math.isfinite(commit_delay) and commit_delay >= roll_interval):  # nan, inf too
+            raise ValueError("commit_delay must be a finite number of seconds >= roll_interval")
+        if not isinstance(commit_rows, int) or commit_rows < 0:
             raise ValueError("commit_rows must be >= 0 (0: every round committed)")
         self.landing_dir = landing_dir
         self.roll_interval = roll_interval

@@ -296,14 +296,14 @@ def _check(where: str, key: str, value: object) -> None:
         not isinstance(value, want)
         or (isinstance(value, bool) and bool not in (want if isinstance(want, tuple) else (want,)))
     ):
-        raise ValueError(f"{where}.{key}: {type(value).__name__} {value!r} is not a {_type_name(want)}")
+        raise ValueError(f"{where}.{key}: {type(value).__name__} {value!r} is not {_type_name(want)}")
 
 
 def _type_name(want: type | tuple[type, ...]) -> str:
     return (
-        "number"
+        "a number"
         if isinstance(want, tuple)
-        else {"str": "string", "int": "integer", "bool": "boolean"}[want.__name__]
+        else {"str": "a string", "int": "an integer", "bool": "a boolean"}[want.__name__]
     )
 
 

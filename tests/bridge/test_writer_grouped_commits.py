@@ -217,3 +217,9 @@ def test_grouping_options_are_checked_and_a_short_roll_interval_commits_every_ro
         Bridge(tmp_path / "d", commit_delay=float("nan"))
     with pytest.raises(ValueError, match="commit_rows"):
         Bridge(tmp_path / "e", commit_rows=-1)
+    with pytest.raises(ValueError, match="commit_delay"):
+        Bridge(tmp_path / "f", commit_delay=float("inf"))  # rounds held for good
+    with pytest.raises(ValueError, match="roll_interval"):
+        Bridge(tmp_path / "g", roll_interval=float("nan"))
+    with pytest.raises(ValueError, match="commit_rows"):
+        Bridge(tmp_path / "h", commit_rows=1.5)  # type: ignore[arg-type]
