@@ -111,7 +111,7 @@ from collections.abc import Callable, Sequence
 from itertools import chain, groupby
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from broker._files import open_private, private_dir, tighten
 from broker._logging import fields
@@ -132,9 +132,6 @@ from broker.durability._records import (
 from broker.durability._schema import MIGRATIONS, SCHEMA_VERSION, SQL, migrate, rollback
 from broker.packets import Will
 from broker.values import PUBLISH_SENT, PUBREL_SENT, Message, SubOptions
-
-if TYPE_CHECKING:  # imported when a store opens: a broker without one never loads SQLite (issue 42)
-    pass
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "Store", "migrate"]
 
@@ -168,7 +165,21 @@ _BULK = (
     "retain",
     "unretain",
 )
-_BULK_MAX = 1024  # rows per statement (x 16 parameters of "outgoing": far below SQLite's limit)
+_BULK_MAX = 1024  # rows per statement at most (fewer where SQLite's variable limit asks: _bulk_rows)
+
+
+#: ``sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER`` (SQLite's C constant; sqlite3 is imported when a
+#: store opens, not with this module)
+_LIMIT_VARIABLE_NUMBER = 9
+
+
+def _bulk_rows(cols: int, variable_limit: int) -> int:
+    """Rows per bulk statement of an operation of ``cols`` parameters: a power of two up to
+    :data:`_BULK_MAX` whose parameters fit ``variable_limit`` (SQLITE_LIMIT_VARIABLE_NUMBER:
+    32,766 since SQLite 3.32, 999 before, which 1,024 rows x 16 parameters of "outgoing" went
+    far past: every round failed, for good). O(1)."""
+    fit = max(1, min(_BULK_MAX, variable_limit // cols))
+    return 1 << (fit.bit_length() - 1)
 
 
 def _bulk_schema(name: str, sql: str) -> list[str]:
@@ -611,12 +622,13 @@ class Store:
 
     def _bulk(self, name: str, rows: list[Any]) -> None:
         """Writer (holding the connection in a transaction): ``rows`` of operation ``name`` in
-        one statement (:func:`_bulk_statement`) per :data:`_BULK_MAX` rows, padded with NULL
+        one statement (:func:`_bulk_statement`) per :func:`_bulk_rows` rows, padded with NULL
         rows to a power of two (module doc, "One statement per table and round").  O(len(rows))."""
         db = self._db
         ncols = _BULK_COLS[name]
-        for lo in range(0, len(rows), _BULK_MAX):
-            chunk = rows[lo : lo + _BULK_MAX]
+        step = _bulk_rows(ncols, db.getlimit(_LIMIT_VARIABLE_NUMBER))
+        for lo in range(0, len(rows), step):
+            chunk = rows[lo : lo + step]
             n = len(chunk)
             size = 1 << (n - 1).bit_length()
             stmt = _BULK_SQL.get((name, size))

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker import Broker
-from broker.durability._store import _SQL, MIGRATIONS, _entry_row, migrate
+from broker.durability._store import _LIMIT_VARIABLE_NUMBER, _SQL, MIGRATIONS, _entry_row, migrate
 from broker.packets import Properties, Puback, Publish
 from broker.store import EntryRecord, MessageRecord, MessageState, OutgoingRecord, SessionRecord, Store
 from broker.values import SubOptions
@@ -233,3 +233,22 @@ def test_one_round_leaves_the_database_the_plain_statements_leave(
     with sqlite3.connect(path) as db:
         assert _tables(db) == _tables(plain)
     plain.close()
+
+
+def test_a_round_fits_an_older_sqlites_limit_of_999_variables(tmp_path: Path) -> None:
+    """SQLite before 3.32 (Ubuntu 20.04, RHEL 8) binds at most 999 variables per statement: a
+    round of 100 deliveries (16 parameters each) in one statement failed there, and failed again
+    on every retry ("too many SQL variables"); the writer splits a round to fit the limit."""
+    with Store(tmp_path / "broker.db") as store:
+        store._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+        n = 100
+        _one_round(
+            store,
+            [
+                ("add_outgoing", (OutgoingRecord("a", i, MessageState.PUBLISH_SENT, i, MSG, 1, False),))
+                for i in range(1, n + 1)
+            ],
+        )
+        assert store.counts()["outgoing"] == n
+        assert store.failed_commits == 0
+    assert _LIMIT_VARIABLE_NUMBER == sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER
