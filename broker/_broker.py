@@ -175,6 +175,12 @@ class LocalCompositeSubscription(LocalSubscription):
         return self
 
 
+def _full_collections() -> int:
+    """The collector's own count of full (generation 2) collections so far (the tick compares
+    it with the last one seen: no callback runs on each collection). O(1)."""
+    return int(gc.get_stats()[2]["collections"])
+
+
 class Broker:
     """An MQTT 3.1.1/5.0 broker on the running event loop.
 
@@ -207,7 +213,7 @@ class Broker:
         self._extra: list[OpenListener] = []  # opened by Broker.listen (plugins)
         self._timer: asyncio.TimerHandle | None = None
         self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
-        self._full_collections = 0  # full (generation 2) collections since the last tick
+        self._full_seen = 0  # the collector's count of full collections at the last tick's look
         self._frozen_sessions = 0  # sessions when the heap was last frozen
         self._closed_at_freeze = -1  # connections closed before the last freeze (-1: none frozen)
         self._sessions_at_freeze = 0  # sessions at the last freeze (_thaw_after_churn)
@@ -308,7 +314,7 @@ class Broker:
                 raise
         _log_capacity(self.config.max_connections)
         self._next_tick = self.core.clock.monotonic() + self.config.tick_interval
-        gc.callbacks.append(self._collected)
+        self._full_seen = _full_collections()
         self._schedule()
         for h in self.hooks:
             await h.ready()
@@ -474,11 +480,6 @@ class Broker:
             delay = min(delay, FLOW_CHECK)
         self._timer = loop.call_later(max(delay, 0.0), self._tick)
 
-    def _collected(self, phase: str, info: dict[str, int]) -> None:
-        """``gc.callbacks``: count the full collections (``_tick`` may freeze after one). O(1)."""
-        if phase == "stop" and info["generation"] == 2:
-            self._full_collections += 1
-
     def _closed_connections(self) -> int:
         """Connections accepted and closed so far. O(1)."""
         core = self.core
@@ -493,7 +494,6 @@ class Broker:
         that only the collector frees, so :meth:`_thaw_after_churn` unfreezes the heap once
         :data:`FREEZE_SESSIONS` connections closed since the freeze. O(1) (the freeze only
         links the generations' lists)."""
-        self._full_collections = 0
         n = len(self.core.sessions)
         if n < self._frozen_sessions:
             self._frozen_sessions = n  # a fleet that left, and may come back
@@ -517,12 +517,14 @@ class Broker:
             gc.unfreeze()
             self._closed_at_freeze = -1
             self._frozen_sessions = 0
-            self._full_collections = 0  # freeze again only after a collection that saw them
+            self._full_seen = _full_collections()  # freeze again only after a collection that saw them
 
     def _tick(self) -> None:
         try:
             self._thaw_after_churn()
-            if self._full_collections:
+            full = _full_collections()
+            if full != self._full_seen:  # a full collection ran since the last tick
+                self._full_seen = full
                 self._freeze_survivors()
             now = self.core.clock.monotonic()
             if now >= self._next_tick - FLOW_CHECK / 2:
@@ -553,8 +555,6 @@ class Broker:
             self._http = None
         if self._timer is not None:
             self._timer.cancel()
-        if self._collected in gc.callbacks:
-            gc.callbacks.remove(self._collected)
         await self._send_owed()
         for task in list(self._checks):  # held CONNECTs: their connections close below
             task.cancel()
