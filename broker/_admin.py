@@ -158,11 +158,12 @@ class Admin:
         req: Request,
         user: str | None,
         csrf: str,
-        guard: Callable[[], Response | None] | None = None,
+        guard: Callable[[], Response | None],
     ) -> Response:
         """Answer one request: 404 for a path of no endpoint, 405 with ``Allow`` (the path's
         methods) for another method, then ``guard`` (the dashboard's CSRF rules) for a
-        state-changing endpoint, the input checks and the handler."""
+        state-changing endpoint (required: no caller can forget the CSRF rules), the input
+        checks and the handler."""
         ep, tail, allowed = routes.find(req.method, req.path)
         if ep is None:
             if allowed:
@@ -170,7 +171,7 @@ class Admin:
                 what = f"method {req.method[:20]} not allowed on {req.path[:100]} (allowed: {allow})"
                 return error(405, what, None, (("Allow", allow),))
             return error(404, f"no API {req.path[:100]!r}")
-        if ep.changes and guard is not None and (refused := guard()) is not None:
+        if ep.changes and (refused := guard()) is not None:
             return refused
         try:
             query = routes.parse_query(ep, req.query)

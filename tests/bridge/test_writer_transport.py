@@ -160,7 +160,7 @@ def test_a_stopped_child_is_given_up_after_the_time_out_and_replaced(tmp_path: P
         t0 = time.monotonic()
         with pytest.raises(OSError):
             proc.run(job())
-        assert time.monotonic() - t0 < DEADLINE
+        assert time.monotonic() - t0 >= 0.9  # it was the 1-s time-out that ended the call
         assert proc.proc is None  # ended (killed), not left behind
         with pytest.raises(ProcessLookupError):
             os.kill(stopped, 0)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 import pytest
 
@@ -34,25 +33,25 @@ async def test_sys_remote_does_not_show_the_urls_credentials() -> None:
             assert "secret" not in repr(status.to_json())
 
 
-async def test_log_lines_do_not_show_the_urls_credentials(caplog: pytest.LogCaptureFixture) -> None:
+async def test_log_lines_do_not_show_the_urls_credentials(
+    caplog: pytest.LogCaptureFixture, dead_port: int
+) -> None:
     """The bridge's lines (connected, failed, lost) name the remote without its credentials."""
     caplog.set_level(logging.INFO, logger="siftmq.uplink")
-    with socket.socket() as refusing:  # bound, not listening: every connection is refused
-        refusing.bind(("127.0.0.1", 0))
-        async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
-            cfg = BridgeConfig(
-                name="up",
-                urls=(
-                    f"mqtt://user:secret@127.0.0.1:{refusing.getsockname()[1]}",
-                    f"mqtt://user:secret@127.0.0.1:{central.port}",
-                ),
-                topics=(TopicRule("t/#"),),
-                backoff_min=0.05,
-                backoff_max=0.2,
-            )
-            uplink = Uplink([cfg])
-            async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]):
-                await asyncio.wait_for(uplink.bridges["up"].wait_connected(), 10)
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        cfg = BridgeConfig(
+            name="up",
+            urls=(
+                f"mqtt://user:secret@127.0.0.1:{dead_port}",
+                f"mqtt://user:secret@127.0.0.1:{central.port}",
+            ),
+            topics=(TopicRule("t/#"),),
+            backoff_min=0.05,
+            backoff_max=0.2,
+        )
+        uplink = Uplink([cfg])
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]):
+            await asyncio.wait_for(uplink.bridges["up"].wait_connected(), 10)
     said = [r.getMessage() for r in caplog.records if r.name.startswith("siftmq.uplink")]
     assert any("connected to mqtt://127.0.0.1:" in m for m in said), said
     assert any("Connection refused" in m or "refused" in m for m in said), said
