@@ -154,7 +154,11 @@ class Uplink(Hooks):
             bridge.state.connected = False
             bridge.state.connected_since = None
         self.bridges[cfg.name] = bridge
-        bridge.start()
+        try:
+            bridge.start()
+        except BaseException:
+            self.bridges.pop(cfg.name, None)  # not left behind in the status and $SYS
+            raise
 
     def _set_bound(self, cfg: BridgeConfig) -> None:
         """Register, retune or remove the queue bound of the bridge's local session (O(1);

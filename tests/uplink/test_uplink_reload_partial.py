@@ -111,3 +111,31 @@ async def test_replace_names_the_failed_bridge_and_the_next_replace_retries_it(
             assert changed == ["bridge a restarted (after a failed change; 0 queued message(s) kept)"]
             await eventually(lambda: uplink.bridges["a"].state.connected, 10)
             assert await uplink.replace([a]) == []  # and then left alone
+
+
+async def test_a_bridge_that_failed_to_start_is_not_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An added bridge whose start raises is not kept in ``Uplink.bridges`` (before: the entry
+    stayed, shown in the status and $SYS, and a reload without that bridge never removed it)."""
+    from uplink._bridge import Bridge
+
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
+        port = central.port
+        keep = _bridge("keep", port, "k/#")
+        current = [keep]
+        uplink = Uplink(current, source=lambda: current)
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink]) as edge:
+            await eventually(lambda: uplink.bridges["keep"].state.connected, 10)
+
+            def start_fails(self: Bridge) -> None:
+                raise ValueError("no start")
+
+            monkeypatch.setattr(Bridge, "start", start_fails)
+            current[:] = [keep, _bridge("bad", port, "b/#")]
+            result = await edge.reload()
+            assert not result.ok and "bridge bad: adding failed" in (result.error or "")
+            assert set(uplink.bridges) == {"keep"}
+            monkeypatch.undo()
+            current[:] = [keep]
+            assert (await edge.reload()).ok
+            assert set(uplink.bridges) == {"keep"} and uplink.names == {"keep"}
+            assert [s.name for s in uplink.bridge_status()] == ["keep"]
