@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from broker._config import BrokerConfig
     from broker.auth import FileAuth
     from broker.authn import JwtAuth
+    from broker.net._listeners import TlsReload
 
 __all__ = [
     "LIVE_FIELDS",
@@ -256,6 +257,21 @@ def _apply_config(broker: Broker, cfg: BrokerConfig) -> None:
             limits.burst = float(max(1, cfg.connection_burst))
 
 
+def _apply_checked(
+    broker: Broker, tls: TlsReload, final: BrokerConfig | None, live: dict[str, object]
+) -> list[str]:
+    """Swap in what ``reload_broker`` read and checked: the listeners' TLS contexts and the
+    configuration's live fields; what changed. O(listeners + fields)."""
+    changed = []
+    tls.apply()
+    if tls.contexts:
+        changed.append(f"TLS files of {len(tls.contexts)} listener(s)")
+    if final is not None:
+        _apply_config(broker, final)
+        changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
+    return changed
+
+
 async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> ReloadResult:
     """Re-read the auth files and TLS files, and apply ``config``'s live fields (see the
     module docstring).  Never raises for a bad file: the result says what failed, the old
@@ -298,13 +314,11 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
         error = _where(exc) if isinstance(exc, OSError | ValueError) else f"{type(exc).__name__}: {exc}"
         _failed(counters, error)
         return ReloadResult(False, error=error)
-    tls.apply()
-    if tls.contexts:
-        changed.append(f"TLS files of {len(tls.contexts)} listener(s)")
-    if final is not None:
-        _apply_config(broker, final)
-        changed += [f"{name}={value!r} ({LIVE_FIELDS[name]})" for name, value in live.items()]
     failed: list[str] = []
+    try:
+        changed += _apply_checked(broker, tls, final, live)
+    except Exception as exc:  # the hooks' plans are still applied: the broker serves on
+        failed.append(f"applying the configuration failed: {type(exc).__name__}: {exc}")
     for hook, plan in prepared:
         try:
             changed += await plan.apply()
@@ -317,6 +331,8 @@ async def reload_broker(broker: Broker, config: BrokerConfig | None = None) -> R
         error = "; ".join(failed)
         counters.failed += 1
         applied = "; ".join(changed) or "nothing else"
+        if restart:
+            applied += "; changed but not applied, need a restart: " + ", ".join(restart)
         log.error("reload: %s (applied: %s)", error, applied, extra=fields("reload.failed", reason=error))
         return ReloadResult(False, tuple(changed), tuple(restart), error)
     counters.done += 1
@@ -485,5 +501,6 @@ class SighupReloads:
             try:
                 await broker.reload(config)
             except Exception as exc:  # applying failed: logged, and the next SIGHUP still reloads
-                log.error("reload: applying failed: %s: %s", type(exc).__name__, exc)
+                why = f"applying failed: {type(exc).__name__}: {exc}"
+                log.error("reload: %s", why, extra=fields("reload.failed", reason=why))
                 broker.reload_counters.failed += 1

@@ -71,3 +71,24 @@ async def test_a_hook_failing_to_apply_fails_the_reload_not_the_broker(
         result = await b.reload()
         assert result.ok and result.error is None
         assert b.reload_counters.failed == 1 and b.reload_counters.done == 1
+
+
+async def test_a_configuration_failing_to_apply_fails_the_reload_and_the_hooks_still_apply(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Swapping the live fields in raising (injected: no real input makes it) came out of
+    ``Broker.reload`` before, and no hook's prepared reload was applied; now the reload fails,
+    counted, and the hooks' reloads are applied."""
+    import broker._reload as reload_module
+
+    def apply_fails(broker: Broker, final: object) -> None:
+        raise RuntimeError("swap failed")
+
+    good = _TwoStep("good", fail=False)
+    async with Broker(host="127.0.0.1", port=0, hooks=[good], sys_interval=0) as b:
+        monkeypatch.setattr(reload_module, "_apply_config", apply_fails)
+        result = await b.reload(b.config.replace(max_connections=77))
+        assert not result.ok
+        assert result.error == "applying the configuration failed: RuntimeError: swap failed"
+        assert b.reload_counters.failed == 1 and b.reload_counters.done == 0
+        assert good.applies == 1 and "good applied" in result.changed
