@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from broker._config import BrokerConfig
     from broker.auth import FileAuth
     from broker.authn import JwtAuth
-    from broker.net._listeners import TlsReload
+    from broker.net import TlsReload
 
 __all__ = [
     "LIVE_FIELDS",

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from broker.net._listeners import (
         OpenListener,
+        TlsReload,
         close_listeners,
         open_listener,
         open_listeners,
@@ -53,6 +54,7 @@ __all__ = [
     "OpenListener",
     "Request",
     "Response",
+    "TlsReload",
     "close_listeners",
     "connection_capacity",
     "descriptor_limit",
@@ -79,6 +81,7 @@ _LAZY = {
     "parse_listen": "broker.net._http",
     "serve_http": "broker.net._http",
     "OpenListener": "broker.net._listeners",
+    "TlsReload": "broker.net._listeners",
     "close_listeners": "broker.net._listeners",
     "open_listener": "broker.net._listeners",
     "open_listeners": "broker.net._listeners",
