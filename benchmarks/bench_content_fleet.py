@@ -259,6 +259,9 @@ class WorkerPlan:
     handshakes: int = 25
     addresses: int = 64
     pin: int | None = None
+    #: how the subscribers leave at the end (``--leave``): ``disconnect`` (DISCONNECT, then
+    #: close), ``close`` (the socket closed without DISCONNECT: the will path), ``abort`` (RST)
+    leave: str = "disconnect"
 
 
 @dataclass
@@ -505,7 +508,11 @@ class _Worker:
         await loop.run_in_executor(None, pipe.recv)  # "close"
         for p in self.protos:
             if p.transport is not None:
-                p.transport.write(DISCONNECT)
+                if plan.leave == "abort":
+                    p.transport.abort()
+                    continue
+                if plan.leave == "disconnect":
+                    p.transport.write(DISCONNECT)
                 p.transport.close()
         return self.res
 
@@ -804,6 +811,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
                 args.warmup,
                 args.handshakes,
                 pin=pin,
+                leave=args.leave,
             )
             a, b = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(b, plan), daemon=True)
@@ -841,7 +849,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         rss = _rss_mib(proc.pid)
         load = os.getloadavg()[0]
         user0, sys0 = _cpu_split(proc.pid)
-        spy = _profile(proc.pid, row, args)
+        spy = _profile(proc.pid, row, args) if args.profile_phase == "stream" else None
         t0 = time.monotonic()
         for a in pipes:
             a.send("go")
@@ -860,6 +868,11 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         t_drained = time.monotonic()
         if not args.stall_probe_stream:
             pp.send("go")  # the teardown only: over the window its pings cost the broker CPU
+        if args.profile_phase == "teardown":
+            spy = _profile(proc.pid, row, args)
+            time.sleep(1.0)  # the sampler attached
+        c_close = _cpu(proc.pid)
+        t_close = time.monotonic()
         for a in pipes:
             a.send("close")
         results: list[WorkerResult] = [a.recv() for a in pipes]
@@ -871,6 +884,12 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         # releases their selectors) until its CPU goes quiet
         t_quiet = _until_idle(proc.pid)
         teardown_cpu = _cpu(proc.pid) - user1 - sys1
+        # the whole teardown's broker CPU, from "close" until quiet (``teardown_cpu_s`` starts
+        # when the workers' results arrived, after part of it); per connection that left
+        close_cpu = _cpu(proc.pid) - c_close
+        if spy is not None:
+            _stop(spy)
+            spy = None
         pp.send("stop")
         pings: list[tuple[float, float]] = pp.recv()
     finally:
@@ -952,6 +971,10 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         # the teardown (from "close" until the broker's CPU went quiet)
         "stall_stream": _stalls(pings, t0, t_drained),  # only with --stall-probe-stream
         "stall_teardown": _stalls(pings, t_drained, t_quiet + 1e-3),
+        "leave": args.leave,
+        "teardown_close_cpu_s": round(close_cpu, 3),
+        "teardown_us_per_connection": round(close_cpu * 1e6 / max(sum(r.connected for r in results), 1), 1),
+        "teardown_close_s": round(t_quiet - t_close, 2),
         "teardown_s": round(t_quiet - t_drained, 2),
         "teardown_cpu_s": round(teardown_cpu, 3),
         "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
@@ -1181,6 +1204,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--json", default="", help="append the rows (JSON lines) to this file")
     ap.add_argument("--profile", default="", help="sample the siftmq broker over the window into DIR")
     ap.add_argument("--profile-with", default="py-spy", choices=("py-spy", "native", "perf"))
+    ap.add_argument(
+        "--profile-phase",
+        default="stream",
+        choices=("stream", "teardown"),
+        help="what --profile samples: the stream's window, or the teardown (from the "
+        "subscribers' leaving until the broker's CPU goes quiet)",
+    )
+    ap.add_argument(
+        "--leave",
+        default="disconnect",
+        choices=("disconnect", "close", "abort"),
+        help="how the subscribers leave at the end: DISCONNECT then close, close without "
+        "DISCONNECT (FIN: the will path), or abort (RST)",
+    )
     ap.add_argument("--probe-core", action="store_true", help="time the sans-IO core in-process (probe_core)")
     ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
     args = ap.parse_args(argv)

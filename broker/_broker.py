@@ -215,8 +215,7 @@ class Broker:
         self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
         self._full_seen = 0  # the collector's count of full collections at the last tick's look
         self._frozen_sessions = 0  # sessions when the heap was last frozen
-        self._closed_at_freeze = -1  # connections closed before the last freeze (-1: none frozen)
-        self._sessions_at_freeze = 0  # sessions at the last freeze (_thaw_after_churn)
+        self._sessions_at_freeze = -1  # sessions at the last freeze (-1: not frozen; _thaw_after_churn)
         self._sweeper: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self.dashboard: Dashboard | None = None
@@ -412,7 +411,6 @@ class Broker:
             if len(core.sessions) >= FREEZE_SESSIONS:
                 gc.freeze()
                 self._frozen_sessions = self._sessions_at_freeze = len(core.sessions)
-                self._closed_at_freeze = self._closed_connections()
         finally:
             if was_enabled:
                 gc.enable()
@@ -480,42 +478,36 @@ class Broker:
             delay = min(delay, FLOW_CHECK)
         self._timer = loop.call_later(max(delay, 0.0), self._tick)
 
-    def _closed_connections(self) -> int:
-        """Connections accepted and closed so far. O(1)."""
-        core = self.core
-        return core.stats.connections_total - len(core.connections)
-
     def _freeze_survivors(self) -> None:
         """After a full collection, with :data:`FREEZE_SESSIONS` sessions more than at the last
         freeze, move the heap to the permanent generation (``gc.freeze``): later full
         collections walk only what was made since (the restore does the same for a store's
-        sessions). Objects frozen are still freed by their reference counts; a closed
-        connection, though, is a reference cycle (connection, session, protocol, transport)
-        that only the collector frees, so :meth:`_thaw_after_churn` unfreezes the heap once
-        :data:`FREEZE_SESSIONS` connections closed since the freeze. O(1) (the freeze only
-        links the generations' lists)."""
+        sessions). Objects frozen are still freed by their reference counts, and a closed
+        connection leaves no reference cycle (``MQTTProtocol._unlink``), so connections
+        coming and going never need the collector; what a session held (its subscriptions in
+        the indexes) may, so :meth:`_thaw_after_churn` unfreezes the heap once the sessions
+        fell by :data:`FREEZE_SESSIONS`. O(1) (the freeze only links the generations' lists)."""
         n = len(self.core.sessions)
         if n < self._frozen_sessions:
             self._frozen_sessions = n  # a fleet that left, and may come back
         elif n - self._frozen_sessions >= FREEZE_SESSIONS:
             gc.freeze()
             self._frozen_sessions = self._sessions_at_freeze = n
-            self._closed_at_freeze = self._closed_connections()
 
     def _thaw_after_churn(self) -> None:
-        """Once :data:`FREEZE_SESSIONS` connections closed since the last freeze (a fleet that
-        left or reconnected), or the sessions fell by as many (restored sessions discarded or
-        expired), unfreeze the heap so that the next full collection frees their cycles (one
-        full walk, as without the freeze; the survivors are frozen again after it when the
-        sessions are still many). Without it each closed connection, and each discarded
-        session, of a frozen heap stayed in memory for good. O(1) per tick."""
-        if self._closed_at_freeze < 0:
+        """Once the sessions fell by :data:`FREEZE_SESSIONS` since the last freeze (a fleet
+        that left, restored sessions discarded or expired), unfreeze the heap so that the next
+        full collection frees whatever cycles their end left frozen (one full walk, as without
+        the freeze; the survivors are frozen again after it when the sessions are still many).
+        Connections that close while the sessions stay (a fleet reconnecting) need no thaw:
+        a finished connection is freed by its reference counts (``MQTTProtocol._unlink``;
+        until issue 42 item 2 each was a cycle of 12 objects, and 1,000 closed connections
+        thawed the heap, a full walk per 1,000 closes). O(1) per tick."""
+        if self._sessions_at_freeze < 0:
             return
-        closed = self._closed_connections() - self._closed_at_freeze
-        gone = self._sessions_at_freeze - len(self.core.sessions)
-        if closed >= FREEZE_SESSIONS or gone >= FREEZE_SESSIONS:
+        if self._sessions_at_freeze - len(self.core.sessions) >= FREEZE_SESSIONS:
             gc.unfreeze()
-            self._closed_at_freeze = -1
+            self._sessions_at_freeze = -1
             self._frozen_sessions = 0
             self._full_seen = _full_collections()  # freeze again only after a collection that saw them
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
+import struct
 from pathlib import Path
 
 from broker import Broker
@@ -105,6 +107,43 @@ async def test_a_frozen_fleet_that_leaves_is_freed() -> None:
         gc.unfreeze()
 
 
+async def test_a_frozen_fleet_that_reconnects_needs_no_thaw() -> None:
+    """Connections of a frozen heap that close while their sessions stay (persistent
+    sessions: a fleet reconnecting) leave nothing for the collector, so the heap stays frozen
+    (before: each closed connection was a cycle, and 1,000 of them unfroze the heap, a full
+    walk of it per 1,000 closes)."""
+    from broker.core._connection import Connection
+
+    gc.unfreeze()
+    n = FREEZE_SESSIONS + 50
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            streams = []
+            for i in range(n):
+                r, w = await asyncio.open_connection("127.0.0.1", b.port)
+                packet = bytearray(_connect_and_subscribe(f"fleet{i}"))
+                packet[9] = 0x00  # connect flags: no clean session
+                w.write(bytes(packet))
+                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+                streams.append(w)
+            gc.collect()
+            await eventually(lambda: gc.get_freeze_count() > 0, 10.0)  # else: the heap was not frozen
+            for w in streams:
+                w.write(b"\xe0\x00")  # DISCONNECT
+                w.close()
+            streams.clear()
+            await eventually(lambda: not b.core.connections, 30.0)
+            assert len(b.core.sessions) == n  # persistent: they stay
+            for _ in range(3):  # three ticks looked at the closed connections
+                tick = b._next_tick
+                await eventually(lambda t=tick: b._next_tick != t, 10.0)  # type: ignore[misc]
+            assert gc.get_freeze_count() > 0, "the heap was unfrozen"
+            left = _left_for_the_collector(Connection)
+            assert left == 0, f"{left} closed connections were still waiting for the collector"
+    finally:
+        gc.unfreeze()
+
+
 async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
     """``n`` clients connect (clean session or not), subscribe, disconnect; returns when the
     broker has no connection left."""
@@ -146,4 +185,63 @@ async def test_restored_sessions_discarded_are_freed(tmp_path: Path) -> None:
             left = _left_for_the_collector(Session)
             assert left == 0, f"{left} discarded sessions were still waiting for the collector"
     finally:
+        gc.unfreeze()
+
+
+def _connect_with_will(client_id: str, *, clean: bool = True) -> bytes:
+    """CONNECT (MQTT 3.1.1) with a QoS 0 will on ``will/<id>``, and SUBSCRIBE a/b, as bytes."""
+    cid = client_id.encode()
+    topic = b"will/" + cid
+    flags = 0x06 if clean else 0x04  # will flag (+ clean session)
+    body = len(cid).to_bytes(2, "big") + cid + len(topic).to_bytes(2, "big") + topic + b"\x00\x04gone"
+    var = b"\x00\x04MQTT\x04" + bytes([flags]) + b"\x00\x3c" + body
+    return bytes([0x10, len(var)]) + var + b"\x82\x08\x00\x01\x00\x03a/b\x00"
+
+
+async def test_closed_connections_are_freed_by_reference_counts() -> None:
+    """A finished connection leaves no reference cycle (issue 42 item 2): with the heap frozen
+    and the collector saving what it finds (``DEBUG_SAVEALL``), clients that leave every way
+    (DISCONNECT, socket closed with a will, reset, persistent session) leave no connection,
+    protocol or session for ``gc.collect()`` to free. Before: each closed connection was a
+    cycle of 12 objects (connection <-> protocol, its own transport, the linger timer)."""
+    from broker.core._connection import Connection
+    from broker.core._session import Session
+    from broker.net import MQTTProtocol
+
+    n = 120
+    gc.collect()
+    gc.freeze()  # what exists now is out of the count (and the broker's heap is frozen)
+    gc.set_debug(gc.DEBUG_SAVEALL)  # a collection keeps what it found in gc.garbage
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            wills: list[str] = []
+            b.core.local_subscribe("will-watch", "will/#", None, 0, lambda m, r: wills.append(m.topic), 0.0)
+            streams = []
+            for i in range(n):
+                r, w = await asyncio.open_connection("127.0.0.1", b.port)
+                kind = i % 4
+                w.write(_connect_with_will(f"c{i}", clean=kind != 3))
+                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+                assert (await r.readexactly(5))[:1] == b"\x90"  # SUBACK
+                streams.append((kind, w))
+            for kind, w in streams:
+                if kind in (0, 3):
+                    w.write(b"\xe0\x00")  # DISCONNECT: no will
+                elif kind == 2:  # reset
+                    sock = w.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                w.close()
+            streams.clear()
+            await eventually(lambda: not b.core.connections, 30.0)
+            # the wills of the connections closed without DISCONNECT fired; persistent
+            # sessions stayed
+            await eventually(lambda: len(wills) == n // 2, 10.0)
+            assert len(b.core.sessions) == n // 4 + 1
+            gc.collect()
+            kinds = (Connection, MQTTProtocol, Session)
+            left = [type(o).__name__ for o in gc.garbage if isinstance(o, kinds)]
+            assert not left, f"{len(left)} objects freed only by the collector: {left[:6]}"
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
         gc.unfreeze()
