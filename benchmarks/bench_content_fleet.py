@@ -1139,6 +1139,136 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
     }
 
 
+def probe_teardown(
+    engine: str, filters: int, connections: int, leave: str, args: argparse.Namespace | None = None
+) -> dict[str, Any]:
+    """``--probe-teardown``: the real broker's end of a fleet, timed from inside it. The broker
+    (:class:`broker.Broker`, uvloop, the installed build, ``--no-persistence``) runs in this
+    process; ``connections`` subscribers (one worker process, ``worker_main``) connect and
+    subscribe as in the row, then leave at once (``--leave``). Every callback of the
+    teardown that the broker's loop runs is timed with ``time.perf_counter``: the poller's
+    reads (``Poller._ready``: DISCONNECTs, EOFs, sessions ended), the ``connection_lost``
+    calls, the ticks (released selectors leaving the engine), and the collector's runs
+    (``gc.callbacks``); a 1-ms timer on the same loop gives the longest loop stall as a
+    client would see it. Per connection: the broker's CPU (``time.process_time``, this
+    process: the driver only waits) from the leave until every session, selector and
+    connection is gone, divided by ``connections``. With ``--profile DIR`` the teardown is
+    sampled (``--profile-with``; the sampler's pauses then lengthen the stalls)."""
+    import broker._broker as broker_mod
+    from broker import Broker
+    from broker.net import _lean
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    timed: dict[str, list[float]] = {"read": [], "lost": [], "tick": [], "gc": []}
+
+    on = [False]  # timing the teardown
+
+    def timing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*a: Any) -> Any:
+            if not on[0]:
+                return fn(*a)
+            t = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                timed[name].append(time.perf_counter() - t)
+
+        return wrapped
+
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if not on[0]:
+            return
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            timed["gc"].append(time.perf_counter() - gc_start[0])
+
+    originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
+
+    # patched before the broker starts: the poller registers its bound ``_ready`` at start
+    _lean.Poller._ready = timing("read", originals[0])  # type: ignore[method-assign]
+    _lean.LeanProtocol._call_connection_lost = timing("lost", originals[1])  # type: ignore[method-assign]
+    broker_mod.Broker._tick = timing("tick", originals[2])  # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+
+    async def run() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, content_engine=engine) as b:
+            plan = WorkerPlan(b.port, list(range(connections)), filters, False, 1, warmup=0, leave=leave)
+            ctx = mp.get_context("spawn")
+            a, w = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, args=(w, plan), daemon=True)
+            proc.start()
+            ready = await loop.run_in_executor(None, a.recv)
+            setup_sessions = len(b.core.sessions)
+            a.send("warm")
+            await loop.run_in_executor(None, a.recv)  # "warmed"
+            a.send("go")
+            a.send(("stop", 0))
+            await loop.run_in_executor(None, a.recv)  # "drained"
+            gc.collect()
+            stalls: list[float] = []
+            done = [False]
+
+            def lag(due: float) -> None:  # the loop's lateness, every 1 ms
+                now = time.perf_counter()
+                stalls.append(now - due)
+                if not done[0]:
+                    loop.call_later(0.001, lag, time.perf_counter() + 0.001)
+
+            spy = None if args is None else _profile(os.getpid(), Row(engine, filters), args)
+            if spy is not None:
+                await asyncio.sleep(1.0)  # the sampler attached
+            on[0] = True
+            try:
+                cpu0 = time.process_time()
+                t0 = time.perf_counter()
+                lag(time.perf_counter())
+                a.send("close")
+                res = await loop.run_in_executor(None, a.recv)
+                while b.core.connections or b.core.sessions or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
+                    await asyncio.sleep(0.005)
+                elapsed = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
+                done[0] = True
+            finally:
+                on[0] = False
+                if spy is not None:
+                    _stop(spy)
+            proc.join(10)
+            return {
+                "probe": "teardown",
+                "engine": engine,
+                "filters_per_connection": filters,
+                "leave": leave,
+                "connections": res.connected,
+                "sessions_before": setup_sessions,
+                "ready": list(ready[:4]),
+                "max_events": _lean.MAX_EVENTS,
+                "teardown_s": round(elapsed, 3),
+                "broker_cpu_s": round(cpu, 3),
+                "cpu_us_per_connection": round(cpu * 1e6 / max(res.connected, 1), 1),
+                "longest_stall_ms": round(max(stalls, default=0.0) * 1e3, 1),
+                **{f"{k}_calls": len(v) for k, v in timed.items()},
+                **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
+                **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
+            }
+
+    try:
+        try:
+            import uvloop
+
+            return uvloop.run(run())  # type: ignore[no-any-return]
+        except ImportError:
+            return asyncio.run(run())
+    finally:
+        gc.callbacks.remove(on_gc)
+        _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The results table, with ratios against the mosquitto row of the same filter count."""
     peer = {r["filters_per_connection"]: r for r in rows if r["kind"] == "mosquitto"}
@@ -1220,7 +1350,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--probe-core", action="store_true", help="time the sans-IO core in-process (probe_core)")
     ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
+    ap.add_argument(
+        "--probe-teardown",
+        action="store_true",
+        help="time the real broker's teardown from inside it (probe_teardown)",
+    )
     args = ap.parse_args(argv)
+    if args.probe_teardown:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe_teardown(row.kind, row.filters, args.connections, args.leave, args))
+                print(json.dumps(out[-1]), flush=True)
+        return out
     if args.probe_core:
         out = []
         for row in parse_rows(args.rows):
