@@ -74,12 +74,23 @@ The real broker's stalls: ``stall_teardown`` in every row, the longest round tri
 every 5 ms (one more connection at nice -10 on the subscribers' core, ``pinger_main``) from
 the subscribers' DISCONNECTs until the broker's CPU goes quiet; ``stall_stream`` over the window
 too with ``--stall-probe-stream`` (off by default: its 200 pings a second cost the broker ~1 s
-of CPU over 30 s, which the CPU columns would count).  Per row also ``heaviest`` (the three
+of CPU over 30 s, which the CPU columns would count).  A ping sent while the fleet leaves waits
+behind every socket made ready before it (epoll's ready list is first in, first out), so its
+round trip is the read-path work of the whole departure ahead of it, not one loop turn's
+(docs/performance-content.md, "A fleet's teardown in the real broker").  ``--leave`` chooses
+how the subscribers leave (DISCONNECT then close; close alone: the will path; abort: RST);
+``teardown_us_per_connection`` is the broker's CPU from their leaving until it goes quiet,
+per connection.  ``--probe-teardown`` runs the real broker (``Broker``, uvloop) in this
+process and one subscriber process, and times every callback of the teardown from inside
+(``probe_teardown``): the loop's longest stall (a 1-ms timer's lateness), the poller's reads,
+the ``connection_lost`` calls, the ticks, the collector (``--probe-collect``: a full
+collection first, which makes the broker freeze the heap).  Per row also ``heaviest`` (the three
 messages with the most useful deliveries: first and last arrival, microseconds per delivery
 between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
 latency at the read, before the client's parsing, ``json.loads`` and predicate).
 ``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
-for the compiled code's C frames, or ``perf``).
+for the compiled code's C frames, or ``perf``), or over the teardown (``--profile-phase
+teardown``; with ``--probe-teardown``: this process over the teardown).
 
 ``broker_cpu_s`` counts the broker's CPU from the first stream message until the workers'
 results arrive; they send them after their DISCONNECTs, so it also holds whatever part of the
@@ -1209,7 +1220,8 @@ def probe_teardown(
             a.send("go")
             a.send(("stop", 0))
             await loop.run_in_executor(None, a.recv)  # "drained"
-            gc.collect()
+            if args is not None and args.probe_collect:
+                gc.collect()  # a full collection first: the broker's tick freezes the heap
             stalls: list[float] = []
             done = [False]
 
@@ -1354,6 +1366,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--probe-teardown",
         action="store_true",
         help="time the real broker's teardown from inside it (probe_teardown)",
+    )
+    ap.add_argument(
+        "--probe-collect",
+        action="store_true",
+        help="--probe-teardown: a full collection before the teardown (the broker then "
+        "freezes the heap; without it, the collector runs as it happens to, as in siftmq serve)",
     )
     args = ap.parse_args(argv)
     if args.probe_teardown:
