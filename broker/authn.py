@@ -387,8 +387,8 @@ class _HttpService(_Grants):
         core = self._core
         if core is None:  # not in a broker (a hook used on its own): every line
             log.warning("client %s: %s", shown(client_id), cut(what % args))
-        elif core.log_due("auth_bad_answer"):
-            core.log_limit("auth_bad_answer", client_id, what % args, event="auth.bad_answer")
+        else:
+            core.log_limit("auth_bad_answer", client_id, lambda: what % args, event="auth.bad_answer")
 
     def _finished(self, _task: object) -> None:
         self.pending -= 1
