@@ -475,7 +475,8 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         _check_directory(data_dir, "--data-dir")
     hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level), held)
-    light = not persistence and not hooks  # no store, no bridge, no cluster, no uplink: _use_uvloop
+    # no store, no bridge, no cluster, no uplink, no TLS listener: _use_uvloop
+    light = not persistence and not hooks and not _serves_tls(cfg)
     configure_logging(str(level), LogFormat(str(log_format)))
     held.replay()  # the lines held while the command line was parsed and the plugins set up
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
@@ -752,8 +753,8 @@ def _warn_shared(password_file: str | None, acl_file: str | None) -> None:
 
 def _use_uvloop(uvloop: bool, no_uvloop: bool, light: bool) -> bool:
     """Whether ``serve`` runs on uvloop: ``--uvloop`` / ``--no-uvloop`` decide; without either,
-    uvloop unless the broker is light (no store and no plugin's hooks: ``--no-bridge
-    --no-persistence``), which runs on asyncio's own loop. uvloop's module imports ``ssl``, so
+    uvloop unless the broker is light (no store, no plugin's hooks and no TLS listener:
+    ``--no-bridge --no-persistence``), which runs on asyncio's own loop. uvloop's module imports ``ssl``, so
     OpenSSL and uvloop cost the light broker 6.5-7 MB of its 31 (the 25 MB target, issue 42
     item 1), while its plain-TCP connections are served by its own epoll poller
     (``broker.net._lean``) on either loop, at the same messages per CPU second in the same
@@ -761,6 +762,14 @@ def _use_uvloop(uvloop: bool, no_uvloop: bool, light: bool) -> bool:
     if uvloop or no_uvloop:
         return uvloop
     return not light
+
+
+def _serves_tls(cfg: BrokerConfig) -> bool:
+    """Whether a listener of ``cfg`` speaks TLS (``mqtts`` / ``wss``): such a broker loads
+    OpenSSL anyway, so uvloop costs it only its own 2.6 MB, and its TLS connections get
+    0.92x (MQTT over TLS) / 0.83x (WSS) of uvloop's messages per second on asyncio's loop
+    (``benchmarks/bench_listeners.py``, docs/performance.md). O(listeners)."""
+    return any(listener.certfile is not None for listener in cfg.effective_listeners())
 
 
 def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
