@@ -174,7 +174,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     loops.add_argument(
         "--uvloop",
         action="store_true",
-        help="use uvloop (default with a store or a plugin's hooks; the light broker runs on asyncio's)",
+        help="use uvloop (default with a store, a plugin's hooks or TLS; a light broker: asyncio's)",
     )
     loops.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
     serve.add_argument(
