@@ -157,9 +157,9 @@ def _puback(pid: int) -> bytes:
 
     Not ``broker.packets.encode(Puback(pid), version)``: the codec, compiled, is slower on this
     path by about 0.2 us per relayed message (``flock /work/bench.lock .venv/bin/python
-    benchmarks/bench_uplink_puback.py`` after ``make build``: 109-151 ns here against 321-479
-    ns, 2.5-3.2x, same run), about 2 % of the in-memory edge's whole CPU per bridged message
-    (~11 us, docs/bridging-out.md "Performance").  Both give the same bytes
+    benchmarks/bench_uplink_puback.py`` after ``make build``, 2026-11-29: 107-110 ns here
+    against 320-352 ns, 3.0-3.2x, same run), about 2 % of the in-memory edge's whole CPU per
+    bridged message (~11 us, docs/bridging-out.md "Performance").  Both give the same bytes
     (tests/uplink/test_uplink_puback.py)."""
     return b"\x40\x02" + pid.to_bytes(2, "big")
 
