@@ -2,7 +2,10 @@
 package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
-``main`` calls ``args.func(args)``. Packages above the broker add commands, ``serve``
+``main`` calls ``args.func(args)``. ``main`` builds only what the command needs: ``serve`` alone
+(:func:`build_parser` with ``"serve"``), ``pub``/``sub`` alone when they are the first word
+(:func:`client_parser`: no plugins, no ``broker._config``, no asyncio; the clients run one
+process a message), every command otherwise. Packages above the broker add commands, ``serve``
 options and serve-time hooks as plugins found through the ``siftmq.plugins`` entry point,
 so the broker never imports them.
 
