@@ -18,7 +18,7 @@ import asyncio
 import gc
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -207,7 +207,7 @@ class Broker:
         if options:
             cfg = cfg.replace(**options)
         self.config = cfg
-        self.hooks: Sequence[Hooks] = list(hooks)
+        self.hooks: list[Hooks] = list(hooks)
         self.core = Core(cfg, self.hooks, clock)
         self._listeners: list[OpenListener] | None = None
         self._extra: list[OpenListener] = []  # opened by Broker.listen (plugins)
@@ -329,6 +329,22 @@ class Broker:
         )
         self._extra.append(opened)
         return opened.port
+
+    async def add_hook(self, hook: Hooks, *, before: Hooks | None = None) -> None:
+        """Register ``hook`` in a broker that runs already, as if it had been in ``hooks``:
+        asked before ``before`` (its place among the hooks' opinions: the first opinion
+        decides; None: after all), attached, and, once the broker serves, started and told it
+        is ready; stopped with the broker.  A plugin adds so a hook that a reload made
+        necessary (uplink: the first ``[[bridges]]`` table of a broker started without one).
+        Raises what its ``start`` or ``ready`` raises (it stays registered: stopped with the
+        broker).  O(hooks); the core's split of the hooks is made again (``Core.observe``)."""
+        hooks = self.hooks
+        hooks.insert(len(hooks) if before is None else hooks.index(before), hook)
+        self.core.observe(hooks)
+        hook.attach(self)
+        if self._listeners is not None:  # serving (else start() starts it with the others)
+            await hook.start()
+            await hook.ready()
 
     async def reload(self, config: BrokerConfig | None = None) -> ReloadResult:
         """Re-read the password and ACL files (``FileAuth`` hooks) and the TLS files of the

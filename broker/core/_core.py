@@ -184,6 +184,13 @@ class Core:
         self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
     # ------------------------------------------------------------ hooks
+    def observe(self, hooks: Iterable[CoreHooks]) -> None:
+        """The registered hooks changed (``Broker.add_hook``): split them again.  Called from
+        the adapter between events (never inside a fan-out); a CONNECT waiting for a hook's
+        verdict goes on with the hooks after that one (core/_connect.py). O(hooks)."""
+        self.obs = Observers(hooks)
+        self.composite._observe()
+
     def _call(self, hooks: list[CoreHooks], name: str, *args: object) -> None:
         for h in hooks:
             try:
