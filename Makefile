@@ -149,18 +149,21 @@ node-clients:
 # rewrote and compiled all 120 test modules (~3 s of CPU of its ~5 s collection). The suite
 # writes its byte code (gitignored __pycache__/), and $(TESTPYC) collects the suite once
 # beforehand, so that the four workers read the test modules' byte code instead of each
-# rewriting them at the same time
+# rewriting them at the same time. That collection runs beside the mypyc build (BESIDE), not
+# after it: it runs no test, so it needs no compiled module (tests/conftest.py checks for a
+# stale build only in a run of tests), and it took ~7-9 s of the set-up's critical path after
+# the build (docs/development.md, "Suite time (session 17)")
 unit: export PYTHONDONTWRITEBYTECODE :=
 unit: $(BUILT) $(PYC) $(TESTPYC) $(WHEEL) system-packages node-clients
 	$(PY) -m pytest -n 4 --dist loadfile
 
-$(TESTPYC): $(BUILT) $(PYC) $(shell find tests -name "*.py" -not -path "*/node_modules/*")
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -p no:xdist -p no:cacheprovider --collect-only -q \
+$(TESTPYC): $(STAMP) $(PYC) $(shell find tests -name "*.py" -not -path "*/node_modules/*")
+	PYTHONDONTWRITEBYTECODE= $(BESIDE) $(PY) -m pytest -p no:xdist -p no:cacheprovider --collect-only -q \
 	  >$(VENV)/collect.log 2>&1 && touch $@ || echo "collecting the tests failed (the test run reports it)"
 
-# The set-up steps run side by side (the dependencies' byte code, mypy, ruff and the system
-# packages while mypyc compiles; the wheel and the suite's byte code after the in-place build,
-# whose C files the wheel reuses), then the tests on both cores.
+# The set-up steps run side by side (the dependencies' byte code, then the suite's, mypy, ruff
+# and the system packages while mypyc compiles; the wheel after the in-place build, whose C
+# files it reuses), then the tests on both cores.
 #
 # The steps beside the mypyc build (byte code, mypy, ruff, the jar, MQTT.js) run niced
 # (BESIDE): the build is the set-up's critical path (pip, then mypyc's analysis on one core,

@@ -44,6 +44,11 @@ from setuptools.command.build_py import build_py
 #: beside the build (mypyc took a module's rewritten metadata as its own and reused old IR)
 MYPYC_CACHE = os.path.join("build", "mypyc-cache")
 
+#: gcc's optimization level of mypyc's C (``-O3`` is mypyc's default); ``SIFTMQ_OPT_LEVEL``
+#: overrides it (docs/development.md, "Suite time (session 17)": -O1 compiles in ~60 % of the
+#: time and runs QoS 0 1.5-9 % slower)
+OPT_LEVEL = "3"
+
 
 def _from_build(name: str) -> list[str]:
     """A tuple of module names from ``broker/_build.py`` (their one home), read without
@@ -192,7 +197,8 @@ def ext_modules() -> list[object]:
         groups = [
             ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
         ]
-    return [*mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level="3", separate=groups), *native]
+    level = os.environ.get("SIFTMQ_OPT_LEVEL", OPT_LEVEL)
+    return [*mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level=level, separate=groups), *native]
 
 
 def jar_module() -> ModuleType:

@@ -4,8 +4,11 @@ The protocol core is sans-IO (bytes in, events and bytes out); the asyncio trans
 thin adapter around it.  Routing uses :mod:`topics` (topic tree, negative entries) and
 :mod:`content` (content filters).  See docs/architecture.md and docs/broker.md.
 
-``broker.hooks`` is importable on its own (a hook needs nothing else); the broker
-itself (``Broker``, ``BrokerConfig``, ``Listener``, ``Message``) is imported lazily on first access.
+``broker.hooks`` is importable on its own (a hook needs nothing else); every name of this
+package (``Broker``, ``BrokerConfig``, ``Listener``, ``Message``, the hook types) is imported
+lazily on first access, so that ``import broker._x`` of a light module (the command line's
+``siftmq pub``/``sub``, ``broker._cli``) does not load the protocol core behind ``broker.hooks``
+(docs/development.md, "Suite time (session 17)").
 
 Seams (docs/architecture.md, "Seams"): users import this module and :mod:`broker.hooks`,
 :mod:`broker.plugins`, :mod:`broker.packets`, :mod:`broker.store`, :mod:`broker.auth`,
@@ -20,26 +23,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker._extras import lazy_names
-from broker.hooks import (
-    CompositeAction,
-    CompositeChange,
-    CompositeEventRecord,
-    CompositeLoss,
-    Delivery,
-    DerivedMessage,
-    Hooks,
-    Publication,
-    PublishAction,
-    PublishContext,
-    PublishDecision,
-    SubscriptionAction,
-    SubscriptionChange,
-)
 
 if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription, LocalSubscription
     from broker._config import BrokerConfig, Listener, load_toml
     from broker.core import Message, QuotaRule
+    from broker.hooks import (
+        CompositeAction,
+        CompositeChange,
+        CompositeEventRecord,
+        CompositeLoss,
+        Delivery,
+        DerivedMessage,
+        Hooks,
+        Publication,
+        PublishAction,
+        PublishContext,
+        PublishDecision,
+        SubscriptionAction,
+        SubscriptionChange,
+    )
 
 __all__ = [
     "Broker",
@@ -74,6 +77,19 @@ _LAZY = {
     "load_toml": "broker._config",
     "Message": "broker.core",
     "QuotaRule": "broker.core",
+    "CompositeAction": "broker.hooks",
+    "CompositeChange": "broker.hooks",
+    "CompositeEventRecord": "broker.hooks",
+    "CompositeLoss": "broker.hooks",
+    "Delivery": "broker.hooks",
+    "DerivedMessage": "broker.hooks",
+    "Hooks": "broker.hooks",
+    "Publication": "broker.hooks",
+    "PublishAction": "broker.hooks",
+    "PublishContext": "broker.hooks",
+    "PublishDecision": "broker.hooks",
+    "SubscriptionAction": "broker.hooks",
+    "SubscriptionChange": "broker.hooks",
 }
 
 

@@ -2,7 +2,10 @@
 package) and the commands of plugins (``broker.plugins``: the bridge adds ``analytics``).
 
 Sub-commands are argparse sub-parsers; each sets ``func`` with ``set_defaults`` and
-``main`` calls ``args.func(args)``. Packages above the broker add commands, ``serve``
+``main`` calls ``args.func(args)``. ``main`` builds only what the command needs: ``serve`` alone
+(:func:`build_parser` with ``"serve"``), ``pub``/``sub`` alone when they are the first word
+(:func:`client_parser`: no plugins, no ``broker._config``, no asyncio; the clients run one
+process a message), every command otherwise. Packages above the broker add commands, ``serve``
 options and serve-time hooks as plugins found through the ``siftmq.plugins`` entry point,
 so the broker never imports them.
 
@@ -48,18 +51,11 @@ installed.
 
 from __future__ import annotations
 
-# ruff: noqa: E402  (asyncio is imported after the ssl hook is in place)
-from broker._sslhook import import_asyncio_without_ssl
-
-import_asyncio_without_ssl()  # ssl (OpenSSL, ~4.5 MB) at its first use: broker/_sslhook.py
-
 import argparse
-import asyncio
 import dataclasses
 import logging
 import os
 import re
-import signal
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Mapping
@@ -67,15 +63,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from broker._argwidth import WidthParser
-from broker._config import SERVE_OPTIONS, ConfigError, Kind, Option
 from broker._extras import Extra, MissingExtra, available
 from broker._files import private_dir, shared_access, tighten_data_dir
 from broker._logging import HeldRecords, LogFormat
 from broker._logging import configure as configure_logging
+from broker._sslhook import import_asyncio_without_ssl
 from broker.plugins import Plugin, ServeContext, Subparsers, load_plugins
 
 if TYPE_CHECKING:
-    from broker._config import BrokerConfig
+    from broker._config import BrokerConfig, Option
     from broker.hooks import Hooks
 
 __all__ = ["CommandError", "Parser", "build_parser", "main"]
@@ -136,17 +132,43 @@ _OPTIONS: list[tuple[str, str]] = [
 ]
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The ``siftmq`` parser with every command, or with ``command="serve"`` the ``serve``
-    command alone: what ``main`` builds for ``siftmq serve``, whose process then never imports
-    the other commands' modules (``pub``/``sub``, ``ctl``, ``backup``, ``passwd`` and the
-    plugins' commands: about 1 MB of an idle broker, issue 42 item 1). O(options)."""
+#: the commands whose process builds only their own parser when their name is the first word
+#: (``siftmq pub ...``): the command-line clients, which users run in scripts, one process a
+#: message (``client_parser``)
+CLIENT_COMMANDS = frozenset({"pub", "sub"})
+
+
+def _top_parser() -> tuple[argparse.ArgumentParser, Subparsers]:
+    """The top level of every ``siftmq`` parser: its options and its commands' sub-parsers."""
     parser = Parser(prog="siftmq", description="siftmq: an MQTT broker that routes by topic and by content.")
     parser.add_argument(
         "--version", action="store_true", help="print the version, compiled modules and extras, and exit"
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of an error")
-    sub = cast(Subparsers, parser.add_subparsers(dest="command"))
+    return parser, cast(Subparsers, parser.add_subparsers(dest="command"))
+
+
+def client_parser() -> argparse.ArgumentParser:
+    """The ``siftmq`` parser with ``pub`` and ``sub`` alone: what :func:`main` builds for
+    ``siftmq pub ...``/``siftmq sub ...``, whose process then imports neither the plugins
+    (``importlib.metadata``'s entry points), nor the other commands' modules (``broker.net``
+    through ``reload``), nor ``broker._config`` and asyncio: paho-mqtt, the topic checks and
+    (``sub``) the filter syntax only. Their options, messages and statuses are those of the
+    full parser (the same ``register``). O(options)."""
+    from broker._client_cli import register as register_clients
+
+    parser, sub = _top_parser()
+    register_clients(sub)
+    _everywhere(parser)
+    return parser
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``siftmq`` parser with every command, or with ``command="serve"`` the ``serve``
+    command alone: what ``main`` builds for ``siftmq serve``, whose process then never imports
+    the other commands' modules (``pub``/``sub``, ``ctl``, ``backup``, ``passwd`` and the
+    plugins' commands: about 1 MB of an idle broker, issue 42 item 1). O(options)."""
+    parser, sub = _top_parser()
     serve = sub.add_parser("serve", help="run the MQTT broker", description=_serve.__doc__)
     serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", default=None, help="TCP port (default 1883; 0 picks one)")
@@ -343,13 +365,24 @@ def _with_listeners(cfg: BrokerConfig, args: argparse.Namespace) -> BrokerConfig
     return dataclasses.replace(cfg, listeners=tuple(base))
 
 
-#: keys of the ``[serve]`` table of the CLI itself (a typo is an error, as in ``[broker]``)
-_SERVE_KEYS = frozenset(SERVE_OPTIONS)
+def __getattr__(name: str) -> object:
+    """``_SERVE_KEYS``: the keys of the ``[serve]`` table of the CLI itself (a typo is an error,
+    as in ``[broker]``), computed on first use: its home, ``broker._config``, imports the
+    protocol core, which ``siftmq pub``/``sub`` never load (:func:`main`)."""
+    if name == "_SERVE_KEYS":
+        from broker._config import SERVE_OPTIONS
+
+        keys = frozenset(SERVE_OPTIONS)
+        globals()[name] = keys
+        return keys
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def serve_schema(plugins: list[Plugin]) -> dict[str, Option]:
     """The ``[serve]`` keys: the CLI's and every plugin's (``serve_options``, else its
     ``serve_keys`` with any value), each with its :class:`~broker._config.Option`."""
+    from broker._config import SERVE_OPTIONS, Kind, Option
+
     schema = dict(SERVE_OPTIONS)
     for plugin in plugins:
         declared: Mapping[str, Option] | None = getattr(plugin, "serve_options", None)
@@ -433,7 +466,7 @@ def _flag_changes(args: argparse.Namespace) -> dict[str, Any]:
 
 def _serve(args: argparse.Namespace) -> int:
     """Serve MQTT 3.1.1 and 5.0 over TCP until SIGINT/SIGTERM."""
-    from broker._config import BrokerConfig
+    from broker._config import SERVE_OPTIONS, BrokerConfig
 
     plugins: list[Plugin] = args.plugins
     serve_opts: dict[str, Any] = {}
@@ -773,6 +806,8 @@ def _serves_tls(cfg: BrokerConfig) -> bool:
 
 
 def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:
+    import asyncio
+
     if not no_uvloop:
         try:
             import uvloop
@@ -791,6 +826,9 @@ async def _run(
     pid_file: Path | None = None,
     reconfigure: Callable[[], BrokerConfig] | None = None,
 ) -> int:
+    import asyncio
+    import signal
+
     from broker._broker import Broker
     from broker._reload import SighupReloads
 
@@ -846,6 +884,13 @@ def _sqlite_errors() -> tuple[type[Exception], ...]:
     return () if sqlite3 is None else (sqlite3.Error,)
 
 
+def _config_errors() -> tuple[type[Exception], ...]:
+    """``broker._config.ConfigError`` when that module is imported, else nothing: ``pub`` and
+    ``sub`` never import it (:func:`main`), and then no exception can be one. O(1)."""
+    config = sys.modules.get("broker._config")
+    return () if config is None else (config.ConfigError,)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``siftmq`` with ``argv``; returns the exit status.
 
@@ -853,10 +898,17 @@ def main(argv: list[str] | None = None) -> int:
     status 2 (usage, configuration: argparse's errors too, through :class:`Parser`) or 1 (a
     runtime failure); the traceback only with ``--debug`` or log level DEBUG.
     """
+    words = sys.argv[1:] if argv is None else argv
     held = HeldRecords()  # plugins' warnings wait for serve's --log-format (broker._logging)
     logging.getLogger().addHandler(held)
     try:
-        parser = build_parser(_command(sys.argv[1:] if argv is None else argv))
+        if words[:1] and words[0] in CLIENT_COMMANDS:  # the clients alone (client_parser)
+            parser = client_parser()
+        else:
+            # ssl (OpenSSL, ~4.5 MB) at its first use, before anything imports asyncio: the
+            # plugins, serve (broker/_sslhook.py)
+            import_asyncio_without_ssl()
+            parser = build_parser(_command(words))
         args, extra = parser.parse_known_args(argv)
     finally:
         logging.getLogger().removeHandler(held)
@@ -891,7 +943,7 @@ def _run_command(args: argparse.Namespace, prog: str) -> int:
         return _fail(args, prog, str(exc), exc.status)
     except MissingExtra as exc:
         return _fail(args, prog, str(exc), 2)
-    except ConfigError as exc:
+    except _config_errors() as exc:
         return _fail(args, prog, str(exc), 2)
     except OSError as exc:
         return _fail(args, prog, _os_error(exc), 1)

@@ -47,9 +47,10 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker.plugins import Subparsers
+if TYPE_CHECKING:
+    from broker.plugins import Subparsers
 
 __all__ = ["TIMEOUT_STATUS", "register"]
 

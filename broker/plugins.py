@@ -40,7 +40,8 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-from broker.hooks import Hooks
+if TYPE_CHECKING:  # an annotation only: ``siftmq pub``/``sub`` import this module without the core
+    from broker.hooks import Hooks
 
 __all__ = ["GROUP", "Plugin", "ServeContext", "entry_point_values", "load_plugins"]
 
