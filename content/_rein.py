@@ -31,7 +31,8 @@ Mapping of the whole selector language onto that index (docs/reference.md, "cont
   to be verified in Python per event);
 * every other predicate (string order, ``<>``, [NOT] IN, [NOT] LIKE, prefix / suffix /
   contains, numeric literals that float64 cannot hold exactly) is a *residual* of its unit and
-  is verified with :meth:`Predicate.test` on the units that survive the negative search.
+  is verified with :meth:`Predicate.test` on the units that survive the negative search
+  (``IN`` over strings or booleans with a set lookup, :func:`residual_check`).
 
 Per event: O(n) to reset the bit set, plus per attribute O(q) comparisons in one bucket of
 each list and O(|marked|) scatter (one more dict lookup per attribute with string / boolean
@@ -80,6 +81,25 @@ def cat_key(v: object) -> CatKey | None:
     if k is _BOOL:
         return (True, bool(v))
     return None
+
+
+Check = tuple[str, Callable[[object], bool]]
+
+
+def residual_check(p: Predicate) -> Check:
+    """``(attr, test)``: ``p.test``, or for ``IN`` over strings (booleans) alone a set
+    lookup for a ``str`` (``bool``) value, the same answer without the kind rules' loop."""
+    members = p.value
+    test = p.test
+    if p.op is Op.IN and (p.members is _STR or p.members is _BOOL):
+        assert isinstance(members, frozenset)
+        exact = str if p.members is _STR else bool
+
+        def check(v: object) -> bool:
+            return v in members if type(v) is exact else test(v)
+
+        return p.attr, check
+    return p.attr, test
 
 
 def cat_predicates(clause: Clause) -> tuple[list[Predicate], tuple[Predicate, ...]]:
@@ -222,7 +242,7 @@ class REIN(Engine):
         self._lists: dict[str, tuple[BucketList, BucketList]] = {}
         self._cats: dict[str, _Codes] = {}  # string / boolean equalities, per attribute
         self._unit_sub: list[Hashable] = [None]
-        self._residual: list[tuple[Predicate, ...] | None] = [None]
+        self._residual: list[tuple[Check, ...] | None] = [None]
         self._units_of: dict[SubId, int | list[int]] = {}  # one int for a one-clause filter
         self._fail: npt.NDArray[np.bool_] = np.zeros(64, dtype=np.bool_)
         self._dirty: set[BucketList] = set()
@@ -258,13 +278,14 @@ class REIN(Engine):
         for clause in f.clauses:
             eqs, others = cat_predicates(clause)
             bounds, residual = split_clause(others)
+            checks = tuple(map(residual_check, residual)) or None
             u = table.allocate()
             if u == len(self._unit_sub):
                 self._unit_sub.append(sub_id)
-                self._residual.append(residual or None)
+                self._residual.append(checks)
             else:
                 self._unit_sub[u] = sub_id
-                self._residual[u] = residual or None
+                self._residual[u] = checks
             entries = 0
             for attr, (lo, hi) in bounds.items():
                 low, high = self._lists_for(attr)
@@ -354,10 +375,17 @@ class REIN(Engine):
             if not any(pick(residual)):
                 return set(pick(unit_sub))
         out: set[SubId] = set()
+        add = out.add
         for u in us:
             rest = residual[u]
-            if rest is None or all(p.test(get(p.attr)) for p in rest):
-                out.add(unit_sub[u])
+            if rest is not None:
+                for attr, test in rest:
+                    if not test(get(attr)):
+                        break
+                else:
+                    add(unit_sub[u])
+            else:
+                add(unit_sub[u])
         return out
 
     def match(self, event: Event) -> set[SubId]:

@@ -165,3 +165,23 @@ def test_hema_boxes_booleans_apart_from_numbers() -> None:
         h.remove(sid)
         h._check()
     assert not h._hash_box and not h._boxes.boxes
+
+
+def test_rein_in_residuals_keep_the_kind_rules() -> None:
+    """``IN`` residuals over strings / booleans are set lookups; other kinds still fail."""
+
+    class Name(str):
+        __slots__ = ()
+
+    for engine in (REIN(), HCEM()):
+        engine.add("s", "c IN ('a', 'b') AND t > 1")
+        engine.add("b", "f IN (TRUE) AND t > 1")
+        engine.add("n", "c IN (1, 2) AND t > 1")
+        assert engine.match({"c": "a", "t": 2}) == {"s"}
+        assert engine.match({"c": Name("b"), "t": 2}) == {"s"}
+        assert engine.match({"c": 1, "t": 2}) == {"n"}
+        assert engine.match({"c": True, "t": 2}) == set()
+        assert engine.match({"f": True, "t": 2}) == {"b"}
+        assert engine.match({"f": 1, "t": 2}) == set()
+        assert engine.match({"f": "TRUE", "t": 2}) == set()
+        engine._check()
