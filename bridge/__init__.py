@@ -65,12 +65,7 @@ _HOME = {
 #: the names that need no extra, imported at first use too: ``siftmq serve`` imports this
 #: package for its plugin, and bridge._jar imports zipfile and tempfile (issue 42 item 1)
 _JAR = {"spark_jar": "bridge._jar", "with_spark_jar": "bridge._jar"}
-_lazy_spark = lazy_names("bridge", _HOME, Extra.SPARK)
-_lazy_jar = lazy_names("bridge", _JAR)
-
-
-def __getattr__(name: str) -> object:
-    return (_lazy_jar if name in _JAR else _lazy_spark)(name)
+__getattr__ = lazy_names("bridge", _HOME, Extra.SPARK, plain=_JAR)
 
 
 class WorkerPythonError(RuntimeError):

@@ -87,17 +87,29 @@ def require(extra: Extra, feature: str) -> None:
         raise MissingExtra(extra, feature, module)
 
 
-def lazy_names(package: str, homes: Mapping[str, str], extra: Extra | None = None) -> Callable[[str], object]:
+def lazy_names(
+    package: str,
+    homes: Mapping[str, str],
+    extra: Extra | None = None,
+    *,
+    plain: Mapping[str, str] | None = None,
+) -> Callable[[str], object]:
     """A package's ``__getattr__`` (PEP 562): each public name in ``homes`` (name -> module)
     is imported from its module on first use, after :func:`require` of ``extra`` when given,
-    and kept in the package so that the next use is an ordinary attribute."""
+    and kept in the package so that the next use is an ordinary attribute.  ``plain``: the
+    package's names that need no extra (imported at first use too), for a package whose
+    names need ``extra`` only in part (``bridge``: Spark; ``cluster``: kademlia).  O(1) per
+    first use of a name, plus its import."""
+    free: Mapping[str, str] = plain or {}
 
     def __getattr__(name: str) -> object:
-        home = homes.get(name)
+        home = free.get(name)
         if home is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        if extra is not None:
-            require(extra, f"{package}.{name}")
+            home = homes.get(name)
+            if home is None:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            if extra is not None:
+                require(extra, f"{package}.{name}")
         value = getattr(importlib.import_module(home), name)
         setattr(sys.modules[package], name, value)
         return value

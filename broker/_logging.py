@@ -16,8 +16,8 @@ writes one JSON object per line with stable keys:
 
 A log site names its event and fields through ``extra=`` (:func:`fields` builds the dict);
 the text format ignores them, so both formats say the same thing. Rate limiting happens
-before a record exists (``Core.log_limit``: at most one line per kind every 10 s), so it is the
-same in both formats.
+before a record exists (``Core.log_limit``: at most one line per kind every 10 s; the rule of
+every rate-limited site is :class:`LogLimiter`'s), so it is the same in both formats.
 
 Client input in a line (issue: a 64 KiB client id made a 64 KiB warning): a client id, user
 name, topic, filter, selector, or an answer of a remote service is never logged as it came.
@@ -49,6 +49,7 @@ __all__ = [
     "HeldRecords",
     "JsonFormatter",
     "LogFormat",
+    "LogLimiter",
     "address",
     "bounded",
     "configure",
@@ -110,6 +111,29 @@ EVENTS: Final = frozenset(
         "cluster.link_refused",
     }
 )
+
+
+class LogLimiter:
+    """The one rule of every rate-limited log site: at most one line per ``interval``
+    seconds per kind (``Core.log_limit``, the HTTP listener, an uplink bridge, the cluster
+    overlay); the counters count every event, the log says one of them.  A site whose line
+    is costly to build asks :meth:`due` first and builds it only then.  O(1) per call, one
+    float per kind ever seen (a site's kinds are a fixed small set)."""
+
+    __slots__ = ("_last", "interval")
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._last: dict[object, float] = {}  # kind -> the time of its last line
+
+    def due(self, kind: object, now: float) -> bool:
+        """Whether a line of ``kind`` may be logged at ``now`` (monotonic seconds); a True
+        answer starts the kind's next interval (the caller logs the line). O(1)."""
+        last = self._last.get(kind)
+        if last is None or now - last >= self.interval:
+            self._last[kind] = now
+            return True
+        return False
 
 
 class LogFormat(Enum):

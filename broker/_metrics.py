@@ -15,7 +15,7 @@ are of ints and ``len()`` of containers, which the GIL keeps consistent.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -47,12 +47,7 @@ class CoreCollector(Collector):
                 yield GaugeMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name} (now)", value)
             else:
                 yield CounterMetricFamily(f"siftmq_{f.name}", f"$SYS counter {f.name}", value)
-        for source in core.metric_sources:
-            for name, by_reason in source().items():
-                family = CounterMetricFamily(f"siftmq_{name}", f"{name} by reason", labels=["reason"])
-                for reason, count in sorted(by_reason.items()):
-                    family.add_metric([reason], float(count))
-                yield family
+        yield from _labelled(core.metric_sources)
         yield GaugeMetricFamily("siftmq_connections", "open network connections", len(core.connections))
         yield GaugeMetricFamily("siftmq_sessions", "sessions (connected and kept)", len(core.sessions))
         yield GaugeMetricFamily("siftmq_retained_messages", "retained messages", len(core.router.retained))
@@ -89,6 +84,24 @@ class CoreCollector(Collector):
             yield CounterMetricFamily(
                 "siftmq_store_recoveries", "times the store recovered from failing commits", store.recoveries
             )
+
+
+def _labelled(sources: Iterable[Callable[[], dict[str, dict[str, int]]]]) -> Iterator[Metric]:
+    """The counters of ``Core.metric_sources``, one family per name: two sources that name the
+    same counter (HTTP authentication and authorization both count ``auth_bad_answers``) add
+    their reasons to one family (a counter of one reason in both: their sum), never two
+    families of one name, which a Prometheus scrape rejects.  O(counters)."""
+    merged: dict[str, dict[str, int]] = {}
+    for source in sources:
+        for name, by_reason in source().items():
+            into = merged.setdefault(name, {})
+            for reason, count in by_reason.items():
+                into[reason] = into.get(reason, 0) + count
+    for name, by_reason in merged.items():
+        family = CounterMetricFamily(f"siftmq_{name}", f"{name} by reason", labels=["reason"])
+        for reason, count in sorted(by_reason.items()):
+            family.add_metric([reason], float(count))
+        yield family
 
 
 class HttpCollector(Collector):

@@ -57,7 +57,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from broker._acl import ClientRules, inner_filter
@@ -285,6 +285,9 @@ class _HttpService(_Grants):
     request: aiohttp wants a running loop), from parts made at build time: the SSL context
     (the CA bundle is read once, 0.1-0.3 s of CPU) and the import."""
 
+    #: what the service decides: the ``reason`` label of its ``/metrics`` counters
+    SERVICE: ClassVar[str] = "authentication"
+
     def __init__(
         self,
         url: str,
@@ -376,6 +379,12 @@ class _HttpService(_Grants):
 
     def attach(self, broker: Broker) -> None:
         self._core = broker.core  # its log_limit: the per-request warnings (:meth:`_bad`)
+        broker.core.metric_sources.append(self.metric_values)
+
+    def metric_values(self) -> dict[str, dict[str, int]]:
+        """``/metrics`` (``Core.metric_sources``): the bad answers by service,
+        ``siftmq_auth_bad_answers_total{reason="authentication"|"authorization"}``. O(1)."""
+        return {"auth_bad_answers": {self.SERVICE: self.bad_answers}}
 
     def _bad(self, client_id: str, what: str, *args: object) -> None:
         """Count an answer that could not be read (the request is denied) and log ``what`` as
@@ -387,8 +396,8 @@ class _HttpService(_Grants):
         core = self._core
         if core is None:  # not in a broker (a hook used on its own): every line
             log.warning("client %s: %s", shown(client_id), cut(what % args))
-        elif core.log_due("auth_bad_answer"):
-            core.log_limit("auth_bad_answer", client_id, what % args, event="auth.bad_answer")
+        else:
+            core.log_limit("auth_bad_answer", client_id, lambda: what % args, event="auth.bad_answer")
 
     def _finished(self, _task: object) -> None:
         self.pending -= 1
@@ -572,6 +581,8 @@ class HttpAuthz(_HttpService):
     the service receives what its filter matches).  A client whose authentication gave it
     rules (:class:`HttpAuth`'s ``acl``, a JWT's claim) is decided by those first when that
     hook comes before this one in ``hooks``."""
+
+    SERVICE: ClassVar[str] = "authorization"
 
     def __init__(self, url: str, **kw: Any) -> None:
         super().__init__(url, **kw)

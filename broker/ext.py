@@ -16,7 +16,8 @@ broker's own types, not copies, re-exported from where they live:
   :func:`split_hostport`, :class:`Listener`; :class:`Extra`, :class:`MissingExtra`,
   :func:`require`, :func:`missing_module`, :func:`lazy_names`; :func:`private_dir`,
   :func:`open_private`, :func:`write_private`, :func:`shared_access`, :func:`tighten`,
-  :data:`PRIVATE_FILE`; :func:`address`, :func:`fields`, :data:`LIMIT_LOG_INTERVAL`;
+  :data:`PRIVATE_FILE`; :func:`address`, :func:`fields`, :data:`LIMIT_LOG_INTERVAL`,
+  :class:`LogLimiter` (the rate limit of a log site);
 * **the broker's state** (what the cluster moves between nodes and the bridge reads):
   :class:`Broker`, :class:`LocalCompositeSubscription`, :class:`Core`, :class:`Session`,
   :class:`Outgoing` with its flow states :data:`PUBLISH_SENT` / :data:`PUBREL_SENT`,
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from broker._broker import Broker, LocalCompositeSubscription
     from broker._config import ConfigError, Kind, Listener, Option, flag_type, split_hostport
     from broker._files import PRIVATE_FILE, open_private, private_dir, shared_access, tighten, write_private
-    from broker._logging import address, fields
+    from broker._logging import LogLimiter, address, fields
     from broker.core import (
         LIMIT_LOG_INTERVAL,
         ORIGIN_PROPERTY,
@@ -97,6 +98,7 @@ __all__ = [
     "Listener",
     "LocalCompositeSubscription",
     "LogColumns",
+    "LogLimiter",
     "Message",
     "MessageState",
     "MissingExtra",
@@ -151,6 +153,7 @@ _LAZY = {
     "write_private": "broker._files",
     "address": "broker._logging",
     "fields": "broker._logging",
+    "LogLimiter": "broker._logging",
     "ORIGIN_PROPERTY": "broker.core",
     "Atom": "broker.core",
     "boot_tag": "broker.core",

@@ -46,9 +46,4 @@ _PLAIN = {
     "RouteChange": "cluster._routes",
     "RouteTable": "cluster._routes",
 }
-_lazy_overlay = lazy_names("cluster", _OVERLAY, Extra.CLUSTER)
-_lazy_plain = lazy_names("cluster", _PLAIN)
-
-
-def __getattr__(name: str) -> object:
-    return (_lazy_plain if name in _PLAIN else _lazy_overlay)(name)
+__getattr__ = lazy_names("cluster", _OVERLAY, Extra.CLUSTER, plain=_PLAIN)

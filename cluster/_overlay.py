@@ -54,7 +54,7 @@ from kademlia.network import Server
 from kademlia.node import Node
 from kademlia.protocol import KademliaProtocol
 
-from broker.ext import LIMIT_LOG_INTERVAL, private_dir, write_private
+from broker.ext import LIMIT_LOG_INTERVAL, LogLimiter, private_dir, write_private
 from cluster._auth import ZERO_ID, DatagramGuard, Opened, Refusal, TokenChecker, datagram_key
 
 __all__ = ["LOST_PROBED", "MAX_DATAGRAM", "Overlay", "freshness_metrics", "freshness_values", "load_node_id"]
@@ -124,7 +124,7 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
         #: the id of the node the request being sent goes to (zero: an address only)
         self.asking = ZERO_ID
         self.raw: asyncio.DatagramTransport | None = None
-        self._logged: dict[Refusal, float] = {}
+        self._logged = LogLimiter(LIMIT_LOG_INTERVAL)  # per Refusal
 
     @property
     def dropped(self) -> int:
@@ -187,10 +187,7 @@ class _Protocol(KademliaProtocol):  # type: ignore[misc]  # untyped base class
 
     def _refused(self, why: Refusal, addr: Any) -> None:
         """Log a dropped datagram at most once per reason per LIMIT_LOG_INTERVAL."""
-        now = time.monotonic()
-        last = self._logged.get(why)
-        if last is None or now - last >= LIMIT_LOG_INTERVAL:
-            self._logged[why] = now
+        if self._logged.due(why, time.monotonic()):
             log.warning(
                 "cluster overlay: datagram from %s dropped: %s (further %s drops not logged for %g s)",
                 addr,

@@ -51,6 +51,7 @@ from functools import partial
 
 import content
 import topics
+from broker.ext import LogLimiter
 from broker.packets import (
     NO_PROPERTIES,
     Connack,
@@ -205,7 +206,7 @@ class Bridge:
         self._here_in: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._logged: dict[str, float] = {}
+        self._logged = LogLimiter(LOG_INTERVAL)
         self._lost = asyncio.Event()
         self._up = asyncio.Event()
         #: remote filters of ``in`` rules a reload removed: unsubscribed at the next connection
@@ -680,10 +681,7 @@ class Bridge:
         self._log(reason, logging.WARNING, "bridge %s: %s: %s", self.config.name, remote.shown, error)
 
     def _log(self, kind: str, level: int, fmt: str, *args: object) -> None:
-        now = time.monotonic()
-        last = self._logged.get(kind)
-        if last is None or now - last >= LOG_INTERVAL:
-            self._logged[kind] = now
+        if self._logged.due(kind, time.monotonic()):
             log.log(level, fmt, *args)
 
     def queued(self, session_length: Callable[[str], int]) -> int:

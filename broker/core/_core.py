@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import content
 import topics
-from broker._logging import bounded, cut, fields
+from broker._logging import LogLimiter, bounded, cut, fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
 from broker.core._clock import Clock
@@ -103,7 +103,7 @@ class Core:
         self.connections: set[Connection] = set()
         self.connected = 0  # connections in state CONNECTED ($SYS clients/connected, O(1))
         self.conn_timers = ConnectionTimers(cfg.tick_interval)
-        self._limit_logged: dict[str, float] = {}  # limit kind -> monotonic time last logged
+        self._limits = LogLimiter(LIMIT_LOG_INTERVAL)  # log_limit's lines, per kind
         self.dirty: set[Connection] = set()
         self.stats = Stats()
         self.obs = Observers(hooks)
@@ -855,38 +855,30 @@ class Core:
         self,
         kind: str,
         client_id: str | None,
-        what: str,
+        what: str | Callable[[], str],
         level: int = logging.WARNING,
         event: str | None = None,
         address: str | None = None,
         reason: str | None = None,
     ) -> None:
         """Log a limit refusal at most once per ``LIMIT_LOG_INTERVAL`` seconds per kind (no log
-        flood under abuse); the ``$SYS`` counters count every refusal.  The record's ``event``
-        (``--log-format json``, :mod:`broker._logging`) is ``event`` or ``limit.<kind>``.  The
-        client id (the client's own string) is :func:`~broker._logging.bounded` and ``what``
-        cut (it may quote the client's input): one line stays short whatever the client sent.
-        O(1)."""
-        now = self.clock.monotonic()
-        last = self._limit_logged.get(kind)
-        if last is None or now - last >= LIMIT_LOG_INTERVAL:
-            self._limit_logged[kind] = now
+        flood under abuse; :class:`~broker._logging.LogLimiter`); the ``$SYS`` counters count
+        every refusal.  The record's ``event`` (``--log-format json``, :mod:`broker._logging`)
+        is ``event`` or ``limit.<kind>``.  The client id (the client's own string) is
+        :func:`~broker._logging.bounded` and ``what`` cut (it may quote the client's input):
+        one line stays short whatever the client sent.  A site that refuses often and builds
+        its text from numbers (a queue bound's drop) passes ``what`` as a callable: it is
+        called only when the line is logged (the other refusals cost no formatting). O(1)."""
+        if self._limits.due(kind, self.clock.monotonic()):
             log.log(
                 level,
                 "client %s: %s (further %s refusals not logged for %g s)",
                 bounded(client_id),
-                cut(what),
+                cut(what if isinstance(what, str) else what()),
                 kind,
                 LIMIT_LOG_INTERVAL,
                 extra=fields(event or "limit." + kind, client_id, address, reason or kind),
             )
-
-    def log_due(self, kind: str) -> bool:
-        """Whether :meth:`log_limit` would log a refusal of ``kind`` now: a site that refuses
-        often and builds its message from numbers (a queue bound's drop) asks first and builds
-        it only then (one line per interval is kept, the other drops cost no formatting). O(1)."""
-        last = self._limit_logged.get(kind)
-        return last is None or self.clock.monotonic() - last >= LIMIT_LOG_INTERVAL
 
     def publish_sys(self, now: float) -> None:
         for topic, value in self.sys_values(now).items():

@@ -10,7 +10,7 @@ newest message is dropped (``drop_oldest`` false: the queue keeps the oldest, as
 ``max_queued_messages`` does) or the oldest queued ones make room for it (``drop_oldest``
 true: the queue keeps the most recent).  Every drop is counted here (``dropped``) and in the
 broker's ``queue_overflow``, and logged rate-limited (the line is built only when it is
-logged: ``Core.log_due``); a dropped queued message leaves the
+logged: ``Core.log_limit`` with a callable); a dropped queued message leaves the
 store too (``journal.dropped``).
 
 With ``pace`` (the bridges' ``queue_policy = "pace"``) nothing is dropped at the bound: the
@@ -121,8 +121,10 @@ class QueueBound:
             core.log_limit(
                 "queue",
                 s.client_id,
-                f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): "
-                f"publisher {bounded(pub.client_id)} paused until it drains",  # the client's string
+                lambda: (
+                    f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): "
+                    f"publisher {bounded(pub.client_id)} paused until it drains"
+                ),  # the client's string
             )
         return True
 
@@ -144,9 +146,10 @@ class QueueBound:
         self.dropped += 1
         core.stats.queue_overflow += 1
         core.stats.dropped_queue_full += 1
-        if core.log_due("queue"):  # the line is built only when it is logged (one per interval)
-            core.log_limit(
-                "queue",
-                s.client_id,
-                f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): {which} dropped",
-            )
+        core.log_limit(  # the line is built only when it is logged (one per interval)
+            "queue",
+            s.client_id,
+            lambda: (
+                f"queue at its bound ({len(s.queue)} messages, {self.queued_bytes} bytes): {which} dropped"
+            ),
+        )

@@ -71,6 +71,8 @@ from urllib.parse import parse_qsl, unquote
 
 import h11
 
+from broker._logging import LogLimiter
+
 __all__ = [
     "SECURITY_HEADERS",
     "HttpConnection",
@@ -410,7 +412,7 @@ class HttpServer:
         #: unauthenticated connections, the longest waiting first (LRU of complete requests)
         self.unauthenticated: dict[_Slot, None] = {}
         self.streams = 0
-        self._logged: dict[str, float] = {}
+        self._logged = LogLimiter(LOG_INTERVAL)
 
     @property
     def port(self) -> int:
@@ -427,10 +429,7 @@ class HttpServer:
 
     def log_limit(self, kind: str, what: str) -> None:
         """Log ``what`` at most once per :data:`LOG_INTERVAL` seconds per ``kind`` (no traceback)."""
-        now = time.monotonic()
-        last = self._logged.get(kind)
-        if last is None or now - last >= LOG_INTERVAL:
-            self._logged[kind] = now
+        if self._logged.due(kind, time.monotonic()):
             log.info("http: %s (further %s not logged for %g s)", what, kind, LOG_INTERVAL)
 
     async def close(self) -> None:
