@@ -30,7 +30,8 @@ where they live here:
   over all their candidates (:mod:`content._hema_boundary`); so is it for a unit whose start
   node is an equality (hash bucket) and whose other nodes are all numeric (``class = 'pump'
   AND temp > 90``): its bucket keeps the units' box slots (:class:`_SlotSet`), and the
-  event's bucket joins the candidates of the one box test.
+  event's bucket joins the candidates of the one box test (a bucket of at most
+  ``_WALK_SLOTS`` units is walked instead: a numpy piece costs more than a few walks).
 * **Insert/delete** (section 3.3, Fig. 4; section 3.5): Step 1 finds the predecessor and
   successor of the new subscription in its signature's chains by binary search and inserts
   it if it sits between them (or at an end); otherwise Step 2 inserts it into the Mtable.
@@ -102,6 +103,9 @@ Check = tuple[str, Callable[[object], bool]]
 ChainKey = tuple[tuple[Scalar, int], ...]
 RowKey = tuple[str, Kind, int, bool]  # attribute, kind, family, boxed (vectorised test)
 _SLOT: Final = itemgetter(3)
+# a slot set of at most this many units is walked in Python instead of joining the box test
+# (seed 003's numeric equalities: ~1 unit per bucket, where a numpy piece costs more)
+_WALK_SLOTS: Final = 8
 
 
 def _value_kind(v: object) -> Kind | None:
@@ -683,6 +687,7 @@ class HEMA(Engine):
         attr_rows = self._attr_rows
         hash_tables = self._hash
         hash_box = self._hash_box
+        slot_units = self._slot_units
         boxed_sa: list[np.ndarray[Any, np.dtype[np.intp]]] = []
         row_slots = self._row_slots
         v: Any
@@ -698,7 +703,16 @@ class HEMA(Engine):
             if boxed_table is not None:
                 slot_set = boxed_table.get((_code(kind), v))
                 if slot_set is not None:
-                    boxed_sa.append(slot_set.array())
+                    if len(slot_set.slots) > _WALK_SLOTS:
+                        boxed_sa.append(slot_set.array())
+                    else:  # a few units: walking their links beats a numpy piece
+                        for slot in slot_set.slots:
+                            unit = slot_units[slot]
+                            for a, test in unit.rest:
+                                if not test(get(a)):
+                                    break
+                            else:
+                                add(unit.sid)
             table = hash_tables.get(attr)
             if table is not None:
                 bucket = table.get((_code(kind), v))
