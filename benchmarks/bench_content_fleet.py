@@ -74,12 +74,23 @@ The real broker's stalls: ``stall_teardown`` in every row, the longest round tri
 every 5 ms (one more connection at nice -10 on the subscribers' core, ``pinger_main``) from
 the subscribers' DISCONNECTs until the broker's CPU goes quiet; ``stall_stream`` over the window
 too with ``--stall-probe-stream`` (off by default: its 200 pings a second cost the broker ~1 s
-of CPU over 30 s, which the CPU columns would count).  Per row also ``heaviest`` (the three
+of CPU over 30 s, which the CPU columns would count).  A ping sent while the fleet leaves waits
+behind every socket made ready before it (epoll's ready list is first in, first out), so its
+round trip is the read-path work of the whole departure ahead of it, not one loop turn's
+(docs/performance-content.md, "A fleet's teardown in the real broker").  ``--leave`` chooses
+how the subscribers leave (DISCONNECT then close; close alone: the will path; abort: RST);
+``teardown_us_per_connection`` is the broker's CPU from their leaving until it goes quiet,
+per connection.  ``--probe-teardown`` runs the real broker (``Broker``, uvloop) in this
+process and one subscriber process, and times every callback of the teardown from inside
+(``probe_teardown``): the loop's longest stall (a 1-ms timer's lateness), the poller's reads,
+the ``connection_lost`` calls, the ticks, the collector (``--probe-collect``: a full
+collection first, which makes the broker freeze the heap).  Per row also ``heaviest`` (the three
 messages with the most useful deliveries: first and last arrival, microseconds per delivery
 between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
 latency at the read, before the client's parsing, ``json.loads`` and predicate).
 ``--profile DIR`` samples the broker over the window (``--profile-with py-spy``, ``native``
-for the compiled code's C frames, or ``perf``).
+for the compiled code's C frames, or ``perf``), or over the teardown (``--profile-phase
+teardown``; with ``--probe-teardown``: this process over the teardown).
 
 ``broker_cpu_s`` counts the broker's CPU from the first stream message until the workers'
 results arrive; they send them after their DISCONNECTs, so it also holds whatever part of the
@@ -259,6 +270,9 @@ class WorkerPlan:
     handshakes: int = 25
     addresses: int = 64
     pin: int | None = None
+    #: how the subscribers leave at the end (``--leave``): ``disconnect`` (DISCONNECT, then
+    #: close), ``close`` (the socket closed without DISCONNECT: the will path), ``abort`` (RST)
+    leave: str = "disconnect"
 
 
 @dataclass
@@ -505,7 +519,11 @@ class _Worker:
         await loop.run_in_executor(None, pipe.recv)  # "close"
         for p in self.protos:
             if p.transport is not None:
-                p.transport.write(DISCONNECT)
+                if plan.leave == "abort":
+                    p.transport.abort()
+                    continue
+                if plan.leave == "disconnect":
+                    p.transport.write(DISCONNECT)
                 p.transport.close()
         return self.res
 
@@ -804,6 +822,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
                 args.warmup,
                 args.handshakes,
                 pin=pin,
+                leave=args.leave,
             )
             a, b = ctx.Pipe()
             p = ctx.Process(target=worker_main, args=(b, plan), daemon=True)
@@ -841,7 +860,7 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         rss = _rss_mib(proc.pid)
         load = os.getloadavg()[0]
         user0, sys0 = _cpu_split(proc.pid)
-        spy = _profile(proc.pid, row, args)
+        spy = _profile(proc.pid, row, args) if args.profile_phase == "stream" else None
         t0 = time.monotonic()
         for a in pipes:
             a.send("go")
@@ -860,6 +879,11 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         t_drained = time.monotonic()
         if not args.stall_probe_stream:
             pp.send("go")  # the teardown only: over the window its pings cost the broker CPU
+        if args.profile_phase == "teardown":
+            spy = _profile(proc.pid, row, args)
+            time.sleep(1.0)  # the sampler attached
+        c_close = _cpu(proc.pid)
+        t_close = time.monotonic()
         for a in pipes:
             a.send("close")
         results: list[WorkerResult] = [a.recv() for a in pipes]
@@ -871,6 +895,12 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         # releases their selectors) until its CPU goes quiet
         t_quiet = _until_idle(proc.pid)
         teardown_cpu = _cpu(proc.pid) - user1 - sys1
+        # the whole teardown's broker CPU, from "close" until quiet (``teardown_cpu_s`` starts
+        # when the workers' results arrived, after part of it); per connection that left
+        close_cpu = _cpu(proc.pid) - c_close
+        if spy is not None:
+            _stop(spy)
+            spy = None
         pp.send("stop")
         pings: list[tuple[float, float]] = pp.recv()
     finally:
@@ -952,6 +982,10 @@ def run_row(row: Row, args: argparse.Namespace) -> dict[str, Any]:
         # the teardown (from "close" until the broker's CPU went quiet)
         "stall_stream": _stalls(pings, t0, t_drained),  # only with --stall-probe-stream
         "stall_teardown": _stalls(pings, t_drained, t_quiet + 1e-3),
+        "leave": args.leave,
+        "teardown_close_cpu_s": round(close_cpu, 3),
+        "teardown_us_per_connection": round(close_cpu * 1e6 / max(sum(r.connected for r in results), 1), 1),
+        "teardown_close_s": round(t_quiet - t_close, 2),
         "teardown_s": round(t_quiet - t_drained, 2),
         "teardown_cpu_s": round(teardown_cpu, 3),
         "first_arrival_p50_ms": round(_pct(list(first.values()), 0.5), 2),
@@ -1121,6 +1155,137 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
     }
 
 
+def probe_teardown(
+    engine: str, filters: int, connections: int, leave: str, args: argparse.Namespace | None = None
+) -> dict[str, Any]:
+    """``--probe-teardown``: the real broker's end of a fleet, timed from inside it. The broker
+    (:class:`broker.Broker`, uvloop, the installed build, ``--no-persistence``) runs in this
+    process; ``connections`` subscribers (one worker process, ``worker_main``) connect and
+    subscribe as in the row, then leave at once (``--leave``). Every callback of the
+    teardown that the broker's loop runs is timed with ``time.perf_counter``: the poller's
+    reads (``Poller._ready``: DISCONNECTs, EOFs, sessions ended), the ``connection_lost``
+    calls, the ticks (released selectors leaving the engine), and the collector's runs
+    (``gc.callbacks``); a 1-ms timer on the same loop gives the longest loop stall as a
+    client would see it. Per connection: the broker's CPU (``time.process_time``, this
+    process: the driver only waits) from the leave until every session, selector and
+    connection is gone, divided by ``connections``. With ``--profile DIR`` the teardown is
+    sampled (``--profile-with``; the sampler's pauses then lengthen the stalls)."""
+    import broker._broker as broker_mod
+    from broker import Broker
+    from broker.net import _lean
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    timed: dict[str, list[float]] = {"read": [], "lost": [], "tick": [], "gc": []}
+
+    on = [False]  # timing the teardown
+
+    def timing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*a: Any) -> Any:
+            if not on[0]:
+                return fn(*a)
+            t = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                timed[name].append(time.perf_counter() - t)
+
+        return wrapped
+
+    gc_start = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if not on[0]:
+            return
+        if phase == "start":
+            gc_start[0] = time.perf_counter()
+        else:
+            timed["gc"].append(time.perf_counter() - gc_start[0])
+
+    originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
+
+    # patched before the broker starts: the poller registers its bound ``_ready`` at start
+    _lean.Poller._ready = timing("read", originals[0])  # type: ignore[method-assign]
+    _lean.LeanProtocol._call_connection_lost = timing("lost", originals[1])  # type: ignore[method-assign]
+    broker_mod.Broker._tick = timing("tick", originals[2])  # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+
+    async def run() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, content_engine=engine) as b:
+            plan = WorkerPlan(b.port, list(range(connections)), filters, False, 1, warmup=0, leave=leave)
+            ctx = mp.get_context("spawn")
+            a, w = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, args=(w, plan), daemon=True)
+            proc.start()
+            ready = await loop.run_in_executor(None, a.recv)
+            setup_sessions = len(b.core.sessions)
+            a.send("warm")
+            await loop.run_in_executor(None, a.recv)  # "warmed"
+            a.send("go")
+            a.send(("stop", 0))
+            await loop.run_in_executor(None, a.recv)  # "drained"
+            if args is not None and args.probe_collect:
+                gc.collect()  # a full collection first: the broker's tick freezes the heap
+            stalls: list[float] = []
+            done = [False]
+
+            def lag(due: float) -> None:  # the loop's lateness, every 1 ms
+                now = time.perf_counter()
+                stalls.append(now - due)
+                if not done[0]:
+                    loop.call_later(0.001, lag, time.perf_counter() + 0.001)
+
+            spy = None if args is None else _profile(os.getpid(), Row(engine, filters), args)
+            if spy is not None:
+                await asyncio.sleep(1.0)  # the sampler attached
+            on[0] = True
+            try:
+                cpu0 = time.process_time()
+                t0 = time.perf_counter()
+                lag(time.perf_counter())
+                a.send("close")
+                res = await loop.run_in_executor(None, a.recv)
+                while b.core.connections or b.core.sessions or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
+                    await asyncio.sleep(0.005)
+                elapsed = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
+                done[0] = True
+            finally:
+                on[0] = False
+                if spy is not None:
+                    _stop(spy)
+            proc.join(10)
+            return {
+                "probe": "teardown",
+                "engine": engine,
+                "filters_per_connection": filters,
+                "leave": leave,
+                "connections": res.connected,
+                "sessions_before": setup_sessions,
+                "ready": list(ready[:4]),
+                "max_events": _lean.MAX_EVENTS,
+                "teardown_s": round(elapsed, 3),
+                "broker_cpu_s": round(cpu, 3),
+                "cpu_us_per_connection": round(cpu * 1e6 / max(res.connected, 1), 1),
+                "longest_stall_ms": round(max(stalls, default=0.0) * 1e3, 1),
+                **{f"{k}_calls": len(v) for k, v in timed.items()},
+                **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
+                **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
+            }
+
+    try:
+        try:
+            import uvloop
+
+            return uvloop.run(run())  # type: ignore[no-any-return]
+        except ImportError:
+            return asyncio.run(run())
+    finally:
+        gc.callbacks.remove(on_gc)
+        _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The results table, with ratios against the mosquitto row of the same filter count."""
     peer = {r["filters_per_connection"]: r for r in rows if r["kind"] == "mosquitto"}
@@ -1186,9 +1351,41 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--json", default="", help="append the rows (JSON lines) to this file")
     ap.add_argument("--profile", default="", help="sample the siftmq broker over the window into DIR")
     ap.add_argument("--profile-with", default="py-spy", choices=("py-spy", "native", "perf"))
+    ap.add_argument(
+        "--profile-phase",
+        default="stream",
+        choices=("stream", "teardown"),
+        help="what --profile samples: the stream's window, or the teardown (from the "
+        "subscribers' leaving until the broker's CPU goes quiet)",
+    )
+    ap.add_argument(
+        "--leave",
+        default="disconnect",
+        choices=("disconnect", "close", "abort"),
+        help="how the subscribers leave at the end: DISCONNECT then close, close without "
+        "DISCONNECT (FIN: the will path), or abort (RST)",
+    )
     ap.add_argument("--probe-core", action="store_true", help="time the sans-IO core in-process (probe_core)")
     ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
+    ap.add_argument(
+        "--probe-teardown",
+        action="store_true",
+        help="time the real broker's teardown from inside it (probe_teardown)",
+    )
+    ap.add_argument(
+        "--probe-collect",
+        action="store_true",
+        help="--probe-teardown: a full collection before the teardown (the broker then "
+        "freezes the heap; without it, the collector runs as it happens to, as in siftmq serve)",
+    )
     args = ap.parse_args(argv)
+    if args.probe_teardown:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe_teardown(row.kind, row.filters, args.connections, args.leave, args))
+                print(json.dumps(out[-1]), flush=True)
+        return out
     if args.probe_core:
         out = []
         for row in parse_rows(args.rows):

@@ -15,9 +15,11 @@ For each broker, in one run on the same machine:
    separate process (raw sockets: CONNECT, CONNACK, then nothing; keep-alive 0), are all
    connected, after ``--settle`` seconds (default 2).
 
-Brokers: ``siftmq-light`` (``siftmq serve --no-bridge --no-persistence``), ``siftmq-nouvloop``
-(the same with ``--no-uvloop``: asyncio's own loop, without uvloop and the OpenSSL it loads),
-``siftmq-defaults``
+Brokers: ``siftmq-light`` (``siftmq serve --no-bridge --no-persistence``: asyncio's own loop
+since session 17, uvloop before), ``siftmq-nouvloop`` (the same with ``--no-uvloop``: asyncio's
+own loop, without uvloop and the OpenSSL it loads, also on older checkouts), ``siftmq-uvloop``
+(the same with ``--uvloop``: on uvloop; not on checkouts before session 17, whose light broker
+ran on it), ``siftmq-defaults``
 (``siftmq serve``: the SQLite store and, with the spark extra installed, the bridge) and
 ``mosquitto`` (2.x, ``persistence false``). ``--sessions N`` adds ``siftmq-store``: the
 defaults' start-up with N persisted sessions in the store (written through the store's API,
@@ -135,6 +137,8 @@ def command(kind: str, port: int, data: Path) -> list[str]:
         cmd += ["--no-bridge", "--no-persistence"]
     elif kind == "siftmq-nouvloop":
         cmd += ["--no-bridge", "--no-persistence", "--no-uvloop"]
+    elif kind == "siftmq-uvloop":  # the light broker on uvloop (its default before session 17)
+        cmd += ["--no-bridge", "--no-persistence", "--uvloop"]
     elif kind == "siftmq-thread":  # the defaults with the bridge's writer in a thread (before)
         cmd += ["--bridge-writer", "thread"]
     return cmd

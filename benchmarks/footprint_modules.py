@@ -16,6 +16,16 @@ docs/performance.md "Footprint".
 2. ``--rank MOD ...``: each module imported alone in a fresh interpreter on top of
    ``--base`` (default: asyncio without ssl, as ``siftmq serve`` imports it), the RSS it
    adds (median of 3), largest first. Cumulative: a module's imports are counted with it.
+3. ``--steps``: what uvloop costs, step by step in one fresh interpreter on top of
+   ``--base`` (:data:`STEPS`: ``import _ssl`` (the extension: ``libssl``, ``libcrypto``
+   loaded and relocated), OpenSSL's initialisation (what ``ssl.py``'s first
+   ``_ASN1Object`` does at its import), the rest of ``import ssl``, ``import uvloop``, a
+   uvloop loop run), the resident memory each step adds per mapping, split into
+   *file* (clean pages of the file: the page cache's, shared with every process that maps
+   it, reclaimable; the kernel maps up to 64 kB of them around each page fault) and
+   *private* (anonymous memory, the heap, and pages of a library written by its relocation
+   or its data: this process's alone), and the Python memory it allocated (tracemalloc,
+   started after the base: its own overhead is outside the RSS columns only approximately).
 
     .venv/bin/python benchmarks/footprint_modules.py -- --no-bridge --no-persistence --no-uvloop
     .venv/bin/python benchmarks/footprint_modules.py --tracemalloc -- --no-bridge --no-persistence
@@ -23,6 +33,7 @@ docs/performance.md "Footprint".
     .venv/bin/python benchmarks/footprint_modules.py --per-module --tracemalloc --wait 10 -- \
         --no-bridge --no-persistence --no-uvloop
     .venv/bin/python benchmarks/footprint_modules.py --rank orjson composite content uvloop ssl
+    .venv/bin/python benchmarks/footprint_modules.py --steps
 
 Not a benchmark of speed: numbers are resident megabytes (``/proc/self/statm``).
 """
@@ -211,6 +222,81 @@ def rank(mods: list[str], base: str) -> None:
         print(f"  {mb:6.2f} MB  {m}")
 
 
+#: --steps: (label, statement), run in this order in one interpreter after --base
+STEPS = (
+    ("import _ssl (libssl, libcrypto loaded)", "import _ssl"),
+    # ssl.py's class Purpose(_ASN1Object, Enum) calls _txt2obj at import: OBJ_txt2obj runs
+    # OPENSSL_init_crypto(OPENSSL_INIT_LOAD_CONFIG), OpenSSL's one-time initialisation
+    ("OpenSSL initialised (_ssl.txt2obj, as ssl.py)", "_ssl.txt2obj('1.3.6.1.5.5.7.3.1')"),
+    ("the rest of import ssl (ssl.py)", "import ssl"),
+    ("import uvloop", "import uvloop"),
+    ("a uvloop loop run", "import asyncio; uvloop.new_event_loop().run_until_complete(asyncio.sleep(0.01))"),
+)
+
+# the child of --steps: snapshots of /proc/self/smaps (kB per mapping: file-clean, private)
+# after the base and after each step, or (argv[1] "trace") the traced Python memory after
+# each step: one line of JSON
+STEPS_CHILD = r"""
+import json, os, sys, tracemalloc
+def snap():
+    out, name = {}, "?"
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+                name = head[5].rsplit("/", 1)[-1] if len(head) > 5 else "[anonymous]"
+                out.setdefault(name, [0, 0])
+            elif head[0] == "Rss:":
+                out[name][1] += int(head[1])
+            elif head[0] in ("Shared_Clean:", "Private_Clean:"):
+                out[name][0] += int(head[1])
+                out[name][1] -= int(head[1])
+    return out
+trace = sys.argv[1] == "trace"
+exec(sys.argv[2])
+if trace:
+    tracemalloc.start()
+snaps = [snap()]
+for stmt in sys.argv[3:]:
+    exec(stmt)
+    snaps.append(tracemalloc.get_traced_memory()[0] if trace else snap())
+if trace:
+    snaps[0] = 0
+print(json.dumps(snaps))
+"""
+
+
+def steps(base: str) -> None:
+    """Resident memory each of :data:`STEPS` adds, by mapping (module docstring, 3.)."""
+    import json
+
+    def child(mode: str) -> Any:
+        cmd = [sys.executable, "-c", STEPS_CHILD, mode, base, *(stmt for _, stmt in STEPS)]
+        return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+    snaps = child("rss")  # tracemalloc's own memory would count in the RSS: a separate run
+    traced = [0, *child("trace")[1:]]
+    print("kB added per step (file: clean pages of the file; private: this process's alone)")
+    total = [0, 0]
+    for (label, _), before, after, traced0, traced1 in zip(
+        STEPS, snaps[:-1], snaps[1:], traced[:-1], traced[1:], strict=True
+    ):
+        rows = []
+        for name in after.keys() | before.keys():
+            f0, p0 = before.get(name, (0, 0))
+            f1, p1 = after.get(name, (0, 0))
+            if abs(f1 - f0) + abs(p1 - p0) >= 12:
+                rows.append((f1 - f0 + p1 - p0, f1 - f0, p1 - p0, name))
+        file_kb, priv_kb = sum(r[1] for r in rows), sum(r[2] for r in rows)
+        total[0] += file_kb
+        total[1] += priv_kb
+        objs = (traced1 - traced0) // 1024
+        print(f"{label}: {file_kb + priv_kb} kB (file {file_kb}, private {priv_kb}; objects {objs} kB)")
+        for kb, f, p, name in sorted(rows, reverse=True):
+            print(f"  {kb:6d} kB  file {f:5d}  private {p:5d}  {name}")
+    print(f"all steps: {sum(total)} kB (file {total[0]}, private {total[1]})")
+
+
 def main() -> None:
     # a fixed width: argparse would import shutil (bz2, lzma) for the terminal's, into the profile
     ap = argparse.ArgumentParser(
@@ -223,11 +309,15 @@ def main() -> None:
     ap.add_argument("--maps", action="store_true", help="RSS by mapping, obmalloc arenas, threads")
     ap.add_argument("--per-module", action="store_true", help="each module's own cost (RSS or --tracemalloc)")
     ap.add_argument("--rank", nargs="+", default=None, metavar="MODULE", help="RSS each module adds")
-    ap.add_argument("--base", default=NOSSL, help="statement every --rank interpreter runs first")
+    ap.add_argument("--steps", action="store_true", help="what OpenSSL and uvloop add, step by step")
+    ap.add_argument("--base", default=NOSSL, help="statement every --rank/--steps interpreter runs first")
     ap.add_argument("flags", nargs="*", help="siftmq serve flags (after --)")
     args = ap.parse_args()
     if args.rank:
         rank(args.rank, args.base)
+        return
+    if args.steps:
+        steps(args.base)
         return
     code = in_process(args.flags, args.wait, args.tracemalloc, args.top, args.maps, args.per_module)
     raise SystemExit(code)

@@ -16,7 +16,8 @@ then flags.  SIGINT/SIGTERM stop it gracefully (clients disconnected, wills publ
 hooks' ``stop`` awaited).  SIGHUP (``siftmq reload``, ``broker._reload``) re-reads the password,
 ACL and TLS files and the live limits of ``--config``; the process id is in ``--pid-file``
 (default ``<data-dir>/siftmq.pid`` with persistence).  uvloop is used when installed (``--no-uvloop``
-to turn it off).
+to turn it off), except by the light broker (no store and no plugin's hooks: ``--no-bridge
+--no-persistence``), which runs on asyncio's own loop unless ``--uvloop`` (:func:`_use_uvloop`).
 At start the soft descriptor limit is raised to the hard limit (one descriptor per client).
 
 Listeners (docs/security.md): ``--host``/``--port`` is the plain TCP listener; ``--tls-port``,
@@ -169,7 +170,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         choices=("text", "json"),
         help="text (default) or json: one object a line",
     )
-    serve.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
+    loops = serve.add_mutually_exclusive_group()
+    loops.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="use uvloop (default with a store, a plugin's hooks or TLS; a light broker: asyncio's)",
+    )
+    loops.add_argument("--no-uvloop", action="store_true", help="use the default asyncio event loop")
     serve.add_argument(
         "--pid-file",
         type=Path,
@@ -468,6 +475,8 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         _check_directory(data_dir, "--data-dir")
     hooks = _plugin_hooks(plugins, ServeContext(args, serve_opts, data_dir), str(level), held)
+    # no store, no bridge, no cluster, no uplink, no TLS listener: _use_uvloop
+    light = not persistence and not hooks and not _serves_tls(cfg)
     configure_logging(str(level), LogFormat(str(log_format)))
     held.replay()  # the lines held while the command line was parsed and the plugins set up
     if cfg.metrics_listen is not None and not available(Extra.METRICS):  # the dashboard works
@@ -487,7 +496,7 @@ def _serve(args: argparse.Namespace) -> int:
     pid_file = args.pid_file or (data_dir / "siftmq.pid" if persistence else None)
     reconfigure = _reconfigure(args, changes)
     try:
-        run = _pick_runner(args.no_uvloop)
+        run = _pick_runner(not _use_uvloop(args.uvloop, args.no_uvloop, light))
         return int(run(_run(cfg, hooks, auth is not None or bool(backends), pid_file, reconfigure)))
     except KeyboardInterrupt:
         return 0
@@ -740,6 +749,27 @@ def _warn_shared(password_file: str | None, acl_file: str | None) -> None:
         shared = None if path is None else shared_access(path)
         if shared is not None:
             log.warning("%s %s", what, shared)
+
+
+def _use_uvloop(uvloop: bool, no_uvloop: bool, light: bool) -> bool:
+    """Whether ``serve`` runs on uvloop: ``--uvloop`` / ``--no-uvloop`` decide; without either,
+    uvloop unless the broker is light (no store, no plugin's hooks and no TLS listener:
+    ``--no-bridge --no-persistence``), which runs on asyncio's own loop. uvloop's module imports ``ssl``, so
+    OpenSSL and uvloop cost the light broker 6.5-7 MB of its 31 (the 25 MB target, issue 42
+    item 1), while its plain-TCP connections are served by its own epoll poller
+    (``broker.net._lean``) on either loop, at the same messages per CPU second in the same
+    runs (docs/performance.md "The light broker on uvloop"). O(1)."""
+    if uvloop or no_uvloop:
+        return uvloop
+    return not light
+
+
+def _serves_tls(cfg: BrokerConfig) -> bool:
+    """Whether a listener of ``cfg`` speaks TLS (``mqtts`` / ``wss``): such a broker loads
+    OpenSSL anyway, so uvloop costs it only its own 2.6 MB, and its TLS connections get
+    0.92x (MQTT over TLS) / 0.83x (WSS) of uvloop's messages per second on asyncio's loop
+    (``benchmarks/bench_listeners.py``, docs/performance.md). O(listeners)."""
+    return any(listener.certfile is not None for listener in cfg.effective_listeners())
 
 
 def _pick_runner(no_uvloop: bool) -> Callable[[Coroutine[Any, Any, int]], int]:

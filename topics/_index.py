@@ -189,7 +189,9 @@ class MatchResult(Generic[O]):
 
     ``clients``: client id -> the subscriptions that apply, newest first (never empty).
     ``shared``: (group, filter) -> the members ``(client id, options)`` whose shared
-    subscription ``$share/<group>/<filter>`` matches (never empty).
+    subscription ``$share/<group>/<filter>`` matches (never empty).  Each list is the
+    index's own, the same object for every match until the group changes (a subscribe or
+    unsubscribe of it makes a new one): read it, never change it.
     """
 
     clients: dict[str, list[Subscription[O]]]
@@ -664,6 +666,9 @@ class SubscriptionIndex(Generic[O]):
         # inner filter -> group -> client id -> shared subscription record
         self._shared: dict[str, dict[str, dict[str, _Shared[Any]]]] = {}
         self._shared_shapes = _Shapes(self._shared)
+        # (group, inner filter) -> its members as ``match`` reports them, made by the first
+        # match after the group changed (dropped by every change): no copy per match
+        self._shared_lists: dict[tuple[str, str], list[tuple[str, Any]]] = {}
         # client id -> its entries: a dict filter -> record (oldest first), or the record
         # itself when the client's only entry is a (plain or shared) subscription
         self._clients: dict[str, dict[str, _Rec] | _Rec] = {}
@@ -717,6 +722,7 @@ class SubscriptionIndex(Generic[O]):
             groups = self._shared[rec.inner]
             members = groups[rec.group]
             del members[rec.client_id]
+            self._shared_lists.pop((rec.group, rec.inner), None)
             if not members:
                 del groups[rec.group]
                 if not groups:
@@ -862,6 +868,7 @@ class SubscriptionIndex(Generic[O]):
         if members is None:
             members = groups[group] = {}
         members[client_id] = rec
+        self._shared_lists.pop((group, inner), None)
         ents[topic_filter] = rec
         if old is not None and client_id in self._negatives:
             self._tidy(client_id, ents)
@@ -1050,8 +1057,11 @@ class SubscriptionIndex(Generic[O]):
                     del clients[cid]
 
     def _match_shared(self, topic: str) -> dict[tuple[str, str], list[tuple[str, O]]]:
-        """(group, inner filter) -> members, for the shared subscriptions matching ``topic``."""
+        """(group, inner filter) -> members, for the shared subscriptions matching ``topic``:
+        each group's list as kept (``_shared_lists``; made again only after the group
+        changed).  O(applicable shapes x levels + matched groups)."""
         shared = self._shared
+        lists = self._shared_lists
         keys = [topic]
         if self._shared_shapes.counts:
             keys += self._shared_shapes.keys(topic, topic.split("/"))
@@ -1060,7 +1070,11 @@ class SubscriptionIndex(Generic[O]):
             groups = shared.get(key)
             if groups is not None:
                 for group, members in groups.items():
-                    out[(group, key)] = [(cid, m.options) for cid, m in members.items()]
+                    gk = (group, key)
+                    kept = lists.get(gk)
+                    if kept is None:  # the group changed since the last match: O(members) once
+                        kept = lists[gk] = [(cid, m.options) for cid, m in members.items()]
+                    out[gk] = kept
         return out
 
     # ------------------------------------------------------------------ invariants
@@ -1097,6 +1111,8 @@ class SubscriptionIndex(Generic[O]):
             assert groups, f"shared filter {inner!r} without groups"
             for group, members in groups.items():
                 assert members, f"shared group {group!r} without members"
+                kept = self._shared_lists.get((group, inner))
+                assert kept is None or kept == [(c, m.options) for c, m in members.items()], (group, inner)
                 for cid, m in members.items():
                     assert type(m) is _Shared
                     assert m.client_id == cid and m.group == group and m.inner == inner
@@ -1105,6 +1121,8 @@ class SubscriptionIndex(Generic[O]):
             shape = _shape(inner)
             if shape is not None:
                 shapes[shape] = shapes.get(shape, 0) + 1
+        for group, inner in self._shared_lists:  # dropped with the group
+            assert group in self._shared.get(inner, {}), f"kept members of a gone group {group!r}"
         assert shapes == self._shared_shapes.counts, "shared shapes out of step with the filters"
         self._shared_shapes.check({f for f in self._shared if _shape(f) is not None})
         for cache in (self._subs.shapes, self._negs.shapes, self._shared_shapes):

@@ -33,8 +33,9 @@
 
 The bridge module (its MQTT client) is imported when the first bridge starts (issue 42, the
 idle footprint: an embedded ``Uplink([])`` whose ``source`` may add bridges later does not load
-it).  ``siftmq serve`` registers this hook only when its file has ``[[bridges]]``
-(:mod:`uplink._plugin`): its ``authorize`` is asked on every PUBLISH and delivery.
+it).  ``siftmq serve`` registers this hook only when its file has ``[[bridges]]``, at start
+or at the first reload that finds them (:mod:`uplink._plugin`, ``Broker.add_hook``): its
+``authorize`` is asked on every PUBLISH and delivery.
 """
 
 from __future__ import annotations
@@ -217,16 +218,21 @@ class Uplink(Hooks):
         for a bad table (the whole reload fails, the running bridges stay)."""
         if self.source is None:
             return None
-        return self._plan(tuple(self.source()))
+        return self.plan(tuple(self.source()))
 
-    def _plan(self, configs: tuple[BridgeConfig, ...]) -> _Plan:
+    def plan(self, configs: tuple[BridgeConfig, ...], broker: Broker | None = None) -> _Plan:
+        """``configs`` checked against the running bridges, nothing changed: the plan that
+        runs them (:meth:`_Plan.apply`).  ``broker``: the broker this hook is about to be
+        added to (``uplink._plugin.BridgesWatch``), whose plain TCP listener is checked as a
+        running hook's is.  Raises ValueError (two bridges of one name, no plain listener, a
+        TLS file that does not load). O(bridges) plus their TLS files."""
         names = [c.name for c in configs]
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
             raise ValueError(f"bridges: the name {dup!r} is used twice")
-        if configs and self._ready:
+        if configs and (self._ready or broker is not None):
             try:
-                self._local()
+                self._local() if broker is None else _plain_listener(broker)
             except RuntimeError as exc:
                 raise ValueError(str(exc)) from None
         tls = {c.name: _tls_digest(c) for c in configs}
@@ -243,7 +249,7 @@ class Uplink(Hooks):
         (retried at the next reload)``; the other bridges' changes are applied).
         Raises ValueError (nothing changed) for two bridges of one name or, with bridges,
         a broker without a plain TCP listener."""
-        plan = self._plan(tuple(configs))
+        plan = self.plan(tuple(configs))
         changed = await plan.apply()
         return changed + plan.failed
 

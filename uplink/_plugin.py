@@ -7,8 +7,11 @@ prints before exiting with status 2.  The hook reads FILE again at each reload (
 ``siftmq reload``) and applies the changes (:mod:`uplink._hook`); a bad table then fails the
 reload (one error line, the running bridges stay).  A FILE without ``[[bridges]]`` gets no
 Uplink hook (it would be asked to authorize every PUBLISH and delivery) but a
-:class:`BridgesWatch`: bridges added to it later are checked at each reload and need a
-restart to start (the reload's line names them).
+:class:`BridgesWatch`: the first reload that finds ``[[bridges]]`` in FILE (checked as any
+reload's tables: a bad one fails the reload) registers the Uplink hook in the running broker
+(``Broker.add_hook``, in the watch's place among the hooks: before the password file and auth
+backends, as at start) and starts the bridges; from then on the Uplink reloads them (down to
+none) and the watch does nothing more.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker.ext import Option
@@ -24,7 +27,9 @@ from broker.hooks import Hooks
 from broker.plugins import ServeContext, Subparsers
 
 if TYPE_CHECKING:  # uplink._config is imported by the first [[bridges]] read (issue 42 item 1)
+    from broker.ext import Broker
     from uplink._config import BridgeConfig
+    from uplink._hook import Uplink, _Plan
 
 __all__ = ["PLUGIN", "BridgesWatch", "UplinkPlugin", "read_bridges"]
 
@@ -62,25 +67,56 @@ class UplinkPlugin:
 
 
 class BridgesWatch(Hooks):
-    """A broker started without ``[[bridges]]``: a reload checks the tables that appeared
-    (a bad one fails the reload like any bad table) and reports that starting them needs a
-    restart (``ReloadResult.restart``), since the hook that runs bridges is not registered."""
+    """A broker started without ``[[bridges]]``: the first reload that finds tables in the
+    file (checked: a bad one fails the reload like any bad table) registers the
+    :class:`~uplink._hook.Uplink` hook running them (see the module docstring); until then
+    the broker has no hook asked on every PUBLISH and delivery."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
+        self._broker: Broker | None = None
+        #: the hook registered by the first reload with bridges (it reloads them from then on)
+        self.uplink: Uplink | None = None
 
-    def prepare_reload(self) -> _NeedsRestart | None:
-        names = tuple(b.name for b in read_bridges(self.path))
-        return _NeedsRestart(tuple(f"[[bridges]] {n}" for n in names)) if names else None
+    def attach(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def prepare_reload(self) -> _FirstBridges | None:
+        """The reload's first step: the tables read and checked, nothing changed; None
+        without tables or once the Uplink runs them.  Raises ValueError for a bad table (or
+        a broker without a plain TCP listener for the bridges to reach it)."""
+        if self.uplink is not None or self._broker is None:
+            return None
+        configs = read_bridges(self.path)
+        if not configs:
+            return None
+        from uplink._hook import Uplink
+
+        uplink = Uplink((), source=lambda: read_bridges(self.path))
+        return _FirstBridges(self, uplink, uplink.plan(configs, self._broker))
+
+    async def _add(self, uplink: Uplink) -> None:
+        broker = self._broker
+        assert broker is not None
+        self.uplink = uplink
+        await broker.add_hook(uplink, before=self)  # asked where the watch is: before auth
 
 
 @dataclass(frozen=True, slots=True)
-class _NeedsRestart:
-    #: what the reload names as "changed but not applied, need a restart"
-    restart: tuple[str, ...]
+class _FirstBridges:
+    """The first bridges' reload (``BridgesWatch``): the Uplink registered, then its plan
+    applied as any later reload's (``failed``: the bridges whose start failed, named)."""
+
+    watch: BridgesWatch
+    uplink: Uplink
+    plan: _Plan
+    failed: list[str] = field(default_factory=list)
 
     async def apply(self) -> list[str]:
-        return []
+        await self.watch._add(self.uplink)
+        changed = await self.plan.apply()
+        self.failed.extend(self.plan.failed)
+        return changed
 
 
 def read_bridges(path: str | os.PathLike[str]) -> tuple[BridgeConfig, ...]:

@@ -234,13 +234,15 @@ _RDN_KEYS = {
 class _Login:
     """The authentication of one CONNECT: the hooks asked in order, possibly waiting for one."""
 
-    __slots__ = ("client_id", "conn", "connect", "index", "request")
+    __slots__ = ("asked", "client_id", "conn", "connect", "index", "request")
 
     def __init__(self, conn: Connection, p: Connect, client_id: str) -> None:
         self.conn = conn
         self.connect = p
         self.client_id = client_id
         self.index = 0
+        #: the hook whose verdict is awaited (its index may move: ``Core.observe``)
+        self.asked: CoreHooks | None = None
         self.request: AuthRequest | None = None  # built for the first new-style hook asked
 
     def _ask(self, h: CoreHooks) -> object:
@@ -295,6 +297,7 @@ class _Login:
             self.refuse(ReasonCode.NOT_AUTHORIZED, "not authorized")
             return
         self.index = index
+        self.asked = core.obs.authenticate[index]
         conn.authenticating = True
         conn.link.throttle(True)  # read nothing more until the verdict (bounded memory)
         core.stats.auth_pending += 1
@@ -310,6 +313,9 @@ class _Login:
             return  # closed meanwhile (connect_timeout, the peer left): nothing to decide
         conn.authenticating = False
         now = conn.clock = core.clock.monotonic()
+        hooks, asked = core.obs.authenticate, self.asked
+        if asked is not None and (self.index >= len(hooks) or hooks[self.index] is not asked):
+            self.index = hooks.index(asked)  # a hook added meanwhile (Core.observe): O(hooks)
         if isinstance(outcome, AuthUnavailable):
             self.unavailable(type(core.obs.authenticate[self.index]).__name__)
         elif isinstance(outcome, BaseException):

@@ -42,7 +42,7 @@ from broker.core._observers import Observers
 from broker.core._options import CoreConfig
 from broker.core._qbound import QueueBound, size_of
 from broker.core._quota import Quotas
-from broker.core._router import Router, SubscribeLimits
+from broker.core._router import RELEASE_SLICE, Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy, group_strategies
 from broker.packets import NO_PROPERTIES, PublishTemplate, Pubrel, ReasonCode
@@ -184,6 +184,13 @@ class Core:
         self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
     # ------------------------------------------------------------ hooks
+    def observe(self, hooks: Iterable[CoreHooks]) -> None:
+        """The registered hooks changed (``Broker.add_hook``): split them again.  Called from
+        the adapter between events (never inside a fan-out); a CONNECT waiting for a hook's
+        verdict goes on with the hooks after that one (core/_connect.py). O(hooks)."""
+        self.obs = Observers(hooks)
+        self.composite._observe()
+
     def _call(self, hooks: list[CoreHooks], name: str, *args: object) -> None:
         for h in hooks:
             try:
@@ -760,9 +767,10 @@ class Core:
             bound.release(self)  # queue_policy "pace" (core/_qbound.py)
 
     # ------------------------------------------------------------ timers
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, settle: int = RELEASE_SLICE) -> None:
         """Keep-alive timeouts, will delays, session expiry, released content selectors
-        (a slice per tick) and ``$SYS`` (call periodically)."""
+        (a slice of ``settle`` per tick at least, ``Router.settle_selectors``; the broker
+        settles smaller slices between its ticks too) and ``$SYS`` (call periodically)."""
         self.conn_timers.expire(now)  # CONNECT and keep-alive deadlines due (core/_conntimers.py)
         if self.pending_wills:
             for s in self.pending_wills.due(now):
@@ -775,7 +783,7 @@ class Core:
             self.quotas.tick(now)  # publishers whose quota refilled read again
         self.composite.tick()  # composite losses in idle subscriptions, when observed
         if self.router.releasing:
-            self.router.settle_selectors()  # released selectors leave the engine, a slice a tick
+            self.router.settle_selectors(settle)  # released selectors leave the engine, a slice a tick
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
             self.publish_sys(now)

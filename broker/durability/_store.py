@@ -50,8 +50,9 @@ DELETE was queued after the insert (the id was freed meanwhile) — moving the i
 place would put it before that DELETE; such a "sent" is queued as an update instead (the set
 ``_freed``, replaced at the swap like the dictionaries).
 
-The writer builds the rows of a round, then *seals* it (under ``_sync_lock``, holding the
-connection lock): until then an insert it took can still be cancelled by the event loop
+The writer builds the rows of a round, then *seals* it (under ``_sync_lock``, inside the
+connection lock its first transaction takes: no acquisition of its own; a round with nothing
+to write takes none): until then an insert it took can still be cancelled by the event loop
 (``_taken_seq``, ``_taken_pid``: the dictionaries of the round it took, kept until the seal),
 so a delivery acknowledged while the writer builds the round's rows (which it does holding the
 GIL, in turns with the event loop) is not written either; after the seal, its DELETE is queued.
@@ -502,9 +503,10 @@ class Store:
         with self._sync_lock:
             self._put(name, args)
 
-    def _take(self) -> tuple[concurrent.futures.Future[None], list[_Op]]:
-        """Writer: swap out the pending operations and the signal their commit resolves, build
-        the rows of their inserts, then seal the round (:meth:`_seal`).  O(operations)."""
+    def _take(self) -> tuple[concurrent.futures.Future[None], list[_Op | None], list[Any]]:
+        """Writer: swap out the pending operations and the signal their commit resolves, and
+        build the rows of their inserts; the round is sealed later (:meth:`_seal`: its inserts
+        stay cancellable until then).  O(operations)."""
         with self._sync_lock:
             current = self._next
             self._next = concurrent.futures.Future()
@@ -523,14 +525,15 @@ class Store:
             if op is not None and op[0] == "outgoing":
                 row: _Row = op[1]
                 built[i] = row.row()
-        return current, self._seal(taken, built)
+        return current, taken, built
 
     def _seal(self, taken: list[_Op | None], built: list[Any]) -> list[_Op]:
         """Writer: end the cancellation of ``taken``'s inserts (an acknowledgement from now on
-        queues its DELETE) and return the operations that stay, with their rows.  Under the
-        connection lock, right before the round's statements (a test holds it to act between
-        the take and the seal).  O(operations)."""
-        with self._lock, self._sync_lock:
+        queues its DELETE) and return the operations that stay, with their rows.  Called under
+        the connection lock that the round's first transaction holds (:meth:`_commit`), right
+        before its statements: a test holds that lock to act between the take and the seal,
+        at no cost to the writer (no acquisition of its own).  O(operations)."""
+        with self._sync_lock:
             self._taken = []
             self._taken_seq = {}
             self._taken_pid = {}
@@ -570,15 +573,13 @@ class Store:
                 stop = tokens.get() == _STOP
             if delay and not stop and (self._by_pid or self._by_seq):
                 time.sleep(delay)  # let acknowledgements cancel the young inserts (module doc)
-            current, ops = self._take()
+            current, taken, built = self._take()
             error: BaseException | None = None
-            if self._pending:
-                self._pending.extend(ops)  # behind the failed ones, in order (O(new ops))
-                ops = self._pending
-                if not stop and time.monotonic() < self._retry_at:  # in the back-off: refuse
-                    error = self._failure
-            if error is None:
-                error = self._commit(ops)
+            if self._pending and not stop and time.monotonic() < self._retry_at:  # in the back-off:
+                self._pending.extend(self._seal(taken, built))  # refused, kept behind the failed ones
+                error = self._failure
+            else:
+                error = self._commit(taken, built)
             if not current.set_running_or_notify_cancel():
                 continue
             if error is None:
@@ -586,15 +587,29 @@ class Store:
             else:
                 current.set_exception(StoreError(f"commit failed: {error}"))
 
-    def _commit(self, ops: list[_Op]) -> BaseException | None:
-        """Writer: commit ``ops`` in transactions; on a failure keep the operations from the
-        failed transaction on in ``_pending`` and schedule the retry.  Returns the error."""
+    def _commit(self, taken: list[_Op | None], built: list[Any]) -> BaseException | None:
+        """Writer: seal the round (:meth:`_seal`) and commit its operations, behind those of
+        failed commits (``_pending``), in transactions, each under the connection lock (the
+        seal under the first one's); on a failure keep the operations from the failed
+        transaction on in ``_pending`` and schedule the retry.  Returns the error."""
+        if not taken and not self._pending:  # a round of no operation (a sync's): no seal, no lock
+            return None
         db = self._db
         sql = SQL
-        batches = _batches(ops, self.max_batch)
-        for k, batch in enumerate(batches):
-            try:
-                with self._lock:
+        lock = self._lock
+        lock.acquire()  # the first transaction's: the seal is made under it
+        locked = True
+        try:
+            ops = self._seal(taken, built)
+            if self._pending:
+                self._pending.extend(ops)  # behind the failed ones, in order (O(new ops))
+                ops = self._pending
+            batches = _batches(ops, self.max_batch)
+            for k, batch in enumerate(batches):
+                try:
+                    if not locked:
+                        lock.acquire()
+                        locked = True
                     rollback(db)  # a failed ROLLBACK may have left one open
                     db.execute("BEGIN")
                     try:
@@ -608,13 +623,19 @@ class Store:
                     except BaseException:
                         rollback(db)  # not a bare ROLLBACK: it would hide the real cause
                         raise
-                self.commits += 1
-                self.operations += len(batch)
-                self.inserts += sum(1 for op in batch if op[0] == "outgoing")
-            except BaseException as exc:  # the disk is full, the file vanished, ...
-                self._pending = [op for b in batches[k:] for op in b]
-                self._failed_commit(exc)
-                return exc
+                    finally:
+                        lock.release()
+                        locked = False
+                    self.commits += 1
+                    self.operations += len(batch)
+                    self.inserts += sum(1 for op in batch if op[0] == "outgoing")
+                except BaseException as exc:  # the disk is full, the file vanished, ...
+                    self._pending = [op for b in batches[k:] for op in b]
+                    self._failed_commit(exc)
+                    return exc
+        finally:
+            if locked:  # nothing to write (every operation cancelled), or the seal raised
+                lock.release()
         self._pending = []
         if self._failure is not None:
             self._recovered()

@@ -4,14 +4,20 @@ A full (generation 2) collection walks every long-lived object: with 10,000 sess
 content selectors that took ~0.3 s in-process, with 100,000 selectors ~1 s, a stall of the
 event loop the next full collection repeats.  After a full collection, once the sessions grew
 by ``FREEZE_SESSIONS`` since the last freeze, the broker's tick moves the heap to the
-permanent generation (``gc.freeze``), as the store's restore does.  A real embedded broker;
-the sessions are in-process subscribers (``Core.local_subscribe``).
+permanent generation (``gc.freeze``), as the store's restore does.  Frozen objects are freed
+by their reference counts only, so nothing the broker drops may be a reference cycle: a
+finished connection and an ended session are not (``MQTTProtocol._unlink``), and the heap is
+never unfrozen (the tests below count what a collection of the unfrozen heap would still
+find).  A real embedded broker; real TCP clients, or in-process subscribers
+(``Core.local_subscribe``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import socket
+import struct
 from pathlib import Path
 
 from broker import Broker
@@ -53,15 +59,16 @@ async def test_few_sessions_never_freeze() -> None:
         gc.unfreeze()
 
 
-def _left_for_the_collector(cls: type) -> int:
-    """After one collection with the heap as the broker left it: how many ``cls`` objects were
-    still garbage that only a collection of the unfrozen heap finds (frozen cycles)."""
+def _left_for_the_collector(*classes: type) -> int:
+    """After one collection with the heap as the broker left it: how many objects of
+    ``classes`` were still garbage that only a collection of the unfrozen heap finds (frozen
+    cycles)."""
     gc.collect()
     gc.unfreeze()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
-        return sum(1 for o in gc.garbage if type(o) is cls)
+        return sum(1 for o in gc.garbage if isinstance(o, classes))
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -74,11 +81,22 @@ def _connect_and_subscribe(client_id: str) -> bytes:
     return bytes([0x10, len(var)]) + var + b"\x82\x08\x00\x01\x00\x03a/b\x00"
 
 
-async def test_a_frozen_fleet_that_leaves_is_freed() -> None:
-    """A closed connection is a reference cycle (connection, session, protocol, transport) that
-    only the collector frees: once FREEZE_SESSIONS connections of a frozen heap closed, the
-    broker unfreezes it so that a full collection frees them (before: they stayed for good)."""
+async def _ticks(b: Broker, n: int = 3) -> None:
+    """Until ``n`` ticks of ``b`` ran (each looks at the heap: ``Broker._tick``)."""
+    for _ in range(n):
+        tick = b._next_tick
+        await eventually(lambda t=tick: b._next_tick != t, 10.0)  # type: ignore[misc]
+
+
+async def test_a_frozen_fleet_that_leaves_leaves_nothing_frozen() -> None:
+    """A fleet of a frozen heap that leaves (clean sessions: connections closed, sessions
+    ended) is freed by reference counts: the heap stays frozen (no full walk in the middle of
+    the departure) and nothing of it waits for the collector. Before: each closed connection
+    was a cycle (connection, session, protocol, transport), and the tick unfroze the heap
+    after 1,000 of them or 1,000 sessions fewer so that a full collection freed them."""
     from broker.core._connection import Connection
+    from broker.core._session import Session
+    from broker.net import MQTTProtocol
 
     gc.unfreeze()
     n = FREEZE_SESSIONS + 50
@@ -98,7 +116,43 @@ async def test_a_frozen_fleet_that_leaves_is_freed() -> None:
                 w.close()
             streams.clear()
             await eventually(lambda: not b.core.sessions and not b.core.connections, 30.0)
-            await eventually(lambda: gc.get_freeze_count() == 0, 10.0)  # else: the heap stayed frozen
+            await _ticks(b)
+            assert gc.get_freeze_count() > 0, "the heap was unfrozen"
+            left = _left_for_the_collector(Connection, Session, MQTTProtocol)
+            assert left == 0, f"{left} objects of the fleet were still waiting for the collector"
+    finally:
+        gc.unfreeze()
+
+
+async def test_a_frozen_fleet_that_reconnects_needs_no_thaw() -> None:
+    """Connections of a frozen heap that close while their sessions stay (persistent
+    sessions: a fleet reconnecting) leave nothing for the collector, so the heap stays frozen
+    (before: each closed connection was a cycle, and 1,000 of them unfroze the heap, a full
+    walk of it per 1,000 closes)."""
+    from broker.core._connection import Connection
+
+    gc.unfreeze()
+    n = FREEZE_SESSIONS + 50
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            streams = []
+            for i in range(n):
+                r, w = await asyncio.open_connection("127.0.0.1", b.port)
+                packet = bytearray(_connect_and_subscribe(f"fleet{i}"))
+                packet[9] = 0x00  # connect flags: no clean session
+                w.write(bytes(packet))
+                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+                streams.append(w)
+            gc.collect()
+            await eventually(lambda: gc.get_freeze_count() > 0, 10.0)  # else: the heap was not frozen
+            for w in streams:
+                w.write(b"\xe0\x00")  # DISCONNECT
+                w.close()
+            streams.clear()
+            await eventually(lambda: not b.core.connections, 30.0)
+            assert len(b.core.sessions) == n  # persistent: they stay
+            await _ticks(b)
+            assert gc.get_freeze_count() > 0, "the heap was unfrozen"
             left = _left_for_the_collector(Connection)
             assert left == 0, f"{left} closed connections were still waiting for the collector"
     finally:
@@ -123,27 +177,93 @@ async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
     await eventually(lambda: not b.core.connections, 30.0)
 
 
+async def _persisted(db: Path, n: int) -> None:
+    """``n`` persistent sessions in the store ``db`` (a broker that is gone when this returns:
+    alive during the next one's restore, its objects would be frozen with it)."""
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
+        await _fleet(b, n, clean=False)
+        assert len(b.core.sessions) == n
+
+
 async def test_restored_sessions_discarded_are_freed(tmp_path: Path) -> None:
-    """The restore freezes the heap holding the restored sessions; once FREEZE_SESSIONS of them
-    are gone (here: clean-session clients of the same ids discard them), the broker unfreezes
-    the heap so that the collector frees them (before: 1,050 Sessions stayed for good)."""
+    """The restore freezes the heap holding the restored sessions; clean-session clients of
+    the same ids discard them, and they are freed by reference counts: the heap stays frozen
+    and no session waits for the collector (before: 1,050 Sessions stayed until a thaw)."""
     from broker.core._session import Session
 
     db = tmp_path / "store.db"
     n = FREEZE_SESSIONS + 50
     gc.unfreeze()
     try:
-        async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
-            await _fleet(b, n, clean=False)
-            assert len(b.core.sessions) == n
+        await _persisted(db, n)
         gc.collect()
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db, tick_interval=0.05) as b:
             assert len(b.core.sessions) == n
             assert gc.get_freeze_count() > 0, "the restore did not freeze the heap"
             await _fleet(b, n, clean=True)
             await eventually(lambda: not b.core.sessions, 10.0)
-            await eventually(lambda: gc.get_freeze_count() == 0, 10.0)  # else: the heap stayed frozen
+            await _ticks(b)
+            assert gc.get_freeze_count() > 0, "the heap was unfrozen"
             left = _left_for_the_collector(Session)
             assert left == 0, f"{left} discarded sessions were still waiting for the collector"
     finally:
+        gc.unfreeze()
+
+
+def _connect_with_will(client_id: str, *, clean: bool = True) -> bytes:
+    """CONNECT (MQTT 3.1.1) with a QoS 0 will on ``will/<id>``, and SUBSCRIBE a/b, as bytes."""
+    cid = client_id.encode()
+    topic = b"will/" + cid
+    flags = 0x06 if clean else 0x04  # will flag (+ clean session)
+    body = len(cid).to_bytes(2, "big") + cid + len(topic).to_bytes(2, "big") + topic + b"\x00\x04gone"
+    var = b"\x00\x04MQTT\x04" + bytes([flags]) + b"\x00\x3c" + body
+    return bytes([0x10, len(var)]) + var + b"\x82\x08\x00\x01\x00\x03a/b\x00"
+
+
+async def test_closed_connections_are_freed_by_reference_counts() -> None:
+    """A finished connection leaves no reference cycle (issue 42 item 2): with the heap frozen
+    and the collector saving what it finds (``DEBUG_SAVEALL``), clients that leave every way
+    (DISCONNECT, socket closed with a will, reset, persistent session) leave no connection,
+    protocol or session for ``gc.collect()`` to free. Before: each closed connection was a
+    cycle of 12 objects (connection <-> protocol, its own transport, the linger timer)."""
+    from broker.core._connection import Connection
+    from broker.core._session import Session
+    from broker.net import MQTTProtocol
+
+    n = 120
+    gc.collect()
+    gc.freeze()  # what exists now is out of the count (and the broker's heap is frozen)
+    gc.set_debug(gc.DEBUG_SAVEALL)  # a collection keeps what it found in gc.garbage
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            wills: list[str] = []
+            b.core.local_subscribe("will-watch", "will/#", None, 0, lambda m, r: wills.append(m.topic), 0.0)
+            streams = []
+            for i in range(n):
+                r, w = await asyncio.open_connection("127.0.0.1", b.port)
+                kind = i % 4
+                w.write(_connect_with_will(f"c{i}", clean=kind != 3))
+                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+                assert (await r.readexactly(5))[:1] == b"\x90"  # SUBACK
+                streams.append((kind, w))
+            for kind, w in streams:
+                if kind in (0, 3):
+                    w.write(b"\xe0\x00")  # DISCONNECT: no will
+                elif kind == 2:  # reset
+                    sock = w.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                w.close()
+            streams.clear()
+            await eventually(lambda: not b.core.connections, 30.0)
+            # the wills of the connections closed without DISCONNECT fired; persistent
+            # sessions stayed
+            await eventually(lambda: len(wills) == n // 2, 10.0)
+            assert len(b.core.sessions) == n // 4 + 1
+            gc.collect()
+            kinds = (Connection, MQTTProtocol, Session)
+            left = [type(o).__name__ for o in gc.garbage if isinstance(o, kinds)]
+            assert not left, f"{len(left)} objects freed only by the collector: {left[:6]}"
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
         gc.unfreeze()

@@ -335,13 +335,51 @@ def test_tls_listener_loads_ssl_late_on_asyncio_loop(tmp_path: Path) -> None:
 
 
 def test_tls_listener_on_uvloop(tmp_path: Path) -> None:
-    """uvloop imports ssl (through the hook) before the broker starts: TLS works the same."""
+    """A light broker with a TLS listener keeps uvloop by default (it loads OpenSSL anyway,
+    and uvloop's TLS is faster): uvloop imports ssl (through the hook) before the broker
+    starts, TLS works the same."""
     tls, certs = _tls_flags(tmp_path)
     modules = _served_modules(
         tmp_path, "--no-bridge", "--no-persistence", *tls, during=_tls_round_trip(certs)
     )
     assert {"ssl", "uvloop"} <= modules
     assert "ssl-linked=True" in modules
+
+
+def _round_trip(s: Serve) -> None:
+    """A paho client on the plain-TCP listener: SUBSCRIBE, PUBLISH QoS 1, the message back."""
+    got: queue.Queue[bytes] = queue.Queue()
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fp-loop")
+    c.on_message = lambda _c, _u, m: got.put(m.payload)
+    c.on_subscribe = lambda _c, _u, _m, _rc, _p: c.publish("fp/loop", b"on the loop", qos=1)
+    c.connect("127.0.0.1", s.port("tcp", DEADLINE))
+    c.loop_start()
+    try:
+        c.subscribe("fp/loop", qos=1)
+        assert got.get(timeout=DEADLINE) == b"on the loop"
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_light_serve_runs_on_asyncio_loop_by_default(tmp_path: Path) -> None:
+    """The light broker (no store, no plugin's hooks) serves on asyncio's own loop unless
+    ``--uvloop``: uvloop's import brings OpenSSL (~6.5 MB of the 25 MB target). With a store
+    the default stays uvloop, and ``--no-uvloop`` still turns it off there (on main the light
+    broker ran on uvloop and there was no ``--uvloop``)."""
+
+    def served(name: str, *flags: str) -> set[str]:
+        (tmp_path / name).mkdir()
+        return _served_modules(tmp_path / name, *flags, during=_round_trip)
+
+    light = served("light", "--no-bridge", "--no-persistence")
+    assert "broker._broker" in light and "uvloop" not in light and "ssl" not in light
+    forced = served("forced", "--no-bridge", "--no-persistence", "--uvloop")
+    assert {"uvloop", "ssl"} <= forced
+    stored = served("stored", "--no-bridge")
+    assert "uvloop" in stored and "sqlite3" in stored
+    off = served("off", "--no-bridge", "--no-uvloop")
+    assert "uvloop" not in off and "sqlite3" in off
 
 
 def test_ssl_hook_links_asyncio_at_the_first_import() -> None:

@@ -5,8 +5,12 @@ installed scripts, as subprocesses) for tests/cli/test_pubsub*.py.
 traceback and no Python warning. :func:`run_main` is the same for ``broker._cli.main`` (the
 script's entry point) in this process, for inputs refused before anything is sent: a process
 start costs ~0.2-0.4 s of CPU, so the tables of such inputs run in-process, with a few of
-them also as processes.  :func:`one_line` is the shape of every error of ours: one
-line ``siftmq <command>: ...`` on stderr.  :func:`free_port` / :func:`mosquitto` (from
+them also as processes.  It captures what the calling thread writes to ``sys.stdout`` and
+``sys.stderr`` only (:class:`_ThreadCapture`), not with ``contextlib.redirect_stdout``, which
+swaps the streams of the whole process: called in a worker thread beside a broker on the
+test's loop (tests/admin/test_ctl.py), it caught what the loop's thread wrote meanwhile.
+:func:`one_line` is the shape of every error of ours: one line ``siftmq <command>: ...`` on
+stderr.  :func:`free_port` / :func:`mosquitto` (from
 tests/mosquitto.py) start a real mosquitto broker.
 """
 
@@ -17,7 +21,10 @@ import contextlib
 import io
 import re
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from broker._cli import main
 from tests.mosquitto import MOSQUITTO, free_port, mosquitto
@@ -42,11 +49,56 @@ async def run(*argv: str, timeout: float = 30.0, stdin: bytes | None = None) -> 
     return proc.returncode, out.decode(), text
 
 
+class _ThreadCapture(io.TextIOBase):
+    """``sys.stdout`` (or ``sys.stderr``) while :func:`run_main` runs somewhere: the writes of
+    a thread running it go to that thread's buffer, every other thread's to the stream that
+    was there before (``beside``). O(1) per write."""
+
+    def __init__(self, beside: TextIO) -> None:
+        self.beside = beside
+        self.buffers: dict[int, io.StringIO] = {}  # thread id -> what it wrote
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def write(self, text: str) -> int:
+        buffer = self.buffers.get(threading.get_ident())
+        return (self.beside if buffer is None else buffer).write(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() not in self.buffers:
+            self.beside.flush()
+
+
+_CAPTURE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _captured(name: str) -> Iterator[io.StringIO]:
+    """What this thread writes to ``sys.<name>`` while in the block (the others' unchanged)."""
+    me = threading.get_ident()
+    with _CAPTURE_LOCK:
+        stream = getattr(sys, name)
+        if not isinstance(stream, _ThreadCapture):
+            stream = _ThreadCapture(stream)
+            setattr(sys, name, stream)
+        buffer = stream.buffers[me] = io.StringIO()
+    try:
+        yield buffer
+    finally:
+        with _CAPTURE_LOCK:
+            del stream.buffers[me]
+            if not stream.buffers and getattr(sys, name) is stream:
+                setattr(sys, name, stream.beside)
+
+
 def run_main(*argv: str) -> tuple[int, str, str]:
     """:func:`run` of ``siftmq ARGV`` through ``broker._cli.main`` in this process (argv without
-    the ``siftmq`` script itself); it blocks: only for what is refused before connecting."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    the ``siftmq`` script itself), its output captured in this thread only (the module
+    docstring); it blocks: in a worker thread beside a broker on the loop, or for what is
+    refused before connecting."""
+    with _captured("stdout") as out, _captured("stderr") as err:
         try:
             status = main(list(argv))
         except SystemExit as exc:  # argparse's errors

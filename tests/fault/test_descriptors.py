@@ -90,8 +90,7 @@ OFFERED = 300
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 async def test_out_of_descriptors_refuses_counts_and_serves_after(loop: str) -> None:
     flags = ["--sys-interval", "0.2", "--metrics-listen", "127.0.0.1:0"]
-    if loop == "asyncio":
-        flags.append("--no-uvloop")
+    flags.append("--no-uvloop" if loop == "asyncio" else "--uvloop")  # light: asyncio's by default
     async with serve(_limit(200, 200), *flags) as s:
         port = s.port()
         metrics = int(s.wait_for(r"metrics on http://127\.0\.0\.1:(\d+)/metrics").group(1))

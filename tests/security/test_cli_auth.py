@@ -22,10 +22,11 @@ LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+) \((\S+)\)")
 
 @contextmanager
 def serve(*flags: str) -> Iterator[dict[str, int]]:
-    """Run ``siftmq serve --port 0 ...`` (on uvloop: its own TLS is tested here, the other
-    tests run the default loop's); yields {"tcp": port, "tcp+tls": port, "ws": port, ...}."""
+    """Run ``siftmq serve --port 0 ...`` (on uvloop, which the light broker runs on only with
+    ``--uvloop``: its own TLS is tested here, the other tests run asyncio's); yields {"tcp":
+    port, "tcp+tls": port, "ws": port, ...}."""
     listeners = 1 + sum(f.endswith("-port") for f in flags)
-    with Serve("--no-bridge", "--no-persistence", *flags) as s:
+    with Serve("--no-bridge", "--no-persistence", "--uvloop", *flags) as s:
         ports: dict[str, int] = {}
 
         def listening(line: str) -> bool:

@@ -24,6 +24,7 @@ import pytest
 from broker import Broker, LocalSubscription
 from broker._cli import main
 from broker._config import Listener
+from tests.auth.helpers import write_passwords
 from tests.security.helpers import make_certs
 from tests.serving import Serve
 from tests.uplink._remote import free_port
@@ -198,24 +199,48 @@ async def test_sighup_to_siftmq_serve_adds_a_bridge_and_refuses_a_bad_table(tmp_
             assert await asyncio.to_thread(serve.stop) == 0
 
 
-async def test_sighup_to_siftmq_serve_started_without_bridges_says_they_need_a_restart(
+async def test_sighup_to_siftmq_serve_started_without_bridges_starts_the_first_bridge(
     tmp_path: Path,
 ) -> None:
+    """A broker started without ``[[bridges]]`` gets its first bridge at a reload (it needed a
+    restart): a bad table still fails the reload; a good one starts the bridge, whose local
+    session logs in although a password file refuses unknown clients (the bridges' hook is
+    asked before it, as at start); a later reload removes it."""
     conf = tmp_path / "siftmq.toml"
     conf.write_text("[broker]\nsys_interval = 0\n")  # no [[bridges]]: no bridge hook
+    write_passwords(tmp_path / "passwd", {"alice": "one"})
     data = tmp_path / "data"
-    flags = ("--no-bridge", "--config", str(conf), "--data-dir", str(data), "--log-level", "INFO")
-    with Serve(*flags) as serve:
-        await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START)
-        conf.write_text("[broker]\nsys_interval = 0\n" + _table("central", 1, "s/#") + "qos = 3\n")
-        mark = len(serve.lines)
-        await _sighup(data)
-        await serve.line(rf"ERROR +broker: reload: .*{conf.name}: bridges\[0\]\.topics\[0\].*qos", mark)
-        conf.write_text("[broker]\nsys_interval = 0\n" + _table("central", 1, "s/#"))
-        mark = len(serve.lines)
-        await _sighup(data)
-        await serve.line(r"INFO +broker: reload: .*need a restart: \[\[bridges\]\] central", mark)
-        assert await asyncio.to_thread(serve.stop) == 0
+    flags = (
+        "--no-bridge", "--config", str(conf), "--data-dir", str(data), "--log-level", "INFO",
+        "--password-file", str(tmp_path / "passwd"),
+    )  # fmt: skip
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0) as central,
+        central.subscribe("#", qos=1) as got,
+    ):
+        with Serve(*flags) as serve:
+            port = int((await serve.line(r"listening on 127\.0\.0\.1:(\d+) \(tcp\)", timeout=START))[1])
+            table = _table("central", central.port, "s/#")
+            conf.write_text("[broker]\nsys_interval = 0\n" + table + "qos = 3\n")
+            mark = len(serve.lines)
+            await _sighup(data)
+            await serve.line(rf"ERROR +broker: reload: .*{conf.name}: bridges\[0\]\.topics\[0\].*qos", mark)
+            conf.write_text("[broker]\nsys_interval = 0\n" + table)
+            mark = len(serve.lines)
+            await _sighup(data)
+            done = await serve.line(r"INFO +broker: reload: (.*)", mark)
+            assert "bridge central added" in done[1] and "restart" not in done[1], done[1]
+            await serve.line(r"bridge central: connected to", mark)
+            async with aiomqtt.Client("127.0.0.1", port, username="alice", password="one") as c:
+                await c.publish("s/1", b"1", qos=1)
+            assert await _arrivals(got, 1) == ["s/1"]
+
+            conf.write_text("[broker]\nsys_interval = 0\n")  # the hook that runs it reloads it now
+            mark = len(serve.lines)
+            await _sighup(data)
+            done = await serve.line(r"INFO +broker: reload: (.*)", mark)
+            assert "bridge central removed" in done[1], done[1]
+            assert await asyncio.to_thread(serve.stop) == 0
 
 
 async def test_a_reload_restarts_a_bridge_whose_tls_files_changed_and_refuses_a_bad_one(

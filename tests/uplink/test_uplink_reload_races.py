@@ -6,7 +6,9 @@
   restart used to forget what the first one left to unsubscribe: the remote kept sending
   messages nobody had a rule for, counted as ``no_rule`` drops).
 * A reload that is replacing the bridges while the broker stops: no bridge may start once
-  the broker is stopping (its task ran on, reconnecting to a broker that was gone).
+  the broker is stopping (its task ran on, reconnecting to a broker that was gone).  The
+  overlap is made certain, not hoped for: a hook holds the removed bridge's unsubscription
+  (its local CONNECT) until the broker has stopped.
 """
 
 from __future__ import annotations
@@ -82,22 +84,47 @@ async def test_two_reloads_while_the_remote_refuses_still_unsubscribe_a_removed_
             assert bridge.state.no_rule == 0  # in2/x was not sent to the bridge any more
 
 
+class _Gate(Hooks):
+    """Once ``armed``, holds the CONNECT of the bridge's local session ``$uplink/both`` (asked
+    before the Uplink hook) until ``release``: the reload's unsubscription of the removed bridge
+    waits there, so the broker can be stopped while the reload is certainly mid-way."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.held = 0
+        self.release = asyncio.Event()
+
+    def authenticate(self, client_id: str, username: str | None, password: bytes | None) -> object:
+        if not (self.armed and client_id == "$uplink/both"):
+            return None
+        self.held += 1
+
+        async def wait() -> None:
+            await self.release.wait()
+
+        return wait()
+
+
 async def test_no_bridge_starts_when_a_reload_overlaps_the_broker_stopping() -> None:
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as central:
         old = _cfg(central.port, TopicRule("a/#"))
         new = dataclasses.replace(old, name="other")
         uplink = Uplink([old])
-        edge = Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[uplink])
+        gate = _Gate()
+        edge = Broker(host="127.0.0.1", port=0, sys_interval=0, hooks=[gate, uplink])
         await edge.start()
         try:
             await asyncio.wait_for(uplink.bridges["both"].wait_connected(), 10)
+            gate.armed = True
             replacing = asyncio.create_task(uplink.replace([new]))
-            async with asyncio.timeout(10):  # one loop step at a time: stop once its removal began
-                while "both" in uplink.bridges:  # noqa: ASYNC110 (no event marks that step)
-                    await asyncio.sleep(0)
+            await eventually(lambda: gate.held == 1, 10)  # the removal waits at the gate
+            # the overlap: the old bridge is stopped, the new one not started, the reload runs
+            assert not replacing.done() and not uplink.bridges
         finally:
-            await edge.stop()  # while the reload still stops the removed bridge
-        await replacing
+            await edge.stop()  # while the reload still removes the old bridge
+        gate.release.set()
+        await asyncio.wait_for(replacing, 30)
+        assert "other" not in uplink.bridges  # nothing started once the broker was stopping
         running = [t for t in asyncio.all_tasks() if t.get_name().startswith("uplink-") and not t.done()]
         assert running == []
         assert all(b._task is None or b._task.done() for b in uplink.bridges.values())
