@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from content._bucket import BktArray, BucketList
 from content._engine import Event, SubId
-from content._rein import REIN, event_number
+from content._rein import REIN
 
 __all__ = ["HCEM"]
 
@@ -141,12 +141,12 @@ class HCEM(REIN):
         full = _ALL if h == _WORD else np.uint64((1 << h) - 1)
         words: Words = np.where(self._table.alive[:n], np.uint64(0), full)
         dense: list[tuple[Words, BktArray]] = []
-        for attr, (low, high) in self._lists.items():
+        for attr, low, high, number in self.columns():
             lows: list[tuple[int, float, bool]] = []
             highs: list[tuple[int, float, bool]] = []
             missing = 0
             for i, event in enumerate(chunk):
-                num = event_number(event.get(attr))
+                num = number(event.get(attr))
                 if num is None:
                     missing |= 1 << i
                 else:

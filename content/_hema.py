@@ -27,7 +27,11 @@ where they live here:
   candidates (``Sa``) and each candidate walks its links, dropping out at the first node
   outside the boundary (that node's predicate is false for the event) and matching at its
   end node.  For units made only of numeric comparisons the walk is one vectorised box test
-  over all their candidates (:mod:`content._hema_boundary`).
+  over all their candidates (:mod:`content._hema_boundary`); so is it for a unit whose start
+  node is an equality (hash bucket) and whose other nodes are all numeric (``class = 'pump'
+  AND temp > 90``): its bucket keeps the units' box slots (:class:`_SlotSet`), and the
+  event's bucket joins the candidates of the one box test (a bucket of at most
+  ``_WALK_SLOTS`` units is walked instead: a numpy piece costs more than a few walks).
 * **Insert/delete** (section 3.3, Fig. 4; section 3.5): Step 1 finds the predecessor and
   successor of the new subscription in its signature's chains by binary search and inserts
   it if it sits between them (or at an end); otherwise Step 2 inserts it into the Mtable.
@@ -52,9 +56,12 @@ row order; here the start node is the unit's most selective indexable predicate 
 first, then the order predicate whose threshold is most extreme by its quantile among the
 thresholds already in that attribute's rows), so fewer start nodes fall inside the
 boundary; non-start nodes are reached only through links, so the sorted rows hold start
-nodes (the links carry the other thresholds).  Only numeric chains are built (the paper's
-attributes are numbers; thresholds finite and below 2**53 in magnitude); string order
-predicates use the Mlist.  Matched ids are gathered as int64 arrays while all ids are ints.
+nodes (the links carry the other thresholds).  An equality on a boolean counts as half of
+the events (it has two values), not as the most selective start: ``alarm = FALSE`` would
+otherwise start a fleet's units in a bucket that nearly every event opens.  Only numeric
+chains are built (the paper's attributes are numbers; thresholds finite and below 2**53 in
+magnitude); string order predicates use the Mlist.  Matched ids are gathered as int64
+arrays while all ids are ints.
 """
 
 from __future__ import annotations
@@ -96,6 +103,9 @@ Check = tuple[str, Callable[[object], bool]]
 ChainKey = tuple[tuple[Scalar, int], ...]
 RowKey = tuple[str, Kind, int, bool]  # attribute, kind, family, boxed (vectorised test)
 _SLOT: Final = itemgetter(3)
+# a slot set of at most this many units is walked in Python instead of joining the box test
+# (seed 003's numeric equalities: ~1 unit per bucket, where a numpy piece costs more)
+_WALK_SLOTS: Final = 8
 
 
 def _value_kind(v: object) -> Kind | None:
@@ -194,6 +204,29 @@ def _covers(tight: ChainKey, loose: ChainKey) -> bool:
         if a > b:
             return False
     return True
+
+
+@dataclass(eq=False, slots=True)
+class _SlotSet:
+    """The box slots of the boxed units started at one equality key, in insertion order;
+    their array is made at the first match after a change (O(size)), then reused."""
+
+    slots: dict[int, None] = field(default_factory=dict)
+    arr: np.ndarray[Any, np.dtype[np.intp]] | None = None
+
+    def add(self, slot: int) -> None:
+        self.slots[slot] = None
+        self.arr = None
+
+    def discard(self, slot: int) -> None:
+        del self.slots[slot]
+        self.arr = None
+
+    def array(self) -> np.ndarray[Any, np.dtype[np.intp]]:
+        arr = self.arr
+        if arr is None:
+            arr = self.arr = np.fromiter(self.slots, dtype=np.intp, count=len(self.slots))
+        return arr
 
 
 @dataclass(eq=False, slots=True)
@@ -353,6 +386,8 @@ class HEMA(Engine):
         self._row_slots: dict[int, np.ndarray[Any, np.dtype[np.intp]]] = {}
         self._slot_units: dict[int, _Unit] = {}
         self._hash: dict[str, dict[tuple[int, Scalar], set[int]]] = {}
+        # equality starts of units whose other nodes are a box: key -> their box slots
+        self._hash_box: dict[str, dict[tuple[int, Scalar], _SlotSet]] = {}
         self._residual: dict[int, None] = {}
         self._column: dict[tuple[str, Kind], Any] = {}  # all order thresholds per attribute
 
@@ -456,12 +491,7 @@ class HEMA(Engine):
         else:
             p = clause[best]
             if p.op is Op.EQ or p.op is Op.IN:
-                members = p.value if isinstance(p.value, frozenset) else (p.value,)
-                keys = tuple({(_code(kind_of(m)), m) for m in members})
-                table = self._hash.setdefault(p.attr, {})
-                for key in keys:
-                    table.setdefault(key, set()).add(uid)
-                unit.start = ("hash", p.attr, keys)
+                self._hash_add(unit, best)
             else:
                 box = box_of(clause)
                 row_key: RowKey = (p.attr, p.kind, _family(p), box is not None)
@@ -492,20 +522,64 @@ class HEMA(Engine):
                 unit.column.append((ck, p.value))  # type: ignore[arg-type]
         unit.in_mlist = True
 
+    def _hash_add(self, unit: _Unit, best: int) -> None:
+        """Start ``unit`` at its equality / ``IN`` node ``clause[best]``: in a box-slot set
+        when its other nodes are one box (numbers, booleans), else in a bucket walked per
+        event.  O(k) for k members."""
+        clause = unit.clause
+        p = clause[best]
+        members = p.value if isinstance(p.value, frozenset) else (p.value,)
+        keys = tuple({(_code(kind_of(m)), m) for m in members})
+        others = tuple(q for i, q in enumerate(clause) if i != best)
+        box = box_of(others, booleans=True) if others else None
+        if box is None:
+            table = self._hash.setdefault(p.attr, {})
+            for key in keys:
+                table.setdefault(key, set()).add(unit.uid)
+            unit.start = ("hash", p.attr, keys)
+            return
+        # the other nodes are one box: tested with the boxed rows' candidates
+        unit.slot = self._boxes.add(unit.sid, box)
+        self._slot_units[unit.slot] = unit
+        boxed = self._hash_box.setdefault(p.attr, {})
+        for key in keys:
+            slot_set = boxed.get(key)
+            if slot_set is None:
+                slot_set = boxed[key] = _SlotSet()
+            slot_set.add(unit.slot)
+        unit.start = ("hashbox", p.attr, keys, best)
+
+    def _hash_remove(self, unit: _Unit, attr: str, keys: tuple[tuple[int, Scalar], ...]) -> None:
+        """Undo :meth:`_hash_add`.  O(k) for k members."""
+        if unit.start[0] == "hash":
+            table = self._hash[attr]
+            for key in keys:
+                bucket = table[key]
+                bucket.discard(unit.uid)
+                if not bucket:
+                    del table[key]
+            if not table:
+                del self._hash[attr]
+            return
+        boxed = self._hash_box[attr]
+        for key in keys:
+            slot_set = boxed[key]
+            slot_set.discard(unit.slot)
+            if not slot_set.slots:
+                del boxed[key]
+        if not boxed:
+            del self._hash_box[attr]
+        self._boxes.remove(unit.slot)
+        del self._slot_units[unit.slot]
+        unit.slot = -1
+
     def _mlist_remove(self, unit: _Unit) -> None:
         uid = unit.uid
         match unit.start:
             case ("residual",):
                 del self._residual[uid]
-            case ("hash", attr, keys):
-                table = self._hash[attr]
-                for key in keys:
-                    bucket = table[key]
-                    bucket.discard(uid)
-                    if not bucket:
-                        del table[key]
-                if not table:
-                    del self._hash[attr]
+            case ("hash", attr, keys) | ("hashbox", attr, keys, _):
+                self._hash_remove(unit, attr, keys)
             case ("row", row_key, entry):
                 row = self._rows[row_key]
                 arr = self._row_slots.get(id(row)) if unit.slot >= 0 else None
@@ -542,7 +616,9 @@ class HEMA(Engine):
         """Estimated fraction of events satisfying ``p`` if indexable, else 3 (not indexable)."""
         v = p.value
         if p.op is Op.EQ:
-            return 3.0 if _is_nan(v) or p.kind is Kind.SET else 0.0
+            if _is_nan(v) or p.kind is Kind.SET:
+                return 3.0
+            return 0.5 if p.kind is Kind.BOOL else 0.0  # a boolean has two values
         if p.op is Op.IN:
             assert isinstance(v, frozenset)
             if any(_is_nan(m) or kind_of(m) is None for m in v):
@@ -610,6 +686,8 @@ class HEMA(Engine):
         units = self._units
         attr_rows = self._attr_rows
         hash_tables = self._hash
+        hash_box = self._hash_box
+        slot_units = self._slot_units
         boxed_sa: list[np.ndarray[Any, np.dtype[np.intp]]] = []
         row_slots = self._row_slots
         v: Any
@@ -621,6 +699,20 @@ class HEMA(Engine):
                     continue
             if v != v:  # noqa: PLR0124 (NaN satisfies no comparison)
                 continue
+            boxed_table = hash_box.get(attr)
+            if boxed_table is not None:
+                slot_set = boxed_table.get((_code(kind), v))
+                if slot_set is not None:
+                    if len(slot_set.slots) > _WALK_SLOTS:
+                        boxed_sa.append(slot_set.array())
+                    else:  # a few units: walking their links beats a numpy piece
+                        for slot in slot_set.slots:
+                            unit = slot_units[slot]
+                            for a, test in unit.rest:
+                                if not test(get(a)):
+                                    break
+                            else:
+                                add(unit.sid)
             table = hash_tables.get(attr)
             if table is not None:
                 bucket = table.get((_code(kind), v))
@@ -750,6 +842,15 @@ class HEMA(Engine):
                     unit = self._units[uid]
                     assert unit.start[:2] == ("hash", attr) and key in unit.start[2]
                     starts[uid] = starts.get(uid, 0) + 1
+        for attr, boxed in self._hash_box.items():
+            assert boxed
+            for key, slot_set in boxed.items():
+                assert slot_set.slots
+                assert slot_set.arr is None or slot_set.arr.tolist() == list(slot_set.slots), "stale"
+                for slot in slot_set.slots:
+                    unit = self._slot_units[slot]
+                    assert unit.slot == slot and unit.start[:2] == ("hashbox", attr) and key in unit.start[2]
+                    starts[unit.uid] = starts.get(unit.uid, 0) + 1
         for uid in self._residual:
             assert self._units[uid].start == ("residual",)
             starts[uid] = 1
@@ -758,11 +859,14 @@ class HEMA(Engine):
             if unit.chain is not None:
                 assert unit in unit.chain.members
             if unit.in_mlist:
-                expected = len(unit.start[2]) if unit.start[0] == "hash" else 1
+                expected = len(unit.start[2]) if unit.start[0] in ("hash", "hashbox") else 1
                 assert starts.pop(unit.uid) == expected
                 assert len(unit.rest) == len(unit.clause) - (unit.start[0] != "residual")
                 for ck, _v in unit.column:
                     column_count[ck] = column_count.get(ck, 0) + 1
+                if unit.start[0] == "hashbox":
+                    others = tuple(q for i, q in enumerate(unit.clause) if i != unit.start[3])
+                    assert self._boxes.boxes[unit.slot] == box_of(others, booleans=True)
             else:
                 assert unit.chain is not None and unit.chain.active
                 assert not unit.column

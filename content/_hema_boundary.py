@@ -9,6 +9,11 @@ inside the interval of every attribute the unit constrains.  :class:`BoundaryBox
 those intervals as rows of two float64 matrices so that all candidates of one event are
 tested by a few numpy operations instead of one Python step per node.
 
+With ``box_of(clause, booleans=True)`` (HEMA) an equality on a boolean is a box side too:
+``alarm = FALSE`` is the interval ``[0, 0]`` of a column of its own (keyed ``(attr,)``, apart
+from the attribute's numeric column), where an event's ``True`` / ``False`` is 1 / 0 and any
+other value fails it (``need``).
+
 Exactness: a unit is stored only if every literal converts to float64 exactly (no NaN, ints
 within 2**53); an event value is used only if it is a number (never a bool) that converts
 exactly, otherwise :meth:`event_vector` reports the event as not vectorisable and HEMA walks
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -34,7 +39,9 @@ from content._predicate import Kind, Op, Predicate
 __all__ = ["BoundaryBoxes", "box_of", "int64_id"]
 
 _EXACT = 2**53
-Box = dict[str, tuple[float, float]]
+Column = str | tuple[str]  # an attribute's numbers, or (attribute,): its booleans
+NumBox = dict[str, tuple[float, float]]
+Box = dict[Column, tuple[float, float]]
 
 
 def _exact_float(v: object) -> float | None:
@@ -52,10 +59,20 @@ def int64_id(sid: object) -> int | None:
     return None
 
 
-def box_of(clause: tuple[Predicate, ...]) -> Box | None:
-    """The closed interval per attribute of a numeric conjunction, or None if not boxable."""
+@overload
+def box_of(clause: tuple[Predicate, ...], *, booleans: Literal[False] = False) -> NumBox | None: ...
+@overload
+def box_of(clause: tuple[Predicate, ...], *, booleans: bool) -> Box | None: ...
+def box_of(clause: tuple[Predicate, ...], *, booleans: bool = False) -> Box | NumBox | None:
+    """The closed interval per attribute of a numeric conjunction, or None if not boxable
+    (``booleans``: equalities on booleans are boxable too, in columns of their own)."""
     box: Box = {}
     for p in clause:
+        if booleans and p.kind is Kind.BOOL and p.op is Op.EQ:
+            b = 1.0 if p.value else 0.0
+            lo, hi = box.get((p.attr,), (-math.inf, math.inf))
+            box[(p.attr,)] = (max(lo, b), min(hi, b))
+            continue
         if p.kind is not Kind.NUM or p.op not in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ):
             return None
         v = _exact_float(p.value)
@@ -81,7 +98,7 @@ class BoundaryBoxes:
     """Slots of per-attribute closed intervals; see the module docstring."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, int] = {}
+        self.columns: dict[Column, int] = {}
         self._cap = 0
         self.lo: np.ndarray[Any, np.dtype[np.float64]] = np.empty((0, 0))
         self.hi: np.ndarray[Any, np.dtype[np.float64]] = np.empty((0, 0))
@@ -91,7 +108,7 @@ class BoundaryBoxes:
         self.ids: np.ndarray[Any, np.dtype[np.int64]] = np.zeros(0, dtype=np.int64)
         self.n_obj = 0
         self._free: list[int] = []
-        self.boxes: dict[int, Box] = {}
+        self.boxes: dict[int, Box | NumBox] = {}
 
     def __len__(self) -> int:
         return len(self.boxes)
@@ -112,7 +129,7 @@ class BoundaryBoxes:
         self.sids.extend([None] * (rows - r))
         self._cap = rows
 
-    def add(self, sid: SubId, box: Box) -> int:
+    def add(self, sid: SubId, box: Box | NumBox) -> int:
         """Store ``box`` for subscription ``sid``; returns its slot."""
         new_cols = [a for a in box if a not in self.columns]
         for a in new_cols:
@@ -159,7 +176,14 @@ class BoundaryBoxes:
         bad: list[int] = []
         get = event.get
         for a, c in self.columns.items():
-            v = get(a)
+            if type(a) is tuple:  # a boolean column
+                v = get(a[0])
+                if v is True:
+                    vec[c] = 1.0
+                elif v is not False:
+                    bad.append(c)
+                continue
+            v = get(a)  # type: ignore[arg-type]
             t = type(v)
             if t is float:
                 if v != v:  # noqa: PLR0124 (NaN satisfies no comparison)

@@ -19,18 +19,31 @@ Mapping of the whole selector language onto that index (docs/reference.md, "cont
   ``|v| < 2**53``; event ints beyond 2**53 are compared exactly through a rounding-side flag;
 * an event that lacks the attribute, or carries a non-number or NaN there, fails every unit
   that has an entry in the attribute's lists (both lists are marked wholesale);
-* every other predicate (strings, booleans, ``<>``, [NOT] IN, [NOT] LIKE, prefix / suffix /
+* equality on a string or a boolean (``class = 'pump'``, ``alarm = FALSE``) is indexed too,
+  as a range ``[c, c]`` over the literal's *code*: per attribute every distinct literal gets
+  a number (1, 2, ...; :class:`_Codes`) and the attribute has its own pair of bucket lists
+  (``_cats``, apart from its numeric ones).  An event value is looked up in the codes: a
+  literal no unit holds, a number, a missing value fail every unit with an entry there
+  (``mark_all``), as they fail the equality.  Two different literals on one attribute give
+  ``lo > hi``: the unit never matches, as the conjunction is false (a deviation from seed
+  004, whose attributes are numbers: docs/content-rein-hcem.md, "Equality on strings and
+  booleans"; without it a fleet's ``class = 'pump' AND temp > 90`` left ~10 % of every unit
+  to be verified in Python per event);
+* every other predicate (string order, ``<>``, [NOT] IN, [NOT] LIKE, prefix / suffix /
   contains, numeric literals that float64 cannot hold exactly) is a *residual* of its unit and
-  is verified with :meth:`Predicate.test` on the units that survive the negative search.
+  is verified with :meth:`Predicate.test` on the units that survive the negative search
+  (``IN`` over strings or booleans with a set lookup, :func:`residual_check`).
 
 Per event: O(n) to reset the bit set, plus per attribute O(q) comparisons in one bucket of
-each list and O(|marked|) scatter; the survivors are verified for residuals.
+each list and O(|marked|) scatter (one more dict lookup per attribute with string / boolean
+equalities); the survivors are verified for residuals.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import ClassVar
 
@@ -40,7 +53,7 @@ import numpy.typing as npt
 from content._bucket import BucketList, UnitTable
 from content._engine import Engine, Event, SubId
 from content._filter import Clause, Filter
-from content._predicate import Kind, Op, Predicate
+from content._predicate import Kind, Op, Predicate, Scalar, kind_of
 
 __all__ = ["REIN"]
 
@@ -49,8 +62,94 @@ _INF = math.inf
 Bounds = dict[str, list[float | None]]
 
 
-_NUM = Kind.NUM
+_NUM, _STR, _BOOL = Kind.NUM, Kind.STR, Kind.BOOL
 _EQ, _GE, _LE, _GT, _LT = Op.EQ, Op.GE, Op.LE, Op.GT, Op.LT
+Number = tuple[float, bool, bool]  # event_number's answer
+CatKey = tuple[bool, Scalar]  # (is a boolean, literal): True and 1, 'a' and 'a' kept apart
+
+
+def cat_key(v: object) -> CatKey | None:
+    """The code key of an event value for string / boolean equality (None: neither)."""
+    t = type(v)
+    if t is str:
+        return (False, v)  # type: ignore[return-value]
+    if t is bool:
+        return (True, v)  # type: ignore[return-value]
+    k = kind_of(v)  # subclasses
+    if k is _STR:
+        return (False, str(v))
+    if k is _BOOL:
+        return (True, bool(v))
+    return None
+
+
+Check = tuple[str, Callable[[object], bool]]
+
+
+def residual_check(p: Predicate) -> Check:
+    """``(attr, test)``: ``p.test``, or for ``IN`` over strings (booleans) alone a set
+    lookup for a ``str`` (``bool``) value, the same answer without the kind rules' loop."""
+    members = p.value
+    test = p.test
+    if p.op is Op.IN and (p.members is _STR or p.members is _BOOL):
+        assert isinstance(members, frozenset)
+        exact = str if p.members is _STR else bool
+
+        def check(v: object) -> bool:
+            return v in members if type(v) is exact else test(v)
+
+        return p.attr, check
+    return p.attr, test
+
+
+def cat_predicates(clause: Clause) -> tuple[list[Predicate], tuple[Predicate, ...]]:
+    """The clause's string / boolean equalities, and its other predicates."""
+    eqs: list[Predicate] = []
+    rest: list[Predicate] = []
+    for p in clause:
+        if p.op is _EQ and (p.kind is _STR or p.kind is _BOOL):
+            eqs.append(p)
+        else:
+            rest.append(p)
+    return eqs, tuple(rest)
+
+
+@dataclass(eq=False, slots=True)
+class _Codes:
+    """One attribute's string / boolean literals as numbers, and its two bucket lists.
+
+    A literal's code is handed out at its first use and dropped when no unit holds it
+    (``refs``); codes are never reused (a later use of the literal gets a new one), so a
+    tombstone left in a list can never stand for another literal.  O(1) per operation."""
+
+    low: BucketList
+    high: BucketList
+    codes: dict[CatKey, float] = field(default_factory=dict)
+    refs: dict[CatKey, int] = field(default_factory=dict)
+    next_code: int = 1
+
+    def acquire(self, key: CatKey) -> float:
+        code = self.codes.get(key)
+        if code is None:
+            code = self.codes[key] = float(self.next_code)
+            self.next_code += 1
+            self.refs[key] = 0
+        self.refs[key] += 1
+        return code
+
+    def release(self, key: CatKey) -> None:
+        left = self.refs[key] - 1
+        if left:
+            self.refs[key] = left
+        else:
+            del self.refs[key]
+            del self.codes[key]
+
+    def number(self, v: object) -> Number | None:
+        """The event value's code as event_number's answer, or None (fails every entry)."""
+        key = cat_key(v)
+        code = None if key is None else self.codes.get(key)
+        return None if code is None else (code, True, True)
 
 
 def _exact(v: object) -> float | None:
@@ -59,6 +158,20 @@ def _exact(v: object) -> float | None:
         return float(v) if -_EXACT <= v <= _EXACT else None
     assert isinstance(v, float)
     return v if -_INF < v < _INF else None
+
+
+def intersect(bounds: Bounds, attr: str, lo: float | None, hi: float | None) -> None:
+    """Narrow ``bounds[attr]`` to ``[lo, hi]`` (None: that side open)."""
+    cur = bounds.get(attr)
+    if cur is None:
+        bounds[attr] = [lo, hi]
+        return
+    if lo is not None:
+        old = cur[0]
+        cur[0] = lo if old is None else max(old, lo)
+    if hi is not None:
+        old = cur[1]
+        cur[1] = hi if old is None else min(old, hi)
 
 
 def split_clause(clause: Clause) -> tuple[Bounds, tuple[Predicate, ...]]:
@@ -89,16 +202,7 @@ def split_clause(clause: Clause) -> tuple[Bounds, tuple[Predicate, ...]]:
         if lo is None and hi is None:
             residual.append(p)
             continue
-        cur = bounds.get(p.attr)
-        if cur is None:
-            bounds[p.attr] = [lo, hi]
-            continue
-        if lo is not None:
-            old = cur[0]
-            cur[0] = lo if old is None else max(old, lo)
-        if hi is not None:
-            old = cur[1]
-            cur[1] = hi if old is None else min(old, hi)
+        intersect(bounds, p.attr, lo, hi)
     return bounds, tuple(residual)
 
 
@@ -136,8 +240,9 @@ class REIN(Engine):
         self._buckets = buckets
         self._table = UnitTable()
         self._lists: dict[str, tuple[BucketList, BucketList]] = {}
+        self._cats: dict[str, _Codes] = {}  # string / boolean equalities, per attribute
         self._unit_sub: list[Hashable] = [None]
-        self._residual: list[tuple[Predicate, ...] | None] = [None]
+        self._residual: list[tuple[Check, ...] | None] = [None]
         self._units_of: dict[SubId, int | list[int]] = {}  # one int for a one-clause filter
         self._fail: npt.NDArray[np.bool_] = np.zeros(64, dtype=np.bool_)
         self._dirty: set[BucketList] = set()
@@ -151,19 +256,36 @@ class REIN(Engine):
             self._lists[attr] = pair
         return pair
 
+    def _codes_for(self, attr: str) -> _Codes:
+        codes = self._cats.get(attr)
+        if codes is None:
+            codes = self._cats[attr] = _Codes(
+                BucketList(self._table, self._buckets), BucketList(self._table, self._buckets)
+            )
+        return codes
+
+    def columns(self) -> Iterator[tuple[str, BucketList, BucketList, Callable[[object], Number | None]]]:
+        """Every indexed attribute's lists: ``(attr, L_low, L_high, value -> number)``."""
+        for attr, (low, high) in self._lists.items():
+            yield attr, low, high, event_number
+        for attr, codes in self._cats.items():
+            yield attr, codes.low, codes.high, codes.number
+
     def _insert(self, sub_id: SubId, f: Filter) -> None:
         table = self._table
         dirty = self._dirty
         units: list[int] = []
         for clause in f.clauses:
-            bounds, residual = split_clause(clause)
+            eqs, others = cat_predicates(clause)
+            bounds, residual = split_clause(others)
+            checks = tuple(map(residual_check, residual)) or None
             u = table.allocate()
             if u == len(self._unit_sub):
                 self._unit_sub.append(sub_id)
-                self._residual.append(residual or None)
+                self._residual.append(checks)
             else:
                 self._unit_sub[u] = sub_id
-                self._residual[u] = residual or None
+                self._residual[u] = checks
             entries = 0
             for attr, (lo, hi) in bounds.items():
                 low, high = self._lists_for(attr)
@@ -175,6 +297,19 @@ class REIN(Engine):
                     high.insert(hi, u)
                     dirty.add(high)
                     entries += 1
+            if eqs:
+                cat: Bounds = {}
+                for p in eqs:
+                    code = self._codes_for(p.attr).acquire((p.kind is _BOOL, p.value))  # type: ignore[arg-type]
+                    intersect(cat, p.attr, code, code)
+                for attr, (lo, hi) in cat.items():
+                    codes = self._cats[attr]
+                    assert lo is not None and hi is not None
+                    codes.low.insert(lo, u)
+                    codes.high.insert(hi, u)
+                    dirty.add(codes.low)
+                    dirty.add(codes.high)
+                    entries += 2
             table.pending[u] = entries
             units.append(u)
         self._units_of[sub_id] = units[0] if len(units) == 1 else units
@@ -183,7 +318,8 @@ class REIN(Engine):
         stored = self._units_of.pop(sub_id)
         units = [stored] if isinstance(stored, int) else stored
         for u, clause in zip(units, f.clauses, strict=True):
-            bounds, _ = split_clause(clause)
+            eqs, others = cat_predicates(clause)
+            bounds, _ = split_clause(others)
             self._unit_sub[u] = None
             self._residual[u] = None
             self._table.release(u)
@@ -193,6 +329,12 @@ class REIN(Engine):
                     low.kill()
                 if hi is not None:
                     high.kill()
+            for attr in {p.attr for p in eqs}:
+                codes = self._cats[attr]
+                codes.low.kill()
+                codes.high.kill()
+            for p in eqs:
+                self._cats[p.attr].release((p.kind is _BOOL, p.value))  # type: ignore[arg-type]
 
     # -- matching -------------------------------------------------------------------
 
@@ -213,6 +355,15 @@ class REIN(Engine):
                 xf, x_ge, x_le = num
                 low.mark_low(fail, xf, x_ge)
                 high.mark_high(fail, xf, x_le)
+        for attr, codes in self._cats.items():
+            num = codes.number(get(attr))
+            if num is None:
+                codes.low.mark_all(fail)
+                codes.high.mark_all(fail)
+            else:
+                code = num[0]
+                codes.low.mark_low(fail, code, True)
+                codes.high.mark_high(fail, code, True)
 
     def _collect(self, survivors: npt.NDArray[np.intp], event: Event) -> set[SubId]:
         unit_sub = self._unit_sub
@@ -224,10 +375,17 @@ class REIN(Engine):
             if not any(pick(residual)):
                 return set(pick(unit_sub))
         out: set[SubId] = set()
+        add = out.add
         for u in us:
             rest = residual[u]
-            if rest is None or all(p.test(get(p.attr)) for p in rest):
-                out.add(unit_sub[u])
+            if rest is not None:
+                for attr, test in rest:
+                    if not test(get(attr)):
+                        break
+                else:
+                    add(unit_sub[u])
+            else:
+                add(unit_sub[u])
         return out
 
     def match(self, event: Event) -> set[SubId]:
@@ -255,7 +413,18 @@ class REIN(Engine):
             assert len(us) == len(self._filters[sid].clauses)
             assert all(self._unit_sub[u] == sid for u in us)
         entries = np.zeros(n, dtype=np.int32)
-        for low, high in self._lists.values():
+        for codes in self._cats.values():
+            assert set(codes.codes) == set(codes.refs) and all(codes.refs.values())
+            assert len(set(codes.codes.values())) == len(codes.codes)
+            assert all(0 < c < codes.next_code for c in codes.codes.values())
+        held: dict[tuple[str, CatKey], int] = {}
+        for f in self._filters.values():
+            for clause in f.clauses:
+                for p in cat_predicates(clause)[0]:
+                    k: tuple[str, CatKey] = (p.attr, (p.kind is _BOOL, p.value))  # type: ignore[assignment]
+                    held[k] = held.get(k, 0) + 1
+        assert held == {(a, k): r for a, c in self._cats.items() for k, r in c.refs.items()}
+        for _attr, low, high, _number in self.columns():
             for lst in (low, high):
                 lst._check()
                 units = lst.units[: lst.end]
