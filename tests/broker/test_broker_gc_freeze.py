@@ -102,20 +102,12 @@ async def test_a_frozen_fleet_that_leaves_leaves_nothing_frozen() -> None:
     n = FREEZE_SESSIONS + 50
     try:
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
-            streams = []
-            for i in range(n):
-                r, w = await asyncio.open_connection("127.0.0.1", b.port)
-                w.write(_connect_and_subscribe(f"fleet{i}"))
-                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
-                streams.append((r, w))
+            writers = await _join(b, n, clean=True)
             await eventually(lambda: len(b.core.sessions) == n, 10.0)
             gc.collect()
             await eventually(lambda: gc.get_freeze_count() > 0, 10.0)  # else: the heap was not frozen
-            for _, w in streams:
-                w.write(b"\xe0\x00")  # DISCONNECT
-                w.close()
-            streams.clear()
-            await eventually(lambda: not b.core.sessions and not b.core.connections, 30.0)
+            await _leave(b, writers)
+            await eventually(lambda: not b.core.sessions, 30.0)
             await _ticks(b)
             assert gc.get_freeze_count() > 0, "the heap was unfrozen"
             left = _left_for_the_collector(Connection, Session, MQTTProtocol)
@@ -135,21 +127,10 @@ async def test_a_frozen_fleet_that_reconnects_needs_no_thaw() -> None:
     n = FREEZE_SESSIONS + 50
     try:
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
-            streams = []
-            for i in range(n):
-                r, w = await asyncio.open_connection("127.0.0.1", b.port)
-                packet = bytearray(_connect_and_subscribe(f"fleet{i}"))
-                packet[9] = 0x00  # connect flags: no clean session
-                w.write(bytes(packet))
-                assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
-                streams.append(w)
+            writers = await _join(b, n, clean=False)
             gc.collect()
             await eventually(lambda: gc.get_freeze_count() > 0, 10.0)  # else: the heap was not frozen
-            for w in streams:
-                w.write(b"\xe0\x00")  # DISCONNECT
-                w.close()
-            streams.clear()
-            await eventually(lambda: not b.core.connections, 30.0)
+            await _leave(b, writers)
             assert len(b.core.sessions) == n  # persistent: they stay
             await _ticks(b)
             assert gc.get_freeze_count() > 0, "the heap was unfrozen"
@@ -159,9 +140,8 @@ async def test_a_frozen_fleet_that_reconnects_needs_no_thaw() -> None:
         gc.unfreeze()
 
 
-async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
-    """``n`` clients connect (clean session or not), subscribe, disconnect; returns when the
-    broker has no connection left."""
+async def _join(b: Broker, n: int, *, clean: bool) -> list[asyncio.StreamWriter]:
+    """``n`` clients connect (clean session or not) and subscribe; their writers."""
     writers = []
     for i in range(n):
         r, w = await asyncio.open_connection("127.0.0.1", b.port)
@@ -171,10 +151,23 @@ async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
         w.write(bytes(packet))
         assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
         writers.append(w)
+    return writers
+
+
+async def _leave(b: Broker, writers: list[asyncio.StreamWriter]) -> None:
+    """The clients of ``writers`` send DISCONNECT and close; returns when the broker has no
+    connection left."""
     for w in writers:
-        w.write(b"\xe0\x00")
+        w.write(b"\xe0\x00")  # DISCONNECT
         w.close()
+    writers.clear()
     await eventually(lambda: not b.core.connections, 30.0)
+
+
+async def _fleet(b: Broker, n: int, *, clean: bool) -> None:
+    """``n`` clients connect (clean session or not), subscribe, disconnect; returns when the
+    broker has no connection left."""
+    await _leave(b, await _join(b, n, clean=clean))
 
 
 async def _persisted(db: Path, n: int) -> None:
