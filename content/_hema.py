@@ -28,8 +28,9 @@ where they live here:
   outside the boundary (that node's predicate is false for the event) and matching at its
   end node.  For units made only of numeric comparisons the walk is one vectorised box test
   over all their candidates (:mod:`content._hema_boundary`); so is it for a unit whose start
-  node is an equality (hash bucket) and whose other nodes are all numeric (``class = 'pump'
-  AND temp > 90``): its bucket keeps the units' box slots (:class:`_SlotSet`), and the
+  node is an equality on a string or boolean (hash bucket; numeric starts are walked: their
+  buckets are small) and whose other nodes are all numeric (``class = 'pump' AND temp >
+  90``): its bucket keeps the units' box slots (:class:`_SlotSet`), and the
   event's bucket joins the candidates of the one box test (a bucket of at most
   ``_WALK_SLOTS`` units is walked instead: a numpy piece costs more than a few walks).
 * **Insert/delete** (section 3.3, Fig. 4; section 3.5): Step 1 finds the predecessor and
@@ -531,7 +532,10 @@ class HEMA(Engine):
         members = p.value if isinstance(p.value, frozenset) else (p.value,)
         keys = tuple({(_code(kind_of(m)), m) for m in members})
         others = tuple(q for i, q in enumerate(clause) if i != best)
-        box = box_of(others, booleans=True) if others else None
+        # numeric starts stay walked: their buckets are small (seed 003's equalities on
+        # numbers: ~1 unit each), and boxed they only grow the box test every event pays
+        numeric = all(isinstance(m, (int, float)) and not isinstance(m, bool) for m in members)
+        box = box_of(others, booleans=True) if others and not numeric else None
         if box is None:
             table = self._hash.setdefault(p.attr, {})
             for key in keys:
