@@ -291,23 +291,7 @@ def test_light_serve_defers_the_heavy_standard_modules(tmp_path: Path) -> None:
 
 def _tls_round_trip(certs: Certs) -> Callable[[Serve], None]:
     """A paho client over the TLS listener: CONNECT, SUBSCRIBE, PUBLISH QoS 1, the message back."""
-
-    def run(s: Serve) -> None:
-        got: queue.Queue[bytes] = queue.Queue()
-        c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fp-tls")
-        c.tls_set_context(certs.client_context())
-        c.on_message = lambda _c, _u, m: got.put(m.payload)
-        c.on_subscribe = lambda _c, _u, _m, _rc, _p: c.publish("fp/tls", b"over tls", qos=1)
-        c.connect("127.0.0.1", s.port("tcp+tls", DEADLINE))
-        c.loop_start()
-        try:
-            c.subscribe("fp/tls", qos=1)
-            assert got.get(timeout=DEADLINE) == b"over tls"
-        finally:
-            c.disconnect()
-            c.loop_stop()
-
-    return run
+    return lambda s: _paho_round_trip(s, "tcp+tls", certs)
 
 
 def _tls_flags(tmp_path: Path) -> tuple[tuple[str, ...], Certs]:
@@ -348,15 +332,24 @@ def test_tls_listener_on_uvloop(tmp_path: Path) -> None:
 
 def _round_trip(s: Serve) -> None:
     """A paho client on the plain-TCP listener: SUBSCRIBE, PUBLISH QoS 1, the message back."""
+    _paho_round_trip(s, "tcp", None)
+
+
+def _paho_round_trip(s: Serve, listener: str, certs: Certs | None) -> None:
+    """A paho client on ``listener`` (with ``certs``' client context over TLS): CONNECT,
+    SUBSCRIBE, PUBLISH QoS 1, the message back."""
     got: queue.Queue[bytes] = queue.Queue()
-    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fp-loop")
+    payload = f"over {listener}".encode()
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=f"fp-{listener}")
+    if certs is not None:
+        c.tls_set_context(certs.client_context())
     c.on_message = lambda _c, _u, m: got.put(m.payload)
-    c.on_subscribe = lambda _c, _u, _m, _rc, _p: c.publish("fp/loop", b"on the loop", qos=1)
-    c.connect("127.0.0.1", s.port("tcp", DEADLINE))
+    c.on_subscribe = lambda _c, _u, _m, _rc, _p: c.publish("fp/loop", payload, qos=1)
+    c.connect("127.0.0.1", s.port(listener, DEADLINE))
     c.loop_start()
     try:
         c.subscribe("fp/loop", qos=1)
-        assert got.get(timeout=DEADLINE) == b"on the loop"
+        assert got.get(timeout=DEADLINE) == payload
     finally:
         c.disconnect()
         c.loop_stop()
