@@ -131,7 +131,9 @@ def _write_bulk_view(db: sqlite3.Connection, rows: _Rows, keys: _Rows) -> None:
 _SELECT = "column1,column2,0," + ",".join(f"column{i}" for i in range(3, _COLS + 1))
 
 
-def _write_values(db: sqlite3.Connection, rows: _Rows, keys: _Rows) -> None:
+def _insert_values(db: sqlite3.Connection, rows: _Rows) -> None:
+    """The round's inserts in one ``INSERT ... SELECT FROM (VALUES ...)``, padded to a power of
+    two, committed (the deletes follow in a transaction of their own)."""
     size, params = _padded(rows, _COLS)
     one = "(" + ",".join("?" * _COLS) + ")"
     values = ",".join([one] * size)
@@ -140,6 +142,10 @@ def _write_values(db: sqlite3.Connection, rows: _Rows, keys: _Rows) -> None:
     )
     db.execute("COMMIT")
     db.execute("BEGIN")
+
+
+def _write_values(db: sqlite3.Connection, rows: _Rows, keys: _Rows) -> None:
+    _insert_values(db, rows)
     by_client: dict[object, list[object]] = {}
     for cid, pid in keys:
         by_client.setdefault(cid, []).append(pid)
@@ -151,14 +157,7 @@ def _write_values(db: sqlite3.Connection, rows: _Rows, keys: _Rows) -> None:
 
 
 def _write_values_view(db: sqlite3.Connection, rows: _Rows, keys: _Rows) -> None:
-    size, params = _padded(rows, _COLS)
-    one = "(" + ",".join("?" * _COLS) + ")"
-    values = ",".join([one] * size)
-    db.execute(
-        f"INSERT INTO outgoing SELECT {_SELECT} FROM (VALUES {values}) WHERE column1 IS NOT NULL", params
-    )
-    db.execute("COMMIT")
-    db.execute("BEGIN")
+    _insert_values(db, rows)
     size, params = _padded(keys, 2)
     db.execute("INSERT INTO bulk_acked VALUES " + ",".join(["(?,?)"] * size), params)
 
