@@ -198,6 +198,8 @@ def ext_modules() -> list[object]:
             ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
         ]
     level = os.environ.get("SIFTMQ_OPT_LEVEL", OPT_LEVEL)
+    if level not in ("0", "1", "2", "3"):  # one line, not a page of gcc errors per module
+        sys.exit(f"setup.py: SIFTMQ_OPT_LEVEL={level!r}: expected 0, 1, 2 or 3")
     return [*mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level=level, separate=groups), *native]
 
 
