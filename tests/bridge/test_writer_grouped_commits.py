@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,16 +27,14 @@ import pytest
 from bridge import Bridge, Kind
 from broker import Message
 from broker.packets import NO_PROPERTIES
+from tests.waiting import until
 
 DEADLINE = 60.0  # generous: the suite's workers share the machine
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    until(condition, DEADLINE, what, pause=0.01)
 
 
 def _rows(landing: Path, kind: Kind) -> list[dict[str, object]]:
@@ -160,14 +157,12 @@ _HOLDER = """
 import os, sys, time
 from bridge import Bridge
 from tests.bridge.test_writer_grouped_commits import _handed_over, _round_of_calls
+from tests.waiting import until
 b = Bridge(sys.argv[1], roll_interval=0.02, commit_delay=3600.0, writer="process")
 b.start_writer()
 for k in range(3):
     _round_of_calls(b, k, 1_800_000_000.0)
-    deadline = time.monotonic() + 60
-    while not _handed_over(b, k + 1)():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    until(_handed_over(b, k + 1), 60, "the round handed over", pause=0.01)
 print(b._process.proc.pid, flush=True)
 time.sleep(600)
 """

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from broker.packets import Properties, Puback, Publish
 from broker.store import EntryRecord, MessageRecord, MessageState, OutgoingRecord, SessionRecord, Store
 from broker.values import SubOptions
 from tests.rawclient import RawClient
+from tests.waiting import until
 
 MSG = MessageRecord("t", b"\x00\xffpayload", 1, False)
 TABLES = ("sessions", "entries", "outgoing", "qos2_in", "retained")
@@ -28,10 +28,7 @@ TABLES = ("sessions", "entries", "outgoing", "qos2_in", "retained")
 
 def _writer_took(store: Store, n: int) -> None:
     """Until the writer thread has taken ``n`` operations (it then waits for ``store._lock``)."""
-    deadline = time.monotonic() + 30
-    while store.taken < n:
-        assert time.monotonic() < deadline, "the writer never took its round"
-        time.sleep(0.001)
+    until(lambda: store.taken >= n, 30, "the writer to take its round")
 
 
 def _one_round(store: Store, calls: list[tuple[str, tuple[Any, ...]]]) -> None:

@@ -11,11 +11,11 @@ lock is wrapped to count its acquisitions (it still locks).
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
 from broker.store import MessageRecord, MessageState, OutgoingRecord, Store
+from tests.waiting import until
 
 MSG = MessageRecord("t", b"payload", 1, False)
 
@@ -46,10 +46,8 @@ class _CountedLock:
 
 
 def _writer_took(store: Store, n: int) -> None:
-    deadline = time.monotonic() + 30
-    while store.taken < n:
-        assert time.monotonic() < deadline, "the writer never took its round"
-        time.sleep(0.001)
+    """Until the writer thread has taken ``n`` operations (it then waits for ``store._lock``)."""
+    until(lambda: store.taken >= n, 30, "the writer to take its round")
 
 
 def test_the_writer_takes_the_connection_lock_once_per_transaction(tmp_path: Path) -> None:
