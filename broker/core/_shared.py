@@ -235,6 +235,14 @@ class SharedPolicy:
         self._rr: dict[tuple[str, str], int] = {}
         self._sticky: dict[tuple[str, str], str] = {}
 
+    def _hash(self, text: str) -> int:
+        """CRC-32 of ``text``'s UTF-8 (the hashed strategies' pick; zlib imported at the
+        first). O(len(text))."""
+        crc = self._crc32
+        if crc is None:
+            crc = self._crc32 = _crc32()
+        return crc(text.encode())
+
     def pick(self, key: tuple[str, str], group: Members, publisher: str | None, topic: str) -> int:
         """The index in ``group.members`` (not empty) of the member that gets a message
         published by ``publisher`` on ``topic``. O(1) (plus the CRC of the hashed string)."""
@@ -264,15 +272,9 @@ class SharedPolicy:
                 self._sticky[key] = group.members[i][0]
                 return i
             case Strategy.HASH_CLIENTID:
-                crc = self._crc32
-                if crc is None:
-                    crc = self._crc32 = _crc32()
-                return crc((publisher or "").encode()) % n
+                return self._hash(publisher or "") % n
             case Strategy.HASH_TOPIC:
-                crc = self._crc32
-                if crc is None:
-                    crc = self._crc32 = _crc32()
-                return crc(topic.encode()) % n
+                return self._hash(topic) % n
             case Strategy.LOCAL:
                 turn = rr.get(key, 0)
                 rr[key] = turn + 1
