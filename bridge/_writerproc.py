@@ -43,13 +43,19 @@ CPU per message (docs/performance.md, "The defaults on a loaded machine").  So t
 still hands the delivery log over every round (a broker killed with SIGKILL loses what the
 thread writer would, no more), but a round with few rows may be *held* by the child
 (``Job.hold``; the Bridge decides: ``commit_rows``, ``commit_delay``): the child copies the
-job's columns, answers ``("held",)``, and commits it with the next job that is not held (or a
-``"commit"`` job) as one group, one file per kind (bridge/_writerchild.py).  The broker keeps
-every job of a group, unacknowledged, until the group's answer: a child that dies is sent the
-same group again (the same names: nothing written twice), and its rows count as written only
-then.  The child commits the jobs it holds when the broker's socket closes (a graceful stop
-commits first anyway).  :meth:`WriterProcess._end` kills the child *before* closing the socket,
-so a child the broker gives up on never commits a partial group that is then sent again.
+job's columns and commits it with the next job that is not held (or a ``"commit"`` job) as
+one group, one file per kind (bridge/_writerchild.py).  A held job is *not answered* (session
+17): the broker's writer thread sends it and goes on, instead of waiting for the child's
+``held`` (three reads of the socket, each taking the GIL back from the event loop, and a
+pickle and a send in the child, every round).  The broker keeps every job of a group,
+unacknowledged, until the group's answer: a child that dies is sent the same group again (the
+same names: nothing written twice), and its rows count as written only then; a child that
+died holding jobs shows at the next send (``EPIPE``) or at the group's answer (end of file),
+and a held job the child could not copy (a bug) fails the group's answer, as a group that
+cannot become a table does.  The child commits the jobs it holds when the broker's socket
+closes (a graceful stop commits first anyway).  :meth:`WriterProcess._end` kills the child
+*before* closing the socket, so a child the broker gives up on never commits a partial group
+that is then sent again.
 
 Costs, broker side: per round O(columns) buffer writes to the socket and one pickle of the
 distinct strings; the child does the O(rows) work of the thread writer.
@@ -258,12 +264,15 @@ class WriterProcess:
 
     def run(self, job: Job) -> list[tuple[str, int, int]] | None:
         """Commit ``job`` in the child; its files as (kind, rows, bytes), those of the held jobs it
-        committed with it included; None: the child holds it (``job.hold``).  Raises :class:`JobError`
+        committed with it included; None: the child holds it (``job.hold``: sent, not waited
+        for; a child that died holding it shows at a later job).  Raises :class:`JobError`
         (the child answered a failure) or ``OSError``/``EOFError`` (the child is gone or stuck:
         it is ended and the next call starts a new one)."""
         sock = self._sock or self._start()
         try:
             send(sock, job)
+            if job.what == "fanout" and job.hold:
+                return None  # not answered: acknowledged with its group (module docstring)
             answer = receive(sock)
         except (OSError, EOFError, pickle.UnpicklingError):
             self._end()
@@ -271,8 +280,6 @@ class WriterProcess:
         match answer:
             case ("ok", files):
                 return list(files)
-            case ("held",):
-                return None
             case ("error", message, retry, os_error):
                 raise JobError(message, retry, os_error)
         self._end()
