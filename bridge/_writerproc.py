@@ -213,7 +213,11 @@ class Job:
 
 
 #: the child's program (bridge/_writerchild.py; not ``-m``: that module would be loaded twice,
-#: as ``__main__`` and again by pickle)
+#: as ``__main__`` and again by pickle), run with ``-P``: ``-c`` would put the working directory
+#: first on the child's ``sys.path``, and a broker started from a directory holding another
+#: ``bridge`` package (another checkout) would run that package's child (session 18: a benchmark
+#: of one checkout run from another's directory did, the two protocols differed, and both ends
+#: waited for each other until the time-out)
 _CHILD = "import sys; from bridge._writerchild import main; sys.exit(main())"
 
 
@@ -235,7 +239,7 @@ class WriterProcess:
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, str(theirs.fileno()), self.landing],
+                [sys.executable, "-P", "-c", _CHILD, str(theirs.fileno()), self.landing],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,

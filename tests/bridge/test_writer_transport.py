@@ -187,3 +187,32 @@ def test_the_child_runs_as_a_batch_task(tmp_path: Path) -> None:
         assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the broker's own policy untouched
     finally:
         proc.close()
+
+
+def test_the_child_runs_the_brokers_bridge_not_one_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # session 18: ``python -c`` puts the working directory first on sys.path, so a broker started
+    # from a directory holding another ``bridge`` package (another checkout) ran that package's
+    # child; it must run its own (``-P``)
+    other = tmp_path / "elsewhere"
+    (other / "bridge").mkdir(parents=True)
+    (other / "bridge" / "__init__.py").write_text("")
+    (other / "bridge" / "_writerchild.py").write_text(
+        "import pathlib, sys\n"
+        "def main():\n"
+        f"    pathlib.Path({str(tmp_path / 'wrong')!r}).write_text('x')\n"
+        "    return 3\n"
+    )
+    monkeypatch.chdir(other)
+    landing = tmp_path / "landing"
+    sink = _Sink(landing)
+    names = ((Kind.DELIVERIES.value, (sink.next_name(),)), (Kind.PUBLICATIONS.value, (sink.next_name(),)))
+    proc = WriterProcess(str(landing), timeout=DEADLINE)
+    try:
+        files = proc.run(Job("fanout", fanout_payload(_batch(10).take()), None, 10**6, names, (), 0))
+        assert proc.starts == 1
+    finally:
+        proc.close()
+    assert not (tmp_path / "wrong").exists()
+    assert sorted(rows for _, rows, _ in files) == [10, 10]
