@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 from bridge import _writer
 from bridge._eventlog import events_table
 from bridge._schema import Kind
-from bridge._writerproc import COLUMNS, STRINGS, Arena, Job, JobError, receive, send
+from bridge._writerproc import COLUMNS, STRINGS, Arena, Job, JobError, keep_freed_memory, receive, send
 
 if TYPE_CHECKING:
     from broker.ext import LogColumns
@@ -222,6 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _block_pandas()
     _batch_scheduling()
+    keep_freed_memory()  # the groups' columns and Arrow buffers reused (bridge/_writerproc.py)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
     sock = socket.socket(fileno=int(fd))
     sink = _writer._Sink(landing)

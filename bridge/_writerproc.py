@@ -63,6 +63,8 @@ distinct strings; the child does the O(rows) work of the thread writer.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import pickle
 import socket
 import struct
@@ -74,7 +76,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from broker.ext import LogColumns
 
-__all__ = ["Arena", "Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
+__all__ = [
+    "Arena",
+    "Job",
+    "JobError",
+    "WriterProcess",
+    "fanout_payload",
+    "keep_freed_memory",
+    "receive",
+    "send",
+]
 
 #: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
 COLUMNS = (
@@ -116,6 +127,54 @@ def fanout_payload(c: LogColumns) -> dict[str, Any]:
         out[name] = getattr(c, name).values
     out["n_publications"] = c.publications()
     return out
+
+
+# ---- memory ----
+#
+# glibc's malloc serves a request above its mmap threshold (128 KB at start, raised by the frees
+# of such blocks) with a fresh mapping, and gives a free top of the heap above its trim
+# threshold back to the kernel: the delivery log's columns of a round (tens to hundreds of KB
+# each, allocated by the writer thread at ``take``, grown by the event loop, freed in bulk when
+# a group of rounds is committed) were mapped, grown with ``mremap`` and unmapped over and over,
+# and every page of them faulted in again by the event loop.  Profiled under ``--busy 4``
+# (perf, session 17): 7.6 % of the defaults' event-loop samples in mmap/mremap/munmap and page
+# faults, none in the no-store broker's; 27-77 minor faults per 1,000 deliveries on the loop.
+#: below this a block comes from the heap (and is reused after its free) instead of a mapping
+_MMAP_THRESHOLD = 4 << 20
+#: free memory at the top of the heap kept for reuse (a group of held rounds' columns fits)
+_TRIM_THRESHOLD = 16 << 20
+_TUNED: list[bool] = []
+
+
+def keep_freed_memory() -> bool:
+    """Fix glibc's mmap threshold at 4 MB and its trim threshold at 16 MB in this process (the
+    broker, when its bridge starts; the writer process), so that the columns freed by one group
+    of rounds are reused by the next instead of being unmapped and faulted in again (the memory
+    kept is bounded by the trim threshold).  Not done (False) on another C library or when the
+    operator set malloc's thresholds (``GLIBC_TUNABLES``, ``MALLOC_*_THRESHOLD_``); once per
+    process. O(1)."""
+    if _TUNED:
+        return _TUNED[0]
+    env = os.environ
+    tuned = "malloc" in env.get("GLIBC_TUNABLES", "") or any(k.startswith("MALLOC_") for k in env)
+    ok = False
+    if not tuned and sys.platform == "linux" and _glibc():
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+        except (OSError, AttributeError):
+            mallopt = None
+        if mallopt is not None:
+            # malloc.h: M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1 (1: set)
+            ok = mallopt(-3, _MMAP_THRESHOLD) == 1 and mallopt(-1, _TRIM_THRESHOLD) == 1
+    _TUNED.append(ok)
+    return ok
+
+
+def _glibc() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") is not None
+    except (ValueError, OSError):
+        return False
 
 
 # ---- framing ----
