@@ -151,8 +151,8 @@ def keep_freed_memory() -> bool:
     broker, when its bridge starts; the writer process), so that the columns freed by one group
     of rounds are reused by the next instead of being unmapped and faulted in again (the memory
     kept is bounded by the trim threshold).  Not done (False) on another C library or when the
-    operator set malloc's thresholds (``GLIBC_TUNABLES``, ``MALLOC_*_THRESHOLD_``); once per
-    process. O(1)."""
+    operator tunes malloc (a ``malloc`` tunable in ``GLIBC_TUNABLES``, any ``MALLOC_*``
+    variable); once per process. O(1)."""
     if _TUNED:
         return _TUNED[0]
     env = os.environ
