@@ -272,12 +272,21 @@ class Job:
 
 
 #: the child's program (bridge/_writerchild.py; not ``-m``: that module would be loaded twice,
-#: as ``__main__`` and again by pickle), run with ``-P``: ``-c`` would put the working directory
-#: first on the child's ``sys.path``, and a broker started from a directory holding another
-#: ``bridge`` package (another checkout) would run that package's child (session 18: a benchmark
-#: of one checkout run from another's directory did, the two protocols differed, and both ends
-#: waited for each other until the time-out)
-_CHILD = "import sys; from bridge._writerchild import main; sys.exit(main())"
+#: as ``__main__`` and again by pickle).  It must run the broker's own ``bridge`` package (the
+#: two ends' protocol is one): started with ``-P`` (``-c`` would put the working directory first
+#: on ``sys.path``, and a broker started from a directory holding another ``bridge`` package, such
+#: as another checkout, ran *that* package's child -- session 18: the two protocols differed and
+#: both ends waited for each other until the time-out), and given the directory the broker's
+#: ``bridge`` was imported from (``_ROOT``), put first on its path unless it is there already (an
+#: installed broker: site-packages; not put first then, so nothing there shadows the standard
+#: library), so that a broker run from a checkout without an install, or with ``PYTHONPATH``
+#: choosing a tree, starts the same tree's child.
+_CHILD = (
+    "import os, sys; root = os.path.realpath(sys.argv[3]); "
+    "root in map(os.path.realpath, sys.path) or sys.path.insert(0, root); "
+    "from bridge._writerchild import main; sys.exit(main(sys.argv[1:3]))"
+)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class WriterProcess:
@@ -298,7 +307,7 @@ class WriterProcess:
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-P", "-c", _CHILD, str(theirs.fileno()), self.landing],
+                [sys.executable, "-P", "-c", _CHILD, str(theirs.fileno()), self.landing, _ROOT],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -216,3 +220,38 @@ def test_the_child_runs_the_brokers_bridge_not_one_in_the_working_directory(
         proc.close()
     assert not (tmp_path / "wrong").exists()
     assert sorted(rows for _, rows, _ in files) == [10, 10]
+
+
+def test_the_child_runs_the_tree_the_broker_imported_its_bridge_from(tmp_path: Path) -> None:
+    # session 18: a broker whose bridge comes from another tree (a checkout run without an
+    # install, PYTHONPATH choosing a tree) starts that tree's child, not the installed one
+    repo = Path(__file__).resolve().parents[2]
+    tree = tmp_path / "tree"
+    shutil.copytree(repo / "bridge", tree / "bridge", ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "marker"
+    child = tree / "bridge" / "_writerchild.py"
+    child.write_text(
+        child.read_text() + f"\n_main = main\n\n\ndef main(argv=None):  # noqa\n"
+        f"    open({str(marker)!r}, 'w').write(__file__)\n    return _main(argv)\n"
+    )
+    program = textwrap.dedent(
+        """
+        import os, sys, time
+        sys.path.insert(0, sys.argv[1])  # this tree's bridge, as a broker run from it imports it
+        from bridge._writerproc import WriterProcess
+        p = WriterProcess(sys.argv[2])
+        p.start()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.close()
+        """
+    )
+    landing = tmp_path / "landing"
+    subprocess.run(
+        [sys.executable, "-c", program, str(tree), str(landing), str(marker)],
+        cwd=tmp_path,
+        check=True,
+        timeout=DEADLINE,
+    )
+    assert marker.read_text() == str(child)  # main: the installed tree's child, no marker
