@@ -12,6 +12,18 @@ to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sock
   ``--drain`` s without progress). Reported: delivered/s in the window, acknowledged/s,
   delivered as % of acknowledged (unique (pair, sequence) numbers; duplicates apart),
   p50/p99 publish->delivery latency, subscriber disconnects, broker peak RSS (VmHWM).
+  ``--paced-rate N[,M...]`` (issue 42 item 4b): the same clients at a fixed offered rate of
+  ``N`` msg/s in all: each publisher still keeps at most ``--window`` unacknowledged, but never
+  sends ahead of its share of the rate (a 1 ms schedule, :func:`_pace`), so every broker that
+  sustains the rate does the same work, and its CPU per delivered message
+  (``broker_ns_per_delivery``: the broker's CPU in the window, children included, over its
+  deliveries) compares brokers at equal rates, where publisher-paced runs compare each at
+  whatever rate the machine gave it (a broker's cost per message falls as its rate rises:
+  more messages per wake-up).  One run per rate and broker, the rates outermost (the brokers
+  of a rate measured one after the other); ``delivered_pct_of_rate`` says whether the broker
+  held the rate (below ~97 % it was publisher-paced at its own rate, and the comparison at that
+  rate is not a same-rate one).  With ``--markdown`` a summary gives, per rate, each
+  ``<variant>-defaults`` over the ``siftmq-nostore`` of its tree (same ``@tag``).
 * ``open0``: open-loop QoS 0 at ``--overload`` x the broker's own QoS 0 capacity (measured
   first in the same run by publishers writing as fast as their sockets take it; for siftmq
   with ``--ingress-shed-bytes 0``, so that the capacity is its routing maximum, not a rate
@@ -31,6 +43,16 @@ to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sock
 
 Usage: ``.venv/bin/python benchmarks/bench_saturation.py [--brokers siftmq,siftmq-defaults,
 mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow,hung] [--out FILE.json] [--markdown]``.
+``siftmq serve`` variants (``VARIANTS``) run from another checkout as ``<variant>@base``
+(``--base-root DIR``) or ``<variant>@TAG`` (``--roots TAG=DIR,...``), each with its own
+``.venv``; the paced figures of any two are comparable in one run.
+
+Same-rate runs (the command of docs/lab/performance-defaults.md, session 18):
+
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_saturation.py --busy 4 \
+        --brokers siftmq-nostore,siftmq-defaults,siftmq-defaults@base,siftmq-nostore@base \
+        --scenarios paced --paced-rate 3000,10000,30000 --duration 20 --threads \
+        --base-root DIR --markdown
 Peers that cannot start are skipped with the reason. Bounded in time; every process it
 starts is stopped; loopback only.
 """
@@ -169,6 +191,7 @@ class Client(asyncio.Protocol):
         self.handled = 0
         self.closed = False
         self.want = 0
+        self.acks = 0  # publisher: PUBACKs received (--paced-rate: its window is sent - acks)
 
     # -- plumbing
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -223,6 +246,7 @@ class Client(asyncio.Protocol):
             elif self.waiter is not None and kind == self.want and not self.waiter.done():
                 self.waiter.set_result(kind)
         if acks:
+            self.acks += acks
             self.tally.acked += acks
             if self.running:
                 self.send(acks)  # publisher-paced: one new PUBLISH per PUBACK
@@ -497,6 +521,23 @@ def _task_delta(
     return out
 
 
+async def _pace(pubs: list[Client], rate: float, window: int) -> None:
+    """Until cancelled (``--paced-rate``): every 1 ms, each publisher sends what its share of
+    ``rate`` (msg/s in all) makes due since the start, at most what keeps its unacknowledged
+    PUBLISHes within ``window`` (so a broker that falls behind is publisher-paced, no faster
+    than its acknowledgements).  What a publisher could not send when due is sent when its
+    window opens (never more than ``window`` at once).  O(publishers) per tick."""
+    per_pub = rate / len(pubs)
+    t0 = time.monotonic()
+    while True:
+        due = int((time.monotonic() - t0) * per_pub)
+        for p in pubs:
+            k = min(due - p.seq, window - (p.seq - p.acks))
+            if k > 0:
+                p.send(k)
+        await asyncio.sleep(0.001)
+
+
 async def run_paced(
     port: int,
     a: argparse.Namespace,
@@ -504,17 +545,20 @@ async def run_paced(
     hung: bool = False,
     cpu: Callable[[], float] | None = None,
     pid: int = 0,
+    rate: float = 0.0,
 ) -> dict[str, object]:
     """``cpu``: the broker's CPU seconds so far, read at the window's start and end (the
     window's CPU of the broker, its threads included, and of this generator are reported).
     ``pid`` (with ``--threads``): the broker's process, whose threads and children are read
-    from ``/proc`` at the window's start and end (:func:`_tasks`)."""
+    from ``/proc`` at the window's start and end (:func:`_tasks`).  ``rate`` > 0: the offered
+    rate in msg/s (``--paced-rate``, :func:`_pace`) instead of a new PUBLISH per PUBACK."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
         subs[0].window_start = time.monotonic()
     h = await _hung_subscriber(port) if hung else None
-    for p in pubs:
+    pacer = asyncio.create_task(_pace(pubs, rate, a.window)) if rate > 0 else None
+    for p in pubs if pacer is None else ():
         p.running = True
         p.send(a.window)
     await asyncio.sleep(a.warmup)
@@ -540,6 +584,8 @@ async def run_paced(
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
         p.running = False
+    if pacer is not None:
+        pacer.cancel()
     if h is not None and h.transport is not None and not h.transport.is_closing():
         h.transport.resume_reading()  # reads what waits, then sees whether it was disconnected
     await _drain(st, a.drain)
@@ -560,7 +606,12 @@ async def run_paced(
         "window_broker_cpu_s": bcpu,
         "window_loadgen_cpu_s": gcpu,
         "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
+        # the same as CPU per delivered message (what --paced-rate compares at equal rates)
+        "broker_ns_per_delivery": bcpu * 1e9 / st.in_window if st.in_window else float("nan"),
     }
+    if rate > 0:
+        res["paced_rate"] = rate
+        res["delivered_pct_of_rate"] = 100.0 * st.in_window / dt / rate
     if tasks1:
         res["threads"] = _task_delta(tasks0, tasks1, st.in_window)
     if slow:
@@ -671,18 +722,36 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-nohung": ["--no-bridge", "--no-persistence", "--hung-consumer-time", "0"],
 }
 
-#: ``--base-root DIR``: another checkout with its own ``.venv`` (e.g. the commit before a change);
-#: a variant named ``<variant>@base`` runs that checkout's ``siftmq serve`` in the same run
-BASE_ROOT: list[Path] = []
+#: variants that differ by their environment (issue 42 item 4b: glibc's malloc thresholds, which
+#: the bridge may fix with ``mallopt`` when it starts, set from the start instead, in the broker
+#: and in its writer process, which inherits them; ``MALLOC_PERTURB_=0`` is glibc's default and
+#: only tells a bridge that leaves an operator's malloc settings alone to leave them)
+VARIANT_ENV: dict[str, tuple[str, dict[str, str]]] = {
+    "siftmq-defaults-m4": (
+        "siftmq-defaults",
+        {"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(16 << 20)},
+    ),
+    "siftmq-defaults-m0": ("siftmq-defaults", {"MALLOC_PERTURB_": "0"}),
+}
+
+#: ``--base-root DIR`` / ``--roots TAG=DIR,...``: other checkouts, each with its own ``.venv``
+#: (e.g. the commit before a change); a variant named ``<variant>@TAG`` (``@base`` for
+#: ``--base-root``) runs that checkout's ``siftmq serve`` in the same run
+ROOTS: dict[str, Path] = {}
 
 
-def _variant(name: str) -> tuple[Path, list[str]] | None:
-    """(checkout, serve flags) of a `siftmq serve` variant, None for the other brokers."""
-    base = name.endswith("@base")
-    flags = VARIANTS.get(name.removesuffix("@base"))
-    if flags is None or (base and not BASE_ROOT):
+def _variant(name: str) -> tuple[Path, list[str], dict[str, str]] | None:
+    """(checkout, serve flags, environment) of a `siftmq serve` variant, None for the other
+    brokers (or a ``@TAG`` without its checkout)."""
+    variant, _, tag = name.partition("@")
+    root = ROOTS.get(tag) if tag else ROOT
+    env: dict[str, str] = {}
+    if variant in VARIANT_ENV:
+        variant, env = VARIANT_ENV[variant]
+    flags = VARIANTS.get(variant)
+    if flags is None or root is None:
         return None
-    return (BASE_ROOT[0] if base else ROOT), flags
+    return root, flags, env
 
 
 def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
@@ -712,6 +781,7 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
             *extra,
         ],
         cwd=tmp,
+        env={**os.environ, **variant[2]},
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
@@ -729,7 +799,9 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     raise RuntimeError(f"{name} did not listen")
 
 
-def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+def _profile(
+    b: RunningBroker, scenario: str, a: argparse.Namespace, rate: float = 0.0
+) -> subprocess.Popen[bytes] | None:
     """``--profile DIR``: py-spy (the ``bench`` extra) samples the broker's threads and its child
     processes (the bridge's writer process) over the warm-up and the window into
     ``DIR/<broker>-<scenario>.txt`` (collapsed stacks, idle excluded)."""
@@ -737,6 +809,8 @@ def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subproce
         return None
     out = Path(a.profile)
     out.mkdir(parents=True, exist_ok=True)
+    if rate > 0:
+        scenario = f"{scenario}{rate:.0f}"
     secs = str(int(a.warmup + a.duration))
     if a.profile_native:  # perf: C frames too (the compiled hot path, pyarrow), per thread
         data = str(out / f"{b.name}-{scenario}.perf.data")
@@ -771,13 +845,16 @@ def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subproce
     )
 
 
-def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
+def one(
+    name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float], rate: float = 0.0
+) -> dict[str, object]:
     b = _start(name, a.broker_cpu)
-    spy = _profile(b, scenario, a) if scenario != "open0" else None
+    spy = _profile(b, scenario, a, rate) if scenario != "open0" else None
     cpu0 = time.process_time()
     try:
         if scenario == "paced":
-            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid), 300))
+            paced = run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid, rate=rate)
+            res = asyncio.run(asyncio.wait_for(paced, 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
         elif scenario == "hung":
@@ -847,6 +924,9 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "window_broker_cpu_s",
                 "window_loadgen_cpu_s",
                 "delivered_per_broker_cpu_s",
+                "paced_rate",
+                "delivered_pct_of_rate",
+                "broker_ns_per_delivery",
             ],
         ),
         (
@@ -903,7 +983,31 @@ def markdown(results: list[dict[str, object]]) -> str:
                 v = r.get(c)
                 cells.append(f"{v:,.1f}" if isinstance(v, float) else str(v))
             lines.append(f"| {r['broker']} | " + " | ".join(cells) + " |")
+    lines.extend(_ratios(results))
     return "\n".join(lines)
+
+
+def _ratios(results: list[dict[str, object]]) -> list[str]:
+    """Per paced rate (0: publisher-paced), each defaults-like variant's CPU per delivered
+    message against the ``siftmq-nostore`` of its tree (same ``@tag``) in the same run: the
+    no-store broker's ns per delivery over the variant's (= deliveries per broker CPU second,
+    variant over no-store; issue 42 item 4b's figure)."""
+    ns: dict[tuple[float, str], float] = {}
+    for r in results:
+        if r["scenario"] == "paced" and "skipped" not in r:
+            ns[float(r.get("paced_rate", 0.0)), str(r["broker"])] = float(r["broker_ns_per_delivery"])  # type: ignore[arg-type]
+    out: list[str] = []
+    for (rate, name), v in ns.items():
+        variant, _, tag = name.partition("@")
+        peer = ns.get((rate, "siftmq-nostore" + (f"@{tag}" if tag else "")))
+        if variant == "siftmq-nostore" or not variant.startswith("siftmq") or peer is None:
+            continue
+        if not out:
+            out += ["\n**over no-store of the same tree (CPU per delivery, no-store / variant)**\n"]
+            out += ["| rate | broker | ns per delivery | no-store ns | ratio |", "|---|---|---:|---:|---:|"]
+        label = f"{rate:,.0f}" if rate else "publisher-paced"
+        out.append(f"| {label} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} |")
+    return out
 
 
 def main() -> int:
@@ -933,6 +1037,15 @@ def main() -> int:
         "window (/proc; thread names from py-spy dump), per delivered message",
     )
     ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the '<variant>@base' brokers")
+    ap.add_argument(
+        "--roots", default="", help="TAG=DIR,...: checkouts whose siftmq runs the '<variant>@TAG' brokers"
+    )
+    ap.add_argument(
+        "--paced-rate",
+        default="",
+        help="paced at these offered rates (msg/s in all, comma-separated; each broker once per "
+        "rate, the rates outermost) instead of publisher-paced",
+    )
     ap.add_argument(
         "--busy",
         type=int,
@@ -966,7 +1079,10 @@ def main() -> int:
 
 def _main(a: argparse.Namespace) -> int:
     if a.base_root:
-        BASE_ROOT.append(Path(a.base_root).resolve())
+        ROOTS["base"] = Path(a.base_root).resolve()
+    for spec in filter(None, a.roots.split(",")):
+        tag, _, path = spec.partition("=")
+        ROOTS[tag] = Path(path).resolve()
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -978,30 +1094,39 @@ def _main(a: argparse.Namespace) -> int:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     )
-    for name in a.brokers.split(","):  # one broker's scenarios back to back: same conditions
-        for scenario in a.scenarios.split(","):
-            why = available("siftmq" if _variant(name) is not None else name)
-            if why:
-                results.append({"broker": name, "scenario": scenario, "skipped": why})
-                print(f"{name:16} {scenario:6} skipped: {why}", flush=True)
-                continue
-            try:
-                res = one(name, scenario, a, capacity)
-            except Exception as exc:  # a peer that fails is reported, the run goes on
-                res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
-            res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
-            results.append(res)
-            print(
-                f"{name:16} {scenario:6} "
-                + json.dumps(
-                    {
-                        k: (round(v, 2) if isinstance(v, float) else v)
-                        for k, v in res.items()
-                        if k not in ("broker", "scenario")
-                    }
-                ),
-                flush=True,
-            )
+    rates = [float(r) for r in a.paced_rate.split(",") if r] or [0.0]
+    runs = [
+        (rate, name, scenario)
+        for rate in rates  # the brokers of one rate one after the other
+        for name in a.brokers.split(",")  # one broker's scenarios back to back: same conditions
+        for scenario in a.scenarios.split(",")
+        if rate == rates[0] or scenario == "paced"  # the other scenarios have no rate
+    ]
+    for rate, name, scenario in runs:
+        why = available("siftmq" if _variant(name) is not None else name)
+        if why:
+            results.append({"broker": name, "scenario": scenario, "skipped": why, "paced_rate": rate})
+            print(f"{name:16} {scenario:6} skipped: {why}", flush=True)
+            continue
+        try:
+            res = one(name, scenario, a, capacity, rate if scenario == "paced" else 0.0)
+        except Exception as exc:  # a peer that fails is reported, the run goes on
+            res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
+        res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
+        if rate and scenario == "paced":
+            res["paced_rate"] = rate
+        results.append(res)
+        print(
+            f"{name:16} {scenario:6} "
+            + json.dumps(
+                {
+                    k: (round(v, 2) if isinstance(v, float) else v)
+                    for k, v in res.items()
+                    if k not in ("broker", "scenario")
+                }
+            ),
+            flush=True,
+        )
     meta = {"commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a)}
     Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     if a.markdown:
