@@ -633,8 +633,11 @@ def _unique(seen: bytearray | None) -> int:
     return 0 if seen is None else seen.count(1)
 
 
-async def run_flood(port: int, a: argparse.Namespace) -> float:
-    """QoS 0 capacity: publishers write whenever their socket buffer is below 1 MiB."""
+async def run_flood(
+    port: int, a: argparse.Namespace, cpu: Callable[[], float] | None = None, out: list[float] | None = None
+) -> float:
+    """QoS 0 capacity: publishers write whenever their socket buffer is below 1 MiB.  ``out``
+    gets its deliveries per broker CPU second (``cpu``, children included) over the 3 s measured."""
     pubs, subs, _pt, st = await _pairs(port, a.pairs, "cap", qos0=True)
     stop = time.monotonic() + a.warmup + 3.0
     t_rec = time.monotonic() + a.warmup
@@ -643,18 +646,24 @@ async def run_flood(port: int, a: argparse.Namespace) -> float:
             st.recording = True
             st.window_start_ns = time.monotonic_ns()
             n0, t0 = st.in_window, time.monotonic()
+            c0 = cpu() if cpu else 0.0
         for p in pubs:
             if p.transport is not None and p.transport.get_write_buffer_size() < 1 << 20:
                 p.send0(2000)
         await asyncio.sleep(0)
     rate = (st.in_window - n0) / (time.monotonic() - t0)
+    if out is not None and cpu is not None:
+        out.append((st.in_window - n0) / max(1e-9, cpu() - c0))
     for c in pubs + subs:
         if c.transport is not None:
             c.transport.close()
     return rate
 
 
-async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[str, object]:
+async def run_open0(
+    port: int, a: argparse.Namespace, capacity: float, cpu: Callable[[], float] | None = None
+) -> dict[str, object]:
+    """``cpu``: the broker's CPU seconds (children included), read at the window's start and end."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "open", qos0=True)
     rate = a.open_rate or a.overload * capacity
     per_pub = rate / len(pubs)
@@ -667,6 +676,7 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
             st.recording = True
             st.window_start_ns = time.monotonic_ns()
             rec_t0 = now
+            c0 = cpu() if cpu else 0.0
         due = (now - t0) * per_pub
         for i, p in enumerate(pubs):
             k = int(due - sent_by[i])
@@ -676,9 +686,13 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
         await asyncio.sleep(0.001)
     st.recording = False
     dt = time.monotonic() - rec_t0
+    bcpu = (cpu() - c0) if cpu else 0.0
     await _drain(st, a.drain)
     res = {
         "capacity_per_s": capacity,
+        # the window's broker CPU (children included) and the deliveries per CPU second
+        "window_broker_cpu_s": bcpu,
+        "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
         "offered_per_s": rate,
         "delivered_per_s": st.in_window / dt,
         "delivered_pct_of_capacity": 100.0 * st.in_window / dt / capacity,
@@ -866,10 +880,14 @@ def one(
                 b.stop()
                 siftmq = name == "siftmq" or _variant(name) is not None
                 b = _start(name, a.broker_cpu, ("--ingress-shed-bytes", "0") if siftmq else ())
-                capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a), 120))
+                flood_cpu: list[float] = []
+                capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a, b.cpu, flood_cpu), 120))
+                capacity[name + " per cpu"] = flood_cpu[0] if flood_cpu else float("nan")
                 b.stop()
                 b = _start(name, a.broker_cpu)
-            res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
+            res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name], b.cpu), 300))
+            # the flood's capacity per broker CPU second (3 s window; ingress shedding off)
+            res["capacity_per_broker_cpu_s"] = capacity.get(name + " per cpu", float("nan"))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
         res["children_cpu_s"] = b.children_cpu()  # of broker_cpu_s: the bridge's writer process
@@ -956,10 +974,12 @@ def markdown(results: list[dict[str, object]]) -> str:
             "open0",
             [
                 "capacity_per_s",
+                "capacity_per_broker_cpu_s",
                 "offered_per_s",
                 "delivered_per_s",
                 "delivered_pct_of_capacity",
                 "delivered_pct_of_sent",
+                "delivered_per_broker_cpu_s",
                 "p50_ms",
                 "p99_ms",
                 "generator_unread_p99_ms",
