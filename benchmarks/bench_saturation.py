@@ -1013,9 +1013,13 @@ def _ratios(results: list[dict[str, object]]) -> list[str]:
     no-store broker's ns per delivery over the variant's (= deliveries per broker CPU second,
     variant over no-store; issue 42 item 4b's figure)."""
     ns: dict[tuple[float, str], float] = {}
+    wakeups: dict[tuple[float, str], object] = {}
     for r in results:
         if r["scenario"] == "paced" and "skipped" not in r:
-            ns[float(r.get("paced_rate", 0.0)), str(r["broker"])] = float(r["broker_ns_per_delivery"])  # type: ignore[arg-type]
+            key = (float(r.get("paced_rate", 0.0)), str(r["broker"]))  # type: ignore[arg-type]
+            ns[key] = float(r["broker_ns_per_delivery"])  # type: ignore[arg-type]
+            # the event loop's voluntary context switches (wake-ups) per 1,000 deliveries (--threads)
+            wakeups[key] = r.get("threads", {}).get("loop", {}).get("vcs_per_1k", "")  # type: ignore[attr-defined]
     out: list[str] = []
     for (rate, name), v in ns.items():
         variant, _, tag = name.partition("@")
@@ -1024,9 +1028,14 @@ def _ratios(results: list[dict[str, object]]) -> list[str]:
             continue
         if not out:
             out += ["\n**over no-store of the same tree (CPU per delivery, no-store / variant)**\n"]
-            out += ["| rate | broker | ns per delivery | no-store ns | ratio |", "|---|---|---:|---:|---:|"]
+            out += [
+                "| rate | broker | ns/delivery | no-store ns | ratio | loop wake-ups/1k (it / no-store) |",
+                "|---|---|---:|---:|---:|---:|",
+            ]
         label = f"{rate:,.0f}" if rate else "publisher-paced"
-        out.append(f"| {label} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} |")
+        nostore = (rate, "siftmq-nostore" + (f"@{tag}" if tag else ""))
+        woke = f"{wakeups.get((rate, name), '')} / {wakeups.get(nostore, '')}"
+        out.append(f"| {label} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} | {woke} |")
     return out
 
 
