@@ -32,7 +32,6 @@ from broker._logging import LogLimiter, bounded, cut, fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
 from broker.core._clock import Clock
-from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
 from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
@@ -46,9 +45,19 @@ from broker.core._router import RELEASE_SLICE, Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy, group_strategies
 from broker.packets import NO_PROPERTIES, PublishTemplate, Pubrel, ReasonCode
-from broker.values import PEER_PREFIX, PUBLISH_SENT, PUBREL_SENT, QUEUED, Message, Route, SubOptions
+from broker.values import (
+    ATOM_CLIENT,
+    PEER_PREFIX,
+    PUBLISH_SENT,
+    PUBREL_SENT,
+    QUEUED,
+    Message,
+    Route,
+    SubOptions,
+)
 
 if TYPE_CHECKING:
+    from broker.core._composite import Composites
     from broker.core._connection import Connection
 
 __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
@@ -58,6 +67,19 @@ log = logging.getLogger("broker")
 LIMIT_LOG_INTERVAL = 10.0
 #: the ``extra`` of a failed hook's log line (``--log-format json``: broker._logging)
 _HOOK_FAILED = fields("hook.failed")
+#: the ``$SYS/broker/composite/...`` counters of a broker whose composite subscriptions were
+#: never made (:attr:`Core.composite`): ``Composites.sys_values`` of a new one
+NO_COMPOSITES_SYS = dict.fromkeys(
+    (
+        "$SYS/broker/composite/subscribers",
+        "$SYS/broker/composite/offers",
+        "$SYS/broker/composite/events",
+        "$SYS/broker/composite/refused",
+        "$SYS/broker/composite/duplicate_atoms",
+        "$SYS/broker/composite/duplicate_events",
+    ),
+    "0",
+)
 #: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
 TICK_SLACK = 0.001
 #: a fan-out of at least this many deliveries, of a PUBLISH read alone (``Core.lone``) while
@@ -138,8 +160,10 @@ class Core:
         #: more ``/metrics`` counters (broker._metrics): name -> {reason -> count}, exported as
         #: ``siftmq_<name>_total{reason="..."}`` (the cluster's refused datagrams and tokens)
         self.metric_sources: list[Callable[[], dict[str, dict[str, int]]]] = []
-        # composite subscriptions (issue 16): atoms live in the router's index
-        self.composite = Composites(self)
+        #: composite subscriptions (issue 16; atoms live in the router's index): None until
+        #: the first use of :attr:`composite` (a composite subscription, a store's saver, the
+        #: cluster), so that a broker without them never imports their modules (issue 42 item 1)
+        self.composite_if_made: Composites | None = None
         # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
         # being routed (the one to pause when a receiver is over its high-water mark), the
         # receivers over their mark, and the paused publishers to resume at the next flush
@@ -193,13 +217,27 @@ class Core:
         #: no adapter, an awaitable verdict refuses the CONNECT
         self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
+    @property
+    def composite(self) -> Composites:
+        """The composite subscriptions (core/_composite.py), made and their module imported at
+        the first use: a None check at a composite SUBSCRIBE or UNSUBSCRIBE, never on PUBLISH
+        (a publication reaches them only through an atom's route, which exists only once they
+        were made). O(1)."""
+        comp = self.composite_if_made
+        if comp is None:
+            from broker.core._composite import Composites
+
+            comp = self.composite_if_made = Composites(self)
+        return comp
+
     # ------------------------------------------------------------ hooks
     def observe(self, hooks: Iterable[CoreHooks]) -> None:
         """The registered hooks changed (``Broker.add_hook``): split them again.  Called from
         the adapter between events (never inside a fan-out); a CONNECT waiting for a hook's
         verdict goes on with the hooks after that one (core/_connect.py). O(hooks)."""
         self.obs = Observers(hooks)
-        self.composite._observe()
+        if self.composite_if_made is not None:
+            self.composite_if_made._observe()
 
     def _call(self, hooks: list[CoreHooks], name: str, *args: object) -> None:
         for h in hooks:
@@ -351,9 +389,10 @@ class Core:
             self.queue_bounds[session.client_id].release(self)  # its paced publishers
         session.qos2_received.clear()
         self.journal.ended(session)
-        had += self.composite.drop_client(
-            session.client_id, session.expires_at is not None and session.expires_at <= now
-        )
+        comp = self.composite_if_made
+        if comp is not None:
+            expired = session.expires_at is not None and session.expires_at <= now
+            had += comp.drop_client(session.client_id, expired)
         if had:
             self.subscription_changed(session.client_id, SubscriptionAction.SESSION_END, None, None, None)
 
@@ -800,7 +839,8 @@ class Core:
         self.check_flow(now)
         if self.quotas is not None:
             self.quotas.tick(now)  # publishers whose quota refilled read again
-        self.composite.tick()  # composite losses in idle subscriptions, when observed
+        if self.composite_if_made is not None:
+            self.composite_if_made.tick()  # composite losses in idle subscriptions, when observed
         if self.router.releasing:
             self.router.settle_selectors(settle)  # released selectors leave the engine, a slice a tick
         if self._next_sys is not None and now >= self._next_sys:
@@ -809,6 +849,8 @@ class Core:
 
     def sys_values(self, now: float) -> dict[str, str]:
         st = self.stats
+        comp = self.composite_if_made
+        composites = NO_COMPOSITES_SYS if comp is None else comp.sys_values()
         return {
             "$SYS/broker/version": "siftmq",
             "$SYS/broker/uptime": str(int(now - self.started)),
@@ -861,7 +903,7 @@ class Core:
             "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
             "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
             "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
-            **self.composite.sys_values(),
+            **composites,
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }
 
