@@ -1220,6 +1220,12 @@ def probe_teardown(
             proc.start()
             ready = await loop.run_in_executor(None, a.recv)
             setup_sessions = len(b.core.sessions)
+            # a live client over the teardown: a PINGREQ every 5 ms (pinger_main, its own
+            # process at nice -10), its round trips from the leave until the fleet is gone
+            pq, pw = ctx.Pipe()
+            pinger = ctx.Process(target=pinger_main, args=(pw, b.port, None), daemon=True)
+            pinger.start()
+            await loop.run_in_executor(None, pq.recv)  # "ready"
             a.send("warm")
             await loop.run_in_executor(None, a.recv)  # "warmed"
             a.send("go")
@@ -1239,23 +1245,35 @@ def probe_teardown(
             spy = None if args is None else _profile(os.getpid(), Row(engine, filters), args)
             if spy is not None:
                 await asyncio.sleep(1.0)  # the sampler attached
+            pq.send("go")
+            await asyncio.sleep(0.2)  # the pinger's first round trips, before the leave
             on[0] = True
             try:
                 cpu0 = time.process_time()
                 t0 = time.perf_counter()
+                m0 = time.monotonic()
                 lag(time.perf_counter())
                 a.send("close")
                 res = await loop.run_in_executor(None, a.recv)
-                while b.core.connections or b.core.sessions or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
+                # the fleet gone: its connections (the pinger's is left), sessions, removals
+                while len(b.core.connections) > 1 or len(b.core.sessions) > 1 or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
                     await asyncio.sleep(0.005)
                 elapsed = time.perf_counter() - t0
                 cpu = time.process_time() - cpu0
+                m1 = time.monotonic()
                 done[0] = True
             finally:
                 on[0] = False
                 if spy is not None:
                     _stop(spy)
+            pq.send("stop")
+            pings = await loop.run_in_executor(None, pq.recv)
+            pinger.join(10)
             proc.join(10)
+            # pings sent from the leave until the fleet was gone; the slowest shown with when
+            # it was sent (ms after the leave)
+            over = [(t, rtt) for t, rtt in pings if m0 <= t < m1]
+            worst = max(over, key=lambda p: p[1], default=(m0, float("nan")))
             return {
                 "probe": "teardown",
                 "engine": engine,
@@ -1269,6 +1287,13 @@ def probe_teardown(
                 "broker_cpu_s": round(cpu, 3),
                 "cpu_us_per_connection": round(cpu * 1e6 / max(res.connected, 1), 1),
                 "longest_stall_ms": round(max(stalls, default=0.0) * 1e3, 1),
+                # a live client's PINGREQ -> PINGRESP over the teardown (end to end, its own
+                # process): the longest, when it was sent, the p99 and the pings
+                "ping": {
+                    **_stalls(pings, m0, m1),
+                    "worst_sent_ms": round((worst[0] - m0) * 1e3, 1),
+                    "before_ms": _stalls(pings, m0 - 0.2, m0)["max_ms"],
+                },
                 **{f"{k}_calls": len(v) for k, v in timed.items()},
                 **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
                 **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
