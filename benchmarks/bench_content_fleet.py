@@ -1176,7 +1176,7 @@ def probe_teardown(
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    timed: dict[str, list[float]] = {"read": [], "lost": [], "tick": [], "gc": []}
+    timed: dict[str, list[float]] = {"read": [], "drain": [], "lost": [], "tick": [], "gc": []}
 
     on = [False]  # timing the teardown
 
@@ -1203,11 +1203,14 @@ def probe_teardown(
             timed["gc"].append(time.perf_counter() - gc_start[0])
 
     originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
+    drain = getattr(_lean.Poller, "_drain", None)  # held departures (since session 18)
 
     # patched before the broker starts: the poller registers its bound ``_ready`` at start
     _lean.Poller._ready = timing("read", originals[0])  # type: ignore[method-assign]
     _lean.LeanProtocol._call_connection_lost = timing("lost", originals[1])  # type: ignore[method-assign]
     broker_mod.Broker._tick = timing("tick", originals[2])  # type: ignore[method-assign]
+    if drain is not None:
+        _lean.Poller._drain = timing("drain", drain)  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
 
     async def run() -> dict[str, Any]:
@@ -1309,6 +1312,8 @@ def probe_teardown(
     finally:
         gc.callbacks.remove(on_gc)
         _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
+        if drain is not None:
+            _lean.Poller._drain = drain  # type: ignore[method-assign]
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:

@@ -28,10 +28,20 @@ from broker import Broker
 from broker._config import BrokerConfig
 from broker.core._connection import Callbacks, Connection
 from broker.core._core import Core
+from broker.net import _lean
 from broker.packets import Connect, Disconnect, Properties, Subscribe, SubscriptionRequest
 from broker.values import Message
 from tests.rawclient import RawClient
 from tests.waiting import eventually, next_message
+
+PINGREQ = b"\xc0\x00"
+DISCONNECT = b"\xe0\x00"
+
+
+def _connect(cid: str) -> bytes:
+    """A 3.1.1 CONNECT of ``cid``, clean session, no keep-alive."""
+    body = b"\x00\x04MQTT\x04\x02\x00\x00" + len(cid).to_bytes(2, "big") + cid.encode()
+    return bytes([0x10, len(body)]) + body
 
 
 def _client(core: Core, cid: str, filters: list[tuple[str, str | None]], out: list[bytes]) -> Connection:
@@ -184,3 +194,69 @@ async def test_a_client_that_said_disconnect_is_closed_at_once(
         await eventually(lambda: not b._protocols(), 30.0)
         assert await asyncio.wait_for(c.reader.read(), 5.0) == b""  # the broker's FIN
         assert not b.core.connections and not b.core.sessions
+
+
+async def test_a_live_clients_ping_is_not_read_after_the_departures_ahead_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """epoll reports ready sockets first in, first out: a PINGREQ sent right after 600
+    clients' DISCONNECTs was read only once every one of them had been handled (their
+    sessions ended). Now a departure's read is only held, and the PINGREQ is handled while
+    most of the 600 sessions are still there. Counted where the broker reads the PINGREQ
+    (the protocol's ``data_received``, wrapped only to look)."""
+    n = 600
+    seen: list[int] = []
+    received = _lean.LeanProtocol.data_received
+
+    def looked(self: _lean.LeanProtocol, data: bytes) -> None:
+        if data == PINGREQ:
+            seen.append(len(self.core.sessions))
+        received(self, data)
+
+    monkeypatch.setattr(_lean.LeanProtocol, "data_received", looked)
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        clients = []
+        for i in range(n):
+            r, w = await asyncio.open_connection("127.0.0.1", b.port)
+            w.write(_connect(f"c{i}"))
+            assert (await asyncio.wait_for(r.readexactly(4), 10))[0] == 0x20
+            clients.append((r, w))
+        pr, pw = await asyncio.open_connection("127.0.0.1", b.port)
+        pw.write(_connect("live"))
+        assert (await asyncio.wait_for(pr.readexactly(4), 10))[0] == 0x20
+        assert len(b.core.sessions) == n + 1
+        for _, w in clients:  # every departure ready before the ping: no await in between
+            w.write(DISCONNECT)
+        pw.write(PINGREQ)
+        assert await asyncio.wait_for(pr.readexactly(2), 10) == b"\xd0\x00"
+        assert seen and seen[0] > n // 2, seen  # before: 1 (every departure handled first)
+        await eventually(lambda: len(b.core.sessions) == 1, 30.0)  # then they all leave
+        for _, w in clients:
+            w.close()
+        pw.close()
+
+
+async def test_held_departures_keep_each_connections_bytes_in_order() -> None:
+    """A client whose DISCONNECT is read alone after a PUBLISH that was read earlier: its
+    PUBLISH is delivered, its session ends, and a client sending more than a DISCONNECT
+    in one read is handled at once (its read is not a bare DISCONNECT)."""
+    async with (
+        Broker(host="127.0.0.1", port=0, sys_interval=0) as b,
+        aiomqtt.Client("127.0.0.1", b.port, identifier="sub") as sub,
+    ):
+        await sub.subscribe("t/#")
+        r, w = await asyncio.open_connection("127.0.0.1", b.port)
+        w.write(_connect("pub"))
+        assert (await asyncio.wait_for(r.readexactly(4), 10))[0] == 0x20
+        w.write(bytes([0x30, 5, 0, 3]) + b"t/a")  # PUBLISH QoS 0 t/a, empty payload
+        w.write(DISCONNECT)
+        m = await next_message(sub)
+        assert m.topic.value == "t/a"
+        await eventually(lambda: "pub" not in b.core.sessions)
+        _r2, w2 = await asyncio.open_connection("127.0.0.1", b.port)
+        w2.write(_connect("pub2") + bytes([0x30, 5, 0, 3]) + b"t/b" + DISCONNECT)
+        m = await next_message(sub)
+        assert m.topic.value == "t/b"
+        await eventually(lambda: "pub2" not in b.core.sessions)
+        w.close()
+        w2.close()
