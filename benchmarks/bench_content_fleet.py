@@ -83,8 +83,10 @@ how the subscribers leave (DISCONNECT then close; close alone: the will path; ab
 per connection.  ``--probe-teardown`` runs the real broker (``Broker``, uvloop) in this
 process and one subscriber process, and times every callback of the teardown from inside
 (``probe_teardown``): the loop's longest stall (a 1-ms timer's lateness), the poller's reads,
-the ``connection_lost`` calls, the ticks, the collector (``--probe-collect``: a full
-collection first, which makes the broker freeze the heap).  Per row also ``heaviest`` (the three
+the ``connection_lost`` calls, the held departures handled (``drain``), the ticks, the
+collector (``--probe-collect``: a full collection first, which makes the broker freeze the
+heap), and a live client's PINGREQ round trips over the teardown (``ping``: ``pinger_main``
+in its own process, end to end).  Per row also ``heaviest`` (the three
 messages with the most useful deliveries: first and last arrival, microseconds per delivery
 between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
 latency at the read, before the client's parsing, ``json.loads`` and predicate).
@@ -1168,7 +1170,10 @@ def probe_teardown(
     (``gc.callbacks``); a 1-ms timer on the same loop gives the longest loop stall as a
     client would see it. Per connection: the broker's CPU (``time.process_time``, this
     process: the driver only waits) from the leave until every session, selector and
-    connection is gone, divided by ``connections``. With ``--profile DIR`` the teardown is
+    connection is gone, divided by ``connections``. A live client (``pinger_main``, its own
+    process) pings every 5 ms from 0.2 s before the leave: ``ping`` holds its round trips
+    sent from the leave until the fleet is gone (the longest, when it was sent, the p99) and
+    the longest before the leave. With ``--profile DIR`` the teardown is
     sampled (``--profile-with``; the sampler's pauses then lengthen the stalls)."""
     import broker._broker as broker_mod
     from broker import Broker
