@@ -1157,6 +1157,217 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
     }
 
 
+def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``--probe-fanout``: where a stream message's deliveries wait, timed inside the real
+    broker. The broker (:class:`broker.Broker`, uvloop, the installed build, no store) runs in
+    this process on CPU 0, the row's subscribers (one ``worker_main`` process) and the
+    publisher (``publisher_main``) on CPU 1, as in a row. For every read of the publisher's
+    connection (one stream message each at this rate) the probe records, with
+    ``time.perf_counter`` and the message's ``ts``: the wait from its publication to the
+    broker's read (``read_ms``), from the read to the first write to a subscriber (``route``,
+    every delivery routed, encoded and queued: the core does all of it before the flush),
+    from the first to the last write (the flush: one ``LeanProtocol.write`` per receiving
+    connection), the time inside those writes (``sock.send`` and ``LeanProtocol.write``
+    itself), and the collector's runs in that read. Then the same messages are routed once
+    more by ``Router.route`` alone (the routing's share of the first interval). Per row:
+    the three heaviest messages, and medians over the messages with at least 100 deliveries of
+    the microseconds per delivery before the first write and between first and last write."""
+    import statistics
+
+    from broker import Broker
+    from broker.net import _lean, _transport
+    from broker.values import Message
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.pin:
+        os.sched_setaffinity(0, {0})
+    on = [False]
+    cur: list[dict[str, Any] | None] = [None]  # the publisher read being handled
+    reads: list[dict[str, Any]] = []
+    orig_feed = _transport.MQTTProtocol._feed
+    orig_write = _lean.LeanProtocol.write
+    perf = time.perf_counter
+
+    def feed(self: Any, data: bytes) -> None:
+        conn = self.conn
+        if not on[0] or conn is None or conn.client_id != "publisher":
+            orig_feed(self, data)
+            return
+        t_ns = time.time_ns()
+        t = perf()
+        i = data.find(b'"seq":')
+        j = data.find(b'"ts":')
+        rec: dict[str, Any] = {
+            "seq": int(data[i + 6 : data.index(b",", i)]) if i >= 0 else None,
+            "read_ms": (t_ns - int(data[j + 5 : data.index(b"}", j)])) / 1e6 if j >= 0 else None,
+            "t": t,
+            "writes": 0,
+            "first": None,
+            "last": None,
+            "in_write": 0.0,
+            "gc": 0,
+            "gc_s": 0.0,
+            "payload": data,
+        }
+        cur[0] = rec
+        try:
+            orig_feed(self, data)
+        finally:
+            rec["end"] = perf()
+            cur[0] = None
+            reads.append(rec)
+
+    def write(self: Any, data: Any) -> None:
+        rec = cur[0]
+        if rec is None:
+            orig_write(self, data)
+            return
+        t = perf()
+        if rec["first"] is None:
+            rec["first"] = t
+        orig_write(self, data)
+        t1 = perf()
+        rec["last"] = t1
+        rec["in_write"] += t1 - t
+        rec["writes"] += 1
+
+    gc_t = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        rec = cur[0]
+        if rec is None:
+            return
+        if phase == "start":
+            gc_t[0] = perf()
+        else:
+            rec["gc"] += 1
+            rec["gc_s"] += perf() - gc_t[0]
+
+    _transport.MQTTProtocol._feed = feed  # type: ignore[method-assign]
+    _lean.LeanProtocol.write = write  # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+    nmax = int(args.rate * args.duration) + 2
+    pin = 1 if args.pin else None
+
+    async def run() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        ctx = mp.get_context("spawn")
+
+        async def recv(c: Connection) -> Any:
+            return await loop.run_in_executor(None, c.recv)
+
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, content_engine=engine) as b:
+            plan = WorkerPlan(b.port, list(range(args.connections)), filters, False, nmax, pin=pin)
+            a, w = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, args=(w, plan), daemon=True)
+            proc.start()
+            await recv(a)  # ready
+            pa, pb = ctx.Pipe()
+            pub = ctx.Process(
+                target=publisher_main,
+                args=(pb, b.port, args.rate, args.duration, 0, args.warmup, pin),
+                daemon=True,
+            )
+            pub.start()
+            assert await recv(pa) == "ready"
+            pa.send("warm")
+            assert await recv(pa) == "warmed"
+            a.send("warm")
+            await recv(a)  # warmed
+            on[0] = True
+            a.send("go")
+            pa.send("go")
+            published, _acked, _cpu = await recv(pa)
+            a.send(("stop", published))
+            await recv(a)  # drained
+            on[0] = False
+            router = b.core.router  # the same messages routed again, the subscribers still there
+            again = []
+            for rec in reads:
+                if rec["seq"] is None:
+                    continue
+                body = rec["payload"]
+                msg = Message(TOPIC, bytes(body[body.index(b"{") :]), 0, False)
+                t = time.process_time()
+                n = len(router.route(msg))
+                again.append((rec["seq"], n, time.process_time() - t))
+            a.send("close")
+            res: WorkerResult = await recv(a)
+            proc.join(10)
+            pub.join(10)
+            return {"res": res, "again": again}
+
+    try:
+        try:
+            import uvloop
+
+            out = uvloop.run(run())
+        except ImportError:
+            out = asyncio.run(run())
+    finally:
+        gc.callbacks.remove(on_gc)
+        _transport.MQTTProtocol._feed = orig_feed  # type: ignore[method-assign]
+        _lean.LeanProtocol.write = orig_write  # type: ignore[method-assign]
+    route_s = {seq: (n, s) for seq, n, s in out["again"]}
+    msgs = []
+    for rec in reads:
+        if rec["seq"] is None or rec["first"] is None:
+            continue
+        n = rec["writes"]
+        before = (rec["first"] - rec["t"]) * 1e3
+        sends = (rec["last"] - rec["first"]) * 1e3
+        routes, route_cpu = route_s.get(rec["seq"], (0, 0.0))
+        msgs.append(
+            {
+                "seq": rec["seq"],
+                "deliveries": n,
+                "read_ms": round(rec["read_ms"], 2),
+                "to_first_write_ms": round(before, 2),
+                "route_again_ms": round(route_cpu * 1e3, 2),
+                "flush_ms": round(sends, 2),
+                "in_write_ms": round(rec["in_write"] * 1e3, 2),
+                "gc": rec["gc"],
+                "gc_ms": round(rec["gc_s"] * 1e3, 2),
+                "before_us_per_delivery": round(before * 1e3 / n, 2),
+                "route_us_per_delivery": round(route_cpu * 1e6 / max(routes, 1), 2),
+                "flush_us_per_delivery": round(sends * 1e3 / max(n - 1, 1), 2),
+                "write_us_per_delivery": round(rec["in_write"] * 1e6 / n, 2),
+            }
+        )
+    big = [m for m in msgs if m["deliveries"] >= 100]
+
+    def med(key: str) -> float:
+        return round(statistics.median([m[key] for m in big]), 2) if big else float("nan")
+
+    res = out["res"]
+    lat = res.latencies_ms
+    return {
+        "probe": "fanout",
+        "engine": engine,
+        "filters_per_connection": filters,
+        "connections": res.connected,
+        "useful": res.useful,
+        "expected": res.expected,
+        "p50_ms": round(_pct(lat, 0.5), 2),
+        "p99_ms": round(_pct(lat, 0.99), 2),
+        "client_cpu_us_per_useful": round(res.cpu_s * 1e6 / max(res.useful, 1), 2),
+        "messages_100plus": len(big),
+        **{
+            f"median_{k}": med(k)
+            for k in (
+                "read_ms",
+                "before_us_per_delivery",
+                "route_us_per_delivery",
+                "flush_us_per_delivery",
+                "write_us_per_delivery",
+            )
+        },
+        "heaviest": sorted(msgs, key=lambda m: -m["deliveries"])[:3],
+        "heaviest_arrivals": _heaviest([res], 3),
+    }
+
+
 def probe_teardown(
     engine: str, filters: int, connections: int, leave: str, args: argparse.Namespace | None = None
 ) -> dict[str, Any]:
@@ -1403,6 +1614,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--probe-core", action="store_true", help="time the sans-IO core in-process (probe_core)")
     ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
     ap.add_argument(
+        "--probe-fanout",
+        action="store_true",
+        help="time each stream message's fan-out inside the real broker, in-process (probe_fanout)",
+    )
+    ap.add_argument(
         "--probe-teardown",
         action="store_true",
         help="time the real broker's teardown from inside it (probe_teardown)",
@@ -1419,6 +1635,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for row in parse_rows(args.rows):
             if row.kind != "mosquitto":
                 out.append(probe_teardown(row.kind, row.filters, args.connections, args.leave, args))
+                print(json.dumps(out[-1]), flush=True)
+        return out
+    if args.probe_fanout:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe_fanout(row.kind, row.filters, args))
                 print(json.dumps(out[-1]), flush=True)
         return out
     if args.probe_core:

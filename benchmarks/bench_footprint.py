@@ -30,10 +30,18 @@ peer. The floor of the interpreter is printed too: ``python -c pass`` and ``pyth
 asyncio"`` RSS, with the same interpreter, and asyncio without ssl (what ``siftmq serve``
 imports: broker/_sslhook.py).
 
+Byte code: a broker whose modules have no byte code compiles each from source at every start,
+and that compilation's garbage stays in the idle process (~0.45 MB: the object allocator's
+pools it freed are not given back). A wheel install has it (pip compiles at install); a
+checkout has it only where Python may write it, not where ``PYTHONDONTWRITEBYTECODE`` is set
+(as on the project's machine). The script prints, per checkout, how many of siftmq's modules
+have current byte code; ``--bytecode`` compiles them first (``compileall``, into the
+checkouts' ``__pycache__``), to measure as installed (docs/performance.md, session 18).
+
     flock /work/bench.lock .venv/bin/python benchmarks/bench_footprint.py --sessions 20000
     flock /work/bench.lock .venv/bin/python benchmarks/bench_footprint.py --runs 3 \
         --brokers siftmq-light siftmq-nouvloop siftmq-light@base siftmq-defaults mosquitto \
-        --base-root ../wt-main-compiled
+        --base-root ../wt-main-compiled [--bytecode]
 
 Numbers and targets: docs/performance.md "Footprint".
 """
@@ -57,6 +65,8 @@ from _storm_client import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+#: siftmq's packages (their modules' byte code: ``--bytecode``)
+PACKAGES = ("broker", "topics", "content", "composite", "bridge", "cluster", "uplink")
 #: --base-root: the checkout whose interpreter runs the ``NAME@base`` brokers
 BASE: list[Path] = []
 
@@ -203,6 +213,24 @@ def measure(kind: str, args: argparse.Namespace) -> dict[str, float]:
                 proc.wait()
 
 
+def bytecode(root: Path, python: Path, compile_first: bool) -> str:
+    """``"N of M"``: siftmq's modules under ``root`` whose byte code is current (a ``.pyc``
+    beside in ``__pycache__``, not older than the source), after compiling them with
+    ``python -m compileall`` when ``compile_first``. O(modules)."""
+    import importlib.util
+
+    if compile_first:
+        dirs = [str(root / p) for p in PACKAGES if (root / p).is_dir()]
+        subprocess.run([str(python), "-m", "compileall", "-q", *dirs], check=True, stdout=subprocess.DEVNULL)
+    sources = [f for p in PACKAGES for f in (root / p).rglob("*.py")]
+    current = 0
+    for f in sources:
+        pyc = Path(importlib.util.cache_from_source(str(f)))
+        if pyc.exists() and pyc.stat().st_mtime >= f.stat().st_mtime:
+            current += 1
+    return f"{current} of {len(sources)}"
+
+
 def floor() -> dict[str, float]:
     code = "import {};print(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])"
     res = {}
@@ -223,6 +251,9 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=0, help="also start-up with this many stored sessions")
     ap.add_argument("--runs", type=int, default=1, help="runs per broker (medians reported)")
     ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the 'NAME@base' brokers")
+    ap.add_argument(
+        "--bytecode", action="store_true", help="compile the checkouts' byte code first (as a wheel install)"
+    )
     args = ap.parse_args()
     if args.base_root:
         BASE.append(Path(args.base_root).resolve())
@@ -232,6 +263,11 @@ def main() -> None:
     if args.sessions:
         brokers.append("siftmq-store")
     print(f"python {sys.version.split()[0]} ({PY}), {os.cpu_count()} cores", flush=True)
+    trees = [("this checkout", ROOT, Path(PY))]
+    if BASE and any(b.endswith("@base") for b in brokers):
+        trees.append(("base", BASE[0], BASE[0] / ".venv" / "bin" / "python"))
+    for label, root, python in trees:
+        print(f"byte code ({label}, {root}): {bytecode(root, python, args.bytecode)} modules current")
     for name, mb in floor().items():
         print(f"floor  {name:<18} RSS {mb:6.1f} MB")
     late = f"idle {args.idle_late:g} s MB"

@@ -13,6 +13,10 @@ docs/performance.md "Footprint".
    Python memory with ``--tracemalloc``), its imports' cost subtracted, and who imported it
    (``<fn>``: an import inside a function). The RSS column is page- and arena-granular: a
    module that grows the heap by a page is charged the page; read it with the traced one.
+   ``--transient``: per module, the Python memory its import kept and the peak above that
+   while it ran (traced): a module compiled from source (no byte code: the machine's
+   ``PYTHONDONTWRITEBYTECODE``) frees 0.2-0.6 MB of the compiler's objects, whose pools the
+   allocator keeps, so the idle RSS is the start-up's peak, not what it keeps (session 18).
 2. ``--rank MOD ...``: each module imported alone in a fresh interpreter on top of
    ``--base`` (default: asyncio without ssl, as ``siftmq serve`` imports it), the RSS it
    adds (median of 3), largest first. Cumulative: a module's imports are counted with it.
@@ -32,6 +36,7 @@ docs/performance.md "Footprint".
     .venv/bin/python benchmarks/footprint_modules.py --maps -- --no-bridge --no-persistence --no-uvloop
     .venv/bin/python benchmarks/footprint_modules.py --per-module --tracemalloc --wait 10 -- \
         --no-bridge --no-persistence --no-uvloop
+    .venv/bin/python benchmarks/footprint_modules.py --transient -- --no-bridge --no-persistence
     .venv/bin/python benchmarks/footprint_modules.py --rank orjson composite content uvloop ssl
     .venv/bin/python benchmarks/footprint_modules.py --steps
 
@@ -64,6 +69,29 @@ def statm_mb() -> float:
 
 #: module -> (own cost, cost with its imports, who imported it), filled by --per-module
 _PER_MODULE: dict[str, tuple[int, int, str]] = {}
+#: module -> (traced bytes its import kept, peak above that while it ran), for --transient
+_TRANSIENT: dict[str, tuple[int, int]] = {}
+
+
+def _measure_transient() -> None:
+    """Wrap importlib's loader: each module's traced memory kept and its transient peak (the
+    peak is reset at each import's start, so an import's own imports end its window: their
+    peaks are theirs)."""
+    import importlib._bootstrap as bootstrap
+    import tracemalloc
+
+    load = bootstrap._load_unlocked  # type: ignore[attr-defined]
+
+    def measured(spec: Any) -> Any:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        try:
+            return load(spec)
+        finally:
+            after, peak = tracemalloc.get_traced_memory()
+            _TRANSIENT[spec.name] = (after - before, peak - after)
+
+    bootstrap._load_unlocked = measured  # type: ignore[attr-defined]
 
 
 def _measure_imports(trace: bool) -> None:
@@ -131,7 +159,9 @@ def _maps(top: int) -> None:
         out.seek(0)
         stats = out.read()
     for line in stats.splitlines():
-        if "arenas * " in line or "bytes in allocated blocks" in line or "bytes in available blocks" in line:
+        if any(
+            k in line for k in ("arenas * ", "in allocated blocks", "in available blocks", "unused pools")
+        ):
             print("  obmalloc: " + " ".join(line.split()))
     names = ", ".join(t.name for t in threading.enumerate())
     print(f"threads: {len(os.listdir('/proc/self/task'))} ({names})")
@@ -140,6 +170,13 @@ def _maps(top: int) -> None:
 def _report(trace: bool, top: int, maps: bool = False, per_module: bool = False) -> None:
     mods = sorted(m for m in sys.modules if sys.modules[m] is not None)
     print(f"RSS {statm_mb():.1f} MB, {len(mods)} modules")
+    if _TRANSIENT:
+        import tracemalloc
+
+        now = tracemalloc.get_traced_memory()[0]
+        print(f"traced now {now / 1e6:.2f} MB; per module (kB: kept, transient peak above it):")
+        for mod, (kept, over) in sorted(_TRANSIENT.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"  {kept / 1e3:7.0f} {over / 1e3:7.0f}  {mod}")
     if maps:
         _maps(top)
     if per_module:
@@ -176,14 +213,22 @@ def _report(trace: bool, top: int, maps: bool = False, per_module: bool = False)
 
 
 def in_process(
-    flags: list[str], wait: float, trace: bool, top: int, maps: bool = False, per_module: bool = False
+    flags: list[str],
+    wait: float,
+    trace: bool,
+    top: int,
+    maps: bool = False,
+    per_module: bool = False,
+    transient: bool = False,
 ) -> int:
-    if trace:
+    if trace or transient:
         import tracemalloc
 
-        tracemalloc.start(1 if per_module else 40)
+        tracemalloc.start(1 if per_module or transient else 40)
     if per_module:
         _measure_imports(trace)
+    elif transient:
+        _measure_transient()
 
     def later() -> None:
         time.sleep(wait)
@@ -308,6 +353,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=40, help="lines of each tracemalloc table")
     ap.add_argument("--maps", action="store_true", help="RSS by mapping, obmalloc arenas, threads")
     ap.add_argument("--per-module", action="store_true", help="each module's own cost (RSS or --tracemalloc)")
+    ap.add_argument("--transient", action="store_true", help="each import's kept and transient memory")
     ap.add_argument("--rank", nargs="+", default=None, metavar="MODULE", help="RSS each module adds")
     ap.add_argument("--steps", action="store_true", help="what OpenSSL and uvloop add, step by step")
     ap.add_argument("--base", default=NOSSL, help="statement every --rank/--steps interpreter runs first")
@@ -319,7 +365,9 @@ def main() -> None:
     if args.steps:
         steps(args.base)
         return
-    code = in_process(args.flags, args.wait, args.tracemalloc, args.top, args.maps, args.per_module)
+    code = in_process(
+        args.flags, args.wait, args.tracemalloc, args.top, args.maps, args.per_module, args.transient
+    )
     raise SystemExit(code)
 
 

@@ -27,7 +27,6 @@ from broker._config import BrokerConfig, Listener
 from broker._logging import fields
 from broker._reload import ReloadCounters, ReloadResult, reload_broker
 from broker.core import Clock, Core, Message, Route, Session
-from broker.durability import Store, StoreError
 from broker.hooks import Hooks
 from broker.net import (
     ConnectionLimits,
@@ -45,6 +44,7 @@ from broker.packets import NO_PROPERTIES, Properties
 if TYPE_CHECKING:
     from broker._composite_saver import CompositeSaver
     from broker._dashboard import Dashboard, DashboardProvider
+    from broker.durability import Store
     from broker.net import HttpServer
 
 __all__ = ["Broker", "LocalCompositeSubscription", "LocalSubscription", "Message"]
@@ -395,6 +395,8 @@ class Broker:
 
     async def _open_store(self, path: str) -> None:
         """Open the store and restore its state into the core (before any client connects)."""
+        from broker.durability import Store  # with a store only (issue 42 item 1)
+
         cfg = self.config
         store = await asyncio.to_thread(
             Store, path, max_backlog=cfg.store_max_backlog, commit_delay=cfg.store_commit_delay
@@ -574,7 +576,8 @@ class Broker:
         self._listeners = None
         self._extra = []
         await self._close_store()
-        self.core.composite.flush_losses()  # composite losses counted since the last tick
+        if self.core.composite_if_made is not None:  # composite losses counted since the last tick
+            self.core.composite_if_made.flush_losses()
         for h in self.hooks:
             try:
                 await h.stop()
@@ -597,6 +600,8 @@ class Broker:
         store = journal.store
         if store is None or not journal.holding:
             return
+        from broker.durability import StoreError  # imported with the store
+
         protocols = self._protocols()  # plain TCP (the listeners' pollers), TLS and WebSocket
         for p in protocols:
             p.stop_reading()

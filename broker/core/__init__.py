@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from broker.core._backoff import address_of
     from broker.core._bans import Ban, BanKind, canonical, peer_address
     from broker.core._clock import Clock
-    from broker.core._composite import ATOM_CLIENT, COMPOSITE_PREFIX, Composites, split_composite
+    from broker.core._composite import Composites, split_composite
     from broker.core._connection import Connection
     from broker.core._core import LIMIT_LOG_INTERVAL, Core
     from broker.core._deliverylog import DeliveryLog, LogColumns
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from broker.core._session import PUBLISH_SENT, PUBREL_SENT, ConnectionState, Outgoing, Session, Stats
     from broker.core._shared import Strategy, group_strategies
     from broker.values import (
+        ATOM_CLIENT,
+        COMPOSITE_PREFIX,
         PEER_PREFIX,
         SHARE_PREFIX,
         Message,
@@ -139,8 +141,8 @@ _LAZY = {
     "canonical": "broker.core._bans",
     "peer_address": "broker.core._bans",
     "Clock": "broker.core._clock",
-    "ATOM_CLIENT": "broker.core._composite",
-    "COMPOSITE_PREFIX": "broker.core._composite",
+    "ATOM_CLIENT": "broker.values",
+    "COMPOSITE_PREFIX": "broker.values",
     "Composites": "broker.core._composite",
     "split_composite": "broker.core._composite",
     "Connection": "broker.core._connection",

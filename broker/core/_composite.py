@@ -81,7 +81,7 @@ from broker.core._hooks import (
 )
 from broker.core._router import Subscribed, at_position
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, SubscriptionRequest
-from broker.values import Message, SubOptions
+from broker.values import ATOM_CLIENT, COMPOSITE_PREFIX, Message, SubOptions
 
 if TYPE_CHECKING:
     import composite
@@ -97,10 +97,9 @@ __all__ = [
     "split_composite",
 ]
 
-#: the filter prefix of a composite subscription (and the topic of its events)
-COMPOSITE_PREFIX = "$composite/"
-#: the index client id prefix of atoms (U+0000 is refused in MQTT client ids)
-ATOM_CLIENT = "\x00composite/"
+# COMPOSITE_PREFIX, the filter prefix of a composite subscription (and the topic of its
+# events), and ATOM_CLIENT, the index client id prefix of atoms, live in broker.values: the
+# core tests them without importing this module (issue 42 item 1)
 T = TypeVar("T")
 
 #: composite subscriptions settled per :meth:`Composites.tick` while a hook observes losses

@@ -444,6 +444,9 @@ class Connection(RareFields):
                 self.pending = []
             self.pending.extend(packets)
             return
+        # a PUBLISH read alone: its fan-out may write as it goes (Core.publish, EARLY_MIN)
+        lone = isinstance(packets, (list, tuple)) and len(packets) == 1 and type(packets[0]) is Publish
+        self.core.lone = lone
         connected = self.state is ConnectionState.CONNECTED
         batch = connected and self.core.router.batching
         quota = self.quota  # publish quota (issue 39, core/_quota.py): None for most clients

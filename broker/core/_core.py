@@ -32,7 +32,6 @@ from broker._logging import LogLimiter, bounded, cut, fields
 from broker.core._backoff import LoginBackoff
 from broker.core._bans import BanList
 from broker.core._clock import Clock
-from broker.core._composite import ATOM_CLIENT, Composites
 from broker.core._connection import NO_ALIASES_IN, NO_ALIASES_OUT, NO_FEEDERS
 from broker.core._conntimers import ConnectionTimers
 from broker.core._deadlines import Deadlines
@@ -46,9 +45,19 @@ from broker.core._router import RELEASE_SLICE, Router, SubscribeLimits
 from broker.core._session import NEVER, ConnectionState, Outgoing, Session, Sink, Stats
 from broker.core._shared import SharedPolicy, Strategy, group_strategies
 from broker.packets import NO_PROPERTIES, PublishTemplate, Pubrel, ReasonCode
-from broker.values import PEER_PREFIX, PUBLISH_SENT, PUBREL_SENT, QUEUED, Message, Route, SubOptions
+from broker.values import (
+    ATOM_CLIENT,
+    PEER_PREFIX,
+    PUBLISH_SENT,
+    PUBREL_SENT,
+    QUEUED,
+    Message,
+    Route,
+    SubOptions,
+)
 
 if TYPE_CHECKING:
+    from broker.core._composite import Composites
     from broker.core._connection import Connection
 
 __all__ = ["LIMIT_LOG_INTERVAL", "Core"]
@@ -58,8 +67,28 @@ log = logging.getLogger("broker")
 LIMIT_LOG_INTERVAL = 10.0
 #: the ``extra`` of a failed hook's log line (``--log-format json``: broker._logging)
 _HOOK_FAILED = fields("hook.failed")
+#: the ``$SYS/broker/composite/...`` counters of a broker whose composite subscriptions were
+#: never made (:attr:`Core.composite`): ``Composites.sys_values`` of a new one
+NO_COMPOSITES_SYS = dict.fromkeys(
+    (
+        "$SYS/broker/composite/subscribers",
+        "$SYS/broker/composite/offers",
+        "$SYS/broker/composite/events",
+        "$SYS/broker/composite/refused",
+        "$SYS/broker/composite/duplicate_atoms",
+        "$SYS/broker/composite/duplicate_events",
+    ),
+    "0",
+)
 #: tolerance of the hung-consumer time against the tick timer (which may fire a hair early)
 TICK_SLACK = 0.001
+#: a fan-out of at least this many deliveries, of a PUBLISH read alone (``Core.lone``) while
+#: no other output waits, starts writing before it is fully encoded: every ``EARLY_CHUNK``
+#: deliveries the connections it made dirty are flushed (each holds this one message, so
+#: nothing is lost to write coalescing); the first receiver's copy leaves after EARLY_CHUNK
+#: encodings instead of all of them (issue 42 item 2: a fleet's heaviest message)
+EARLY_MIN = 128
+EARLY_CHUNK = 64
 
 
 def _taken(conn: Connection) -> int:
@@ -105,6 +134,9 @@ class Core:
         self.conn_timers = ConnectionTimers(cfg.tick_interval)
         self._limits = LogLimiter(LIMIT_LOG_INTERVAL)  # log_limit's lines, per kind
         self.dirty: set[Connection] = set()
+        #: the PUBLISH being handled was its read's only packet (``Connection.received`` sets
+        #: it, :meth:`publish` takes it): its fan-out may write early (``EARLY_MIN``)
+        self.lone = False
         self.stats = Stats()
         self.obs = Observers(hooks)
         #: publish quotas (issue 39; core/_quota.py): None without ``quotas`` rules
@@ -128,8 +160,10 @@ class Core:
         #: more ``/metrics`` counters (broker._metrics): name -> {reason -> count}, exported as
         #: ``siftmq_<name>_total{reason="..."}`` (the cluster's refused datagrams and tokens)
         self.metric_sources: list[Callable[[], dict[str, dict[str, int]]]] = []
-        # composite subscriptions (issue 16): atoms live in the router's index
-        self.composite = Composites(self)
+        #: composite subscriptions (issue 16; atoms live in the router's index): None until
+        #: the first use of :attr:`composite` (a composite subscription, a store's saver, the
+        #: cluster), so that a broker without them never imports their modules (issue 42 item 1)
+        self.composite_if_made: Composites | None = None
         # flow control (docs/broker.md, "Flow control"): the connection whose PUBLISH is
         # being routed (the one to pause when a receiver is over its high-water mark), the
         # receivers over their mark, and the paused publishers to resume at the next flush
@@ -183,13 +217,27 @@ class Core:
         #: no adapter, an awaitable verdict refuses the CONNECT
         self.await_check: Callable[[Awaitable[bool | None], Callable[[object], None]], None] | None = None
 
+    @property
+    def composite(self) -> Composites:
+        """The composite subscriptions (core/_composite.py), made and their module imported at
+        the first use: a None check at a composite SUBSCRIBE or UNSUBSCRIBE, never on PUBLISH
+        (a publication reaches them only through an atom's route, which exists only once they
+        were made). O(1)."""
+        comp = self.composite_if_made
+        if comp is None:
+            from broker.core._composite import Composites
+
+            comp = self.composite_if_made = Composites(self)
+        return comp
+
     # ------------------------------------------------------------ hooks
     def observe(self, hooks: Iterable[CoreHooks]) -> None:
         """The registered hooks changed (``Broker.add_hook``): split them again.  Called from
         the adapter between events (never inside a fan-out); a CONNECT waiting for a hook's
         verdict goes on with the hooks after that one (core/_connect.py). O(hooks)."""
         self.obs = Observers(hooks)
-        self.composite._observe()
+        if self.composite_if_made is not None:
+            self.composite_if_made._observe()
 
     def _call(self, hooks: list[CoreHooks], name: str, *args: object) -> None:
         for h in hooks:
@@ -361,7 +409,10 @@ class Core:
             self.queue_bounds[session.client_id].release(self)  # its paced publishers
         session.qos2_received.clear()
         self.journal.ended(session)
-        had += self.composite.drop_client(cid, session.expires_at is not None and session.expires_at <= now)
+        comp = self.composite_if_made
+        if comp is not None:
+            expired = session.expires_at is not None and session.expires_at <= now
+            had += comp.drop_client(cid, expired)
         if had:
             self.subscription_changed(cid, SubscriptionAction.SESSION_END, None, None, None, 0)
 
@@ -401,7 +452,7 @@ class Core:
         )
 
     # ------------------------------------------------------------ publish / deliver
-    def publish(
+    def publish(  # noqa: PLR0912 (hot path: one frame per routed message)
         self, msg: Message, now: float, routes: list[Route] | None = None, internal: bool = False
     ) -> int:
         """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
@@ -430,6 +481,10 @@ class Core:
         may_receive = self.may_receive if obs.authorize else None
         atoms: list[int] | None = None  # composite atoms matched (routes without a session)
         gone = 0  # routes to departed clients whose entries still wait (Router.depart)
+        # a big fan-out of a lone PUBLISH with no other output waiting writes as it goes
+        early = self.lone and len(routes) >= EARLY_MIN and not self.dirty and self.deferred is None
+        self.lone = False
+        due = EARLY_CHUNK
         for r in routes:
             s = sessions.get(r.client_id)
             if s is not None:
@@ -442,6 +497,11 @@ class Core:
                 atoms.extend(r.subscription_ids)
             else:
                 gone += 1
+            if early:
+                due -= 1
+                if due == 0:
+                    due = EARLY_CHUNK
+                    self.flush_written()
         if internal:
             self.stats.messages_internal += 1
         else:
@@ -802,7 +862,8 @@ class Core:
         self.check_flow(now)
         if self.quotas is not None:
             self.quotas.tick(now)  # publishers whose quota refilled read again
-        self.composite.tick()  # composite losses in idle subscriptions, when observed
+        if self.composite_if_made is not None:
+            self.composite_if_made.tick()  # composite losses in idle subscriptions, when observed
         if self.router.releasing:
             self.router.settle_selectors(settle)  # released selectors leave the engine, a slice a tick
         if self._next_sys is not None and now >= self._next_sys:
@@ -811,6 +872,8 @@ class Core:
 
     def sys_values(self, now: float) -> dict[str, str]:
         st = self.stats
+        comp = self.composite_if_made
+        composites = NO_COMPOSITES_SYS if comp is None else comp.sys_values()
         return {
             "$SYS/broker/version": "siftmq",
             "$SYS/broker/uptime": str(int(now - self.started)),
@@ -863,7 +926,7 @@ class Core:
             "$SYS/broker/subscriptions/refused/reserved": str(st.refused_reserved_subscribe),
             "$SYS/broker/connections/refused/not_peer": str(st.refused_non_peer),
             "$SYS/broker/connections/refused/reserved_client_id": str(st.refused_reserved_client_id),
-            **self.composite.sys_values(),
+            **composites,
             **{k: v for source in self.sys_sources for k, v in source().items()},
         }
 
@@ -941,6 +1004,24 @@ class Core:
                 except BaseException:
                     dirty.update(batch[i + 1 :])  # as before: the rest stay dirty
                     raise
+
+    def flush_written(self) -> None:
+        """Hand the pending output of the dirty connections to their transports now, in the
+        middle of a fan-out (:data:`EARLY_MIN`): neither the paused publishers' packets (they
+        wait for :meth:`flush`, after the packet being handled) nor a close (a connection
+        closing stays dirty for :meth:`flush`). O(dirty connections)."""
+        dirty = self.dirty
+        batch = list(dirty)
+        dirty.clear()
+        for i, conn in enumerate(batch):
+            if conn.close_requested:
+                dirty.add(conn)
+                continue
+            try:
+                conn.flush()
+            except BaseException:
+                dirty.update(batch[i + 1 :])  # as in flush: the rest stay dirty
+                raise
 
     def shutdown(self, now: float) -> None:
         """Graceful stop: every connection is closed (v5: DISCONNECT 0x8B) and detached.

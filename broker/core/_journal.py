@@ -18,6 +18,10 @@ persisted sessions may leave earlier: when every one of those deliveries is ackn
 (a crash before the commit loses rows that would have been deleted anyway; one after it
 redelivers a message that was acknowledged, as QoS 1 allows).
 :meth:`Journal.restore` rebuilds the core's state at start.
+
+The store's records (:mod:`broker.durability`) are imported by the methods that write or
+replay them, reached only with a store: a broker without one never loads the store's modules
+(issue 42 item 1; one module attribute lookup per record written, beside the row's encoding).
 """
 
 from __future__ import annotations
@@ -29,21 +33,13 @@ from typing import TYPE_CHECKING
 
 import content
 from broker.core._session import AckWaiter, ConnectionState, Outgoing, Session
-from broker.durability import (
-    EntryRecord,
-    LoadedState,
-    MessageRecord,
-    SessionRecord,
-    Store,
-    message_record,
-    replay_entries,
-)
 from broker.packets import Connack, Packet, ReasonCode
 from broker.values import QUEUED, Message
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection
     from broker.core._core import Core
+    from broker.durability import LoadedState, MessageRecord, SessionRecord, Store
 
 __all__ = ["Journal"]
 
@@ -99,6 +95,8 @@ class Journal:
 
     # ------------------------------------------------------------ session rows
     def _record(self, s: Session, now: float, wall: float) -> SessionRecord:
+        from broker.durability import SessionRecord  # with a store only (issue 42 item 1)
+
         due = None if s.will_due is None else wall + (s.will_due - now)
         disconnected = None if s.conn is not None else wall
         user = s.verified_username  # the store keeps verified names only
@@ -166,6 +164,8 @@ class Journal:
     def entries(self, s: Session) -> None:
         """The client's entry list changed (SUBSCRIBE / UNSUBSCRIBE): rewrite it."""
         if s.persisted and self.store is not None:
+            from broker.durability import EntryRecord
+
             entries = self.core.router.index.entries(s.client_id)
             self.store.put_entries(s.client_id, [EntryRecord(e.topic_filter, e.options) for e in entries])
 
@@ -175,6 +175,8 @@ class Journal:
         reached (``Core.publish``, the admin API, a cluster's retained register). O(levels)."""
         self.core.router.store_retained(msg)
         if self.store is not None and not msg.topic.startswith("$SYS/"):
+            from broker.durability import message_record
+
             self.store.set_retained(message_record(msg, now))
 
     # ------------------------------------------------------------ outgoing QoS 1/2 messages
@@ -440,6 +442,8 @@ class Journal:
     ) -> None:
         """One stored session back in the core: lean (shared empty containers) unless it has
         content filters, messages or QoS 2 ids (``Session.materialize``)."""
+        from broker.durability import replay_entries
+
         core = self.core
         router = core.router
         qos2_in = st.qos2_in

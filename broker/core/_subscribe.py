@@ -18,11 +18,10 @@ import dataclasses
 from functools import partial
 from typing import TYPE_CHECKING
 
-from broker.core._composite import COMPOSITE_PREFIX
 from broker.core._hooks import SubscriptionAction
 from broker.core._internal import internal_filter
 from broker.packets import NO_PROPERTIES, Properties, ReasonCode, Suback, Subscribe, Unsuback, Unsubscribe
-from broker.values import SHARE_PREFIX, Message
+from broker.values import COMPOSITE_PREFIX, SHARE_PREFIX, Message
 
 if TYPE_CHECKING:
     from broker.core._connection import Connection

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from broker.values._flow import NEVER, PUBLISH_SENT, PUBREL_SENT, QUEUED, MessageState
 from broker.values._message import (
+    ATOM_CLIENT,
+    COMPOSITE_PREFIX,
     FILTER_PREFIX,
     INTERNAL_CLIENT_PREFIXES,
     INTERNAL_PREFIXES,
@@ -30,6 +32,8 @@ from broker.values._message import (
 )
 
 __all__ = [
+    "ATOM_CLIENT",
+    "COMPOSITE_PREFIX",
     "FILTER_PREFIX",
     "INTERNAL_CLIENT_PREFIXES",
     "INTERNAL_PREFIXES",

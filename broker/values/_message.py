@@ -18,6 +18,8 @@ from broker.packets import NO_PROPERTIES, Properties
 from broker.protocol import Record
 
 __all__ = [
+    "ATOM_CLIENT",
+    "COMPOSITE_PREFIX",
     "FILTER_PREFIX",
     "INTERNAL_CLIENT_PREFIXES",
     "INTERNAL_PREFIXES",
@@ -48,6 +50,13 @@ RESERVED_PREFIXES: Final = ("$SYS", "$share/", *INTERNAL_PREFIXES)
 INTERNAL_CLIENT_PREFIXES: Final = ("$local/", "$cluster-in/")
 #: siftmq's 3.1.1 content filter: ``$filter/<selector>/<filter>`` (docs/reference.md)
 FILTER_PREFIX: Final = "$filter/"
+#: a composite subscription's filter prefix and the topic prefix of its events (issue 16,
+#: broker.core._composite); here, not there, so that the core tells one apart without
+#: importing the composite modules (made at the first such subscription, issue 42 item 1)
+COMPOSITE_PREFIX: Final = "$composite/"
+#: the index client id prefix of a composite subscription's atoms (U+0000 is refused in MQTT
+#: client ids, so no client can take it)
+ATOM_CLIENT: Final = "\x00composite/"
 
 
 def split_share(topic_filter: str) -> tuple[str, str] | None:

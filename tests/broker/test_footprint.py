@@ -21,6 +21,7 @@ and check that TLS still works once ``ssl`` comes late, on both event loops.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import re
@@ -246,6 +247,12 @@ LIGHT_DEFERRED = frozenset(
         "zlib",
         # the uplink's [[bridges]] schema: with --config
         "uplink._config",
+        # session 18: the composite subscriptions' broker side, made at the first one
+        # (Core.composite), and the store's modules, imported with a store
+        *("broker.core._composite", "broker.core._composite_log", "broker.core._atom_ids"),
+        *("broker.durability._records", "broker.durability._store", "broker.durability._schema"),
+        # the loop's executor (a thread): only to read a bans file that exists
+        "concurrent.futures.thread",
     }
 )
 
@@ -287,6 +294,79 @@ def test_light_serve_defers_the_heavy_standard_modules(tmp_path: Path) -> None:
     assert {"uplink._plugin", "cluster._plugin", "bridge._plugin"} <= modules
     assert not modules & {"uplink._bridge", "uplink._hook", "paho", "kademlia"}, sorted(modules)
     assert "email" not in {m.split(".")[0] for m in modules}
+
+
+#: what a light broker makes only at its first composite subscription (``Core.composite``) or
+#: with a store (session 18: ~0.5 MB of its idle 25 MB with the store's records)
+MADE_LATE = frozenset(
+    {
+        "broker.core._composite",
+        "broker.core._composite_log",
+        "broker.core._atom_ids",
+        "composite",
+        "broker.durability._records",
+        "broker.durability._store",
+        "broker.durability._schema",
+    }
+)
+
+
+def test_light_serve_makes_composites_and_store_modules_late(tmp_path: Path) -> None:
+    """A light broker that served a subscriber (QoS 1 round trip) imported none of
+    :data:`MADE_LATE`; one whose client then makes a composite subscription (the first on a
+    broker started without any) gets its event, and only then has the composite modules (on
+    main the core built its composite subscriptions and imported the store's records at
+    start)."""
+    (tmp_path / "plain").mkdir()
+    plain = _served_modules(tmp_path / "plain", "--no-bridge", "--no-persistence", during=_round_trip)
+    assert "broker._broker" in plain
+    assert not plain & MADE_LATE, sorted(plain & MADE_LATE)
+    (tmp_path / "composite").mkdir()
+    late = _served_modules(
+        tmp_path / "composite", "--no-bridge", "--no-persistence", during=_composite_round_trip
+    )
+    assert {"broker.core._composite", "composite"} <= late
+    assert not late & {"broker.durability._records", "broker.durability._store"}, sorted(late)
+
+
+def _composite_round_trip(s: Serve) -> None:
+    """A paho client subscribes ``$composite/pair/fp/a & fp/b`` (QoS 1) on a broker that has
+    no composite subscription, publishes ``fp/a`` and ``fp/b``, and gets the event."""
+    got: queue.Queue[paho.MQTTMessage] = queue.Queue()
+    subscribed = threading.Event()
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="fp-composite")
+    c.on_message = lambda _c, _u, m: got.put(m)
+    c.on_subscribe = lambda _c, _u, _m, codes, _p: subscribed.set()
+    c.connect("127.0.0.1", s.port("tcp", DEADLINE))
+    c.loop_start()
+    try:
+        c.subscribe("$composite/pair/fp/a & fp/b", qos=1)
+        assert subscribed.wait(DEADLINE)
+        c.publish("fp/a", b"1", qos=1).wait_for_publish(DEADLINE)
+        c.publish("fp/b", b"2", qos=1).wait_for_publish(DEADLINE)
+        m = got.get(timeout=DEADLINE)
+        assert m.topic == "$composite/pair"
+        doc = json.loads(m.payload)
+        assert doc["expression"] == "fp/a & fp/b"
+        assert sorted(p["topic"] for p in doc["components"]) == ["fp/a", "fp/b"]
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_composite_sys_values_before_the_first_composite_subscription() -> None:
+    """``$SYS/broker/composite/...`` of a core that never made its composite subscriptions
+    are the counters of new ones: the same topics, zero (``NO_COMPOSITES_SYS``)."""
+    from broker._config import BrokerConfig
+    from broker.core import Core
+
+    core = Core(BrokerConfig(sys_interval=0))
+    before = {k: v for k, v in core.sys_values(0.0).items() if "/composite/" in k}
+    assert core.composite_if_made is None  # reading $SYS made nothing
+    made = core.composite
+    assert core.composite_if_made is made and core.composite is made
+    assert before == made.sys_values() == dict.fromkeys(made.sys_values(), "0")
+    assert len(before) == 6
 
 
 def _tls_round_trip(certs: Certs) -> Callable[[Serve], None]:
