@@ -83,8 +83,10 @@ how the subscribers leave (DISCONNECT then close; close alone: the will path; ab
 per connection.  ``--probe-teardown`` runs the real broker (``Broker``, uvloop) in this
 process and one subscriber process, and times every callback of the teardown from inside
 (``probe_teardown``): the loop's longest stall (a 1-ms timer's lateness), the poller's reads,
-the ``connection_lost`` calls, the ticks, the collector (``--probe-collect``: a full
-collection first, which makes the broker freeze the heap).  Per row also ``heaviest`` (the three
+the ``connection_lost`` calls, the held departures handled (``drain``), the ticks, the
+collector (``--probe-collect``: a full collection first, which makes the broker freeze the
+heap), and a live client's PINGREQ round trips over the teardown (``ping``: ``pinger_main``
+in its own process, end to end).  Per row also ``heaviest`` (the three
 messages with the most useful deliveries: first and last arrival, microseconds per delivery
 between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
 latency at the read, before the client's parsing, ``json.loads`` and predicate).
@@ -1379,7 +1381,10 @@ def probe_teardown(
     (``gc.callbacks``); a 1-ms timer on the same loop gives the longest loop stall as a
     client would see it. Per connection: the broker's CPU (``time.process_time``, this
     process: the driver only waits) from the leave until every session, selector and
-    connection is gone, divided by ``connections``. With ``--profile DIR`` the teardown is
+    connection is gone, divided by ``connections``. A live client (``pinger_main``, its own
+    process) pings every 5 ms from 0.2 s before the leave: ``ping`` holds its round trips
+    sent from the leave until the fleet is gone (the longest, when it was sent, the p99) and
+    the longest before the leave. With ``--profile DIR`` the teardown is
     sampled (``--profile-with``; the sampler's pauses then lengthen the stalls)."""
     import broker._broker as broker_mod
     from broker import Broker
@@ -1387,7 +1392,7 @@ def probe_teardown(
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    timed: dict[str, list[float]] = {"read": [], "lost": [], "tick": [], "gc": []}
+    timed: dict[str, list[float]] = {"read": [], "drain": [], "lost": [], "tick": [], "gc": []}
 
     on = [False]  # timing the teardown
 
@@ -1414,11 +1419,14 @@ def probe_teardown(
             timed["gc"].append(time.perf_counter() - gc_start[0])
 
     originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
+    drain = getattr(_lean.Poller, "_drain", None)  # held departures (since session 18)
 
     # patched before the broker starts: the poller registers its bound ``_ready`` at start
     _lean.Poller._ready = timing("read", originals[0])  # type: ignore[method-assign]
     _lean.LeanProtocol._call_connection_lost = timing("lost", originals[1])  # type: ignore[method-assign]
     broker_mod.Broker._tick = timing("tick", originals[2])  # type: ignore[method-assign]
+    if drain is not None:
+        _lean.Poller._drain = timing("drain", drain)  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
 
     async def run() -> dict[str, Any]:
@@ -1431,6 +1439,12 @@ def probe_teardown(
             proc.start()
             ready = await loop.run_in_executor(None, a.recv)
             setup_sessions = len(b.core.sessions)
+            # a live client over the teardown: a PINGREQ every 5 ms (pinger_main, its own
+            # process at nice -10), its round trips from the leave until the fleet is gone
+            pq, pw = ctx.Pipe()
+            pinger = ctx.Process(target=pinger_main, args=(pw, b.port, None), daemon=True)
+            pinger.start()
+            await loop.run_in_executor(None, pq.recv)  # "ready"
             a.send("warm")
             await loop.run_in_executor(None, a.recv)  # "warmed"
             a.send("go")
@@ -1450,23 +1464,35 @@ def probe_teardown(
             spy = None if args is None else _profile(os.getpid(), Row(engine, filters), args)
             if spy is not None:
                 await asyncio.sleep(1.0)  # the sampler attached
+            pq.send("go")
+            await asyncio.sleep(0.2)  # the pinger's first round trips, before the leave
             on[0] = True
             try:
                 cpu0 = time.process_time()
                 t0 = time.perf_counter()
+                m0 = time.monotonic()
                 lag(time.perf_counter())
                 a.send("close")
                 res = await loop.run_in_executor(None, a.recv)
-                while b.core.connections or b.core.sessions or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
+                # the fleet gone: its connections (the pinger's is left), sessions, removals
+                while len(b.core.connections) > 1 or len(b.core.sessions) > 1 or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
                     await asyncio.sleep(0.005)
                 elapsed = time.perf_counter() - t0
                 cpu = time.process_time() - cpu0
+                m1 = time.monotonic()
                 done[0] = True
             finally:
                 on[0] = False
                 if spy is not None:
                     _stop(spy)
+            pq.send("stop")
+            pings = await loop.run_in_executor(None, pq.recv)
+            pinger.join(10)
             proc.join(10)
+            # pings sent from the leave until the fleet was gone; the slowest shown with when
+            # it was sent (ms after the leave)
+            over = [(t, rtt) for t, rtt in pings if m0 <= t < m1]
+            worst = max(over, key=lambda p: p[1], default=(m0, float("nan")))
             return {
                 "probe": "teardown",
                 "engine": engine,
@@ -1480,6 +1506,13 @@ def probe_teardown(
                 "broker_cpu_s": round(cpu, 3),
                 "cpu_us_per_connection": round(cpu * 1e6 / max(res.connected, 1), 1),
                 "longest_stall_ms": round(max(stalls, default=0.0) * 1e3, 1),
+                # a live client's PINGREQ -> PINGRESP over the teardown (end to end, its own
+                # process): the longest, when it was sent, the p99 and the pings
+                "ping": {
+                    **_stalls(pings, m0, m1),
+                    "worst_sent_ms": round((worst[0] - m0) * 1e3, 1),
+                    "before_ms": _stalls(pings, m0 - 0.2, m0)["max_ms"],
+                },
                 **{f"{k}_calls": len(v) for k, v in timed.items()},
                 **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
                 **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
@@ -1495,6 +1528,8 @@ def probe_teardown(
     finally:
         gc.callbacks.remove(on_gc)
         _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
+        if drain is not None:
+            _lean.Poller._drain = drain  # type: ignore[method-assign]
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
