@@ -13,9 +13,17 @@ library in the way), uvloop when installed, so the generator is not the cap it w
   ``central/#`` at QoS 1, acknowledging and counting every PUBLISH (``persistent``: a
   persistent session that reconnects every 20 ms while the central is down, for the drain
   measure: a central with persistence on keeps what arrives for it meanwhile).  The parent drives it
-  over a pipe: ``("expect", tag, n, idle)`` starts a measure (payloads beginning with
-  ``tag``), answered by :class:`Count` once ``n`` distinct payloads arrived or nothing new
-  arrived for ``idle`` seconds.
+  over a pipe with :func:`expect`: ``("expect", tag, n, idle)`` starts a measure (payloads
+  beginning with ``tag``), answered at once by ``("armed", tag)`` and later by :class:`Count`
+  once ``n`` distinct payloads arrived or nothing new arrived for ``idle`` seconds.
+
+The ``armed`` answer is what makes the count exact: the counter reads its pipe in the same
+event loop as its socket, and a PUBLISH read before it took the ``expect`` in is acknowledged
+but not counted (its tag is not yet the measure's).  A parent that started its publishers right
+after sending ``expect`` lost the race whenever the counter's thread or process was slow to be
+scheduled: under load, the first 20 of 600 acknowledged messages arrived, were PUBACKed and were
+ignored (the broker had delivered all 600, no drop counted).  :func:`expect` returns only once
+the counter is armed, so everything published after it is counted.
 
 Both sides cost O(1) per message (a dict insert at the counter); each reports its CPU
 seconds so the benchmark can show the generator's load beside the brokers'.
@@ -44,7 +52,7 @@ from _storm_client import (
 
 from broker.packets import Connack, Decoder
 
-__all__ = ["Count", "Sent", "counter_main", "publish_slice"]
+__all__ = ["Count", "Sent", "counter_main", "expect", "publish_slice"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +230,7 @@ async def _count(port: int, pipe: Connection, persistent: bool = False) -> None:
             wake.clear()
             c0 = time.process_time()
             state.update(tag=tag.encode(), n=n, first=0.0, last=0.0, dups=0)
+            pipe.send(("armed", tag))  # from here on, every PUBLISH tagged ``tag`` is counted
             while len(seen) < n:
                 before = len(seen)
                 try:
@@ -232,6 +241,18 @@ async def _count(port: int, pipe: Connection, persistent: bool = False) -> None:
             pipe.send(
                 Count(len(seen), state["dups"], state["last"], time.process_time() - c0, state["first"])
             )
+
+
+def expect(pipe: Connection, tag: str, n: int, idle: float, timeout: float = 30.0) -> None:
+    """Start a measure at the counter behind ``pipe`` (``n`` distinct payloads beginning with
+    ``tag``, or ``idle`` seconds without a new one) and return once the counter is armed: start
+    the publishers only after this returns.  Its :class:`Count` is the pipe's next message."""
+    pipe.send(("expect", tag, n, idle))
+    if not pipe.poll(timeout):
+        raise RuntimeError(f"the counter did not start the measure {tag!r} within {timeout} s")
+    reply = pipe.recv()
+    if reply != ("armed", tag):
+        raise RuntimeError(f"the counter answered {reply!r} to the measure {tag!r}")
 
 
 def _same(proto: _Proto) -> _Proto:

@@ -83,8 +83,10 @@ how the subscribers leave (DISCONNECT then close; close alone: the will path; ab
 per connection.  ``--probe-teardown`` runs the real broker (``Broker``, uvloop) in this
 process and one subscriber process, and times every callback of the teardown from inside
 (``probe_teardown``): the loop's longest stall (a 1-ms timer's lateness), the poller's reads,
-the ``connection_lost`` calls, the ticks, the collector (``--probe-collect``: a full
-collection first, which makes the broker freeze the heap).  Per row also ``heaviest`` (the three
+the ``connection_lost`` calls, the held departures handled (``drain``), the ticks, the
+collector (``--probe-collect``: a full collection first, which makes the broker freeze the
+heap), and a live client's PINGREQ round trips over the teardown (``ping``: ``pinger_main``
+in its own process, end to end).  Per row also ``heaviest`` (the three
 messages with the most useful deliveries: first and last arrival, microseconds per delivery
 between them: the 10k p99 is their fan-out) and ``arrival_p50_ms`` / ``arrival_p99_ms`` (the
 latency at the read, before the client's parsing, ``json.loads`` and predicate).
@@ -1155,6 +1157,217 @@ def probe_core(engine: str, filters: int, connections: int, messages: int = 60) 
     }
 
 
+def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[str, Any]:
+    """``--probe-fanout``: where a stream message's deliveries wait, timed inside the real
+    broker. The broker (:class:`broker.Broker`, uvloop, the installed build, no store) runs in
+    this process on CPU 0, the row's subscribers (one ``worker_main`` process) and the
+    publisher (``publisher_main``) on CPU 1, as in a row. For every read of the publisher's
+    connection (one stream message each at this rate) the probe records, with
+    ``time.perf_counter`` and the message's ``ts``: the wait from its publication to the
+    broker's read (``read_ms``), from the read to the first write to a subscriber (``route``,
+    every delivery routed, encoded and queued: the core does all of it before the flush),
+    from the first to the last write (the flush: one ``LeanProtocol.write`` per receiving
+    connection), the time inside those writes (``sock.send`` and ``LeanProtocol.write``
+    itself), and the collector's runs in that read. Then the same messages are routed once
+    more by ``Router.route`` alone (the routing's share of the first interval). Per row:
+    the three heaviest messages, and medians over the messages with at least 100 deliveries of
+    the microseconds per delivery before the first write and between first and last write."""
+    import statistics
+
+    from broker import Broker
+    from broker.net import _lean, _transport
+    from broker.values import Message
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.pin:
+        os.sched_setaffinity(0, {0})
+    on = [False]
+    cur: list[dict[str, Any] | None] = [None]  # the publisher read being handled
+    reads: list[dict[str, Any]] = []
+    orig_feed = _transport.MQTTProtocol._feed
+    orig_write = _lean.LeanProtocol.write
+    perf = time.perf_counter
+
+    def feed(self: Any, data: bytes) -> None:
+        conn = self.conn
+        if not on[0] or conn is None or conn.client_id != "publisher":
+            orig_feed(self, data)
+            return
+        t_ns = time.time_ns()
+        t = perf()
+        i = data.find(b'"seq":')
+        j = data.find(b'"ts":')
+        rec: dict[str, Any] = {
+            "seq": int(data[i + 6 : data.index(b",", i)]) if i >= 0 else None,
+            "read_ms": (t_ns - int(data[j + 5 : data.index(b"}", j)])) / 1e6 if j >= 0 else None,
+            "t": t,
+            "writes": 0,
+            "first": None,
+            "last": None,
+            "in_write": 0.0,
+            "gc": 0,
+            "gc_s": 0.0,
+            "payload": data,
+        }
+        cur[0] = rec
+        try:
+            orig_feed(self, data)
+        finally:
+            rec["end"] = perf()
+            cur[0] = None
+            reads.append(rec)
+
+    def write(self: Any, data: Any) -> None:
+        rec = cur[0]
+        if rec is None:
+            orig_write(self, data)
+            return
+        t = perf()
+        if rec["first"] is None:
+            rec["first"] = t
+        orig_write(self, data)
+        t1 = perf()
+        rec["last"] = t1
+        rec["in_write"] += t1 - t
+        rec["writes"] += 1
+
+    gc_t = [0.0]
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        rec = cur[0]
+        if rec is None:
+            return
+        if phase == "start":
+            gc_t[0] = perf()
+        else:
+            rec["gc"] += 1
+            rec["gc_s"] += perf() - gc_t[0]
+
+    _transport.MQTTProtocol._feed = feed  # type: ignore[method-assign]
+    _lean.LeanProtocol.write = write  # type: ignore[method-assign]
+    gc.callbacks.append(on_gc)
+    nmax = int(args.rate * args.duration) + 2
+    pin = 1 if args.pin else None
+
+    async def run() -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        ctx = mp.get_context("spawn")
+
+        async def recv(c: Connection) -> Any:
+            return await loop.run_in_executor(None, c.recv)
+
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, content_engine=engine) as b:
+            plan = WorkerPlan(b.port, list(range(args.connections)), filters, False, nmax, pin=pin)
+            a, w = ctx.Pipe()
+            proc = ctx.Process(target=worker_main, args=(w, plan), daemon=True)
+            proc.start()
+            await recv(a)  # ready
+            pa, pb = ctx.Pipe()
+            pub = ctx.Process(
+                target=publisher_main,
+                args=(pb, b.port, args.rate, args.duration, 0, args.warmup, pin),
+                daemon=True,
+            )
+            pub.start()
+            assert await recv(pa) == "ready"
+            pa.send("warm")
+            assert await recv(pa) == "warmed"
+            a.send("warm")
+            await recv(a)  # warmed
+            on[0] = True
+            a.send("go")
+            pa.send("go")
+            published, _acked, _cpu = await recv(pa)
+            a.send(("stop", published))
+            await recv(a)  # drained
+            on[0] = False
+            router = b.core.router  # the same messages routed again, the subscribers still there
+            again = []
+            for rec in reads:
+                if rec["seq"] is None:
+                    continue
+                body = rec["payload"]
+                msg = Message(TOPIC, bytes(body[body.index(b"{") :]), 0, False)
+                t = time.process_time()
+                n = len(router.route(msg))
+                again.append((rec["seq"], n, time.process_time() - t))
+            a.send("close")
+            res: WorkerResult = await recv(a)
+            proc.join(10)
+            pub.join(10)
+            return {"res": res, "again": again}
+
+    try:
+        try:
+            import uvloop
+
+            out = uvloop.run(run())
+        except ImportError:
+            out = asyncio.run(run())
+    finally:
+        gc.callbacks.remove(on_gc)
+        _transport.MQTTProtocol._feed = orig_feed  # type: ignore[method-assign]
+        _lean.LeanProtocol.write = orig_write  # type: ignore[method-assign]
+    route_s = {seq: (n, s) for seq, n, s in out["again"]}
+    msgs = []
+    for rec in reads:
+        if rec["seq"] is None or rec["first"] is None:
+            continue
+        n = rec["writes"]
+        before = (rec["first"] - rec["t"]) * 1e3
+        sends = (rec["last"] - rec["first"]) * 1e3
+        routes, route_cpu = route_s.get(rec["seq"], (0, 0.0))
+        msgs.append(
+            {
+                "seq": rec["seq"],
+                "deliveries": n,
+                "read_ms": round(rec["read_ms"], 2),
+                "to_first_write_ms": round(before, 2),
+                "route_again_ms": round(route_cpu * 1e3, 2),
+                "flush_ms": round(sends, 2),
+                "in_write_ms": round(rec["in_write"] * 1e3, 2),
+                "gc": rec["gc"],
+                "gc_ms": round(rec["gc_s"] * 1e3, 2),
+                "before_us_per_delivery": round(before * 1e3 / n, 2),
+                "route_us_per_delivery": round(route_cpu * 1e6 / max(routes, 1), 2),
+                "flush_us_per_delivery": round(sends * 1e3 / max(n - 1, 1), 2),
+                "write_us_per_delivery": round(rec["in_write"] * 1e6 / n, 2),
+            }
+        )
+    big = [m for m in msgs if m["deliveries"] >= 100]
+
+    def med(key: str) -> float:
+        return round(statistics.median([m[key] for m in big]), 2) if big else float("nan")
+
+    res = out["res"]
+    lat = res.latencies_ms
+    return {
+        "probe": "fanout",
+        "engine": engine,
+        "filters_per_connection": filters,
+        "connections": res.connected,
+        "useful": res.useful,
+        "expected": res.expected,
+        "p50_ms": round(_pct(lat, 0.5), 2),
+        "p99_ms": round(_pct(lat, 0.99), 2),
+        "client_cpu_us_per_useful": round(res.cpu_s * 1e6 / max(res.useful, 1), 2),
+        "messages_100plus": len(big),
+        **{
+            f"median_{k}": med(k)
+            for k in (
+                "read_ms",
+                "before_us_per_delivery",
+                "route_us_per_delivery",
+                "flush_us_per_delivery",
+                "write_us_per_delivery",
+            )
+        },
+        "heaviest": sorted(msgs, key=lambda m: -m["deliveries"])[:3],
+        "heaviest_arrivals": _heaviest([res], 3),
+    }
+
+
 def probe_teardown(
     engine: str, filters: int, connections: int, leave: str, args: argparse.Namespace | None = None
 ) -> dict[str, Any]:
@@ -1168,7 +1381,10 @@ def probe_teardown(
     (``gc.callbacks``); a 1-ms timer on the same loop gives the longest loop stall as a
     client would see it. Per connection: the broker's CPU (``time.process_time``, this
     process: the driver only waits) from the leave until every session, selector and
-    connection is gone, divided by ``connections``. With ``--profile DIR`` the teardown is
+    connection is gone, divided by ``connections``. A live client (``pinger_main``, its own
+    process) pings every 5 ms from 0.2 s before the leave: ``ping`` holds its round trips
+    sent from the leave until the fleet is gone (the longest, when it was sent, the p99) and
+    the longest before the leave. With ``--profile DIR`` the teardown is
     sampled (``--profile-with``; the sampler's pauses then lengthen the stalls)."""
     import broker._broker as broker_mod
     from broker import Broker
@@ -1176,7 +1392,7 @@ def probe_teardown(
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    timed: dict[str, list[float]] = {"read": [], "lost": [], "tick": [], "gc": []}
+    timed: dict[str, list[float]] = {"read": [], "drain": [], "lost": [], "tick": [], "gc": []}
 
     on = [False]  # timing the teardown
 
@@ -1203,11 +1419,14 @@ def probe_teardown(
             timed["gc"].append(time.perf_counter() - gc_start[0])
 
     originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
+    drain = getattr(_lean.Poller, "_drain", None)  # held departures (since session 18)
 
     # patched before the broker starts: the poller registers its bound ``_ready`` at start
     _lean.Poller._ready = timing("read", originals[0])  # type: ignore[method-assign]
     _lean.LeanProtocol._call_connection_lost = timing("lost", originals[1])  # type: ignore[method-assign]
     broker_mod.Broker._tick = timing("tick", originals[2])  # type: ignore[method-assign]
+    if drain is not None:
+        _lean.Poller._drain = timing("drain", drain)  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
 
     async def run() -> dict[str, Any]:
@@ -1220,6 +1439,12 @@ def probe_teardown(
             proc.start()
             ready = await loop.run_in_executor(None, a.recv)
             setup_sessions = len(b.core.sessions)
+            # a live client over the teardown: a PINGREQ every 5 ms (pinger_main, its own
+            # process at nice -10), its round trips from the leave until the fleet is gone
+            pq, pw = ctx.Pipe()
+            pinger = ctx.Process(target=pinger_main, args=(pw, b.port, None), daemon=True)
+            pinger.start()
+            await loop.run_in_executor(None, pq.recv)  # "ready"
             a.send("warm")
             await loop.run_in_executor(None, a.recv)  # "warmed"
             a.send("go")
@@ -1239,23 +1464,35 @@ def probe_teardown(
             spy = None if args is None else _profile(os.getpid(), Row(engine, filters), args)
             if spy is not None:
                 await asyncio.sleep(1.0)  # the sampler attached
+            pq.send("go")
+            await asyncio.sleep(0.2)  # the pinger's first round trips, before the leave
             on[0] = True
             try:
                 cpu0 = time.process_time()
                 t0 = time.perf_counter()
+                m0 = time.monotonic()
                 lag(time.perf_counter())
                 a.send("close")
                 res = await loop.run_in_executor(None, a.recv)
-                while b.core.connections or b.core.sessions or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
+                # the fleet gone: its connections (the pinger's is left), sessions, removals
+                while len(b.core.connections) > 1 or len(b.core.sessions) > 1 or b.core.router.releasing:  # noqa: ASYNC110 (broker state, no event)
                     await asyncio.sleep(0.005)
                 elapsed = time.perf_counter() - t0
                 cpu = time.process_time() - cpu0
+                m1 = time.monotonic()
                 done[0] = True
             finally:
                 on[0] = False
                 if spy is not None:
                     _stop(spy)
+            pq.send("stop")
+            pings = await loop.run_in_executor(None, pq.recv)
+            pinger.join(10)
             proc.join(10)
+            # pings sent from the leave until the fleet was gone; the slowest shown with when
+            # it was sent (ms after the leave)
+            over = [(t, rtt) for t, rtt in pings if m0 <= t < m1]
+            worst = max(over, key=lambda p: p[1], default=(m0, float("nan")))
             return {
                 "probe": "teardown",
                 "engine": engine,
@@ -1269,6 +1506,13 @@ def probe_teardown(
                 "broker_cpu_s": round(cpu, 3),
                 "cpu_us_per_connection": round(cpu * 1e6 / max(res.connected, 1), 1),
                 "longest_stall_ms": round(max(stalls, default=0.0) * 1e3, 1),
+                # a live client's PINGREQ -> PINGRESP over the teardown (end to end, its own
+                # process): the longest, when it was sent, the p99 and the pings
+                "ping": {
+                    **_stalls(pings, m0, m1),
+                    "worst_sent_ms": round((worst[0] - m0) * 1e3, 1),
+                    "before_ms": _stalls(pings, m0 - 0.2, m0)["max_ms"],
+                },
                 **{f"{k}_calls": len(v) for k, v in timed.items()},
                 **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
                 **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
@@ -1284,6 +1528,8 @@ def probe_teardown(
     finally:
         gc.callbacks.remove(on_gc)
         _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
+        if drain is not None:
+            _lean.Poller._drain = drain  # type: ignore[method-assign]
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -1368,6 +1614,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--probe-core", action="store_true", help="time the sans-IO core in-process (probe_core)")
     ap.add_argument("--probe", action="store_true", help="only time Router.route in-process (see probe)")
     ap.add_argument(
+        "--probe-fanout",
+        action="store_true",
+        help="time each stream message's fan-out inside the real broker, in-process (probe_fanout)",
+    )
+    ap.add_argument(
         "--probe-teardown",
         action="store_true",
         help="time the real broker's teardown from inside it (probe_teardown)",
@@ -1384,6 +1635,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         for row in parse_rows(args.rows):
             if row.kind != "mosquitto":
                 out.append(probe_teardown(row.kind, row.filters, args.connections, args.leave, args))
+                print(json.dumps(out[-1]), flush=True)
+        return out
+    if args.probe_fanout:
+        out = []
+        for row in parse_rows(args.rows):
+            if row.kind != "mosquitto":
+                out.append(probe_fanout(row.kind, row.filters, args))
                 print(json.dumps(out[-1]), flush=True)
         return out
     if args.probe_core:

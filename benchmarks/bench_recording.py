@@ -1,6 +1,6 @@
 """What recording deliveries for the bridge costs, per publication (issue 27 item 7), in one process.
 
-Two halves, each against a peer measured alternately in the same process:
+Two halves, each against a peer measured alternately in the same process, and the log alone:
 
 * ``loop``: the event-loop side. A ``Core`` fed in-process (no sockets): 10 publishers and 10
   subscribers (MQTT 3.1.1, clean sessions, QoS 1, one topic per pair, the subscribers
@@ -8,6 +8,12 @@ Two halves, each against a peer measured alternately in the same process:
   ``DeliveryLog`` (the bridge's form: the compiled core appends each publication's fields and
   its deliveries to the log's columns; the log is emptied every 50,000 publications as the
   writer would).  Reported: ns per publication for both and the difference.
+* ``log``: the log's own calls for a fan-out of one delivery (``begin``, ``delivered``,
+  ``end``: what the compiled core calls), made from a Python loop, against the same loop
+  calling a no-op, with ``--clients`` publisher/subscriber pairs interleaved (one row each in
+  turn, as a broker's event loop handles its clients' packets; 1: the same pair every row).
+  Reported: ns per publication over the no-op loop (issue 42 item 4b, session 18: the string
+  tables' lookups).
 * ``writer``: the writer thread's side. A round of ``--round`` publications with one delivery
   each, recorded into a ``DeliveryLog``, turned into the two tables (``_fanout_tables``) and
   encoded as the two Parquet files in memory, with the bridge's settings (statistics on the
@@ -18,6 +24,7 @@ Run from a checkout with its own ``.venv`` (``--root`` puts another checkout fir
 path, e.g. the commit before a change, run with that checkout's interpreter):
 
     .venv/bin/python benchmarks/bench_recording.py [--publications 200000] [--round 55000] [--root DIR]
+        [--clients 10] [--parts loop,log,writer]
 
 Times are the CPU time of the measuring thread (``time.thread_time``), so that other processes
 on a shared machine shift them less than wall time would.  Timing only; nothing is asserted.
@@ -117,6 +124,33 @@ def loop_side(m: dict[str, Any], n: int, with_log: bool) -> float:
     return (time.thread_time() - t0) / n * 1e9
 
 
+def log_side(m: dict[str, Any], n: int, clients: int) -> tuple[float, float]:
+    """(ns per publication of the log's calls, of the same loop calling a no-op)."""
+    msgs = [
+        m["Message"](f"sat/{i}", b"x" * 60, 1, False, publisher_id=f"p{i}", message_id=i, received=1.0)
+        for i in range(clients)
+    ]
+    subs = [f"s{i}" for i in range(clients)]
+    filters = [f"sat/{i}" for i in range(clients)]
+
+    def nop(*_a: Any) -> int:
+        return -1
+
+    def run(begin: Any, delivered: Any, end: Any, take: Any) -> float:
+        t0 = time.thread_time()
+        for k in range(n):
+            i = k % clients
+            outer = begin(msgs[i])
+            delivered(subs[i], filters[i], None, 1, False)
+            end(outer, 2.0, 1)
+            if k % 50_000 == 49_999:
+                take()
+        return (time.thread_time() - t0) / n * 1e9
+
+    log = m["DeliveryLog"](10**9, 10**9)
+    return run(log.begin, log.delivered, log.end, log.take), run(nop, nop, nop, nop)
+
+
 def writer_side(m: dict[str, Any], n: int, reps: int, all_statistics: bool) -> tuple[float, float]:
     """(ns per publication to build both tables, ns to encode both Parquet files), best rounds."""
     w, kind, pq = m["_writer"], m["Kind"], m["pq"]
@@ -161,17 +195,26 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--alternations", type=int, default=3)
     ap.add_argument("--root", default=str(ROOT), help="checkout to import siftmq from")
+    ap.add_argument("--clients", type=int, default=10, help="log: interleaved publisher/subscriber pairs")
+    ap.add_argument("--parts", default="loop,log,writer")
     a = ap.parse_args()
     m = _imports(Path(a.root).resolve())
+    parts = a.parts.split(",")
     print(f"siftmq from {a.root}")
-    for _ in range(a.alternations):
+    for _ in range(a.alternations if "log" in parts else 0):
+        logged, nop = log_side(m, a.publications * 5, a.clients)
+        print(
+            f"log:    {a.clients} clients interleaved: {logged - nop:5.0f} ns/publication over the "
+            f"no-op loop ({logged:.0f} / {nop:.0f})"
+        )
+    for _ in range(a.alternations if "loop" in parts else 0):
         base = loop_side(m, a.publications, False)
         logged = loop_side(m, a.publications, True)
         print(
             f"loop:   no hook {base:6.0f} ns/publication, delivery log {logged:6.0f} "
             f"(+{logged - base:.0f} ns)"
         )
-    for _ in range(a.alternations):
+    for _ in range(a.alternations if "writer" in parts else 0):
         b1, e1 = writer_side(m, a.round, a.reps, False)
         b2, e2 = writer_side(m, a.round, a.reps, True)
         print(

@@ -12,6 +12,18 @@ to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sock
   ``--drain`` s without progress). Reported: delivered/s in the window, acknowledged/s,
   delivered as % of acknowledged (unique (pair, sequence) numbers; duplicates apart),
   p50/p99 publish->delivery latency, subscriber disconnects, broker peak RSS (VmHWM).
+  ``--paced-rate N[,M...]`` (issue 42 item 4b): the same clients at a fixed offered rate of
+  ``N`` msg/s in all: each publisher still keeps at most ``--window`` unacknowledged, but never
+  sends ahead of its share of the rate (a 1 ms schedule, :func:`_pace`), so every broker that
+  sustains the rate does the same work, and its CPU per delivered message
+  (``broker_ns_per_delivery``: the broker's CPU in the window, children included, over its
+  deliveries) compares brokers at equal rates, where publisher-paced runs compare each at
+  whatever rate the machine gave it (a broker's cost per message falls as its rate rises:
+  more messages per wake-up).  One run per rate and broker, the rates outermost (the brokers
+  of a rate measured one after the other); ``delivered_pct_of_rate`` says whether the broker
+  held the rate (below ~97 % it was publisher-paced at its own rate, and the comparison at that
+  rate is not a same-rate one).  With ``--markdown`` a summary gives, per rate, each
+  ``<variant>-defaults`` over the ``siftmq-nostore`` of its tree (same ``@tag``).
 * ``open0``: open-loop QoS 0 at ``--overload`` x the broker's own QoS 0 capacity (measured
   first in the same run by publishers writing as fast as their sockets take it; for siftmq
   with ``--ingress-shed-bytes 0``, so that the capacity is its routing maximum, not a rate
@@ -31,6 +43,16 @@ to ``--broker-cpu`` with this generator (one uvloop process, raw MQTT 3.1.1 sock
 
 Usage: ``.venv/bin/python benchmarks/bench_saturation.py [--brokers siftmq,siftmq-defaults,
 mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow,hung] [--out FILE.json] [--markdown]``.
+``siftmq serve`` variants (``VARIANTS``) run from another checkout as ``<variant>@base``
+(``--base-root DIR``) or ``<variant>@TAG`` (``--roots TAG=DIR,...``), each with its own
+``.venv``; the paced figures of any two are comparable in one run.
+
+Same-rate runs (the command of docs/lab/performance-defaults.md, session 18):
+
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_saturation.py --busy 4 \
+        --brokers siftmq-nostore,siftmq-defaults,siftmq-defaults@base,siftmq-nostore@base \
+        --scenarios paced --paced-rate 3000,10000,30000 --duration 20 --threads \
+        --base-root DIR --markdown
 Peers that cannot start are skipped with the reason. Bounded in time; every process it
 starts is stopped; loopback only.
 """
@@ -169,6 +191,7 @@ class Client(asyncio.Protocol):
         self.handled = 0
         self.closed = False
         self.want = 0
+        self.acks = 0  # publisher: PUBACKs received (--paced-rate: its window is sent - acks)
 
     # -- plumbing
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -223,6 +246,7 @@ class Client(asyncio.Protocol):
             elif self.waiter is not None and kind == self.want and not self.waiter.done():
                 self.waiter.set_result(kind)
         if acks:
+            self.acks += acks
             self.tally.acked += acks
             if self.running:
                 self.send(acks)  # publisher-paced: one new PUBLISH per PUBACK
@@ -497,6 +521,23 @@ def _task_delta(
     return out
 
 
+async def _pace(pubs: list[Client], rate: float, window: int) -> None:
+    """Until cancelled (``--paced-rate``): every 1 ms, each publisher sends what its share of
+    ``rate`` (msg/s in all) makes due since the start, at most what keeps its unacknowledged
+    PUBLISHes within ``window`` (so a broker that falls behind is publisher-paced, no faster
+    than its acknowledgements).  What a publisher could not send when due is sent when its
+    window opens (never more than ``window`` at once).  O(publishers) per tick."""
+    per_pub = rate / len(pubs)
+    t0 = time.monotonic()
+    while True:
+        due = int((time.monotonic() - t0) * per_pub)
+        for p in pubs:
+            k = min(due - p.seq, window - (p.seq - p.acks))
+            if k > 0:
+                p.send(k)
+        await asyncio.sleep(0.001)
+
+
 async def run_paced(
     port: int,
     a: argparse.Namespace,
@@ -504,17 +545,20 @@ async def run_paced(
     hung: bool = False,
     cpu: Callable[[], float] | None = None,
     pid: int = 0,
+    rate: float = 0.0,
 ) -> dict[str, object]:
     """``cpu``: the broker's CPU seconds so far, read at the window's start and end (the
     window's CPU of the broker, its threads included, and of this generator are reported).
     ``pid`` (with ``--threads``): the broker's process, whose threads and children are read
-    from ``/proc`` at the window's start and end (:func:`_tasks`)."""
+    from ``/proc`` at the window's start and end (:func:`_tasks`).  ``rate`` > 0: the offered
+    rate in msg/s (``--paced-rate``, :func:`_pace`) instead of a new PUBLISH per PUBACK."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "slow" if slow else "hung" if hung else "paced")
     if slow:
         subs[0].budget = a.slow_rate
         subs[0].window_start = time.monotonic()
     h = await _hung_subscriber(port) if hung else None
-    for p in pubs:
+    pacer = asyncio.create_task(_pace(pubs, rate, a.window)) if rate > 0 else None
+    for p in pubs if pacer is None else ():
         p.running = True
         p.send(a.window)
     await asyncio.sleep(a.warmup)
@@ -540,6 +584,8 @@ async def run_paced(
     slow_window = (_unique(subs[0].seen) - slow_seen0) if slow else 0
     for p in pubs:
         p.running = False
+    if pacer is not None:
+        pacer.cancel()
     if h is not None and h.transport is not None and not h.transport.is_closing():
         h.transport.resume_reading()  # reads what waits, then sees whether it was disconnected
     await _drain(st, a.drain)
@@ -560,7 +606,12 @@ async def run_paced(
         "window_broker_cpu_s": bcpu,
         "window_loadgen_cpu_s": gcpu,
         "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
+        # the same as CPU per delivered message (what --paced-rate compares at equal rates)
+        "broker_ns_per_delivery": bcpu * 1e9 / st.in_window if st.in_window else float("nan"),
     }
+    if rate > 0:
+        res["paced_rate"] = rate
+        res["delivered_pct_of_rate"] = 100.0 * st.in_window / dt / rate
     if tasks1:
         res["threads"] = _task_delta(tasks0, tasks1, st.in_window)
     if slow:
@@ -582,8 +633,11 @@ def _unique(seen: bytearray | None) -> int:
     return 0 if seen is None else seen.count(1)
 
 
-async def run_flood(port: int, a: argparse.Namespace) -> float:
-    """QoS 0 capacity: publishers write whenever their socket buffer is below 1 MiB."""
+async def run_flood(
+    port: int, a: argparse.Namespace, cpu: Callable[[], float] | None = None, out: list[float] | None = None
+) -> float:
+    """QoS 0 capacity: publishers write whenever their socket buffer is below 1 MiB.  ``out``
+    gets its deliveries per broker CPU second (``cpu``, children included) over the 3 s measured."""
     pubs, subs, _pt, st = await _pairs(port, a.pairs, "cap", qos0=True)
     stop = time.monotonic() + a.warmup + 3.0
     t_rec = time.monotonic() + a.warmup
@@ -592,18 +646,24 @@ async def run_flood(port: int, a: argparse.Namespace) -> float:
             st.recording = True
             st.window_start_ns = time.monotonic_ns()
             n0, t0 = st.in_window, time.monotonic()
+            c0 = cpu() if cpu else 0.0
         for p in pubs:
             if p.transport is not None and p.transport.get_write_buffer_size() < 1 << 20:
                 p.send0(2000)
         await asyncio.sleep(0)
     rate = (st.in_window - n0) / (time.monotonic() - t0)
+    if out is not None and cpu is not None:
+        out.append((st.in_window - n0) / max(1e-9, cpu() - c0))
     for c in pubs + subs:
         if c.transport is not None:
             c.transport.close()
     return rate
 
 
-async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[str, object]:
+async def run_open0(
+    port: int, a: argparse.Namespace, capacity: float, cpu: Callable[[], float] | None = None
+) -> dict[str, object]:
+    """``cpu``: the broker's CPU seconds (children included), read at the window's start and end."""
     pubs, subs, pt, st = await _pairs(port, a.pairs, "open", qos0=True)
     rate = a.open_rate or a.overload * capacity
     per_pub = rate / len(pubs)
@@ -616,6 +676,7 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
             st.recording = True
             st.window_start_ns = time.monotonic_ns()
             rec_t0 = now
+            c0 = cpu() if cpu else 0.0
         due = (now - t0) * per_pub
         for i, p in enumerate(pubs):
             k = int(due - sent_by[i])
@@ -625,9 +686,13 @@ async def run_open0(port: int, a: argparse.Namespace, capacity: float) -> dict[s
         await asyncio.sleep(0.001)
     st.recording = False
     dt = time.monotonic() - rec_t0
+    bcpu = (cpu() - c0) if cpu else 0.0
     await _drain(st, a.drain)
     res = {
         "capacity_per_s": capacity,
+        # the window's broker CPU (children included) and the deliveries per CPU second
+        "window_broker_cpu_s": bcpu,
+        "delivered_per_broker_cpu_s": st.in_window / bcpu if bcpu > 0 else float("nan"),
         "offered_per_s": rate,
         "delivered_per_s": st.in_window / dt,
         "delivered_pct_of_capacity": 100.0 * st.in_window / dt / capacity,
@@ -671,18 +736,36 @@ VARIANTS: dict[str, list[str]] = {
     "siftmq-nohung": ["--no-bridge", "--no-persistence", "--hung-consumer-time", "0"],
 }
 
-#: ``--base-root DIR``: another checkout with its own ``.venv`` (e.g. the commit before a change);
-#: a variant named ``<variant>@base`` runs that checkout's ``siftmq serve`` in the same run
-BASE_ROOT: list[Path] = []
+#: variants that differ by their environment (issue 42 item 4b: glibc's malloc thresholds, which
+#: the bridge may fix with ``mallopt`` when it starts, set from the start instead, in the broker
+#: and in its writer process, which inherits them; ``MALLOC_PERTURB_=0`` is glibc's default and
+#: only tells a bridge that leaves an operator's malloc settings alone to leave them)
+VARIANT_ENV: dict[str, tuple[str, dict[str, str]]] = {
+    "siftmq-defaults-m4": (
+        "siftmq-defaults",
+        {"MALLOC_MMAP_THRESHOLD_": str(4 << 20), "MALLOC_TRIM_THRESHOLD_": str(16 << 20)},
+    ),
+    "siftmq-defaults-m0": ("siftmq-defaults", {"MALLOC_PERTURB_": "0"}),
+}
+
+#: ``--base-root DIR`` / ``--roots TAG=DIR,...``: other checkouts, each with its own ``.venv``
+#: (e.g. the commit before a change); a variant named ``<variant>@TAG`` (``@base`` for
+#: ``--base-root``) runs that checkout's ``siftmq serve`` in the same run
+ROOTS: dict[str, Path] = {}
 
 
-def _variant(name: str) -> tuple[Path, list[str]] | None:
-    """(checkout, serve flags) of a `siftmq serve` variant, None for the other brokers."""
-    base = name.endswith("@base")
-    flags = VARIANTS.get(name.removesuffix("@base"))
-    if flags is None or (base and not BASE_ROOT):
+def _variant(name: str) -> tuple[Path, list[str], dict[str, str]] | None:
+    """(checkout, serve flags, environment) of a `siftmq serve` variant, None for the other
+    brokers (or a ``@TAG`` without its checkout)."""
+    variant, _, tag = name.partition("@")
+    root = ROOTS.get(tag) if tag else ROOT
+    env: dict[str, str] = {}
+    if variant in VARIANT_ENV:
+        variant, env = VARIANT_ENV[variant]
+    flags = VARIANTS.get(variant)
+    if flags is None or root is None:
         return None
-    return (BASE_ROOT[0] if base else ROOT), flags
+    return root, flags, env
 
 
 def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
@@ -712,6 +795,7 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
             *extra,
         ],
         cwd=tmp,
+        env={**os.environ, **variant[2]},
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
@@ -729,7 +813,9 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
     raise RuntimeError(f"{name} did not listen")
 
 
-def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subprocess.Popen[bytes] | None:
+def _profile(
+    b: RunningBroker, scenario: str, a: argparse.Namespace, rate: float = 0.0
+) -> subprocess.Popen[bytes] | None:
     """``--profile DIR``: py-spy (the ``bench`` extra) samples the broker's threads and its child
     processes (the bridge's writer process) over the warm-up and the window into
     ``DIR/<broker>-<scenario>.txt`` (collapsed stacks, idle excluded)."""
@@ -737,6 +823,8 @@ def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subproce
         return None
     out = Path(a.profile)
     out.mkdir(parents=True, exist_ok=True)
+    if rate > 0:
+        scenario = f"{scenario}{rate:.0f}"
     secs = str(int(a.warmup + a.duration))
     if a.profile_native:  # perf: C frames too (the compiled hot path, pyarrow), per thread
         data = str(out / f"{b.name}-{scenario}.perf.data")
@@ -771,13 +859,16 @@ def _profile(b: RunningBroker, scenario: str, a: argparse.Namespace) -> subproce
     )
 
 
-def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float]) -> dict[str, object]:
+def one(
+    name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, float], rate: float = 0.0
+) -> dict[str, object]:
     b = _start(name, a.broker_cpu)
-    spy = _profile(b, scenario, a) if scenario != "open0" else None
+    spy = _profile(b, scenario, a, rate) if scenario != "open0" else None
     cpu0 = time.process_time()
     try:
         if scenario == "paced":
-            res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid), 300))
+            paced = run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid, rate=rate)
+            res = asyncio.run(asyncio.wait_for(paced, 300))
         elif scenario == "slow":
             res = asyncio.run(asyncio.wait_for(run_paced(b.port, a, True), 300))
         elif scenario == "hung":
@@ -789,10 +880,14 @@ def one(name: str, scenario: str, a: argparse.Namespace, capacity: dict[str, flo
                 b.stop()
                 siftmq = name == "siftmq" or _variant(name) is not None
                 b = _start(name, a.broker_cpu, ("--ingress-shed-bytes", "0") if siftmq else ())
-                capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a), 120))
+                flood_cpu: list[float] = []
+                capacity[name] = asyncio.run(asyncio.wait_for(run_flood(b.port, a, b.cpu, flood_cpu), 120))
+                capacity[name + " per cpu"] = flood_cpu[0] if flood_cpu else float("nan")
                 b.stop()
                 b = _start(name, a.broker_cpu)
-            res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name]), 300))
+            res = asyncio.run(asyncio.wait_for(run_open0(b.port, a, capacity[name], b.cpu), 300))
+            # the flood's capacity per broker CPU second (3 s window; ingress shedding off)
+            res["capacity_per_broker_cpu_s"] = capacity.get(name + " per cpu", float("nan"))
         res["peak_rss_mb"] = b.hwm() / 1e6
         res["broker_cpu_s"] = b.cpu()
         res["children_cpu_s"] = b.children_cpu()  # of broker_cpu_s: the bridge's writer process
@@ -847,6 +942,9 @@ def markdown(results: list[dict[str, object]]) -> str:
                 "window_broker_cpu_s",
                 "window_loadgen_cpu_s",
                 "delivered_per_broker_cpu_s",
+                "paced_rate",
+                "delivered_pct_of_rate",
+                "broker_ns_per_delivery",
             ],
         ),
         (
@@ -876,10 +974,12 @@ def markdown(results: list[dict[str, object]]) -> str:
             "open0",
             [
                 "capacity_per_s",
+                "capacity_per_broker_cpu_s",
                 "offered_per_s",
                 "delivered_per_s",
                 "delivered_pct_of_capacity",
                 "delivered_pct_of_sent",
+                "delivered_per_broker_cpu_s",
                 "p50_ms",
                 "p99_ms",
                 "generator_unread_p99_ms",
@@ -903,7 +1003,40 @@ def markdown(results: list[dict[str, object]]) -> str:
                 v = r.get(c)
                 cells.append(f"{v:,.1f}" if isinstance(v, float) else str(v))
             lines.append(f"| {r['broker']} | " + " | ".join(cells) + " |")
+    lines.extend(_ratios(results))
     return "\n".join(lines)
+
+
+def _ratios(results: list[dict[str, object]]) -> list[str]:
+    """Per paced rate (0: publisher-paced), each defaults-like variant's CPU per delivered
+    message against the ``siftmq-nostore`` of its tree (same ``@tag``) in the same run: the
+    no-store broker's ns per delivery over the variant's (= deliveries per broker CPU second,
+    variant over no-store; issue 42 item 4b's figure)."""
+    ns: dict[tuple[float, str], float] = {}
+    wakeups: dict[tuple[float, str], object] = {}
+    for r in results:
+        if r["scenario"] == "paced" and "skipped" not in r:
+            key = (float(r.get("paced_rate", 0.0)), str(r["broker"]))  # type: ignore[arg-type]
+            ns[key] = float(r["broker_ns_per_delivery"])  # type: ignore[arg-type]
+            # the event loop's voluntary context switches (wake-ups) per 1,000 deliveries (--threads)
+            wakeups[key] = r.get("threads", {}).get("loop", {}).get("vcs_per_1k", "")  # type: ignore[attr-defined]
+    out: list[str] = []
+    for (rate, name), v in ns.items():
+        variant, _, tag = name.partition("@")
+        peer = ns.get((rate, "siftmq-nostore" + (f"@{tag}" if tag else "")))
+        if variant == "siftmq-nostore" or not variant.startswith("siftmq") or peer is None:
+            continue
+        if not out:
+            out += ["\n**over no-store of the same tree (CPU per delivery, no-store / variant)**\n"]
+            out += [
+                "| rate | broker | ns/delivery | no-store ns | ratio | loop wake-ups/1k (it / no-store) |",
+                "|---|---|---:|---:|---:|---:|",
+            ]
+        label = f"{rate:,.0f}" if rate else "publisher-paced"
+        nostore = (rate, "siftmq-nostore" + (f"@{tag}" if tag else ""))
+        woke = f"{wakeups.get((rate, name), '')} / {wakeups.get(nostore, '')}"
+        out.append(f"| {label} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} | {woke} |")
+    return out
 
 
 def main() -> int:
@@ -933,6 +1066,15 @@ def main() -> int:
         "window (/proc; thread names from py-spy dump), per delivered message",
     )
     ap.add_argument("--base-root", default="", help="checkout whose siftmq runs the '<variant>@base' brokers")
+    ap.add_argument(
+        "--roots", default="", help="TAG=DIR,...: checkouts whose siftmq runs the '<variant>@TAG' brokers"
+    )
+    ap.add_argument(
+        "--paced-rate",
+        default="",
+        help="paced at these offered rates (msg/s in all, comma-separated; each broker once per "
+        "rate, the rates outermost) instead of publisher-paced",
+    )
     ap.add_argument(
         "--busy",
         type=int,
@@ -966,7 +1108,10 @@ def main() -> int:
 
 def _main(a: argparse.Namespace) -> int:
     if a.base_root:
-        BASE_ROOT.append(Path(a.base_root).resolve())
+        ROOTS["base"] = Path(a.base_root).resolve()
+    for spec in filter(None, a.roots.split(",")):
+        tag, _, path = spec.partition("=")
+        ROOTS[tag] = Path(path).resolve()
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -978,30 +1123,39 @@ def _main(a: argparse.Namespace) -> int:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     )
-    for name in a.brokers.split(","):  # one broker's scenarios back to back: same conditions
-        for scenario in a.scenarios.split(","):
-            why = available("siftmq" if _variant(name) is not None else name)
-            if why:
-                results.append({"broker": name, "scenario": scenario, "skipped": why})
-                print(f"{name:16} {scenario:6} skipped: {why}", flush=True)
-                continue
-            try:
-                res = one(name, scenario, a, capacity)
-            except Exception as exc:  # a peer that fails is reported, the run goes on
-                res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
-            res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
-            results.append(res)
-            print(
-                f"{name:16} {scenario:6} "
-                + json.dumps(
-                    {
-                        k: (round(v, 2) if isinstance(v, float) else v)
-                        for k, v in res.items()
-                        if k not in ("broker", "scenario")
-                    }
-                ),
-                flush=True,
-            )
+    rates = [float(r) for r in a.paced_rate.split(",") if r] or [0.0]
+    runs = [
+        (rate, name, scenario)
+        for rate in rates  # the brokers of one rate one after the other
+        for name in a.brokers.split(",")  # one broker's scenarios back to back: same conditions
+        for scenario in a.scenarios.split(",")
+        if rate == rates[0] or scenario == "paced"  # the other scenarios have no rate
+    ]
+    for rate, name, scenario in runs:
+        why = available("siftmq" if _variant(name) is not None else name)
+        if why:
+            results.append({"broker": name, "scenario": scenario, "skipped": why, "paced_rate": rate})
+            print(f"{name:16} {scenario:6} skipped: {why}", flush=True)
+            continue
+        try:
+            res = one(name, scenario, a, capacity, rate if scenario == "paced" else 0.0)
+        except Exception as exc:  # a peer that fails is reported, the run goes on
+            res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
+        res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
+        if rate and scenario == "paced":
+            res["paced_rate"] = rate
+        results.append(res)
+        print(
+            f"{name:16} {scenario:6} "
+            + json.dumps(
+                {
+                    k: (round(v, 2) if isinstance(v, float) else v)
+                    for k, v in res.items()
+                    if k not in ("broker", "scenario")
+                }
+            ),
+            flush=True,
+        )
     meta = {"commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a)}
     Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     if a.markdown:

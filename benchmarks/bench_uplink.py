@@ -64,7 +64,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from _uplink_load import Count, counter_main, publish_slice
+from _uplink_load import Count, counter_main, expect, publish_slice
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -325,7 +325,7 @@ class Load:
 
     def wait_route(self, port: int, prefix: str, tag: str, timeout: float = 30) -> None:
         """Publish one message to ``port`` every 0.3 s until the counter sees one (the bridge is up)."""
-        self.pipe.send(("expect", tag, 1, timeout))
+        expect(self.pipe, tag, 1, timeout)
         deadline = time.monotonic() + timeout
         while not self.pipe.poll(0.3):
             if time.monotonic() > deadline:
@@ -338,7 +338,7 @@ class Load:
     def measure(self, port: int, prefix: str, tag: str, n: int, edge: int, central: int) -> Row:
         share = [n // self.publishers + (k < n % self.publishers) for k in range(self.publishers)]
         e0, c0 = (cpu_seconds(edge) if edge else 0.0), cpu_seconds(central)
-        self.pipe.send(("expect", tag, n, 10.0))
+        expect(self.pipe, tag, n, 10.0)
         futures = [
             self.pool.submit(publish_slice, port, f"bench-pub-{tag}{k}", prefix, f"{tag}{k}", m, self.window)
             for k, m in enumerate(share)
@@ -365,7 +365,7 @@ class Load:
         acknowledged by the edge: queued), then ``restart()`` the remote and wait until the
         counter has them all (or nothing new came for 30 s)."""
         share = [n // self.publishers + (k < n % self.publishers) for k in range(self.publishers)]
-        self.pipe.send(("expect", tag, n, 30.0))
+        expect(self.pipe, tag, n, 30.0)
         futures = [
             self.pool.submit(
                 publish_slice, port, f"bench-drain-{tag}{k}", "bench/", f"{tag}{k}", m, self.window

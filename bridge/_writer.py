@@ -76,7 +76,7 @@ from bridge import _schema
 from bridge._eventlog import EventLog, events_table
 from bridge._messages import _MessageRow, _TopicMatcher
 from bridge._schema import Kind
-from bridge._writerproc import Job, JobError, WriterProcess, fanout_payload
+from bridge._writerproc import Job, JobError, WriterProcess, fanout_payload, keep_freed_memory
 from broker.ext import PRIVATE_FILE, DeliveryLog, LogColumns, private_dir, tighten
 from broker.hooks import (
     CompositeChange,
@@ -632,6 +632,7 @@ class Bridge(Hooks):
         # the first round with rows takes that CPU from the event loop once (issue 27 had
         # measured 28 % of a paced QoS 1 profile's samples in it, in the first seconds only).
         self._stopping.clear()
+        keep_freed_memory()  # the log's columns reused, not mapped and faulted in every round
         if self._process is not None:  # its libraries load now, in the child, not at the first round
             with contextlib.suppress(OSError):  # tried again, and said once, by the first round
                 self._process.start()

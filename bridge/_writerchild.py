@@ -9,7 +9,8 @@ the broker closes the socket.  pandas is refused (:func:`_block_pandas`).  O(row
 
 **Held fan-out jobs** (``Job.hold``, issue 42 item 4b: the broker's rounds grouped into fewer
 commits when its rate is low; bridge/_writerproc.py says why and what it changes).  A held job
-is answered ``("held",)`` and its columns are copied out of the receive arena; the next fan-out
+is not answered (the broker does not wait for it) and its columns are copied out of the receive
+arena (a job that cannot be copied fails the group's answer instead); the next fan-out
 job that is not held, or a ``"commit"`` job, commits the held jobs and itself as *one* group:
 their columns concatenated (:func:`_merge`: each job's string indices mapped into one table of
 distinct values per string column, delivery rows' ``call`` shifted), one table per kind, under
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 from bridge import _writer
 from bridge._eventlog import events_table
 from bridge._schema import Kind
-from bridge._writerproc import COLUMNS, STRINGS, Arena, Job, JobError, receive, send
+from bridge._writerproc import COLUMNS, STRINGS, Arena, Job, JobError, keep_freed_memory, receive, send
 
 if TYPE_CHECKING:
     from broker.ext import LogColumns
@@ -221,28 +222,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _block_pandas()
     _batch_scheduling()
+    keep_freed_memory()  # the groups' columns and Arrow buffers reused (bridge/_writerproc.py)
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # bridge/_plugin.py says why
     sock = socket.socket(fileno=int(fd))
     sink = _writer._Sink(landing)
     _writer._load_arrow()  # numpy and pyarrow now, while the broker starts: not in its first round
     arena = Arena()  # the jobs' buffers, reused: each job is done before the next is read
     held: list[Job] = []  # fan-out jobs held for the next commit (their columns copied)
+    bad: JobError | None = None  # a held job could not be copied: the group's answer fails
     while True:
         try:
             job = receive(sock, arena)
         except (EOFError, ConnectionError):
-            if held:  # the broker stopped or died: what it handed over lands
+            if held and bad is None:  # the broker stopped or died: what it handed over lands
                 with contextlib.suppress(JobError):
                     _execute(sink, _merged(held))
             return 0
+        if job.what == "fanout" and job.hold:  # not answered: the broker does not wait
+            try:
+                held.append(_own(job))
+            except Exception as exc:
+                bad = bad or JobError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", False, False)
+            continue
         answer: tuple[Any, ...]
         try:
-            if job.what == "fanout" and job.hold:
-                held.append(_own(job))
-                answer = ("held",)
-            elif job.what in ("fanout", "commit"):
+            if job.what in ("fanout", "commit"):
                 group = [*held, job] if job.what == "fanout" else held
                 held = []  # a failed commit is sent again whole by the broker
+                if bad is not None:
+                    error, bad = bad, None
+                    raise error
                 answer = ("ok", _execute(sink, _merged(group)) if group else [])
             else:
                 answer = ("ok", _execute(sink, job))

@@ -43,13 +43,19 @@ CPU per message (docs/performance.md, "The defaults on a loaded machine").  So t
 still hands the delivery log over every round (a broker killed with SIGKILL loses what the
 thread writer would, no more), but a round with few rows may be *held* by the child
 (``Job.hold``; the Bridge decides: ``commit_rows``, ``commit_delay``): the child copies the
-job's columns, answers ``("held",)``, and commits it with the next job that is not held (or a
-``"commit"`` job) as one group, one file per kind (bridge/_writerchild.py).  The broker keeps
-every job of a group, unacknowledged, until the group's answer: a child that dies is sent the
-same group again (the same names: nothing written twice), and its rows count as written only
-then.  The child commits the jobs it holds when the broker's socket closes (a graceful stop
-commits first anyway).  :meth:`WriterProcess._end` kills the child *before* closing the socket,
-so a child the broker gives up on never commits a partial group that is then sent again.
+job's columns and commits it with the next job that is not held (or a ``"commit"`` job) as
+one group, one file per kind (bridge/_writerchild.py).  A held job is *not answered* (session
+17): the broker's writer thread sends it and goes on, instead of waiting for the child's
+``held`` (three reads of the socket, each taking the GIL back from the event loop, and a
+pickle and a send in the child, every round).  The broker keeps every job of a group,
+unacknowledged, until the group's answer: a child that dies is sent the same group again (the
+same names: nothing written twice), and its rows count as written only then; a child that
+died holding jobs shows at the next send (``EPIPE``) or at the group's answer (end of file),
+and a held job the child could not copy (a bug) fails the group's answer, as a group that
+cannot become a table does.  The child commits the jobs it holds when the broker's socket
+closes (a graceful stop commits first anyway).  :meth:`WriterProcess._end` kills the child
+*before* closing the socket, so a child the broker gives up on never commits a partial group
+that is then sent again.
 
 Costs, broker side: per round O(columns) buffer writes to the socket and one pickle of the
 distinct strings; the child does the O(rows) work of the thread writer.
@@ -57,6 +63,8 @@ distinct strings; the child does the O(rows) work of the thread writer.
 
 from __future__ import annotations
 
+import ctypes
+import os
 import pickle
 import socket
 import struct
@@ -68,7 +76,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from broker.ext import LogColumns
 
-__all__ = ["Arena", "Job", "JobError", "WriterProcess", "fanout_payload", "receive", "send"]
+__all__ = [
+    "Arena",
+    "Job",
+    "JobError",
+    "WriterProcess",
+    "fanout_payload",
+    "keep_freed_memory",
+    "receive",
+    "send",
+]
 
 #: the delivery log's vector columns and their NumPy dtypes (``LogColumns``)
 COLUMNS = (
@@ -110,6 +127,54 @@ def fanout_payload(c: LogColumns) -> dict[str, Any]:
         out[name] = getattr(c, name).values
     out["n_publications"] = c.publications()
     return out
+
+
+# ---- memory ----
+#
+# glibc's malloc serves a request above its mmap threshold (128 KB at start, raised by the frees
+# of such blocks) with a fresh mapping, and gives a free top of the heap above its trim
+# threshold back to the kernel: the delivery log's columns of a round (tens to hundreds of KB
+# each, allocated by the writer thread at ``take``, grown by the event loop, freed in bulk when
+# a group of rounds is committed) were mapped, grown with ``mremap`` and unmapped over and over,
+# and every page of them faulted in again by the event loop.  Profiled under ``--busy 4``
+# (perf, session 17): 7.6 % of the defaults' event-loop samples in mmap/mremap/munmap and page
+# faults, none in the no-store broker's; 27-77 minor faults per 1,000 deliveries on the loop.
+#: below this a block comes from the heap (and is reused after its free) instead of a mapping
+_MMAP_THRESHOLD = 4 << 20
+#: free memory at the top of the heap kept for reuse (a group of held rounds' columns fits)
+_TRIM_THRESHOLD = 16 << 20
+_TUNED: list[bool] = []
+
+
+def keep_freed_memory() -> bool:
+    """Fix glibc's mmap threshold at 4 MB and its trim threshold at 16 MB in this process (the
+    broker, when its bridge starts; the writer process), so that the columns freed by one group
+    of rounds are reused by the next instead of being unmapped and faulted in again (the memory
+    kept is bounded by the trim threshold).  Not done (False) on another C library or when the
+    operator tunes malloc (a ``malloc`` tunable in ``GLIBC_TUNABLES``, any ``MALLOC_*``
+    variable); once per process. O(1)."""
+    if _TUNED:
+        return _TUNED[0]
+    env = os.environ
+    tuned = "malloc" in env.get("GLIBC_TUNABLES", "") or any(k.startswith("MALLOC_") for k in env)
+    ok = False
+    if not tuned and sys.platform == "linux" and _glibc():
+        try:
+            mallopt = ctypes.CDLL(None).mallopt
+        except (OSError, AttributeError):
+            mallopt = None
+        if mallopt is not None:
+            # malloc.h: M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1 (1: set)
+            ok = mallopt(-3, _MMAP_THRESHOLD) == 1 and mallopt(-1, _TRIM_THRESHOLD) == 1
+    _TUNED.append(ok)
+    return ok
+
+
+def _glibc() -> bool:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") is not None
+    except (ValueError, OSError):
+        return False
 
 
 # ---- framing ----
@@ -207,8 +272,21 @@ class Job:
 
 
 #: the child's program (bridge/_writerchild.py; not ``-m``: that module would be loaded twice,
-#: as ``__main__`` and again by pickle)
-_CHILD = "import sys; from bridge._writerchild import main; sys.exit(main())"
+#: as ``__main__`` and again by pickle).  It must run the broker's own ``bridge`` package (the
+#: two ends' protocol is one): started with ``-P`` (``-c`` would put the working directory first
+#: on ``sys.path``, and a broker started from a directory holding another ``bridge`` package, such
+#: as another checkout, ran *that* package's child -- session 18: the two protocols differed and
+#: both ends waited for each other until the time-out), and given the directory the broker's
+#: ``bridge`` was imported from (``_ROOT``), put first on its path unless it is there already (an
+#: installed broker: site-packages; not put first then, so nothing there shadows the standard
+#: library), so that a broker run from a checkout without an install, or with ``PYTHONPATH``
+#: choosing a tree, starts the same tree's child.
+_CHILD = (
+    "import os, sys; root = os.path.realpath(sys.argv[3]); "
+    "root in map(os.path.realpath, sys.path) or sys.path.insert(0, root); "
+    "from bridge._writerchild import main; sys.exit(main(sys.argv[1:3]))"
+)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class WriterProcess:
@@ -229,7 +307,7 @@ class WriterProcess:
         ours, theirs = socket.socketpair()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, str(theirs.fileno()), self.landing],
+                [sys.executable, "-P", "-c", _CHILD, str(theirs.fileno()), self.landing, _ROOT],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
@@ -258,12 +336,15 @@ class WriterProcess:
 
     def run(self, job: Job) -> list[tuple[str, int, int]] | None:
         """Commit ``job`` in the child; its files as (kind, rows, bytes), those of the held jobs it
-        committed with it included; None: the child holds it (``job.hold``).  Raises :class:`JobError`
+        committed with it included; None: the child holds it (``job.hold``: sent, not waited
+        for; a child that died holding it shows at a later job).  Raises :class:`JobError`
         (the child answered a failure) or ``OSError``/``EOFError`` (the child is gone or stuck:
         it is ended and the next call starts a new one)."""
         sock = self._sock or self._start()
         try:
             send(sock, job)
+            if job.what == "fanout" and job.hold:
+                return None  # not answered: acknowledged with its group (module docstring)
             answer = receive(sock)
         except (OSError, EOFError, pickle.UnpicklingError):
             self._end()
@@ -271,8 +352,6 @@ class WriterProcess:
         match answer:
             case ("ok", files):
                 return list(files)
-            case ("held",):
-                return None
             case ("error", message, retry, os_error):
                 raise JobError(message, retry, os_error)
         self._end()

@@ -25,12 +25,19 @@ from collections.abc import Generator
 
 import pytest
 
-__all__ = ["pytest_runtest_protocol", "report"]
+__all__ = ["pytest_runtest_logreport", "pytest_runtest_protocol", "report"]
+
+_phases: dict[str, float] = {}  # the running test's set-up, call and teardown wall times
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _phases[report.when] = report.duration
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
     del nextitem
+    _phases.clear()
     t0, w0 = os.times(), time.monotonic()
     yield
     t1, w1 = os.times(), time.monotonic()
@@ -41,6 +48,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         "wall": w1 - w0,
         "self": (t1.user - t0.user) + (t1.system - t0.system),
         "children": (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system),
+        **{when: round(d, 4) for when, d in _phases.items()},  # "setup", "call", "teardown"
     }
     path = os.environ.get("SIFTMQ_CPUPROF")
     if path:

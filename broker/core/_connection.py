@@ -78,6 +78,7 @@ if TYPE_CHECKING:
     from broker.core._core import Core
 
 __all__ = [
+    "CLIENT_DISCONNECTED",
     "NO_ALIASES_IN",
     "NO_ALIASES_OUT",
     "NO_FEEDERS",
@@ -142,6 +143,9 @@ class Callbacks:
     def peername(self) -> object:
         return ""
 
+
+#: the close reason of a connection its client ended with DISCONNECT (``said_disconnect``)
+CLIENT_DISCONNECTED: Final = "client disconnected"
 
 #: the shared empty output list (issue 27, item 2: an idle connection holds no empty list,
 #: set or dict; the others are in ``broker.core._connrare``): written to never (``_check``)
@@ -210,6 +214,13 @@ class Connection(RareFields):
     def peer(self) -> object:
         """The peer's address, for log lines and the dashboard (asked, not stored)."""
         return self.fixed_peer if self.fixed_peer is not None else self.link.peername()
+
+    @property
+    def said_disconnect(self) -> bool:
+        """The client ended the connection with a DISCONNECT (nothing more to read from
+        it, nothing owed to it but what is written already: the transport may close at once
+        instead of lingering for its end of stream, ``MQTTProtocol.shut``). O(1)."""
+        return self.close_reason == CLIENT_DISCONNECTED
 
     def _check(self) -> None:
         shared = (NO_FEEDERS, NO_ALIASES_OUT, NO_ALIASES_IN, _NO_OUTPUT, NO_PACKETS)
@@ -433,6 +444,9 @@ class Connection(RareFields):
                 self.pending = []
             self.pending.extend(packets)
             return
+        # a PUBLISH read alone: its fan-out may write as it goes (Core.publish, EARLY_MIN)
+        lone = isinstance(packets, (list, tuple)) and len(packets) == 1 and type(packets[0]) is Publish
+        self.core.lone = lone
         connected = self.state is ConnectionState.CONNECTED
         batch = connected and self.core.router.batching
         quota = self.quota  # publish quota (issue 39, core/_quota.py): None for most clients
@@ -636,7 +650,7 @@ class Connection(RareFields):
                     return
                 s.expiry_interval = min(new_expiry, self.core.config.max_session_expiry)
         self.will_on_close = self.version == 5 and p.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
-        self.close("client disconnected")
+        self.close(CLIENT_DISCONNECTED)
 
     def taken_over(self, now: float) -> None:
         """Another connection CONNECTed with our client id (MQTT 5 section 3.1.4)."""

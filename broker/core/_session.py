@@ -238,6 +238,13 @@ class Session:
             d = self.selectors = {}
         return d
 
+    def take_selectors(self) -> dict[str, str]:
+        """The session's filter -> selector map, handed over (its session ended: the router
+        releases them later, ``Router.depart``); the session is left the shared empty one. O(1)."""
+        d = self.selectors
+        self.selectors = _NO_SELECTORS
+        return d
+
     def selectors_for(self, topic_filter: str, packet_selector: str | None) -> dict[str, str]:
         """The map ``Router.subscribe`` gets for one request: the session's own when the request
         carries a content filter (``$filter/`` prefix or the packet's ``filter`` property) and

@@ -25,7 +25,14 @@ half-closed, lost, reading paused, watched) is one small int of bits.
   (``sock.recv_into``) and only the bytes read are copied out: ``sock.recv(256 KiB)``
   allocated a 256-KiB object per read and shrank it (``mmap``/``mremap``/``munmap`` from
   glibc: ~30 us for a 2-byte DISCONNECT, measured with a socket pair, against ~6 us), once
-  per read of every connection (issue 42 item 2).
+  per read of every connection (issue 42 item 2). **Departures wait behind live reads**: a
+  read that is a bare DISCONNECT, or the end of stream, is held (the socket leaves the set
+  until it is handled, so the connection's bytes stay in order) and handled ``MAX_EVENTS``
+  per loop turn by ``Poller._drain``; a turn reads up to ``MAX_READY`` (1,024) ready sockets
+  but handles at most ``MAX_EVENTS`` (64) live reads. epoll hands the ready sockets over
+  first in, first out, so a live client's PINGREQ sent as 10,000 clients leave was read
+  only after 10,000 departures had been handled (~35 us each, 280-360 ms); now after
+  10,000 reads held (a few us each; issue 42 item 2).
 * **The open connections**: the poller's list holds every connection of its listener from
   ``start`` to ``connection_lost`` (watched or paused), so it is also the broker's registry
   of them (``Broker.stop`` closes them; a set of open protocols would cost ~105 B more per
@@ -60,24 +67,33 @@ import logging
 import mmap
 import select
 import socket
+from collections import deque
 from typing import Any, cast
 
 from broker.core import Core
 from broker.net._admission import ListenerPolicy
 from broker.net._transport import MQTTProtocol
 
-__all__ = ["MAX_EVENTS", "MAX_READ", "LeanProtocol", "Poller"]
+__all__ = ["MAX_EVENTS", "MAX_READ", "MAX_READY", "LeanProtocol", "Poller"]
 
 log = logging.getLogger("broker")
 
 #: bytes asked from the socket per read (asyncio's ``max_size``)
 MAX_READ = 256 * 1024
-#: ready sockets handled per readiness of the poller at most (the rest: next loop turn): a
-#: burst such as a fleet of 10,000 disconnecting at once holds the loop for 64 connections'
-#: ends per turn (each read a DISCONNECT, a session ended, a socket closed; issue 42 item 2,
-#: bench_content_fleet.py's ``stall_teardown``: 1,281 ms with 1,024, 125-224 ms with 256);
-#: a turn costs one more ``epoll_wait`` than a bigger batch would, nothing per connection
+#: ready sockets whose reads are handled per readiness of the poller at most (the rest: next
+#: loop turn): a burst such as 10,000 publishers at once holds the loop for 64 reads per turn
+#: (issue 42 item 2, bench_content_fleet.py's ``stall_teardown``: 1,281 ms with 1,024,
+#: 125-224 ms with 256); a turn costs one more ``epoll_wait`` than a bigger batch would
 MAX_EVENTS = 64
+#: ready sockets asked from epoll per readiness: a departure's read (a bare DISCONNECT, or
+#: the end of stream) is only held (:meth:`LeanProtocol._hold`, ~2-4 us: the read and the
+#: socket's removal from the set) and does not count against ``MAX_EVENTS``; held departures
+#: are handled ``MAX_EVENTS`` per loop turn after (:meth:`Poller._drain`). epoll's ready list
+#: is first in, first out: a live client's PINGREQ sent as 10,000 clients leave is read
+#: after their 10,000 reads, ~30 ms of holding them instead of ~300 ms of ending them
+MAX_READY = 1024
+#: the read of a departure held for :meth:`Poller._drain` (3.1.1 / 5 DISCONNECT, no properties)
+_BARE_DISCONNECT = b"\xe0\x00"
 
 # LeanProtocol.bits: its transport state
 _CLOSING = 1  # close/abort called: no more reading; connection_lost once the backlog is out
@@ -85,6 +101,7 @@ _EOF = 2  # write_eof called
 _LOST = 4  # connection_lost scheduled
 _NOREAD = 8  # reading paused (pause_reading)
 _WATCHED = 16  # registered with the poller (or a loop reader)
+_HELD = 32  # a departure's read waits in the poller's queue (not watched until handled)
 
 
 class Poller:
@@ -95,7 +112,7 @@ class Poller:
     (open connections outlive their listener).
     """
 
-    __slots__ = ("_alive", "_conns", "_ep", "_released", "buffer", "loop", "view")
+    __slots__ = ("_alive", "_conns", "_draining", "_ep", "_leaving", "_released", "buffer", "loop", "view")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -103,6 +120,10 @@ class Poller:
         self._conns: list[LeanProtocol | None] = []
         self._alive = 0
         self._released = False
+        #: departures read and held, handled ``MAX_EVENTS`` per loop turn (``_drain``):
+        #: (connection, its bytes read, None: its end of stream)
+        self._leaving: deque[tuple[LeanProtocol, bytes | None]] = deque()
+        self._draining = False  # a ``_drain`` is scheduled
         self._ep = select.epoll() if hasattr(select, "epoll") else None
         #: every read of its connections lands here first (one loop: one read at a time); an
         #: anonymous mapping, not a bytearray: ``bytearray(n)`` writes its n zero bytes, so an
@@ -166,14 +187,43 @@ class Poller:
         ep = self._ep
         assert ep is not None
         conns = self._conns
-        for fd, _events in ep.poll(0, MAX_EVENTS):
+        handled = 0
+        for fd, _events in ep.poll(0, MAX_READY):
             p = conns[fd] if fd < len(conns) else None
             if p is not None:
                 try:
-                    p._read_ready()
+                    if p._read_ready():
+                        handled += 1
                 except Exception:  # one connection's failure must not starve the others
                     log.exception("lean connection: read failed")
                     p.abort()
+                    handled += 1
+                if handled >= MAX_EVENTS:
+                    break  # the sockets not read are reported again (level-triggered)
+
+    def hold(self, p: LeanProtocol, data: bytes | None) -> None:
+        """Queue a departure's read (``data``; None: its end of stream) to be handled by a
+        later loop turn (``_drain``). O(1)."""
+        self._leaving.append((p, data))
+        if not self._draining:
+            self._draining = True
+            self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """Handle up to ``MAX_EVENTS`` held departures, oldest first; again at the next loop
+        turn while some wait. O(handled)."""
+        self._draining = False
+        leaving = self._leaving
+        for _ in range(min(len(leaving), MAX_EVENTS)):
+            p, data = leaving.popleft()
+            try:
+                p._release(data)
+            except Exception:  # one connection's failure must not starve the others
+                log.exception("lean connection: read failed")
+                p.abort()
+        if leaving and not self._draining:
+            self._draining = True
+            self.loop.call_soon(self._drain)
 
 
 class LeanProtocol(MQTTProtocol):
@@ -207,8 +257,9 @@ class LeanProtocol(MQTTProtocol):
         return -1 if sock is None else sock.fileno()
 
     def _watch(self, on: bool) -> None:
-        """Register (True) or unregister the socket with the poller, if not so already."""
-        if bool(self.bits & _WATCHED) is on:
+        """Register (True) or unregister the socket with the poller, if not so already
+        (a held departure's socket is registered again only once handled, ``_release``)."""
+        if bool(self.bits & _WATCHED) is on or (on and self.bits & _HELD):
             return
         self.bits ^= _WATCHED
         fd = self._fileno()
@@ -255,25 +306,55 @@ class LeanProtocol(MQTTProtocol):
         self.bits = bits & ~_NOREAD
         self._watch(True)
 
-    def _read_ready(self) -> None:
+    def _read_ready(self) -> bool:
+        """Read the socket: True if the read was handled, False if nothing was read or the
+        read is a departure's (a bare DISCONNECT, the end of stream), only held
+        (``Poller.hold``: a fleet's departure does not hold up a live client's read)."""
         sock = self.sock
-        if self.bits & _LOST or sock is None:
-            return
+        if self.bits & (_LOST | _HELD) or sock is None:
+            return False
         poller = self.poller
         try:
             n = sock.recv_into(poller.buffer)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as exc:
             self._force_close(exc)
-            return
+            return True
         if not n:
+            self._hold(None)
+            return False
+        data = poller.view[:n].tobytes()  # the bytes read, copied out of the shared buffer
+        if n == 2 and data == _BARE_DISCONNECT:
+            self._hold(data)
+            return False
+        self._received(data)
+        return True
+
+    def _hold(self, data: bytes | None) -> None:
+        """A departure's read: the socket leaves the poller's set (nothing more is read from
+        it before this read is handled: the connection's bytes stay in order) and the read
+        waits for ``Poller._drain``. O(1) and one ``epoll_ctl``."""
+        self._watch(False)
+        self.bits |= _HELD
+        self.poller.hold(self, data)
+
+    def _release(self, data: bytes | None) -> None:
+        """Handle a held read (``Poller._drain``), then read again unless closing or paused."""
+        self.bits &= ~_HELD
+        if self.bits & _LOST or self.sock is None:
+            return
+        if data is None:
             if self.eof_received():
                 self.pause_reading()  # kept open for writing; nothing more to read
             else:
                 self.close()
             return
-        data = poller.view[:n].tobytes()  # the bytes read, copied out of the shared buffer
+        self._received(data)
+        if not self.bits & (_NOREAD | _CLOSING):
+            self._watch(True)
+
+    def _received(self, data: bytes) -> None:
         try:
             self.data_received(data)
         except Exception as exc:  # MQTTProtocol catches its own; anything else ends the connection

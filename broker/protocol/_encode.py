@@ -281,14 +281,16 @@ class PublishTemplate:
     properties (version 5) and keeps the payload; :meth:`render` returns the bytes for one
     subscriber with its QoS, packet id, DUP and RETAIN flags, and (v5) its subscription
     identifiers and topic alias appended to the shared properties.  Cost per render: one
-    small ``bytes`` join, independent of the properties' complexity; O(1) besides the copy.
+    small ``bytes`` join, independent of the properties' complexity; O(1) besides the copy;
+    the plain QoS 0 copy (no DUP, RETAIN, identifiers or alias) is joined once per template
+    and shared, O(1) without a copy.
 
     Byte layout (for callers that patch bytes themselves): ``first | remaining length |
     topic length, topic | [packet id, 2 bytes big-endian, QoS > 0 only] | [properties] |
     payload``; the packet id starts at ``len(header) + 2 + len(topic bytes)``.
     """
 
-    __slots__ = ("_props_body", "_tf", "payload", "topic", "version")
+    __slots__ = ("_plain", "_props_body", "_tf", "payload", "topic", "version")
 
     def __init__(self, topic: str, payload: bytes, properties: Properties, version: int) -> None:
         self.topic = topic
@@ -296,6 +298,9 @@ class PublishTemplate:
         self.version = version
         self._tf = _topic_field(topic)
         self._props_body = b"" if properties is NO_PROPERTIES else _props_body(properties)
+        #: the QoS 0 rendering without DUP, RETAIN, identifiers or alias: the same bytes for
+        #: every such subscriber, built at the first and shared (b"": not yet)
+        self._plain = b""
 
     def render(
         self,
@@ -308,7 +313,13 @@ class PublishTemplate:
         topic_alias: int | None = None,
         send_topic: bool = True,
     ) -> bytes:
-        """Bytes of this PUBLISH for one subscriber (``send_topic=False``: empty topic + alias)."""
+        """Bytes of this PUBLISH for one subscriber (``send_topic=False``: empty topic + alias).
+        A QoS 0 copy without DUP, RETAIN, subscription identifiers or topic alias is built
+        once and the same ``bytes`` object returned to every such subscriber (a fleet's
+        fan-out: nothing is copied per subscriber)."""
+        plain = not qos and not dup and not retain and not subscription_identifiers and topic_alias is None
+        if plain and self._plain:
+            return self._plain
         first = _FIRST[0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)]
         tf = self._tf if send_topic else b"\x00\x00"
         pid = pack_u16(packet_id or 0) if qos else b""
@@ -321,6 +332,10 @@ class PublishTemplate:
                 pb += extra
             props = vbi(len(pb)) + pb
             n = len(tf) + len(pid) + len(props) + len(self.payload)
-            return b"".join((first, vbi(n), tf, pid, props, self.payload))
-        n = len(tf) + len(pid) + len(self.payload)
-        return b"".join((first, vbi(n), tf, pid, self.payload))
+            data = b"".join((first, vbi(n), tf, pid, props, self.payload))
+        else:
+            n = len(tf) + len(pid) + len(self.payload)
+            data = b"".join((first, vbi(n), tf, pid, self.payload))
+        if plain:  # (without an alias the topic is always sent)
+            self._plain = data
+        return data

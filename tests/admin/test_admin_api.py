@@ -36,7 +36,9 @@ async def b() -> AsyncIterator[Broker]:
         host="127.0.0.1", port=0, sys_interval=0, metrics_listen="127.0.0.1:0", store_path=":memory:"
     ) as broker:
         yield broker
-    await RawClient.close_all()
+        # before the broker stops: a raw client still open never answers the broker's
+        # DISCONNECT, and the stop would wait its whole grace (1 s) for it
+        await RawClient.close_all()
 
 
 def mqtt(b: Broker, ident: str, protocol: aiomqtt.ProtocolVersion = V5, **kw: Any) -> aiomqtt.Client:
@@ -126,6 +128,7 @@ async def test_bans_survive_a_restart_with_the_store(tmp_path: Path) -> None:
         _, ack = await RawClient.connect(b2.port, "x", 5, username="eve")
         assert ack.reason_code is ReasonCode.BANNED
         await ok(b2, "DELETE", "/bans", kind="username", value="eve")
+        await RawClient.close_all()  # before the stop, as in ``b``
     async with Broker(host="127.0.0.1", port=0, **kw) as b3:
         assert (await ok(b3, "GET", "/bans"))["bans"] == []
     await RawClient.close_all()
@@ -143,6 +146,7 @@ async def test_bans_survive_a_restart_in_the_bans_file_without_a_store(tmp_path:
         assert [x["value"] for x in (await ok(b2, "GET", "/bans"))["bans"]] == ["bot"]
         _, ack = await RawClient.connect(b2.port, "bot", 5)
         assert ack.reason_code is ReasonCode.BANNED
+        await RawClient.close_all()  # before the stop, as in ``b``
     path.write_text("{not json")  # a damaged file: logged, the broker starts without bans
     async with Broker(host="127.0.0.1", port=0, **kw) as b3:
         assert (await ok(b3, "GET", "/bans"))["bans"] == []
@@ -295,7 +299,7 @@ async def secured(tmp_path: Path) -> AsyncIterator[Broker]:
         dashboard_admins=("admin",),
     ) as broker:
         yield broker
-    await RawClient.close_all()
+        await RawClient.close_all()  # before the stop, as in ``b``
 
 
 ADMIN = http.basic("admin", "adminpw")

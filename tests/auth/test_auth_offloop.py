@@ -187,6 +187,7 @@ async def test_pingreqs_are_answered_while_wrong_password_checks_are_pending(tmp
         finally:
             for c in [pinger, *storm]:
                 await c.close()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_packets_sent_behind_a_pending_connect_are_handled_after_it_in_order(tmp_path: Path) -> None:
@@ -254,6 +255,7 @@ async def test_checks_beyond_the_bound_are_refused_server_unavailable(tmp_path: 
         finally:
             for c in storm:
                 await c.close()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_the_connect_timeout_applies_while_the_check_runs(tmp_path: Path) -> None:
@@ -271,6 +273,7 @@ async def test_the_connect_timeout_applies_while_the_check_runs(tmp_path: Path) 
             assert "slow" not in b.core.sessions  # the late verdict attached nothing
         finally:
             await c.close()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 # ------------------------------------------------------------ item 3: back-off per address

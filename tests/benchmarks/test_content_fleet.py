@@ -76,3 +76,29 @@ def test_probe_core_counts_the_deliveries_of_the_selectors() -> None:
     docs = [bench.telemetry(s) for s in range(60)]
     assert row["writes_per_message"] == round(sum(p(d) for p in wanted for d in docs) / 60, 1)
     assert row["message_ms"] > 0 and row["route_again_ms"] > 0 and row["teardown_us_per_connection"] > 0
+
+
+def test_probe_fanout_times_every_delivery_of_the_real_broker() -> None:
+    """``--probe-fanout``: the real broker in-process; each message's writes are its useful
+    deliveries, timed in order (read, first write, last write)."""
+    (row,) = bench.main(
+        [
+            "--probe-fanout",
+            "--rows",
+            "iccounting:3",
+            "--connections",
+            "60",
+            "--rate",
+            "50",
+            "--duration",
+            "1",
+            "--no-pin",
+        ]
+    )
+    assert row["connections"] == 60 and row["expected"] > 0, row
+    assert row["useful"] == row["expected"], row
+    heavy = row["heaviest"]
+    assert heavy and heavy[0]["deliveries"] == row["heaviest_arrivals"][0]["deliveries"], row
+    for m in heavy:
+        assert m["to_first_write_ms"] > 0 and m["flush_ms"] >= m["in_write_ms"] >= 0, m
+        assert m["route_again_ms"] >= 0 and m["read_ms"] is not None, m

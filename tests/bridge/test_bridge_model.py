@@ -23,6 +23,7 @@ from broker import Message
 from broker.hooks import DeliveryEntry
 from broker.packets import NO_PROPERTIES
 from tests.bridge.records import NO_COMPOSITE
+from tests.budget import examples
 
 T0 = 1_800_000_000.0
 MAX_PENDING = 12
@@ -118,7 +119,7 @@ class BridgeMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-BridgeMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=20, deadline=None)
+BridgeMachine.TestCase.settings = settings(max_examples=examples(80), stateful_step_count=20, deadline=None)
 test_bridge_model = BridgeMachine.TestCase
 
 

@@ -25,8 +25,11 @@ import pyarrow.dataset as ds
 import pytest
 
 from bridge import Bridge, Kind
+from bridge._writer import _Sink
+from bridge._writerproc import Job, JobError, WriterProcess, fanout_payload
 from broker import Message
 from broker.packets import NO_PROPERTIES
+from tests.bridge.test_writer_transport import _batch, _wait_loaded
 from tests.waiting import until
 
 DEADLINE = 60.0  # generous: the suite's workers share the machine
@@ -129,6 +132,59 @@ def test_a_group_is_committed_once_it_is_due_and_a_large_round_is_not_held(tmp_p
         _wait(lambda: b.stats().written["publications"] == 306, "the large round committed")
         assert not b._held
         assert b.stats().files == files + 2
+
+
+def _job(sink: _Sink, hold: bool, payload: object = None) -> Job:
+    """A fan-out job of 10 publications with one delivery each (``payload``: another)."""
+    names = ((Kind.DELIVERIES.value, (sink.next_name(),)), (Kind.PUBLICATIONS.value, (sink.next_name(),)))
+    rows = ((Kind.DELIVERIES.value, 10), (Kind.PUBLICATIONS.value, 10))
+    body = fanout_payload(_batch(10).take()) if payload is None else payload
+    return Job("fanout", body, None, 10**6, names, rows, 20, hold=hold)
+
+
+def test_a_held_round_is_not_waited_for_and_lands_with_its_group(tmp_path: Path) -> None:
+    # session 17: the broker's writer thread sends a held round and goes on (the child does not
+    # answer it): with the child stopped, the held rounds are still handed over
+    landing = tmp_path / "landing"
+    sink = _Sink(landing)
+    proc = WriterProcess(str(landing), timeout=DEADLINE)
+    try:
+        proc.start()
+        assert proc.proc is not None
+        pid = proc.proc.pid
+        _wait_loaded(pid)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for _ in range(3):  # main waited for an answer here: its time-out ended the child
+                assert proc.run(_job(sink, hold=True)) is None
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        files = proc.run(_job(sink, hold=False))  # the group's one answer
+        assert proc.starts == 1 and proc.proc is not None and proc.proc.pid == pid
+    finally:
+        proc.close()
+    assert sorted((kind, rows) for kind, rows, _ in files) == [("deliveries", 40), ("publications", 40)]
+    assert len(_files(landing, Kind.DELIVERIES)) == len(_files(landing, Kind.PUBLICATIONS)) == 1
+    assert len(_rows(landing, Kind.PUBLICATIONS)) == 40
+
+
+def test_a_held_round_the_child_cannot_copy_fails_its_groups_answer(tmp_path: Path) -> None:
+    landing = tmp_path / "landing"
+    sink = _Sink(landing)
+    proc = WriterProcess(str(landing), timeout=DEADLINE)
+    try:
+        assert proc.run(_job(sink, hold=True)) is None
+        assert proc.run(_job(sink, hold=True, payload={"broken": 1})) is None  # not answered
+        with pytest.raises(JobError) as failed:
+            proc.run(_job(sink, hold=False))
+        assert not failed.value.retry  # a group that cannot become a table: discarded
+        assert "KeyError" in str(failed.value)
+        files = proc.run(_job(sink, hold=False))  # the next group is whole again
+        assert proc.starts == 1
+    finally:
+        proc.close()
+    assert sorted((kind, rows) for kind, rows, _ in files) == [("deliveries", 10), ("publications", 10)]
+    assert len(_rows(landing, Kind.PUBLICATIONS)) == 10
 
 
 def test_a_child_killed_while_it_holds_rounds_is_sent_them_again(tmp_path: Path) -> None:

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -187,3 +191,67 @@ def test_the_child_runs_as_a_batch_task(tmp_path: Path) -> None:
         assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the broker's own policy untouched
     finally:
         proc.close()
+
+
+def test_the_child_runs_the_brokers_bridge_not_one_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # session 18: ``python -c`` puts the working directory first on sys.path, so a broker started
+    # from a directory holding another ``bridge`` package (another checkout) ran that package's
+    # child; it must run its own (``-P``)
+    other = tmp_path / "elsewhere"
+    (other / "bridge").mkdir(parents=True)
+    (other / "bridge" / "__init__.py").write_text("")
+    (other / "bridge" / "_writerchild.py").write_text(
+        "import pathlib, sys\n"
+        "def main():\n"
+        f"    pathlib.Path({str(tmp_path / 'wrong')!r}).write_text('x')\n"
+        "    return 3\n"
+    )
+    monkeypatch.chdir(other)
+    landing = tmp_path / "landing"
+    sink = _Sink(landing)
+    names = ((Kind.DELIVERIES.value, (sink.next_name(),)), (Kind.PUBLICATIONS.value, (sink.next_name(),)))
+    proc = WriterProcess(str(landing), timeout=DEADLINE)
+    try:
+        files = proc.run(Job("fanout", fanout_payload(_batch(10).take()), None, 10**6, names, (), 0))
+        assert proc.starts == 1
+    finally:
+        proc.close()
+    assert not (tmp_path / "wrong").exists()
+    assert sorted(rows for _, rows, _ in files) == [10, 10]
+
+
+def test_the_child_runs_the_tree_the_broker_imported_its_bridge_from(tmp_path: Path) -> None:
+    # session 18: a broker whose bridge comes from another tree (a checkout run without an
+    # install, PYTHONPATH choosing a tree) starts that tree's child, not the installed one
+    repo = Path(__file__).resolve().parents[2]
+    tree = tmp_path / "tree"
+    shutil.copytree(repo / "bridge", tree / "bridge", ignore=shutil.ignore_patterns("__pycache__"))
+    marker = tmp_path / "marker"
+    child = tree / "bridge" / "_writerchild.py"
+    child.write_text(
+        child.read_text() + f"\n_main = main\n\n\ndef main(argv=None):  # noqa\n"
+        f"    open({str(marker)!r}, 'w').write(__file__)\n    return _main(argv)\n"
+    )
+    program = textwrap.dedent(
+        """
+        import os, sys, time
+        sys.path.insert(0, sys.argv[1])  # this tree's bridge, as a broker run from it imports it
+        from bridge._writerproc import WriterProcess
+        p = WriterProcess(sys.argv[2])
+        p.start()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.close()
+        """
+    )
+    landing = tmp_path / "landing"
+    subprocess.run(
+        [sys.executable, "-c", program, str(tree), str(landing), str(marker)],
+        cwd=tmp_path,
+        check=True,
+        timeout=DEADLINE,
+    )
+    assert marker.read_text() == str(child)  # main: the installed tree's child, no marker

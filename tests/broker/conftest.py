@@ -17,6 +17,9 @@ __all__ = ["broker", "broker_fixture"]
 async def broker() -> AsyncIterator[Broker]:
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
         yield b
+        # before the broker stops: a raw client still open never answers the broker's
+        # DISCONNECT, and the stop would wait its whole grace (1 s) for it
+        await RawClient.close_all()
 
 
 @pytest_asyncio.fixture(autouse=True)

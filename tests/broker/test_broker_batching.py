@@ -58,6 +58,7 @@ async def test_one_read_of_publishes_is_routed_as_a_batch(engine: str) -> None:
         assert await received(both, N) == list(range(N))
         for c in (hot, cold, both):
             assert await c.barrier() == []  # each delivered exactly once
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_selectors_in_user_property_and_qos2_in_the_run() -> None:
@@ -79,3 +80,4 @@ async def test_selectors_in_user_property_and_qos2_in_the_run() -> None:
             assert isinstance(p, Publish)
             got.append(orjson.loads(p.payload)["i"])
         assert got == [i for i in range(20) if i % 10 > 2]
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace

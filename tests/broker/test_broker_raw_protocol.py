@@ -222,6 +222,7 @@ async def test_queue_limit_drops_by_default() -> None:
             c.send(Puback(p.packet_id))
         await c.barrier()
         assert b.core.sessions["slow"].conn is not None
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_inflight_window_releases_queue() -> None:

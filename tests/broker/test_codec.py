@@ -382,3 +382,52 @@ def test_publish_template_documented_packet_id_offset() -> None:
     assert wire[at : at + 2] == b"\x01\x02"
     wire[at : at + 2] = b"\x0a\x0b"  # patching the id in place gives that subscriber's bytes
     assert bytes(wire) == t.render(1, 0x0A0B)
+
+
+_RENDER = st.tuples(
+    st.integers(0, 2),  # qos
+    st.booleans(),  # dup (QoS > 0 only)
+    st.booleans(),  # retain
+    st.lists(st.integers(1, 268_435_455), max_size=2).map(tuple),  # subscription identifiers
+    st.none() | st.integers(1, 0xFFFF),  # topic alias
+    st.booleans(),  # send the topic (with an alias only)
+)
+
+
+@settings(max_examples=40)
+@given(renders=st.lists(_RENDER, min_size=1, max_size=8), v=st.sampled_from([4, 5]))
+def test_publish_template_renders_in_any_order_as_a_fresh_one(
+    renders: list[tuple[int, bool, bool, tuple[int, ...], int | None, bool]], v: int
+) -> None:
+    """One template rendered for a fan-out's subscribers in any order gives each the bytes a
+    fresh template would: the shared plain QoS 0 copy never leaks into another rendering."""
+    t = PublishTemplate("a/b", b"payload", Properties(content_type="x"), v)
+    for qos, dup, retain, subids, alias, send_topic in renders:
+        fresh = PublishTemplate("a/b", b"payload", Properties(content_type="x"), v)
+        got = [
+            x.render(
+                qos,
+                7 if qos else None,
+                dup=dup and qos > 0,
+                retain=retain,
+                subscription_identifiers=subids,
+                topic_alias=alias,
+                send_topic=send_topic or alias is None,
+            )
+            for x in (t, fresh)
+        ]
+        assert got[0] == got[1]
+
+
+def test_publish_template_builds_the_plain_qos0_copy_once() -> None:
+    """A fleet's fan-out: every QoS 0 subscriber without identifiers, alias, DUP or RETAIN
+    gets the same bytes object (built at the first, nothing copied per subscriber)."""
+    for v in (4, 5):
+        t = PublishTemplate("fleet/telemetry", b"x" * 200, NO_PROPERTIES, v)
+        first = t.render(0)
+        assert t.render(1, 3) != first
+        assert t.render(0, retain=True) != first
+        assert t.render(0) is first
+        if v == 5:  # (3.1.1 has no identifiers)
+            assert t.render(0, subscription_identifiers=(1,)) != first
+        assert t.render(0) is first

@@ -356,6 +356,7 @@ async def test_persistence_changes_move_composite_subscriptions_in_and_out_of_th
         comp._check()
         await b.publish("d/a", b"a1", qos=1)
         await c.close()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
     async with Broker(host="127.0.0.1", port=0, sys_interval=0, store_path=db) as b:
         comp = b.core.composite
         comp._check()
@@ -367,3 +368,4 @@ async def test_persistence_changes_move_composite_subscriptions_in_and_out_of_th
         assert m.topic == "$composite/r"  # type: ignore[attr-defined]
         doc = event(m.payload)  # type: ignore[attr-defined]
         assert [p for _, _, p in components(doc)] == ["a1", "b1"]
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace

@@ -38,6 +38,7 @@ from broker.core._session import Session
 from broker.durability._store import Store
 from broker.packets import NO_PROPERTIES
 from broker.values import Message, Route
+from tests.budget import examples
 from tests.composite.reference import Reference
 
 POOL = ["a", "b", "c[v > 1]", "e/+", "e/#"]
@@ -231,5 +232,8 @@ def _doc(ev: tuple[object, ...]) -> dict[str, object]:
 
 TestBrokerVsReference = BrokerVsReference.TestCase
 TestBrokerVsReference.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(100),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )

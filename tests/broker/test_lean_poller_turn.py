@@ -33,9 +33,9 @@ async def test_a_turn_reads_at_most_max_events_sockets(monkeypatch: pytest.Monke
         ready(self)
         per_turn.append(reads[0])
 
-    def counted_read(self: _lean.LeanProtocol) -> None:
+    def counted_read(self: _lean.LeanProtocol) -> bool:
         reads[0] += 1
-        read_ready(self)
+        return read_ready(self)  # True: a read handled (a departure's is only held)
 
     monkeypatch.setattr(_lean.Poller, "_ready", counted_ready)
     monkeypatch.setattr(_lean.LeanProtocol, "_read_ready", counted_read)

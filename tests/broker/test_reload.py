@@ -307,6 +307,7 @@ async def test_live_limits_apply_to_new_connections_and_restart_fields_are_repor
         assert ack.reason_code == ReasonCode.SUCCESS
         _, ack = await RawClient.connect(b.port, "third")
         assert ack.reason_code == ReasonCode.QUOTA_EXCEEDED
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_login_back_off_limits_change_live(secured: Broker) -> None:
@@ -351,6 +352,7 @@ async def test_a_live_limit_of_the_wrong_type_fails_the_reload_and_applies_nothi
         _, ack = await RawClient.connect(b.port, "after")  # new connections are served as before
         assert ack.reason_code == ReasonCode.SUCCESS and ack.properties.maximum_packet_size is None
         assert (b.reload_counters.done, b.reload_counters.failed) == (0, 1)
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 @pytest.mark.parametrize("kind", ["tcp", "ws"])

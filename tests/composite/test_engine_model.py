@@ -39,6 +39,7 @@ from composite import (
     replay,
     subscribed,
 )
+from tests.budget import examples
 from tests.composite.reference import EventKey, Reference
 
 POOL = ["a", "b", "c", "d", "e/+"]
@@ -326,7 +327,7 @@ class EngineVsReference(RuleBasedStateMachine):
 
 TestEngineVsReference = EngineVsReference.TestCase
 TestEngineVsReference.settings = settings(
-    max_examples=150,
+    max_examples=examples(150),
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -328,6 +328,7 @@ async def test_queue_limit_disconnects_stalled_qos1_consumer() -> None:
         got = await sub.closed()
         assert [p.reason_code for p in got if isinstance(p, Disconnect)] == [RC.QUOTA_EXCEEDED]
         assert b.core.stats.publisher_pauses >= 1 and b.core.stats.slow_disconnected == 1
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_queue_limit_offline_session_bounded() -> None:
@@ -343,6 +344,7 @@ async def test_queue_limit_offline_session_bounded() -> None:
         sub, _ = await RawClient.connect(b.port, "off", 5, clean_start=False, properties=props)
         got = [p for p in await sub.barrier() if isinstance(p, Publish)]
         assert 1 <= len(got) <= 3  # memory for an offline session stays bounded
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_mqtt_3_2_2_request_response_information(broker: Broker) -> None:

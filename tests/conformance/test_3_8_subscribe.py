@@ -135,3 +135,4 @@ async def test_partial_unsubscribe_switched_off() -> None:
         assert ack.reason_codes == (RC.NO_SUBSCRIPTION_EXISTED,)  # pure MQTT
         await c.publish1("home/kitchen/temp", b"k")
         assert await _payloads(c) == [b"k"]
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace

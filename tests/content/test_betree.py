@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from content import BruteForce, Filter, Op, Predicate
 from content.baselines._betree import BETree
+from tests.budget import examples
 from tests.content.strategies import events, events_sparse, selector_texts
 
 
@@ -52,7 +53,7 @@ def test_tiny_betree_agrees_with_brute_force() -> None:
     run_state_machine_as_test(
         TinyVsBruteForce,
         settings=settings(
-            max_examples=80,
+            max_examples=examples(80),
             stateful_step_count=60,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from content import ENGINES, BruteForce, Engine, compile
+from tests.budget import examples
 from tests.content.strategies import events, events_sparse, selector_texts
 
 ENGINE_NAMES = [
@@ -115,7 +116,7 @@ def test_engine_agrees_with_brute_force(group: str) -> None:
     run_state_machine_as_test(
         machine_for(*GROUPS[group]),
         settings=settings(
-            max_examples=EXAMPLES.get(group, 60),
+            max_examples=examples(EXAMPLES.get(group, 60)),
             stateful_step_count=40,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -13,6 +13,7 @@ from content import ENGINES, BruteForce, Filter, Op, Predicate
 from content._filter import Clause
 from content._hema import HEMA
 from content._predicate import Scalar
+from tests.budget import examples
 
 ATTRS = ("a", "b", "c", "d")
 ORDER = (Op.LT, Op.LE, Op.GT, Op.GE)
@@ -155,9 +156,9 @@ class HemaMixedIds(HemaSmallChains):
                 return n
 
 
-HemaVersusBruteForce.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
-HemaSmallChains.TestCase.settings = settings(max_examples=40, stateful_step_count=40)
-HemaMixedIds.TestCase.settings = settings(max_examples=25, stateful_step_count=40)
+HemaVersusBruteForce.TestCase.settings = settings(max_examples=examples(40), stateful_step_count=40)
+HemaSmallChains.TestCase.settings = settings(max_examples=examples(40), stateful_step_count=40)
+HemaMixedIds.TestCase.settings = settings(max_examples=examples(25), stateful_step_count=40)
 TestHemaVersusBruteForce = HemaVersusBruteForce.TestCase
 TestHemaSmallChains = HemaSmallChains.TestCase
 TestHemaMixedIds = HemaMixedIds.TestCase

@@ -14,10 +14,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from content import BruteForce, compile
 from content.baselines._poset import Poset, covers
+from tests.budget import examples
 from tests.content.strategies import events, events_sparse, selector_texts
 
 _SETTINGS = settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
 
@@ -124,7 +127,7 @@ def test_poset_agrees_with_brute_force() -> None:
     run_state_machine_as_test(
         PosetVsBruteForce,
         settings=settings(
-            max_examples=60,
+            max_examples=examples(60),
             stateful_step_count=60,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

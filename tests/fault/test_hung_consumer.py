@@ -119,6 +119,7 @@ async def test_hung_subscriber_releases_healthy_publishers(persistent: bool) -> 
         finally:
             with contextlib.suppress(OSError):
                 hung.close()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_slow_but_reading_subscriber_is_not_hung() -> None:
@@ -134,6 +135,7 @@ async def test_slow_but_reading_subscriber_is_not_hung() -> None:
         assert st.publisher_pauses >= 1  # it was over its mark: its publisher was paced
         assert st.hung_consumer_events == 0 and st.slow_consumer_events == 0
         b.core._check()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_hung_subscriber_that_reads_again_is_paced_not_disconnected() -> None:
@@ -153,3 +155,4 @@ async def test_hung_subscriber_that_reads_again_is_paced_not_disconnected() -> N
         s = b.core.sessions["back"]
         assert s.conn is not None and b.core.stats.dropped_queue_full == 0
         b.core._check()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace

@@ -105,6 +105,7 @@ async def test_a_publisher_far_ahead_has_its_qos0_shed_and_counted() -> None:
         # the QoS 1 message and the retained one are never shed
         assert [(p.topic, p.payload) for p in got] == [("sh/q", b"acked")]
         assert b.core.router.retained.get("sh/r") is not None
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_a_backlog_shorter_than_the_grace_sheds_nothing() -> None:
@@ -113,3 +114,4 @@ async def test_a_backlog_shorter_than_the_grace_sheds_nothing() -> None:
         routed, shed, got = await _run(b)
         assert (routed, shed) == (QOS0 + 1, 0)
         assert [(p.topic, p.payload) for p in got] == [("sh/q", b"acked")]
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace

@@ -31,6 +31,7 @@ async def test_subscriptions_per_client(version: int, quota_code: ReasonCode) ->
         await c.unsubscribe("a/2")
         assert (await c.subscribe("a/5")).reason_codes == (RC.GRANTED_QOS_1,)
         b.core._check()
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 @pytest.mark.parametrize("version", [5, 4])
@@ -41,6 +42,7 @@ async def test_topic_levels_subscribe(version: int) -> None:
         bad = RC.TOPIC_FILTER_INVALID if version == 5 else RC.UNSPECIFIED_ERROR
         assert ack.reason_codes == (RC.GRANTED_QOS_1, bad, RC.GRANTED_QOS_1)
         assert sys_value(b, "$SYS/broker/topic_levels/refused") == 1
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace
 
 
 async def test_topic_levels_publish_v5_disconnect_311_close() -> None:
@@ -67,3 +69,4 @@ async def test_refused_selectors_counted_and_log_rate_limited(caplog: pytest.Log
                 assert ack.reason_codes == (RC.TOPIC_FILTER_INVALID, RC.TOPIC_FILTER_INVALID)
         assert sys_value(b, "$SYS/broker/subscriptions/refused/selector") == 40
         assert len([r for r in caplog.records if "content filter refused" in r.getMessage()]) == 1
+        await RawClient.close_all()  # before the stop: an open raw client made it wait its 1-s grace

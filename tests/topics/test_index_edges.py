@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from tests.budget import examples
 from tests.topics.reference import ref_match
 from topics import InvalidTopic, SubscriptionIndex, UnsubscribeOutcome, includes, overlaps
 
@@ -50,7 +51,7 @@ def topics_of(max_levels: int) -> st.SearchStrategy[str]:
     return st.lists(st.sampled_from(LEVELS), min_size=1, max_size=max_levels).map("/".join)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(
     subs=st.lists(st.tuples(st.sampled_from(["c0", "c1", "c2"]), filters(12)), max_size=60),
     probes=st.lists(topics_of(12), min_size=1, max_size=20),
@@ -372,7 +373,7 @@ class DeepIndexVsReference(RuleBasedStateMachine):
 
 
 TestDeepIndex = DeepIndexVsReference.TestCase
-TestDeepIndex.settings = settings(max_examples=150, stateful_step_count=50)
+TestDeepIndex.settings = settings(max_examples=examples(150), stateful_step_count=50)
 
 
 def test_sequence_numbers_stay_small() -> None:

@@ -15,6 +15,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from tests.budget import examples
 from tests.topics.reference import Universe, all_filters, all_topics, ref_match
 from topics import Entry, RetainedTree, SubscriptionIndex, TopicSet, UnsubscribeOutcome
 
@@ -215,7 +216,7 @@ def index_machine(partial: bool) -> type[RuleBasedStateMachine]:
 
 def test_index_with_partial_unsubscribe() -> None:
     run_state_machine_as_test(
-        index_machine(True), settings=settings(max_examples=120, stateful_step_count=40)
+        index_machine(True), settings=settings(max_examples=examples(120), stateful_step_count=40)
     )
 
 
