@@ -8,7 +8,6 @@ the module as imported and against a fresh interpreted copy of its ``.py`` sourc
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -18,11 +17,9 @@ __all__ = ["interpreted"]
 def interpreted(module: ModuleType, name: str) -> ModuleType:
     """A new module named ``name`` executed from ``module``'s ``.py`` source (not its
     compiled extension, not registered in ``sys.modules``)."""
-    # the source <leaf>.py, found beside its package's __init__.py: a mypyc group that initialises a compiled module
-    # through another member of the group gives it a __file__ (and spec origin) under the
-    # native library's directory that names no file (seen after broker.packets came first)
-    package, _, leaf = module.__name__.rpartition(".")
-    source = Path(sys.modules[package].__file__ or "").parent / f"{leaf}.py"
+    # a compiled module's file is <name>.cpython-311-x86_64-linux-gnu.so beside <name>.py
+    file = Path(module.__file__ or "")
+    source = file.parent / (file.name.partition(".")[0] + ".py")
     spec = importlib.util.spec_from_file_location(name, source)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
