@@ -18,8 +18,7 @@ def interpreted(module: ModuleType, name: str) -> ModuleType:
     """A new module named ``name`` executed from ``module``'s ``.py`` source (not its
     compiled extension, not registered in ``sys.modules``)."""
     # a compiled module's file is <name>.cpython-311-x86_64-linux-gnu.so beside <name>.py
-    file = Path(module.__file__ or "")
-    source = file.parent / (file.name.partition(".")[0] + ".py")
+    source = Path(module.__file__ or "").parent / (module.__name__.rpartition(".")[2] + ".py")
     spec = importlib.util.spec_from_file_location(name, source)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
