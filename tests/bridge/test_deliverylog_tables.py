@@ -11,20 +11,27 @@ imported (compiled after ``make build``) and its source loaded as plain Python.
 
 from __future__ import annotations
 
+import importlib.util
 import random
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+import broker.core
 import broker.core._deliverylog as compiled_or_not
 from broker import Message
 from broker.packets import NO_PROPERTIES
-from tests.interpreted import interpreted
 
 
 def _interpreted() -> ModuleType:
-    return interpreted(compiled_or_not, "_deliverylog_tables_interpreted")
+    source = Path(broker.core.__file__ or "").parent / "_deliverylog.py"
+    spec = importlib.util.spec_from_file_location("_deliverylog_tables_interpreted", source)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(params=["as-imported", "interpreted"])
