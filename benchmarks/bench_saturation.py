@@ -1039,6 +1039,18 @@ def _ratios(results: list[dict[str, object]]) -> list[str]:
     return out
 
 
+def _paced_rates(text: str) -> list[float]:
+    """``--paced-rate``: comma-separated offered rates in msg/s, each > 0 (argparse's one-line
+    error and exit 2 otherwise); empty: publisher-paced (``[0.0]``)."""
+    try:
+        rates = [float(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected rates in msg/s, e.g. 3000,10000") from None
+    if any(not r > 0 or r == float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be a positive number of msg/s")
+    return rates or [0.0]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--brokers", default="siftmq,siftmq-defaults,mosquitto,iotcore")
@@ -1071,7 +1083,8 @@ def main() -> int:
     )
     ap.add_argument(
         "--paced-rate",
-        default="",
+        type=_paced_rates,
+        default=[0.0],
         help="paced at these offered rates (msg/s in all, comma-separated; each broker once per "
         "rate, the rates outermost) instead of publisher-paced",
     )
@@ -1111,7 +1124,16 @@ def _main(a: argparse.Namespace) -> int:
         ROOTS["base"] = Path(a.base_root).resolve()
     for spec in filter(None, a.roots.split(",")):
         tag, _, path = spec.partition("=")
+        if not tag or not path:
+            sys.exit(f"--roots {spec!r}: expected TAG=DIR")
         ROOTS[tag] = Path(path).resolve()
+    for tag, root in ROOTS.items():  # a wrong checkout would measure another tree silently
+        if not (root / ".venv" / "bin" / "siftmq").exists():
+            sys.exit(f"checkout for '@{tag}' has no .venv/bin/siftmq: {root} (make setup there)")
+    for name in a.brokers.split(","):
+        tag = name.partition("@")[2]
+        if tag and tag not in ROOTS:
+            sys.exit(f"broker {name!r}: no checkout for '@{tag}' (--base-root, --roots {tag}=DIR)")
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -1123,7 +1145,7 @@ def _main(a: argparse.Namespace) -> int:
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     )
-    rates = [float(r) for r in a.paced_rate.split(",") if r] or [0.0]
+    rates: list[float] = a.paced_rate
     runs = [
         (rate, name, scenario)
         for rate in rates  # the brokers of one rate one after the other
