@@ -1560,17 +1560,30 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def parse_rows(text: str) -> list[Row]:
+    """``--rows``: ``KIND[:FILTERS]``, comma-separated; KIND a content engine or mosquitto,
+    FILTERS a positive count (argparse's one-line error and exit 2 otherwise)."""
+    import content  # the engines' names (the generator processes import none of content)
+
     out = []
     for item in text.split(","):
-        kind, _, n = item.partition(":")
-        out.append(Row(kind.strip(), int(n or 1)))
+        kind, _, n = (part.strip() for part in item.partition(":"))
+        if kind != "mosquitto" and kind not in content.ENGINES:
+            raise argparse.ArgumentTypeError(
+                f"{kind!r}: expected mosquitto or one of {', '.join(content.ENGINES)}"
+            )
+        if not (n or "1").isdigit() or int(n or 1) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: FILTERS must be a positive count")
+        out.append(Row(kind, int(n or 1)))
     return out
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
-        "--rows", default="iccounting:1,hema:1,hcem:1,mosquitto:1", help="KIND:FILTERS, comma-separated"
+        "--rows",
+        type=parse_rows,
+        default=parse_rows("iccounting:1,hema:1,hcem:1,mosquitto:1"),
+        help="KIND:FILTERS, comma-separated",
     )
     ap.add_argument("--connections", type=int, default=10_000)
     ap.add_argument(
@@ -1630,37 +1643,23 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "freezes the heap; without it, the collector runs as it happens to, as in siftmq serve)",
     )
     args = ap.parse_args(argv)
-    if args.probe_teardown:
-        out = []
-        for row in parse_rows(args.rows):
-            if row.kind != "mosquitto":
-                out.append(probe_teardown(row.kind, row.filters, args.connections, args.leave, args))
-                print(json.dumps(out[-1]), flush=True)
-        return out
-    if args.probe_fanout:
-        out = []
-        for row in parse_rows(args.rows):
-            if row.kind != "mosquitto":
-                out.append(probe_fanout(row.kind, row.filters, args))
-                print(json.dumps(out[-1]), flush=True)
-        return out
-    if args.probe_core:
-        out = []
-        for row in parse_rows(args.rows):
-            if row.kind != "mosquitto":
-                out.append(probe_core(row.kind, row.filters, args.connections))
-                print(json.dumps(out[-1]), flush=True)
-        return out
-    if args.probe:
-        out = []
-        for row in parse_rows(args.rows):
-            if row.kind != "mosquitto":
-                out.append(probe(row.kind, row.filters, args.connections))
-                print(json.dumps(out[-1]), flush=True)
-        return out
+    probes: dict[str, Callable[[Row], dict[str, Any]]] = {
+        "probe_teardown": lambda r: probe_teardown(r.kind, r.filters, args.connections, args.leave, args),
+        "probe_fanout": lambda r: probe_fanout(r.kind, r.filters, args),
+        "probe_core": lambda r: probe_core(r.kind, r.filters, args.connections),
+        "probe": lambda r: probe(r.kind, r.filters, args.connections),
+    }
+    for flag, run_probe in probes.items():  # the first probe asked for runs, on siftmq's rows only
+        if getattr(args, flag):
+            out = []
+            for row in args.rows:
+                if row.kind != "mosquitto":
+                    out.append(run_probe(row))
+                    print(json.dumps(out[-1]), flush=True)
+            return out
     print(f"# load average {os.getloadavg()}; {vars(args)}", flush=True)
     rows = []
-    for row in parse_rows(args.rows):
+    for row in args.rows:
         if (
             row.kind == "mosquitto"
             and shutil.which("mosquitto") is None
