@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker import Broker
 from broker._config import BrokerConfig
 from broker.core._connection import Callbacks, Connection
 from broker.core._core import EARLY_CHUNK, EARLY_MIN, Core
@@ -28,6 +29,7 @@ from broker.packets import (
 )
 from content import Event, SubId
 from content._engine import BruteForce
+from tests.rawclient import RawClient
 
 N = EARLY_MIN * 3
 #: membership tests made in the engine's answers (the router's join: one per route here)
@@ -180,3 +182,52 @@ def test_early_writes_keep_each_receivers_order_across_reads() -> None:
     want = [b"0", b"1", b"2", b"3", b"4"]
     assert all([p.payload for p in r.packets if isinstance(p, Publish)] == want for r in rs)
     assert all(r.writes == 4 for r in rs)
+
+
+async def test_a_streamed_fan_out_over_loopback_keeps_what_each_subscriber_gets() -> None:
+    # real clients: 160 subscribers with two selective subscriptions each (QoS 1 and 0,
+    # subscription identifiers), 20 plain ones, the publisher subscribed with no-local; three
+    # lone QoS 1 PUBLISHes (each its read's only packet: streamed once the plan exists)
+    async with Broker(port=0, sys_interval=0, content_engine="iccounting") as b:
+        subs: list[RawClient] = []
+        for i in range(180):
+            c, _ = await RawClient.connect(b.port, f"s{i}")
+            if i < 160:
+                await c.subscribe(
+                    SubscriptionRequest("fleet/t", 1),
+                    properties=Properties(
+                        subscription_identifiers=(i + 1,), user_properties=(("filter", "temp > 10"),)
+                    ),
+                )
+                await c.subscribe(
+                    SubscriptionRequest("fleet/+", 0),
+                    properties=Properties(
+                        subscription_identifiers=(1000 + i,),
+                        user_properties=(("filter", f"temp > {20 + i % 3}"),),
+                    ),
+                )
+            else:
+                await c.subscribe(SubscriptionRequest("fleet/#", 0))
+            subs.append(c)
+        pub, _ = await RawClient.connect(b.port, "pub")
+        await pub.subscribe(SubscriptionRequest("fleet/t", 1, no_local=True))
+        temps = [15, 22, 30]
+        for t in temps:
+            await pub.publish1("fleet/t", f'{{"temp": {t}}}'.encode())
+        for i, c in enumerate(subs):
+            got = []
+            for _ in temps:
+                p = await c.recv_where(lambda p: isinstance(p, Publish))
+                assert isinstance(p, Publish)
+                got.append((p.payload, p.qos, p.properties.subscription_identifiers))
+            assert not [p for p in await c.barrier() if isinstance(p, Publish)]  # nothing more
+            if i >= 160:
+                assert got == [(f'{{"temp": {t}}}'.encode(), 0, ()) for t in temps]
+                continue
+            want = []
+            for t in temps:
+                ids = (i + 1,) if t <= 20 + i % 3 else (i + 1, 1000 + i)
+                want.append((f'{{"temp": {t}}}'.encode(), 1, ids))
+            assert [(pl, q, tuple(sorted(ids))) for pl, q, ids in got] == want
+        assert not [p for p in await pub.barrier() if isinstance(p, Publish)]  # no-local
+        assert b.core.stats.messages_sent >= 3 * 180
