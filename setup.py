@@ -30,6 +30,7 @@ showed no loss.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.util
 import os
 import shutil
@@ -207,6 +208,12 @@ def ext_modules() -> list[object]:
     if level not in ("0", "1", "2", "3"):  # one line, not a page of gcc errors per module
         sys.exit(f"setup.py: SIFTMQ_OPT_LEVEL={level!r}: expected 0, 1, 2 or 3")
     compiled = mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level=level, separate=groups)
+    # mypyc's analysis leaves mypy's whole build of the hot path's import graph in this process
+    # (~3 million objects from an empty cache): the collections of the interpreter's shutdown
+    # walked them for ~10 s of one core after the build was done, at the end of the set-up's
+    # critical path (docs/development.md, "Suite time (session 19)"). Frozen (never collected,
+    # as a process that is about to exit can afford), the process exits at once
+    gc.freeze()
     # largest C first (mypycify has written it): build_ext's threads take them in this order,
     # so the longest compile starts first and the small ones fill the other core
     compiled.sort(key=lambda ext: -sum(os.path.getsize(src) for src in ext.sources if os.path.exists(src)))
