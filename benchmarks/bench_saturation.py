@@ -67,6 +67,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -521,21 +522,36 @@ def _task_delta(
     return out
 
 
-async def _pace(pubs: list[Client], rate: float, window: int) -> None:
+async def _pace(pubs: list[Client], rate: float, window: int, burst: int = 0) -> None:
     """Until cancelled (``--paced-rate``): every 1 ms, each publisher sends what its share of
     ``rate`` (msg/s in all) makes due since the start, at most what keeps its unacknowledged
     PUBLISHes within ``window`` (so a broker that falls behind is publisher-paced, no faster
     than its acknowledgements).  What a publisher could not send when due is sent when its
-    window opens (never more than ``window`` at once).  O(publishers) per tick."""
+    window opens (never more than ``window`` at once).  O(publishers) per tick.
+
+    ``burst`` > 0 (``--burst``): the batch held equal by design.  Every ``burst * publishers /
+    rate`` seconds all publishers send ``burst`` PUBLISHes each, one write per publisher, one
+    after the other in the same tick (the rate is the same); the broker finds about
+    ``burst * publishers`` messages per burst whatever the scheduler does between bursts, so
+    its loop's wake-ups per delivery (a few per burst) no longer decide its CPU per delivery."""
     per_pub = rate / len(pubs)
+    step = burst / per_pub if burst > 0 else 0.001
     t0 = time.monotonic()
+    tick = 0
     while True:
-        due = int((time.monotonic() - t0) * per_pub)
+        if burst > 0:
+            tick = int((time.monotonic() - t0) / step) + 1
+            due = tick * burst
+        else:
+            due = int((time.monotonic() - t0) * per_pub)
         for p in pubs:
             k = min(due - p.seq, window - (p.seq - p.acks))
             if k > 0:
                 p.send(k)
-        await asyncio.sleep(0.001)
+        if burst > 0:
+            await asyncio.sleep(max(0.0, t0 + tick * step - time.monotonic()))
+        else:
+            await asyncio.sleep(0.001)
 
 
 async def run_paced(
@@ -557,7 +573,7 @@ async def run_paced(
         subs[0].budget = a.slow_rate
         subs[0].window_start = time.monotonic()
     h = await _hung_subscriber(port) if hung else None
-    pacer = asyncio.create_task(_pace(pubs, rate, a.window)) if rate > 0 else None
+    pacer = asyncio.create_task(_pace(pubs, rate, a.window, a.burst)) if rate > 0 else None
     for p in pubs if pacer is None else ():
         p.running = True
         p.send(a.window)
@@ -612,6 +628,8 @@ async def run_paced(
     if rate > 0:
         res["paced_rate"] = rate
         res["delivered_pct_of_rate"] = 100.0 * st.in_window / dt / rate
+        if a.burst > 0:
+            res["burst"] = a.burst * len(pubs)  # messages sent together per tick
     if tasks1:
         res["threads"] = _task_delta(tasks0, tasks1, st.in_window)
     if slow:
@@ -1008,46 +1026,65 @@ def markdown(results: list[dict[str, object]]) -> str:
 
 
 def _ratios(results: list[dict[str, object]]) -> list[str]:
-    """Per paced rate (0: publisher-paced), each defaults-like variant's CPU per delivered
-    message against the ``siftmq-nostore`` of its tree (same ``@tag``) in the same run: the
-    no-store broker's ns per delivery over the variant's (= deliveries per broker CPU second,
-    variant over no-store; issue 42 item 4b's figure)."""
-    ns: dict[tuple[float, str], float] = {}
-    wakeups: dict[tuple[float, str], object] = {}
+    """Per paced rate (0: publisher-paced) and repetition (``--repeat``), each defaults-like
+    variant's CPU per delivered message against the ``siftmq-nostore`` of its tree (same
+    ``@tag``) measured in the same repetition: the no-store broker's ns per delivery over the
+    variant's (= deliveries per broker CPU second, variant over no-store; issue 42 item 4's
+    figure), with each event loop's deliveries per wake-up (voluntary context switches of the
+    loop thread, ``--threads``); then per rate and variant the ratios' median and spread."""
+    ns: dict[tuple[float, int, str], float] = {}
+    per_wake: dict[tuple[float, int, str], str] = {}
     for r in results:
         if r["scenario"] == "paced" and "skipped" not in r:
-            key = (float(r.get("paced_rate", 0.0)), str(r["broker"]))  # type: ignore[arg-type]
+            key = (float(r.get("paced_rate", 0.0)), int(r.get("rep", 0)), str(r["broker"]))  # type: ignore[arg-type]
             ns[key] = float(r["broker_ns_per_delivery"])  # type: ignore[arg-type]
-            # the event loop's voluntary context switches (wake-ups) per 1,000 deliveries (--threads)
-            wakeups[key] = r.get("threads", {}).get("loop", {}).get("vcs_per_1k", "")  # type: ignore[attr-defined]
+            vcs = r.get("threads", {}).get("loop", {}).get("vcs_per_1k")  # type: ignore[attr-defined]
+            per_wake[key] = f"{1000 / vcs:,.0f}" if isinstance(vcs, (int, float)) and vcs > 0 else ""
     out: list[str] = []
-    for (rate, name), v in ns.items():
+    by: dict[tuple[float, str], list[float]] = {}
+    for (rate, rep, name), v in ns.items():
         variant, _, tag = name.partition("@")
-        peer = ns.get((rate, "siftmq-nostore" + (f"@{tag}" if tag else "")))
+        nostore = (rate, rep, "siftmq-nostore" + (f"@{tag}" if tag else ""))
+        peer = ns.get(nostore)
         if variant == "siftmq-nostore" or not variant.startswith("siftmq") or peer is None:
             continue
         if not out:
             out += ["\n**over no-store of the same tree (CPU per delivery, no-store / variant)**\n"]
             out += [
-                "| rate | broker | ns/delivery | no-store ns | ratio | loop wake-ups/1k (it / no-store) |",
-                "|---|---|---:|---:|---:|---:|",
+                "| rate | run | broker | ns/delivery | no-store ns | ratio "
+                "| deliveries per loop wake-up (it / no-store) |",
+                "|---|---:|---|---:|---:|---:|---:|",
             ]
         label = f"{rate:,.0f}" if rate else "publisher-paced"
-        nostore = (rate, "siftmq-nostore" + (f"@{tag}" if tag else ""))
-        woke = f"{wakeups.get((rate, name), '')} / {wakeups.get(nostore, '')}"
-        out.append(f"| {label} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} | {woke} |")
+        woke = f"{per_wake.get((rate, rep, name), '')} / {per_wake.get(nostore, '')}"
+        out.append(f"| {label} | {rep + 1} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} | {woke} |")
+        by.setdefault((rate, name), []).append(peer / v)
+    if any(len(v) > 1 for v in by.values()):
+        out += ["\n**ratios over the repetitions**\n"]
+        out += ["| rate | broker | ratios | median | spread (max - min) / 2 / median |"]
+        out += ["|---|---|---|---:|---:|"]
+        for (rate, name), v in by.items():
+            m = statistics.median(v)
+            label = f"{rate:,.0f}" if rate else "publisher-paced"
+            spread = (max(v) - min(v)) / 2 / m * 100
+            out.append(
+                f"| {label} | {name} | {', '.join(f'{x:.2f}' for x in v)} | {m:.2f} | +-{spread:.1f} % |"
+            )
     return out
 
 
 def _paced_rates(text: str) -> list[float]:
-    """``--paced-rate``: comma-separated offered rates in msg/s, each > 0 (argparse's one-line
-    error and exit 2 otherwise); empty: publisher-paced (``[0.0]``)."""
+    """``--paced-rate``: comma-separated offered rates in msg/s, each > 0, or 0 for
+    publisher-paced (argparse's one-line error and exit 2 otherwise); empty: publisher-paced
+    (``[0.0]``)."""
     try:
         rates = [float(r) for r in text.split(",") if r.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected rates in msg/s, e.g. 3000,10000") from None
-    if any(not r > 0 or r == float("inf") for r in rates):
-        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be a positive number of msg/s")
+    if any(not r >= 0 or r == float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: every rate must be a positive number of msg/s (0: publisher-paced)"
+        )
     return rates or [0.0]
 
 
@@ -1085,8 +1122,22 @@ def main() -> int:
         "--paced-rate",
         type=_paced_rates,
         default=[0.0],
-        help="paced at these offered rates (msg/s in all, comma-separated; each broker once per "
-        "rate, the rates outermost) instead of publisher-paced",
+        help="paced at these offered rates (msg/s in all, comma-separated; 0: publisher-paced; "
+        "each broker once per rate, the rates outermost) instead of publisher-paced",
+    )
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        help="with --paced-rate: every publisher sends this many PUBLISHes at once, all of them "
+        "in the same tick (the loop's batch held equal by design; at most --window)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each rate's brokers this many times, the order reversed every other time "
+        "(the summary gives each pair's ratio, their median and spread)",
     )
     ap.add_argument(
         "--busy",
@@ -1134,6 +1185,10 @@ def _main(a: argparse.Namespace) -> int:
         tag = name.partition("@")[2]
         if tag and tag not in ROOTS:
             sys.exit(f"broker {name!r}: no checkout for '@{tag}' (--base-root, --roots {tag}=DIR)")
+    if a.burst < 0 or a.burst > a.window:
+        sys.exit(f"--burst {a.burst}: expected 0 (off) to --window ({a.window})")
+    if a.repeat < 1:
+        sys.exit(f"--repeat {a.repeat}: expected 1 or more")
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -1146,14 +1201,16 @@ def _main(a: argparse.Namespace) -> int:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     )
     rates: list[float] = a.paced_rate
+    brokers = a.brokers.split(",")
     runs = [
-        (rate, name, scenario)
+        (rate, rep, name, scenario)
         for rate in rates  # the brokers of one rate one after the other
-        for name in a.brokers.split(",")  # one broker's scenarios back to back: same conditions
-        for scenario in a.scenarios.split(",")
-        if rate == rates[0] or scenario == "paced"  # the other scenarios have no rate
+        for rep in range(a.repeat)  # then again, in the reverse order every other time
+        for name in (brokers if rep % 2 == 0 else brokers[::-1])  # one broker's scenarios back
+        for scenario in a.scenarios.split(",")  # to back: the same conditions
+        if (rate == rates[0] and rep == 0) or scenario == "paced"  # the others have no rate
     ]
-    for rate, name, scenario in runs:
+    for rate, rep, name, scenario in runs:
         why = available("siftmq" if _variant(name) is not None else name)
         if why:
             results.append({"broker": name, "scenario": scenario, "skipped": why, "paced_rate": rate})
@@ -1163,7 +1220,7 @@ def _main(a: argparse.Namespace) -> int:
             res = one(name, scenario, a, capacity, rate if scenario == "paced" else 0.0)
         except Exception as exc:  # a peer that fails is reported, the run goes on
             res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
-        res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
+        res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2), rep=rep)
         if rate and scenario == "paced":
             res["paced_rate"] = rate
         results.append(res)
