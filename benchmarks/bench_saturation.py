@@ -922,6 +922,41 @@ def one(
         b.stop()
 
 
+def together(names: list[str], a: argparse.Namespace, rate: float) -> list[dict[str, object]]:
+    """``--together``: the paced scenario on every broker of ``names`` at once, all pinned to
+    ``--broker-cpu``, each with its own clients (in this one generator) at ``rate``: their
+    windows coincide, so whatever else the machine runs meanwhile (``--busy``, other users)
+    weighs on all of them alike, where one after the other each met its own moment of the
+    load.  The brokers also share their core with each other (a burst of one may wait behind
+    another's): symmetric, each broker's pacer starting on its own tick."""
+    bs: list[RunningBroker] = []
+    try:
+        for name in names:
+            bs.append(_start(name, a.broker_cpu))
+
+        async def all_paced() -> list[dict[str, object]]:
+            return list(
+                await asyncio.gather(
+                    *(run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid, rate=rate) for b in bs)
+                )
+            )
+
+        results = asyncio.run(asyncio.wait_for(all_paced(), 300))
+        for b, res in zip(bs, results, strict=True):
+            res["peak_rss_mb"] = b.hwm() / 1e6
+            res["broker_cpu_s"] = b.cpu()
+            res["children_cpu_s"] = b.children_cpu()
+            b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
+        for b, res in zip(bs, results, strict=True):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                b.proc.wait(30)
+            res.update(_bridge_rows(b))
+        return results
+    finally:
+        for b in bs:
+            b.stop()
+
+
 def _bridge_rows(b: RunningBroker) -> dict[str, object]:
     """Rows the bridge committed (deliveries, and drops it logged) for the variants with it on:
     the recorder must stay exact under the load, not only cheap."""
@@ -1073,6 +1108,14 @@ def _ratios(results: list[dict[str, object]]) -> list[str]:
     return out
 
 
+def _rounded(res: dict[str, object]) -> dict[str, object]:
+    return {
+        k: (round(v, 2) if isinstance(v, float) else v)
+        for k, v in res.items()
+        if k not in ("broker", "scenario")
+    }
+
+
 def _paced_rates(text: str) -> list[float]:
     """``--paced-rate``: comma-separated offered rates in msg/s, each > 0, or 0 for
     publisher-paced (argparse's one-line error and exit 2 otherwise); empty: publisher-paced
@@ -1131,6 +1174,12 @@ def main() -> int:
         default=0,
         help="with --paced-rate: every publisher sends this many PUBLISHes at once, all of them "
         "in the same tick (the loop's batch held equal by design; at most --window)",
+    )
+    ap.add_argument(
+        "--together",
+        action="store_true",
+        help="paced only: run the brokers of a rate at the same time, each with its own clients "
+        "(their windows coincide: the machine's load weighs on all alike)",
     )
     ap.add_argument(
         "--repeat",
@@ -1210,6 +1259,23 @@ def _main(a: argparse.Namespace) -> int:
         for scenario in a.scenarios.split(",")  # to back: the same conditions
         if (rate == rates[0] and rep == 0) or scenario == "paced"  # the others have no rate
     ]
+    if a.together:
+        if a.scenarios != "paced":
+            sys.exit("--together: only with --scenarios paced")
+        for rate in rates:
+            for rep in range(a.repeat):
+                names = brokers if rep % 2 == 0 else brokers[::-1]
+                try:
+                    got = together(names, a, rate)
+                except Exception as exc:  # reported, the run goes on
+                    got = [{"skipped": f"{type(exc).__name__}: {exc}"[:200]} for _ in names]
+                for name, res in zip(names, got, strict=True):
+                    res.update(broker=name, scenario="paced", loadavg=round(os.getloadavg()[0], 2), rep=rep)
+                    if rate:
+                        res["paced_rate"] = rate
+                    results.append(res)
+                    print(f"{name:16} paced  " + json.dumps(_rounded(res)), flush=True)
+        runs = []
     for rate, rep, name, scenario in runs:
         why = available("siftmq" if _variant(name) is not None else name)
         if why:
@@ -1224,17 +1290,7 @@ def _main(a: argparse.Namespace) -> int:
         if rate and scenario == "paced":
             res["paced_rate"] = rate
         results.append(res)
-        print(
-            f"{name:16} {scenario:6} "
-            + json.dumps(
-                {
-                    k: (round(v, 2) if isinstance(v, float) else v)
-                    for k, v in res.items()
-                    if k not in ("broker", "scenario")
-                }
-            ),
-            flush=True,
-        )
+        print(f"{name:16} {scenario:6} " + json.dumps(_rounded(res)), flush=True)
     meta = {"commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a)}
     Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     if a.markdown:
