@@ -47,6 +47,21 @@ mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow,hung] [--out FILE.json] [
 (``--base-root DIR``) or ``<variant>@TAG`` (``--roots TAG=DIR,...``), each with its own
 ``.venv``; the paced figures of any two are comparable in one run.
 
+``--burst K`` (with ``--paced-rate``) holds the batch equal by design: every publisher sends
+``K`` PUBLISHes at once and all publishers in the same tick (:func:`_pace`), so a broker finds
+about ``K x --pairs`` messages per burst whatever the scheduler does between bursts.
+``--together`` runs the paced brokers of a rate at the same time on the broker core, each
+with its own clients (:func:`together`), so that the machine's load, which changes from minute
+to minute, weighs on all of them alike; ``--repeat N`` measures everything N times (order
+reversed every other time) and the summary gives each same-run pair's ratio, their median and
+spread.  ``--paced-rate 0`` is publisher-paced.  The loaded-machine figure of issue 42 item 4
+(docs/lab/performance-defaults.md, session 19):
+
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_saturation.py --busy 4 \
+        --brokers siftmq-nostore,siftmq-defaults,siftmq-nostore@base,siftmq-defaults@base \
+        --scenarios paced --paced-rate 10000 --burst 32 --together --repeat 3 --duration 20 \
+        --drain 1 --threads --base-root DIR --markdown
+
 Same-rate runs (the command of docs/lab/performance-defaults.md, session 18):
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_saturation.py --busy 4 \
