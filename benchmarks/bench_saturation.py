@@ -623,6 +623,7 @@ async def run_paced(
     delivered = st.delivered
     res: dict[str, object] = {
         "delivered_per_s": st.in_window / dt,
+        "window_s": [round(t0, 3), round(t0 + dt, 3)],  # monotonic start and end (--together)
         "acked_per_s": acked_window / dt,
         "acked": pt.acked,
         "delivered": delivered,
@@ -815,24 +816,24 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
             os.environ["SIFTMQ_SERVE_ARGS"] = before
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     port = free_port()
-    log = open(tmp / "broker.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(
-        [
-            str(variant[0] / ".venv" / "bin" / "siftmq"),
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp / "data"),
-            *variant[1],
-            *extra,
-        ],
-        cwd=tmp,
-        env={**os.environ, **variant[2]},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
-    )
+    with open(tmp / "broker.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [
+                str(variant[0] / ".venv" / "bin" / "siftmq"),
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp / "data"),
+                *variant[1],
+                *extra,
+            ],
+            cwd=tmp,
+            env={**os.environ, **variant[2]},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
+        )
     deadline = time.monotonic() + 60
     import socket
 
@@ -943,7 +944,8 @@ def together(names: list[str], a: argparse.Namespace, rate: float) -> list[dict[
     windows coincide, so whatever else the machine runs meanwhile (``--busy``, other users)
     weighs on all of them alike, where one after the other each met its own moment of the
     load.  The brokers also share their core with each other (a burst of one may wait behind
-    another's): symmetric, each broker's pacer starting on its own tick."""
+    another's): symmetric, each broker's pacer starting on its own tick.  ``window_loadgen_cpu_s``
+    is then the generator's CPU for all of them."""
     bs: list[RunningBroker] = []
     try:
         for name in names:
@@ -1277,6 +1279,10 @@ def _main(a: argparse.Namespace) -> int:
     if a.together:
         if a.scenarios != "paced":
             sys.exit("--together: only with --scenarios paced")
+        for name in brokers:
+            why = available("siftmq" if _variant(name) is not None else name)
+            if why:
+                sys.exit(f"--together: {name} cannot run: {why}")
         for rate in rates:
             for rep in range(a.repeat):
                 names = brokers if rep % 2 == 0 else brokers[::-1]

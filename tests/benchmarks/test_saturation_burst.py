@@ -11,6 +11,7 @@ never more than the schedule allowed, and every message must be delivered once.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -63,3 +64,27 @@ def test_burst_larger_than_the_window_is_refused() -> None:
     )
     assert proc.returncode != 0
     assert "--burst 40: expected 0 (off) to --window (32)" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_together_measures_the_brokers_over_the_same_window() -> None:
+    """``--together``: two real ``siftmq serve`` brokers paced at once; their measured windows
+    coincide and each delivers its own clients' messages once."""
+    a = argparse.Namespace(
+        pairs=2,
+        window=32,
+        warmup=0.3,
+        duration=1.0,
+        drain=1.0,
+        threads=True,
+        burst=8,
+        broker_cpu=sorted(os.sched_getaffinity(0))[0],
+    )
+    got = bench.together(["siftmq-nostore", "siftmq-nostore"], a, 1_000.0)
+    assert len(got) == 2
+    (s0, e0), (s1, e1) = got[0]["window_s"], got[1]["window_s"]  # type: ignore[misc]
+    overlap = min(e0, e1) - max(s0, s1)
+    assert overlap >= 0.8 * min(e0 - s0, e1 - s1)
+    for res in got:
+        assert res["delivered"] == res["acked"] and int(res["delivered"]) > 0  # type: ignore[call-overload]
+        assert res["duplicates"] == 0 and res["sub_disconnects"] == 0
+        assert "loop" in res["threads"]  # type: ignore[operator]
