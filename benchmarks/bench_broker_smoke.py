@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
+import socket
 import statistics
 import subprocess
 import time
@@ -236,9 +238,13 @@ class CoreQos0:
         return dt / self.deliveries
 
 
+#: ``--core-qos0`` workloads of the lean poller (:class:`LeanReads`): name -> ready publishers
+LEAN_READS = {"lean50": 50, "lean500": 500}
+
+
 def core_qos0(rounds: int, names: list[str]) -> dict[str, float]:
     """The median ns per delivered message of each workload, interleaved round by round."""
-    loads = {name: CoreQos0(name) for name in names}
+    loads = {name: LeanReads(LEAN_READS[name]) if name in LEAN_READS else CoreQos0(name) for name in names}
     gc.collect()
     gc.freeze()  # the set-up's objects, as the broker's restore does (broker/_broker.py)
     for w in loads.values():  # warm-up
@@ -251,14 +257,78 @@ def core_qos0(rounds: int, names: list[str]) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def core_qos0_ab(trees: list[str], alternations: int, rounds: int) -> None:
+class LeanReads:
+    """The lean poller's read path (``broker/net/_lean.py``) with ``publishers`` ready at once.
+
+    Each publisher is a real socket (a Unix socket pair: the poller's ``recv_into`` and epoll
+    on it as on TCP) read by a ``LeanProtocol``; its subscriber is a counting transport as in
+    :class:`CoreQos0` (the write side is not measured). A sample writes one read of ten QoS 0
+    PUBLISHes to every publisher's socket (not timed), then times the poller's turns
+    (``Poller._ready``, called as the loop would on the epoll descriptor's readiness) until
+    every one was read: with more than ``MAX_EVENTS`` (64) ready, a turn reads 64 and leaves
+    the rest for the next turns."""
+
+    def __init__(self, publishers: int) -> None:
+        from broker.net._lean import LeanProtocol, Poller
+
+        self.loop = asyncio.new_event_loop()  # never run: the turns are called directly
+        self.core = core = Core(BrokerConfig(sys_interval=0))
+        self.poller = Poller(self.loop)
+        payload = make_payload(64)
+        self.clients: list[tuple[socket.socket, bytes]] = []
+        self.sinks: list[CountingTransport] = []
+        self.keep: list[socket.socket] = []
+        for i in range(publishers):
+            topic = f"bench/lean/{i}"
+            _, t = _client(core, i, [connect(f"lean-s{i}"), subscribe(1, [(topic, 0)])])
+            self.sinks.append(t)
+            mine, theirs = socket.socketpair()
+            mine.setblocking(False)
+            LeanProtocol(core, None, self.poller, mine).start()
+            theirs.sendall(connect(f"lean-p{i}"))
+            self.keep.append(mine)
+            self.clients.append((theirs, publish(topic, payload) * 10))
+        self.deliveries = publishers * 10
+        self.expected = sum(len(data) for _, data in self.clients)
+        self._turns()
+        for theirs, _ in self.clients:
+            theirs.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                theirs.recv(1 << 16)  # the CONNACK
+        self.base = sum(t.nbytes for t in self.sinks)
+
+    def _turns(self) -> int:
+        ready = self.poller._ready
+        ep = self.poller._ep
+        assert ep is not None
+        turns = 0
+        while ep.poll(0, 1):
+            ready()
+            turns += 1
+        return turns
+
+    def sample(self) -> float:
+        """CPU ns of the poller's turns per delivered message. O(publishers)."""
+        for theirs, data in self.clients:
+            theirs.send(data)
+        t0 = time.thread_time_ns()
+        self._turns()
+        dt = time.thread_time_ns() - t0
+        got = sum(t.nbytes for t in self.sinks) - self.base
+        self.base += got
+        assert got == self.expected, f"{got} bytes delivered, {self.expected} expected"
+        return dt / self.deliveries
+
+
+def core_qos0_ab(trees: list[str], alternations: int, rounds: int, workloads: str) -> None:
     """``--core-qos0`` in alternate processes per tree; the ratios second / first per alternation."""
     got: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     for k in range(alternations):
         for tree in trees if k % 2 == 0 else trees[::-1]:  # either first in turn
             py = Path(tree) / ".venv" / "bin" / "python"
+            cmd = [str(py), __file__, "--core-qos0", "--json", "--rounds", str(rounds), "--workloads"]
             out = subprocess.run(
-                [str(py), __file__, "--core-qos0", "--json", "--rounds", str(rounds)],
+                [*cmd, workloads],
                 env={**os.environ, "PYTHONPATH": tree},
                 capture_output=True,
                 text=True,
@@ -274,7 +344,7 @@ def core_qos0_ab(trees: list[str], alternations: int, rounds: int) -> None:
         "| ratio second / first: median | mean | min-max |"
     )
     print("|---|---:|---:|---:|---:|---:|")
-    for name in CORE_QOS0:
+    for name in got[a][0]:
         ra = [r[name] for r in got[a]]
         rb = [r[name] for r in got[b]]
         ratios = [y / x for x, y in zip(ra, rb, strict=True)]
@@ -297,13 +367,17 @@ def main() -> None:
     ap.add_argument("--ab", default="", help="--core-qos0: TREE,TREE measured in alternate processes")
     ap.add_argument("--alternations", type=int, default=12, help="--ab: processes per tree")
     ap.add_argument("--json", action="store_true", help="--core-qos0: one JSON line")
-    ap.add_argument("--workloads", default=",".join(CORE_QOS0), help="--core-qos0: these of CORE_QOS0")
+    ap.add_argument(
+        "--workloads",
+        default=",".join([*CORE_QOS0, *LEAN_READS]),
+        help="--core-qos0: these of CORE_QOS0 and LEAN_READS",
+    )
     args = ap.parse_args()
     if args.core_qos0 and args.ab:
         trees = args.ab.split(",")
         if len(trees) != 2:
             ap.error("--ab: two trees, comma-separated")
-        core_qos0_ab(trees, args.alternations, args.rounds)
+        core_qos0_ab(trees, args.alternations, args.rounds, args.workloads)
         return
     if args.core_qos0:
         ns = core_qos0(args.rounds, args.workloads.split(","))
