@@ -102,6 +102,7 @@ _LOST = 4  # connection_lost scheduled
 _NOREAD = 8  # reading paused (pause_reading)
 _WATCHED = 16  # registered with the poller (or a loop reader)
 _HELD = 32  # a departure's read waits in the poller's queue (not watched until handled)
+_LOST_OR_HELD = _LOST | _HELD  # (interpreted: one constant, not an ``|`` per read)
 
 
 class Poller:
@@ -325,7 +326,7 @@ class LeanProtocol(MQTTProtocol):
         read is a departure's (a bare DISCONNECT, the end of stream), only held
         (``Poller.hold``: a fleet's departure does not hold up a live client's read)."""
         sock = self.sock
-        if self.bits & (_LOST | _HELD) or sock is None:
+        if self.bits & _LOST_OR_HELD or sock is None:
             return False
         poller = self.poller
         try:
@@ -342,7 +343,10 @@ class LeanProtocol(MQTTProtocol):
         if n == 2 and data == _BARE_DISCONNECT:
             self._hold(data)
             return False
-        self._received(data)
+        try:  # (``_received`` inline: a Python call less per read, ~1 % of a QoS 0 read path)
+            self.data_received(data)
+        except Exception as exc:  # MQTTProtocol catches its own; anything else ends the connection
+            self._failed(exc)
         return True
 
     def _hold(self, data: bytes | None) -> None:
@@ -372,10 +376,14 @@ class LeanProtocol(MQTTProtocol):
         try:
             self.data_received(data)
         except Exception as exc:  # MQTTProtocol catches its own; anything else ends the connection
-            self.poller.loop.call_exception_handler(
-                {"message": "protocol.data_received() failed", "exception": exc, "protocol": self}
-            )
-            self._force_close(exc)
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """``data_received`` raised (a bug: MQTTProtocol catches its own): reported, closed."""
+        self.poller.loop.call_exception_handler(
+            {"message": "protocol.data_received() failed", "exception": exc, "protocol": self}
+        )
+        self._force_close(exc)
 
     # ------------------------------------------------------------ writing
     def get_write_buffer_size(self) -> int:
