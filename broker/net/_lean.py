@@ -85,7 +85,8 @@ MAX_READ = 256 * 1024
 #: (issue 42 item 2, bench_content_fleet.py's ``stall_teardown``: 1,281 ms with 1,024,
 #: 125-224 ms with 256); a turn costs one more ``epoll_wait`` than a bigger batch would
 MAX_EVENTS = 64
-#: ready sockets asked from epoll per readiness: a departure's read (a bare DISCONNECT, or
+#: ready sockets taken from epoll per readiness at most (asked ``MAX_EVENTS`` at a time, then
+#: again for as many as were held: ``Poller._ready``): a departure's read (a bare DISCONNECT, or
 #: the end of stream) is only held (:meth:`LeanProtocol._hold`, ~2-4 us: the read and the
 #: socket's removal from the set) and does not count against ``MAX_EVENTS``; held departures
 #: are handled ``MAX_EVENTS`` per loop turn after (:meth:`Poller._drain`). epoll's ready list
