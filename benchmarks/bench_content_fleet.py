@@ -123,6 +123,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -1396,19 +1397,25 @@ def probe_teardown(
 
     on = [False]  # timing the teardown
 
+    inside = [""]  # the timed callback running (the collections inside each are counted)
+
     def timing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*a: Any) -> Any:
             if not on[0]:
                 return fn(*a)
             t = time.perf_counter()
+            inside[0] = name
             try:
                 return fn(*a)
             finally:
+                inside[0] = ""
                 timed[name].append(time.perf_counter() - t)
 
         return wrapped
 
     gc_start = [0.0]
+    by_generation: list[list[float]] = [[], [], []]  # the collections over the teardown
+    in_tick: list[float] = []  # those that ran inside a tick (its selector removals)
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         if not on[0]:
@@ -1416,7 +1423,11 @@ def probe_teardown(
         if phase == "start":
             gc_start[0] = time.perf_counter()
         else:
-            timed["gc"].append(time.perf_counter() - gc_start[0])
+            took = time.perf_counter() - gc_start[0]
+            timed["gc"].append(took)
+            by_generation[info["generation"]].append(took)
+            if inside[0] == "tick":
+                in_tick.append(took)
 
     originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
     drain = getattr(_lean.Poller, "_drain", None)  # held departures (since session 18)
@@ -1429,9 +1440,15 @@ def probe_teardown(
         _lean.Poller._drain = timing("drain", drain)  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
 
+    trace = args is not None and args.probe_trace
+
     async def run() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, content_engine=engine) as b:
+            rss_before = _rss_mib(os.getpid())  # the broker started, before the fleet
+            if trace:
+                tracemalloc.start(8)
+                before = tracemalloc.take_snapshot()
             plan = WorkerPlan(b.port, list(range(connections)), filters, False, 1, warmup=0, leave=leave)
             ctx = mp.get_context("spawn")
             a, w = ctx.Pipe()
@@ -1489,6 +1506,18 @@ def probe_teardown(
             pings = await loop.run_in_executor(None, pq.recv)
             pinger.join(10)
             proc.join(10)
+            # the fleet gone and every slice settled: what it left behind (RSS of this
+            # process, broker and driver; the broker's dicts as they are)
+            rss_after = _rss_mib(os.getpid())
+            held = _held_sizes(b)
+            traced: list[str] = []
+            if trace:
+                after = tracemalloc.take_snapshot()
+                tracemalloc.stop()
+                traced = [str(d) for d in after.compare_to(before, "traceback")[:12]]
+                traced += [
+                    "\n".join(d.traceback.format()[-8:]) for d in after.compare_to(before, "traceback")[:4]
+                ]
             # pings sent from the leave until the fleet was gone; the slowest shown with when
             # it was sent (ms after the leave)
             over = [(t, rtt) for t, rtt in pings if m0 <= t < m1]
@@ -1513,6 +1542,17 @@ def probe_teardown(
                     "worst_sent_ms": round((worst[0] - m0) * 1e3, 1),
                     "before_ms": _stalls(pings, m0 - 0.2, m0)["max_ms"],
                 },
+                "rss_before_mib": round(rss_before, 1),
+                "rss_after_mib": round(rss_after, 1),
+                "held_bytes": held,
+                "gc_by_generation": [
+                    {"calls": len(g), "max_ms": round(max(g, default=0.0) * 1e3, 1)} for g in by_generation
+                ],
+                "gc_in_ticks": {"calls": len(in_tick), "total_ms": round(sum(in_tick) * 1e3, 1)},
+                # the ticks' longest five (their selector slices), and how many took over 5 ms
+                "tick_top_ms": [round(t * 1e3, 1) for t in sorted(timed["tick"])[-5:]],
+                "ticks_over_5ms": sum(1 for t in timed["tick"] if t > 0.005),
+                **({"traced": traced} if trace else {}),
                 **{f"{k}_calls": len(v) for k, v in timed.items()},
                 **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
                 **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
@@ -1530,6 +1570,20 @@ def probe_teardown(
         _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
         if drain is not None:
             _lean.Poller._drain = drain  # type: ignore[method-assign]
+
+
+def _held_sizes(b: Any) -> dict[str, int]:
+    """``sys.getsizeof`` of the broker's registries a fleet grows (a dict keeps its table
+    after its keys are deleted): the sessions, connections, the router's departure and
+    selector tables, the poller's list of connections."""
+    core = b.core
+    router = core.router
+    out = {"sessions": sys.getsizeof(core.sessions), "connections": sys.getsizeof(core.connections)}
+    for name in ("_selector_refs", "_releasing", "_departed", "_seen"):
+        value = getattr(router, name, None)
+        if value is not None:
+            out[f"router.{name}"] = sys.getsizeof(value)
+    return out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -1641,6 +1695,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         action="store_true",
         help="--probe-teardown: a full collection before the teardown (the broker then "
         "freezes the heap; without it, the collector runs as it happens to, as in siftmq serve)",
+    )
+    ap.add_argument(
+        "--probe-trace",
+        action="store_true",
+        help="--probe-teardown: tracemalloc from before the fleet to after it left (slower: "
+        "for what the fleet leaves behind, not for timing)",
     )
     args = ap.parse_args(argv)
     probes: dict[str, Callable[[Row], dict[str, Any]]] = {

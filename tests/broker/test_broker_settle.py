@@ -4,11 +4,10 @@ item 2).
 A fleet that leaves releases its selectors; they leave the engine a slice at a time
 (``Router.settle_selectors``, ~15-20 us each).  ``Core.tick`` took 2,048 per tick, 30-45 ms of
 the loop in one turn (a 100,000-selector fleet's teardown: the longest stall but one).  The
-broker now takes ``SETTLE_SLICE`` (512) every ``SETTLE_EVERY`` (20 ms) while some wait, at
-its ticks too (the first slice at the tick after the release): the backlog drains as fast,
-and no loop turn holds more than a slice.  A real
-embedded broker; the sessions are in-process subscribers (``Core.local_subscribe``).
-"""
+broker now takes a slice of at most ``SETTLE_SLICE`` removals and ``SETTLE_BUDGET`` seconds
+every ``SETTLE_EVERY`` while some wait, at its ticks too (the first slice at the tick after
+the release): the backlog drains as fast, and no loop turn holds more than a slice.  A real
+embedded broker; the sessions are in-process subscribers (``Core.local_subscribe``)."""
 
 from __future__ import annotations
 
