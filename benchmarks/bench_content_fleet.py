@@ -1398,18 +1398,22 @@ def probe_teardown(
     on = [False]  # timing the teardown
 
     inside = [""]  # the timed callback running (the collections inside each are counted)
+    tick_cpu: list[float] = []  # each tick's CPU time (this thread's)
 
     def timing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*a: Any) -> Any:
             if not on[0]:
                 return fn(*a)
             t = time.perf_counter()
+            c = time.thread_time()
             inside[0] = name
             try:
                 return fn(*a)
             finally:
                 inside[0] = ""
                 timed[name].append(time.perf_counter() - t)
+                if name == "tick":  # its CPU too: on a loaded machine a turn's time holds waits
+                    tick_cpu.append(time.thread_time() - c)
 
         return wrapped
 
@@ -1552,6 +1556,7 @@ def probe_teardown(
                 # the ticks' longest five (their selector slices), and how many took over 5 ms
                 "tick_top_ms": [round(t * 1e3, 1) for t in sorted(timed["tick"])[-5:]],
                 "ticks_over_5ms": sum(1 for t in timed["tick"] if t > 0.005),
+                "tick_top_cpu_ms": [round(t * 1e3, 1) for t in sorted(tick_cpu)[-5:]],
                 **({"traced": traced} if trace else {}),
                 **{f"{k}_calls": len(v) for k, v in timed.items()},
                 **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
