@@ -57,6 +57,12 @@ async def main() -> None:
             elif line == "diff":  # --trace: the traced blocks still alive, the largest first
                 diff = tracemalloc.take_snapshot().compare_to(before, "lineno")
                 print(json.dumps([str(d) for d in diff[:15]]), flush=True)
+            elif line == "heap":  # --trace: pymalloc's arenas and glibc's heap, on stderr
+                tracemalloc.stop()  # pymalloc reports nothing while tracemalloc wraps it
+                sys._debugmallocstats()
+                import ctypes
+                ctypes.CDLL(None).malloc_stats()
+                print("", flush=True)
 
 if "--uvloop" in sys.argv:
     import uvloop
@@ -125,7 +131,7 @@ def _ask(proc: subprocess.Popen[str], command: str) -> str:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(command + "\n")
     proc.stdin.flush()
-    return proc.stdout.readline() if command in {"open", "diff"} else ""
+    return proc.stdout.readline() if command in {"open", "diff", "heap"} else ""
 
 
 async def run(n: int, rounds: int, uvloop: bool, trace: bool = False) -> None:
@@ -167,6 +173,8 @@ async def run(n: int, rounds: int, uvloop: bool, trace: bool = False) -> None:
         if trace:
             for line in json.loads(_ask(proc, "diff")):
                 print(f"  traced, still allocated since before the connections: {line}")
+            sys.stdout.flush()
+            _ask(proc, "heap")  # the allocators' own accounts, on stderr
         for name, xs in (("without idle connections", base), (f"with {n} idle connections", loaded)):
             print(
                 f"QoS 1 round trip {name}: p50 {_ms(xs, 0.5):.3f} ms, p99 {_ms(xs, 0.99):.3f} ms, "
