@@ -1577,6 +1577,36 @@ def probe_teardown(
             _lean.Poller._drain = drain  # type: ignore[method-assign]
 
 
+def probe_removals(engine: str, filters: int, connections: int) -> dict[str, Any]:
+    """``--probe-removals``: the CPU time (``time.thread_time``: a wall clock on a shared
+    machine holds waits for a core) of each ``engine.remove`` of the fleet's distinct
+    selectors, one by one, after the engine held them all: what a time-bounded settle slice
+    (``Router.settle_selectors``'s budget) can overrun its budget by is one removal."""
+    import content
+
+    sels = list(dict.fromkeys(selector(c, k)[0] for c in range(connections) for k in range(filters)))
+    e = content.ENGINES[engine]()
+    for s in sels:
+        e.add(s, content.compile(s))
+    e.match({"class": CLASSES[0], "temp": 90.0})  # any lazy index built
+    took = []
+    clock = time.thread_time
+    for s in sels:
+        t = clock()
+        e.remove(s)
+        took.append(clock() - t)
+    took.sort()
+    return {
+        "probe": "removals",
+        "engine": engine,
+        "selectors": len(sels),
+        "total_ms": round(sum(took) * 1e3, 1),
+        "mean_us": round(sum(took) / len(took) * 1e6, 1),
+        "p99_us": round(took[int(0.99 * len(took))] * 1e6, 1),
+        "longest_ms": [round(t * 1e3, 2) for t in took[-5:]],
+    }
+
+
 def _held_sizes(b: Any) -> dict[str, int]:
     """``sys.getsizeof`` of the broker's registries a fleet grows (a dict keeps its table
     after its keys are deleted): the sessions, connections, the router's departure and
@@ -1707,8 +1737,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="--probe-teardown: tracemalloc from before the fleet to after it left (slower: "
         "for what the fleet leaves behind, not for timing)",
     )
+    ap.add_argument(
+        "--probe-removals",
+        action="store_true",
+        help="the CPU time of each engine removal of the fleet's selectors (probe_removals)",
+    )
     args = ap.parse_args(argv)
     probes: dict[str, Callable[[Row], dict[str, Any]]] = {
+        "probe_removals": lambda r: probe_removals(r.kind, r.filters, args.connections),
         "probe_teardown": lambda r: probe_teardown(r.kind, r.filters, args.connections, args.leave, args),
         "probe_fanout": lambda r: probe_fanout(r.kind, r.filters, args),
         "probe_core": lambda r: probe_core(r.kind, r.filters, args.connections),
