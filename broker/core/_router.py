@@ -101,11 +101,13 @@ class Subscribed:
 #: released selectors removed from the engine per ``Core.tick`` (Router.settle_selectors)
 RELEASE_SLICE = 2048
 #: seconds a slice of :meth:`Router.settle_selectors` may spend, when the caller gives it a
-#: budget (the broker does: ``Broker._tick``). An engine's removal costs ~10-60 us and differs
-#: by engine (iccounting, hema, hcem) and by how full the engine still is, so a slice counted
-#: in removals took 15-28 ms of one loop turn in a 100,000-selector fleet's teardown (issue
-#: 42 item 2); a slice bounded by time stops within one removal of its budget, whatever the
-#: engine, and the rest waits for the next slice
+#: budget (the broker does: ``Broker._tick``). An engine's removal costs 7-15 us on average
+#: and up to 2.7 ms of CPU once in a while (an iccounting leaf rebuilt), differently by engine
+#: (iccounting, hema, hcem: ``bench_content_fleet.py --probe-removals``), so a slice counted in
+#: removals took 15-28 ms of one loop turn in a 100,000-selector fleet's teardown (issue 42
+#: item 2); a slice bounded by time stops within one removal of its budget, whatever the
+#: engine, and the rest waits for the next slice. The clock is read after each removal
+#: (~60 ns, under 1 % of the cheapest engine's mean removal)
 SETTLE_BUDGET = 0.004
 #: a table of the router's (``_selector_refs``) is copied into a fresh one when its entries
 #: fall below a quarter of the most it held since (from this many): a Python dict keeps its
