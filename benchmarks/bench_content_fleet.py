@@ -1607,6 +1607,50 @@ def probe_removals(engine: str, filters: int, connections: int) -> dict[str, Any
     }
 
 
+def probe_settle(engine: str, filters: int, connections: int) -> dict[str, Any]:
+    """``--probe-settle``: the CPU (``time.process_time``) of settling a departed fleet in a
+    sans-IO :class:`Core`, slices counted in removals (512, main's until session 19) against
+    slices bounded by time (``Router.settle_selectors`` with the broker's budget), alternating
+    twice in this process on fresh fleets: whether the time-bounded slices cost more work."""
+    from broker._broker import SETTLE_BUDGET, SETTLE_SLICE
+    from broker._config import BrokerConfig
+    from broker.core._connection import Callbacks, Connection
+    from broker.core._core import Core
+    from broker.packets import Connect, Disconnect, Properties, Subscribe, SubscriptionRequest
+
+    def departed() -> Core:
+        core = Core(BrokerConfig(sys_interval=0, content_engine=engine))
+        conns = []
+        for i in range(connections):
+            c = Connection(core, Callbacks(lambda d: None, lambda: None), 0.0, f"c{i}")
+            c.received([Connect(f"c{i}", protocol_level=5, keep_alive=0)], 0.0)
+            for k in range(filters):
+                props = Properties(user_properties=(("filter", selector(i, k)[0]),))
+                c.received([Subscribe(k + 1, (SubscriptionRequest(f"fleet/{k}/#", 0),), props)], 0.0)
+            conns.append(c)
+        core.flush()
+        for c in conns:
+            c.received([Disconnect()], 1.0)
+        core.flush()
+        return core
+
+    out: dict[str, Any] = {"probe": "settle", "engine": engine, "connections": connections}
+    for run, (mode, limit, budget) in enumerate(
+        [("count", 512, 0.0), ("time", SETTLE_SLICE, SETTLE_BUDGET)] * 2
+    ):
+        router = departed().router
+        slices = 0
+        cpu = time.process_time()
+        while router.releasing:
+            router.settle_selectors(limit, budget)
+            slices += 1
+        out[f"{mode}{run // 2 + 1}"] = {
+            "cpu_ms": round((time.process_time() - cpu) * 1e3, 1),
+            "slices": slices,
+        }
+    return out
+
+
 def _held_sizes(b: Any) -> dict[str, int]:
     """``sys.getsizeof`` of the broker's registries a fleet grows (a dict keeps its table
     after its keys are deleted): the sessions, connections, the router's departure and
@@ -1742,8 +1786,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         action="store_true",
         help="the CPU time of each engine removal of the fleet's selectors (probe_removals)",
     )
+    ap.add_argument(
+        "--probe-settle",
+        action="store_true",
+        help="the CPU of settling a departed fleet, count- against time-bounded slices (probe_settle)",
+    )
     args = ap.parse_args(argv)
     probes: dict[str, Callable[[Row], dict[str, Any]]] = {
+        "probe_settle": lambda r: probe_settle(r.kind, r.filters, args.connections),
         "probe_removals": lambda r: probe_removals(r.kind, r.filters, args.connections),
         "probe_teardown": lambda r: probe_teardown(r.kind, r.filters, args.connections, args.leave, args),
         "probe_fanout": lambda r: probe_fanout(r.kind, r.filters, args),
