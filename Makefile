@@ -16,7 +16,7 @@ HOST ?= 127.0.0.1
 PORT ?= 1883
 METRICS_PORT ?= 9464
 
-.PHONY: run test test-setup lint typecheck unit setup build jar bytecode wheel system-packages node-clients cluster
+.PHONY: run test test-setup checks lint typecheck unit setup build jar bytecode wheel system-packages node-clients cluster
 
 setup: $(STAMP) $(PYC)
 
@@ -161,18 +161,29 @@ $(TESTPYC): $(STAMP) $(PYC) $(shell find tests -name "*.py" -not -path "*/node_m
 	PYTHONDONTWRITEBYTECODE= $(BESIDE) $(PY) -m pytest -p no:xdist -p no:cacheprovider --collect-only -q \
 	  >$(VENV)/collect.log 2>&1 && touch $@ || echo "collecting the tests failed (the test run reports it)"
 
-# The set-up steps run side by side (the dependencies' byte code, then the suite's, mypy, ruff
-# and the system packages while mypyc compiles; the wheel after the in-place build, whose C
-# files it reuses), then the tests on both cores.
+# The set-up steps run side by side (the dependencies' byte code, then the suite's, and the
+# system packages while mypyc compiles; the wheel after the in-place build, whose C files it
+# reuses), then the tests on both cores.
 #
-# The steps beside the mypyc build (byte code, mypy, ruff, the jar, MQTT.js) run niced
-# (BESIDE): the build is the set-up's critical path (pip, then mypyc's analysis on one core,
-# then gcc, the broker/core library alone on one core at the end), and the steps beside it
+# The steps beside the mypyc build (byte code, the jar, MQTT.js) run niced (BESIDE): the
+# build is the set-up's critical path (pip, then mypyc's analysis on one core, then gcc, the
+# two broker/core libraries on the two cores at the end), and the steps beside it
 # fill the core it leaves idle instead of taking a share of its core (docs/development.md,
 # "Suite time (session 16)")
+#
+# mypy and ruff (`checks`) run beside the tests, niced, not before them: the tests need neither,
+# and the suite leaves part of the two cores idle (its workers wait for brokers, cluster nodes
+# and JVMs, most at its end), which the two fill instead of lengthening the set-up
+# (docs/development.md, "Suite time (session 19)"). Their output is in $(CHECKS), printed after
+# the tests, or at once when one of them fails (make then fails once the tests are done)
 BESIDE ?=
+CHECKS := $(VENV)/checks.log
 test: test-setup
-	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory -j2 BESIDE="nice -n 10" unit checks
+	@cat $(CHECKS)
 
 test-setup:
-	@$(MAKE) --no-print-directory -j3 -Otarget BESIDE="nice -n 10" wheel bytecode typecheck lint $(TESTPYC) system-packages node-clients
+	@$(MAKE) --no-print-directory -j3 -Otarget BESIDE="nice -n 10" wheel bytecode $(TESTPYC) system-packages node-clients
+
+checks: $(STAMP)
+	@$(MAKE) --no-print-directory -k typecheck lint >$(CHECKS) 2>&1 || { cat $(CHECKS); exit 1; }

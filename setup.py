@@ -19,22 +19,25 @@ source serves reads).
 
 Build time (it is on the critical path of ``make test``, docs/development.md): mypyc writes one
 C file per shared library and gcc compiles each on one core (-O2 or -g0 saved nothing), so the
-hot path is one shared library per package folder (``broker/core``, ``broker/protocol``,
-``broker/durability``, ``topics``), compiled side by side (``build_ext`` parallel, largest
-first): 8.4 MB of C that took ~45 s of one core when ``broker`` was one library. Calls between
-the libraries go through mypyc's export tables; the same-run benchmarks showed no loss.
+hot path is one shared library per package folder (``broker/protocol``, ``broker/durability``,
+``broker/values``, ``topics``) and two for ``broker/core`` (``broker._build.SPLIT_LIBRARIES``:
+its 7.7 MB of C was the longest compile, on one core), compiled side by side (``build_ext``
+parallel, the largest C first): 8.4 MB of C that took ~45 s of one core when ``broker`` was one
+library. Calls between the libraries go through mypyc's export tables; the same-run benchmarks
+showed no loss.
 """
 
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.util
 import os
 import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from setuptools import Command, Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -50,15 +53,16 @@ MYPYC_CACHE = os.path.join("build", "mypyc-cache")
 OPT_LEVEL = "3"
 
 
-def _from_build(name: str) -> list[str]:
-    """A tuple of module names from ``broker/_build.py`` (their one home), read without
+def _from_build(name: str) -> Any:
+    """A literal (module names) from ``broker/_build.py`` (their one home), read without
     importing the package."""
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "broker", "_build.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == name:
-            return list(ast.literal_eval(node.value))
+            value = ast.literal_eval(node.value)
+            return value if isinstance(value, dict) else list(value)
     raise RuntimeError(f"broker/_build.py defines no {name}")
 
 
@@ -73,14 +77,15 @@ def hot_modules() -> list[str]:
 NATIVE_MODULES = {m: m.replace(".", "/") + ".c" for m in _from_build("NATIVE_MODULES")}
 
 
-def group_folders() -> list[str]:
-    """The folders of the hot modules, largest source first: one shared library each."""
-    sizes: dict[str, int] = {}
-    here = os.path.dirname(os.path.abspath(__file__))
-    for m in hot_modules():
-        folder = os.path.dirname(m)
-        sizes[folder] = sizes.get(folder, 0) + os.path.getsize(os.path.join(here, m))
-    return sorted(sizes, key=lambda folder: -sizes[folder])
+def libraries() -> dict[str, list[str]]:
+    """The shared libraries (mypyc's groups) and their source paths: one per package folder,
+    ``<package>._native``, but for ``broker._build.SPLIT_LIBRARIES`` (a library of their own)."""
+    split = {m: lib for lib, modules in _from_build("SPLIT_LIBRARIES").items() for m in modules}
+    libs: dict[str, list[str]] = {}
+    for m in _from_build("HOT_MODULES"):
+        lib = split.get(m, m.rpartition(".")[0] + "._native")
+        libs.setdefault(lib, []).append(m.replace(".", "/") + ".py")
+    return libs
 
 
 def remove_orphans(here: str) -> None:
@@ -89,14 +94,14 @@ def remove_orphans(here: str) -> None:
     or build_ext's build folder that a wheel is made from): an orphan extension would shadow
     the module's new source, or resurrect a deleted module."""
     keep = {m[: -len(".py")] for m in hot_modules()} | {m.replace(".", "/") for m in NATIVE_MODULES}
-    shared = {os.path.join(here, folder) for folder in group_folders()}
+    shared = {os.path.join(here, *lib.split(".")) + "__mypyc" for lib in libraries()}
     for pkg in ("broker", "topics"):
         for folder, _dirs, files in os.walk(os.path.join(here, pkg)):
             for f in files:
                 if not f.endswith((".so", ".pyd")):
                     continue
-                if f.startswith("_native__mypyc"):
-                    if folder not in shared:
+                if "__mypyc." in f:
+                    if os.path.join(folder, f.split(".")[0]) not in shared:
                         os.remove(os.path.join(folder, f))
                     continue
                 module = os.path.relpath(os.path.join(folder, f.split(".")[0]), here)
@@ -188,11 +193,13 @@ def ext_modules() -> list[object]:
         return native
     paths = hot_modules()
     # one shared library per package folder (so topics/ never depends on broker/, not even in
-    # C), largest first: build_ext hands them to its threads in this order
-    groups = [
-        ([p for p in paths if os.path.dirname(p) == folder], folder.replace("/", ".") + "._native")
-        for folder in group_folders()
-    ]
+    # C), broker/core in two (broker._build.SPLIT_LIBRARIES)
+    groups = [(sources, lib) for lib, sources in libraries().items()]
+    if os.environ.get("SIFTMQ_BUILD_GROUPS") == "folder":  # one per folder (benchmarks/bench_setup.py)
+        groups = [
+            ([p for p in paths if os.path.dirname(p) == folder], folder.replace("/", ".") + "._native")
+            for folder in sorted({os.path.dirname(p) for p in paths})
+        ]
     if os.environ.get("SIFTMQ_BUILD_GROUPS") == "package":  # the earlier layout (benchmarks/bench_setup.py)
         groups = [
             ([p for p in paths if p.startswith(pkg + "/")], pkg + "._native") for pkg in ("broker", "topics")
@@ -200,7 +207,17 @@ def ext_modules() -> list[object]:
     level = os.environ.get("SIFTMQ_OPT_LEVEL", OPT_LEVEL)
     if level not in ("0", "1", "2", "3"):  # one line, not a page of gcc errors per module
         sys.exit(f"setup.py: SIFTMQ_OPT_LEVEL={level!r}: expected 0, 1, 2 or 3")
-    return [*mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level=level, separate=groups), *native]
+    compiled = mypycify(["--cache-dir", MYPYC_CACHE, *paths], opt_level=level, separate=groups)
+    # mypyc's analysis leaves mypy's whole build of the hot path's import graph in this process
+    # (~3 million objects from an empty cache): the collections of the interpreter's shutdown
+    # walked them for ~10 s of one core after the build was done, at the end of the set-up's
+    # critical path (docs/development.md, "Suite time (session 19)"). Frozen (never collected,
+    # as a process that is about to exit can afford), the process exits at once
+    gc.freeze()
+    # largest C first (mypycify has written it): build_ext's threads take them in this order,
+    # so the longest compile starts first and the small ones fill the other core
+    compiled.sort(key=lambda ext: -sum(os.path.getsize(src) for src in ext.sources if os.path.exists(src)))
+    return [*compiled, *native]
 
 
 def jar_module() -> ModuleType:

@@ -47,6 +47,21 @@ mosquitto,iotcore,amqtt] [--scenarios paced,open0,slow,hung] [--out FILE.json] [
 (``--base-root DIR``) or ``<variant>@TAG`` (``--roots TAG=DIR,...``), each with its own
 ``.venv``; the paced figures of any two are comparable in one run.
 
+``--burst K`` (with ``--paced-rate``) holds the batch equal by design: every publisher sends
+``K`` PUBLISHes at once and all publishers in the same tick (:func:`_pace`), so a broker finds
+about ``K x --pairs`` messages per burst whatever the scheduler does between bursts.
+``--together`` runs the paced brokers of a rate at the same time on the broker core, each
+with its own clients (:func:`together`), so that the machine's load, which changes from minute
+to minute, weighs on all of them alike; ``--repeat N`` measures everything N times (order
+reversed every other time) and the summary gives each same-run pair's ratio, their median and
+spread.  ``--paced-rate 0`` is publisher-paced.  The loaded-machine figure of issue 42 item 4
+(docs/lab/performance-defaults.md, session 19):
+
+    flock /work/bench.lock .venv/bin/python benchmarks/bench_saturation.py --busy 4 \
+        --brokers siftmq-nostore,siftmq-defaults,siftmq-nostore@base,siftmq-defaults@base \
+        --scenarios paced --paced-rate 10000 --burst 32 --together --repeat 3 --duration 20 \
+        --drain 1 --threads --base-root DIR --markdown
+
 Same-rate runs (the command of docs/lab/performance-defaults.md, session 18):
 
     flock /work/bench.lock .venv/bin/python benchmarks/bench_saturation.py --busy 4 \
@@ -67,6 +82,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -521,21 +537,36 @@ def _task_delta(
     return out
 
 
-async def _pace(pubs: list[Client], rate: float, window: int) -> None:
+async def _pace(pubs: list[Client], rate: float, window: int, burst: int = 0) -> None:
     """Until cancelled (``--paced-rate``): every 1 ms, each publisher sends what its share of
     ``rate`` (msg/s in all) makes due since the start, at most what keeps its unacknowledged
     PUBLISHes within ``window`` (so a broker that falls behind is publisher-paced, no faster
     than its acknowledgements).  What a publisher could not send when due is sent when its
-    window opens (never more than ``window`` at once).  O(publishers) per tick."""
+    window opens (never more than ``window`` at once).  O(publishers) per tick.
+
+    ``burst`` > 0 (``--burst``): the batch held equal by design.  Every ``burst * publishers /
+    rate`` seconds all publishers send ``burst`` PUBLISHes each, one write per publisher, one
+    after the other in the same tick (the rate is the same); the broker finds about
+    ``burst * publishers`` messages per burst whatever the scheduler does between bursts, so
+    its loop's wake-ups per delivery (a few per burst) no longer decide its CPU per delivery."""
     per_pub = rate / len(pubs)
+    step = burst / per_pub if burst > 0 else 0.001
     t0 = time.monotonic()
+    tick = 0
     while True:
-        due = int((time.monotonic() - t0) * per_pub)
+        if burst > 0:
+            tick = int((time.monotonic() - t0) / step) + 1
+            due = tick * burst
+        else:
+            due = int((time.monotonic() - t0) * per_pub)
         for p in pubs:
             k = min(due - p.seq, window - (p.seq - p.acks))
             if k > 0:
                 p.send(k)
-        await asyncio.sleep(0.001)
+        if burst > 0:
+            await asyncio.sleep(max(0.0, t0 + tick * step - time.monotonic()))
+        else:
+            await asyncio.sleep(0.001)
 
 
 async def run_paced(
@@ -557,7 +588,7 @@ async def run_paced(
         subs[0].budget = a.slow_rate
         subs[0].window_start = time.monotonic()
     h = await _hung_subscriber(port) if hung else None
-    pacer = asyncio.create_task(_pace(pubs, rate, a.window)) if rate > 0 else None
+    pacer = asyncio.create_task(_pace(pubs, rate, a.window, a.burst)) if rate > 0 else None
     for p in pubs if pacer is None else ():
         p.running = True
         p.send(a.window)
@@ -592,6 +623,7 @@ async def run_paced(
     delivered = st.delivered
     res: dict[str, object] = {
         "delivered_per_s": st.in_window / dt,
+        "window_s": [round(t0, 3), round(t0 + dt, 3)],  # monotonic start and end (--together)
         "acked_per_s": acked_window / dt,
         "acked": pt.acked,
         "delivered": delivered,
@@ -612,6 +644,8 @@ async def run_paced(
     if rate > 0:
         res["paced_rate"] = rate
         res["delivered_pct_of_rate"] = 100.0 * st.in_window / dt / rate
+        if a.burst > 0:
+            res["burst"] = a.burst * len(pubs)  # messages sent together per tick
     if tasks1:
         res["threads"] = _task_delta(tasks0, tasks1, st.in_window)
     if slow:
@@ -782,24 +816,24 @@ def _start(name: str, cpu: int, extra: tuple[str, ...] = ()) -> RunningBroker:
             os.environ["SIFTMQ_SERVE_ARGS"] = before
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     port = free_port()
-    log = open(tmp / "broker.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(
-        [
-            str(variant[0] / ".venv" / "bin" / "siftmq"),
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp / "data"),
-            *variant[1],
-            *extra,
-        ],
-        cwd=tmp,
-        env={**os.environ, **variant[2]},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
-    )
+    with open(tmp / "broker.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [
+                str(variant[0] / ".venv" / "bin" / "siftmq"),
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp / "data"),
+                *variant[1],
+                *extra,
+            ],
+            cwd=tmp,
+            env={**os.environ, **variant[2]},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),  # noqa: PLW1509 - no threads here
+        )
     deadline = time.monotonic() + 60
     import socket
 
@@ -902,6 +936,42 @@ def one(
         return res
     finally:
         b.stop()
+
+
+def together(names: list[str], a: argparse.Namespace, rate: float) -> list[dict[str, object]]:
+    """``--together``: the paced scenario on every broker of ``names`` at once, all pinned to
+    ``--broker-cpu``, each with its own clients (in this one generator) at ``rate``: their
+    windows coincide, so whatever else the machine runs meanwhile (``--busy``, other users)
+    weighs on all of them alike, where one after the other each met its own moment of the
+    load.  The brokers also share their core with each other (a burst of one may wait behind
+    another's): symmetric, each broker's pacer starting on its own tick.  ``window_loadgen_cpu_s``
+    is then the generator's CPU for all of them."""
+    bs: list[RunningBroker] = []
+    try:
+        for name in names:
+            bs.append(_start(name, a.broker_cpu))
+
+        async def all_paced() -> list[dict[str, object]]:
+            return list(
+                await asyncio.gather(
+                    *(run_paced(b.port, a, False, cpu=b.cpu, pid=b.proc.pid, rate=rate) for b in bs)
+                )
+            )
+
+        results = asyncio.run(asyncio.wait_for(all_paced(), 300))
+        for b, res in zip(bs, results, strict=True):
+            res["peak_rss_mb"] = b.hwm() / 1e6
+            res["broker_cpu_s"] = b.cpu()
+            res["children_cpu_s"] = b.children_cpu()
+            b.proc.send_signal(signal.SIGTERM)  # a graceful stop: the bridge commits its buffers
+        for b, res in zip(bs, results, strict=True):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                b.proc.wait(30)
+            res.update(_bridge_rows(b))
+        return results
+    finally:
+        for b in bs:
+            b.stop()
 
 
 def _bridge_rows(b: RunningBroker) -> dict[str, object]:
@@ -1008,46 +1078,73 @@ def markdown(results: list[dict[str, object]]) -> str:
 
 
 def _ratios(results: list[dict[str, object]]) -> list[str]:
-    """Per paced rate (0: publisher-paced), each defaults-like variant's CPU per delivered
-    message against the ``siftmq-nostore`` of its tree (same ``@tag``) in the same run: the
-    no-store broker's ns per delivery over the variant's (= deliveries per broker CPU second,
-    variant over no-store; issue 42 item 4b's figure)."""
-    ns: dict[tuple[float, str], float] = {}
-    wakeups: dict[tuple[float, str], object] = {}
+    """Per paced rate (0: publisher-paced) and repetition (``--repeat``), each defaults-like
+    variant's CPU per delivered message against the ``siftmq-nostore`` of its tree (same
+    ``@tag``) measured in the same repetition: the no-store broker's ns per delivery over the
+    variant's (= deliveries per broker CPU second, variant over no-store; issue 42 item 4's
+    figure), with each event loop's deliveries per wake-up (voluntary context switches of the
+    loop thread, ``--threads``); then per rate and variant the ratios' median and spread."""
+    ns: dict[tuple[float, int, str], float] = {}
+    per_wake: dict[tuple[float, int, str], str] = {}
     for r in results:
         if r["scenario"] == "paced" and "skipped" not in r:
-            key = (float(r.get("paced_rate", 0.0)), str(r["broker"]))  # type: ignore[arg-type]
+            key = (float(r.get("paced_rate", 0.0)), int(r.get("rep", 0)), str(r["broker"]))  # type: ignore[arg-type]
             ns[key] = float(r["broker_ns_per_delivery"])  # type: ignore[arg-type]
-            # the event loop's voluntary context switches (wake-ups) per 1,000 deliveries (--threads)
-            wakeups[key] = r.get("threads", {}).get("loop", {}).get("vcs_per_1k", "")  # type: ignore[attr-defined]
+            vcs = r.get("threads", {}).get("loop", {}).get("vcs_per_1k")  # type: ignore[attr-defined]
+            per_wake[key] = f"{1000 / vcs:,.0f}" if isinstance(vcs, (int, float)) and vcs > 0 else ""
     out: list[str] = []
-    for (rate, name), v in ns.items():
+    by: dict[tuple[float, str], list[float]] = {}
+    for (rate, rep, name), v in ns.items():
         variant, _, tag = name.partition("@")
-        peer = ns.get((rate, "siftmq-nostore" + (f"@{tag}" if tag else "")))
+        nostore = (rate, rep, "siftmq-nostore" + (f"@{tag}" if tag else ""))
+        peer = ns.get(nostore)
         if variant == "siftmq-nostore" or not variant.startswith("siftmq") or peer is None:
             continue
         if not out:
             out += ["\n**over no-store of the same tree (CPU per delivery, no-store / variant)**\n"]
             out += [
-                "| rate | broker | ns/delivery | no-store ns | ratio | loop wake-ups/1k (it / no-store) |",
-                "|---|---|---:|---:|---:|---:|",
+                "| rate | run | broker | ns/delivery | no-store ns | ratio "
+                "| deliveries per loop wake-up (it / no-store) |",
+                "|---|---:|---|---:|---:|---:|---:|",
             ]
         label = f"{rate:,.0f}" if rate else "publisher-paced"
-        nostore = (rate, "siftmq-nostore" + (f"@{tag}" if tag else ""))
-        woke = f"{wakeups.get((rate, name), '')} / {wakeups.get(nostore, '')}"
-        out.append(f"| {label} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} | {woke} |")
+        woke = f"{per_wake.get((rate, rep, name), '')} / {per_wake.get(nostore, '')}"
+        out.append(f"| {label} | {rep + 1} | {name} | {v:,.0f} | {peer:,.0f} | {peer / v:.2f} | {woke} |")
+        by.setdefault((rate, name), []).append(peer / v)
+    if any(len(v) > 1 for v in by.values()):
+        out += ["\n**ratios over the repetitions**\n"]
+        out += ["| rate | broker | ratios | median | spread (max - min) / 2 / median |"]
+        out += ["|---|---|---|---:|---:|"]
+        for (rate, name), v in by.items():
+            m = statistics.median(v)
+            label = f"{rate:,.0f}" if rate else "publisher-paced"
+            spread = (max(v) - min(v)) / 2 / m * 100
+            out.append(
+                f"| {label} | {name} | {', '.join(f'{x:.2f}' for x in v)} | {m:.2f} | +-{spread:.1f} % |"
+            )
     return out
 
 
+def _rounded(res: dict[str, object]) -> dict[str, object]:
+    return {
+        k: (round(v, 2) if isinstance(v, float) else v)
+        for k, v in res.items()
+        if k not in ("broker", "scenario")
+    }
+
+
 def _paced_rates(text: str) -> list[float]:
-    """``--paced-rate``: comma-separated offered rates in msg/s, each > 0 (argparse's one-line
-    error and exit 2 otherwise); empty: publisher-paced (``[0.0]``)."""
+    """``--paced-rate``: comma-separated offered rates in msg/s, each > 0, or 0 for
+    publisher-paced (argparse's one-line error and exit 2 otherwise); empty: publisher-paced
+    (``[0.0]``)."""
     try:
         rates = [float(r) for r in text.split(",") if r.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected rates in msg/s, e.g. 3000,10000") from None
-    if any(not r > 0 or r == float("inf") for r in rates):
-        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be a positive number of msg/s")
+    if any(not r >= 0 or r == float("inf") for r in rates):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: every rate must be a positive number of msg/s (0: publisher-paced)"
+        )
     return rates or [0.0]
 
 
@@ -1085,8 +1182,28 @@ def main() -> int:
         "--paced-rate",
         type=_paced_rates,
         default=[0.0],
-        help="paced at these offered rates (msg/s in all, comma-separated; each broker once per "
-        "rate, the rates outermost) instead of publisher-paced",
+        help="paced at these offered rates (msg/s in all, comma-separated; 0: publisher-paced; "
+        "each broker once per rate, the rates outermost) instead of publisher-paced",
+    )
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        help="with --paced-rate: every publisher sends this many PUBLISHes at once, all of them "
+        "in the same tick (the loop's batch held equal by design; at most --window)",
+    )
+    ap.add_argument(
+        "--together",
+        action="store_true",
+        help="paced only: run the brokers of a rate at the same time, each with its own clients "
+        "(their windows coincide: the machine's load weighs on all alike)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each rate's brokers this many times, the order reversed every other time "
+        "(the summary gives each pair's ratio, their median and spread)",
     )
     ap.add_argument(
         "--busy",
@@ -1134,6 +1251,10 @@ def _main(a: argparse.Namespace) -> int:
         tag = name.partition("@")[2]
         if tag and tag not in ROOTS:
             sys.exit(f"broker {name!r}: no checkout for '@{tag}' (--base-root, --roots {tag}=DIR)")
+    if a.burst < 0 or a.burst > a.window:
+        sys.exit(f"--burst {a.burst}: expected 0 (off) to --window ({a.window})")
+    if a.repeat < 1:
+        sys.exit(f"--repeat {a.repeat}: expected 1 or more")
     os.sched_setaffinity(0, {a.load_cpu})
     with contextlib.suppress(ImportError):
         import uvloop
@@ -1146,14 +1267,37 @@ def _main(a: argparse.Namespace) -> int:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     )
     rates: list[float] = a.paced_rate
+    brokers = a.brokers.split(",")
     runs = [
-        (rate, name, scenario)
+        (rate, rep, name, scenario)
         for rate in rates  # the brokers of one rate one after the other
-        for name in a.brokers.split(",")  # one broker's scenarios back to back: same conditions
-        for scenario in a.scenarios.split(",")
-        if rate == rates[0] or scenario == "paced"  # the other scenarios have no rate
+        for rep in range(a.repeat)  # then again, in the reverse order every other time
+        for name in (brokers if rep % 2 == 0 else brokers[::-1])  # one broker's scenarios back
+        for scenario in a.scenarios.split(",")  # to back: the same conditions
+        if (rate == rates[0] and rep == 0) or scenario == "paced"  # the others have no rate
     ]
-    for rate, name, scenario in runs:
+    if a.together:
+        if a.scenarios != "paced":
+            sys.exit("--together: only with --scenarios paced")
+        for name in brokers:
+            why = available("siftmq" if _variant(name) is not None else name)
+            if why:
+                sys.exit(f"--together: {name} cannot run: {why}")
+        for rate in rates:
+            for rep in range(a.repeat):
+                names = brokers if rep % 2 == 0 else brokers[::-1]
+                try:
+                    got = together(names, a, rate)
+                except Exception as exc:  # reported, the run goes on
+                    got = [{"skipped": f"{type(exc).__name__}: {exc}"[:200]} for _ in names]
+                for name, res in zip(names, got, strict=True):
+                    res.update(broker=name, scenario="paced", loadavg=round(os.getloadavg()[0], 2), rep=rep)
+                    if rate:
+                        res["paced_rate"] = rate
+                    results.append(res)
+                    print(f"{name:16} paced  " + json.dumps(_rounded(res)), flush=True)
+        runs = []
+    for rate, rep, name, scenario in runs:
         why = available("siftmq" if _variant(name) is not None else name)
         if why:
             results.append({"broker": name, "scenario": scenario, "skipped": why, "paced_rate": rate})
@@ -1163,21 +1307,11 @@ def _main(a: argparse.Namespace) -> int:
             res = one(name, scenario, a, capacity, rate if scenario == "paced" else 0.0)
         except Exception as exc:  # a peer that fails is reported, the run goes on
             res = {"skipped": f"{type(exc).__name__}: {exc}"[:200]}
-        res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2))
+        res.update(broker=name, scenario=scenario, loadavg=round(os.getloadavg()[0], 2), rep=rep)
         if rate and scenario == "paced":
             res["paced_rate"] = rate
         results.append(res)
-        print(
-            f"{name:16} {scenario:6} "
-            + json.dumps(
-                {
-                    k: (round(v, 2) if isinstance(v, float) else v)
-                    for k, v in res.items()
-                    if k not in ("broker", "scenario")
-                }
-            ),
-            flush=True,
-        )
+        print(f"{name:16} {scenario:6} " + json.dumps(_rounded(res)), flush=True)
     meta = {"commit": commit.stdout.strip(), "date": time.strftime("%Y-%m-%d %H:%M"), "args": vars(a)}
     Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     if a.markdown:

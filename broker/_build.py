@@ -13,7 +13,7 @@ import importlib.util
 import os
 from importlib.machinery import EXTENSION_SUFFIXES
 
-__all__ = ["HOT_MODULES", "NATIVE_MODULES", "compiled_modules", "stale_modules"]
+__all__ = ["HOT_MODULES", "NATIVE_MODULES", "SPLIT_LIBRARIES", "compiled_modules", "library", "stale_modules"]
 
 #: the modules ``setup.py`` compiles (issue 8, "Compiled hot path" in docs/performance.md)
 HOT_MODULES = (
@@ -49,8 +49,39 @@ HOT_MODULES = (
 #: fallback runs without them), stale when their ``.c`` source is newer than the extension
 NATIVE_MODULES = ("topics._gather",)
 
-#: prefix of the shared library that holds a package's compiled code (setup.py's groups)
-_SHARED = "_native__mypyc."
+#: The shared libraries (mypyc's groups, setup.py): a package folder's hot modules are one library,
+#: ``<package>._native``, except the modules listed here, which are the library named by their key
+#: (in the same folder). gcc compiles each library's one C file on one core, libraries side by side:
+#: ``broker/core`` alone was 7.7 MB of C, the set-up's longest step on one core while the other
+#: core's libraries (4.0 MB) were done; split by C size (``build/broker/core/__native__native.c``
+#: by module: router 1.55 MB, core 1.17, publish 0.68, connection 0.67, journal 0.64, subscribe
+#: 0.57, connect 0.45, session 0.41, deliverylog 0.32, shared 0.29, conntimers 0.27, internal
+#: 0.23, connrare 0.22, observers 0.17, clock 0.09) into 4.0 and 3.7 MB. A call into another
+#: library goes through that library's export table (one pointer load), as between folders
+#: (docs/development.md, "Suite time (session 19)").
+SPLIT_LIBRARIES = {
+    "broker.core._native_conn": (
+        "broker.core._publish",
+        "broker.core._connection",
+        "broker.core._journal",
+        "broker.core._subscribe",
+        "broker.core._connect",
+        "broker.core._conntimers",
+        "broker.core._internal",
+        "broker.core._connrare",
+    ),
+}
+
+#: suffix mypyc gives a shared library's extension module (``<library>__mypyc.<ABI>.so``)
+_SHARED = "__mypyc."
+
+
+def library(name: str) -> str:
+    """The shared library (mypyc group) that holds hot module ``name``'s code: O(libraries)."""
+    for lib, modules in SPLIT_LIBRARIES.items():
+        if name in modules:
+            return lib
+    return name.rpartition(".")[0] + "._native"
 
 
 def _extension(name: str) -> str | None:
@@ -84,10 +115,11 @@ def stale_modules() -> list[str]:
             continue
         folder = os.path.dirname(ext)
         # a module's own extension is a shim (rebuilt only when its C changes); the code is in
-        # the package's shared library, so the newer of the two dates the build
+        # its shared library (:func:`library`), so the newer of the two dates the build
+        shared = library(m).rpartition(".")[2] + _SHARED
         built = max(
             [os.path.getmtime(ext)]
-            + [os.path.getmtime(os.path.join(folder, f)) for f in os.listdir(folder) if f.startswith(_SHARED)]
+            + [os.path.getmtime(os.path.join(folder, f)) for f in os.listdir(folder) if f.startswith(shared)]
         )
         source = os.path.join(folder, m.rsplit(".", 1)[1] + ".py")
         if os.path.exists(source) and os.path.getmtime(source) > built:

@@ -61,58 +61,62 @@ SPARK_SESSION_FILES = frozenset(
 #: tests, which put the one-test standalone-Spark file (about a minute) last, after every
 #: other unit had finished: the run then waited for it on one worker while the other idled.
 #: Sending these first lets the short units fill in around them.  A stale entry costs time,
-#: never correctness.  The list: every unit above ~15 s in a fresh-clone run of the whole
-#: suite on four workers at a load average of 10-12 (about 5 s on a quiet machine; session
-#: 16, docs/development.md, "Suite time"), longest first, except that the two Spark units
-#: lead: each starts JVMs whose start-up overlaps best with the other workers' short units.
-#: ``tests/cli/test_pubsub_mosquitto.py`` (the third longest, ~120 real CLI processes) was
-#: missing: it started 443 s into a 652-s run and ended 22 s before the last unit.
+#: never correctness.  The list: every unit above ~6 s in a run of the whole suite on four
+#: workers at a load of ~5 (about 3 s on a quiet machine; session 19, docs/development.md,
+#: "Suite time"), longest first, except that the two Spark units lead: each starts JVMs whose
+#: start-up overlaps best with the other workers' short units.  What is left are the units
+#: with few tests, which xdist sends last, and among them one-scenario cluster and fault
+#: files that wait seconds on failure detection: a run of session 19 ended with
+#: ``tests/cluster/test_composite_replicas.py`` and ``test_composite_restart.py`` (17 s) on
+#: one worker after the three others had run out of work (the list of session 16 missed them).
 LONGEST_UNITS = (
     "tests/bridge/test_bridge_standalone.py",
     "spark-session",
     "tests/cli/test_pubsub_mosquitto.py",
-    "tests/content/test_poset.py",
+    "tests/cluster/test_cluster_handover.py",
     "tests/content/test_ic_index.py",
+    "tests/content/test_poset.py",
+    "tests/bridge/test_bridge_worker_python.py",
+    "tests/content/test_engines_model.py",
+    "tests/cluster/test_cluster_processes.py",
+    "tests/benchmarks/test_content_fleet.py",
+    "tests/cluster/test_partitions.py",
     "tests/content/test_hema.py",
     "tests/content/test_betree.py",
-    "tests/cluster/test_cluster_handover.py",
-    "tests/bridge/test_bridge_model.py",
-    "tests/topics/test_index_edges.py",
-    "tests/broker/test_composite_broker_model.py",
-    "tests/admin/test_ctl.py",
-    "tests/content/test_engines_model.py",
-    "tests/packaging/test_wheel.py",
-    "tests/cluster/test_cluster_processes.py",
-    "tests/auth/test_auth_offloop.py",
-    "tests/cli/test_pubsub_bad_input.py",
-    "tests/test_docs_examples.py",
-    "tests/cluster/test_partitions.py",
-    "tests/admin/test_admin_api.py",
-    "tests/bridge/test_bridge_writer_process.py",
-    "tests/topics/test_topics_index_model.py",
-    "tests/composite/test_engine_model.py",
-    "tests/nemesis/test_nemesis.py",
     "tests/cluster/test_live_cluster.py",
-    "tests/test_layers.py",
-    "tests/broker/test_client_cli.py",
+    "tests/packaging/test_wheel.py",
+    "tests/broker/test_broker_gc_freeze.py",
+    "tests/bridge/test_bridge_writer_process.py",
+    "tests/auth/test_auth_offloop.py",
+    "tests/admin/test_ctl.py",
     "tests/broker/test_footprint.py",
-    "tests/store/test_store_cancel_pairs.py",
-    "tests/uplink/test_uplink_process.py",
     "tests/fault/test_composite_kill.py",
-    "tests/store/test_store_model.py",
-    "tests/broker/test_codec.py",
+    "tests/bridge/test_bridge_model.py",
     "tests/interop/test_interop_matrix.py",
-    "tests/auth/test_authn_cli.py",
-    "tests/bridge/test_bridge_worker_python.py",
-    "tests/security/test_cli_auth.py",
-    "tests/admin/test_bridges_api.py",
-    "tests/composite/test_syntax.py",
-    "tests/cli/test_bad_input.py",
+    "tests/topics/test_topics_index_model.py",
+    "tests/nemesis/test_nemesis.py",
+    "tests/broker/test_codec.py",
+    "tests/store/test_store_model.py",
+    "tests/test_docs_examples.py",
+    "tests/test_layers.py",
     "tests/broker/test_quotas.py",
-    "tests/bridge/test_writer_transport.py",
-    "tests/benchmarks/test_content_fleet.py",
+    "tests/broker/test_client_cli.py",
+    "tests/bridge/test_writer_grouped_commits.py",
+    "tests/broker/test_composite_broker_model.py",
+    "tests/auth/test_authn_http.py",
+    "tests/admin/test_admin_api.py",
+    "tests/security/test_cli_auth.py",
+    "tests/cluster/test_composite_restart.py",
+    "tests/content/test_baselines004.py",
+    "tests/cluster/test_composite_replicas.py",
+    "tests/cli/test_pubsub_bad_input.py",
+    "tests/composite/test_syntax.py",
     "tests/fault/test_restart_storm.py",
-    "tests/fault/test_durable_acks.py",
+    "tests/uplink/test_uplink_mosquitto.py",
+    "tests/cluster/test_cluster_sessions.py",
+    "tests/content/test_fleet_mix.py",
+    "tests/bridge/test_writer_transport.py",
+    "tests/broker/test_http_listener.py",
 )
 
 

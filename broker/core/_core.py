@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import content
 import topics
@@ -86,9 +86,12 @@ TICK_SLACK = 0.001
 #: no other output waits, starts writing before it is fully encoded: every ``EARLY_CHUNK``
 #: deliveries the connections it made dirty are flushed (each holds this one message, so
 #: nothing is lost to write coalescing); the first receiver's copy leaves after EARLY_CHUNK
-#: encodings instead of all of them (issue 42 item 2: a fleet's heaviest message)
-EARLY_MIN = 128
-EARLY_CHUNK = 64
+#: encodings instead of all of them (issue 42 item 2: a fleet's heaviest message). ``Final``:
+#: the compiled core inlines them; a plain module global was a dictionary lookup in every
+#: ``publish`` (``due = EARLY_CHUNK``), ~130 instructions of ~16,400 per QoS 0 delivery
+#: (``bench_broker_smoke.py --core-qos0`` under callgrind, docs/performance-broker.md)
+EARLY_MIN: Final = 128
+EARLY_CHUNK: Final = 64
 
 
 def _taken(conn: Connection) -> int:
@@ -391,7 +394,7 @@ class Core:
             del sessions[cid]
         if session.will_due is not None:
             self.pending_wills.discard(session)
-        if session.expires_at is not None or self.expiring:
+        if self.expiring:  # (discarding from an empty set is a no-op, whatever expires_at says)
             self.expiring.discard(session)
         router = self.router
         had = router.index.entry_count(cid)

@@ -299,8 +299,9 @@ class PublishTemplate:
         self._tf = _topic_field(topic)
         self._props_body = b"" if properties is NO_PROPERTIES else _props_body(properties)
         #: the QoS 0 rendering without DUP, RETAIN, identifiers or alias: the same bytes for
-        #: every such subscriber, built at the first and shared (b"": not yet)
-        self._plain = b""
+        #: every such subscriber, built at the first and shared (None: not yet; a pointer
+        #: test, where the truth of ``bytes`` was a generic ``PyObject_IsTrue`` call)
+        self._plain: bytes | None = None
 
     def render(
         self,
@@ -318,8 +319,10 @@ class PublishTemplate:
         once and the same ``bytes`` object returned to every such subscriber (a fleet's
         fan-out: nothing is copied per subscriber)."""
         plain = not qos and not dup and not retain and not subscription_identifiers and topic_alias is None
-        if plain and self._plain:
-            return self._plain
+        if plain:
+            shared = self._plain
+            if shared is not None:
+                return shared
         first = _FIRST[0x30 | (qos << 1) | (8 if dup else 0) | (1 if retain else 0)]
         tf = self._tf if send_topic else b"\x00\x00"
         pid = pack_u16(packet_id or 0) if qos else b""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import tracemalloc
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,53 @@ async def test_a_read_does_not_allocate_the_whole_read_size() -> None:
             assert peak < _lean.MAX_READ // 4, f"{peak} bytes at the peak of 20 PINGREQ round trips"
         finally:
             sock.close()
+
+
+class _CountingEpoll:
+    """The poller's ``select.epoll``, passed through, counting the ready pairs it returns."""
+
+    def __init__(self, ep: Any) -> None:
+        self.ep = ep
+        self.pairs = 0
+
+    def poll(self, timeout: float, maxevents: int) -> list[tuple[int, int]]:
+        got: list[tuple[int, int]] = self.ep.poll(timeout, maxevents)
+        self.pairs += len(got)
+        return got
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ep, name)
+
+
+async def test_turns_over_many_ready_sockets_poll_each_about_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With more than ``MAX_EVENTS`` live sockets ready, a turn asks epoll for ``MAX_EVENTS``,
+    not ``MAX_READY``: asking for 1,024 built a (descriptor, events) pair for every ready socket
+    at every turn and read 64 of them (500 ready publishers: ~2,200 pairs for 500 reads, the
+    QoS 0 read path of a fleet, ``bench_broker_smoke.py --core-qos0`` lean500)."""
+    n = 400
+    counters: list[_CountingEpoll] = []
+    ready = _lean.Poller._ready
+
+    def counted_ready(self: _lean.Poller) -> None:
+        if not isinstance(self._ep, _CountingEpoll):
+            counters.append(_CountingEpoll(self._ep))
+            self._ep = counters[-1]  # type: ignore[assignment]
+        ready(self)
+
+    monkeypatch.setattr(_lean.Poller, "_ready", counted_ready)
+    async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
+        clients = []
+        for _ in range(n):
+            r, w = await asyncio.open_connection("127.0.0.1", b.port)
+            w.write(CONNECT)
+            assert (await asyncio.wait_for(r.readexactly(4), 10))[0] == 0x20
+            clients.append((r, w))
+        (counter,) = counters
+        counter.pairs = 0
+        for _, w in clients:  # every socket ready together: no await in between
+            w.write(PINGREQ)
+        for r, _ in clients:
+            assert await asyncio.wait_for(r.readexactly(2), 10) == b"\xd0\x00"
+        assert n <= counter.pairs <= n + n // 4, f"{counter.pairs} ready pairs polled for {n} reads"
+        for _, w in clients:
+            w.close()

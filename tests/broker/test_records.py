@@ -81,3 +81,92 @@ def test_a_native_module_older_than_its_c_source_is_stale(
         assert build.stale_modules() == ["nativepkg._loop"]
     finally:
         sys.modules.pop("nativepkg", None)
+
+
+def test_a_hot_module_is_dated_by_its_own_shared_library(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder can hold more than one of mypyc's shared libraries (broker/core: two,
+    ``broker._build.SPLIT_LIBRARIES``): a module's code is in its own library, so that one,
+    not another library of the folder, dates its build. A module shim is rebuilt only when
+    its C changes, so it is older than the source here, as after any edit."""
+    import importlib.machinery
+    import sys
+
+    import broker._build as build
+
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    pkg = tmp_path / "hotpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name in ("_a", "_b"):
+        (pkg / f"{name}.py").write_text("")
+        (pkg / f"{name}{suffix}").write_bytes(b"")
+        os.utime(pkg / f"{name}.py", (2_000, 2_000))
+        os.utime(pkg / f"{name}{suffix}", (1_000, 1_000))
+    for lib, built in (("_native", 3_000), ("_native_b", 1_500)):  # _b's library before its edit
+        (pkg / f"{lib}__mypyc{suffix}").write_bytes(b"")
+        os.utime(pkg / f"{lib}__mypyc{suffix}", (built, built))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(build, "HOT_MODULES", ("hotpkg._a", "hotpkg._b"))
+    monkeypatch.setattr(build, "SPLIT_LIBRARIES", {"hotpkg._native_b": ("hotpkg._b",)}, raising=False)
+    monkeypatch.setattr(build, "NATIVE_MODULES", ())
+    try:
+        assert build.stale_modules() == ["hotpkg._b"]
+        os.utime(pkg / f"_native_b__mypyc{suffix}", (3_000, 3_000))  # rebuilt
+        assert build.stale_modules() == []
+    finally:
+        sys.modules.pop("hotpkg", None)
+
+
+def test_the_split_libraries_name_hot_modules_of_their_folder() -> None:
+    """Each module of ``SPLIT_LIBRARIES`` is a hot module in the folder of its library (mypyc
+    puts a group's library beside its modules), listed once, and the build made that library."""
+    from broker._build import SPLIT_LIBRARIES, library
+
+    listed = [m for modules in SPLIT_LIBRARIES.values() for m in modules]
+    assert len(listed) == len(set(listed))
+    for lib, modules in SPLIT_LIBRARIES.items():
+        for m in modules:
+            assert m in HOT_MODULES
+            assert m.rpartition(".")[0] == lib.rpartition(".")[0]
+            assert library(m) == lib
+    if compiled_modules():
+        import importlib.util
+
+        for lib in {library(m) for m in HOT_MODULES}:
+            package, _, leaf = lib.rpartition(".")
+            spec = importlib.util.find_spec(package)
+            assert spec is not None and spec.submodule_search_locations
+            folder = pathlib.Path(next(iter(spec.submodule_search_locations)))
+            assert list(folder.glob(f"{leaf}__mypyc.*")), f"no shared library {lib}"
+
+
+def test_setup_py_freezes_what_mypycs_analysis_left() -> None:
+    """``setup.py`` freezes the heap once mypyc's analysis is done: mypy's build of the hot path's
+    import graph (~3 million objects from an empty cache) was walked by the collections of the
+    interpreter's shutdown, ~10 s of one core after ``make build`` had compiled everything, on
+    the set-up's critical path. Frozen, nothing is walked (here with mypyc's cache warm)."""
+    import subprocess
+    import sys
+
+    if not compiled_modules():
+        pytest.skip("the pure-Python build: setup.py runs no mypyc")
+    code = (
+        "import gc, runpy, sys\n"
+        "sys.argv = ['setup.py', '-q', '--version']\n"
+        "runpy.run_path('setup.py', run_name='__main__')\n"
+        "print(gc.get_freeze_count())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "SIFTMQ_PURE"}
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert int(done.stdout.split()[-1]) > 10_000, done.stdout
