@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import statistics
 import subprocess
 import sys
@@ -36,13 +37,32 @@ from broker.packets import (
 )
 
 BROKER = """
-import asyncio, sys
+import asyncio, json, sys, tracemalloc
 from broker import Broker
 
 async def main() -> None:
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
         print(b.port, flush=True)
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        loop = asyncio.get_running_loop()
+        before = None
+        while True:  # one command a line; the end of stdin stops the broker
+            line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
+            if not line:
+                return
+            if line == "open":  # network connections the broker still holds, and sessions
+                print(len(b._protocols()) + len(b.core.connections) + len(b.core.sessions), flush=True)
+            elif line == "mark":  # --trace: what is allocated from here on is traced
+                tracemalloc.start(6)
+                before = tracemalloc.take_snapshot()
+            elif line == "diff":  # --trace: the traced blocks still alive, the largest first
+                diff = tracemalloc.take_snapshot().compare_to(before, "lineno")
+                print(json.dumps([str(d) for d in diff[:15]]), flush=True)
+            elif line == "heap":  # --trace: pymalloc's arenas and glibc's heap, on stderr
+                tracemalloc.stop()  # pymalloc reports nothing while tracemalloc wraps it
+                sys._debugmallocstats()
+                import ctypes
+                ctypes.CDLL(None).malloc_stats()
+                print("", flush=True)
 
 if "--uvloop" in sys.argv:
     import uvloop
@@ -106,7 +126,15 @@ def _ms(xs: list[float], q: float) -> float:
     return sorted(xs)[int(q * (len(xs) - 1))] * 1000
 
 
-async def run(n: int, rounds: int, uvloop: bool) -> None:
+def _ask(proc: subprocess.Popen[str], command: str) -> str:
+    """One command to the broker process (``BROKER``), its one-line answer."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(command + "\n")
+    proc.stdin.flush()
+    return proc.stdout.readline() if command in {"open", "diff", "heap"} else ""
+
+
+async def run(n: int, rounds: int, uvloop: bool, trace: bool = False) -> None:
     args = [sys.executable, "-c", BROKER] + (["--uvloop"] if uvloop else [])
     proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: ASYNC220 (started before the measured part)
     try:
@@ -115,6 +143,8 @@ async def run(n: int, rounds: int, uvloop: bool) -> None:
         ps = psutil.Process(proc.pid)
         base = await _latency(port, rounds)  # also warms the broker up
         gc.collect()
+        if trace:
+            _ask(proc, "mark")
         rss0 = ps.memory_info().rss
         t0 = time.perf_counter()
         writers: list[asyncio.StreamWriter] = []
@@ -124,17 +154,27 @@ async def run(n: int, rounds: int, uvloop: bool) -> None:
         t_open = time.perf_counter() - t0
         rss1 = ps.memory_info().rss
         loaded = await _latency(port, rounds)
+        t0 = time.perf_counter()
         for w in writers:
             w.close()
-        await asyncio.sleep(1.0)  # let the broker see the closes before reading its RSS again
+        # the broker has ended every connection and session before its RSS is read again (a
+        # fixed second read it mid-teardown when the machine was loaded); at most 60 s
+        while int(_ask(proc, "open")) and time.perf_counter() - t0 < 60:  # noqa: ASYNC110 (another process's state)
+            await asyncio.sleep(0.05)
+        t_close = time.perf_counter() - t0
         rss2 = ps.memory_info().rss
         per = (rss1 - rss0) / n
         print(f"loop: {'uvloop' if uvloop else 'asyncio'}; connections: {n} opened in {t_open:.2f} s")
         print(f"broker RSS: {rss0 / 2**20:.1f} MiB -> {rss1 / 2**20:.1f} MiB with {n} idle connections")
         print(
             f"  = {per:,.0f} bytes ({per / 1024:.1f} KiB) per connection; "
-            f"{rss2 / 2**20:.1f} MiB after closing"
+            f"{rss2 / 2**20:.1f} MiB after closing (all ended {t_close:.2f} s after the closes)"
         )
+        if trace:
+            for line in json.loads(_ask(proc, "diff")):
+                print(f"  traced, still allocated since before the connections: {line}")
+            sys.stdout.flush()
+            _ask(proc, "heap")  # the allocators' own accounts, on stderr
         for name, xs in (("without idle connections", base), (f"with {n} idle connections", loaded)):
             print(
                 f"QoS 1 round trip {name}: p50 {_ms(xs, 0.5):.3f} ms, p99 {_ms(xs, 0.99):.3f} ms, "
@@ -152,8 +192,14 @@ def main() -> None:
     ap.add_argument("--connections", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=500)
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="tracemalloc in the broker from before the connections open; after they closed, "
+        "the allocations still alive (slower: not for the timings)",
+    )
     a = ap.parse_args()
-    asyncio.run(run(a.connections, a.rounds, a.uvloop))
+    asyncio.run(run(a.connections, a.rounds, a.uvloop, a.trace))
 
 
 if __name__ == "__main__":

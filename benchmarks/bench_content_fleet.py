@@ -123,6 +123,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -1419,19 +1420,29 @@ def probe_teardown(
 
     on = [False]  # timing the teardown
 
+    inside = [""]  # the timed callback running (the collections inside each are counted)
+    tick_cpu: list[float] = []  # each tick's CPU time (this thread's)
+
     def timing(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(*a: Any) -> Any:
             if not on[0]:
                 return fn(*a)
             t = time.perf_counter()
+            c = time.thread_time()
+            inside[0] = name
             try:
                 return fn(*a)
             finally:
+                inside[0] = ""
                 timed[name].append(time.perf_counter() - t)
+                if name == "tick":  # its CPU too: on a loaded machine a turn's time holds waits
+                    tick_cpu.append(time.thread_time() - c)
 
         return wrapped
 
     gc_start = [0.0]
+    by_generation: list[list[float]] = [[], [], []]  # the collections over the teardown
+    in_tick: list[float] = []  # those that ran inside a tick (its selector removals)
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
         if not on[0]:
@@ -1439,7 +1450,11 @@ def probe_teardown(
         if phase == "start":
             gc_start[0] = time.perf_counter()
         else:
-            timed["gc"].append(time.perf_counter() - gc_start[0])
+            took = time.perf_counter() - gc_start[0]
+            timed["gc"].append(took)
+            by_generation[info["generation"]].append(took)
+            if inside[0] == "tick":
+                in_tick.append(took)
 
     originals = (_lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick)
     drain = getattr(_lean.Poller, "_drain", None)  # held departures (since session 18)
@@ -1452,9 +1467,15 @@ def probe_teardown(
         _lean.Poller._drain = timing("drain", drain)  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
 
+    trace = args is not None and args.probe_trace
+
     async def run() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, content_engine=engine) as b:
+            rss_before = _rss_mib(os.getpid())  # the broker started, before the fleet
+            if trace:
+                tracemalloc.start(8)
+                before = tracemalloc.take_snapshot()
             plan = WorkerPlan(b.port, list(range(connections)), filters, False, 1, warmup=0, leave=leave)
             ctx = mp.get_context("spawn")
             a, w = ctx.Pipe()
@@ -1512,6 +1533,18 @@ def probe_teardown(
             pings = await loop.run_in_executor(None, pq.recv)
             pinger.join(10)
             proc.join(10)
+            # the fleet gone and every slice settled: what it left behind (RSS of this
+            # process, broker and driver; the broker's dicts as they are)
+            rss_after = _rss_mib(os.getpid())
+            held = _held_sizes(b)
+            traced: list[str] = []
+            if trace:
+                after = tracemalloc.take_snapshot()
+                tracemalloc.stop()
+                traced = [str(d) for d in after.compare_to(before, "traceback")[:12]]
+                traced += [
+                    "\n".join(d.traceback.format()[-8:]) for d in after.compare_to(before, "traceback")[:4]
+                ]
             # pings sent from the leave until the fleet was gone; the slowest shown with when
             # it was sent (ms after the leave)
             over = [(t, rtt) for t, rtt in pings if m0 <= t < m1]
@@ -1536,6 +1569,18 @@ def probe_teardown(
                     "worst_sent_ms": round((worst[0] - m0) * 1e3, 1),
                     "before_ms": _stalls(pings, m0 - 0.2, m0)["max_ms"],
                 },
+                "rss_before_mib": round(rss_before, 1),
+                "rss_after_mib": round(rss_after, 1),
+                "held_bytes": held,
+                "gc_by_generation": [
+                    {"calls": len(g), "max_ms": round(max(g, default=0.0) * 1e3, 1)} for g in by_generation
+                ],
+                "gc_in_ticks": {"calls": len(in_tick), "total_ms": round(sum(in_tick) * 1e3, 1)},
+                # the ticks' longest five (their selector slices), and how many took over 5 ms
+                "tick_top_ms": [round(t * 1e3, 1) for t in sorted(timed["tick"])[-5:]],
+                "ticks_over_5ms": sum(1 for t in timed["tick"] if t > 0.005),
+                "tick_top_cpu_ms": [round(t * 1e3, 1) for t in sorted(tick_cpu)[-5:]],
+                **({"traced": traced} if trace else {}),
                 **{f"{k}_calls": len(v) for k, v in timed.items()},
                 **{f"{k}_total_ms": round(sum(v) * 1e3, 1) for k, v in timed.items()},
                 **{f"{k}_max_ms": round(max(v, default=0.0) * 1e3, 1) for k, v in timed.items()},
@@ -1553,6 +1598,94 @@ def probe_teardown(
         _lean.Poller._ready, _lean.LeanProtocol._call_connection_lost, broker_mod.Broker._tick = originals
         if drain is not None:
             _lean.Poller._drain = drain  # type: ignore[method-assign]
+
+
+def probe_removals(engine: str, filters: int, connections: int) -> dict[str, Any]:
+    """``--probe-removals``: the CPU time (``time.thread_time``: a wall clock on a shared
+    machine holds waits for a core) of each ``engine.remove`` of the fleet's distinct
+    selectors, one by one, after the engine held them all: what a time-bounded settle slice
+    (``Router.settle_selectors``'s budget) can overrun its budget by is one removal."""
+    import content
+
+    sels = list(dict.fromkeys(selector(c, k)[0] for c in range(connections) for k in range(filters)))
+    e = content.ENGINES[engine]()
+    for s in sels:
+        e.add(s, content.compile(s))
+    e.match({"class": CLASSES[0], "temp": 90.0})  # any lazy index built
+    took = []
+    clock = time.thread_time
+    for s in sels:
+        t = clock()
+        e.remove(s)
+        took.append(clock() - t)
+    took.sort()
+    return {
+        "probe": "removals",
+        "engine": engine,
+        "selectors": len(sels),
+        "total_ms": round(sum(took) * 1e3, 1),
+        "mean_us": round(sum(took) / len(took) * 1e6, 1),
+        "p99_us": round(took[int(0.99 * len(took))] * 1e6, 1),
+        "longest_ms": [round(t * 1e3, 2) for t in took[-5:]],
+    }
+
+
+def probe_settle(engine: str, filters: int, connections: int) -> dict[str, Any]:
+    """``--probe-settle``: the CPU (``time.process_time``) of settling a departed fleet in a
+    sans-IO :class:`Core`, slices counted in removals (512, main's until session 19) against
+    slices bounded by time (``Router.settle_selectors`` with the broker's budget), alternating
+    twice in this process on fresh fleets: whether the time-bounded slices cost more work."""
+    from broker._broker import SETTLE_BUDGET, SETTLE_SLICE
+    from broker._config import BrokerConfig
+    from broker.core._connection import Callbacks, Connection
+    from broker.core._core import Core
+    from broker.packets import Connect, Disconnect, Properties, Subscribe, SubscriptionRequest
+
+    def departed() -> Core:
+        core = Core(BrokerConfig(sys_interval=0, content_engine=engine))
+        conns = []
+        for i in range(connections):
+            c = Connection(core, Callbacks(lambda d: None, lambda: None), 0.0, f"c{i}")
+            c.received([Connect(f"c{i}", protocol_level=5, keep_alive=0)], 0.0)
+            for k in range(filters):
+                props = Properties(user_properties=(("filter", selector(i, k)[0]),))
+                c.received([Subscribe(k + 1, (SubscriptionRequest(f"fleet/{k}/#", 0),), props)], 0.0)
+            conns.append(c)
+        core.flush()
+        for c in conns:
+            c.received([Disconnect()], 1.0)
+        core.flush()
+        return core
+
+    out: dict[str, Any] = {"probe": "settle", "engine": engine, "connections": connections}
+    for run, (mode, limit, budget) in enumerate(
+        [("count", 512, 0.0), ("time", SETTLE_SLICE, SETTLE_BUDGET)] * 2
+    ):
+        router = departed().router
+        slices = 0
+        cpu = time.process_time()
+        while router.releasing:
+            router.settle_selectors(limit, budget)
+            slices += 1
+        out[f"{mode}{run // 2 + 1}"] = {
+            "cpu_ms": round((time.process_time() - cpu) * 1e3, 1),
+            "slices": slices,
+        }
+    return out
+
+
+def _held_sizes(b: Any) -> dict[str, int]:
+    """``sys.getsizeof`` of the broker's registries a fleet grows (a dict keeps its table
+    after its keys are deleted): the sessions, connections, the router's departure and
+    selector tables, the poller's list of connections."""
+    core = b.core
+    router = core.router
+    out = {"sessions": sys.getsizeof(core.sessions), "connections": sys.getsizeof(core.connections)}
+    for name in ("_selector_refs", "_releasing", "_departed", "_seen"):
+        value = getattr(router, name, None)
+        if value is not None:
+            out[f"router.{name}"] = sys.getsizeof(value)
+    return out
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -1665,8 +1798,26 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="--probe-teardown: a full collection before the teardown (the broker then "
         "freezes the heap; without it, the collector runs as it happens to, as in siftmq serve)",
     )
+    ap.add_argument(
+        "--probe-trace",
+        action="store_true",
+        help="--probe-teardown: tracemalloc from before the fleet to after it left (slower: "
+        "for what the fleet leaves behind, not for timing)",
+    )
+    ap.add_argument(
+        "--probe-removals",
+        action="store_true",
+        help="the CPU time of each engine removal of the fleet's selectors (probe_removals)",
+    )
+    ap.add_argument(
+        "--probe-settle",
+        action="store_true",
+        help="the CPU of settling a departed fleet, count- against time-bounded slices (probe_settle)",
+    )
     args = ap.parse_args(argv)
     probes: dict[str, Callable[[Row], dict[str, Any]]] = {
+        "probe_settle": lambda r: probe_settle(r.kind, r.filters, args.connections),
+        "probe_removals": lambda r: probe_removals(r.kind, r.filters, args.connections),
         "probe_teardown": lambda r: probe_teardown(r.kind, r.filters, args.connections, args.leave, args),
         "probe_fanout": lambda r: probe_fanout(r.kind, r.filters, args),
         "probe_core": lambda r: probe_core(r.kind, r.filters, args.connections),

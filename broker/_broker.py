@@ -27,6 +27,7 @@ from broker._config import BrokerConfig, Listener
 from broker._logging import fields
 from broker._reload import ReloadCounters, ReloadResult, reload_broker
 from broker.core import Clock, Core, Message, Route, Session
+from broker.core._router import SETTLE_BUDGET
 from broker.hooks import Hooks
 from broker.net import (
     ConnectionLimits,
@@ -58,12 +59,14 @@ STOP_GRACE = 1.0
 #: seconds between flow-control checks while a receiver is over its high-water mark
 FLOW_CHECK = 0.05
 #: seconds between two slices of released content selectors leaving the engine while some
-#: wait (``Router.settle_selectors``), and the slice: ~512 removals of ~15-20 us, ~10 ms of
-#: the loop per slice instead of 2,048 per tick (30-45 ms; a fleet of 10,000 x 10 selectors
-#: leaving releases 47,430): the backlog drains as fast and no loop turn holds more than a
-#: slice (issue 42 item 2)
-SETTLE_EVERY = 0.02
-SETTLE_SLICE = 512
+#: wait (``Router.settle_selectors``), and the slice's count at most: a slice stops after
+#: ``SETTLE_BUDGET`` seconds of removals (4 ms, ``broker.core._router``) whatever the
+#: engine's cost per removal, and the next one runs ``SETTLE_EVERY`` later (2 ms; the loop
+#: reads and writes in between), so the backlog drains at about two thirds of the loop while
+#: no loop turn holds more than a slice (issue 42 item 2: 512 removals a slice every 20 ms
+#: took 15-28 ms of one turn in a 100,000-selector fleet's teardown, which took 3.8-3.9 s)
+SETTLE_EVERY = 0.002
+SETTLE_SLICE = 2048
 
 #: restored sessions from which the restore freezes the heap (``gc.freeze``, ``_open_store``);
 #: also the growth of the sessions since the last freeze from which the survivors of a full
@@ -534,11 +537,11 @@ class Broker:
             core = self.core
             if now >= self._next_tick - FLOW_CHECK / 2:
                 self._next_tick = now + self.config.tick_interval
-                core.tick(now, SETTLE_SLICE)
+                core.tick(now, SETTLE_SLICE, SETTLE_BUDGET)
             else:
                 core.check_flow(now)
                 if core.router.releasing:
-                    core.router.settle_selectors(SETTLE_SLICE)
+                    core.router.settle_selectors(SETTLE_SLICE, SETTLE_BUDGET)
             core.flush()
         except Exception:
             log.exception("timer failed")

@@ -872,10 +872,11 @@ class Core:
             bound.release(self)  # queue_policy "pace" (core/_qbound.py)
 
     # ------------------------------------------------------------ timers
-    def tick(self, now: float, settle: int = RELEASE_SLICE) -> None:
+    def tick(self, now: float, settle: int = RELEASE_SLICE, budget: float = 0.0) -> None:
         """Keep-alive timeouts, will delays, session expiry, released content selectors
-        (a slice of ``settle`` per tick at least, ``Router.settle_selectors``; the broker
-        settles smaller slices between its ticks too) and ``$SYS`` (call periodically)."""
+        (a slice of ``settle`` per tick at least, and of ``budget`` seconds at most when
+        given: ``Router.settle_selectors``; the broker settles slices between its ticks too)
+        and ``$SYS`` (call periodically)."""
         self.conn_timers.expire(now)  # CONNECT and keep-alive deadlines due (core/_conntimers.py)
         if self.pending_wills:
             for s in self.pending_wills.due(now):
@@ -889,7 +890,7 @@ class Core:
         if self.composite_if_made is not None:
             self.composite_if_made.tick()  # composite losses in idle subscriptions, when observed
         if self.router.releasing:
-            self.router.settle_selectors(settle)  # released selectors leave the engine, a slice a tick
+            self.router.settle_selectors(settle, budget)  # released selectors leave the engine in slices
         if self._next_sys is not None and now >= self._next_sys:
             self._next_sys = now + self.config.sys_interval
             self.publish_sys(now)

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import islice
+from time import perf_counter
 from typing import Any
 
 import content
@@ -52,7 +53,7 @@ from broker.values import (
     split_share,
 )
 
-__all__ = ["RELEASE_SLICE", "Router", "SubscribeLimits", "Subscribed", "at_position"]
+__all__ = ["RELEASE_SLICE", "SETTLE_BUDGET", "Router", "SubscribeLimits", "Subscribed", "at_position"]
 
 
 def at_position(exc: ValueError, position: int, limit: int = 200) -> str:
@@ -99,6 +100,19 @@ class Subscribed:
 
 #: released selectors removed from the engine per ``Core.tick`` (Router.settle_selectors)
 RELEASE_SLICE = 2048
+#: seconds a slice of :meth:`Router.settle_selectors` may spend, when the caller gives it a
+#: budget (the broker does: ``Broker._tick``). An engine's removal costs 7-15 us on average
+#: and up to 2.7 ms of CPU once in a while (an iccounting leaf rebuilt), differently by engine
+#: (iccounting, hema, hcem: ``bench_content_fleet.py --probe-removals``), so a slice counted in
+#: removals took 15-28 ms of one loop turn in a 100,000-selector fleet's teardown (issue 42
+#: item 2); a slice bounded by time stops within one removal of its budget, whatever the
+#: engine, and the rest waits for the next slice. The clock is read after each removal
+#: (~60 ns, under 1 % of the cheapest engine's mean removal)
+SETTLE_BUDGET = 0.004
+#: a table of the router's (``_selector_refs``) is copied into a fresh one when its entries
+#: fall below a quarter of the most it held since (from this many): a Python dict keeps its
+#: table when keys are deleted, 1.9 MB for a fleet's 100,000 selectors after it left
+_SHRINK_FROM = 1024
 
 _QOS_RETAIN_KEYS = 6  # (message QoS 0..2) x (RETAIN flag): key = 2 * qos + retain
 
@@ -350,6 +364,8 @@ class Router:
         self.engine_name = engine
         self._engine: content.Engine | None = None
         self._selector_refs: dict[str, int] = {}
+        #: the most selectors ``_selector_refs`` held since it was last copied (``_shrink``)
+        self._refs_peak = 0
         #: selectors no subscription references any more, still in the engine until
         #: :meth:`settle_selectors` removes them (insertion-ordered: oldest first)
         self._releasing: dict[str, None] = {}
@@ -407,6 +423,8 @@ class Router:
                 del self._releasing[selector]  # same text, same compiled filter: still indexed
             else:
                 self._live().add(selector, compiled)
+            if len(self._selector_refs) >= self._refs_peak:
+                self._refs_peak = len(self._selector_refs) + 1
         self._selector_refs[selector] = refs + 1
         self.batching = self._batching()
 
@@ -477,38 +495,73 @@ class Router:
             self.release_selector(selector)
         self.index.remove_client(client_id)
 
-    def settle_selectors(self, limit: int = RELEASE_SLICE) -> int:
+    def settle_selectors(
+        self, limit: int = RELEASE_SLICE, budget: float = 0.0, clock: Callable[[], float] = perf_counter
+    ) -> int:
         """Remove up to ``limit`` released selectors from the engine, oldest first (0: all;
         a 64th of what waits when that is more, so a backlog of more than 64 slices still
         drains geometrically); return how many still wait. ``Core.tick`` calls it, so a loop
-        turn spends at most a slice's removals (~30 ms for 2,048 at ~15 us; an eighth of the
-        backlog, tried first, made 5,928 of a 100,000-selector fleet's 47,430 in one tick,
-        78 ms in ``bench_content_fleet.py --probe-core``). O(removed) engine removals.
+        turn spends at most a slice's removals. O(removed) engine removals.
+
+        ``budget`` (seconds, > 0; ``clock``: the time source, ``time.perf_counter``): the
+        slice also stops once it has spent that long, looked at after every removal, so it
+        ends within one removal of its budget whatever the engine (:data:`SETTLE_BUDGET`;
+        counted in removals alone, 512 of them took 15-28 ms: issue 42 item 2); the rest
+        waits for the next slice. 0: bounded by the count alone.
 
         Departed clients (:meth:`depart`) go first, ``limit // 4`` of them (a 128th of a
         larger backlog; their entries out of the index, their selectors join the released
         ones), each taking two selector removals off the slice (about their cost), so a
         slice stays within one selector slice's time; 0: all. Returns the removals still
-        waiting (:attr:`releasing`)."""
+        waiting (:attr:`releasing`). The tables a backlog grew are given back once it is
+        settled (:meth:`_shrink`)."""
         departed = self._departed
+        timed = budget > 0.0
+        deadline = clock() + budget if timed else 0.0
         spent = 0
         if departed:
             k = len(departed) if limit <= 0 else min(len(departed), max(limit // 4, len(departed) // 128))
-            for client_id in list(islice(departed, k)):
+            for client_id in list(islice(departed, k)):  # one list: departed shrinks meanwhile
                 self._end_client(client_id, departed.pop(client_id))
-            spent = 2 * k
+                spent += 2
+                if timed and clock() >= deadline:
+                    return self._settled()
         pending = self._releasing
         if not pending:
-            return len(departed)
+            return self._settled()
         n = len(pending) if limit <= 0 else min(len(pending), max(limit, len(pending) // 64) - spent)
         if n <= 0:
             return len(pending) + len(departed)
         engine = self._live()
-        batch = list(islice(pending, n))
-        for selector in batch:
+        for selector in list(islice(pending, n)):
             del pending[selector]
             engine.remove(selector)
-        return len(pending) + len(departed)
+            if timed and clock() >= deadline:
+                break
+        return self._settled()
+
+    def _settled(self) -> int:
+        """The removals still waiting; once none does, the tables the backlog grew are
+        shrunk (:meth:`_shrink`). O(1), O(selectors) when a table is copied."""
+        left = len(self._releasing) + len(self._departed)
+        if not left:
+            self._shrink()
+        return left
+
+    def _shrink(self) -> None:
+        """Give back the tables a departed fleet grew: a Python dict keeps its table when its
+        keys are deleted (1.9 MB for 100,000 selectors once every one was released, 1 MB for
+        the released ones' queue, 0.2 MB for 10,000 departed clients; measured with
+        ``bench_content_fleet.py --probe-teardown``, ``held_bytes``). The empty queues are
+        made anew, and ``_selector_refs`` is copied into a table of its size when it holds
+        less than a quarter of its peak. O(1), O(selectors left) when copied; amortized O(1)
+        per release (at least three quarters of the peak were released since)."""
+        self._releasing = {}
+        self._departed = {}
+        refs = self._selector_refs
+        if self._refs_peak >= _SHRINK_FROM and 4 * len(refs) < self._refs_peak:
+            self._selector_refs = dict(refs)
+            self._refs_peak = len(refs)
 
     def _matching_selectors(self, payload: bytes) -> set[object]:
         return self._live().match(content.attributes(payload))
