@@ -1010,7 +1010,10 @@ def probe(engine: str, filters: int, connections: int, messages: int = 60) -> di
     warm-up), and the routes per message.  Shows where the broker's time per message goes.
     ``route_again_ms``: the same messages routed a second time (anything a router keeps
     from a message's first routing is reused: a long-running broker's case); ``*_mean_ms``:
-    means, which the CPU per useful delivery pays (a few heavy messages weigh in)."""
+    means, which the CPU per useful delivery pays (a few heavy messages weigh in);
+    ``head_ms``: ``Router.route_head`` (the routing a big lone fan-out does before its first
+    copy: the match and the first 128 routes; the whole route on a tree without it);
+    ``heaviest_*``: the message with the most routes, its times."""
     import statistics
 
     import content
@@ -1040,6 +1043,18 @@ def probe(engine: str, filters: int, connections: int, messages: int = 60) -> di
         t = time.process_time()
         router.route(m)
         t_again.append(time.process_time() - t)
+    # the routing a streamed fan-out does before its first copy (Router.route_head: the
+    # engine's match and the first EARLY_MIN routes; a tree without it: the whole route)
+    head = getattr(router, "route_head", None)
+    t_head = []
+    for m in msgs[5:]:
+        t = time.process_time()
+        if head is None:
+            router.route(m)
+        else:
+            head(m, 128, 64)
+        t_head.append(time.process_time() - t)
+    heavy = max(range(messages), key=lambda i: len(router.route(msgs[5 + i])))
     return {
         "engine": engine,
         "filters_per_connection": filters,
@@ -1052,6 +1067,14 @@ def probe(engine: str, filters: int, connections: int, messages: int = 60) -> di
         "engine_match_mean_ms": round(statistics.fmean(t_match) * 1e3, 3),
         "engine_match_max_ms": round(max(t_match) * 1e3, 3),
         "routes_per_message": round(routes / messages, 1),
+        "head_ms": round(statistics.median(t_head) * 1e3, 3),
+        "head_max_ms": round(max(t_head) * 1e3, 3),
+        # the message with the most routes: its routing, again, its head and its match
+        "heaviest_routes": len(router.route(msgs[5 + heavy])),
+        "heaviest_route_ms": round(t_route[heavy] * 1e3, 3),
+        "heaviest_route_again_ms": round(t_again[heavy] * 1e3, 3),
+        "heaviest_head_ms": round(t_head[heavy] * 1e3, 3),
+        "heaviest_match_ms": round(t_match[heavy] * 1e3, 3),
     }
 
 

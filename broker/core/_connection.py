@@ -524,7 +524,13 @@ class Connection(RareFields):
             self.link.throttle(False)
 
     def _publish_run(self, run: list[tuple[Publish, Message]], now: float) -> None:
-        """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each."""
+        """Route the accepted PUBLISHes of one read as one batch, then deliver and ack each.
+        A run of one is routed by ``Core.publish`` (``route_batch`` of one message is
+        ``route``), which streams a lone PUBLISH's big fan-out (``EARLY_MIN``)."""
+        if len(run) == 1:
+            p, msg = run[0]
+            deliver_accepted(self, p, msg, None, now)
+            return
         all_routes = self.core.router.route_batch([msg for _, msg in run])
         for (p, msg), routes in zip(run, all_routes, strict=True):
             deliver_accepted(self, p, msg, routes, now)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Final
 
 import content
@@ -86,7 +86,10 @@ TICK_SLACK = 0.001
 #: no other output waits, starts writing before it is fully encoded: every ``EARLY_CHUNK``
 #: deliveries the connections it made dirty are flushed (each holds this one message, so
 #: nothing is lost to write coalescing); the first receiver's copy leaves after EARLY_CHUNK
-#: encodings instead of all of them (issue 42 item 2: a fleet's heaviest message). ``Final``:
+#: encodings instead of all of them (issue 42 item 2: a fleet's heaviest message). Its
+#: routing is streamed too (``Router.route_head``): once EARLY_MIN routes are known the
+#: fan-out is big, and the rest are computed in parts of EARLY_CHUNK between the deliveries,
+#: so the first copy leaves after EARLY_MIN routes instead of all of them. ``Final``:
 #: the compiled core inlines them; a plain module global was a dictionary lookup in every
 #: ``publish`` (``due = EARLY_CHUNK``), ~130 instructions of ~16,400 per QoS 0 delivery
 #: (``bench_broker_smoke.py --core-qos0`` under callgrind, docs/performance-broker.md)
@@ -455,24 +458,32 @@ class Core:
         )
 
     # ------------------------------------------------------------ publish / deliver
-    def publish(  # noqa: PLR0912 (hot path: one frame per routed message)
+    def publish(  # noqa: C901, PLR0912, PLR0915 (hot path: one frame per routed message)
         self, msg: Message, now: float, routes: list[Route] | None = None, internal: bool = False
     ) -> int:
         """Store (if retained), route and deliver ``msg``; returns the number of deliveries.
 
-        ``routes``: the router's answer computed beforehand (``Router.route_batch``).
+        ``routes``: the router's answer computed beforehand (``Router.route_batch``); without
+        it, a lone PUBLISH's big fan-out is routed in parts between its deliveries
+        (``Router.route_head``, ``EARLY_MIN``), any other whole first (``Router.route``).
         ``internal``: the broker's own publication (``$SYS``, a cluster's control messages),
         counted in ``Stats.messages_internal``, not in ``messages_received`` (the clients'
         traffic, issue 38).  O(routes)."""
         router = self.router
         if msg.retain and (self.retain_hook is None or self.retain_hook(msg)):
             self.journal.retain(msg, now)
+        stamp = self.stamp_hook
+        rest: Iterator[list[Route]] | None = None  # the routes still to compute (streamed)
         if routes is None:
-            routes = router.route(msg)
+            # (len: the set's size read in compiled code, where its truth value is a call)
+            if self.lone and not len(self.dirty) and self.deferred is None and (stamp is None or not msg.qos):
+                # the fan-out may write early: its routes computed as it is delivered
+                routes, rest = router.route_head(msg, EARLY_MIN, EARLY_CHUNK)
+            else:
+                routes = router.route(msg)
         # a cluster stamps a QoS 1/2 publication that crosses a link with its origin id
         # (broker.core._atom_ids); the stamped copy goes to the links (and to composite atoms)
         stamped = msg
-        stamp = self.stamp_hook
         if stamp is not None and msg.qos:
             stamped = stamp(msg, routes)
         obs = self.obs
@@ -485,31 +496,41 @@ class Core:
         atoms: list[int] | None = None  # composite atoms matched (routes without a session)
         gone = 0  # routes to departed clients whose entries still wait (Router.depart)
         # a big fan-out of a lone PUBLISH with no other output waiting writes as it goes
-        early = self.lone and len(routes) >= EARLY_MIN and not self.dirty and self.deferred is None
+        total = len(routes)
+        early = self.lone and total >= EARLY_MIN and not self.dirty and self.deferred is None
         self.lone = False
         due = EARLY_CHUNK
-        for r in routes:
-            s = sessions.get(r.client_id)
-            if s is not None:
-                if may_receive is None or may_receive(s, msg.topic):
-                    m = stamped if stamped is not msg and r.client_id.startswith(PEER_PREFIX) else msg
-                    deliver(s, m, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
-            elif r.client_id.startswith(ATOM_CLIENT):
-                if atoms is None:
-                    atoms = []
-                atoms.extend(r.subscription_ids)
-            else:
-                gone += 1
-            if early:
-                due -= 1
-                if due == 0:
-                    due = EARLY_CHUNK
-                    self.flush_written()
+        part = routes
+        while True:  # the routes, then each part of the rest as the router computes it
+            for r in part:
+                s = sessions.get(r.client_id)
+                if s is not None:
+                    if may_receive is None or may_receive(s, msg.topic):
+                        m = stamped if stamped is not msg and r.client_id.startswith(PEER_PREFIX) else msg
+                        deliver(s, m, r.qos, r.retain, r.subscription_ids, r.topic_filter, r.selector, now)
+                elif r.client_id.startswith(ATOM_CLIENT):
+                    if atoms is None:
+                        atoms = []
+                    atoms.extend(r.subscription_ids)
+                else:
+                    gone += 1
+                if early:
+                    due -= 1
+                    if due == 0:
+                        due = EARLY_CHUNK
+                        self.flush_written()
+            if rest is None:
+                break
+            more = next(rest, None)
+            if more is None:
+                break
+            part = more
+            total += len(part)
         if internal:
             self.stats.messages_internal += 1
         else:
             self.stats.messages_received += 1
-        n = (len(routes) if atoms is None else len(routes) - len(atoms)) - gone
+        n = (total if atoms is None else total - len(atoms)) - gone
         if obs.recording:
             obs.end(self.clock.wall(), msg, n, outer_msg, outer_fan, outer_call, self.stats)
         if atoms is not None:

@@ -10,12 +10,15 @@ and no-local), partial unsubscriptions, client removals and publishes, and compa
 deliveries.  A twin router with a batch engine (``hcem``, ``rabased``; ``batch_min=1``) gets
 the same operations, and its ``route_batch`` over random batches must equal the per-message
 ``route`` of the first router exactly (shared round robin included: both see every message).
+A third router, the first's own kind, routes every message with ``route_head`` (a big
+fan-out's routing streamed into its delivery, ``Core.publish``) at random sizes: its first
+routes followed by its parts must be the first router's ``route``, in the same order.
 """
 
 from __future__ import annotations
 
 import orjson
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -95,9 +98,29 @@ class RouterMachine(RuleBasedStateMachine):
         super().__init__()
         self.router = Router(cache_size=3)
         self.twin = Router(cache_size=3, engine=self.twin_engine, batch_min=1)
+        self.streamer = Router(cache_size=3)
         self.selectors: dict[tuple[str, str], str] = {}
         self.entries: Entries = {}
         self.next_id = 1
+
+    @property
+    def routers(self) -> tuple[Router, Router, Router]:
+        return (self.router, self.twin, self.streamer)
+
+    def streamed(self, msg: Message, at_least: int, chunk: int) -> list[Route]:
+        """``route_head`` then every part, each part ``chunk`` routes or more (the last
+        excepted), the first list ``at_least`` or all."""
+        head, rest = self.streamer.route_head(msg, at_least, chunk)
+        out = list(head)
+        if rest is None:
+            return out
+        event("streamed")  # the case this checks (--hypothesis-show-statistics)
+        assert len(head) >= at_least
+        parts = list(rest)
+        assert all(len(part) >= chunk for part in parts[:-1])
+        for part in parts:
+            out += part
+        return out
 
     @rule(
         cid=st.sampled_from(CLIENTS),
@@ -117,7 +140,7 @@ class RouterMachine(RuleBasedStateMachine):
         self.next_id += 1
         old = self.selectors.pop((cid, f), None)
         opts = SubOptions(qos, no_local and not shared, rap, 0, sub_id, sel, plain)
-        for router in (self.router, self.twin):
+        for router in self.routers:
             if sel is not None:
                 router.add_selector(sel, content.compile(sel))
             if old is not None:
@@ -131,7 +154,7 @@ class RouterMachine(RuleBasedStateMachine):
     @rule(cid=st.sampled_from(CLIENTS), f=st.sampled_from(FILTERS))
     def unsubscribe(self, cid: str, f: str) -> None:
         old = self.selectors.pop((cid, f), None)
-        for router in (self.router, self.twin):
+        for router in self.routers:
             router.index.unsubscribe(cid, f)  # partial unsubscribe may leave a negative entry
             if old is not None:
                 router.release_selector(old)
@@ -141,12 +164,12 @@ class RouterMachine(RuleBasedStateMachine):
     @rule(cid=st.sampled_from(CLIENTS))
     def remove_client(self, cid: str) -> None:
         self.entries.pop(cid, None)
-        for router in (self.router, self.twin):
+        for router in self.routers:
             router.index.remove_client(cid)
         for key in [k for k in self.selectors if k[0] == cid]:
             sel = self.selectors.pop(key)
-            self.router.release_selector(sel)
-            self.twin.release_selector(sel)
+            for router in self.routers:
+                router.release_selector(sel)
 
     @rule(
         topic=st.sampled_from(TOPICS),
@@ -155,12 +178,26 @@ class RouterMachine(RuleBasedStateMachine):
         qos=st.integers(0, 2),
         retain=st.booleans(),
         pub=st.sampled_from([*CLIENTS, None]),
+        at_least=st.integers(1, 4),
+        chunk=st.integers(1, 3),
     )
-    def publish(self, topic: str, x: int, y: str, qos: int, retain: bool, pub: str | None) -> None:
+    def publish(
+        self,
+        topic: str,
+        x: int,
+        y: str,
+        qos: int,
+        retain: bool,
+        pub: str | None,
+        at_least: int,
+        chunk: int,
+    ) -> None:
         payload = orjson.dumps({"x": x, "y": y})
         msg = Message(topic, payload, qos, retain, publisher_id=pub)
         expected = reference(self.router, self.entries, msg)
         routes = self.router.route(msg)
+        # streamed: the same routes in the same order (the same engine, the same round robin)
+        assert self.streamed(msg, at_least, chunk) == routes
         # the same routes, in any order: engines list matches in their own order (hcem by its
         # clusters, which a removal and a resubscription reshuffle), and MQTT orders messages
         # per subscriber, not deliveries across subscribers (4.6)
@@ -196,12 +233,14 @@ class RouterMachine(RuleBasedStateMachine):
         ]
         assert self.twin.batching == bool(self.selectors)
         twin = self.twin.route_batch(msgs)
-        assert [_unordered(r) for r in twin] == [_unordered(self.router.route(m)) for m in msgs]
+        routes = [self.router.route(m) for m in msgs]
+        assert [_unordered(r) for r in twin] == [_unordered(r) for r in routes]
+        assert [self.streamed(m, 2, 1) for m in msgs] == routes
 
     @invariant()
     def consistent(self) -> None:
-        self.router._check()
-        self.twin._check()
+        for router in self.routers:
+            router._check()
 
 
 class RabasedTwinMachine(RouterMachine):
