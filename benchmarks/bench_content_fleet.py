@@ -1208,6 +1208,8 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             "in_write": 0.0,
             "gc": 0,
             "gc_s": 0.0,
+            "gc_gen": [0, 0, 0],  # collections in this read, per generation
+            "gc_gen_s": [0.0, 0.0, 0.0],
             "payload": data,
         }
         cur[0] = rec
@@ -1233,22 +1235,34 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
         rec["writes"] += 1
 
     gc_t = [0.0]
+    #: every collection of the stream's window (publisher reads or not): (generation, seconds,
+    #: the seq of the read it ran in or None); and per generation over the whole run
+    window_gcs: list[tuple[int, float, int | None]] = []
+    run_gcs: list[list[float]] = [[], [], []]
 
     def on_gc(phase: str, info: dict[str, Any]) -> None:
-        rec = cur[0]
-        if rec is None:
-            return
         if phase == "start":
             gc_t[0] = perf()
-        else:
-            rec["gc"] += 1
-            rec["gc_s"] += perf() - gc_t[0]
+            return
+        gen = int(info["generation"])
+        took = perf() - gc_t[0]
+        run_gcs[gen].append(took)
+        rec = cur[0]
+        if on[0]:
+            window_gcs.append((gen, took, None if rec is None else rec["seq"]))
+        if rec is None:
+            return
+        rec["gc"] += 1
+        rec["gc_s"] += took
+        rec["gc_gen"][gen] += 1
+        rec["gc_gen_s"][gen] += took
 
     _transport.MQTTProtocol._feed = feed  # type: ignore[method-assign]
     _lean.LeanProtocol.write = write  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
     nmax = int(args.rate * args.duration) + 2
     pin = 1 if args.pin else None
+    state: dict[str, Any] = {}
 
     async def run() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -1275,6 +1289,13 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             assert await recv(pa) == "warmed"
             a.send("warm")
             await recv(a)  # warmed
+            state["at_go"] = {
+                "freeze_count": gc.get_freeze_count(),
+                "count": gc.get_count(),
+                "collections": [g["collections"] for g in gc.get_stats()],
+                "sessions": len(b.core.sessions),
+                "frozen_sessions": b._frozen_sessions,
+            }
             on[0] = True
             a.send("go")
             pa.send("go")
@@ -1329,6 +1350,8 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
                 "in_write_ms": round(rec["in_write"] * 1e3, 2),
                 "gc": rec["gc"],
                 "gc_ms": round(rec["gc_s"] * 1e3, 2),
+                "gc_gen": rec["gc_gen"],
+                "gc_gen_ms": [round(x * 1e3, 2) for x in rec["gc_gen_s"]],
                 "before_us_per_delivery": round(before * 1e3 / n, 2),
                 "route_us_per_delivery": round(route_cpu * 1e6 / max(routes, 1), 2),
                 "flush_us_per_delivery": round(sends * 1e3 / max(n - 1, 1), 2),
@@ -1365,6 +1388,19 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
         },
         "heaviest": sorted(msgs, key=lambda m: -m["deliveries"])[:3],
         "heaviest_arrivals": _heaviest([res], 3),
+        "first": next((m for m in msgs if m["seq"] == 0), None),
+        # the collector: the heap's state at the stream's start, every collection of the
+        # window (generation, ms, in the read of seq ...), per generation over the whole run
+        # (count, total ms, longest ms)
+        "gc_at_go": state.get("at_go"),
+        "gc_window": [(g, round(t * 1e3, 2), q) for g, t, q in window_gcs if g > 0 or t > 1e-3],
+        "gc_window_gen0": (
+            sum(1 for g, _t, _q in window_gcs if g == 0),
+            round(sum(t for g, t, _q in window_gcs if g == 0) * 1e3, 2),
+        ),
+        "gc_run": [
+            (len(ts), round(sum(ts) * 1e3, 1), round(max(ts, default=0.0) * 1e3, 2)) for ts in run_gcs
+        ],
     }
 
 

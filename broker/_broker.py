@@ -18,6 +18,7 @@ import asyncio
 import gc
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -72,6 +73,16 @@ SETTLE_SLICE = 512
 #: 100,000 selectors (measured in-process, load 10), a stall the next one repeats unless
 #: what survived is moved out of the collector's generations
 FREEZE_SESSIONS = 1000
+#: the growth of the sessions since the last freeze from which an idle tick collects and
+#: freezes the heap itself (``Broker._idle_freeze``; with at least :data:`FREEZE_SESSIONS`
+#: sessions): what a fleet made after the collector's last full collection is otherwise walked
+#: by the next one, which the allocations of the first big fan-out trigger (issue 42 item 2,
+#: docs/performance-content.md "The collector's pause before a fleet's first fan-out")
+IDLE_FREEZE_SESSIONS = 100
+#: bytes read between two ticks under which the loop counts as idle for that collection (no
+#: PUBLISH and no new connection either): keep-alive pings of a 100,000-client fleet at 10 s
+#: are ~5 KiB per tick of 0.25 s, a fleet connecting or a stream far more
+IDLE_BYTES = 64 * 1024
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
@@ -222,6 +233,11 @@ class Broker:
         self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
         self._full_seen = 0  # the collector's count of full collections at the last tick's look
         self._frozen_sessions = 0  # sessions when the heap was last frozen
+        self._seen_io = (0, 0, 0)  # bytes, PUBLISHes, connections received at the last tick
+        #: collections the idle ticks ran themselves (``_idle_freeze``) and the last one's
+        #: pause of the loop in seconds
+        self.idle_collections = 0
+        self.idle_collection_s = 0.0
         self._sweeper: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self.dashboard: Dashboard | None = None
@@ -524,12 +540,62 @@ class Broker:
             gc.freeze()
             self._frozen_sessions = n
 
+    def _idle_freeze(self) -> None:
+        """At an idle tick, with :data:`IDLE_FREEZE_SESSIONS` sessions more than at the last
+        freeze (and :data:`FREEZE_SESSIONS` in all), run the full collection now and freeze its
+        survivors, so that the first big fan-out after a fleet connected does not pay it.
+
+        Why: CPython (3.11) collects generation 2 only once the objects promoted out of
+        generation 1 since the last full collection exceed a quarter of those it left
+        (``long_lived_pending > long_lived_total / 4``). :meth:`_freeze_survivors` freezes
+        only after such a collection, so the part of a fleet that connected after the last one
+        (804 of 10,000 sessions in one run) stays in the collector's generations; the next
+        full collection walks it, and it comes when allocations are many, i.e. inside a big
+        fan-out: the stream's first message at 100k met 57.6 ms of collections before its
+        first write, at 10k one run in six had its first copy 10 ms late. Idle means: since
+        the previous tick no PUBLISH and no new connection were received and fewer than
+        :data:`IDLE_BYTES` were read, so the collection's pause (it still stops the loop: it
+        walks what is not frozen yet, measured in docs/performance-content.md) falls between
+        messages, not in one; a message arriving during it waits for it. Not with the
+        collector disabled (the embedding program's choice, or a restore's). Each growth of
+        :data:`IDLE_FREEZE_SESSIONS` sessions costs one walk of what was made since the last
+        freeze: O(objects not frozen), amortised O(1) per session."""
+        st = self.core.stats
+        io = (st.bytes_received, st.messages_received, st.connections_total)
+        seen, self._seen_io = self._seen_io, io
+        n = len(self.core.sessions)
+        if (
+            n < FREEZE_SESSIONS
+            or n - self._frozen_sessions < IDLE_FREEZE_SESSIONS
+            or io[1] != seen[1]
+            or io[2] != seen[2]
+            or io[0] - seen[0] >= IDLE_BYTES
+            or not gc.isenabled()
+        ):
+            return
+        t = time.perf_counter()
+        gc.collect()
+        gc.freeze()
+        took = time.perf_counter() - t
+        self._frozen_sessions = n
+        self._full_seen = _full_collections()
+        self.idle_collections += 1
+        self.idle_collection_s = took
+        log.debug(
+            "idle collection: %.1f ms, %d sessions, %d objects frozen",
+            took * 1e3,
+            n,
+            gc.get_freeze_count(),
+            extra=fields("broker.idle_collection"),
+        )
+
     def _tick(self) -> None:
         try:
             full = _full_collections()
             if full != self._full_seen:  # a full collection ran since the last tick
                 self._full_seen = full
                 self._freeze_survivors()
+            self._idle_freeze()
             now = self.core.clock.monotonic()
             core = self.core
             if now >= self._next_tick - FLOW_CHECK / 2:
