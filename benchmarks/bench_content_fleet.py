@@ -1295,6 +1295,10 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
                 "collections": [g["collections"] for g in gc.get_stats()],
                 "sessions": len(b.core.sessions),
                 "frozen_sessions": b._frozen_sessions,
+                # the broker's own idle collections so far (Broker._idle_freeze) and the
+                # last one's pause
+                "idle_collections": getattr(b, "idle_collections", None),
+                "idle_collection_ms": round(getattr(b, "idle_collection_s", 0.0) * 1e3, 2),
             }
             on[0] = True
             a.send("go")

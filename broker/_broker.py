@@ -564,6 +564,7 @@ class Broker:
         io = (st.bytes_received, st.messages_received, st.connections_total)
         seen, self._seen_io = self._seen_io, io
         n = len(self.core.sessions)
+        self._frozen_sessions = min(self._frozen_sessions, n)  # a fleet that left may come back
         if (
             n < FREEZE_SESSIONS
             or n - self._frozen_sessions < IDLE_FREEZE_SESSIONS

@@ -327,6 +327,17 @@ async def test_the_idle_collection_waits_for_a_tick_without_traffic() -> None:
             b.core.local_subscribe("one-more", "t/#", None, 0, lambda m, r: None, 0.0)
             b._idle_freeze()
             assert b.idle_collections == 2
+            # a fleet that leaves and comes back is collected and frozen again
+            fleet = [b.core.sessions[f"s{i}"] for i in range(FREEZE_SESSIONS - 1)]
+            for s in fleet:
+                b.core.end_session(s, 0.0)
+            fleet.clear()
+            b._idle_freeze()
+            assert b.idle_collections == 2
+            for i in range(FREEZE_SESSIONS - 1):
+                b.core.local_subscribe(f"s{i}", "t/#", None, 0, lambda m, r: None, 0.0)
+            b._idle_freeze()
+            assert b.idle_collections == 3
             w.close()
     finally:
         gc.unfreeze()
