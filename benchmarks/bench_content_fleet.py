@@ -1239,13 +1239,44 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
     #: the seq of the read it ran in or None); and per generation over the whole run
     window_gcs: list[tuple[int, float, int | None]] = []
     run_gcs: list[list[float]] = [[], [], []]
+    #: every full collection of the run: the phase (connect, warm, window, after), the read's
+    #: seq, ms, the objects of generations 0-2 it found (what it walks: the unfrozen heap), the
+    #: survivors it left in generation 2 (CPython's ``long_lived_total``, to which the next
+    #: automatic full collection compares what generation 1 promotes meanwhile), and in the
+    #: window the most common types it walked (diagnostics: listing them costs a walk too)
+    phase = ["connect"]
+    fulls: list[dict[str, Any]] = []
 
-    def on_gc(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
+    def _gen_sizes() -> list[int]:
+        return [len(gc.get_objects(g)) for g in range(3)]
+
+    def _top_types(limit: int = 8) -> list[tuple[str, int]]:
+        counts: dict[str, int] = {}
+        for g in range(3):
+            for o in gc.get_objects(g):
+                k = type(o).__name__
+                counts[k] = counts.get(k, 0) + 1
+        return sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+
+    def on_gc(phase_: str, info: dict[str, Any]) -> None:
+        gen = int(info["generation"])
+        if phase_ == "start":
+            if gen == 2:
+                rec = cur[0]
+                fulls.append(
+                    {
+                        "phase": phase[0],
+                        "seq": None if rec is None else rec["seq"],
+                        "walked": _gen_sizes(),
+                        "types": _top_types() if phase[0] == "window" else [],
+                    }
+                )
             gc_t[0] = perf()
             return
-        gen = int(info["generation"])
         took = perf() - gc_t[0]
+        if gen == 2:
+            fulls[-1]["ms"] = round(took * 1e3, 2)
+            fulls[-1]["left"] = len(gc.get_objects(2))
         run_gcs[gen].append(took)
         rec = cur[0]
         if on[0]:
@@ -1277,6 +1308,7 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             proc = ctx.Process(target=worker_main, args=(w, plan), daemon=True)
             proc.start()
             await recv(a)  # ready
+            phase[0] = "warm"
             pa, pb = ctx.Pipe()
             pub = ctx.Process(
                 target=publisher_main,
@@ -1299,7 +1331,10 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
                 # last one's pause
                 "idle_collections": getattr(b, "idle_collections", None),
                 "idle_collection_ms": round(getattr(b, "idle_collection_s", 0.0) * 1e3, 2),
+                "unfrozen": _gen_sizes(),
+                "unfrozen_types": _top_types(),
             }
+            phase[0] = "window"
             on[0] = True
             a.send("go")
             pa.send("go")
@@ -1307,6 +1342,7 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             a.send(("stop", published))
             await recv(a)  # drained
             on[0] = False
+            phase[0] = "after"
             router = b.core.router  # the same messages routed again, the subscribers still there
             again = []
             for rec in reads:
@@ -1405,6 +1441,7 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
         "gc_run": [
             (len(ts), round(sum(ts) * 1e3, 1), round(max(ts, default=0.0) * 1e3, 2)) for ts in run_gcs
         ],
+        "gc_fulls": fulls,
     }
 
 
