@@ -74,12 +74,15 @@ SETTLE_SLICE = 512
 #: what survived is moved out of the collector's generations
 FREEZE_SESSIONS = 1000
 #: the growth of the sessions since the last freeze from which an idle tick collects and
-#: freezes the heap itself, and once more after the first PUBLISH since (``Broker._idle_freeze``;
-#: with at least :data:`FREEZE_SESSIONS` sessions): what a fleet and its first message made
-#: after the collector's last full collection is otherwise walked by the next one, which the
-#: allocations of a big fan-out trigger (issue 42 item 2, docs/performance-content.md "The
-#: collector's pause before a fleet's first fan-out")
+#: freezes the heap itself (``Broker._idle_freeze``; with at least :data:`FREEZE_SESSIONS`
+#: sessions): what a fleet made after the collector's last full collection is otherwise walked
+#: by the next one, which the allocations of a big fan-out trigger (issue 42 item 2,
+#: docs/performance-content.md "The collector's pause before a fleet's first fan-out")
 IDLE_FREEZE_SESSIONS = 100
+#: objects not frozen from which an idle tick collects and freezes the heap too (what a
+#: fleet's first messages build: the content engine's leaves, ~160,000 objects at 100,000
+#: selectors); a full collection walks ~150 ns per object, so this is ~3 ms of walk
+IDLE_FREEZE_OBJECTS = 20_000
 #: bytes read between two ticks under which the loop counts as idle for that collection (no
 #: PUBLISH and no new connection either): keep-alive pings of a 100,000-client fleet at 10 s
 #: are ~5 KiB per tick of 0.25 s, a fleet connecting or a stream far more
@@ -235,9 +238,6 @@ class Broker:
         self._full_seen = 0  # the collector's count of full collections at the last tick's look
         self._frozen_sessions = 0  # sessions when the heap was last frozen
         self._seen_io = (0, 0, 0)  # bytes, PUBLISHes, connections received at the last tick
-        #: PUBLISHes received at the last idle collection for a growth: one more collection at
-        #: the first idle tick after a PUBLISH since (None: none owed)
-        self._refreeze_after: int | None = None
         #: collections the idle ticks ran themselves (``_idle_freeze``) and the last one's
         #: pause of the loop in seconds
         self.idle_collections = 0
@@ -545,11 +545,11 @@ class Broker:
             self._frozen_sessions = n
 
     def _idle_freeze(self) -> None:
-        """At an idle tick, with :data:`IDLE_FREEZE_SESSIONS` sessions more than at the last
-        freeze (and :data:`FREEZE_SESSIONS` in all), run the full collection now and freeze its
-        survivors; and once more at the first idle tick after a PUBLISH was received since
-        then: so that a fleet's first big fan-outs do not walk the fleet, nor what its first
-        message built.
+        """At an idle tick, with :data:`FREEZE_SESSIONS` sessions or more, run the full
+        collection now and freeze its survivors when the sessions grew by
+        :data:`IDLE_FREEZE_SESSIONS` since the last freeze, or when :data:`IDLE_FREEZE_OBJECTS`
+        objects or more are not frozen: so that a fleet's big fan-outs do not walk the fleet,
+        nor what its first messages built.
 
         Why: CPython (3.11) collects generation 2 when generation 1 was collected more than 10
         times since the last full collection and the objects it promoted meanwhile exceed a
@@ -557,41 +557,40 @@ class Broker:
         a full collection walks every object not frozen. :meth:`_freeze_survivors` freezes
         only after such a collection, so the part of a fleet that connected after the last one
         (70-840 of 10,000 sessions in the runs measured) stays in the collector's generations,
-        and the fleet's first message builds more that stays (the content engine's snapshot:
-        ~100,000 tuples and ~58,000 lists at 100,000 selectors); the next full collection
-        walks it all (22-25 ms at 100k, in the 14th-23rd message of the runs measured; 57.6 ms
-        in the first message in one run of session 18) and it comes when allocations are
-        many, i.e. inside a big fan-out. Idle means: since the previous tick no PUBLISH and no
-        new connection were received and fewer than :data:`IDLE_BYTES` were read, so the
-        collection's pause (it still stops the loop: it walks what is not frozen yet,
-        measured in docs/performance-content.md, "The collector's pause before a fleet's
-        first fan-out") falls between messages, not in one; a message arriving during it
-        waits for it. Not with the collector disabled (the embedding program's choice, or a
-        restore's). Each growth of :data:`IDLE_FREEZE_SESSIONS` sessions costs two walks of
-        what was made since the last freeze: O(objects not frozen), amortised O(1) per
-        session; the ticks between are O(1)."""
+        and the fleet's first messages build more that stays (the content engine's ordered
+        leaves, rebuilt by the first query that reaches each: ~100,000 tuples and ~58,000
+        lists at 100,000 selectors); the next full collection walks it all (22-25 ms at 100k,
+        in the 14th-23rd message of the runs measured; 57.6 ms in the first message in one run
+        of session 18) and it comes when allocations are many, i.e. inside a big fan-out.
+        Idle means: since the previous tick no PUBLISH and no new connection were received
+        and fewer than :data:`IDLE_BYTES` were read, so the collection's pause (it still stops
+        the loop: it walks what is not frozen yet, measured in docs/performance-content.md,
+        "The collector's pause before a fleet's first fan-out") falls between messages, not
+        in one; a message arriving during it waits for it. Not with the collector disabled
+        (the embedding program's choice, or a restore's). O(1) on a busy tick; on an idle one
+        O(objects not frozen) to count them (``gc.get_objects``, at most about
+        :data:`IDLE_FREEZE_OBJECTS` between two collections, ~0.1 ms) and, when it collects,
+        one walk of them."""
         st = self.core.stats
         io = (st.bytes_received, st.messages_received, st.connections_total)
         seen, self._seen_io = self._seen_io, io
         n = len(self.core.sessions)
         self._frozen_sessions = min(self._frozen_sessions, n)  # a fleet that left may come back
-        grown = n - self._frozen_sessions >= IDLE_FREEZE_SESSIONS
-        again = self._refreeze_after is not None and io[1] > self._refreeze_after
         if (
             n < FREEZE_SESSIONS
-            or not (grown or again)
             or io[1] != seen[1]
             or io[2] != seen[2]
             or io[0] - seen[0] >= IDLE_BYTES
             or not gc.isenabled()
         ):
             return
+        if n - self._frozen_sessions < IDLE_FREEZE_SESSIONS and len(gc.get_objects()) < IDLE_FREEZE_OBJECTS:
+            return
         t = time.perf_counter()
         gc.collect()
         gc.freeze()
         took = time.perf_counter() - t
         self._frozen_sessions = n
-        self._refreeze_after = io[1] if grown else None
         self._full_seen = _full_collections()
         self.idle_collections += 1
         self.idle_collection_s = took

@@ -9,9 +9,10 @@ by their reference counts only, so nothing the broker drops may be a reference c
 finished connection and an ended session are not (``MQTTProtocol._unlink``), and the heap is
 never unfrozen (the tests below count what a collection of the unfrozen heap would still
 find).  And the broker does not wait for the collector: once the sessions grew by
-``IDLE_FREEZE_SESSIONS`` since the last freeze, an idle tick (no PUBLISH, no new connection,
-little read) runs the full collection itself and freezes, so the first big fan-out after a
-fleet connected does not walk the fleet.  A real embedded broker; real TCP clients, or
+``IDLE_FREEZE_SESSIONS`` since the last freeze, or ``IDLE_FREEZE_OBJECTS`` objects are not
+frozen, an idle tick (no PUBLISH, no new connection, little read) runs the full collection
+itself and freezes, so a fleet's big fan-outs do not walk the fleet or what its first
+messages built.  A real embedded broker; real TCP clients, or
 in-process subscribers (``Core.local_subscribe``).
 """
 
@@ -24,7 +25,7 @@ import struct
 from pathlib import Path
 
 from broker import Broker
-from broker._broker import FREEZE_SESSIONS, IDLE_FREEZE_SESSIONS
+from broker._broker import FREEZE_SESSIONS, IDLE_FREEZE_OBJECTS, IDLE_FREEZE_SESSIONS
 from tests.waiting import eventually
 
 
@@ -272,8 +273,7 @@ async def test_an_idle_fleet_is_frozen_without_a_full_collection_of_its_own() ->
     (issue 42 item 2: at 100k the stream's first message met 57.6 ms of collections before
     its first write). Before: only a full collection that happened by itself froze the heap,
     so what connected after the last one stayed in the collector's generations. Real TCP
-    clients; one collection for the growth, one after the fleet's first message (what it
-    built: the content engine's snapshot), none again while the sessions stay."""
+    clients; one collection for the growth, none again while the sessions stay."""
     threshold = gc.get_threshold()
     gc.collect()
     gc.freeze()  # what exists now is out of the count
@@ -289,15 +289,6 @@ async def test_an_idle_fleet_is_frozen_without_a_full_collection_of_its_own() ->
             assert 0 < b.idle_collection_s < 10
             await _ticks(b, 5)  # idle ticks without growth: no collection again
             assert b.idle_collections == 1
-            # the fleet's first message (a PUBLISH to all of it): once more after it, then no more
-            r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(_connect_and_subscribe("publisher") + b"\x30\x07\x00\x03a/bhi")
-            assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
-            await eventually(lambda: b.core.stats.messages_received == 1, 10.0)
-            await eventually(lambda: b.idle_collections == 2, 30.0)
-            await _ticks(b, 5)
-            assert b.idle_collections == 2
-            writers.append(w)
             await _leave(b, writers)
     finally:
         gc.set_threshold(*threshold)
@@ -308,9 +299,9 @@ async def test_the_idle_collection_waits_for_a_tick_without_traffic() -> None:
     """The idle collection runs only when nothing was published, no client connected and
     little was read since the previous look (``Broker._idle_freeze``, called here directly:
     the timer's tick is a minute away), and not below ``FREEZE_SESSIONS`` sessions or
-    ``IDLE_FREEZE_SESSIONS`` sessions of growth since the last freeze; once more after the
-    first PUBLISH since a growth's collection. A real broker, a real client connecting,
-    messages published."""
+    ``IDLE_FREEZE_SESSIONS`` sessions of growth since the last freeze, or without growth
+    ``IDLE_FREEZE_OBJECTS`` objects not frozen (what messages built). A real broker, a real
+    client connecting, messages published."""
     gc.unfreeze()
     try:
         async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=60) as b:
@@ -349,15 +340,18 @@ async def test_the_idle_collection_waits_for_a_tick_without_traffic() -> None:
                 b.core.local_subscribe(f"s{i}", "t/#", None, 0, lambda m, r: None, 0.0)
             b._idle_freeze()
             assert b.idle_collections == 3
-            # once more at the first quiet look after a PUBLISH, then no more
+            # without growth: once IDLE_FREEZE_OBJECTS objects or more are not frozen (what
+            # messages built: here retained messages), then no more
             await b.publish("t/x", b"2")
-            b._idle_freeze()  # the PUBLISH since the previous look
+            b._idle_freeze()
+            b._idle_freeze()
+            assert b.idle_collections == 3  # a message that left little behind
+            for i in range(IDLE_FREEZE_OBJECTS):
+                await b.publish(f"r/{i}", b"kept", retain=True)
+            b._idle_freeze()  # PUBLISHes since the previous look
             assert b.idle_collections == 3
             b._idle_freeze()
             assert b.idle_collections == 4
-            b._idle_freeze()
-            await b.publish("t/x", b"3")
-            b._idle_freeze()
             b._idle_freeze()
             assert b.idle_collections == 4
             w.close()
