@@ -1232,6 +1232,8 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             "in_write": 0.0,
             "gc": 0,
             "gc_s": 0.0,
+            "gc_gen": [0, 0, 0],  # collections in this read, per generation
+            "gc_gen_s": [0.0, 0.0, 0.0],
             "payload": data,
         }
         cur[0] = rec
@@ -1257,22 +1259,65 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
         rec["writes"] += 1
 
     gc_t = [0.0]
+    #: every collection of the stream's window (publisher reads or not): (generation, seconds,
+    #: the seq of the read it ran in or None); and per generation over the whole run
+    window_gcs: list[tuple[int, float, int | None]] = []
+    run_gcs: list[list[float]] = [[], [], []]
+    #: every full collection of the run: the phase (connect, warm, window, after), the read's
+    #: seq, ms, the objects of generations 0-2 it found (what it walks: the unfrozen heap), the
+    #: survivors it left in generation 2 (CPython's ``long_lived_total``, to which the next
+    #: automatic full collection compares what generation 1 promotes meanwhile), and in the
+    #: window the most common types it walked (diagnostics: listing them costs a walk too)
+    phase = ["connect"]
+    fulls: list[dict[str, Any]] = []
 
-    def on_gc(phase: str, info: dict[str, Any]) -> None:
+    def _gen_sizes() -> list[int]:
+        return [len(gc.get_objects(g)) for g in range(3)]
+
+    def _top_types(limit: int = 8) -> list[tuple[str, int]]:
+        counts: dict[str, int] = {}
+        for g in range(3):
+            for o in gc.get_objects(g):
+                k = type(o).__name__
+                counts[k] = counts.get(k, 0) + 1
+        return sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+
+    def on_gc(phase_: str, info: dict[str, Any]) -> None:
+        gen = int(info["generation"])
+        if phase_ == "start":
+            if gen == 2:
+                rec = cur[0]
+                fulls.append(
+                    {
+                        "phase": phase[0],
+                        "seq": None if rec is None else rec["seq"],
+                        "walked": _gen_sizes(),
+                        "types": _top_types() if phase[0] == "window" else [],
+                    }
+                )
+            gc_t[0] = perf()
+            return
+        took = perf() - gc_t[0]
+        if gen == 2:
+            fulls[-1]["ms"] = round(took * 1e3, 2)
+            fulls[-1]["left"] = len(gc.get_objects(2))
+        run_gcs[gen].append(took)
         rec = cur[0]
+        if on[0]:
+            window_gcs.append((gen, took, None if rec is None else rec["seq"]))
         if rec is None:
             return
-        if phase == "start":
-            gc_t[0] = perf()
-        else:
-            rec["gc"] += 1
-            rec["gc_s"] += perf() - gc_t[0]
+        rec["gc"] += 1
+        rec["gc_s"] += took
+        rec["gc_gen"][gen] += 1
+        rec["gc_gen_s"][gen] += took
 
     _transport.MQTTProtocol._feed = feed  # type: ignore[method-assign]
     _lean.LeanProtocol.write = write  # type: ignore[method-assign]
     gc.callbacks.append(on_gc)
     nmax = int(args.rate * args.duration) + 2
     pin = 1 if args.pin else None
+    state: dict[str, Any] = {}
 
     async def run() -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -1287,6 +1332,7 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             proc = ctx.Process(target=worker_main, args=(w, plan), daemon=True)
             proc.start()
             await recv(a)  # ready
+            phase[0] = "warm"
             pa, pb = ctx.Pipe()
             pub = ctx.Process(
                 target=publisher_main,
@@ -1299,6 +1345,20 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             assert await recv(pa) == "warmed"
             a.send("warm")
             await recv(a)  # warmed
+            state["at_go"] = {
+                "freeze_count": gc.get_freeze_count(),
+                "count": gc.get_count(),
+                "collections": [g["collections"] for g in gc.get_stats()],
+                "sessions": len(b.core.sessions),
+                "frozen_sessions": b._frozen_sessions,
+                # the broker's own idle collections so far (Broker._idle_freeze) and the
+                # last one's pause
+                "idle_collections": getattr(b, "idle_collections", None),
+                "idle_collection_ms": round(getattr(b, "idle_collection_s", 0.0) * 1e3, 2),
+                "unfrozen": _gen_sizes(),
+                "unfrozen_types": _top_types(),
+            }
+            phase[0] = "window"
             on[0] = True
             a.send("go")
             pa.send("go")
@@ -1306,6 +1366,7 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
             a.send(("stop", published))
             await recv(a)  # drained
             on[0] = False
+            phase[0] = "after"
             router = b.core.router  # the same messages routed again, the subscribers still there
             again = []
             for rec in reads:
@@ -1353,6 +1414,8 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
                 "in_write_ms": round(rec["in_write"] * 1e3, 2),
                 "gc": rec["gc"],
                 "gc_ms": round(rec["gc_s"] * 1e3, 2),
+                "gc_gen": rec["gc_gen"],
+                "gc_gen_ms": [round(x * 1e3, 2) for x in rec["gc_gen_s"]],
                 "before_us_per_delivery": round(before * 1e3 / n, 2),
                 "route_us_per_delivery": round(route_cpu * 1e6 / max(routes, 1), 2),
                 "flush_us_per_delivery": round(sends * 1e3 / max(n - 1, 1), 2),
@@ -1389,6 +1452,20 @@ def probe_fanout(engine: str, filters: int, args: argparse.Namespace) -> dict[st
         },
         "heaviest": sorted(msgs, key=lambda m: -m["deliveries"])[:3],
         "heaviest_arrivals": _heaviest([res], 3),
+        "first": next((m for m in msgs if m["seq"] == 0), None),
+        # the collector: the heap's state at the stream's start, every collection of the
+        # window (generation, ms, in the read of seq ...), per generation over the whole run
+        # (count, total ms, longest ms)
+        "gc_at_go": state.get("at_go"),
+        "gc_window": [(g, round(t * 1e3, 2), q) for g, t, q in window_gcs if g > 0 or t > 1e-3],
+        "gc_window_gen0": (
+            sum(1 for g, _t, _q in window_gcs if g == 0),
+            round(sum(t for g, t, _q in window_gcs if g == 0) * 1e3, 2),
+        ),
+        "gc_run": [
+            (len(ts), round(sum(ts) * 1e3, 1), round(max(ts, default=0.0) * 1e3, 2)) for ts in run_gcs
+        ],
+        "gc_fulls": fulls,
     }
 
 

@@ -18,6 +18,7 @@ import asyncio
 import gc
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -75,6 +76,20 @@ SETTLE_SLICE = 2048
 #: 100,000 selectors (measured in-process, load 10), a stall the next one repeats unless
 #: what survived is moved out of the collector's generations
 FREEZE_SESSIONS = 1000
+#: the growth of the sessions since the last freeze from which an idle tick collects and
+#: freezes the heap itself (``Broker._idle_freeze``; with at least :data:`FREEZE_SESSIONS`
+#: sessions): what a fleet made after the collector's last full collection is otherwise walked
+#: by the next one, which the allocations of a big fan-out trigger (issue 42 item 2,
+#: docs/performance-content.md "The collector's pause before a fleet's first fan-out")
+IDLE_FREEZE_SESSIONS = 100
+#: objects not frozen from which an idle tick collects and freezes the heap too (what a
+#: fleet's first messages build: the content engine's leaves, ~160,000 objects at 100,000
+#: selectors); a full collection walks ~150 ns per object, so this is ~3 ms of walk
+IDLE_FREEZE_OBJECTS = 20_000
+#: bytes read between two ticks under which the loop counts as idle for that collection (no
+#: PUBLISH and no new connection either): keep-alive pings of a 100,000-client fleet at 10 s
+#: are ~5 KiB per tick of 0.25 s, a fleet connecting or a stream far more
+IDLE_BYTES = 64 * 1024
 #: seconds between sweeps of expired sessions and retained messages in the store; also the
 #: grace period of a sweep (docs/persistence.md, "How the broker uses the store")
 SWEEP_INTERVAL = 60.0
@@ -225,6 +240,11 @@ class Broker:
         self._next_tick = 0.0  # when the next Core.tick is due (the timer may fire sooner)
         self._full_seen = 0  # the collector's count of full collections at the last tick's look
         self._frozen_sessions = 0  # sessions when the heap was last frozen
+        self._seen_io = (0, 0, 0)  # bytes, PUBLISHes, connections received at the last tick
+        #: collections the idle ticks ran themselves (``_idle_freeze``) and the last one's
+        #: pause of the loop in seconds
+        self.idle_collections = 0
+        self.idle_collection_s = 0.0
         self._sweeper: asyncio.Task[None] | None = None
         self._http: HttpServer | None = None
         self.dashboard: Dashboard | None = None
@@ -527,12 +547,71 @@ class Broker:
             gc.freeze()
             self._frozen_sessions = n
 
+    def _idle_freeze(self) -> None:
+        """At an idle tick, with :data:`FREEZE_SESSIONS` sessions or more, run the full
+        collection now and freeze its survivors when the sessions grew by
+        :data:`IDLE_FREEZE_SESSIONS` since the last freeze, or when :data:`IDLE_FREEZE_OBJECTS`
+        objects or more are not frozen: so that a fleet's big fan-outs do not walk the fleet,
+        nor what its first messages built.
+
+        Why: CPython (3.11) collects generation 2 when generation 1 was collected more than 10
+        times since the last full collection and the objects it promoted meanwhile exceed a
+        quarter of those the last one left (``long_lived_pending > long_lived_total / 4``);
+        a full collection walks every object not frozen. :meth:`_freeze_survivors` freezes
+        only after such a collection, so the part of a fleet that connected after the last one
+        (70-840 of 10,000 sessions in the runs measured) stays in the collector's generations,
+        and the fleet's first messages build more that stays (the content engine's ordered
+        leaves, rebuilt by the first query that reaches each: ~100,000 tuples and ~58,000
+        lists at 100,000 selectors); the next full collection walks it all (22-25 ms at 100k,
+        in the 14th-23rd message of the runs measured; 57.6 ms in the first message in one run
+        of session 18) and it comes when allocations are many, i.e. inside a big fan-out.
+        Idle means: since the previous tick no PUBLISH and no new connection were received
+        and fewer than :data:`IDLE_BYTES` were read, so the collection's pause (it still stops
+        the loop: it walks what is not frozen yet, measured in docs/performance-content.md,
+        "The collector's pause before a fleet's first fan-out") falls between messages, not
+        in one; a message arriving during it waits for it. Not with the collector disabled
+        (the embedding program's choice, or a restore's). O(1) on a busy tick; on an idle one
+        O(objects not frozen) to count them (``gc.get_objects``, at most about
+        :data:`IDLE_FREEZE_OBJECTS` between two collections, ~0.1 ms) and, when it collects,
+        one walk of them."""
+        st = self.core.stats
+        io = (st.bytes_received, st.messages_received, st.connections_total)
+        seen, self._seen_io = self._seen_io, io
+        n = len(self.core.sessions)
+        self._frozen_sessions = min(self._frozen_sessions, n)  # a fleet that left may come back
+        if (
+            n < FREEZE_SESSIONS
+            or io[1] != seen[1]
+            or io[2] != seen[2]
+            or io[0] - seen[0] >= IDLE_BYTES
+            or not gc.isenabled()
+        ):
+            return
+        if n - self._frozen_sessions < IDLE_FREEZE_SESSIONS and len(gc.get_objects()) < IDLE_FREEZE_OBJECTS:
+            return
+        t = time.perf_counter()
+        gc.collect()
+        gc.freeze()
+        took = time.perf_counter() - t
+        self._frozen_sessions = n
+        self._full_seen = _full_collections()
+        self.idle_collections += 1
+        self.idle_collection_s = took
+        log.debug(
+            "idle collection: %.1f ms, %d sessions, %d objects frozen",
+            took * 1e3,
+            n,
+            gc.get_freeze_count(),
+            extra=fields("broker.idle_collection"),
+        )
+
     def _tick(self) -> None:
         try:
             full = _full_collections()
             if full != self._full_seen:  # a full collection ran since the last tick
                 self._full_seen = full
                 self._freeze_survivors()
+            self._idle_freeze()
             now = self.core.clock.monotonic()
             core = self.core
             if now >= self._next_tick - FLOW_CHECK / 2:

@@ -94,6 +94,7 @@ EVENTS: Final = frozenset(
     {
         "broker.listening",
         "broker.stopped",
+        "broker.idle_collection",
         "client.connected",
         "client.refused",
         "client.disconnected",

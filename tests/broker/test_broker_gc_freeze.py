@@ -8,8 +8,12 @@ permanent generation (``gc.freeze``), as the store's restore does.  Frozen objec
 by their reference counts only, so nothing the broker drops may be a reference cycle: a
 finished connection and an ended session are not (``MQTTProtocol._unlink``), and the heap is
 never unfrozen (the tests below count what a collection of the unfrozen heap would still
-find).  A real embedded broker; real TCP clients, or in-process subscribers
-(``Core.local_subscribe``).
+find).  And the broker does not wait for the collector: once the sessions grew by
+``IDLE_FREEZE_SESSIONS`` since the last freeze, or ``IDLE_FREEZE_OBJECTS`` objects are not
+frozen, an idle tick (no PUBLISH, no new connection, little read) runs the full collection
+itself and freezes, so a fleet's big fan-outs do not walk the fleet or what its first
+messages built.  A real embedded broker; real TCP clients, or
+in-process subscribers (``Core.local_subscribe``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import struct
 from pathlib import Path
 
 from broker import Broker
-from broker._broker import FREEZE_SESSIONS
+from broker._broker import FREEZE_SESSIONS, IDLE_FREEZE_OBJECTS, IDLE_FREEZE_SESSIONS
 from tests.waiting import eventually
 
 
@@ -259,4 +263,114 @@ async def test_closed_connections_are_freed_by_reference_counts() -> None:
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+        gc.unfreeze()
+
+
+async def test_an_idle_fleet_is_frozen_without_a_full_collection_of_its_own() -> None:
+    """A fleet that connected and idles has its heap frozen by the broker's idle tick, with
+    nothing published and no full collection of the collector's own (here prevented: the
+    generation-2 threshold out of reach), so that the first big fan-out does not walk it
+    (issue 42 item 2: at 100k the stream's first message met 57.6 ms of collections before
+    its first write). Before: only a full collection that happened by itself froze the heap,
+    so what connected after the last one stayed in the collector's generations. Real TCP
+    clients; one collection for the growth, none again while the sessions stay."""
+    threshold = gc.get_threshold()
+    gc.collect()
+    gc.freeze()  # what exists now is out of the count
+    gc.set_threshold(threshold[0], threshold[1], 1_000_000)  # no full collection by itself
+    n = FREEZE_SESSIONS + 50
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            before = gc.get_freeze_count()
+            writers = await _join(b, n, clean=True)
+            await eventually(lambda: gc.get_freeze_count() > before + n, 30.0)  # else: not frozen
+            assert b.core.stats.messages_received == 0
+            assert b.idle_collections == 1
+            assert 0 < b.idle_collection_s < 10
+            await _ticks(b, 5)  # idle ticks without growth: no collection again
+            assert b.idle_collections == 1
+            await _leave(b, writers)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
+async def test_the_idle_collection_waits_for_a_tick_without_traffic() -> None:
+    """The idle collection runs only when nothing was published, no client connected and
+    little was read since the previous look (``Broker._idle_freeze``, called here directly:
+    the timer's tick is a minute away), and not below ``FREEZE_SESSIONS`` sessions or
+    ``IDLE_FREEZE_SESSIONS`` sessions of growth since the last freeze, or without growth
+    ``IDLE_FREEZE_OBJECTS`` objects not frozen (what messages built). A real broker, a real
+    client connecting, messages published."""
+    gc.unfreeze()
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=60) as b:
+            for i in range(FREEZE_SESSIONS - 1):
+                b.core.local_subscribe(f"s{i}", "t/#", None, 0, lambda m, r: None, 0.0)
+            b._idle_freeze()
+            b._idle_freeze()  # quiet, but fewer sessions than a fleet
+            assert (b.idle_collections, gc.get_freeze_count()) == (0, 0)
+            b.core.local_subscribe("last", "t/#", None, 0, lambda m, r: None, 0.0)
+            assert await b.publish("t/x", b"1") == FREEZE_SESSIONS
+            b._idle_freeze()  # a PUBLISH since the previous look
+            assert b.idle_collections == 0
+            r, w = await asyncio.open_connection("127.0.0.1", b.port)
+            w.write(_connect_and_subscribe("late"))
+            assert (await r.readexactly(4))[:2] == b"\x20\x02"  # CONNACK
+            b._idle_freeze()  # a connection since the previous look
+            assert (b.idle_collections, gc.get_freeze_count()) == (0, 0)
+            b._idle_freeze()  # quiet: collected and frozen
+            assert b.idle_collections == 1
+            assert gc.get_freeze_count() > FREEZE_SESSIONS
+            for i in range(IDLE_FREEZE_SESSIONS - 1):
+                b.core.local_subscribe(f"more{i}", "t/#", None, 0, lambda m, r: None, 0.0)
+            b._idle_freeze()  # grown by fewer than IDLE_FREEZE_SESSIONS since
+            assert b.idle_collections == 1
+            b.core.local_subscribe("one-more", "t/#", None, 0, lambda m, r: None, 0.0)
+            b._idle_freeze()
+            assert b.idle_collections == 2
+            # a fleet that leaves and comes back is collected and frozen again
+            fleet = [b.core.sessions[f"s{i}"] for i in range(FREEZE_SESSIONS - 1)]
+            for s in fleet:
+                b.core.end_session(s, 0.0)
+            fleet.clear()
+            b._idle_freeze()
+            assert b.idle_collections == 2
+            for i in range(FREEZE_SESSIONS - 1):
+                b.core.local_subscribe(f"s{i}", "t/#", None, 0, lambda m, r: None, 0.0)
+            b._idle_freeze()
+            assert b.idle_collections == 3
+            # without growth: once IDLE_FREEZE_OBJECTS objects or more are not frozen (what
+            # messages built: here retained messages), then no more
+            await b.publish("t/x", b"2")
+            b._idle_freeze()
+            b._idle_freeze()
+            assert b.idle_collections == 3  # a message that left little behind
+            for i in range(IDLE_FREEZE_OBJECTS):
+                await b.publish(f"r/{i}", b"kept", retain=True)
+            b._idle_freeze()  # PUBLISHes since the previous look
+            assert b.idle_collections == 3
+            b._idle_freeze()
+            assert b.idle_collections == 4
+            b._idle_freeze()
+            assert b.idle_collections == 4
+            w.close()
+    finally:
+        gc.unfreeze()
+
+
+async def test_no_idle_collection_with_the_collector_disabled() -> None:
+    """A program that disabled the collector keeps it so: no idle tick collects, freezes or
+    enables it (a real fleet of TCP clients, idle ticks counted)."""
+    gc.unfreeze()
+    gc.disable()
+    try:
+        async with Broker(host="127.0.0.1", port=0, sys_interval=0, tick_interval=0.05) as b:
+            writers = await _join(b, FREEZE_SESSIONS + 10, clean=True)
+            await _ticks(b, 5)
+            assert (b.idle_collections, gc.get_freeze_count()) == (0, 0)
+            assert not gc.isenabled()
+            await _leave(b, writers)
+    finally:
+        gc.enable()
         gc.unfreeze()
