@@ -27,8 +27,7 @@ import topics
 from broker._config import BrokerConfig, Listener
 from broker._logging import fields
 from broker._reload import ReloadCounters, ReloadResult, reload_broker
-from broker.core import Clock, Core, Message, Route, Session
-from broker.core._router import SETTLE_BUDGET
+from broker.core import SETTLE_BUDGET, Clock, Core, Message, Route, Session
 from broker.hooks import Hooks
 from broker.net import (
     ConnectionLimits,

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from broker.core._options import CoreConfig
     from broker.core._qbound import QueueBound
     from broker.core._quota import ACTIONS, QuotaRule, parse_quotas
+    from broker.core._router import SETTLE_BUDGET
     from broker.core._session import PUBLISH_SENT, PUBREL_SENT, ConnectionState, Outgoing, Session, Stats
     from broker.core._shared import Strategy, group_strategies
     from broker.values import (
@@ -77,6 +78,7 @@ __all__ = [
     "PEER_PREFIX",
     "PUBLISH_SENT",
     "PUBREL_SENT",
+    "SETTLE_BUDGET",
     "SHARE_PREFIX",
     "Atom",
     "AuthRequest",
@@ -159,6 +161,7 @@ _LAZY = {
     "ACTIONS": "broker.core._quota",
     "QuotaRule": "broker.core._quota",
     "parse_quotas": "broker.core._quota",
+    "SETTLE_BUDGET": "broker.core._router",
     "ConnectionState": "broker.core._session",
     "Outgoing": "broker.core._session",
     "PUBLISH_SENT": "broker.core._session",
