@@ -377,6 +377,9 @@ def main() -> None:
         trees = args.ab.split(",")
         if len(trees) != 2:
             ap.error("--ab: two trees, comma-separated")
+        for tree in trees:
+            if not (Path(tree) / ".venv" / "bin" / "python").is_file():
+                ap.error(f"--ab: {tree}: no .venv/bin/python there (a checkout after `make build`)")
         core_qos0_ab(trees, args.alternations, args.rounds, args.workloads)
         return
     if args.core_qos0:

@@ -74,6 +74,8 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=3000)
     ap.add_argument("--filters", type=int, default=10)
     args = ap.parse_args()
+    if args.sessions < 1 or args.filters < 1:
+        ap.error("--sessions and --filters: at least 1")
     asyncio.run(run(args.sessions, args.filters))
 
 
