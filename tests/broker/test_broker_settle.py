@@ -19,32 +19,37 @@ import pytest
 import broker._broker as broker_mod
 from broker import Broker
 from broker._broker import SETTLE_SLICE
+from broker.core import Core
 from tests.waiting import eventually
+
+
+async def _leave_and_watch(core: Core, n: int) -> list[int]:
+    """``n`` in-process subscribers, one selector each, leave in one turn; returns the drop of
+    the release backlog at each loop turn until it is empty."""
+    sessions = [core.local_subscribe(f"s{i}", "t/#", f"v > {i}", 0, lambda m, r: None, 0.0) for i in range(n)]
+    left: list[int] = []  # the backlog as each loop turn sees it
+    loop = asyncio.get_running_loop()
+
+    def watch() -> None:
+        left.append(core.router.releasing)
+        if left[-1]:
+            loop.call_soon(watch)
+
+    for s in sessions:  # the fleet leaves in one turn: every selector released
+        core.end_session(s, 0.0)
+    assert core.router.releasing == n
+    watch()
+    await eventually(lambda: not core.router.releasing, 10.0)
+    return [a - b for a, b in itertools.pairwise(left)]
 
 
 async def test_released_selectors_leave_between_ticks_a_slice_per_turn() -> None:
     n = 3 * SETTLE_SLICE
     async with Broker(port=0, sys_interval=0, tick_interval=1.0, content_engine="iccounting") as b:
         core = b.core
-        sessions = [
-            core.local_subscribe(f"s{i}", "t/#", f"v > {i}", 0, lambda m, r: None, 0.0) for i in range(n)
-        ]
-        left: list[int] = []  # the backlog as each loop turn sees it
-        loop = asyncio.get_running_loop()
-
-        def watch() -> None:
-            left.append(core.router.releasing)
-            if left[-1]:
-                loop.call_soon(watch)
-
-        for s in sessions:  # the fleet leaves in one turn: every selector released
-            core.end_session(s, 0.0)
-        assert core.router.releasing == n
-        watch()
         # from the next tick on, a slice every SETTLE_EVERY (before: 2,048 at the next tick,
         # here all at once)
-        await eventually(lambda: not core.router.releasing, 10.0)
-        drops = [a - b for a, b in itertools.pairwise(left)]
+        drops = await _leave_and_watch(core, n)
         assert max(drops) <= max(SETTLE_SLICE, n // 64), drops
         assert sum(1 for d in drops if d) >= 3  # in slices, not at once
         assert core.router.index.entry_count("s0") == 0
@@ -59,22 +64,6 @@ async def test_each_slice_of_the_broker_stops_at_its_time_budget(monkeypatch: py
     n = 30
     async with Broker(port=0, sys_interval=0, tick_interval=1.0, content_engine="hema") as b:
         core = b.core
-        sessions = [
-            core.local_subscribe(f"s{i}", "t/#", f"v > {i}", 0, lambda m, r: None, 0.0) for i in range(n)
-        ]
-        left: list[int] = []  # the backlog as each loop turn sees it
-        loop = asyncio.get_running_loop()
-
-        def watch() -> None:
-            left.append(core.router.releasing)
-            if left[-1]:
-                loop.call_soon(watch)
-
-        for s in sessions:
-            core.end_session(s, 0.0)
-        assert core.router.releasing == n
-        watch()
-        await eventually(lambda: not core.router.releasing, 10.0)
-        drops = [a - b for a, b in itertools.pairwise(left)]
+        drops = await _leave_and_watch(core, n)
         assert max(drops) == 1 and sum(drops) == n, drops
         assert len(core.router.engine) == 0

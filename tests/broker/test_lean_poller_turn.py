@@ -23,6 +23,26 @@ CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 2, 0, 0, 0, 0])  # 3.1.1
 PINGREQ = b"\xc0\x00"
 
 
+async def _connected(port: int, n: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """``n`` raw MQTT 3.1.1 clients, each past its CONNACK."""
+    clients = []
+    for _ in range(n):
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(CONNECT)
+        assert (await asyncio.wait_for(r.readexactly(4), 10))[0] == 0x20
+        clients.append((r, w))
+    return clients
+
+
+async def _ping_together(clients: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]) -> None:
+    """Every client sends a PINGREQ with no await in between (every socket ready together),
+    then each reads its PINGRESP."""
+    for _, w in clients:
+        w.write(PINGREQ)
+    for r, _ in clients:
+        assert await asyncio.wait_for(r.readexactly(2), 10) == b"\xd0\x00"
+
+
 async def test_a_turn_reads_at_most_max_events_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
     n = 400  # ready at once: more than a turn of 64
     per_turn: list[int] = []
@@ -41,17 +61,9 @@ async def test_a_turn_reads_at_most_max_events_sockets(monkeypatch: pytest.Monke
     monkeypatch.setattr(_lean.Poller, "_ready", counted_ready)
     monkeypatch.setattr(_lean.LeanProtocol, "_read_ready", counted_read)
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
-        clients = []
-        for _ in range(n):
-            r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(CONNECT)
-            assert (await asyncio.wait_for(r.readexactly(4), 10))[0] == 0x20
-            clients.append((r, w))
+        clients = await _connected(b.port, n)
         per_turn.clear()
-        for _, w in clients:  # every socket ready together: no await in between
-            w.write(PINGREQ)
-        for r, _ in clients:
-            assert await asyncio.wait_for(r.readexactly(2), 10) == b"\xd0\x00"
+        await _ping_together(clients)
         assert sum(per_turn) >= n
         assert max(per_turn) <= _lean.MAX_EVENTS <= 64, per_turn
         assert sum(1 for k in per_turn if k) >= 2, per_turn  # the rest at the next turns
@@ -118,18 +130,10 @@ async def test_turns_over_many_ready_sockets_poll_each_about_once(monkeypatch: p
 
     monkeypatch.setattr(_lean.Poller, "_ready", counted_ready)
     async with Broker(host="127.0.0.1", port=0, sys_interval=0) as b:
-        clients = []
-        for _ in range(n):
-            r, w = await asyncio.open_connection("127.0.0.1", b.port)
-            w.write(CONNECT)
-            assert (await asyncio.wait_for(r.readexactly(4), 10))[0] == 0x20
-            clients.append((r, w))
+        clients = await _connected(b.port, n)
         (counter,) = counters
         counter.pairs = 0
-        for _, w in clients:  # every socket ready together: no await in between
-            w.write(PINGREQ)
-        for r, _ in clients:
-            assert await asyncio.wait_for(r.readexactly(2), 10) == b"\xd0\x00"
+        await _ping_together(clients)
         assert n <= counter.pairs <= n + n // 4, f"{counter.pairs} ready pairs polled for {n} reads"
         for _, w in clients:
             w.close()
