@@ -167,12 +167,7 @@ def reader_main(pipe: Connection, port: int, n: int, mode: str, pin: int | None)
         for s in socks:
             s.close()
         return
-    ep = select.epoll()
-    by_fd = {}
-    for s in socks:
-        s.setblocking(False)
-        ep.register(s.fileno(), select.EPOLLIN)
-        by_fd[s.fileno()] = s
+    ep, by_fd = _epoll_of(socks)
     got = 0
     while True:
         msg = pipe.recv()
@@ -182,6 +177,17 @@ def reader_main(pipe: Connection, port: int, n: int, mode: str, pin: int | None)
         pipe.send(got)
     for s in socks:
         s.close()
+
+
+def _epoll_of(socks: list[socket.socket]) -> tuple[select.epoll, dict[int, socket.socket]]:
+    """The sockets made non-blocking and registered for reading; the epoll and them by fd."""
+    ep = select.epoll()
+    by_fd = {}
+    for s in socks:
+        s.setblocking(False)
+        ep.register(s.fileno(), select.EPOLLIN)
+        by_fd[s.fileno()] = s
+    return ep, by_fd
 
 
 def _mqtt(fixed: int, body: bytes) -> bytes:
@@ -203,12 +209,7 @@ def _mosquitto_readers(pipe: Connection, port: int, n: int) -> None:
     for s in subs:
         assert s.recv(5)[:1] == b"\x90"
     packet = publish_packet(SIZE, v5=False)
-    ep = select.epoll()
-    by_fd = {}
-    for s in subs:
-        s.setblocking(False)
-        ep.register(s.fileno(), select.EPOLLIN)
-        by_fd[s.fileno()] = s
+    ep, by_fd = _epoll_of(subs)
     pipe.send("connected")
     messages = pipe.recv()
     got = 0
